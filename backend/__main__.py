@@ -1,0 +1,201 @@
+"""SpecLens CLI: python -m backend <command> ... [--json]
+
+With --json one JSON object goes to stdout; logs and progress bars go to stderr. Exit code 0 on
+success, 2 on bad input (one-line reason on stderr), 1 on an internal error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from backend import BadInput
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from error
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m backend", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    def common(sub, samples_required=False):
+        sub.add_argument("--target", required=True, help="local Hugging Face target model directory")
+        sub.add_argument("--draft", required=True, help="EAGLE-3 draft directory (config.json + weights)")
+        sub.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+        sub.add_argument("--device", help="cuda, cpu, ... (default: cuda when available)")
+        sub.add_argument("--dtype", help="fp32, bf16 or fp16 (default: bf16 on GPU, fp32 on CPU)")
+
+    pre = commands.add_parser("preflight", help="check a draft against a target")
+    common(pre)
+    pre.add_argument("--aux-hf-indices", type=_int_list, help="override wiring: three HF hidden_states indices")
+    pre.add_argument("--sample-length", type=int, help="check the draft's context against this length")
+
+    rep = commands.add_parser("replay", help="replay greedy speculative decoding and store it")
+    common(rep)
+    source = rep.add_mutually_exclusive_group(required=True)
+    source.add_argument("--prompt", help="prompt text (tokenized with the target's tokenizer)")
+    source.add_argument("--samples", help="JSONL samples file; the prompt is a sample's first n_prompt_tokens")
+    rep.add_argument("--index", type=int, default=0, help="which valid sample of --samples (0-based)")
+    rep.add_argument("--steps", type=_positive, default=4, help="K: draft tokens per verify step")
+    rep.add_argument("--max-new-tokens", type=_positive, default=128)
+    rep.add_argument("--aux-hf-indices", type=_int_list, help="override wiring: three HF hidden_states indices")
+    rep.add_argument("--db", help="SQLAlchemy URL (default: SPECLENS_DB_URL or sqlite:///data/speclens.db)")
+    rep.add_argument("--no-record", action="store_true", help="skip probabilities and hidden states")
+
+    tea = commands.add_parser("teacher", help="teacher-forced acc_k and simulated accept length")
+    common(tea)
+    tea.add_argument("--samples", required=True, help="JSONL samples file")
+    tea.add_argument("--limit", type=_positive, help="use the first N valid samples")
+    tea.add_argument("--steps", type=_positive, default=4, help="K: TTT steps to evaluate")
+    tea.add_argument("--aux-hf-indices", type=_int_list, help="override wiring: three HF hidden_states indices")
+    return parser
+
+
+def progress_bar(total: int, description: str):
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=description, file=sys.stderr, unit="tok", leave=False)
+
+
+def cmd_preflight(args) -> tuple[dict, str]:
+    from backend.checkpoints import preflight
+
+    report = preflight(args.draft, args.target, args.sample_length, args.aux_hf_indices).to_dict()
+    lines = [f"{c['status'].upper():5} {c['name']}: {c['message']}" for c in report["checks"]]
+    lines.append(f"aux HF indices: {report['aux_hf_indices']}  ->  {'OK' if report['ok'] else 'FAILED'}")
+    return report, "\n".join(lines)
+
+
+def load_pair(args):
+    from backend.checkpoints import load_draft, load_target
+    from backend.draft_config import parse_draft_config, read_config_file
+    from backend.wiring import resolve_wiring
+
+    target = load_target(args.target, args.device, args.dtype)
+    draft = load_draft(args.draft, target)
+    config = parse_draft_config(read_config_file(Path(args.draft)))
+    wiring = resolve_wiring(config, target.num_layers, args.aux_hf_indices)
+    return target, draft, wiring
+
+
+def cmd_replay(args) -> tuple[dict, str]:
+    from backend.jobs import run_replay_job
+    from backend.metrics import DEFINITIONS
+    from backend.replay import ReplayConfig
+    from backend.samples import sample_at
+    from db import store
+
+    target, draft, wiring = load_pair(args)
+    if args.samples:
+        sample = sample_at(args.samples, args.index, target.vocab_size)
+        prompt_ids, sample_ref = sample.prompt_ids, f"{args.samples}#{args.index}"
+    else:
+        if target.tokenizer is None:
+            raise BadInput(f"target {args.target} has no tokenizer; use --samples with token ids instead")
+        prompt_ids, sample_ref = target.tokenizer(args.prompt)["input_ids"], "prompt"
+        if not prompt_ids:
+            raise BadInput("the prompt tokenizes to nothing")
+    config = ReplayConfig(args.steps, args.max_new_tokens, record=not args.no_record)
+    engine = store.make_engine(args.db)
+    bar = progress_bar(args.max_new_tokens, "replay")
+    try:
+        outcome = run_replay_job(store.session_factory(engine), store.artifact_root(args.db), target, draft,
+                                 args.draft, prompt_ids, wiring, config, sample_ref=sample_ref,
+                                 progress=lambda done, total: bar.update(done - bar.n))
+    finally:
+        bar.close()
+    metrics = outcome.metrics
+    result = {
+        "run_id": outcome.run_id,
+        "output_ids": outcome.output_ids,
+        "steps": [{"drafted": s.drafted_ids, "accepted": s.accepted_count, "bonus": s.bonus_id}
+                  for s in outcome.steps],
+        "mean_accept_length": metrics["mean_accept_length"],
+        "accepted_per_step": [s.accepted_count for s in outcome.steps],
+        "per_position_marginal": metrics["per_position_marginal"],
+        "per_position_conditional": metrics["per_position_conditional"],
+        "aux_hf_indices": list(wiring.aux_hf_indices),
+        "wiring_source": wiring.source,
+        "acceptance_rate": metrics["acceptance_rate"],
+        "accept_histogram": metrics["accept_histogram"],
+        "num_steps": args.steps,
+        "definitions": {k: DEFINITIONS[k] for k in ("mean_accept_length", "per_position_marginal",
+                                                     "per_position_conditional", "acceptance_rate")},
+    }
+    text = (f"run {outcome.run_id}: {len(outcome.output_ids)} tokens in {len(outcome.steps)} verify steps, "
+            f"accept length {_fmt(metrics['mean_accept_length'])} (mean of a+1, bonus included), "
+            f"K={args.steps}, aux HF indices {list(wiring.aux_hf_indices)} ({wiring.source})")
+    if target.tokenizer is not None:
+        text += "\n" + target.tokenizer.decode(outcome.output_ids)
+    return result, text
+
+
+def cmd_teacher(args) -> tuple[dict, str]:
+    from backend.samples import read_jsonl
+    from backend.teacher import TeacherCounts, teacher_forced_counts
+
+    target, draft, wiring = load_pair(args)
+    samples, rejected = read_jsonl(args.samples, target.vocab_size)
+    if not samples:
+        raise BadInput(f"{args.samples}: no valid sample" + (f" (line {rejected[0].line}: {rejected[0].reason})"
+                                                             if rejected else ""))
+    samples = samples[: args.limit] if args.limit else samples
+    totals = TeacherCounts([0] * args.steps, [0] * args.steps)
+    bar = progress_bar(len(samples), "teacher")
+    bar.unit = "sample"
+    for sample in samples:
+        totals.add(teacher_forced_counts(target, draft, wiring, sample.input_ids, sample.loss_mask, args.steps))
+        bar.update(1)
+    bar.close()
+    result = {"acc_per_step": totals.acc_per_step, "simulated_accept_length": totals.simulated_accept_length,
+              "n_positions": totals.counted[0], "n_samples": len(samples), "aux_hf_indices": list(wiring.aux_hf_indices),
+              "wiring_source": wiring.source, "rejected": [{"line": r.line, "reason": r.reason} for r in rejected]}
+    text = (f"{len(samples)} samples, {totals.counted[0]} loss-masked positions; acc_k = "
+            + ", ".join(_fmt(a) for a in totals.acc_per_step)
+            + f"; simulated accept length {_fmt(totals.simulated_accept_length)} (sum_k prod_j<=k acc_j, no bonus)")
+    return result, text
+
+
+def _fmt(value) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
+COMMANDS = {"preflight": cmd_preflight, "replay": cmd_replay, "teacher": cmd_teacher}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        result, text = COMMANDS[args.command](args)
+    except (BadInput, FileNotFoundError) as error:
+        print(f"error: {str(error).splitlines()[0]}", file=sys.stderr)
+        return 2
+    except Exception as error:  # noqa: BLE001 - the CLI contract: internal errors exit 1 with a reason
+        print(f"internal error: {type(error).__name__}: {error}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(text)
+    if args.command == "preflight" and not result["ok"]:
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

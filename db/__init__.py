@@ -1,0 +1,1 @@
+"""Persistence: SQL tables for runs, steps and metrics; safetensors artifacts for big tensors."""

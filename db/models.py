@@ -1,0 +1,112 @@
+"""Every ORM table of SpecLens (SQLAlchemy 2.0 typed style). Lists and dicts are JSON columns."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sqlalchemy import JSON, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Dataset(Base):
+    __tablename__ = "datasets"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    path: Mapped[str | None] = mapped_column(Text)
+    format: Mapped[str] = mapped_column(String(40))
+    created_at: Mapped[datetime] = mapped_column(default=utc_now)
+    samples: Mapped[list[SampleRow]] = relationship(back_populates="dataset", cascade="all, delete-orphan")
+
+
+class SampleRow(Base):
+    __tablename__ = "samples"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    dataset_id: Mapped[int] = mapped_column(ForeignKey("datasets.id", ondelete="CASCADE"), index=True)
+    index: Mapped[int] = mapped_column(Integer)  # order within the dataset
+    line: Mapped[int | None] = mapped_column(Integer)  # line in the source file
+    source: Mapped[str] = mapped_column(String(200), default="")
+    input_ids: Mapped[list] = mapped_column(JSON)
+    loss_mask: Mapped[list] = mapped_column(JSON)
+    prompt_len: Mapped[int] = mapped_column(Integer)
+    seq_len: Mapped[int] = mapped_column(Integer)
+    dataset: Mapped[Dataset] = relationship(back_populates="samples")
+
+
+class Checkpoint(Base):
+    __tablename__ = "checkpoints"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    role: Mapped[str] = mapped_column(String(20))  # target | draft
+    path: Mapped[str] = mapped_column(Text)
+    config: Mapped[dict] = mapped_column(JSON, default=dict)
+    created_at: Mapped[datetime] = mapped_column(default=utc_now)
+
+
+class Run(Base):
+    __tablename__ = "runs"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    kind: Mapped[str] = mapped_column(String(20))  # replay | teacher
+    status: Mapped[str] = mapped_column(String(20), default="running")  # running | finished | failed
+    error: Mapped[str | None] = mapped_column(Text)
+    target_path: Mapped[str] = mapped_column(Text)
+    draft_path: Mapped[str] = mapped_column(Text)
+    sample_id: Mapped[int | None] = mapped_column(ForeignKey("samples.id", ondelete="SET NULL"))
+    sample_ref: Mapped[str | None] = mapped_column(Text)  # "file#index" or "prompt"
+    prompt_ids: Mapped[list] = mapped_column(JSON, default=list)
+    params: Mapped[dict] = mapped_column(JSON, default=dict)  # K, limits, device, dtype, wiring
+    aux_hf_indices: Mapped[list] = mapped_column(JSON, default=list)
+    output_ids: Mapped[list] = mapped_column(JSON, default=list)
+    metrics: Mapped[dict] = mapped_column(JSON, default=dict)
+    artifact_path: Mapped[str | None] = mapped_column(Text)
+    artifact_sha256: Mapped[str | None] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(default=utc_now)
+    finished_at: Mapped[datetime | None] = mapped_column()
+    steps: Mapped[list[Step]] = relationship(back_populates="run", cascade="all, delete-orphan",
+                                             order_by="Step.step_index")
+
+
+class Step(Base):
+    __tablename__ = "steps"
+    __table_args__ = (Index("ix_steps_run_step", "run_id", "step_index", unique=True),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    step_index: Mapped[int] = mapped_column(Integer)
+    position: Mapped[int] = mapped_column(Integer)
+    pending_token: Mapped[int] = mapped_column(Integer)
+    drafted_ids: Mapped[list] = mapped_column(JSON)
+    accepted_count: Mapped[int] = mapped_column(Integer)
+    bonus_id: Mapped[int] = mapped_column(Integer)
+    committed_ids: Mapped[list] = mapped_column(JSON)
+    target_argmax_ids: Mapped[list] = mapped_column(JSON)
+    target_argmax_probs: Mapped[list] = mapped_column(JSON, default=list)
+    draft_probs: Mapped[list] = mapped_column(JSON, default=list)
+    draft_top_ids: Mapped[list] = mapped_column(JSON, default=list)
+    draft_top_probs: Mapped[list] = mapped_column(JSON, default=list)
+    tree_parents: Mapped[list | None] = mapped_column(JSON)
+    draft_ms: Mapped[float] = mapped_column(Float)
+    verify_ms: Mapped[float] = mapped_column(Float)
+    run: Mapped[Run] = relationship(back_populates="steps")
+
+
+class TokenStat(Base):
+    """Per position and per aux chunk summaries of the hidden states of a run."""
+
+    __tablename__ = "token_stats"
+    __table_args__ = (Index("ix_token_stats_run", "run_id", "position"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    position: Mapped[int] = mapped_column(Integer)
+    chunk: Mapped[str] = mapped_column(String(40))  # "hf<k>" for aux chunks, "draft_out" for the draft's hidden
+    norm: Mapped[float] = mapped_column(Float)
+    reference: Mapped[str | None] = mapped_column(String(200))  # what the diff columns compare against
+    cosine: Mapped[float | None] = mapped_column(Float)
+    norm_ratio: Mapped[float | None] = mapped_column(Float)
+    max_abs_diff: Mapped[float | None] = mapped_column(Float)
+    relative_error: Mapped[float | None] = mapped_column(Float)

@@ -1,0 +1,109 @@
+"""Exactness: the replay's output is the target's plain greedy output, token for token, and its
+drafts and accept counts equal a cache-free full-recompute oracle."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from backend.replay import (
+    PrefillRecord,
+    ReplayConfig,
+    StepRecord,
+    accepted_prefix_length,
+    output_ids_of,
+    replay,
+)
+from tests.oracle import oracle_replay
+
+PROMPTS = {
+    "random-L2": [[3, 17, 40, 2], [90, 1], [5, 5, 5, 5, 5, 5, 11]],
+    "random-L6-eagle": [[1, 2, 3, 4, 5], [100, 64, 7], [12]],
+    "copy-L4-bigram": [[1, 5, 9], [2, 4, 6, 8, 10], [30]],
+    "copy-L5-context": [[1, 5, 9, 3, 7], [2, 4, 6, 8, 10, 12], [30, 1, 20]],
+}
+MAX_NEW = 48
+seen_accepts: dict[tuple[str, int], list[int]] = {}
+
+
+def greedy(target, prompt, max_new_tokens):
+    with torch.inference_mode():
+        out = target.model.generate(torch.tensor([prompt]), max_new_tokens=max_new_tokens, do_sample=False,
+                                    pad_token_id=0)
+    return out[0, len(prompt):].tolist()
+
+
+@pytest.mark.parametrize("num_steps", [1, 3, 5])
+@pytest.mark.parametrize("name", list(PROMPTS))
+def test_replay_equals_greedy_and_oracle(pairs, name, num_steps):
+    pair = pairs[name]
+    for prompt in PROMPTS[name]:
+        records = list(replay(pair.target, pair.draft, prompt, pair.wiring, ReplayConfig(num_steps, MAX_NEW)))
+        output = output_ids_of(records)
+        assert output == greedy(pair.target, prompt, MAX_NEW), f"{name} K={num_steps} prompt={prompt}"
+        steps = [r for r in records if isinstance(r, StepRecord)]
+        oracle_output, oracle_steps = oracle_replay(pair.target, pair.draft, prompt, pair.wiring, num_steps, MAX_NEW)
+        assert output == oracle_output
+        assert [(s.drafted_ids, s.accepted_count) for s in steps] == oracle_steps
+        for step in steps:
+            assert len(step.drafted_ids) == num_steps and len(step.target_argmax_ids) == num_steps + 1
+            assert step.bonus_id == step.target_argmax_ids[step.accepted_count]
+            assert step.committed_ids == (step.drafted_ids[: step.accepted_count] + [step.bonus_id])[
+                : len(step.committed_ids)]
+        seen_accepts.setdefault((name, num_steps), []).extend(s.accepted_count for s in steps)
+
+
+def test_accept_patterns_cover_rejection_partial_and_full(pairs):
+    """The exactness tests above must have exercised every rollback path, or they prove little."""
+    if len(seen_accepts) < 12:
+        pytest.skip("runs only after the full exactness matrix")
+    every = [(k, a) for (_, k), counts in seen_accepts.items() for a in counts]
+    assert any(a == 0 for _, a in every), "no step rejected d_1"
+    assert any(k > 1 and 0 < a < k for k, a in every), "no partial acceptance"
+    assert any(a == k for k, a in every), "no step accepted all K drafts"
+    assert any(k > 1 and a == k for k, a in every), "no step accepted all of K > 1 drafts"
+    bigram = seen_accepts[("copy-L4-bigram", 3)]
+    assert sum(bigram) / len(bigram) >= 0.9, "the copy draft should get d_1 right on its bigram target"
+
+
+def test_records_carry_probabilities_and_hidden_states(pairs):
+    pair = pairs["random-L2"]
+    records = list(replay(pair.target, pair.draft, [3, 17, 40, 2], pair.wiring, ReplayConfig(3, 20)))
+    prefill, steps = records[0], records[1:]
+    assert isinstance(prefill, PrefillRecord) and prefill.aux_features.shape == (4, 3 * 32)
+    for step in steps:
+        assert len(step.draft_probs) == 3 and all(0 < p <= 1 for p in step.draft_probs)
+        assert all(len(top) == 5 and top[0] == d for top, d in zip(step.draft_top_ids, step.drafted_ids, strict=True))
+        assert all(a >= b for top in step.draft_top_probs for a, b in zip(top, top[1:], strict=False))
+        assert len(step.target_argmax_probs) == 4
+        assert step.aux_features.shape == (step.accepted_count + 1, 96)
+        assert step.draft_hidden.shape == (3, 32)
+        assert step.draft_ms > 0 and step.verify_ms > 0
+    # positions advance by a + 1 per step
+    for before, after in zip(steps, steps[1:], strict=False):
+        assert after.position == before.position + before.accepted_count + 1
+
+
+def test_recording_off_keeps_the_same_tokens(pairs):
+    pair = pairs["copy-L5-context"]
+    on = list(replay(pair.target, pair.draft, [1, 5, 9], pair.wiring, ReplayConfig(3, 30)))
+    off = list(replay(pair.target, pair.draft, [1, 5, 9], pair.wiring, ReplayConfig(3, 30, record=False)))
+    assert output_ids_of(on) == output_ids_of(off)
+    assert all(s.aux_features is None and not s.draft_probs for s in off[1:])
+
+
+def test_stops_at_eos_and_limit(pairs):
+    pair = pairs["random-L2"]  # eos id 7
+    for prompt in PROMPTS["random-L2"]:
+        output = output_ids_of(list(replay(pair.target, pair.draft, prompt, pair.wiring, ReplayConfig(4, 200))))
+        assert len(output) <= 200
+        if 7 in output:
+            assert output.index(7) == len(output) - 1
+    limited = output_ids_of(list(replay(pair.target, pair.draft, [1, 2], pair.wiring, ReplayConfig(5, 3))))
+    assert len(limited) <= 3
+
+
+def test_accept_rule():
+    assert accepted_prefix_length([1, 2, 3], [1, 2, 9, 4]) == 2
+    assert accepted_prefix_length([5, 2, 3], [1, 2, 3, 4]) == 0
+    assert accepted_prefix_length([1, 2, 3], [1, 2, 3, 4]) == 3
