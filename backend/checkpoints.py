@@ -90,6 +90,15 @@ class DraftFiles:
     tensors: dict[str, torch.Tensor]
     weights_file: str
     renamed: list[str] = field(default_factory=list)  # notes on names normalised from other layouts
+    original_names: dict[str, str] = field(default_factory=dict)  # our name -> the file's name
+
+    def file_name(self, name: str) -> str:
+        """A name as this checkpoint's layout spells it, so messages match what the user sees."""
+        if name in self.original_names:
+            return self.original_names[name]
+        if any(n.startswith("midlayer.") for n in self.original_names.values()) and name.startswith("layers.0."):
+            return "midlayer." + name[len("layers.0."):]
+        return name.replace("own_embedding.", "embed_tokens.")
 
 
 def read_draft_tensors(draft_dir: Path) -> tuple[dict[str, torch.Tensor], str]:
@@ -110,10 +119,10 @@ def read_draft_tensors(draft_dir: Path) -> tuple[dict[str, torch.Tensor], str]:
     raise BadInput(f"{draft_dir}: no model.safetensors or pytorch_model.bin")
 
 
-def normalise_names(tensors: dict[str, torch.Tensor], num_layers: int) -> tuple[dict, list[str]]:
+def normalise_names(tensors: dict[str, torch.Tensor]) -> tuple[dict, list[str], dict[str, str]]:
     """Map every layout's names to ours: `midlayer.*` (single layer) / `midlayers.i.*`, `layers.i.*`
     (vLLM speculators), and an optional `model.` prefix -> `layers.i.*`."""
-    renamed, notes = {}, set()
+    renamed, notes, original = {}, set(), {}
     for name, tensor in tensors.items():
         new = name
         if new.startswith("model."):
@@ -128,7 +137,8 @@ def normalise_names(tensors: dict[str, torch.Tensor], num_layers: int) -> tuple[
         elif new.startswith("embed_tokens."):
             new = "own_embedding." + new[len("embed_tokens."):]
         renamed[new] = tensor
-    return renamed, sorted(notes)
+        original[new] = name
+    return renamed, sorted(notes), original
 
 
 def read_draft(draft_dir: str | Path) -> DraftFiles:
@@ -137,8 +147,8 @@ def read_draft(draft_dir: str | Path) -> DraftFiles:
         raise BadInput(f"draft {draft_dir}: no such directory")
     config = parse_draft_config(read_config_file(draft_dir))
     tensors, weights_file = read_draft_tensors(draft_dir)
-    tensors, notes = normalise_names(tensors, config.num_layers)
-    return DraftFiles(config, tensors, weights_file, notes)
+    tensors, notes, original = normalise_names(tensors)
+    return DraftFiles(config, tensors, weights_file, notes, original)
 
 
 # ----------------------------------------------------------------------------------- preflight
@@ -191,7 +201,7 @@ def preflight(draft_dir: str | Path, target_dir: str | Path, sample_length: int 
     wiring = _check_wiring(config, num_layers, aux_hf_indices, add)
     _check_sizes(config, tensors, target_hidden, target_vocab, add)
     _check_vocab_mapping(config, tensors, target_vocab, add)
-    _check_tensor_names(config, tensors, target_hidden, add)
+    _check_tensor_names(config, files, add)
     _check_dtypes(tensors, add)
     if sample_length is not None:
         limit = config.max_position_embeddings
@@ -232,6 +242,10 @@ def _check_wiring(config: DraftConfig, num_layers: int, override, add) -> Wiring
         add("wiring", "fail", str(error))
         return None
     add("wiring", "pass", f"aux HF indices {list(wiring.aux_hf_indices)} from {wiring.source}")
+    indices = list(wiring.aux_hf_indices)
+    if len(set(indices)) < 3 or indices != sorted(indices):
+        add("wiring", "warn", f"aux HF indices {indices} are not three distinct ascending layers: the engines "
+            "concatenate in ascending order; a target this shallow or an override like this rarely matches training")
     if config.nested_aux_ids is not None and config.top_level_aux_ids is not None:
         nested_hf = [i + 1 for i in config.nested_aux_ids]
         if nested_hf != config.top_level_aux_ids:
@@ -296,7 +310,8 @@ def _expected_shapes(config: DraftConfig) -> dict[str, tuple]:
     return {name: tuple(t.shape) for name, t in model.state_dict().items() if name != "d2t"}
 
 
-def _check_tensor_names(config: DraftConfig, tensors, target_hidden: int, add) -> None:
+def _check_tensor_names(config: DraftConfig, files: DraftFiles, add) -> None:
+    tensors, show = files.tensors, files.file_name
     expected = _expected_shapes(config)
     optional = {"d2t", "t2d", "own_embedding.weight"}
     names = set(tensors)
@@ -304,12 +319,12 @@ def _check_tensor_names(config: DraftConfig, tensors, target_hidden: int, add) -
     ignorable = sorted(n for n in names - set(expected) - optional if n.endswith(IGNORABLE_SUFFIXES))
     unexpected = sorted(names - set(expected) - optional - set(ignorable))
     if missing:
-        add("tensors", "fail", f"missing tensors (would stay random): {', '.join(missing)}")
+        add("tensors", "fail", f"missing tensors (would stay random): {', '.join(map(show, missing))}")
     if unexpected:
-        add("tensors", "fail", f"unexpected tensors (would be skipped silently): {', '.join(unexpected)}")
+        add("tensors", "fail", f"unexpected tensors (would be skipped silently): {', '.join(map(show, unexpected))}")
     if ignorable:
-        add("tensors", "warn", f"ignored buffers recomputed from the config: {', '.join(ignorable)}")
-    wrong = [f"{n} {list(tensors[n].shape)} vs config {list(shape)}" for n, shape in expected.items()
+        add("tensors", "warn", f"ignored buffers recomputed from the config: {', '.join(map(show, ignorable))}")
+    wrong = [f"{show(n)} {list(tensors[n].shape)} vs config {list(shape)}" for n, shape in expected.items()
              if n in tensors and tuple(tensors[n].shape) != shape]
     if wrong:
         add("shapes", "fail", "tensor shapes do not match config.json: " + "; ".join(wrong))
