@@ -193,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(text)
     if args.command == "preflight" and not result["ok"]:
+        first = next(c for c in result["checks"] if c["status"] == "fail")
+        print(f"error: preflight failed: {first['name']}: {first['message']}", file=sys.stderr)
         return 2
     return 0
 

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import save_file
-from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+from tokenizers import Tokenizer, decoders
+from tokenizers.models import BPE
+from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from backend.draft_config import parse_draft_config
 from backend.draft_model import Eagle3Draft
@@ -40,7 +42,17 @@ def make_target(path: Path, num_layers: int = 4, hidden: int = 64, vocab: int = 
             layer.self_attn.o_proj.weight.mul_(attention_scale)
     model.generation_config = GenerationConfig(eos_token_id=eos_token_id, do_sample=False)
     model.save_pretrained(path)
+    character_tokenizer(vocab).save_pretrained(path)
     return model
+
+
+def character_tokenizer(vocab: int) -> PreTrainedTokenizerFast:
+    """A character-level tokenizer over the first `vocab` printable characters (id 0 = unknown)."""
+    alphabet = [chr(c) for c in range(32, 127)] + [chr(c) for c in range(161, 161 + max(0, vocab - 96))]
+    pieces = {"<unk>": 0, **{ch: i + 1 for i, ch in enumerate(alphabet[: vocab - 1])}}
+    tokenizer = Tokenizer(BPE(vocab=pieces, merges=[], unk_token="<unk>"))
+    tokenizer.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="<unk>")
 
 
 def draft_config_dict(target_config: LlamaConfig, draft_vocab: int | None = None, layout: str = "specforge",

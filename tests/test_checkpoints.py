@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
 from backend import BadInput
 from backend.checkpoints import load_draft, load_target, preflight

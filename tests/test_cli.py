@@ -1,0 +1,126 @@
+"""The CLI contract of design.md: commands, flags, JSON keys and exit codes, run as a user would."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from backend.checkpoints import load_target
+from backend.synthetic import draft_config_dict, make_target, random_draft_tensors, save_draft
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "backend", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cli")
+    model = make_target(root / "target", num_layers=6, hidden=32, vocab=90, eos_token_id=None)
+    drafts = {}
+    for layout in ("specforge", "eagle"):
+        config = draft_config_dict(model.config, draft_vocab=45, layout=layout,
+                                   aux_ids=[1, 2, 3] if layout == "specforge" else None)
+        drafts[layout] = save_draft(root / layout, config, random_draft_tensors(config), layout,
+                                    dtype=torch.bfloat16 if layout == "specforge" else torch.float16)
+    samples = root / "train.jsonl"
+    samples.write_text("\n".join(json.dumps(r) for r in [
+        {"input_ids": [5, 6, 7, 8, 9, 10], "loss_mask": [0, 0, 0, 1, 1, 1], "seq_len": 6, "n_prompt_tokens": 3,
+         "n_response_tokens": 3, "source": "unit"},
+        {"input_ids": [11, 12, 13, 14, 15, 16, 17, 18], "loss_mask": [0, 0, 1, 1, 1, 1, 1, 1], "seq_len": 8,
+         "n_prompt_tokens": 2, "n_response_tokens": 6, "source": "unit"},
+    ]) + "\nnot json\n")
+    return root, drafts, samples
+
+
+def test_preflight_json(checkpoints):
+    root, drafts, _ = checkpoints
+    result = cli("preflight", "--target", str(root / "target"), "--draft", str(drafts["specforge"]), "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["ok"] is True and report["aux_hf_indices"] == [2, 3, 4]
+    assert {"name", "status", "message"} <= set(report["checks"][0])
+
+
+@pytest.mark.parametrize("layout", ["specforge", "eagle"])
+def test_replay_json_from_samples(checkpoints, tmp_path, layout):
+    root, drafts, samples = checkpoints
+    db_url = f"sqlite:///{tmp_path / 'cli.db'}"
+    result = cli("replay", "--target", str(root / "target"), "--draft", str(drafts[layout]), "--samples",
+                 str(samples), "--index", "1", "--steps", "3", "--max-new-tokens", "20", "--db", db_url, "--json")
+    assert result.returncode == 0, result.stderr
+    payload = json.loads(result.stdout)
+    for key in ("run_id", "output_ids", "steps", "mean_accept_length", "accepted_per_step", "per_position_marginal",
+                "per_position_conditional", "aux_hf_indices"):
+        assert key in payload
+    assert payload["aux_hf_indices"] == ([2, 3, 4] if layout == "specforge" else [2, 3, 3])
+    assert {"drafted", "accepted", "bonus"} == set(payload["steps"][0])
+    target = load_target(root / "target", device="cpu")
+    expected = target.model.generate(torch.tensor([[11, 12]]), max_new_tokens=20, do_sample=False)[0, 2:].tolist()
+    assert payload["output_ids"] == expected  # the prompt is the sample's first n_prompt_tokens ids, as is
+    assert len(payload["per_position_marginal"]) == 3
+    assert payload["mean_accept_length"] == pytest.approx(1 + sum(payload["accepted_per_step"]) /
+                                                          len(payload["accepted_per_step"]))
+    assert (tmp_path / "cli.db").exists() and (tmp_path / "artifacts" / str(payload["run_id"])).is_dir()
+
+
+def test_replay_prompt_text_and_override(checkpoints, tmp_path):
+    root, drafts, _ = checkpoints
+    result = cli("replay", "--target", str(root / "target"), "--draft", str(drafts["specforge"]), "--prompt",
+                 "Hello", "--steps", "2", "--max-new-tokens", "8", "--aux-hf-indices", "0,3,6",
+                 "--db", f"sqlite:///{tmp_path / 'p.db'}", "--json", "--no-record")
+    assert result.returncode == 0, result.stderr
+    payload = json.loads(result.stdout)
+    assert payload["aux_hf_indices"] == [0, 3, 6] and len(payload["output_ids"]) == 8
+
+
+def test_teacher_json(checkpoints):
+    root, drafts, samples = checkpoints
+    result = cli("teacher", "--target", str(root / "target"), "--draft", str(drafts["specforge"]), "--samples",
+                 str(samples), "--steps", "3", "--json")
+    assert result.returncode == 0, result.stderr
+    payload = json.loads(result.stdout)
+    assert len(payload["acc_per_step"]) == 3 and payload["n_positions"] == 2 + 5  # loss_mask[t] for t < T-1
+    assert payload["rejected"] == [{"line": 3, "reason": payload["rejected"][0]["reason"]}]
+    assert "simulated_accept_length" in payload
+
+
+@pytest.mark.parametrize("args, reason", [
+    (["replay", "--target", "/nonexistent", "--draft", "/nonexistent", "--prompt", "x"], "not a local Hugging Face"),
+    (["replay", "--target", "{target}", "--draft", "{draft}", "--samples", "{samples}", "--index", "7"], "out of range"),
+    (["replay", "--target", "{target}", "--draft", "{draft}", "--prompt", "x", "--aux-hf-indices", "0,1,99"],
+     "out of range"),
+    (["replay", "--target", "{target}", "--draft", "{draft}", "--prompt", "x", "--steps", "0"], "must be >= 1"),
+    (["teacher", "--target", "{target}", "--draft", "{draft}", "--samples", "/nope.jsonl"], "no such file"),
+])
+def test_bad_input_exits_2_with_one_line(checkpoints, args, reason):
+    root, drafts, samples = checkpoints
+    args = [a.format(target=root / "target", draft=drafts["specforge"], samples=samples) for a in args]
+    result = cli(*args, "--json")
+    assert result.returncode == 2
+    assert reason in result.stderr and result.stdout == ""
+
+
+def test_failing_preflight_exits_2_but_prints_the_report(checkpoints, tmp_path):
+    root, drafts, _ = checkpoints
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    config = json.loads((drafts["specforge"] / "config.json").read_text())
+    (broken / "config.json").write_text(json.dumps(config))
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(str(drafts["specforge"] / "model.safetensors"))
+    del tensors["d2t"]
+    save_file(tensors, str(broken / "model.safetensors"))
+    result = cli("preflight", "--target", str(root / "target"), "--draft", str(broken), "--json")
+    assert result.returncode == 2 and json.loads(result.stdout)["ok"] is False
+    replay = cli("replay", "--target", str(root / "target"), "--draft", str(broken), "--prompt", "x", "--json")
+    assert replay.returncode == 2 and "failed preflight" in replay.stderr and "no d2t" in replay.stderr
