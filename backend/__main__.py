@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from backend import BadInput
 
@@ -81,26 +80,26 @@ def cmd_preflight(args) -> tuple[dict, str]:
     return report, "\n".join(lines)
 
 
-def load_pair(args):
-    from backend.checkpoints import load_draft, load_target
-    from backend.draft_config import parse_draft_config, read_config_file
-    from backend.wiring import resolve_wiring
+def load_checked_draft(args, target, sample_length: int):
+    """The draft, refused with the preflight's reasons when it fails; its warnings go to stderr."""
+    from backend.checkpoints import load_draft
 
-    target = load_target(args.target, args.device, args.dtype)
-    draft = load_draft(args.draft, target)
-    config = parse_draft_config(read_config_file(Path(args.draft)))
-    wiring = resolve_wiring(config, target.num_layers, args.aux_hf_indices)
-    return target, draft, wiring
+    draft = load_draft(args.draft, target, sample_length, args.aux_hf_indices)
+    for check in draft.preflight_report.checks:
+        if check.status == "warn":
+            print(f"warning: {check.name}: {check.message}", file=sys.stderr)
+    return draft
 
 
 def cmd_replay(args) -> tuple[dict, str]:
+    from backend.checkpoints import load_target
     from backend.jobs import run_replay_job
     from backend.metrics import DEFINITIONS
     from backend.replay import ReplayConfig
     from backend.samples import sample_at
     from db import store
 
-    target, draft, wiring = load_pair(args)
+    target = load_target(args.target, args.device, args.dtype)
     if args.samples:
         sample = sample_at(args.samples, args.index, target.vocab_size)
         prompt_ids, sample_ref = sample.prompt_ids, f"{args.samples}#{args.index}"
@@ -110,6 +109,8 @@ def cmd_replay(args) -> tuple[dict, str]:
         prompt_ids, sample_ref = target.tokenizer(args.prompt)["input_ids"], "prompt"
         if not prompt_ids:
             raise BadInput("the prompt tokenizes to nothing")
+    draft = load_checked_draft(args, target, len(prompt_ids) + args.max_new_tokens)
+    wiring = draft.wiring
     config = ReplayConfig(args.steps, args.max_new_tokens, record=not args.no_record)
     engine = store.make_engine(args.db)
     bar = progress_bar(args.max_new_tokens, "replay")
@@ -146,15 +147,18 @@ def cmd_replay(args) -> tuple[dict, str]:
 
 
 def cmd_teacher(args) -> tuple[dict, str]:
+    from backend.checkpoints import load_target
     from backend.samples import read_jsonl
     from backend.teacher import TeacherCounts, teacher_forced_counts
 
-    target, draft, wiring = load_pair(args)
+    target = load_target(args.target, args.device, args.dtype)
     samples, rejected = read_jsonl(args.samples, target.vocab_size)
     if not samples:
         raise BadInput(f"{args.samples}: no valid sample" + (f" (line {rejected[0].line}: {rejected[0].reason})"
                                                              if rejected else ""))
     samples = samples[: args.limit] if args.limit else samples
+    draft = load_checked_draft(args, target, max(len(s.input_ids) for s in samples))
+    wiring = draft.wiring
     totals = TeacherCounts([0] * args.steps, [0] * args.steps)
     bar = progress_bar(len(samples), "teacher")
     bar.unit = "sample"

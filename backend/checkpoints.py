@@ -184,21 +184,24 @@ IGNORABLE_SUFFIXES = ("rotary_emb.inv_freq",)
 def preflight(draft_dir: str | Path, target_dir: str | Path, sample_length: int | None = None,
               aux_hf_indices: list[int] | None = None) -> PreflightReport:
     """Check a draft against a target without loading the target's weights."""
-    checks: list[Check] = []
-    add = lambda name, status, message: checks.append(Check(name, status, message))  # noqa: E731
     target_config = read_target_config(target_dir)
-    target_hidden, target_vocab = target_config.hidden_size, target_config.vocab_size
-    num_layers = target_config.num_hidden_layers
     try:
         files = read_draft(draft_dir)
     except BadInput as error:
-        add("files", "fail", str(error))
-        return PreflightReport(checks, None)
+        return PreflightReport([Check("files", "fail", str(error))], None)
+    return check_draft(files, target_config, sample_length, aux_hf_indices)
+
+
+def check_draft(files: DraftFiles, target_config, sample_length: int | None = None,
+                aux_hf_indices: list[int] | None = None) -> PreflightReport:
+    checks: list[Check] = []
+    add = lambda name, status, message: checks.append(Check(name, status, message))  # noqa: E731
+    target_hidden, target_vocab = target_config.hidden_size, target_config.vocab_size
     config, tensors = files.config, files.tensors
     add("files", "pass", f"read {files.weights_file} ({len(tensors)} tensors)"
         + (f"; {'; '.join(files.renamed)}" if files.renamed else ""))
     _check_architecture(config, add)
-    wiring = _check_wiring(config, num_layers, aux_hf_indices, add)
+    wiring = _check_wiring(config, target_config.num_hidden_layers, aux_hf_indices, add)
     _check_sizes(config, tensors, target_hidden, target_vocab, add)
     _check_vocab_mapping(config, tensors, target_vocab, add)
     _check_tensor_names(config, files, add)
@@ -349,12 +352,14 @@ def _check_dtypes(tensors, add) -> None:
 
 # --------------------------------------------------------------------------------- load draft
 
-def load_draft(draft_dir: str | Path, target: Target) -> Eagle3Draft:
-    """Load a draft that passed preflight onto the target's device and dtype."""
-    report = preflight(draft_dir, target.path)
+def load_draft(draft_dir: str | Path, target: Target, sample_length: int | None = None,
+               aux_hf_indices: list[int] | None = None) -> Eagle3Draft:
+    """Load a draft that passes preflight onto the target's device and dtype; the report (warnings
+    included) stays on the draft as `preflight_report`, its resolved wiring as `wiring`."""
+    files = read_draft(draft_dir)
+    report = check_draft(files, target.model.config, sample_length, aux_hf_indices)
     if not report.ok:
         raise BadInput(f"draft {draft_dir} failed preflight: " + " | ".join(c.message for c in report.failures()))
-    files = read_draft(draft_dir)
     draft = Eagle3Draft(files.config, target.model.get_input_embeddings())
     tensors = dict(files.tensors)
     if "own_embedding.weight" in tensors and files.config.target_hidden_size != files.config.hidden_size:
@@ -368,4 +373,5 @@ def load_draft(draft_dir: str | Path, target: Target) -> Eagle3Draft:
     left_out = set(result.missing_keys) - {"d2t"}
     if left_out or result.unexpected_keys:  # preflight should have caught these; never run half-loaded
         raise BadInput(f"draft {draft_dir}: missing {sorted(left_out)}, unexpected {result.unexpected_keys}")
+    draft.preflight_report, draft.wiring = report, report.wiring
     return draft.to(device=target.device, dtype=target.dtype).eval()
