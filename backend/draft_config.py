@@ -25,6 +25,9 @@ VARIANT_FLAGS = {
     "norm_before_residual": False,  # the residual around attention is the normed hidden
 }
 
+# transformers 5.x folds these into `rope_parameters`; they are not keys of LlamaConfig().to_dict().
+ROPE_KEYS = {"rope_theta", "rope_scaling", "rope_parameters"}
+
 # Keys that are not LlamaConfig fields but are understood (or harmless bookkeeping).
 EAGLE_KEYS = {
     "draft_vocab_size", "target_hidden_size", "eagle_config", "eagle_aux_hidden_state_layer_ids",
@@ -101,8 +104,10 @@ def parse_draft_config(raw: dict) -> DraftConfig:
     heads = int(flat["num_attention_heads"])
     architectures = flat.get("architectures") or ["(none)"]
 
-    llama_keys = set(LlamaConfig().to_dict())
-    llama_args = {k: v for k, v in flat.items() if k in llama_keys and k not in ("architectures", "model_type")}
+    llama_keys = set(LlamaConfig().to_dict()) | ROPE_KEYS
+    # Token ids are the target's business (and a draft's ids may exceed its own small vocab).
+    ignored = {"architectures", "model_type", "bos_token_id", "eos_token_id", "pad_token_id"}
+    llama_args = {k: v for k, v in flat.items() if k in llama_keys and k not in ignored}
     # The draft's RoPE is its own: base 10000 when the config says nothing (never the target's).
     if "rope_theta" not in flat and "rope_parameters" not in flat and "rope_scaling" not in flat:
         llama_args["rope_theta"] = 10000.0
