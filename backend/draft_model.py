@@ -38,10 +38,11 @@ class DraftAttention(nn.Module):
         self.v_proj = nn.Linear(input_width, self.num_kv_heads * self.head_dim, bias=bias)
         self.o_proj = nn.Linear(self.num_heads * self.head_dim, config.hidden_size, bias=bias)
 
-    def forward(self, x, rope, past, mask):
-        """x [m, W]; past = (keys, values) [nkv, p, hd] or None; mask [m, p+m] bool (True = attend).
+    def forward(self, x, rope, mask, past=None, cache: DraftKVCache | None = None, layer: int = 0):
+        """x [m, W] -> attention output [m, H], and this call's new (keys, values).
 
-        Returns the attention output [m, H] and this call's new (keys, values) for the cache.
+        Keys come from the cache (inference: the new entries are appended first) or from `past`
+        (the teacher-forced TTT layout); mask [m, all keys] bool, True = attend, None = attend to all.
         """
         m = x.shape[0]
         q = self.q_proj(x).view(m, self.num_heads, self.head_dim).transpose(0, 1)
@@ -50,12 +51,14 @@ class DraftAttention(nn.Module):
         cos, sin = rope
         q, k = apply_rotary_pos_emb(q[None], k[None], cos, sin)
         q, k = q[0], k[0]
-        keys = k if past is None else torch.cat([past[0], k], dim=-2)
-        values = v if past is None else torch.cat([past[1], v], dim=-2)
-        group = self.num_heads // self.num_kv_heads
-        attended = F.scaled_dot_product_attention(
-            q, keys.repeat_interleave(group, dim=0), values.repeat_interleave(group, dim=0), attn_mask=mask
-        )
+        if cache is not None:
+            keys, values = cache.append(layer, k, v)
+        elif past is not None:
+            keys, values = torch.cat([past[0], k], dim=-2), torch.cat([past[1], v], dim=-2)
+        else:
+            keys, values = k, v
+        attended = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask,
+                                                  enable_gqa=self.num_heads != self.num_kv_heads)
         return self.o_proj(attended.transpose(0, 1).reshape(m, -1)), (k, v)
 
 
@@ -74,7 +77,7 @@ class DraftLayer(nn.Module):
         self.post_attention_layernorm = LlamaRMSNorm(hidden, eps=config.rms_norm_eps)
         self.mlp = LlamaMLP(config.llama_config)
 
-    def forward(self, hidden, embeds, rope, past, mask):
+    def forward(self, hidden, embeds, rope, mask, past=None, cache=None, layer=0):
         if self.first:
             normed_hidden = self.hidden_norm(hidden)
             attn_in = torch.cat([self.input_layernorm(embeds), normed_hidden], dim=-1)
@@ -82,7 +85,7 @@ class DraftLayer(nn.Module):
         else:
             attn_in = self.input_layernorm(hidden)
             residual = hidden
-        attended, new_kv = self.self_attn(attn_in, rope, past, mask)
+        attended, new_kv = self.self_attn(attn_in, rope, mask, past, cache, layer)
         hidden = residual + attended
         hidden = hidden + self.mlp(self.post_attention_layernorm(hidden))
         return hidden, new_kv
@@ -149,18 +152,13 @@ class Eagle3Draft(nn.Module):
             self.rotary.to(hidden.device)
         rope = self.rotary(hidden, positions[None])
         num_past = len(cache) if cache is not None else 0
-        if mask is None:
+        if mask is None and hidden.shape[0] > 1:  # one new query may attend to every entry
             mask = causal_mask(num_past, hidden.shape[0], hidden.device)
         new_kvs = []
         for index, layer in enumerate(self.layers):
-            if past_override is not None:
-                past = past_override[index]
-            else:
-                past = cache.past(index) if cache is not None else None
-            hidden, new_kv = layer(hidden, embeds, rope, past, mask)
+            past = past_override[index] if past_override is not None else None
+            hidden, new_kv = layer(hidden, embeds, rope, mask, past, cache, index)
             new_kvs.append(new_kv)
-            if cache is not None:
-                cache.append(index, *new_kv)
         return hidden, new_kvs
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -41,31 +41,37 @@ def target_forward(model, input_ids: torch.Tensor, cache: DynamicCache | None, s
 class DraftKVCache:
     """Keys/values of the draft's decoder layers for one sequence; entry i is RoPE position i.
 
-    The draft's speculative chain appends entries that verification may reject; `crop_to` drops them.
+    Buffers grow by doubling, so appending a step copies nothing already stored, and rolling back
+    the speculative chain (`crop_to`) only moves the length.
     """
 
     def __init__(self, num_layers: int):
         self.keys: list[torch.Tensor | None] = [None] * num_layers
         self.values: list[torch.Tensor | None] = [None] * num_layers
+        self.lengths = [0] * num_layers
 
     def __len__(self) -> int:
-        first = self.keys[0]
-        return 0 if first is None else int(first.shape[-2])
+        return self.lengths[0]
 
-    def past(self, layer: int) -> tuple[torch.Tensor, torch.Tensor] | None:
-        if self.keys[layer] is None:
-            return None
-        return self.keys[layer], self.values[layer]
+    def append(self, layer: int, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store [heads, m, head_dim] new entries; return views over every entry of the layer."""
+        start, new = self.lengths[layer], keys.shape[-2]
+        buffer = self.keys[layer]
+        if buffer is None or buffer.shape[-2] < start + new:
+            capacity = max(64, 2 * (start + new))
+            self.keys[layer] = self._grown(buffer, keys, capacity, start)
+            self.values[layer] = self._grown(self.values[layer], values, capacity, start)
+        self.keys[layer][..., start : start + new, :] = keys
+        self.values[layer][..., start : start + new, :] = values
+        self.lengths[layer] = start + new
+        return self.keys[layer][..., : start + new, :], self.values[layer][..., : start + new, :]
 
-    def append(self, layer: int, keys: torch.Tensor, values: torch.Tensor) -> None:
-        if self.keys[layer] is None:
-            self.keys[layer], self.values[layer] = keys, values
-        else:
-            self.keys[layer] = torch.cat([self.keys[layer], keys], dim=-2)
-            self.values[layer] = torch.cat([self.values[layer], values], dim=-2)
+    @staticmethod
+    def _grown(buffer, like: torch.Tensor, capacity: int, keep: int) -> torch.Tensor:
+        grown = like.new_empty((*like.shape[:-2], capacity, like.shape[-1]))
+        if buffer is not None and keep:
+            grown[..., :keep, :] = buffer[..., :keep, :]
+        return grown
 
     def crop_to(self, keep: int) -> None:
-        for layer, keys in enumerate(self.keys):
-            if keys is not None and keys.shape[-2] > keep:
-                self.keys[layer] = keys[..., :keep, :]
-                self.values[layer] = self.values[layer][..., :keep, :]
+        self.lengths = [min(length, keep) for length in self.lengths]

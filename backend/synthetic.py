@@ -170,3 +170,93 @@ def copy_draft_tensors(target: LlamaForCausalLM, config: dict) -> dict:
     tensors.pop("d2t", None)
     tensors.pop("t2d", None)
     return tensors
+
+
+def cyclic_next_token_map(vocab: int, seed: int = 0) -> list[int]:
+    """A permutation of the vocabulary that is one single cycle: greedy text visits every token."""
+    order = torch.randperm(vocab, generator=torch.Generator().manual_seed(seed)).tolist()
+    following = [0] * vocab
+    for here, there in zip(order, order[1:] + order[:1], strict=True):
+        following[here] = there
+    return following
+
+
+@torch.no_grad()
+def make_bigram_target(path: Path, next_token: list[int], num_layers: int = 8, hidden: int = 256,
+                       heads: int = 8, kv_heads: int = 4, intermediate: int = 688, seed: int = 0) -> LlamaForCausalLM:
+    """A target whose greedy next token after x is next_token[x] whatever the context.
+
+    Attention outputs are zeroed (the attention is still computed, so it costs what a real layer
+    costs) and lm_head is solved so that argmax picks next_token[x]. Needs vocab <= hidden.
+    """
+    vocab = len(next_token)
+    if vocab > hidden:
+        raise ValueError("a bigram target needs vocab <= hidden")
+    model = make_target(path, num_layers=num_layers, hidden=hidden, vocab=vocab, heads=heads, kv_heads=kv_heads,
+                        intermediate=intermediate, seed=seed, attention_scale=0.0)
+    residual = _last_layer_residual(model, torch.arange(vocab))
+    targets = torch.nn.functional.one_hot(torch.tensor(next_token), vocab).float() * 20.0
+    model.lm_head.weight.copy_(torch.linalg.lstsq(model.model.norm(residual), targets).solution.T)
+    model.save_pretrained(path)
+    return model
+
+
+def _last_layer_residual(model: LlamaForCausalLM, tokens: torch.Tensor) -> torch.Tensor:
+    captured = {}
+    handle = model.model.layers[-1].register_forward_hook(
+        lambda _m, _i, out: captured.__setitem__("r", out[0] if isinstance(out, tuple) else out))
+    model(input_ids=tokens[:, None])
+    handle.remove()
+    return captured["r"][:, -1]
+
+
+@torch.no_grad()
+def bigram_draft_tensors(target: LlamaForCausalLM, config: dict, believed_next: list[int]) -> dict:
+    """A draft that knows a next-token map (`believed_next`) and follows it for every chain step.
+
+    Its hidden state is a one-hot vector of the current token: fc maps the embedding chunk (wire
+    aux chunk 0 to HF index 0) to one-hot(next[x_t]) = one-hot(x_{t+1}); the MLP turns one-hot(x)
+    into one-hot(next[x]); lm_head reads the one-hot back. Where `believed_next` agrees with the
+    target's map the proposal is right, so the share of agreeing tokens sets the acceptance rate.
+    Needs vocab <= draft hidden and vocab <= intermediate size.
+    """
+    tensors = random_draft_tensors(config, seed=7)
+    vocab = len(believed_next)
+    hidden = tensors["fc.weight"].shape[0]
+    intermediate = tensors["layers.0.mlp.up_proj.weight"].shape[0]
+    if vocab > hidden or vocab > intermediate:
+        raise ValueError("the bigram draft needs vocab <= hidden and vocab <= intermediate size")
+    believed = torch.tensor(believed_next)
+    one_hot = torch.eye(hidden)[:vocab]  # row x = one-hot(x)
+    embedding = target.get_input_embeddings().weight  # [V, Ht]
+    fc = torch.zeros_like(tensors["fc.weight"])
+    fc[:, : embedding.shape[1]] = torch.linalg.lstsq(embedding, one_hot[believed]).solution.T
+    scale = hidden ** 0.5  # RMSNorm of a one-hot vector multiplies it by sqrt(hidden)
+    gate = torch.zeros_like(tensors["layers.0.mlp.gate_proj.weight"])
+    gate[:vocab, :vocab] = torch.eye(vocab)
+    activation = torch.nn.functional.silu(torch.tensor(scale)) * scale  # what unit x carries for one-hot(x)
+    down = torch.zeros_like(tensors["layers.0.mlp.down_proj.weight"])
+    down[:vocab, :vocab] = (one_hot[believed][:, :vocab].T - torch.eye(vocab)) / activation
+    tensors.update({
+        "fc.weight": fc,
+        "layers.0.self_attn.o_proj.weight": torch.zeros_like(tensors["layers.0.self_attn.o_proj.weight"]),
+        "layers.0.mlp.gate_proj.weight": gate,
+        "layers.0.mlp.up_proj.weight": gate.clone(),
+        "layers.0.mlp.down_proj.weight": down,
+        "layers.0.post_attention_layernorm.weight": torch.ones(hidden),
+        "norm.weight": torch.ones(hidden),
+        "lm_head.weight": torch.eye(hidden)[:vocab].clone() * 4.0,
+    })
+    tensors.pop("d2t", None)
+    tensors.pop("t2d", None)
+    return tensors
+
+
+def corrupt_next_token_map(next_token: list[int], wrong_share: float, seed: int = 0) -> list[int]:
+    """The same map with `wrong_share` of its entries pointing at another token."""
+    generator = torch.Generator().manual_seed(seed)
+    vocab = len(next_token)
+    believed = list(next_token)
+    for token in torch.randperm(vocab, generator=generator)[: round(wrong_share * vocab)].tolist():
+        believed[token] = (next_token[token] + 1 + int(torch.randint(vocab - 1, (1,), generator=generator))) % vocab
+    return believed

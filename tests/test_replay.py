@@ -107,3 +107,46 @@ def test_accept_rule():
     assert accepted_prefix_length([1, 2, 3], [1, 2, 9, 4]) == 2
     assert accepted_prefix_length([5, 2, 3], [1, 2, 3, 4]) == 0
     assert accepted_prefix_length([1, 2, 3], [1, 2, 3, 4]) == 3
+
+
+def test_accept_counts_follow_the_drafts_belief_on_a_bigram_target(tmp_path):
+    """Target: next token f(x) whatever the context. Draft: believes map b (f with some entries
+    wrong) and proposes d_j = b^(j+1)(x_{n-1}). So a = the longest j-prefix with b^(j+1) == f^(j+1)."""
+    from backend.checkpoints import load_draft, load_target
+    from backend.synthetic import (
+        bigram_draft_tensors,
+        corrupt_next_token_map,
+        cyclic_next_token_map,
+        draft_config_dict,
+        make_bigram_target,
+        save_draft,
+    )
+
+    follow = cyclic_next_token_map(48, seed=3)
+    believed = corrupt_next_token_map(follow, 0.3, seed=4)
+    model = make_bigram_target(tmp_path / "t", follow, num_layers=4, hidden=64, heads=4, kv_heads=2,
+                               intermediate=96)
+    config = draft_config_dict(model.config, aux_ids=[-1, 1, 2])
+    save_draft(tmp_path / "d", config, bigram_draft_tensors(model, config, believed))
+    target = load_target(tmp_path / "t", device="cpu")
+    draft = load_draft(tmp_path / "d", target)
+    num_steps = 4
+
+    def walk(mapping, token, times):
+        for _ in range(times):
+            token = mapping[token]
+        return token
+
+    prompt = [11, 30]
+    records = list(replay(target, draft, prompt, draft.wiring, ReplayConfig(num_steps, 120)))
+    tokens = prompt + output_ids_of(records)
+    steps = [r for r in records if isinstance(r, StepRecord)]
+    assert output_ids_of(records) == greedy(target, prompt, 120)
+    for step in steps:
+        previous = tokens[step.position - 1]
+        expected = 0
+        while expected < num_steps and walk(believed, previous, expected + 2) == walk(follow, previous, expected + 2):
+            expected += 1
+        assert step.accepted_count == expected
+    counts = {s.accepted_count for s in steps}
+    assert 0 in counts and num_steps in counts and counts & {1, 2, 3}
