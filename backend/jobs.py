@@ -62,36 +62,40 @@ def run_replay_job(factory: sessionmaker, artifact_dir, target: Target, draft: E
     steps: list[StepRecord] = []
     tensors: dict[str, list[torch.Tensor]] = {"aux_features": [], "aux_positions": [], "draft_hidden": []}
     outcome = ReplayOutcome(run_id, output, steps, {}, wiring)
+    session = factory()  # one session for the run; each record is committed as it arrives
     try:
         for record in replay(target, draft, prompt_ids, wiring, config):
-            with store.session_scope(factory) as session:
-                if isinstance(record, PrefillRecord):
-                    output.append(record.first_token)
-                    outcome.prefill_ms = record.prefill_ms
-                    if record.aux_features is not None:
-                        tensors["prompt_aux_features"] = [record.aux_features]
-                        store.add_token_stats(session, run_id, chunk_norms(record.aux_features, 0,
-                                                                           wiring.aux_hf_indices))
-                else:
-                    steps.append(record)
-                    output.extend(record.committed_ids)
-                    store.add_step(session, run_id, step_info(record))
-                    if record.aux_features is not None:
-                        rows = record.aux_features.shape[0]
-                        tensors["aux_features"].append(record.aux_features)
-                        tensors["aux_positions"].append(torch.arange(record.position, record.position + rows))
-                        tensors["draft_hidden"].append(record.draft_hidden)
-                        store.add_token_stats(session, run_id, chunk_norms(record.aux_features, record.position,
-                                                                           wiring.aux_hf_indices))
+            if isinstance(record, PrefillRecord):
+                output.append(record.first_token)
+                outcome.prefill_ms = record.prefill_ms
+                if record.aux_features is not None:
+                    tensors["prompt_aux_features"] = [record.aux_features]
+                    store.add_token_stats(session, run_id, chunk_norms(record.aux_features, 0,
+                                                                       wiring.aux_hf_indices))
+            else:
+                steps.append(record)
+                output.extend(record.committed_ids)
+                store.add_step(session, run_id, step_info(record))
+                if record.aux_features is not None:
+                    rows = record.aux_features.shape[0]
+                    tensors["aux_features"].append(record.aux_features)
+                    tensors["aux_positions"].append(torch.arange(record.position, record.position + rows))
+                    tensors["draft_hidden"].append(record.draft_hidden)
+                    store.add_token_stats(session, run_id, chunk_norms(record.aux_features, record.position,
+                                                                       wiring.aux_hf_indices))
+            session.commit()
             if progress:
                 progress(len(output), config.max_new_tokens)
     except BaseException as error:
+        session.rollback()  # a half-added record never lands; every committed step stays
+        session.close()
         artifact = _save_tensors(artifact_dir, run_id, tensors)
         with store.session_scope(factory) as session:
             status = "interrupted" if isinstance(error, KeyboardInterrupt) else "failed"
             store.fail_run(session, run_id, error=f"{type(error).__name__}: {error}\n{traceback.format_exc(limit=3)}",
                            output_ids=output, metrics=_metrics(steps, config), status=status, **artifact)
         raise
+    session.close()
     artifact = _save_tensors(artifact_dir, run_id, tensors)
     outcome.metrics = _metrics(steps, config)
     outcome.artifact_path = artifact["artifact_path"]

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from sqlalchemy import create_engine, event, select
+from sqlalchemy import create_engine, event, insert, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -138,7 +138,8 @@ def add_step(session: Session, run_id: int, step: StepInfo) -> None:
 
 
 def add_token_stats(session: Session, run_id: int, rows: list[dict]) -> None:
-    session.add_all(TokenStat(run_id=run_id, **row) for row in rows)
+    if rows:  # bulk insert: thousands of small rows per run
+        session.execute(insert(TokenStat), [{"run_id": run_id, **row} for row in rows])
 
 
 def finish_run(session: Session, run_id: int, *, output_ids: list[int], metrics: dict,
