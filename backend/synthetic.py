@@ -112,10 +112,16 @@ def random_draft_tensors(config: dict, seed: int = 1, used_target_ids: list[int]
 
 
 def layout_names(tensors: dict, layout: str) -> dict:
-    """Our `layers.0.*` names -> the layout's names (`midlayer.*` for SpecForge and EAGLE)."""
-    if layout == "speculators":
-        return dict(tensors)
-    return {("midlayer." + n[len("layers.0."):] if n.startswith("layers.0.") else n): t for n, t in tensors.items()}
+    """Our names -> the layout's: `midlayer.*` for SpecForge and EAGLE, and `embed_tokens.*` for an
+    embedding the draft carries itself."""
+    renamed = {}
+    for name, tensor in tensors.items():
+        if name.startswith("own_embedding."):
+            name = "embed_tokens." + name[len("own_embedding."):]
+        elif name.startswith("layers.0.") and layout != "speculators":
+            name = "midlayer." + name[len("layers.0."):]
+        renamed[name] = tensor
+    return renamed
 
 
 def save_draft(path: Path, config: dict, tensors: dict, layout: str = "specforge",

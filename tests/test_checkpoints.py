@@ -225,3 +225,23 @@ def test_missing_target_or_draft_directory_is_bad_input(tmp_path, target_dirs):
         preflight(tmp_path, tmp_path / "nope")
     report = preflight(tmp_path / "nope", target_dirs[4])
     assert "no such directory" in failures(report)
+
+
+def test_draft_wider_than_target_brings_its_own_embedding(tmp_path, target_dirs):
+    """target_hidden_size != hidden_size: fc maps 3 x 32 -> 48 and the checkpoint's embedding is used."""
+    base = target_config(target_dirs[4])
+    config = draft_config_dict(base, draft_vocab=40, hidden_size=48, target_hidden_size=32, num_attention_heads=4,
+                               num_key_value_heads=2, intermediate_size=96)
+    tensors = random_draft_tensors(config)
+    assert tensors["fc.weight"].shape == (48, 96)
+    report = preflight(save_draft(tmp_path / "no-embedding", config, tensors), target_dirs[4])
+    assert "needs the draft's own embed_tokens.weight" in failures(report)
+    tensors["own_embedding.weight"] = torch.randn(80, 48)
+    draft_dir = save_draft(tmp_path / "d", config, tensors)
+    report = preflight(draft_dir, target_dirs[4])
+    assert report.ok, failures(report)
+    target = load_target(target_dirs[4], device="cpu")
+    draft = load_draft(draft_dir, target)
+    assert torch.equal(draft.embed(torch.tensor([3])), tensors["own_embedding.weight"][3:4])
+    output = output_ids_of(list(replay(target, draft, [1, 2, 3], draft.wiring, ReplayConfig(3, 10))))
+    assert output == target.model.generate(torch.tensor([[1, 2, 3]]), max_new_tokens=10, do_sample=False)[0, 3:].tolist()
