@@ -43,9 +43,9 @@ def step_info(record: StepRecord) -> store.StepInfo:
 
 def chunk_norms(features: torch.Tensor, first_position: int, indices) -> list[dict]:
     """Per position and per aux chunk L2 norm of the fused features the draft received."""
-    norms = torch.stack([c.float().norm(dim=-1) for c in features.chunk(len(indices), dim=-1)], dim=-1)
-    return [{"position": first_position + row, "chunk": f"hf{index}", "norm": float(norms[row, col])}
-            for row in range(norms.shape[0]) for col, index in enumerate(indices)]
+    norms = torch.stack([c.float().norm(dim=-1) for c in features.chunk(len(indices), dim=-1)], dim=-1).tolist()
+    return [{"position": first_position + row, "chunk": f"hf{index}", "norm": value}
+            for row, values in enumerate(norms) for index, value in zip(indices, values, strict=True)]
 
 
 def run_replay_job(factory: sessionmaker, artifact_dir, target: Target, draft: Eagle3Draft, draft_path: str,

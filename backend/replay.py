@@ -183,7 +183,8 @@ def replay(target: Target, draft: Eagle3Draft, prompt_ids: list[int], wiring: Wi
                 record.target_argmax_probs = target_probs.max(-1).values.tolist()
                 record.draft_probs, record.draft_top_ids = proposal.probs, proposal.top_ids
                 record.draft_top_probs = proposal.top_probs
-                record.aux_features = verify_features.to("cpu")
+                # rows for positions n..n+c: a step cut short keeps no features past the output
+                record.aux_features = verify_features[: min(len(committed), accepted) + 1].to("cpu")
                 record.draft_hidden = torch.stack(proposal.hidden)
             yield record
             if len(committed) < len(emitted) or committed[-1] in eos or produced >= config.max_new_tokens:

@@ -258,8 +258,9 @@ def bigram_draft_tensors(target: LlamaForCausalLM, config: dict, believed_next: 
     return tensors
 
 
-def corrupt_next_token_map(next_token: list[int], wrong_share: float, seed: int = 0) -> list[int]:
-    """The same map with `wrong_share` of its entries pointing at another token."""
+def corrupt_next_token_map(next_token: list[int], wrong_share: float, seed: int = 1) -> list[int]:
+    """The same map with `wrong_share` of its entries pointing at another token. Use a seed other
+    than cyclic_next_token_map's: the same seed picks a contiguous stretch of the cycle."""
     generator = torch.Generator().manual_seed(seed)
     vocab = len(next_token)
     believed = list(next_token)

@@ -9,11 +9,14 @@ What is measured (all in one process, on the same random-init target, fp32 on CP
                   dashboard use (probabilities, top-k alternatives, hidden states; one SQLite commit
                   per verify step into a temporary database, then the safetensors artifact).
 
-Two drafts run on the same target (Llama, 8 layers, hidden 256, vocab 256, attention_scale 0, so the
-target is a context-free bigram model):
+Three drafts run on the same target (`make_bigram_target`: Llama, 8 layers, hidden 256, vocab 200;
+its attention is computed but its output zeroed, and its lm_head makes the greedy next token a fixed
+map f(x) that is one cycle through all 200 tokens, so greedy text never loops on a few tokens):
 
-  copy    `copy_draft_tensors`: predicts d_1 right almost always, d_2.. rarely -> accept length ~2
-          (d_2.. are right only when the greedy sequence sits on a fixed point of the bigram map).
+  partial `bigram_draft_tensors` believing f with 20% of its entries wrong: some drafts right, some
+          wrong -> accept length ~2.3, the regime of a real, imperfect EAGLE-3 head.
+  bigram  `bigram_draft_tensors` told f itself: every d_j is right, so every step accepts all K
+          -> accept length K+1 = 5, the best case of chain speculation.
   random  `random_draft_tensors` with a 128-token draft vocabulary -> accept length ~1 (every step
           emits only the bonus token, so it pays K draft steps + a K+1-row verify per token).
 
@@ -21,8 +24,13 @@ Each replay's output is checked token for token against generate's output at the
 speculative decoding must reproduce it exactly): column `=gen`.
 
 How to read the table:
-  seconds      best (minimum) wall time over the repeats for that row: the least-disturbed run on a
-               noisy machine. The JSON keeps every repeat and the median.
+  runs         timed runs behind the row: --repeats interleaved rounds (one at 2048 tokens), plus up
+               to --retries reruns of a case while every run of it saw CPU contention.
+  seconds      best (minimum) wall time over those runs: the least-disturbed run on a noisy machine.
+               The JSON keeps every run and the median.
+  cpu_wait%    contention during the chosen run: PSI `some` CPU stall time (other processes of this
+               VM waiting for a CPU) plus hypervisor steal, as % of its wall time. With 2 torch threads
+               on 2 cores any contention stalls whole ops, so a row with more than a few % is suspect.
   tokens/s     new_tokens / seconds; ms/token is its inverse. Prefill is included everywhere.
   accept_len   mean over verify steps of a + 1 (bonus included): tokens emitted per target verify.
   vs_gen       tokens/s of the row / tokens/s of generate at the same new_tokens (>1 = faster).
@@ -32,6 +40,8 @@ The summary under the table gives (b) the cost of recording (replay+record secon
 and (c) flatness: ms/token at the longest length / ms/token at the shortest (about 1 = no quadratic
 recompute; a ratio that grows with the length ratio means per-token cost grows with the context).
 
+Before every timed run the bench waits (up to --quiet-wait s) until no other process has contended
+the CPU for 10 s, and reruns a case whose runs were all contended (--retries).
 Modes are interleaved within each repeat so slow drift of the machine hits them alike; ratios are only
 meaningful within one run. Run: `PYTHONPATH=. .venv/bin/python bench/replay_bench.py [--quick]`.
 """
@@ -57,9 +67,11 @@ from backend.draft_model import Eagle3Draft
 from backend.jobs import run_replay_job
 from backend.replay import ReplayConfig, StepRecord, output_ids_of, replay
 from backend.synthetic import (
-    copy_draft_tensors,
+    bigram_draft_tensors,
+    corrupt_next_token_map,
+    cyclic_next_token_map,
     draft_config_dict,
-    make_target,
+    make_bigram_target,
     random_draft_tensors,
     save_draft,
 )
@@ -73,10 +85,11 @@ WARMUP_TOKENS = 32
 FULL_LENGTHS = (256, 1024, 2048)
 QUICK_LENGTHS = (16, 32, 64)
 SINGLE_RUN_FROM = 2048  # lengths >= this run once, whatever --repeats says
-TARGET_SPEC = dict(num_layers=8, hidden=256, vocab=256, heads=8, kv_heads=4, intermediate=688,
-                   attention_scale=0.0, eos_token_id=None)
+TARGET_SPEC = dict(num_layers=8, hidden=256, vocab=200, heads=8, kv_heads=4, intermediate=688)
+PARTIAL_WRONG_SHARE = 0.2
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "replay_bench.json"
 MODES = ("generate", "replay", "replay+record")
+DRAFTS = ("partial", "bigram", "random")
 
 
 @dataclass
@@ -102,6 +115,7 @@ class Timing:
     accepted_counts: list[int] = field(default_factory=list)
     draft_ms: float = 0.0
     verify_ms: float = 0.0
+    cpu_wait: float | None = None  # fraction of the wall time the CPU was contended (see CpuMeter)
 
 
 @dataclass
@@ -112,6 +126,7 @@ class Row:
     runs: list[float]
     seconds: float
     median_seconds: float
+    cpu_wait_pct: float | None
     tokens_per_s: float
     ms_per_token: float
     accept_length: float | None
@@ -125,17 +140,24 @@ class Row:
 # ------------------------------------------------------------------------------------------ setup
 
 def build_setup(root: Path) -> Setup:
-    """Write the target and both drafts under `root`, then load them as the app does."""
-    model = make_target(root / "target", **TARGET_SPEC)
-    layers = TARGET_SPEC["num_layers"]
-    copy_config = draft_config_dict(model.config, layout="specforge", aux_ids=[0, 1, layers - 1])
-    random_config = draft_config_dict(model.config, draft_vocab=128, layout="specforge")
-    save_draft(root / "draft-copy", copy_config, copy_draft_tensors(model, copy_config))
-    save_draft(root / "draft-random", random_config, random_draft_tensors(random_config))
+    """Write the target and the three drafts under `root`, then load them as the app does."""
+    spec = {k: v for k, v in TARGET_SPEC.items() if k != "vocab"}
+    follow = cyclic_next_token_map(TARGET_SPEC["vocab"])
+    model = make_bigram_target(root / "target", follow, **spec)
+    configs = {  # SpecForge nested ids are output-of-layer ids: HF index = id + 1; chunk 0 = HF 0
+        "partial": draft_config_dict(model.config, layout="specforge", aux_ids=[-1, 1, 2]),
+        "bigram": draft_config_dict(model.config, layout="specforge", aux_ids=[-1, 1, 2]),
+        "random": draft_config_dict(model.config, draft_vocab=128, layout="specforge"),  # default wiring
+    }
+    believed = corrupt_next_token_map(follow, PARTIAL_WRONG_SHARE)
+    tensors = {"partial": bigram_draft_tensors(model, configs["partial"], believed),
+               "bigram": bigram_draft_tensors(model, configs["bigram"], follow),
+               "random": random_draft_tensors(configs["random"])}
+    for name in DRAFTS:
+        save_draft(root / f"draft-{name}", configs[name], tensors[name])
     del model
     target = load_target(root / "target", device="cpu", dtype="fp32")
-    drafts = [_load_draft("copy", root / "draft-copy", copy_config, target),
-              _load_draft("random", root / "draft-random", random_config, target)]
+    drafts = [_load_draft(name, root / f"draft-{name}", configs[name], target) for name in DRAFTS]
     generator = torch.Generator().manual_seed(0)
     prompt = torch.randint(0, TARGET_SPEC["vocab"], (PROMPT_LENGTH,), generator=generator).tolist()
     return Setup(target, drafts, prompt)
@@ -144,6 +166,44 @@ def build_setup(root: Path) -> Setup:
 def _load_draft(name: str, path: Path, config: dict, target: Target) -> DraftSetup:
     wiring = resolve_wiring(parse_draft_config(config), target.num_layers)
     return DraftSetup(name, load_draft(path, target), wiring, path)
+
+
+# ------------------------------------------------------------------------------------ cpu noise
+
+class CpuMeter:
+    """How contended the CPU was while a run lasted: Linux PSI `some` stall time (other runnable tasks
+    waiting for a CPU: other processes on this VM) plus hypervisor steal time, as a fraction of the
+    wall time. None where /proc does not offer them."""
+
+    def __init__(self):
+        self.start = self._read()
+        self.started = time.perf_counter()
+
+    @staticmethod
+    def _read() -> tuple[float, float] | None:
+        try:
+            psi = Path("/proc/pressure/cpu").read_text().splitlines()[0]
+            stall_us = float(psi.rsplit("total=", 1)[1])
+            fields = Path("/proc/stat").read_text().splitlines()[0].split()
+            steal_s = float(fields[8]) / os.sysconf("SC_CLK_TCK") / (os.cpu_count() or 1)
+        except (OSError, IndexError, ValueError):
+            return None
+        return stall_us / 1e6, steal_s
+
+    @staticmethod
+    def recent_pressure() -> float | None:
+        """PSI `some` avg10 as a fraction: how contended the CPU was over the last 10 seconds."""
+        try:
+            psi = Path("/proc/pressure/cpu").read_text().splitlines()[0]
+            return float(psi.split("avg10=", 1)[1].split()[0]) / 100.0
+        except (OSError, IndexError, ValueError):
+            return None
+
+    def fraction(self) -> float | None:
+        end, wall = self._read(), time.perf_counter() - self.started
+        if self.start is None or end is None or wall <= 0:
+            return None
+        return ((end[0] - self.start[0]) + (end[1] - self.start[1])) / wall
 
 
 # ----------------------------------------------------------------------------------------- timing
@@ -183,13 +243,22 @@ def _replay_timing(seconds: float, output_ids: list[int], steps: list[StepRecord
 class Runner:
     """Runs every (draft, mode) at one length, keeping every repeat's Timing."""
 
-    def __init__(self, setup: Setup, factory, artifact_dir: Path):
+    def __init__(self, setup: Setup, factory, artifact_dir: Path, quiet_wait: float, log):
         self.setup, self.factory, self.artifact_dir = setup, factory, artifact_dir
+        self.quiet_wait, self.log = quiet_wait, log
+        self.waited_s = 0.0
 
     def cases(self) -> list[tuple[str, str]]:
         return [("-", "generate")] + [(d.name, m) for d in self.setup.drafts for m in MODES[1:]]
 
     def run(self, draft_name: str, mode: str, new_tokens: int) -> Timing:
+        self.waited_s += wait_for_quiet(self.quiet_wait, self.log)
+        meter = CpuMeter()
+        timing = self._run(draft_name, mode, new_tokens)
+        timing.cpu_wait = meter.fraction()
+        return timing
+
+    def _run(self, draft_name: str, mode: str, new_tokens: int) -> Timing:
         target, prompt = self.setup.target, self.setup.prompt
         if mode == "generate":
             return time_generate(target, prompt, new_tokens)
@@ -203,15 +272,46 @@ class Runner:
             timing = self.run(draft_name, mode, WARMUP_TOKENS)
             log(f"  warm-up N={WARMUP_TOKENS} {draft_name:>6} {mode:<13} {timing.seconds:8.2f} s")
 
-    def measure(self, new_tokens: int, repeats: int, log) -> dict[tuple[str, str], list[Timing]]:
+    def measure(self, new_tokens: int, repeats: int, retries: int, log) -> dict[tuple[str, str], list[Timing]]:
+        """`repeats` interleaved rounds over every case; then each case whose runs were all contended
+        (cpu_wait above CONTENDED) is run again, up to `retries` times."""
         timings: dict[tuple[str, str], list[Timing]] = {case: [] for case in self.cases()}
         for repeat in range(repeats):
             for case in self.cases():  # interleaved: drift of the machine hits every mode alike
-                timing = self.run(*case, new_tokens)
-                timings[case].append(timing)
-                log(f"  N={new_tokens} repeat {repeat + 1}/{repeats} {case[0]:>6} {case[1]:<13} "
-                    f"{timing.seconds:8.2f} s")
+                self._run_logged(timings, case, new_tokens, f"repeat {repeat + 1}/{repeats}", log)
+        for retry in range(retries):
+            for case in [c for c in self.cases() if all(_contended(t) for t in timings[c])]:
+                self._run_logged(timings, case, new_tokens, f"retry {retry + 1}/{retries} ", log)
         return timings
+
+    def _run_logged(self, timings: dict, case: tuple[str, str], new_tokens: int, label: str, log) -> None:
+        timing = self.run(*case, new_tokens)
+        timings[case].append(timing)
+        wait = "?" if timing.cpu_wait is None else f"{100 * timing.cpu_wait:.0f}%"
+        log(f"  N={new_tokens} {label} {case[0]:>6} {case[1]:<13} {timing.seconds:8.2f} s  cpu_wait {wait}")
+
+
+CONTENDED = 0.05  # a run that saw the CPU contended for over 5% of its wall time is retried
+
+
+def wait_for_quiet(limit_s: float, log) -> float:
+    """Before a timed run, wait (at most `limit_s`) until no other process has contended the CPU for
+    the last 10 s: a concurrent test suite on these 2 cores slows 2-thread torch ops many times over."""
+    started = time.monotonic()
+    logged = False
+    while time.monotonic() - started < limit_s:
+        pressure = CpuMeter.recent_pressure()
+        if pressure is None or pressure <= CONTENDED:
+            break
+        if not logged:
+            log(f"  CPU contended ({pressure:.0%} over 10 s); waiting up to {limit_s:.0f} s for quiet")
+            logged = True
+        time.sleep(2.0)
+    return time.monotonic() - started
+
+
+def _contended(timing: Timing) -> bool:
+    return timing.cpu_wait is not None and timing.cpu_wait > CONTENDED
 
 
 # ----------------------------------------------------------------------------------------- report
@@ -221,7 +321,8 @@ def make_row(draft: str, mode: str, new_tokens: int, timings: list[Timing]) -> R
     counts = best.accepted_counts
     replayed = mode != "generate"
     runs = [t.seconds for t in timings]
-    return Row(draft, mode, new_tokens, runs, best.seconds, statistics.median(runs), new_tokens / best.seconds,
+    wait = None if best.cpu_wait is None else 100.0 * best.cpu_wait
+    return Row(draft, mode, new_tokens, runs, best.seconds, statistics.median(runs), wait, new_tokens / best.seconds,
                1000.0 * best.seconds / new_tokens,
                (sum(counts) / len(counts) + 1.0) if counts else None,
                len(counts) if replayed else None,
@@ -241,7 +342,7 @@ def rows_for_length(new_tokens: int, timings: dict[tuple[str, str], list[Timing]
 
 
 COLUMNS = ("draft", "mode", "new_tokens", "runs", "seconds", "tokens/s", "ms/token", "accept_len",
-           "vs_gen", "=gen", "draft_ms/tok", "verify_ms/tok")
+           "vs_gen", "=gen", "draft_ms/tok", "verify_ms/tok", "cpu_wait%")
 
 
 def _fmt(value: float | None, digits: int = 2) -> str:
@@ -252,7 +353,7 @@ def table_lines(rows: list[Row]) -> list[str]:
     cells = [COLUMNS] + [
         (r.draft, r.mode, str(r.new_tokens), str(len(r.runs)), _fmt(r.seconds), _fmt(r.tokens_per_s, 1),
          _fmt(r.ms_per_token), _fmt(r.accept_length), _fmt(r.vs_generate), "yes" if r.equals_generate else "NO",
-         _fmt(r.draft_ms_per_token), _fmt(r.verify_ms_per_token))
+         _fmt(r.draft_ms_per_token), _fmt(r.verify_ms_per_token), _fmt(r.cpu_wait_pct, 0))
         for r in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(COLUMNS))]
     lines = ["  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True)))
@@ -288,8 +389,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help=f"lengths {QUICK_LENGTHS} (smoke test)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON results path")
-    parser.add_argument("--repeats", type=int, default=2,
-                        help=f"timed runs per row for lengths < {SINGLE_RUN_FROM} (those >= run once)")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help=f"interleaved timed rounds for lengths < {SINGLE_RUN_FROM} (those >= get one)")
+    parser.add_argument("--retries", type=int, default=2,
+                        help=f"extra runs of a case while all its runs saw CPU contention > {CONTENDED:.0%} "
+                             f"(lengths >= {SINGLE_RUN_FROM} get at most one)")
+    parser.add_argument("--quiet-wait", type=float, default=120.0,
+                        help="seconds to wait, before each timed run, for other processes to stop contending the "
+                             "CPU (PSI avg10 <= 5%%); 0 disables")
     return parser.parse_args(argv)
 
 
@@ -299,44 +406,49 @@ def environment() -> dict:
             "prompt_length": PROMPT_LENGTH, "target": TARGET_SPEC, "dtype": "fp32", "device": "cpu"}
 
 
-def run_benchmark(lengths: tuple[int, ...], repeats: int, log) -> dict:
+def run_benchmark(lengths: tuple[int, ...], repeats: int, retries: int, quiet_wait: float, log) -> dict:
     with tempfile.TemporaryDirectory(prefix="replay_bench_") as tmp:
         root = Path(tmp)
         setup = build_setup(root / "models")
         url = f"sqlite:///{root / 'db' / 'bench.db'}"
         engine = store.make_engine(url)
-        runner = Runner(setup, store.session_factory(engine), store.artifact_root(url))
+        runner = Runner(setup, store.session_factory(engine), store.artifact_root(url), quiet_wait, log)
         env = environment()
         env["aux_hf_indices"] = {d.name: list(d.wiring.aux_hf_indices) for d in setup.drafts}
         started = time.perf_counter()
         runner.warm_up(log)
         rows: list[Row] = []
         for new_tokens in lengths:
-            runs = 1 if new_tokens >= SINGLE_RUN_FROM else repeats
-            rows += rows_for_length(new_tokens, runner.measure(new_tokens, runs, log))
+            long = new_tokens >= SINGLE_RUN_FROM
+            timings = runner.measure(new_tokens, 1 if long else repeats, min(retries, 1) if long else retries, log)
+            rows += rows_for_length(new_tokens, timings)
         engine.dispose()
     env["loadavg_end"] = os.getloadavg()
     env["total_seconds"] = time.perf_counter() - started
+    env["quiet_wait_seconds"] = runner.waited_s
+    rows = order(rows)
     return {"environment": env, "prompt": setup.prompt, "rows": [asdict(r) for r in rows], "summary": summary(rows)}
 
 
-def order(rows: list[dict]) -> list[Row]:
-    rank = {"-": 0, "copy": 1, "random": 2}
-    return sorted((Row(**r) for r in rows), key=lambda r: (rank.get(r.draft, 9), MODES.index(r.mode), r.new_tokens))
+def order(rows: list[Row]) -> list[Row]:
+    rank = {"-": 0, **{name: i + 1 for i, name in enumerate(DRAFTS)}}
+    return sorted(rows, key=lambda r: (rank.get(r.draft, 9), MODES.index(r.mode), r.new_tokens))
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(THREADS)
     log = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
-    result = run_benchmark(QUICK_LENGTHS if args.quick else FULL_LENGTHS, max(1, args.repeats), log)
+    lengths = QUICK_LENGTHS if args.quick else FULL_LENGTHS
+    result = run_benchmark(lengths, max(1, args.repeats), max(0, args.retries), max(0.0, args.quiet_wait), log)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))
     env = result["environment"]
     print(f"replay bench: K={NUM_STEPS}, fp32 CPU, {env['threads']} threads, prompt {PROMPT_LENGTH} tokens, "
           f"load avg {env['loadavg_start'][0]:.2f} -> {env['loadavg_end'][0]:.2f}, "
-          f"{env['total_seconds']:.0f} s timed")
-    print("\n".join(table_lines(order(result["rows"])) + summary_lines(result["summary"])))
+          f"{env['total_seconds']:.0f} s warm-up + timed runs (of which {env['quiet_wait_seconds']:.0f} s "
+          "waiting for a quiet CPU)")
+    print("\n".join(table_lines([Row(**r) for r in result["rows"]]) + summary_lines(result["summary"])))
     print(f"\nJSON: {args.out}")
     mismatched = [r for r in result["rows"] if not r["equals_generate"]]
     return 1 if mismatched else 0

@@ -76,7 +76,8 @@ def test_records_carry_probabilities_and_hidden_states(pairs):
         assert all(len(top) == 5 and top[0] == d for top, d in zip(step.draft_top_ids, step.drafted_ids, strict=True))
         assert all(a >= b for top in step.draft_top_probs for a, b in zip(top, top[1:], strict=False))
         assert len(step.target_argmax_probs) == 4
-        assert step.aux_features.shape == (step.accepted_count + 1, 96)
+        kept = min(len(step.committed_ids), step.accepted_count) + 1  # no rows past the output
+        assert step.aux_features.shape == (kept, 96)
         assert step.draft_hidden.shape == (3, 32)
         assert step.draft_ms > 0 and step.verify_ms > 0
     # positions advance by a + 1 per step

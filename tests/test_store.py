@@ -41,9 +41,11 @@ def test_replay_round_trip(database, pairs):
         assert stored.draft_top_ids == record.draft_top_ids and stored.bonus_id == record.bonus_id
         assert stored.draft_probs == pytest.approx(record.draft_probs)
     tensors = read_artifact(run.artifact_path, run.artifact_sha256)
-    generated_positions = sum(s.accepted_count + 1 for s in outcome.steps)
+    generated_positions = sum(min(len(s.committed_ids), s.accepted_count) + 1 for s in outcome.steps)
     assert tensors["aux_features"].shape == (generated_positions, 3 * 128)
     assert tensors["prompt_aux_features"].shape == (4, 3 * 128)
+    # features exist for the prompt and for committed positions only, never past the output
+    assert int(tensors["aux_positions"].max()) < 4 + len(outcome.output_ids)
     assert tensors["draft_hidden"].shape == (len(outcome.steps), 3, 128)
     assert stats == 3 * (4 + generated_positions)  # one norm per aux chunk per position
     with store.session_scope(factory) as session:
