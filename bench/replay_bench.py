@@ -388,6 +388,9 @@ def summary_lines(result: dict) -> list[str]:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help=f"lengths {QUICK_LENGTHS} (smoke test)")
+    parser.add_argument("--target-layers", type=int, default=TARGET_SPEC["num_layers"],
+                        help="target depth: the draft is one layer, so this sets the draft/target cost ratio "
+                             "(Llama-3.1-8B has 32 layers)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON results path")
     parser.add_argument("--repeats", type=int, default=1,
                         help=f"interleaved timed rounds for lengths < {SINGLE_RUN_FROM} (those >= get one)")
@@ -437,6 +440,7 @@ def order(rows: list[Row]) -> list[Row]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    TARGET_SPEC["num_layers"] = args.target_layers
     torch.set_num_threads(THREADS)
     log = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
     lengths = QUICK_LENGTHS if args.quick else FULL_LENGTHS
@@ -444,7 +448,8 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))
     env = result["environment"]
-    print(f"replay bench: K={NUM_STEPS}, fp32 CPU, {env['threads']} threads, prompt {PROMPT_LENGTH} tokens, "
+    print(f"replay bench: target {TARGET_SPEC['num_layers']} layers x {TARGET_SPEC['hidden']} wide, one-layer drafts, "
+          f"K={NUM_STEPS}, fp32 CPU, {env['threads']} threads, prompt {PROMPT_LENGTH} tokens, "
           f"load avg {env['loadavg_start'][0]:.2f} -> {env['loadavg_end'][0]:.2f}, "
           f"{env['total_seconds']:.0f} s warm-up + timed runs (of which {env['quiet_wait_seconds']:.0f} s "
           "waiting for a quiet CPU)")
