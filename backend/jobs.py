@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -34,7 +34,6 @@ class ReplayOutcome:
     wiring: Wiring
     prefill_ms: float = 0.0
     artifact_path: str | None = None
-    extra: dict = field(default_factory=dict)
 
 
 def step_info(record: StepRecord) -> store.StepInfo:
