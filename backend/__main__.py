@@ -32,16 +32,16 @@ def build_parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
 
-    def common(sub, samples_required=False):
+    def common(sub):
         sub.add_argument("--target", required=True, help="local Hugging Face target model directory")
         sub.add_argument("--draft", required=True, help="EAGLE-3 draft directory (config.json + weights)")
         sub.add_argument("--json", action="store_true", help="print one JSON object on stdout")
         sub.add_argument("--device", help="cuda, cpu, ... (default: cuda when available)")
         sub.add_argument("--dtype", help="fp32, bf16 or fp16 (default: bf16 on GPU, fp32 on CPU)")
+        sub.add_argument("--aux-hf-indices", type=_int_list, help="override wiring: three HF hidden_states indices")
 
     pre = commands.add_parser("preflight", help="check a draft against a target")
     common(pre)
-    pre.add_argument("--aux-hf-indices", type=_int_list, help="override wiring: three HF hidden_states indices")
     pre.add_argument("--sample-length", type=int, help="check the draft's context against this length")
 
     rep = commands.add_parser("replay", help="replay greedy speculative decoding and store it")
@@ -52,7 +52,6 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--index", type=int, default=0, help="which valid sample of --samples (0-based)")
     rep.add_argument("--steps", type=_positive, default=4, help="K: draft tokens per verify step")
     rep.add_argument("--max-new-tokens", type=_positive, default=128)
-    rep.add_argument("--aux-hf-indices", type=_int_list, help="override wiring: three HF hidden_states indices")
     rep.add_argument("--db", help="SQLAlchemy URL (default: SPECLENS_DB_URL or sqlite:///data/speclens.db)")
     rep.add_argument("--no-record", action="store_true", help="skip probabilities and hidden states")
 
@@ -61,7 +60,6 @@ def build_parser() -> argparse.ArgumentParser:
     tea.add_argument("--samples", required=True, help="JSONL samples file")
     tea.add_argument("--limit", type=_positive, help="use the first N valid samples")
     tea.add_argument("--steps", type=_positive, default=4, help="K: TTT steps to evaluate")
-    tea.add_argument("--aux-hf-indices", type=_int_list, help="override wiring: three HF hidden_states indices")
     return parser
 
 

@@ -19,6 +19,7 @@ from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTra
 
 from backend.draft_config import parse_draft_config
 from backend.draft_model import Eagle3Draft
+from backend.wiring import AuxCapture
 
 LAYOUTS = ("specforge", "eagle", "speculators")
 
@@ -154,13 +155,8 @@ def copy_draft_tensors(target: LlamaForCausalLM, config: dict) -> dict:
     vocab = target.config.vocab_size
     if vocab > hidden:
         raise ValueError("the copy draft needs vocab <= hidden so that its lm_head can be solved exactly")
-    captured = {}
-    handle = target.model.layers[-1].register_forward_hook(
-        lambda _m, _i, out: captured.__setitem__("r", out[0] if isinstance(out, tuple) else out))
-    tokens = torch.arange(vocab)[:, None]
-    logits = target(input_ids=tokens).logits[:, -1]
-    handle.remove()
-    residual = captured["r"][:, -1]  # r(x): pre-norm last-layer output for x alone
+    tokens = torch.arange(vocab)
+    residual, logits = _tokens_alone(target, tokens)  # r(x): pre-norm last-layer output for x alone
     following = logits.argmax(-1)  # f(x)
     wanted = following[following]  # f(f(x))
     normed = target.model.norm(residual)
@@ -200,20 +196,18 @@ def make_bigram_target(path: Path, next_token: list[int], num_layers: int = 8, h
         raise ValueError("a bigram target needs vocab <= hidden")
     model = make_target(path, num_layers=num_layers, hidden=hidden, vocab=vocab, heads=heads, kv_heads=kv_heads,
                         intermediate=intermediate, seed=seed, attention_scale=0.0)
-    residual = _last_layer_residual(model, torch.arange(vocab))
+    residual, _ = _tokens_alone(model, torch.arange(vocab))
     targets = torch.nn.functional.one_hot(torch.tensor(next_token), vocab).float() * 20.0
     model.lm_head.weight.copy_(torch.linalg.lstsq(model.model.norm(residual), targets).solution.T)
     model.save_pretrained(path)
     return model
 
 
-def _last_layer_residual(model: LlamaForCausalLM, tokens: torch.Tensor) -> torch.Tensor:
-    captured = {}
-    handle = model.model.layers[-1].register_forward_hook(
-        lambda _m, _i, out: captured.__setitem__("r", out[0] if isinstance(out, tuple) else out))
-    model(input_ids=tokens[:, None])
-    handle.remove()
-    return captured["r"][:, -1]
+def _tokens_alone(model: LlamaForCausalLM, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """For each token alone: the last layer's pre-norm output (HF index L) and the next-token logits."""
+    with AuxCapture(model, [model.config.num_hidden_layers] * 3) as capture:
+        logits = model(input_ids=tokens[:, None]).logits[:, -1]
+        return capture.captured[model.config.num_hidden_layers][:, -1], logits
 
 
 @torch.no_grad()

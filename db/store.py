@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from sqlalchemy import create_engine, event, insert, select
+from sqlalchemy import create_engine, event, func, insert, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -163,7 +163,7 @@ def get_run(session: Session, run_id: int) -> RunInfo | None:
     run = session.get(Run, run_id)
     if run is None:
         return None
-    count = len(session.scalars(select(Step.id).where(Step.run_id == run_id)).all())
+    count = session.scalar(select(func.count()).select_from(Step).where(Step.run_id == run_id))
     return _run_info(run, count)
 
 

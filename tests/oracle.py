@@ -13,6 +13,14 @@ from backend.wiring import AuxCapture
 
 
 @torch.inference_mode()
+def plain_greedy(target, prompt: list[int], max_new_tokens: int) -> list[int]:
+    """The target's own greedy output through transformers' `generate`: what a replay must equal."""
+    out = target.model.generate(torch.tensor([prompt]), max_new_tokens=max_new_tokens, do_sample=False,
+                                pad_token_id=0)
+    return out[0, len(prompt):].tolist()
+
+
+@torch.inference_mode()
 def oracle_replay(target, draft, prompt: list[int], wiring, num_steps: int, max_new_tokens: int):
     """Returns (output_ids, [(drafted_ids, accepted_count), ...])."""
     eos = set(target.eos_token_ids)

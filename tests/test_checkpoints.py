@@ -16,6 +16,7 @@ from backend.draft_config import parse_draft_config
 from backend.replay import ReplayConfig, output_ids_of, replay
 from backend.synthetic import draft_config_dict, make_target, random_draft_tensors, save_draft
 from backend.wiring import resolve_wiring
+from tests.oracle import plain_greedy
 
 
 @pytest.fixture(scope="module")
@@ -72,8 +73,7 @@ def test_every_layout_loads_passes_preflight_and_replays(tmp_path, target_dirs, 
     assert torch.equal(draft.fc.weight, saved[fc_name].float())
     wiring = resolve_wiring(draft.config, target.num_layers)
     output = output_ids_of(list(replay(target, draft, [1, 2, 3], wiring, ReplayConfig(3, 12))))
-    expected = target.model.generate(torch.tensor([[1, 2, 3]]), max_new_tokens=12, do_sample=False)[0, 3:]
-    assert output == expected.tolist()
+    assert output == plain_greedy(target, [1, 2, 3], 12)
 
 
 def test_missing_d2t_with_smaller_draft_vocab_fails(tmp_path, target_dirs):
@@ -217,7 +217,7 @@ def test_multi_layer_speculators_draft_replays_exactly(tmp_path, target_dirs):
     assert len(draft.layers) == 2 and draft.layers[1].self_attn.q_proj.in_features == 32
     wiring = resolve_wiring(parse_draft_config(config), 7)
     output = output_ids_of(list(replay(target, draft, [4, 5, 6], wiring, ReplayConfig(4, 16))))
-    assert output == target.model.generate(torch.tensor([[4, 5, 6]]), max_new_tokens=16, do_sample=False)[0, 3:].tolist()
+    assert output == plain_greedy(target, [4, 5, 6], 16)
 
 
 def test_missing_target_or_draft_directory_is_bad_input(tmp_path, target_dirs):
@@ -244,4 +244,4 @@ def test_draft_wider_than_target_brings_its_own_embedding(tmp_path, target_dirs)
     draft = load_draft(draft_dir, target)
     assert torch.equal(draft.embed(torch.tensor([3])), tensors["own_embedding.weight"][3:4])
     output = output_ids_of(list(replay(target, draft, [1, 2, 3], draft.wiring, ReplayConfig(3, 10))))
-    assert output == target.model.generate(torch.tensor([[1, 2, 3]]), max_new_tokens=10, do_sample=False)[0, 3:].tolist()
+    assert output == plain_greedy(target, [1, 2, 3], 10)

@@ -12,6 +12,7 @@ import torch
 
 from backend.checkpoints import load_target
 from backend.synthetic import draft_config_dict, make_target, random_draft_tensors, save_draft
+from tests.oracle import plain_greedy
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -64,8 +65,8 @@ def test_replay_json_from_samples(checkpoints, tmp_path, layout):
     assert payload["aux_hf_indices"] == ([2, 3, 4] if layout == "specforge" else [2, 3, 3])
     assert {"drafted", "accepted", "bonus"} == set(payload["steps"][0])
     target = load_target(root / "target", device="cpu")
-    expected = target.model.generate(torch.tensor([[11, 12]]), max_new_tokens=20, do_sample=False)[0, 2:].tolist()
-    assert payload["output_ids"] == expected  # the prompt is the sample's first n_prompt_tokens ids, as is
+    # the prompt is the sample's first n_prompt_tokens ids, used as they are
+    assert payload["output_ids"] == plain_greedy(target, [11, 12], 20)
     assert len(payload["per_position_marginal"]) == 3
     assert payload["mean_accept_length"] == pytest.approx(1 + sum(payload["accepted_per_step"]) /
                                                           len(payload["accepted_per_step"]))

@@ -4,7 +4,6 @@ drafts and accept counts equal a cache-free full-recompute oracle."""
 from __future__ import annotations
 
 import pytest
-import torch
 
 from backend.replay import (
     PrefillRecord,
@@ -14,7 +13,7 @@ from backend.replay import (
     output_ids_of,
     replay,
 )
-from tests.oracle import oracle_replay
+from tests.oracle import oracle_replay, plain_greedy
 
 PROMPTS = {
     "random-L2": [[3, 17, 40, 2], [90, 1], [5, 5, 5, 5, 5, 5, 11]],
@@ -26,13 +25,6 @@ MAX_NEW = 48
 seen_accepts: dict[tuple[str, int], list[int]] = {}
 
 
-def greedy(target, prompt, max_new_tokens):
-    with torch.inference_mode():
-        out = target.model.generate(torch.tensor([prompt]), max_new_tokens=max_new_tokens, do_sample=False,
-                                    pad_token_id=0)
-    return out[0, len(prompt):].tolist()
-
-
 @pytest.mark.parametrize("num_steps", [1, 3, 5])
 @pytest.mark.parametrize("name", list(PROMPTS))
 def test_replay_equals_greedy_and_oracle(pairs, name, num_steps):
@@ -40,7 +32,7 @@ def test_replay_equals_greedy_and_oracle(pairs, name, num_steps):
     for prompt in PROMPTS[name]:
         records = list(replay(pair.target, pair.draft, prompt, pair.wiring, ReplayConfig(num_steps, MAX_NEW)))
         output = output_ids_of(records)
-        assert output == greedy(pair.target, prompt, MAX_NEW), f"{name} K={num_steps} prompt={prompt}"
+        assert output == plain_greedy(pair.target, prompt, MAX_NEW), f"{name} K={num_steps} prompt={prompt}"
         steps = [r for r in records if isinstance(r, StepRecord)]
         oracle_output, oracle_steps = oracle_replay(pair.target, pair.draft, prompt, pair.wiring, num_steps, MAX_NEW)
         assert output == oracle_output
@@ -142,7 +134,7 @@ def test_accept_counts_follow_the_drafts_belief_on_a_bigram_target(tmp_path):
     records = list(replay(target, draft, prompt, draft.wiring, ReplayConfig(num_steps, 120)))
     tokens = prompt + output_ids_of(records)
     steps = [r for r in records if isinstance(r, StepRecord)]
-    assert output_ids_of(records) == greedy(target, prompt, 120)
+    assert output_ids_of(records) == plain_greedy(target, prompt, 120)
     for step in steps:
         previous = tokens[step.position - 1]
         expected = 0
