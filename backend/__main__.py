@@ -1,7 +1,8 @@
 """SpecLens CLI: python -m backend <command> ... [--json]
 
 With --json one JSON object goes to stdout; logs and progress bars go to stderr. Exit code 0 on
-success, 2 on bad input (one-line reason on stderr), 1 on an internal error.
+success, 2 on bad input (one-line reason on stderr), 1 on an internal error, 3 when a
+--min-accept-length gate is not met (the JSON is still printed).
 """
 
 from __future__ import annotations
@@ -11,6 +12,9 @@ import json
 import sys
 
 from backend import BadInput
+from backend.defaults import default_draft, default_target
+
+GATE_FAILED = 3  # exit code: --min-accept-length not met
 
 
 def _int_list(text: str) -> list[int]:
@@ -33,8 +37,11 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     def common(sub):
-        sub.add_argument("--target", required=True, help="local Hugging Face target model directory")
-        sub.add_argument("--draft", required=True, help="EAGLE-3 draft directory (config.json + weights)")
+        sub.add_argument("--target", default=default_target(),
+                         help="local Hugging Face target model directory (default: SPECLENS_TARGET or demo/target)")
+        sub.add_argument("--draft", default=default_draft(),
+                         help="EAGLE-3 draft directory, config.json + weights "
+                              "(default: SPECLENS_DRAFT or demo/drafts/final)")
         sub.add_argument("--json", action="store_true", help="print one JSON object on stdout")
         sub.add_argument("--device", help="cuda, cpu, ... (default: cuda when available)")
         sub.add_argument("--dtype", help="fp32, bf16 or fp16 (default: bf16 on GPU, fp32 on CPU)")
@@ -54,13 +61,30 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--max-new-tokens", type=_positive, default=128)
     rep.add_argument("--db", help="SQLAlchemy URL (default: SPECLENS_DB_URL or sqlite:///data/speclens.db)")
     rep.add_argument("--no-record", action="store_true", help="skip probabilities and hidden states")
+    gate(rep)
 
     tea = commands.add_parser("teacher", help="teacher-forced acc_k and simulated accept length")
     common(tea)
     tea.add_argument("--samples", required=True, help="JSONL samples file")
     tea.add_argument("--limit", type=_positive, help="use the first N valid samples")
     tea.add_argument("--steps", type=_positive, default=4, help="K: TTT steps to evaluate")
+    gate(tea)
+
+    lint = commands.add_parser("lint", help="check SGLang/vLLM serving flags against a draft")
+    lint.add_argument("--draft", help="the draft directory (default: the path in the command line)")
+    lint.add_argument("--target", help="target directory, for its architecture, depth and context "
+                                       "(default: the command's --model-path when it is a local directory)")
+    engine = lint.add_mutually_exclusive_group(required=True)
+    engine.add_argument("--sglang", help="an SGLang launch command (python -m sglang.launch_server ...)")
+    engine.add_argument("--vllm", help="vLLM arguments (vllm serve ... --speculative-config '{...}')")
+    lint.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     return parser
+
+
+def gate(sub) -> None:
+    sub.add_argument("--min-accept-length", type=float, metavar="X",
+                     help="CI gate: exit 3 when the accept length (incl. bonus) is below X; for teacher the "
+                          "predicted accept length 1 + simulated accept length is compared")
 
 
 def progress_bar(total: int, description: str):
@@ -173,11 +197,31 @@ def cmd_teacher(args) -> tuple[dict, str]:
     return result, text
 
 
+def cmd_lint(args) -> tuple[dict, str]:
+    from backend.lint import lint_command
+
+    report = lint_command(args.draft, args.sglang, args.vllm, args.target).to_dict()
+    lines = [f"{f['severity'].upper():7} {f['code']}: {f['message']}\n        fix: {f['fix']}" for f in report["findings"]]
+    effective = ", ".join(f"{k}={v}" for k, v in report["effective"].items())
+    lines.append(f"{report['engine']} will run: {effective}" if effective else "")
+    lines.append(f"{len(report['findings'])} findings, {report['errors']} errors")
+    return report, "\n".join(line for line in lines if line)
+
+
+def gate_value(args, result: dict) -> tuple[str, float | None] | None:
+    if getattr(args, "min_accept_length", None) is None:
+        return None
+    if args.command == "teacher":
+        simulated = result["simulated_accept_length"]
+        return "predicted accept length (1 + simulated)", None if simulated is None else 1 + simulated
+    return "accept length", result["mean_accept_length"]
+
+
 def _fmt(value) -> str:
     return "n/a" if value is None else f"{value:.3f}"
 
 
-COMMANDS = {"preflight": cmd_preflight, "replay": cmd_replay, "teacher": cmd_teacher}
+COMMANDS = {"preflight": cmd_preflight, "replay": cmd_replay, "teacher": cmd_teacher, "lint": cmd_lint}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -198,6 +242,13 @@ def main(argv: list[str] | None = None) -> int:
         first = next(c for c in result["checks"] if c["status"] == "fail")
         print(f"error: preflight failed: {first['name']}: {first['message']}", file=sys.stderr)
         return 2
+    checked = gate_value(args, result)
+    if checked is not None:
+        name, value = checked
+        if value is None or value < args.min_accept_length:
+            print(f"gate failed: {name} {_fmt(value)} < --min-accept-length {args.min_accept_length}", file=sys.stderr)
+            return GATE_FAILED
+        print(f"gate passed: {name} {_fmt(value)} >= {args.min_accept_length}", file=sys.stderr)
     return 0
 
 
