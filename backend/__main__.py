@@ -12,7 +12,7 @@ import json
 import sys
 
 from backend import BadInput
-from backend.defaults import default_draft, default_target
+from backend.defaults import DEMO_EVAL, default_draft, default_target
 
 GATE_FAILED = 3  # exit code: --min-accept-length not met
 
@@ -69,6 +69,33 @@ def build_parser() -> argparse.ArgumentParser:
     tea.add_argument("--limit", type=_positive, help="use the first N valid samples")
     tea.add_argument("--steps", type=_positive, default=4, help="K: TTT steps to evaluate")
     gate(tea)
+
+    probe = commands.add_parser("probe", help="which aux-layer wiring was the draft trained on?")
+    common(probe)
+    probe.add_argument("--samples", default=str(DEMO_EVAL), help="JSONL samples file (default: the demo's eval set)")
+    probe.add_argument("--limit", type=_positive, default=8, help="use the first N valid samples (default 8)")
+    probe.add_argument("--steps", type=_positive, default=4, help="K: TTT steps to score")
+    probe.add_argument("--budget", type=int, default=40, help="extra candidates the local search may try")
+    probe.add_argument("--live", type=int, default=0, metavar="N",
+                       help="also replay live on the first N samples for the best, declared and runner-up")
+    probe.add_argument("--live-tokens", type=_positive, default=64)
+
+    imp = commands.add_parser("import", help="validate and store a dataset")
+    imp.add_argument("--samples", required=True, help="JSONL, ShareGPT JSON/JSONL, .ckpt file or folder, or .txt")
+    imp.add_argument("--name", help="dataset name (default: the file name)")
+    imp.add_argument("--format", choices=["jsonl", "sharegpt", "specforge", "prompts"],
+                     help="default: detected from the file")
+    imp.add_argument("--target", default=default_target(),
+                     help="target directory: its tokenizer renders ShareGPT/prompts, its vocab bounds token ids")
+    imp.add_argument("--db", help="SQLAlchemy URL (default: SPECLENS_DB_URL or sqlite:///data/speclens.db)")
+    imp.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+
+    exp = commands.add_parser("export", help="write a stored run as CSV, JSON or Parquet")
+    exp.add_argument("--run", type=int, required=True, help="run id")
+    exp.add_argument("--format", required=True, choices=["csv", "json", "parquet"])
+    exp.add_argument("--out", required=True, help="output file")
+    exp.add_argument("--db", help="SQLAlchemy URL (default: SPECLENS_DB_URL or sqlite:///data/speclens.db)")
+    exp.add_argument("--json", action="store_true", help="print one JSON object on stdout")
 
     lint = commands.add_parser("lint", help="check SGLang/vLLM serving flags against a draft")
     lint.add_argument("--draft", help="the draft directory (default: the path in the command line)")
@@ -170,15 +197,10 @@ def cmd_replay(args) -> tuple[dict, str]:
 
 def cmd_teacher(args) -> tuple[dict, str]:
     from backend.checkpoints import load_target
-    from backend.samples import read_jsonl
     from backend.teacher import TeacherCounts, teacher_forced_counts
 
     target = load_target(args.target, args.device, args.dtype)
-    samples, rejected = read_jsonl(args.samples, target.vocab_size)
-    if not samples:
-        raise BadInput(f"{args.samples}: no valid sample" + (f" (line {rejected[0].line}: {rejected[0].reason})"
-                                                             if rejected else ""))
-    samples = samples[: args.limit] if args.limit else samples
+    samples, rejected = load_samples(args.samples, target.vocab_size, args.limit)
     draft = load_checked_draft(args, target, max(len(s.input_ids) for s in samples))
     wiring = draft.wiring
     totals = TeacherCounts([0] * args.steps, [0] * args.steps)
@@ -195,6 +217,80 @@ def cmd_teacher(args) -> tuple[dict, str]:
             + ", ".join(_fmt(a) for a in totals.acc_per_step)
             + f"; simulated accept length {_fmt(totals.simulated_accept_length)} (sum_k prod_j<=k acc_j, no bonus)")
     return result, text
+
+
+def load_samples(path: str, vocab_size: int, limit: int | None):
+    from backend.samples import read_jsonl
+
+    samples, rejected = read_jsonl(path, vocab_size)
+    if not samples:
+        raise BadInput(f"{path}: no valid sample" + (f" (line {rejected[0].line}: {rejected[0].reason})"
+                                                     if rejected else ""))
+    return (samples[:limit] if limit else samples), rejected
+
+
+def cmd_probe(args) -> tuple[dict, str]:
+    from backend.checkpoints import load_target
+    from backend.probe import run_probe
+
+    target = load_target(args.target, args.device, args.dtype)
+    samples, _ = load_samples(args.samples, target.vocab_size, args.limit)
+    draft = load_checked_draft(args, target, max(len(s.input_ids) for s in samples))
+    bar = progress_bar(100, "probe")
+    bar.unit = "%"
+
+    def progress(message: str, fraction: float) -> None:
+        bar.set_postfix_str(message, refresh=False)
+        bar.update(round(100 * fraction) - bar.n)
+
+    try:
+        report = run_probe(target, draft, draft.wiring, samples, args.steps, args.budget, args.live,
+                           args.live_tokens, progress)
+    finally:
+        bar.close()
+    lines = [f"{'HF indices':>14}  acc_0  pred. AL  label"]
+    for c in report.candidates[:12]:
+        predicted = "  n/a " if c.simulated is None else f"{1 + c.simulated:6.2f}"
+        lines.append(f"{str(list(c.aux_hf_indices)):>14}  {c.acc_step0:.3f}  {predicted}    {'; '.join(c.labels)}")
+    lines.append(f"({len(report.candidates)} candidates, {report.n_samples} samples, {report.seconds:.1f} s)")
+    lines.append(report.verdict)
+    return report.to_dict(), "\n".join(lines)
+
+
+def cmd_import(args) -> tuple[dict, str]:
+    from pathlib import Path
+
+    from backend.importer import ensure_demo_dataset, import_dataset
+    from db import store
+
+    tokenizer, vocab_size = None, None
+    if args.target and Path(args.target, "config.json").is_file():
+        from transformers import AutoConfig, AutoTokenizer
+
+        vocab_size = AutoConfig.from_pretrained(args.target, local_files_only=True).vocab_size
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(args.target, local_files_only=True)
+        except (OSError, ValueError):
+            tokenizer = None
+    factory = store.session_factory(store.make_engine(args.db))
+    ensure_demo_dataset(factory)
+    dataset_id, result = import_dataset(factory, args.samples, args.name, tokenizer, vocab_size, args.format)
+    rejected = [{"line": r.line, "reason": r.reason} for r in result.rejected]
+    lines = [f"dataset {dataset_id}: imported {len(result.samples)} {result.format} samples, "
+             f"rejected {len(rejected)}"] + [f"  line {r['line']}: {r['reason']}" for r in rejected[:50]]
+    return {"dataset_id": dataset_id, "imported": len(result.samples), "rejected": rejected,
+            "format": result.format}, "\n".join(lines)
+
+
+def cmd_export(args) -> tuple[dict, str]:
+    from db import store
+    from db.export import ExportError, export_run
+
+    try:
+        path = export_run(store.session_factory(store.make_engine(args.db)), args.run, args.format, args.out)
+    except ExportError as error:
+        raise BadInput(str(error)) from error
+    return {"run_id": args.run, "format": args.format, "out": str(path)}, f"wrote {path}"
 
 
 def cmd_lint(args) -> tuple[dict, str]:
@@ -221,7 +317,8 @@ def _fmt(value) -> str:
     return "n/a" if value is None else f"{value:.3f}"
 
 
-COMMANDS = {"preflight": cmd_preflight, "replay": cmd_replay, "teacher": cmd_teacher, "lint": cmd_lint}
+COMMANDS = {"preflight": cmd_preflight, "replay": cmd_replay, "teacher": cmd_teacher, "lint": cmd_lint,
+            "probe": cmd_probe, "import": cmd_import, "export": cmd_export}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -59,22 +59,48 @@ def draft_vocab_mask(draft: Eagle3Draft, target_vocab: int, device) -> torch.Ten
     return mask
 
 
+@dataclass
+class TargetPass:
+    """One target forward over a sample: residual-stream states by HF index, and the argmax."""
+    ids: torch.Tensor  # [T]
+    loss_mask: torch.Tensor  # [T] bool
+    states: dict[int, torch.Tensor]  # HF index -> [T, Ht] (index L pre-norm)
+    target_argmax: torch.Tensor  # [T]: g_t, the target's greedy prediction for token t+1
+
+    def features(self, aux_hf_indices) -> torch.Tensor:
+        return torch.cat([self.states[i] for i in aux_hf_indices], dim=-1)
+
+
+def target_pass(target: Target, input_ids: list[int], loss_mask: list[int], aux_hf_indices) -> TargetPass:
+    ids = torch.tensor(input_ids, device=target.device)
+    with torch.inference_mode(), AuxCapture(target.model, aux_hf_indices) as capture:
+        target_argmax = target.model(input_ids=ids[None]).logits[0].argmax(-1)
+        states = {i: capture.captured[i][0] for i in set(aux_hf_indices)}
+    return TargetPass(ids, torch.tensor(loss_mask, device=target.device).bool(), states, target_argmax)
+
+
 def teacher_forced_counts(target: Target, draft: Eagle3Draft, wiring: Wiring, input_ids: list[int],
                           loss_mask: list[int], num_steps: int) -> TeacherCounts:
-    device = target.device
-    total = len(input_ids)
+    if len(input_ids) < 3:
+        return TeacherCounts([0] * num_steps, [0] * num_steps)
+    passed = target_pass(target, input_ids, loss_mask, wiring.aux_hf_indices)
+    in_vocab = draft_vocab_mask(draft, target.vocab_size, target.device)
+    return draft_counts(draft, passed, passed.features(wiring.aux_hf_indices), in_vocab, num_steps)
+
+
+def draft_counts(draft: Eagle3Draft, passed: TargetPass, features: torch.Tensor, in_vocab: torch.Tensor,
+                 num_steps: int) -> TeacherCounts:
+    """The draft's side of acc_k: the TTT chain over one target pass, fed `features` [T, 3*Ht]."""
+    ids, mask, target_argmax = passed.ids, passed.loss_mask, passed.target_argmax
+    device = ids.device
+    total = len(ids)
     counts = TeacherCounts([0] * num_steps, [0] * num_steps)
     if total < 3:
         return counts
-    ids = torch.tensor(input_ids, device=device)
-    mask = torch.tensor(loss_mask, device=device).bool()
-    with torch.inference_mode(), AuxCapture(target.model, wiring.aux_hf_indices) as capture:
-        target_argmax = target.model(input_ids=ids[None]).logits[0].argmax(-1)
-        features = capture.features()
-        in_vocab = draft_vocab_mask(draft, target.vocab_size, device)
+    with torch.inference_mode():
         length = total - 1  # index t = 0..T-2 has a next token x_{t+1}
         index = torch.arange(length, device=device)
-        hidden = draft.fuse(features[:length])
+        hidden = draft.fuse(features[:length].to(draft.fc.weight.dtype))
         past: list[list[tuple]] = [[] for _ in draft.layers]  # per layer, each step's (keys, values)
         for step in range(num_steps):
             token_index = (index + 1 + step).clamp(max=total - 1)

@@ -37,6 +37,7 @@ class SampleRow(Base):
     loss_mask: Mapped[list] = mapped_column(JSON)
     prompt_len: Mapped[int] = mapped_column(Integer)
     seq_len: Mapped[int] = mapped_column(Integer)
+    extra: Mapped[dict | None] = mapped_column(JSON, default=dict)  # text, feature_file, ... per format
     dataset: Mapped[Dataset] = relationship(back_populates="samples")
 
 

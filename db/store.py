@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from sqlalchemy import create_engine, event, func, insert, select
+from sqlalchemy import create_engine, delete, event, func, insert, inspect, select, text
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from db.models import Base, Run, Step, TokenStat, utc_now
+from db.models import Base, Dataset, Run, SampleRow, Step, TokenStat, utc_now
 
 DEFAULT_DB_PATH = Path("data") / "speclens.db"
 
@@ -40,7 +40,20 @@ def make_engine(url: str | None = None) -> Engine:
             cursor.execute("PRAGMA foreign_keys=ON")
             cursor.close()
     Base.metadata.create_all(engine)
+    _add_missing_columns(engine)
     return engine
+
+
+def _add_missing_columns(engine: Engine) -> None:
+    """Databases made by earlier versions lack newer nullable columns; add them in place."""
+    inspector = inspect(engine)
+    for table in Base.metadata.sorted_tables:
+        have = {c["name"] for c in inspector.get_columns(table.name)}
+        for column in table.columns:
+            if column.name not in have and column.nullable:
+                with engine.begin() as connection:
+                    kind = column.type.compile(engine.dialect)
+                    connection.execute(text(f'ALTER TABLE {table.name} ADD COLUMN "{column.name}" {kind}'))
 
 
 def artifact_root(url: str | None = None) -> Path:
@@ -89,6 +102,7 @@ class RunInfo:
     created_at: datetime
     finished_at: datetime | None
     step_count: int = 0
+    sample_id: int | None = None
 
 
 @dataclass
@@ -117,7 +131,7 @@ def _run_info(run: Run, step_count: int = 0) -> RunInfo:
     return RunInfo(run.id, run.kind, run.status, run.error, run.target_path, run.draft_path, run.sample_ref,
                    list(run.prompt_ids or []), dict(run.params or {}), list(run.aux_hf_indices or []),
                    list(run.output_ids or []), dict(run.metrics or {}), run.artifact_path, run.artifact_sha256,
-                   run.created_at, run.finished_at, step_count)
+                   run.created_at, run.finished_at, step_count, run.sample_id)
 
 
 # ---------------------------------------------------------------------------------- runs
@@ -183,3 +197,102 @@ def delete_run(session: Session, run_id: int) -> bool:
         return False
     session.delete(run)
     return True
+
+
+# ------------------------------------------------------------------------------ datasets
+
+
+@dataclass
+class DatasetInfo:
+    id: int
+    name: str
+    path: str | None
+    format: str
+    created_at: datetime
+    sample_count: int = 0
+
+
+@dataclass
+class SampleInfo:
+    input_ids: list[int]
+    loss_mask: list[int]
+    prompt_len: int
+    source: str = ""
+    line: int | None = None
+    extra: dict = field(default_factory=dict)
+    id: int | None = None
+    dataset_id: int | None = None
+    index: int = 0
+
+    @property
+    def prompt_ids(self) -> list[int]:
+        return self.input_ids[: self.prompt_len]
+
+    @property
+    def seq_len(self) -> int:
+        return len(self.input_ids)
+
+    @property
+    def loss_coverage(self) -> float:
+        return sum(self.loss_mask) / len(self.loss_mask) if self.loss_mask else 0.0
+
+
+def create_dataset(session: Session, *, name: str, path: str | None, format: str,
+                   samples: list[SampleInfo]) -> int:
+    """The dataset and all its samples in the caller's transaction: all land or none."""
+    dataset = Dataset(name=name, path=path, format=format)
+    session.add(dataset)
+    session.flush()
+    if samples:
+        session.execute(insert(SampleRow), [
+            {"dataset_id": dataset.id, "index": number, "line": s.line, "source": s.source or "",
+             "input_ids": list(s.input_ids), "loss_mask": list(s.loss_mask), "prompt_len": s.prompt_len,
+             "seq_len": len(s.input_ids), "extra": dict(s.extra or {})} for number, s in enumerate(samples)])
+    return dataset.id
+
+
+def list_datasets(session: Session) -> list[DatasetInfo]:
+    counts = dict(session.execute(select(SampleRow.dataset_id, func.count()).group_by(SampleRow.dataset_id)).all())
+    rows = session.scalars(select(Dataset).order_by(Dataset.id)).all()
+    return [DatasetInfo(d.id, d.name, d.path, d.format, d.created_at, counts.get(d.id, 0)) for d in rows]
+
+
+def _sample_info(row: SampleRow) -> SampleInfo:
+    return SampleInfo(list(row.input_ids), list(row.loss_mask), row.prompt_len, row.source, row.line,
+                      dict(row.extra or {}), row.id, row.dataset_id, row.index)
+
+
+def get_samples(session: Session, dataset_id: int) -> list[SampleInfo]:
+    rows = session.scalars(select(SampleRow).where(SampleRow.dataset_id == dataset_id).order_by(SampleRow.index))
+    return [_sample_info(row) for row in rows]
+
+
+def get_sample(session: Session, sample_id: int) -> SampleInfo | None:
+    row = session.get(SampleRow, sample_id)
+    return _sample_info(row) if row is not None else None
+
+
+def delete_dataset(session: Session, dataset_id: int) -> bool:
+    dataset = session.get(Dataset, dataset_id)
+    if dataset is None:
+        return False
+    session.execute(delete(SampleRow).where(SampleRow.dataset_id == dataset_id))
+    session.delete(dataset)
+    return True
+
+
+def get_token_stats(session: Session, run_id: int, reference: str | None = None) -> list[dict]:
+    """Per position and chunk rows; reference None = the fed features' own norms."""
+    query = select(TokenStat).where(TokenStat.run_id == run_id)
+    query = query.where(TokenStat.reference.is_(None) if reference is None else TokenStat.reference == reference)
+    columns = ("position", "chunk", "norm", "reference", "cosine", "norm_ratio", "max_abs_diff", "relative_error")
+    return [{c: getattr(row, c) for c in columns} for row in session.scalars(query.order_by(TokenStat.position))]
+
+
+def token_stat_references(session: Session, run_id: int) -> list[str]:
+    query = select(TokenStat.reference).where(TokenStat.run_id == run_id, TokenStat.reference.is_not(None)).distinct()
+    return sorted(session.scalars(query).all())
+
+
+def delete_token_stats(session: Session, run_id: int, reference: str) -> None:
+    session.execute(delete(TokenStat).where(TokenStat.run_id == run_id, TokenStat.reference == reference))

@@ -1,0 +1,67 @@
+"""Export a stored run: its steps as a table (CSV, Parquet) or the whole run as JSON."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+import pandas as pd
+
+from db import store
+
+EXPORT_FORMATS = ("csv", "json", "parquet")
+
+
+class ExportError(ValueError):
+    pass
+
+
+def steps_frame(steps: list[store.StepInfo]) -> pd.DataFrame:
+    rows = []
+    for step in steps:
+        row = asdict(step)
+        row["drafted_count"] = len(step.drafted_ids)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def run_document(run: store.RunInfo, steps: list[store.StepInfo]) -> dict:
+    document = asdict(run)
+    document["created_at"] = run.created_at.isoformat() if run.created_at else None
+    document["finished_at"] = run.finished_at.isoformat() if run.finished_at else None
+    document["steps"] = [asdict(s) for s in steps]
+    return document
+
+
+def export_run(factory, run_id: int, format: str, out: str | Path) -> Path:
+    if format not in EXPORT_FORMATS:
+        raise ExportError(f"unknown format {format!r}; use one of {', '.join(EXPORT_FORMATS)}")
+    with store.session_scope(factory) as session:
+        run = store.get_run(session, run_id)
+        if run is None:
+            raise ExportError(f"no run {run_id} in this database")
+        steps = store.get_steps(session, run_id)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_bytes(export_bytes(run, steps, format))
+    return out
+
+
+def export_bytes(run: store.RunInfo, steps: list[store.StepInfo], format: str) -> bytes:
+    """The file's content, for the dashboard's download button and the CLI alike."""
+    if format == "json":
+        return json.dumps(run_document(run, steps), indent=1).encode()
+    frame = steps_frame(steps)
+    if format == "csv":
+        for column in frame.columns:  # lists as JSON text: one cell per step, readable back
+            if frame[column].map(lambda v: isinstance(v, list)).any():
+                frame[column] = frame[column].map(json.dumps)
+        return frame.to_csv(index=False).encode()
+    if format == "parquet":
+        import io
+
+        buffer = io.BytesIO()
+        frame.to_parquet(buffer, index=False)
+        return buffer.getvalue()
+    raise ExportError(f"unknown format {format!r}; use one of {', '.join(EXPORT_FORMATS)}")

@@ -1,0 +1,153 @@
+"""Train an EAGLE-3 draft with training-time test (eagle3-reference.md section 3), using the engine's
+own draft module, on target features computed once.
+
+The layout is the one `backend.teacher` evaluates: at TTT step k, index t consumes the draft's own
+step k-1 output with token x_{t+1+k} at RoPE position t+k, attends to step 0's entries at positions
+<= t plus its own earlier steps at index t, and learns the target's distribution at position t+1+k
+restricted to the draft vocabulary. Loss weight 0.8^k; positions count when loss_mask[t+k] is 1 and
+the target's argmax lies in the draft vocabulary. Several samples are packed into one sequence with
+a block-diagonal mask.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+
+import torch
+import torch.nn.functional as F
+
+from backend.draft_config import parse_draft_config
+from backend.draft_model import Eagle3Draft
+from backend.synthetic import vocab_mapping
+
+TTT_DECAY = 0.8
+
+
+def draft_vocabulary(records: list[dict], draft_vocab: int) -> list[int]:
+    """The `draft_vocab` most frequent loss-masked target ids (ties by id), sorted ascending."""
+    counts = Counter(t for r in records for t, m in zip(r["input_ids"], r["loss_mask"], strict=True) if m)
+    ranked = sorted(counts, key=lambda t: (-counts[t], t))[:draft_vocab]
+    if len(ranked) < draft_vocab:  # too few distinct tokens: fill with the lowest unused ids
+        seen = set(ranked)
+        ranked += [t for t in range(draft_vocab * 2) if t not in seen][: draft_vocab - len(ranked)]
+    return sorted(ranked)
+
+
+def new_draft(config_dict: dict, target, used_ids: list[int], seed: int) -> Eagle3Draft:
+    torch.manual_seed(seed)
+    draft = Eagle3Draft(parse_draft_config(config_dict), target.get_input_embeddings())
+    d2t, _ = vocab_mapping(used_ids, target.config.vocab_size)
+    draft.d2t.copy_(d2t)
+    draft.has_vocab_mapping = True
+    return draft
+
+
+def draft_tensors(draft: Eagle3Draft, used_ids: list[int], target_vocab: int) -> dict:
+    tensors = {n: t.detach().clone() for n, t in draft.state_dict().items() if n != "d2t"}
+    tensors["d2t"], tensors["t2d"] = vocab_mapping(used_ids, target_vocab)
+    return tensors
+
+
+def packs(lengths: list[int], max_tokens: int, generator: torch.Generator) -> list[list[int]]:
+    order = torch.randperm(len(lengths), generator=generator).tolist()
+    batches, current, used = [], [], 0
+    for index in order:
+        if current and used + lengths[index] > max_tokens:
+            batches.append(current)
+            current, used = [], 0
+        current.append(index)
+        used += lengths[index]
+    return batches + ([current] if current else [])
+
+
+def ttt_loss(draft: Eagle3Draft, target, used_ids: torch.Tensor, in_vocab: torch.Tensor, samples: list[dict],
+             aux_columns: list[int], steps: int) -> tuple[torch.Tensor, list[int], list[int]]:
+    """Weighted TTT loss over a pack of samples, and per step (correct, counted) top-1 tallies."""
+    ids = torch.cat([s["input_ids"] for s in samples])
+    loss_mask = torch.cat([s["loss_mask"] for s in samples]).bool()
+    lengths = [len(s["input_ids"]) for s in samples]
+    doc = torch.repeat_interleave(torch.arange(len(samples)), torch.tensor(lengths))
+    starts = torch.tensor([0, *lengths[:-1]]).cumsum(0)[doc]
+    position = torch.arange(len(ids)) - starts
+    last = torch.tensor(lengths)[doc] - 1
+    features = torch.cat([s["aux"][:, aux_columns].reshape(len(s["input_ids"]), -1) for s in samples])
+    with torch.no_grad():
+        final = torch.cat([s["final"] for s in samples])
+        head = target.lm_head.weight
+        target_argmax = (final @ head.T).argmax(-1)
+        target_probs = torch.softmax(final @ head[used_ids].T, dim=-1)
+    same_doc = doc[:, None] == doc[None, :]
+    causal = torch.ones_like(same_doc).tril() & same_doc
+    diagonal = torch.eye(len(ids), dtype=torch.bool)
+    hidden = draft.fuse(features)
+    past: list[list[tuple]] = [[] for _ in draft.layers]
+    total = torch.zeros(())
+    correct, counted = [], []
+    for step in range(steps):
+        source = position + 1 + step
+        token_index = starts + source.clamp(max=last)
+        override = [(torch.cat([k for k, _ in p], -2), torch.cat([v for _, v in p], -2)) for p in past] if step else None
+        hidden, new_kvs = draft(hidden, ids[token_index], position + step,
+                                mask=torch.cat([causal] + [diagonal] * step, dim=1), past_override=override)
+        for layer_past, kv in zip(past, new_kvs, strict=True):
+            layer_past.append(kv)
+        logits = draft.logits(hidden)
+        use = (source <= last) & loss_mask[starts + (position + step).clamp(max=last)] & in_vocab[target_argmax[token_index]]
+        if use.any():
+            log_probs = F.log_softmax(logits[use], dim=-1)
+            total = total + TTT_DECAY ** step * -(target_probs[token_index[use]] * log_probs).sum(-1).mean()
+            predicted = used_ids[logits[use].argmax(-1)]
+            correct.append(int((predicted == target_argmax[token_index[use]]).sum()))
+        else:
+            correct.append(0)
+        counted.append(int(use.sum()))
+    return total, correct, counted
+
+
+def train_draft(draft: Eagle3Draft, target, used: list[int], features: list[dict], aux_columns: list[int],
+                epochs: int, steps: int, seed: int, pack_tokens: int = 512, peak_lr: float = 2e-3,
+                on_epoch=None, log=print) -> Eagle3Draft:
+    for parameter in target.parameters():
+        parameter.requires_grad_(False)
+    used_ids = torch.tensor(used)
+    in_vocab = torch.zeros(target.config.vocab_size, dtype=torch.bool)
+    in_vocab[used_ids] = True
+    generator = torch.Generator().manual_seed(seed)
+    lengths = [len(f["input_ids"]) for f in features]
+    per_epoch = len(packs(lengths, pack_tokens, torch.Generator().manual_seed(seed)))
+    total_updates = epochs * per_epoch
+    optimizer = torch.optim.AdamW(draft.parameters(), lr=peak_lr, betas=(0.9, 0.95), weight_decay=0.0)
+    update, start = 0, time.time()
+    draft.train()
+    for epoch in range(epochs):
+        tallies = [[0, 0] for _ in range(steps)]
+        for batch in packs(lengths, pack_tokens, generator):
+            warm = max(1, total_updates // 30)
+            progress = max(0.0, (update - warm) / max(1, total_updates - warm))
+            lr = peak_lr * min(1.0, (update + 1) / warm) * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * progress)))
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            loss, correct, counted = ttt_loss(draft, target, used_ids, in_vocab, [features[i] for i in batch],
+                                              aux_columns, steps)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(draft.parameters(), 0.5)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            for tally, c, n in zip(tallies, correct, counted, strict=True):
+                tally[0] += c
+                tally[1] += n
+            update += 1
+            if update % 20 == 0:
+                elapsed = time.time() - start
+                log(f"draft update {update}/{total_updates}  loss {loss.item():.3f}  "
+                    f"eta {elapsed / update * (total_updates - update) / 60:.1f} min")
+        accs = " ".join(f"{c / max(1, n):.3f}" for c, n in tallies)
+        log(f"draft epoch {epoch + 1}/{epochs}: training acc_0..{steps - 1} = {accs}")
+        if on_epoch is not None:
+            draft.eval()
+            on_epoch(epoch + 1, draft)
+            draft.train()
+    draft.eval()
+    return draft
