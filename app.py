@@ -1,41 +1,42 @@
-"""SpecLens home page: which database is active and the recent runs stored in it.
-
-Placeholder for the dashboard issue: it reads the store only (no torch here). Start runs with
-`python -m backend replay ...`; they appear below.
-"""
+"""SpecLens home: the active database and target/draft pair, what the tool does, recent runs, and
+links to every page. Reads the store only (no torch here)."""
 
 from __future__ import annotations
 
-import pandas as pd
 import streamlit as st
 
-from db import store
+from ui import state
+from ui.runs import ACCEPT_LENGTH_HELP, list_runs, runs_frame
 
 st.set_page_config(page_title="SpecLens", layout="wide")
-
-
-@st.cache_resource
-def engine():
-    return store.make_engine()
-
+state.sidebar()
 
 st.title("SpecLens")
-st.write("What really happens inside EAGLE-3 speculative decoding, token by token: every draft proposal, "
-         "acceptance, rejection point and bonus token of a replay, with the hidden states involved.")
-st.caption(f"Database: `{store.database_url()}` (set SPECLENS_DB_URL to change it)")
+st.write("What really happens inside EAGLE-3 speculative decoding, token by token. SpecLens loads a Hugging Face "
+         "target and an EAGLE-3 draft, replays speculative decoding on a sample, records every draft proposal, "
+         "acceptance, rejection point, bonus token and the hidden states involved, and helps you find why a "
+         "draft that trains well is rejected when served: wrong aux-layer wiring, a broken vocab mapping, "
+         "serving flags silently rewritten.")
 
-with store.session_scope(store.session_factory(engine())) as session:
-    runs = store.list_runs(session, limit=50)
+left, right = st.columns(2)
+with left:
+    st.subheader("Active setup")
+    st.markdown(f"- **Database:** `{state.db_url()}`\n- **Target:** `{state.target_path()}`\n"
+                f"- **Draft:** `{state.draft_path()}` ({state.draft_name(state.draft_path())})")
+    st.caption("The bundled demo pair (demo/target, demo/drafts/final) is active until you choose another in the "
+               "sidebar or set SPECLENS_TARGET / SPECLENS_DRAFT / SPECLENS_DB_URL.")
+with right:
+    st.subheader("Pages")
+    st.page_link("pages/1_Samples.py", label="Samples: browse and import datasets")
+    st.page_link("pages/2_Decode.py", label="Decode: run a replay and step through it")
+    st.page_link("pages/3_Compare.py", label="Compare: two drafts or two runs side by side")
+    st.page_link("pages/4_Diagnostics.py", label="Diagnostics: probe, train-vs-serve diff, lint, doctor")
+    st.page_link("pages/5_Runs.py", label="Runs: history, delete, export")
 
 st.subheader("Recent runs")
+runs = list_runs(limit=20)
 if not runs:
-    st.info("No runs yet. Start one from a terminal: `python -m backend replay --target DIR --draft DIR "
-            "--prompt \"...\" --steps 4 --max-new-tokens 128`")
+    st.info("No runs yet. Open **Decode**, pick a sample of the demo dataset and press Start.")
 else:
-    st.dataframe(pd.DataFrame([{
-        "run": r.id, "status": r.status, "created": r.created_at, "draft": r.draft_path,
-        "K": r.params.get("num_steps"), "tokens": len(r.output_ids),
-        "accept length": r.metrics.get("mean_accept_length"), "aux HF indices": str(r.aux_hf_indices),
-        "error": (r.error or "").splitlines()[0] if r.error else "",
-    } for r in runs]), hide_index=True, width="stretch")
-    st.caption("accept length = mean over verify steps of a + 1, bonus token included (SGLang / vLLM convention)")
+    st.dataframe(runs_frame(runs), hide_index=True, width="stretch", key="home_runs")
+    st.caption(ACCEPT_LENGTH_HELP)

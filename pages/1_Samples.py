@@ -1,0 +1,144 @@
+"""Samples: registered datasets, import (path or upload), filters, and the sample view."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+import streamlit as st
+
+from backend import BadInput
+from db import store
+from ui import state
+from ui.html import CSS, sample_html
+from ui.tokens import Pieces
+
+st.set_page_config(page_title="SpecLens · Samples", layout="wide")
+state.sidebar()
+st.title("Samples")
+
+
+@st.cache_resource(show_spinner=False)
+def tokenizer_for(target_path: str):
+    """The target's tokenizer for ShareGPT/prompt imports (transformers, loaded locally only)."""
+    if not Path(target_path, "config.json").is_file():
+        return None, None
+    from transformers import AutoConfig, AutoTokenizer
+
+    vocab = AutoConfig.from_pretrained(target_path, local_files_only=True).vocab_size
+    try:
+        return AutoTokenizer.from_pretrained(target_path, local_files_only=True), vocab
+    except (OSError, ValueError):
+        return None, vocab
+
+
+def do_import(path: str, name: str, format_choice: str) -> None:
+    from backend.importer import import_dataset
+
+    tokenizer, vocab = tokenizer_for(state.target_path())
+    try:
+        dataset_id, result = import_dataset(state.factory(), path, name or None, tokenizer, vocab,
+                                            None if format_choice == "detect" else format_choice)
+    except BadInput as error:
+        st.session_state["samples_import_report"] = {"error": str(error)}
+        return
+    st.session_state["samples_import_report"] = {
+        "dataset_id": dataset_id, "imported": len(result.samples), "format": result.format,
+        "rejected": [{"line": r.line, "reason": r.reason} for r in result.rejected]}
+    st.session_state["samples_dataset"] = dataset_id
+
+
+with st.expander("Import a dataset", expanded=False):
+    st.caption("Formats: training JSONL (input_ids, loss_mask, seq_len, n_prompt_tokens, n_response_tokens, source); "
+               "ShareGPT JSON/JSONL (rendered with the target's chat template); SpecForge .ckpt feature files "
+               "(a file or a folder); plain-text prompts (.txt, one per line). Every record is validated: good ones "
+               "are kept, bad ones are listed with their line and reason.")
+    source_kind = st.radio("Source", ["Path on this machine", "Upload"], horizontal=True, key="samples_source")
+    name = st.text_input("Dataset name (optional)", key="samples_name")
+    format_choice = st.selectbox("Format", ["detect", "jsonl", "sharegpt", "specforge", "prompts"],
+                                 key="samples_format")
+    if source_kind == "Path on this machine":
+        path = st.text_input("File or folder path", key="samples_path")
+        if st.button("Import", key="samples_import_path") and path:
+            do_import(path, name, format_choice)
+    else:
+        upload = st.file_uploader("File", key="samples_upload", type=["jsonl", "json", "txt", "ckpt"])
+        if st.button("Import upload", key="samples_import_upload") and upload is not None:
+            folder = Path(tempfile.mkdtemp(prefix="speclens-upload-"))
+            target = folder / Path(upload.name).name
+            target.write_bytes(upload.getvalue())
+            do_import(str(target), name or upload.name, format_choice)
+    report = st.session_state.get("samples_import_report")
+    if report:
+        if "error" in report:
+            st.error(f"Nothing imported: {report['error']}")
+        else:
+            st.success(f"Dataset {report['dataset_id']}: imported {report['imported']} {report['format']} samples, "
+                       f"rejected {len(report['rejected'])}.")
+            if report["rejected"]:
+                st.dataframe(pd.DataFrame(report["rejected"]), hide_index=True, key="samples_rejected")
+
+with store.session_scope(state.factory()) as session:
+    datasets = store.list_datasets(session)
+if not datasets:
+    st.info("No dataset yet: import one above.")
+    st.stop()
+
+st.subheader("Datasets")
+st.dataframe(pd.DataFrame([{"id": d.id, "name": d.name, "format": d.format, "samples": d.sample_count,
+                            "path": d.path} for d in datasets]), hide_index=True, key="samples_datasets")
+ids = [d.id for d in datasets]
+chosen = st.session_state.get("samples_dataset", ids[0])
+dataset_id = st.selectbox("Dataset", ids, index=ids.index(chosen) if chosen in ids else 0,
+                          format_func=lambda i: next(f"{d.id}: {d.name}" for d in datasets if d.id == i),
+                          key="samples_dataset_select")
+st.session_state["samples_dataset"] = dataset_id
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def load_samples(db_url: str, dataset_id: int) -> list[store.SampleInfo]:
+    with store.session_scope(state.factory()) as session:
+        return store.get_samples(session, dataset_id)
+
+
+samples = load_samples(state.db_url(), dataset_id)
+pieces = Pieces(state.target_path())
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def sample_texts(db_url: str, dataset_id: int, target_path: str) -> list[str]:
+    decoder = Pieces(target_path)
+    return [s.extra.get("text") or decoder.text(s.input_ids) for s in load_samples(db_url, dataset_id)]
+
+
+texts = sample_texts(state.db_url(), dataset_id, state.target_path())
+sources = sorted({s.source for s in samples})
+col1, col2, col3, col4 = st.columns(4)
+picked_sources = col1.multiselect("Source", sources, default=sources, key="samples_filter_source")
+longest = max(s.seq_len for s in samples)
+length_range = col2.slider("Length (tokens)", 1, max(2, longest), (1, max(2, longest)), key="samples_filter_length")
+coverage = col3.slider("Loss-mask coverage", 0.0, 1.0, (0.0, 1.0), step=0.05, key="samples_filter_coverage")
+query = col4.text_input("Search text", key="samples_filter_text")
+visible = [i for i, s in enumerate(samples)
+           if s.source in picked_sources and length_range[0] <= s.seq_len <= length_range[1]
+           and coverage[0] - 1e-9 <= s.loss_coverage <= coverage[1] + 1e-9
+           and (not query or query.lower() in texts[i].lower())]
+st.caption(f"{len(visible)} of {len(samples)} samples match.")
+table = pd.DataFrame([{"#": i, "source": samples[i].source, "line": samples[i].line, "tokens": samples[i].seq_len,
+                       "prompt": samples[i].prompt_len, "loss-mask coverage": round(samples[i].loss_coverage, 3),
+                       "text": texts[i][:120]} for i in visible])
+st.dataframe(table, hide_index=True, key="samples_table", height=260)
+if not visible:
+    st.stop()
+index = st.selectbox("Sample", visible, key="samples_pick",
+                     format_func=lambda i: f"#{i} · {samples[i].source} · {samples[i].seq_len} tokens")
+sample = samples[index]
+st.session_state["samples_selected"] = sample.id
+st.markdown(f"**Sample #{index}** (line {sample.line}, source `{sample.source}`): {sample.prompt_len} prompt tokens, "
+            f"{sample.seq_len - sample.prompt_len} after them, loss mask on {sum(sample.loss_mask)} tokens. "
+            "Grey = prompt, green = response, underline = loss_mask 1; hover a token for its id and piece.")
+st.html(CSS + sample_html(sample.input_ids, sample.loss_mask, sample.prompt_len, pieces.many(sample.input_ids)))
+if st.button("Open in Decode", key="samples_open_decode"):
+    st.session_state["decode_sample"] = (dataset_id, index)
+    st.switch_page("pages/2_Decode.py")

@@ -1,0 +1,274 @@
+"""Decode: start a replay in the background, then step through it with the hidden-state panel."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from backend import tasks
+from backend.metrics import DEFINITIONS
+from db import store
+from ui import charts, state
+from ui.html import CSS, chips_html, context_html, legend, output_html, step_statuses
+from ui.runs import ACCEPT_LENGTH_HELP, get_run, list_runs
+from ui.tokens import Pieces
+
+st.set_page_config(page_title="SpecLens · Decode", layout="wide")
+state.sidebar()
+st.title("Decode")
+
+
+def parse_indices(text: str) -> list[int] | None:
+    text = text.strip()
+    if not text:
+        return None
+    try:
+        values = [int(part) for part in text.replace(" ", "").split(",") if part]
+    except ValueError:
+        raise ValueError(f"{text!r}: expected three comma-separated integers") from None
+    if len(values) != 3:
+        raise ValueError(f"{text!r}: expected three indices, got {len(values)}")
+    return values
+
+
+# ----------------------------------------------------------------------------- start a run
+
+with store.session_scope(state.factory()) as session:
+    datasets = store.list_datasets(session)
+
+with st.expander("Start a replay", expanded=not list_runs(limit=1)):
+    mode = st.radio("Prompt from", ["Dataset sample", "Typed prompt"], horizontal=True, key="decode_mode")
+    prompt, sample_ref, sample_id = None, None, None
+    if mode == "Dataset sample" and datasets:
+        preset = st.session_state.get("decode_sample")
+        ids = [d.id for d in datasets]
+        dataset_id = st.selectbox("Dataset", ids, key="decode_dataset",
+                                  index=ids.index(preset[0]) if preset and preset[0] in ids else 0,
+                                  format_func=lambda i: next(f"{d.id}: {d.name} ({d.sample_count})"
+                                                             for d in datasets if d.id == i))
+        with store.session_scope(state.factory()) as session:
+            samples = store.get_samples(session, dataset_id)
+        index = st.number_input("Sample #", 0, max(0, len(samples) - 1),
+                                value=preset[1] if preset and preset[0] == dataset_id else 0, key="decode_index")
+        if samples:
+            chosen = samples[int(index)]
+            prompt, sample_ref, sample_id = chosen.prompt_ids, f"dataset {dataset_id} #{int(index)}", chosen.id
+            st.caption(f"{chosen.prompt_len} prompt tokens, source `{chosen.source}`")
+    elif mode == "Typed prompt":
+        typed = st.text_area("Prompt", "def parse_header(line):\n", key="decode_prompt")
+        prompt, sample_ref = (typed or None), "prompt"
+    else:
+        st.warning("No dataset: import one on the Samples page or type a prompt.")
+    names = list(state.drafts())
+    current = state.draft_name(state.draft_path())
+    c1, c2, c3, c4 = st.columns(4)
+    draft_choice = c1.selectbox("Draft", names, index=names.index(current) if current in names else 0,
+                                key="decode_draft")
+    steps = c2.number_input("K (draft steps)", 1, 16, 4, key="decode_steps")
+    max_new = c3.number_input("Max new tokens", 1, 4096, 96, key="decode_max_new")
+    override_text = c4.text_input("Wiring override (HF indices)", "", key="decode_override",
+                                  help="Three HF hidden_states indices, e.g. 0,2,4 (0 = embedding output). "
+                                       "Empty: the draft's declared wiring.")
+    if st.button("Start", type="primary", key="decode_start"):
+        try:
+            override = parse_indices(override_text)
+        except ValueError as error:
+            st.error(str(error))
+        else:
+            if prompt is None:
+                st.error("Choose a sample or type a prompt.")
+            else:
+                st.session_state["decode_task"] = tasks.start_replay(
+                    state.db_url(), state.target_path(), state.drafts()[draft_choice], prompt, int(steps), int(max_new),
+                    override, sample_ref, sample_id, label=f"{draft_choice} K={int(steps)} on {sample_ref}")
+
+
+@st.fragment(run_every=1.0)
+def task_status() -> None:
+    task = tasks.MANAGER.get(st.session_state.get("decode_task"))
+    if task is None:
+        return
+    if task.active:
+        st.progress(task.progress, text=f"{task.label}: {task.message or task.status}")
+    elif task.status == "failed":
+        st.error(f"The replay failed: {task.error.splitlines()[0] if task.error else ''}")
+        if task.details.get("preflight"):
+            report = task.details["preflight"]
+            st.dataframe(pd.DataFrame(report["checks"]), hide_index=True, key="decode_preflight")
+        elif task.error:
+            st.code(task.error)
+    elif task.result and st.session_state.get("decode_task_shown") != task.id:
+        st.session_state["decode_task_shown"] = task.id
+        state.set_value("run", task.result["run_id"])
+        st.session_state["decode_step"] = 0
+        st.rerun()  # the full page picks the new run up
+
+
+task_status()
+
+# ----------------------------------------------------------------------------- choose a run
+
+runs = list_runs(limit=200)
+if not runs:
+    st.info("No run yet: start one above.")
+    st.stop()
+run_ids = [r.id for r in runs]
+selected = state.get_value("run") or run_ids[0]
+if selected not in run_ids:
+    selected = run_ids[0]
+run_id = st.selectbox("Run", run_ids, index=run_ids.index(selected), key="decode_run",
+                      format_func=lambda i: next(f"run {r.id} · {r.status} · {state.draft_name(r.draft_path)} · "
+                                                 f"K={r.params.get('num_steps')} · {len(r.output_ids)} tokens"
+                                                 for r in runs if r.id == i))
+if run_id != state.get_value("run"):
+    state.set_value("run", run_id)
+    st.session_state["decode_step"] = 0
+run, steps = get_run(run_id)
+if run is None:
+    st.error(f"Run {run_id} is gone (deleted?).")
+    st.stop()
+if run.status != "finished":
+    st.warning(f"Run {run.id} is **{run.status}** with {len(steps)} stored steps.")
+    if run.error:
+        st.code(run.error)
+pieces = Pieces(run.target_path)
+metrics = run.metrics or {}
+summary = st.columns(5)
+summary[0].metric("Accept length", f"{metrics.get('mean_accept_length') or 0:.2f}", help=ACCEPT_LENGTH_HELP)
+summary[1].metric("Acceptance rate", f"{metrics.get('acceptance_rate') or 0:.2f}",
+                  help=DEFINITIONS.get("acceptance_rate", ""))
+summary[2].metric("Verify steps", len(steps))
+summary[3].metric("Tokens", len(run.output_ids))
+summary[4].metric("Aux HF indices", str(run.aux_hf_indices), help=run.params.get("wiring_source", ""))
+if not steps:
+    st.stop()
+
+# ----------------------------------------------------------------------------- step-through viewer
+
+
+def move(delta: int | None = None, to_rejection: bool = False) -> None:
+    current = st.session_state.get("decode_step", 0)
+    if to_rejection:
+        later = [i for i in range(current + 1, len(steps)) if steps[i].accepted_count < len(steps[i].drafted_ids)]
+        current = later[0] if later else current
+    else:
+        current = min(max(0, current + delta), len(steps) - 1)
+    st.session_state["decode_step"] = current
+    st.session_state["decode_slider"] = current
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def token_stats(db_url: str, run_id: int, reference: str | None, version: int) -> list[dict]:
+    with store.session_scope(state.factory()) as session:
+        return store.get_token_stats(session, run_id, reference)
+
+
+def references() -> list[str]:
+    with store.session_scope(state.factory()) as session:
+        return store.token_stat_references(session, run.id)
+
+
+@st.fragment
+def viewer() -> None:
+    current = min(st.session_state.get("decode_step", 0), len(steps) - 1)
+    st.session_state.setdefault("decode_slider", current)
+    buttons = st.columns([1, 1, 2, 6])
+    buttons[0].button("◀ Previous", key="decode_prev", on_click=move, args=(-1,), disabled=current == 0)
+    buttons[1].button("Next ▶", key="decode_next", on_click=move, args=(1,), disabled=current >= len(steps) - 1)
+    buttons[2].button("Jump to next rejection ⏭", key="decode_next_rejection", on_click=move,
+                      kwargs={"to_rejection": True})
+    if len(steps) > 1:
+        st.slider("Verify step", 0, len(steps) - 1, key="decode_slider",
+                  on_change=lambda: st.session_state.update(decode_step=st.session_state["decode_slider"]),
+                  help="Arrow keys move the slider once it has focus; Tab reaches the buttons.")
+    step = steps[current]
+    statuses = step_statuses(step.drafted_ids, step.accepted_count)
+    rejected = f"rejected at d{step.accepted_count + 1}" if "rejected" in statuses else "all accepted"
+    left, right = st.columns([3, 2])
+    with left:
+        st.markdown(f"**Step {current}** of {len(steps) - 1}: pending token at position {step.position}; "
+                    f"accepted {step.accepted_count} of {len(step.drafted_ids)} drafts ({rejected}); "
+                    f"draft {step.draft_ms:.1f} ms, verify {step.verify_ms:.1f} ms")
+        sequence = run.prompt_ids + run.output_ids
+        st.caption("Recent context (up to the pending token)")
+        st.html(CSS + context_html(sequence[: step.position + 1], pieces))
+        st.caption("Drafted tokens: draft probability, top-5 alternatives, and the target's argmax at the same "
+                   "verify row (a rejection is where they differ)")
+        st.html(CSS + legend() + chips_html(step, pieces))
+        st.caption("Output (step boundaries marked, current step outlined; a window of steps around it)")
+        first = run.output_ids[0] if run.output_ids else None
+        st.html(CSS + output_html(first, steps, pieces, current, window=30))
+    with right:
+        hidden_panel(step)
+
+
+def hidden_panel(step) -> None:
+    st.markdown("**Hidden states at this step's positions**")
+    options = ["fed features only (norms)"] + references()
+    reference = st.selectbox("Reference", options, key="decode_reference")
+    version = st.session_state.get("decode_stats_version", 0)
+    rows = token_stats(state.db_url(), run.id, None if reference == options[0] else reference, version)
+    window = set(range(step.position, step.position + step.accepted_count + 1))
+    here = [r for r in rows if r["position"] in window]
+    if here:
+        frame = pd.DataFrame(here).drop(columns=["reference"])
+        st.dataframe(frame, hide_index=True, key="decode_hidden_table", height=200)
+    else:
+        st.caption("No rows for these positions under this reference.")
+    if rows:
+        value = "norm" if reference == options[0] else "cosine"
+        st.plotly_chart(charts.heatmap(rows, value, f"{value}: positions x chunks, whole run"),
+                        key="decode_heatmap")
+    with st.expander("Add a reference"):
+        kind = st.radio("Compare the fed features with", ["another wiring", "training features (.ckpt)",
+                                                          "a second run", "target hidden vs draft output"],
+                        key="decode_reference_kind")
+        spec = None
+        if kind == "another wiring":
+            text = st.text_input("HF indices", "0,2,4", key="decode_reference_wiring")
+            try:
+                spec = {"kind": "wiring", "aux_hf_indices": parse_indices(text)}
+            except ValueError as error:
+                st.error(str(error))
+        elif kind == "training features (.ckpt)":
+            path = st.text_input("Feature file", "demo/data/features/data_0.ckpt", key="decode_reference_ckpt")
+            spec = {"kind": "features", "path": path}
+        elif kind == "a second run":
+            others = [r.id for r in list_runs(limit=200) if r.id != run.id]
+            if others:
+                spec = {"kind": "run", "run_id": st.selectbox("Run", others, key="decode_reference_run")}
+        else:
+            spec = {"kind": "target_hidden"}
+        if st.button("Compute", key="decode_reference_compute") and spec and spec.get("aux_hf_indices", True):
+            st.session_state["decode_reference_task"] = tasks.start_reference(state.db_url(), run.id, spec)
+        task = tasks.MANAGER.get(st.session_state.get("decode_reference_task"))
+        if task is not None:
+            if task.active:
+                st.progress(task.progress, text=task.message or "computing")
+                if st.button("Refresh", key="decode_reference_refresh"):
+                    st.rerun(scope="fragment")
+            elif task.status == "failed":
+                st.error(task.error.splitlines()[0] if task.error else "failed")
+            else:
+                st.success(f"{task.result['rows']} rows stored as '{task.result['reference']}'")
+                if st.session_state.get("decode_stats_seen") != task.id:
+                    st.session_state["decode_stats_seen"] = task.id
+                    st.session_state["decode_stats_version"] = version + 1
+                    st.rerun(scope="fragment")
+
+
+viewer()
+
+# ----------------------------------------------------------------------------- run summary
+
+st.subheader("Run summary")
+c1, c2 = st.columns(2)
+c1.plotly_chart(charts.acceptance_bars({"marginal P(a >= i)": metrics.get("per_position_marginal") or [],
+                                        "conditional P(a >= i | a >= i-1)": [
+                                            v or 0 for v in metrics.get("per_position_conditional") or []]},
+                                       "Per-position acceptance"), key="decode_acceptance")
+c2.plotly_chart(charts.histogram(metrics.get("accept_histogram") or [], "Accepted drafts per step"),
+                key="decode_histogram")
+st.plotly_chart(charts.step_times([s.draft_ms for s in steps], [s.verify_ms for s in steps]), key="decode_times")
+st.caption(f"{ACCEPT_LENGTH_HELP}. Marginal: {DEFINITIONS.get('per_position_marginal', '')}. "
+           f"Conditional: {DEFINITIONS.get('per_position_conditional', '')}.")

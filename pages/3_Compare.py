@@ -1,0 +1,159 @@
+"""Compare: two drafts (or two existing runs) on the same sample, and a batch over a dataset."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from backend import tasks
+from db import store
+from ui import charts, state
+from ui.compare import committed_positions, first_divergence, timeline_html
+from ui.html import CSS, legend
+from ui.runs import ACCEPT_LENGTH_HELP, get_run, list_runs
+from ui.tokens import Pieces
+
+st.set_page_config(page_title="SpecLens · Compare", layout="wide")
+state.sidebar()
+st.title("Compare")
+
+names = list(state.drafts())
+with store.session_scope(state.factory()) as session:
+    datasets = store.list_datasets(session)
+
+
+def dataset_picker(key: str):
+    if not datasets:
+        st.warning("No dataset: import one on the Samples page.")
+        return None
+    ids = [d.id for d in datasets]
+    return st.selectbox("Dataset", ids, key=key,
+                        format_func=lambda i: next(f"{d.id}: {d.name} ({d.sample_count})" for d in datasets if d.id == i))
+
+
+def pair_job(samples, draft_a, draft_b, steps, max_new, dataset_id):
+    """Replay both drafts on each sample (stored as runs); rows for the table."""
+    def work(progress):
+        rows = []
+        total = 2 * len(samples)
+        for number, sample in enumerate(samples):
+            row = {"sample #": sample.index, "source": sample.source}
+            for side, draft in (("A", draft_a), ("B", draft_b)):
+                done = 2 * number + (side == "B")
+                progress(done / total, f"sample {number + 1}/{len(samples)}, draft {side}")
+                result = tasks.replay_work(state_db, state_target, draft, sample.prompt_ids, steps, max_new,
+                                           sample_ref=f"dataset {dataset_id} #{sample.index}",
+                                           sample_id=sample.id)(lambda *_: None)
+                row[f"run {side}"], row[f"AL {side}"] = result["run_id"], result["mean_accept_length"]
+            row["AL delta (B - A)"] = (row["AL B"] or 0) - (row["AL A"] or 0)
+            rows.append(row)
+        return sorted(rows, key=lambda r: -abs(r["AL delta (B - A)"]))
+    return work
+
+
+state_db, state_target = state.db_url(), state.target_path()
+with st.expander("Run two drafts", expanded=not state.get_value("compare")):
+    c1, c2, c3, c4 = st.columns(4)
+    draft_a = c1.selectbox("Draft A", names, index=names.index("epoch1") if "epoch1" in names else 0,
+                           key="compare_draft_a")
+    draft_b = c2.selectbox("Draft B", names, index=names.index("final") if "final" in names else 0,
+                           key="compare_draft_b")
+    steps = int(c3.number_input("K", 1, 16, 4, key="compare_steps"))
+    max_new = int(c4.number_input("Max new tokens", 1, 2048, 96, key="compare_max_new"))
+    dataset_id = dataset_picker("compare_dataset")
+    if dataset_id is not None:
+        with store.session_scope(state.factory()) as session:
+            samples = store.get_samples(session, dataset_id)
+        single, batch = st.columns(2)
+        index = single.number_input("Sample #", 0, max(0, len(samples) - 1), 0, key="compare_index")
+        if single.button("Compare on this sample", key="compare_start_one"):
+            st.session_state["compare_task"] = tasks.start_batch(
+                "compare", f"{draft_a} vs {draft_b} on #{int(index)}",
+                pair_job([samples[int(index)]], state.drafts()[draft_a], state.drafts()[draft_b], steps, max_new,
+                         dataset_id))
+        count = batch.number_input("Batch: first N samples", 1, max(1, len(samples)), min(6, len(samples)),
+                                   key="compare_batch_n")
+        if batch.button("Compare on N samples", key="compare_start_batch"):
+            st.session_state["compare_task"] = tasks.start_batch(
+                "compare", f"{draft_a} vs {draft_b} on {int(count)} samples",
+                pair_job(samples[: int(count)], state.drafts()[draft_a], state.drafts()[draft_b], steps, max_new,
+                         dataset_id))
+
+
+@st.fragment(run_every=1.0)
+def batch_status() -> None:
+    task = tasks.MANAGER.get(st.session_state.get("compare_task"))
+    if task is None:
+        return
+    if task.active:
+        st.progress(task.progress, text=f"{task.label}: {task.message}")
+        return
+    if task.status == "failed":
+        st.error(task.error.splitlines()[0] if task.error else "failed")
+        if task.details.get("preflight"):
+            st.dataframe(pd.DataFrame(task.details["preflight"]["checks"]), hide_index=True)
+        return
+    if st.session_state.get("compare_task_seen") != task.id:
+        st.session_state["compare_task_seen"] = task.id
+        first = task.result[0]
+        state.set_value("compare", (first["run A"], first["run B"]))
+        st.session_state["compare_rows"] = task.result
+        st.rerun()
+
+
+batch_status()
+rows = st.session_state.get("compare_rows")
+if rows:
+    st.subheader("Samples where the drafts differ most")
+    table = pd.DataFrame(rows)
+    picked = st.dataframe(table, hide_index=True, key="compare_table", on_select="rerun", selection_mode="single-row")
+    st.caption(f"{ACCEPT_LENGTH_HELP}. Click a row to open both runs below.")
+    selection = picked.selection.rows if picked is not None else []
+    if selection:
+        row = table.iloc[selection[0]]
+        state.set_value("compare", (int(row["run A"]), int(row["run B"])))
+
+st.subheader("Two runs side by side")
+runs = list_runs(limit=300)
+if len(runs) < 2:
+    st.info("Need two runs: start them above or on the Decode page.")
+    st.stop()
+run_ids = [r.id for r in runs]
+preset = state.get_value("compare") or (run_ids[1], run_ids[0])
+label = {r.id: f"run {r.id} · {state.draft_name(r.draft_path)} · K={r.params.get('num_steps')} · {r.sample_ref}"
+         for r in runs}
+c1, c2 = st.columns(2)
+run_a_id = c1.selectbox("Run A", run_ids, index=run_ids.index(preset[0]) if preset[0] in run_ids else 0,
+                        format_func=label.get, key="compare_run_a")
+run_b_id = c2.selectbox("Run B", run_ids, index=run_ids.index(preset[1]) if preset[1] in run_ids else 1,
+                        format_func=label.get, key="compare_run_b")
+(run_a, steps_a), (run_b, steps_b) = get_run(run_a_id), get_run(run_b_id)
+if run_a is None or run_b is None:
+    st.error("A chosen run no longer exists.")
+    st.stop()
+if run_a.prompt_ids != run_b.prompt_ids:
+    st.warning("The two runs have different prompts: positions are aligned, but the texts differ.")
+al_a = run_a.metrics.get("mean_accept_length") or 0
+al_b = run_b.metrics.get("mean_accept_length") or 0
+m = st.columns(4)
+m[0].metric("Accept length A", f"{al_a:.2f}", help=ACCEPT_LENGTH_HELP)
+m[1].metric("Accept length B", f"{al_b:.2f}", delta=f"{al_b - al_a:+.2f}", help=ACCEPT_LENGTH_HELP)
+m[2].metric("Steps A / B", f"{len(steps_a)} / {len(steps_b)}")
+positions_a, positions_b = committed_positions(run_a, steps_a), committed_positions(run_b, steps_b)
+divergence = first_divergence(positions_a, positions_b)
+m[3].metric("First differing proposal", "none" if divergence is None else f"position {divergence}")
+pieces = Pieces(run_a.target_path)
+length = max(len(run_a.output_ids), len(run_b.output_ids))
+start_at = len(run_a.prompt_ids)
+if length > 300:
+    offset = st.slider("Output window start", 0, length - 1, 0, step=50, key="compare_offset")
+else:
+    offset = 0
+window = (start_at + offset, start_at + offset + 300)
+st.html(CSS + legend() + "<b>A</b>" + timeline_html(run_a, positions_a, pieces, *window, divergence)
+        + "<b>B</b>" + timeline_html(run_b, positions_b, pieces, *window, divergence))
+st.caption("Each token is coloured by how its run produced it (accepted draft or bonus); a left border starts a "
+           "verify step; the outlined token is the first position where the two drafts proposed different tokens.")
+st.plotly_chart(charts.acceptance_bars({"A marginal": run_a.metrics.get("per_position_marginal") or [],
+                                        "B marginal": run_b.metrics.get("per_position_marginal") or []},
+                                       "Per-position acceptance P(a >= i), overlaid"), key="compare_bars")

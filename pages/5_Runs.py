@@ -1,0 +1,65 @@
+"""Runs: history with filters, metrics, delete, export (CSV, JSON, Parquet); failed runs show their error."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from db import store
+from db.export import export_bytes
+from ui import state
+from ui.runs import ACCEPT_LENGTH_HELP, list_runs, runs_frame
+
+st.set_page_config(page_title="SpecLens · Runs", layout="wide")
+state.sidebar()
+st.title("Runs")
+
+runs = list_runs(limit=1000)
+if not runs:
+    st.info("No runs yet: start one on the Decode page or with `python -m backend replay`.")
+    st.stop()
+frame = runs_frame(runs)
+c1, c2, c3 = st.columns(3)
+statuses = c1.multiselect("Status", sorted(frame["status"].unique()), key="runs_filter_status")
+drafts = c2.multiselect("Draft", sorted(frame["draft"].unique()), key="runs_filter_draft")
+sample = c3.text_input("Sample contains", key="runs_filter_sample")
+shown = frame
+if statuses:
+    shown = shown[shown["status"].isin(statuses)]
+if drafts:
+    shown = shown[shown["draft"].isin(drafts)]
+if sample:
+    shown = shown[shown["sample"].str.contains(sample, case=False, regex=False)]
+st.dataframe(shown, hide_index=True, width="stretch", key="runs_table")
+st.caption(f"{len(shown)} of {len(frame)} runs. {ACCEPT_LENGTH_HELP}; acceptance rate = accepted drafts / drafted "
+           "tokens.")
+
+run_ids = shown["run"].tolist()
+if not run_ids:
+    st.stop()
+run_id = st.selectbox("Run", run_ids, key="runs_pick")
+with store.session_scope(state.factory()) as session:
+    run = store.get_run(session, run_id)
+    steps = store.get_steps(session, run_id) if run else []
+if run is None:
+    st.warning(f"Run {run_id} no longer exists.")
+    st.stop()
+if run.error:
+    st.error(f"Run {run.id} {run.status}: {run.error.splitlines()[0]}")
+    with st.expander("Full error"):
+        st.code(run.error)
+st.json({"metrics": run.metrics, "params": run.params, "aux_hf_indices": run.aux_hf_indices,
+         "target": run.target_path, "draft": run.draft_path, "steps": len(steps)}, expanded=False)
+left, middle, right, last = st.columns(4)
+for column, fmt, mime in ((left, "csv", "text/csv"), (middle, "json", "application/json"),
+                          (right, "parquet", "application/octet-stream")):
+    column.download_button(f"Export {fmt.upper()}", export_bytes(run, steps, fmt), file_name=f"run_{run.id}.{fmt}",
+                           mime=mime, key=f"runs_export_{fmt}")
+if last.button("Open in Decode", key="runs_open"):
+    state.set_value("run", run.id)
+    st.switch_page("pages/2_Decode.py")
+with st.expander("Delete this run"):
+    if st.button(f"Delete run {run.id}", type="primary", key="runs_delete"):
+        with store.session_scope(state.factory()) as session:
+            store.delete_run(session, run.id)
+        st.success(f"Run {run.id} deleted.")
+        st.rerun()

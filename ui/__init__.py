@@ -1,0 +1,1 @@
+"""Streamlit helpers shared by the pages: session state, token rendering, charts. No torch here."""

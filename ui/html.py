@@ -1,0 +1,121 @@
+"""HTML blocks for token views. Pure functions (no Streamlit): every token string is escaped, and a
+window of tokens is ONE block of spans, never one Streamlit element per token."""
+
+from __future__ import annotations
+
+from html import escape
+
+CSS = """
+<style>
+.sl-text{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:13px;line-height:1.9;white-space:pre-wrap;
+  word-break:break-word;background:#fafafa;border:1px solid #e3e3e3;border-radius:6px;padding:8px 10px}
+.sl-t{border-radius:3px;padding:1px 0}
+.sl-prompt{color:#555;background:#eceff1}
+.sl-resp{background:#e8f5e9}
+.sl-mask0{text-decoration:none}
+.sl-mask1{border-bottom:2px solid #2e7d32}
+.sl-boundary{display:inline-block;background:#37474f;color:#fff;font-size:11px;padding:0 4px;margin:0 3px;
+  border-radius:3px}
+.sl-acc{background:#c8e6c9}
+.sl-bonus{background:#bbdefb}
+.sl-rej{background:#ffcdd2}
+.sl-nr{background:#eeeeee;color:#9e9e9e}
+.sl-step{border-left:2px solid #90a4ae;margin-left:1px}
+.sl-cur{outline:2px solid #ff9800;outline-offset:1px}
+.sl-chips{display:flex;flex-wrap:wrap;gap:8px;align-items:stretch}
+.sl-chip{border-radius:8px;padding:6px 8px;min-width:120px;font-family:ui-monospace,monospace;font-size:12px;
+  border:1px solid #cfd8dc}
+.sl-chip b{font-size:14px}
+.sl-chip .sl-meta{color:#455a64;font-size:11px;margin-top:3px;white-space:pre-wrap}
+.sl-legend span{display:inline-block;padding:1px 6px;margin-right:6px;border-radius:3px;font-size:12px}
+</style>
+"""
+
+STATUS_CLASS = {"accepted": "sl-acc", "rejected": "sl-rej", "not reached": "sl-nr", "bonus": "sl-bonus"}
+
+
+def show(piece: str) -> str:
+    """A token piece made visible: escaped, with newlines kept and tabs as spaces."""
+    return escape(piece.replace("\t", "    "))
+
+
+def legend() -> str:
+    items = "".join(f'<span class="{cls}">{name}</span>' for name, cls in STATUS_CLASS.items())
+    return f'<div class="sl-legend">{items}</div>'
+
+
+def sample_html(input_ids: list[int], loss_mask: list[int], prompt_len: int, pieces: list[str]) -> str:
+    """The decoded sample: prompt grey, response green, loss-masked tokens underlined; id and piece
+    on hover."""
+    spans = []
+    for position, (token, mask, piece) in enumerate(zip(input_ids, loss_mask, pieces, strict=True)):
+        if position == prompt_len:
+            spans.append('<span class="sl-boundary">response &#8594;</span>')
+        part = "sl-prompt" if position < prompt_len else "sl-resp"
+        title = escape(f"#{position}  id {token}  {piece!r}  loss_mask {mask}", quote=True)
+        spans.append(f'<span class="sl-t {part} sl-mask{mask}" title="{title}">{show(piece)}</span>')
+    return f'<div class="sl-text">{"".join(spans)}</div>'
+
+
+def step_statuses(drafted: list[int], accepted: int) -> list[str]:
+    return ["accepted" if i < accepted else "rejected" if i == accepted else "not reached"
+            for i in range(len(drafted))]
+
+
+def chips_html(step, piece_of) -> str:
+    """Drafted tokens as chips (status colour, draft prob, top-5 alternatives, target argmax and its
+    prob at the same verify row), then the bonus chip."""
+    chips = []
+    for i, (token, status) in enumerate(zip(step.drafted_ids, step_statuses(step.drafted_ids, step.accepted_count),
+                                            strict=True)):
+        prob = step.draft_probs[i] if i < len(step.draft_probs) else None
+        alternatives = ""
+        if i < len(step.draft_top_ids):
+            alternatives = "  ".join(f"{piece_of(t)!r} {p:.2f}" for t, p in
+                                     zip(step.draft_top_ids[i], step.draft_top_probs[i], strict=False))
+        argmax = step.target_argmax_ids[i] if i < len(step.target_argmax_ids) else None
+        argmax_prob = step.target_argmax_probs[i] if i < len(step.target_argmax_probs) else None
+        target_line = "" if argmax is None else (
+            f"target: {piece_of(argmax)!r}" + (f" p={argmax_prob:.2f}" if argmax_prob is not None else ""))
+        meta = (f"draft p={prob:.2f}\n" if prob is not None else "") + f"{target_line}\ntop-5: {alternatives}"
+        chips.append(f'<div class="sl-chip {STATUS_CLASS[status]}" title="{escape(status, quote=True)}">'
+                      f'<div>d{i + 1} · {escape(status)}</div><b>{show(repr(piece_of(token))[1:-1])}</b>'
+                      f'<div class="sl-meta">{escape(meta)}</div></div>')
+    bonus_row = step.accepted_count
+    bonus_prob = step.target_argmax_probs[bonus_row] if bonus_row < len(step.target_argmax_probs) else None
+    chips.append(f'<div class="sl-chip sl-bonus"><div>bonus (target row {bonus_row})</div>'
+                 f'<b>{show(repr(piece_of(step.bonus_id))[1:-1])}</b><div class="sl-meta">'
+                 + (f"target p={bonus_prob:.2f}" if bonus_prob is not None else "") + "</div></div>")
+    return f'<div class="sl-chips">{"".join(chips)}</div>'
+
+
+def output_html(first_token: int | None, steps, piece_of, current: int, window: int = 40) -> str:
+    """The output as one coloured text: per step its accepted drafts (green) then its bonus (blue),
+    a left border at each step start, the current step outlined. Only steps within `window` of the
+    current one are rendered (the rest is summarised), so a 2,000-token run stays one small block."""
+    start, stop = max(0, current - window), min(len(steps), current + window + 1)
+    parts = []
+    if start > 0:
+        parts.append(f'<span class="sl-boundary">… {start} earlier steps</span>')
+    elif first_token is not None:
+        parts.append(f'<span class="sl-t sl-bonus" title="prefill: the target\'s own first token">'
+                     f'{show(piece_of(first_token))}</span>')
+    for number in range(start, stop):
+        step = steps[number]
+        tokens = []
+        for k, token in enumerate(step.committed_ids):
+            cls = "sl-acc" if k < step.accepted_count else "sl-bonus"
+            title = escape(f"step {number}  pos {step.position + 1 + k}  id {token}", quote=True)
+            tokens.append(f'<span class="sl-t {cls}" title="{title}">{show(piece_of(token))}</span>')
+        outline = " sl-cur" if number == current else ""
+        parts.append(f'<span class="sl-step{outline}" id="step-{number}">{"".join(tokens)}</span>')
+    if stop < len(steps):
+        parts.append(f'<span class="sl-boundary">{len(steps) - stop} later steps …</span>')
+    return f'<div class="sl-text">{"".join(parts)}</div>'
+
+
+def context_html(ids: list[int], piece_of, limit: int = 60) -> str:
+    tail = ids[-limit:]
+    spans = "".join(f'<span class="sl-t sl-prompt">{show(piece_of(t))}</span>' for t in tail)
+    more = f'<span class="sl-boundary">… {len(ids) - limit} earlier</span>' if len(ids) > limit else ""
+    return f'<div class="sl-text">{more}{spans}</div>'

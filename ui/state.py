@@ -1,0 +1,113 @@
+"""Cross-page choices in st.session_state (database, target, drafts, selected run) behind small
+helpers, and the cached store. Page-local state uses page-prefixed keys."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import streamlit as st
+
+from backend.defaults import default_draft, default_target, demo_drafts
+from db import store
+
+KEYS = {"db_url": "global_db_url", "target": "global_target", "drafts": "global_drafts", "draft": "global_draft",
+        "run": "global_run_id", "compare": "global_compare_runs"}
+
+
+def _init() -> None:
+    state = st.session_state
+    if KEYS["db_url"] not in state:
+        state[KEYS["db_url"]] = store.database_url(os.environ.get("SPECLENS_DB_URL"))
+    if KEYS["target"] not in state:
+        state[KEYS["target"]] = default_target()
+    if KEYS["drafts"] not in state:
+        drafts = demo_drafts()
+        custom = os.environ.get("SPECLENS_DRAFT")
+        if custom:
+            drafts = {Path(custom).name: custom, **drafts}
+        state[KEYS["drafts"]] = drafts or {"(none)": default_draft()}
+    if KEYS["draft"] not in state:
+        state[KEYS["draft"]] = default_draft()
+
+
+def db_url() -> str:
+    _init()
+    return st.session_state[KEYS["db_url"]]
+
+
+@st.cache_resource(show_spinner=False)
+def _factory(url: str):
+    from backend.importer import ensure_demo_dataset
+
+    factory = store.session_factory(store.make_engine(url))
+    ensure_demo_dataset(factory)
+    return factory
+
+
+def factory():
+    return _factory(db_url())
+
+
+def target_path() -> str:
+    _init()
+    return st.session_state[KEYS["target"]]
+
+
+def drafts() -> dict[str, str]:
+    _init()
+    return dict(st.session_state[KEYS["drafts"]])
+
+
+def draft_path() -> str:
+    _init()
+    return st.session_state[KEYS["draft"]]
+
+
+def add_draft(path: str) -> None:
+    _init()
+    st.session_state[KEYS["drafts"]] = {**drafts(), Path(path).name or path: path}
+
+
+def set_value(name: str, value) -> None:
+    _init()
+    st.session_state[KEYS[name]] = value
+
+
+def get_value(name: str, default=None):
+    _init()
+    return st.session_state.get(KEYS[name], default)
+
+
+def draft_name(path: str) -> str:
+    for name, known in drafts().items():
+        if known == path:
+            return name
+    return Path(path).name
+
+
+def sidebar() -> None:
+    """The active database, target and draft, on every page."""
+    _init()
+    with st.sidebar:
+        st.caption("Active setup (shared by all pages)")
+        st.text(f"database: {db_url()}")
+        target = st.text_input("Target model directory", value=target_path(), key="sidebar_target")
+        if target != target_path():
+            set_value("target", target)
+        if not Path(target, "config.json").is_file():
+            st.error(f"No config.json in {target}: pick a local Hugging Face model directory.")
+        names = list(drafts())
+        current = draft_name(draft_path())
+        choice = st.selectbox("Draft", names, index=names.index(current) if current in names else 0,
+                              key="sidebar_draft")
+        if drafts()[choice] != draft_path():
+            set_value("draft", drafts()[choice])
+        with st.expander("Add a draft directory"):
+            new = st.text_input("Path", key="sidebar_new_draft")
+            if st.button("Add", key="sidebar_add_draft") and new:
+                if Path(new, "config.json").is_file():
+                    add_draft(new)
+                    st.rerun()
+                else:
+                    st.error(f"No config.json in {new}")
