@@ -15,12 +15,16 @@ DEFINITION = (f"flagged: live accept length < {FLAG_RATIO} x predicted, predicte
               "from this sample's teacher-forced acc_k")
 
 
-def teacher_vs_live(target, draft, wiring, samples: list, num_steps: int, max_new_tokens: int, progress=None) -> list[dict]:
+def teacher_vs_live(target, draft, wiring, samples: list, num_steps: int, max_new_tokens: int, progress=None,
+                    training_wiring=None) -> list[dict]:
+    """Teacher-forced accuracy under `training_wiring` (what the training run measured; default: the
+    serving wiring) next to live acceptance under `wiring` (what serving feeds)."""
+    training_wiring = training_wiring or wiring
     rows = []
     for number, sample in enumerate(samples):
         if progress:
             progress(number / len(samples), f"sample {number + 1}/{len(samples)}")
-        counts = teacher_forced_counts(target, draft, wiring, sample.input_ids, sample.loss_mask, num_steps)
+        counts = teacher_forced_counts(target, draft, training_wiring, sample.input_ids, sample.loss_mask, num_steps)
         simulated = counts.simulated_accept_length
         accepted = [r.accepted_count + 1 for r in replay(target, draft, sample.prompt_ids, wiring,
                                                          ReplayConfig(num_steps, max_new_tokens, record=False))

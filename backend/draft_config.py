@@ -111,7 +111,10 @@ def parse_draft_config(raw: dict) -> DraftConfig:
     # The draft's RoPE is its own: base 10000 when the config says nothing (never the target's).
     if "rope_theta" not in flat and "rope_parameters" not in flat and "rope_scaling" not in flat:
         llama_args["rope_theta"] = 10000.0
-    llama_config = LlamaConfig(**llama_args)
+    try:
+        llama_config = LlamaConfig(**llama_args)
+    except Exception as error:  # noqa: BLE001 - transformers validates head counts, sizes, rope settings
+        raise BadInput(f"draft config.json is inconsistent: {str(error).splitlines()[-1].strip()}") from error
 
     unknown = [k for k in flat if k not in llama_keys and k not in EAGLE_KEYS]
     unknown_flags = {k: flat[k] for k in unknown if isinstance(flat[k], bool)}

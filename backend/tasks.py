@@ -57,18 +57,18 @@ class TaskManager:
         def run() -> None:
             with self.model_lock:
                 task.status = "running"
+                # status is set last: a poller that sees it finished also sees the result or error
                 try:
                     task.result = work(progress)
-                    task.status, task.progress = "done", 1.0
+                    task.progress, task.finished, task.status = 1.0, time.time(), "done"
                 except PreflightRefused as refused:
-                    task.status, task.error, task.details = "failed", str(refused), {"preflight": refused.report}
+                    task.error, task.details = str(refused), {"preflight": refused.report}
+                    task.finished, task.status = time.time(), "failed"
                 except BadInput as error:
-                    task.status, task.error = "failed", str(error)
+                    task.error, task.finished, task.status = str(error), time.time(), "failed"
                 except Exception as error:  # noqa: BLE001 - shown on the page, never crashes it
-                    task.status = "failed"
                     task.error = f"{type(error).__name__}: {error}\n{traceback.format_exc(limit=4)}"
-                finally:
-                    task.finished = time.time()
+                    task.finished, task.status = time.time(), "failed"
 
         threading.Thread(target=run, name=f"speclens-{kind}-{task.id}", daemon=True).start()
         return task.id

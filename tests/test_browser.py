@@ -1,0 +1,111 @@
+"""The whole dashboard in a real browser on the bundled demo: import a dataset (with hostile token
+text and a corrupt line), run a decode, step through it, compare, diagnose, list runs; screenshots
+land in tests/artifacts/browser/."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.browser import CHROMIUM, CHROMIUM_ARGS, REPO, streamlit_server
+
+SHOTS = REPO / "tests" / "artifacts" / "browser"
+HOSTILE = "x = '<script>alert(1)</script>' + '<img src=x onerror=alert(1)>'\n"
+
+pytestmark = pytest.mark.skipif(os.environ.get("SPECLENS_SKIP_BROWSER") == "1",
+                                reason="SPECLENS_SKIP_BROWSER=1 (set only where Chromium cannot be installed)")
+
+
+@pytest.fixture(scope="module")
+def hostile_dataset(tmp_path_factory) -> Path:
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(REPO / "demo" / "target" / "tokenizer.json"))
+    prompt = tokenizer.encode("def render(value):\n    return ").ids
+    response = tokenizer.encode(HOSTILE).ids
+    ids = prompt + response
+    record = {"input_ids": ids, "loss_mask": [0] * len(prompt) + [1] * len(response), "seq_len": len(ids),
+              "n_prompt_tokens": len(prompt), "n_response_tokens": len(response), "source": "hostile"}
+    path = tmp_path_factory.mktemp("browser") / "hostile.jsonl"
+    path.write_text(json.dumps(record) + "\n{broken json\n")
+    return path
+
+
+def wait_idle(page, timeout=120_000):
+    """Until Streamlit finished rerunning (its status widget gone)."""
+    page.wait_for_timeout(400)
+    page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=timeout)
+
+
+def test_dashboard_in_chromium(tmp_path, hostile_dataset):
+    from playwright.sync_api import sync_playwright
+
+    assert Path(CHROMIUM).exists(), "Debian chromium is missing: tests/run.sh installs it (apt-get install chromium)"
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    env = {"SPECLENS_DB_URL": f"sqlite:///{tmp_path / 'browser.db'}", "SPECLENS_SERVER_LOG": str(tmp_path / "log")}
+    dialogs = []
+    with streamlit_server(env) as url, sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1500, "height": 1100})
+        page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+
+        page.goto(url)
+        page.get_by_text("Active setup").first.wait_for(timeout=60_000)
+        wait_idle(page)
+        assert page.get_by_text("demo/target").first.is_visible()
+        page.screenshot(path=str(SHOTS / "1_home.png"), full_page=True)
+
+        # Samples: import by path; the corrupt line is reported, the good record is shown as text
+        page.goto(f"{url}/Samples")
+        page.get_by_text("Import a dataset").click()
+        page.get_by_label("File or folder path").fill(str(hostile_dataset))
+        page.get_by_label("File or folder path").press("Enter")
+        wait_idle(page)
+        page.get_by_role("button", name="Import", exact=True).click()
+        page.get_by_text(re.compile(r"imported 1 jsonl samples, rejected 1")).wait_for(timeout=60_000)
+        wait_idle(page)
+        assert page.get_by_text("<script>alert(1)</script>", exact=False).count() >= 1
+        assert page.locator("img[src='x']").count() == 0 and page.locator("script:text('alert')").count() == 0
+        page.screenshot(path=str(SHOTS / "2_samples.png"), full_page=True)
+
+        # Decode: a replay of the demo pair in the background, then step through it
+        page.goto(f"{url}/Decode")
+        page.get_by_role("button", name="Start").wait_for(timeout=60_000)
+        page.get_by_label("Max new tokens").fill("48")
+        page.get_by_label("Max new tokens").press("Enter")
+        wait_idle(page)
+        page.get_by_role("button", name="Start").click()
+        page.get_by_text(re.compile(r"^Step 0 of")).wait_for(timeout=180_000)
+        page.get_by_role("button", name="Next ▶").click()
+        page.get_by_text(re.compile(r"^Step 1 of")).wait_for(timeout=30_000)
+        page.get_by_role("button", name="Jump to next rejection ⏭").click()
+        wait_idle(page)
+        assert page.locator(".sl-chip").count() >= 2 and page.locator(".sl-cur").count() == 1
+        page.screenshot(path=str(SHOTS / "3_decode.png"), full_page=True)
+
+        # Compare: epoch1 vs final on the first sample of the demo dataset
+        page.goto(f"{url}/Compare")
+        page.get_by_role("button", name="Compare on this sample").click()
+        page.get_by_text("Two runs side by side").wait_for(timeout=60_000)
+        page.get_by_text("Samples where the drafts differ most").wait_for(timeout=180_000)
+        wait_idle(page)
+        page.screenshot(path=str(SHOTS / "4_compare.png"), full_page=True)
+
+        # Diagnostics: the lint on the seed story's flags
+        page.goto(f"{url}/Diagnostics")
+        page.get_by_role("tab", name="Serving-flag lint").click()
+        page.get_by_role("button", name="Lint").click()
+        page.get_by_text("topk1-draft-tokens-reset").wait_for(timeout=60_000)
+        assert page.get_by_text("eagle-algorithm-eagle3-draft").count() >= 1
+        page.screenshot(path=str(SHOTS / "5_diagnostics_lint.png"), full_page=True)
+
+        # Runs: the history lists the decode and both compare runs
+        page.goto(f"{url}/Runs")
+        page.get_by_text(re.compile(r"3 of 3 runs")).wait_for(timeout=60_000)
+        page.screenshot(path=str(SHOTS / "6_runs.png"), full_page=True)
+        browser.close()
+    assert dialogs == [], f"a token string ran as code: {dialogs}"

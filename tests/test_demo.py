@@ -1,0 +1,101 @@
+"""The bundled demo: committed files load offline, and its headline numbers hold (loose bounds)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from backend.checkpoints import load_draft, load_target, preflight
+from backend.defaults import DEMO, DEMO_DRAFTS, DEMO_EVAL, DEMO_TARGET
+from backend.replay import ReplayConfig, StepRecord, output_ids_of, replay
+from backend.samples import read_jsonl
+from backend.teacher import TeacherCounts, teacher_forced_counts
+from backend.wiring import default_hf_indices
+from tests.oracle import plain_greedy
+
+K = 4
+
+
+@pytest.fixture(scope="module")
+def target():
+    return load_target(DEMO_TARGET, device="cpu", dtype="fp32")
+
+
+@pytest.fixture(scope="module")
+def evaluation(target):
+    samples, rejected = read_jsonl(DEMO_EVAL, target.vocab_size)
+    assert not rejected
+    return samples
+
+
+def test_committed_files_load_offline():
+    model = AutoModelForCausalLM.from_pretrained(DEMO_TARGET, local_files_only=True)
+    tokenizer = AutoTokenizer.from_pretrained(DEMO_TARGET, local_files_only=True)
+    layers = model.config.num_hidden_layers
+    assert layers >= 6 and len(set(default_hf_indices(layers))) == 3
+    assert tokenizer.chat_template and tokenizer.eos_token_id == model.generation_config.eos_token_id
+    for name in ("final", "epoch1", "miswired"):
+        config = json.loads((DEMO_DRAFTS / name / "config.json").read_text())
+        assert config["architectures"] == ["LlamaForCausalLMEagle3"]
+        assert config["draft_vocab_size"] < config["vocab_size"]
+        assert config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [i - 1 for i in default_hf_indices(layers)]
+        assert preflight(DEMO_DRAFTS / name, DEMO_TARGET).ok
+    trained = json.loads((DEMO_DRAFTS / "miswired" / "TRAINED_WIRING.json").read_text())["aux_hf_indices"]
+    assert trained[0] == 0 and trained != default_hf_indices(layers)
+    for name in ("train.jsonl", "eval.jsonl"):
+        samples, rejected = read_jsonl(DEMO / "data" / name, model.config.vocab_size)
+        assert samples and not rejected and len({s.source for s in samples}) >= 4
+        assert all(s.loss_mask[: s.prompt_len] == [0] * s.prompt_len and all(s.loss_mask[s.prompt_len:])
+                   for s in samples)
+    conversations = json.loads((DEMO / "data" / "sharegpt.json").read_text())
+    assert conversations and all(c["conversations"][0]["from"] == "human" for c in conversations)
+    files = sorted((DEMO / "data" / "features").glob("*.ckpt"))
+    assert files
+    data = torch.load(files[0], weights_only=True)
+    assert data["aux_hidden_state"].shape[-1] == 3 * model.config.hidden_size
+    assert data["hidden_state"].shape[1] == len(data["input_ids"])
+
+
+def test_demo_fits_in_40_megabytes():
+    tracked = subprocess.run(["git", "ls-files", "demo"], cwd=DEMO.parent, capture_output=True, text=True).stdout.split()
+    total = sum(Path(DEMO.parent, f).stat().st_size for f in tracked if Path(DEMO.parent, f).is_file())
+    assert tracked and total <= 40 * 2**20, f"demo/ is {total / 2**20:.1f} MB in git"
+
+
+def teacher(target, name, samples, wiring=None):
+    draft = load_draft(DEMO_DRAFTS / name, target, aux_hf_indices=wiring)
+    totals = TeacherCounts([0] * K, [0] * K)
+    for sample in samples:
+        totals.add(teacher_forced_counts(target, draft, draft.wiring, sample.input_ids, sample.loss_mask, K))
+    return totals.acc_per_step
+
+
+def live(target, name, samples, wiring=None, tokens=96):
+    draft = load_draft(DEMO_DRAFTS / name, target, aux_hf_indices=wiring)
+    accepted, outputs = [], []
+    for sample in samples:
+        records = list(replay(target, draft, sample.prompt_ids, draft.wiring, ReplayConfig(K, tokens, record=False)))
+        accepted += [r.accepted_count + 1 for r in records if isinstance(r, StepRecord)]
+        outputs.append(output_ids_of(records))
+    return sum(accepted) / len(accepted), outputs
+
+
+def test_headline_numbers(target, evaluation):
+    samples = evaluation[:12]
+    final_acc, epoch1_acc = teacher(target, "final", samples), teacher(target, "epoch1", samples)
+    assert final_acc[0] >= 0.55 and epoch1_acc[0] < final_acc[0]
+    prompts = evaluation[:3]
+    final_al, outputs = live(target, "final", prompts)
+    epoch1_al, _ = live(target, "epoch1", prompts)
+    assert final_al >= 2.3 and epoch1_al < final_al
+    for sample, output in zip(prompts, outputs, strict=True):
+        assert output == plain_greedy(target, sample.prompt_ids, len(output))  # exactness on the demo pair
+    trained = json.loads((DEMO_DRAFTS / "miswired" / "TRAINED_WIRING.json").read_text())["aux_hf_indices"]
+    true_al, _ = live(target, "miswired", prompts, wiring=trained)
+    declared_al, _ = live(target, "miswired", prompts)
+    assert true_al >= 2.3 and declared_al <= 0.9 * true_al
