@@ -1,7 +1,7 @@
 """Build the bundled offline demo: a small Llama target trained on the standard library's source, a
 dataset sampled from it, and three EAGLE-3 drafts (final, epoch1, and the seed story's mis-wired one).
 
-    python -m demo.build                 # everything, ~45 min on 2 CPU cores; writes demo/
+    python -m demo.build                 # everything, ~40 min on 2 CPU cores; writes demo/
     python -m demo.build --quick --out /tmp/demo_quick   # a minutes-long smoke run of every stage
 
 Seeded and deterministic on one machine (the corpus is this Python's standard library, so another
@@ -31,16 +31,16 @@ DEMO_DIR = Path(__file__).resolve().parent
 
 @dataclass(frozen=True)
 class Plan:
-    vocab_size: int = 4096
-    text_chars: int = 6_000_000
+    vocab_size: int = 2048
+    text_chars: int = 8_000_000
     target_layers: int = 8
-    target_steps: int = 520
+    target_steps: int = 1400
     target_batch: int = 8
     seq_len: int = 256
     train_samples: int = 1024
     eval_samples: int = 48
     max_new_tokens: int = 128
-    draft_vocab: int = 1536
+    draft_vocab: int = 1024
     ttt_steps: int = 4
     epochs: int = 3
     feature_files: int = 4

@@ -1,4 +1,5 @@
-"""The demo's text: the Python standard library's own source, which is on every machine.
+"""The demo's text: the Python standard library's own source, which is on every machine, without
+comments and docstrings and in ast.unparse's canonical layout.
 
 Module families listed in HELD_OUT never reach the target's training text; the demo datasets take
 their prompts from them, so every prompt is text the target has not seen.
@@ -6,6 +7,7 @@ their prompts from them, so every prompt is text the target has not seen.
 
 from __future__ import annotations
 
+import ast
 import random
 import sysconfig
 from dataclasses import dataclass
@@ -28,7 +30,26 @@ class SourceFile:
     family: str  # top-level module or package name: the dataset's `source` value
 
     def text(self) -> str:
-        return self.path.read_text(encoding="utf-8", errors="replace")
+        return clean_source(self.path.read_text(encoding="utf-8", errors="replace"))
+
+
+def clean_source(text: str) -> str:
+    """The code without comments and docstrings, in ast.unparse's canonical layout: far more regular
+    text than raw source, so a model this small learns it well enough to write sensible code
+    greedily (on raw source its greedy output collapsed into "the the the" inside comments)."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError):
+        return ""
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) \
+                and isinstance(getattr(body[0], "value", None), ast.Constant) and isinstance(body[0].value.value, str):
+            node.body = body[1:] or [ast.Pass()]
+    try:
+        return ast.unparse(tree) + "\n"
+    except RecursionError:
+        return ""
 
 
 def stdlib_files(root: Path | None = None) -> list[SourceFile]:
@@ -57,7 +78,7 @@ def training_text(files: list[SourceFile], budget_chars: int, seed: int) -> list
     texts, used = [], 0
     for source in order:
         text = source.text()
-        if used + len(text) > budget_chars:
+        if not text or used + len(text) > budget_chars:
             continue
         texts.append(text + END_OF_TEXT)
         used += len(text)

@@ -10,8 +10,8 @@ import torch
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
 
-def target_config(vocab_size: int, eos_token_id: int, num_layers: int = 8, hidden: int = 256) -> LlamaConfig:
-    return LlamaConfig(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=704,
+def target_config(vocab_size: int, eos_token_id: int, num_layers: int = 8, hidden: int = 192) -> LlamaConfig:
+    return LlamaConfig(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=512,
                        num_hidden_layers=num_layers, num_attention_heads=4, num_key_value_heads=2,
                        max_position_embeddings=2048, rope_theta=10000.0, rms_norm_eps=1e-5,
                        tie_word_embeddings=False, bos_token_id=None, eos_token_id=eos_token_id,

@@ -11,6 +11,7 @@ from db import store
 from ui import charts, state
 from ui.html import CSS, chips_html, context_html, legend, output_html, step_statuses
 from ui.runs import ACCEPT_LENGTH_HELP, get_run, list_runs
+from ui.taskview import task_panel
 from ui.tokens import Pieces
 
 st.set_page_config(page_title="SpecLens · Decode", layout="wide")
@@ -83,28 +84,12 @@ with st.expander("Start a replay", expanded=not list_runs(limit=1)):
                     override, sample_ref, sample_id, label=f"{draft_choice} K={int(steps)} on {sample_ref}")
 
 
-@st.fragment(run_every=1.0)
-def task_status() -> None:
-    task = tasks.MANAGER.get(st.session_state.get("decode_task"))
-    if task is None:
-        return
-    if task.active:
-        st.progress(task.progress, text=f"{task.label}: {task.message or task.status}")
-    elif task.status == "failed":
-        st.error(f"The replay failed: {task.error.splitlines()[0] if task.error else ''}")
-        if task.details.get("preflight"):
-            report = task.details["preflight"]
-            st.dataframe(pd.DataFrame(report["checks"]), hide_index=True, key="decode_preflight")
-        elif task.error:
-            st.code(task.error)
-    elif task.result and st.session_state.get("decode_task_shown") != task.id:
-        st.session_state["decode_task_shown"] = task.id
-        state.set_value("run", task.result["run_id"])
-        st.session_state["decode_step"] = 0
-        st.rerun()  # the full page picks the new run up
+def pick_up_run(result: dict) -> None:
+    state.set_value("run", result["run_id"])
+    st.session_state["decode_step"] = 0
 
 
-task_status()
+task_panel("decode_task", on_finish=pick_up_run, failure="The replay failed: ")
 
 # ----------------------------------------------------------------------------- choose a run
 
@@ -171,7 +156,7 @@ def references() -> list[str]:
 @st.fragment
 def viewer() -> None:
     current = min(st.session_state.get("decode_step", 0), len(steps) - 1)
-    st.session_state.setdefault("decode_slider", current)
+    st.session_state["decode_slider"] = current  # one source of truth: decode_step
     buttons = st.columns([1, 1, 2, 6])
     buttons[0].button("◀ Previous", key="decode_prev", on_click=move, args=(-1,), disabled=current == 0)
     buttons[1].button("Next ▶", key="decode_next", on_click=move, args=(1,), disabled=current >= len(steps) - 1)

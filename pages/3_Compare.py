@@ -11,6 +11,7 @@ from ui import charts, state
 from ui.compare import committed_positions, first_divergence, timeline_html
 from ui.html import CSS, legend
 from ui.runs import ACCEPT_LENGTH_HELP, get_run, list_runs
+from ui.taskview import task_panel
 from ui.tokens import Pieces
 
 st.set_page_config(page_title="SpecLens · Compare", layout="wide")
@@ -80,28 +81,12 @@ with st.expander("Run two drafts", expanded=not state.get_value("compare")):
                          dataset_id))
 
 
-@st.fragment(run_every=1.0)
-def batch_status() -> None:
-    task = tasks.MANAGER.get(st.session_state.get("compare_task"))
-    if task is None:
-        return
-    if task.active:
-        st.progress(task.progress, text=f"{task.label}: {task.message}")
-        return
-    if task.status == "failed":
-        st.error(task.error.splitlines()[0] if task.error else "failed")
-        if task.details.get("preflight"):
-            st.dataframe(pd.DataFrame(task.details["preflight"]["checks"]), hide_index=True)
-        return
-    if st.session_state.get("compare_task_seen") != task.id:
-        st.session_state["compare_task_seen"] = task.id
-        first = task.result[0]
-        state.set_value("compare", (first["run A"], first["run B"]))
-        st.session_state["compare_rows"] = task.result
-        st.rerun()
+def pick_up_rows(rows: list[dict]) -> None:
+    state.set_value("compare", (rows[0]["run A"], rows[0]["run B"]))
+    st.session_state["compare_rows"] = rows
 
 
-batch_status()
+task_panel("compare_task", on_finish=pick_up_rows)
 rows = st.session_state.get("compare_rows")
 if rows:
     st.subheader("Samples where the drafts differ most")

@@ -13,6 +13,7 @@ from db import store
 from ui import charts, state
 from ui.html import CSS
 from ui.runs import ACCEPT_LENGTH_HELP, get_run, list_runs
+from ui.taskview import task_panel
 from ui.tokens import Pieces
 
 st.set_page_config(page_title="SpecLens · Diagnostics", layout="wide")
@@ -37,30 +38,6 @@ def dataset_samples(key: str, default_n: int = 8):
         samples = store.get_samples(session, dataset_id)
     count = c2.number_input("Samples", 1, max(1, len(samples)), min(default_n, len(samples)), key=f"{key}_n")
     return samples[: int(count)]
-
-
-def task_panel(key: str, render) -> None:
-    """Progress while the task runs (polled), its error or preflight report if it failed, else render(result)."""
-    @st.fragment(run_every=1.0)
-    def poll():
-        task = tasks.MANAGER.get(st.session_state.get(key))
-        if task is None:
-            return
-        if task.active:
-            st.progress(task.progress, text=f"{task.label}: {task.message or task.status}")
-        elif st.session_state.get(f"{key}_seen") != (task.id, task.status):
-            st.session_state[f"{key}_seen"] = (task.id, task.status)
-            st.rerun()
-    poll()
-    task = tasks.MANAGER.get(st.session_state.get(key))
-    if task is None or task.active:
-        return
-    if task.status == "failed":
-        st.error(task.error.splitlines()[0] if task.error else "failed")
-        if task.details.get("preflight"):
-            st.dataframe(pd.DataFrame(task.details["preflight"]["checks"]), hide_index=True, key=f"{key}_preflight")
-        return
-    render(task.result)
 
 
 doctor_tab, probe_tab, diff_tab, lint_tab, agreement_tab, whatif_tab = st.tabs(
@@ -150,6 +127,12 @@ with diff_tab:
             token = result["input_ids"][first["position"]]
             st.error(f"First mismatch: {first['chunk']} at token {first['position']} ({pieces(token)!r}): cosine "
                      f"{first['cosine']:.3f}, norm ratio {first['norm_ratio']:.2f}.")
+        from backend.mismatch import is_mismatch
+        from ui.html import mismatch_html
+
+        st.caption("Tokens of the feature file: red where a chunk mismatches (hover for each chunk's cosine and "
+                   "norm ratio)")
+        st.html(CSS + mismatch_html(result["input_ids"], result["rows"], Pieces(result["target"]), is_mismatch))
         trained = result["training_aux_hf_indices"]
         st.markdown(f"Serving feeds HF **{result['serving_aux_hf_indices']}**; the stored training chunks equal HF "
                     f"**{trained}** (None = no layer matches).")

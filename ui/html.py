@@ -119,3 +119,20 @@ def context_html(ids: list[int], piece_of, limit: int = 60) -> str:
     spans = "".join(f'<span class="sl-t sl-prompt">{show(piece_of(t))}</span>' for t in tail)
     more = f'<span class="sl-boundary">… {len(ids) - limit} earlier</span>' if len(ids) > limit else ""
     return f'<div class="sl-text">{more}{spans}</div>'
+
+
+def mismatch_html(input_ids: list[int], rows: list[dict], piece_of, is_mismatch) -> str:
+    """Tokens coloured by their worst chunk: red where any chunk mismatches, green where all agree;
+    hover shows each chunk's cosine and norm ratio."""
+    by_position: dict[int, list[dict]] = {}
+    for row in rows:
+        by_position.setdefault(row["position"], []).append(row)
+    spans = []
+    for position, token in enumerate(input_ids):
+        mine = by_position.get(position, [])
+        bad = any(is_mismatch(r) for r in mine)
+        detail = "; ".join(f"{r['chunk']}: cos {r['cosine']:.3f}, ratio {r['norm_ratio']:.2f}" for r in mine)
+        title = escape(f"#{position} id {token}  {detail}", quote=True)
+        cls = "sl-rej" if bad else "sl-acc"
+        spans.append(f'<span class="sl-t {cls}" title="{title}">{show(piece_of(token))}</span>')
+    return f'<div class="sl-text">{"".join(spans)}</div>'

@@ -1,0 +1,42 @@
+"""One way for every page to show a background task: a progress bar polled while it runs, a single
+full rerun when it finishes (with an optional hook to pick up its result), then its error (and the
+preflight report of a refused draft) or its rendered result."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pandas as pd
+import streamlit as st
+
+from backend import tasks
+
+
+def task_panel(key: str, render: Callable | None = None, on_finish: Callable | None = None,
+               failure: str = "") -> None:
+    @st.fragment(run_every=1.0)
+    def poll() -> None:
+        task = tasks.MANAGER.get(st.session_state.get(key))
+        if task is None:
+            return
+        if task.active:
+            st.progress(task.progress, text=f"{task.label}: {task.message or task.status}")
+        elif st.session_state.get(f"{key}_seen") != (task.id, task.status):
+            st.session_state[f"{key}_seen"] = (task.id, task.status)
+            if task.status == "done" and on_finish is not None:
+                on_finish(task.result)
+            st.rerun()
+
+    poll()
+    task = tasks.MANAGER.get(st.session_state.get(key))
+    if task is None or task.active:
+        return
+    if task.status == "failed":
+        st.error(f"{failure}{task.error.splitlines()[0] if task.error else 'failed'}")
+        if task.details.get("preflight"):
+            st.dataframe(pd.DataFrame(task.details["preflight"]["checks"]), hide_index=True, key=f"{key}_preflight")
+        elif task.error and "\n" in task.error:
+            with st.expander("Details"):
+                st.code(task.error)
+    elif render is not None:
+        render(task.result)
