@@ -176,17 +176,28 @@ with lint_tab:
 with agreement_tab:
     st.markdown("Teacher-forced accuracy (what training reports) next to live accept length, per sample.")
     samples = dataset_samples("agreement", default_n=6)
-    c1, c2 = st.columns(2)
+    c1, c2, c3 = st.columns(3)
     steps = int(c1.number_input("K", 1, 8, 4, key="agreement_steps"))
     max_new = int(c2.number_input("Max new tokens", 8, 512, 96, key="agreement_max_new"))
+    claimed = c3.text_input("Training wiring (HF indices, optional)", "", key="agreement_training_wiring",
+                            help="The wiring the training run fed (e.g. the probe's answer). Empty: the serving wiring.")
     if st.button("Measure", key="agreement_run") and samples:
         target_dir, draft_dir = state.target_path(), state.draft_path()
+        try:
+            training = [int(x) for x in claimed.replace(" ", "").split(",") if x] or None
+        except ValueError:
+            training = None
+            st.error(f"{claimed!r}: expected comma-separated integers")
 
         def agreement_work(progress):
             from backend.agreement import teacher_vs_live
+            from backend.wiring import Wiring, check_indices
 
             target, draft, wiring = tasks.load_pair(target_dir, draft_dir)
-            return teacher_vs_live(target, draft, wiring, samples, steps, max_new, progress)
+            if training:
+                check_indices(training, target.num_layers)
+            claimed_wiring = Wiring(tuple(training), "claimed training wiring") if training else None
+            return teacher_vs_live(target, draft, wiring, samples, steps, max_new, progress, claimed_wiring)
         st.session_state["agreement_task"] = tasks.start_batch("agreement", "accuracy vs live", agreement_work)
 
     def render_agreement(rows):

@@ -182,3 +182,22 @@ def test_whatif_reproduces_the_measured_k_and_extrapolates():
     assert rows[3].extrapolated and rows[3].predicted_accept_length == pytest.approx(2.25 + 0.5 * 2 / 3)
     # draft 1 ms per drafted token, verify 10 ms per step: speed-up(K=2) = 2.25 * 10 / (2 + 10)
     assert rows[2].predicted_speedup == pytest.approx(2.25 * 10 / 12)
+
+
+def test_cli_gate_min_accept_length(setup, tmp_path):
+    root, _, samples = setup
+    path = tmp_path / "samples.jsonl"
+    path.write_text("".join(json.dumps({"input_ids": s.input_ids, "loss_mask": s.loss_mask,
+                                        "n_prompt_tokens": s.prompt_len}) + "\n" for s in samples[:2]))
+    common = ["--target", str(root / "target"), "--draft", str(root / "right"), "--samples", str(path), "--steps", "3"]
+    replay = [sys.executable, "-m", "backend", "replay", *common, "--index", "0", "--max-new-tokens", "24",
+              "--no-record", "--db", f"sqlite:///{tmp_path / 'gate.db'}", "--json"]
+    passed = subprocess.run([*replay, "--min-accept-length", "1.5"], capture_output=True, text=True)
+    assert passed.returncode == 0 and "gate passed" in passed.stderr
+    failed = subprocess.run([*replay, "--min-accept-length", "9"], capture_output=True, text=True)
+    assert failed.returncode == 3 and "gate failed: accept length" in failed.stderr
+    assert json.loads(failed.stdout)["mean_accept_length"] < 9  # the JSON is still printed
+    teacher = [sys.executable, "-m", "backend", "teacher", *common, "--json"]
+    assert subprocess.run([*teacher, "--min-accept-length", "1.2"], capture_output=True).returncode == 0
+    low = subprocess.run([*teacher, "--min-accept-length", "9"], capture_output=True, text=True)
+    assert low.returncode == 3 and "predicted accept length (1 + simulated)" in low.stderr
