@@ -47,6 +47,7 @@ def do_import(path: str, name: str, format_choice: str) -> None:
         "dataset_id": dataset_id, "imported": len(result.samples), "format": result.format,
         "rejected": [{"line": r.line, "reason": r.reason} for r in result.rejected]}
     st.session_state["samples_dataset"] = dataset_id
+    st.session_state["samples_dataset_select"] = dataset_id  # show the new dataset (the widget comes later)
 
 
 with st.expander("Import a dataset", expanded=False):
@@ -114,11 +115,11 @@ def sample_texts(db_url: str, dataset_id: int, target_path: str) -> list[str]:
 
 texts = sample_texts(state.db_url(), dataset_id, state.target_path())
 sources = sorted({s.source for s in samples})
-col1, col2, col3, col4 = st.columns(4)
-picked_sources = col1.multiselect("Source", sources, default=sources, key="samples_filter_source")
+col1, col2, col3, col4 = st.columns(4)  # filter keys per dataset: another dataset has other sources
+picked_sources = col1.multiselect("Source", sources, default=sources, key=f"samples_filter_source_{dataset_id}")
 longest = max(s.seq_len for s in samples)
-length_range = col2.slider("Length (tokens)", 1, max(2, longest), (1, max(2, longest)), key="samples_filter_length")
-coverage = col3.slider("Loss-mask coverage", 0.0, 1.0, (0.0, 1.0), step=0.05, key="samples_filter_coverage")
+length_range = col2.slider("Length (tokens)", 1, max(2, longest), (1, max(2, longest)), key=f"samples_filter_length_{dataset_id}")
+coverage = col3.slider("Loss-mask coverage", 0.0, 1.0, (0.0, 1.0), step=0.05, key=f"samples_filter_coverage_{dataset_id}")
 query = col4.text_input("Search text", key="samples_filter_text")
 visible = [i for i, s in enumerate(samples)
            if s.source in picked_sources and length_range[0] <= s.seq_len <= length_range[1]
@@ -131,7 +132,7 @@ table = pd.DataFrame([{"#": i, "source": samples[i].source, "line": samples[i].l
 st.dataframe(table, hide_index=True, key="samples_table", height=260)
 if not visible:
     st.stop()
-index = st.selectbox("Sample", visible, key="samples_pick",
+index = st.selectbox("Sample", visible, key=f"samples_pick_{dataset_id}",
                      format_func=lambda i: f"#{i} · {samples[i].source} · {samples[i].seq_len} tokens")
 sample = samples[index]
 st.session_state["samples_selected"] = sample.id

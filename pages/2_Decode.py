@@ -160,7 +160,7 @@ def viewer() -> None:
     buttons = st.columns([1, 1, 2, 6])
     buttons[0].button("◀ Previous", key="decode_prev", on_click=move, args=(-1,), disabled=current == 0)
     buttons[1].button("Next ▶", key="decode_next", on_click=move, args=(1,), disabled=current >= len(steps) - 1)
-    buttons[2].button("Jump to next rejection ⏭", key="decode_next_rejection", on_click=move,
+    buttons[2].button("Jump to next rejection »", key="decode_next_rejection", on_click=move,
                       kwargs={"to_rejection": True})
     if len(steps) > 1:
         st.slider("Verify step", 0, len(steps) - 1, key="decode_slider",

@@ -50,7 +50,7 @@ def test_dashboard_in_chromium(tmp_path, hostile_dataset):
     dialogs = []
     with streamlit_server(env) as url, sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1500, "height": 1100})
+        page = browser.new_page(viewport={"width": 1500, "height": 2200})
         page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
 
         page.goto(url)
@@ -68,9 +68,10 @@ def test_dashboard_in_chromium(tmp_path, hostile_dataset):
         page.get_by_role("button", name="Import", exact=True).click()
         page.get_by_text(re.compile(r"imported 1 jsonl samples, rejected 1")).wait_for(timeout=60_000)
         wait_idle(page)
-        assert page.get_by_text("<script>alert(1)</script>", exact=False).count() >= 1
-        assert page.locator("img[src='x']").count() == 0 and page.locator("script:text('alert')").count() == 0
         page.screenshot(path=str(SHOTS / "2_samples.png"), full_page=True)
+        shown = page.locator(".sl-text").first.inner_text()
+        assert "<script>alert(1)</script>" in shown and "<img src=x onerror=alert(1)>" in shown
+        assert page.locator("img[src='x']").count() == 0 and page.locator("script:text('alert')").count() == 0
 
         # Decode: a replay of the demo pair in the background, then step through it
         page.goto(f"{url}/Decode")
@@ -80,9 +81,11 @@ def test_dashboard_in_chromium(tmp_path, hostile_dataset):
         wait_idle(page)
         page.get_by_role("button", name="Start").click()
         page.get_by_text(re.compile(r"^Step 0 of")).wait_for(timeout=180_000)
+        wait_idle(page)
         page.get_by_role("button", name="Next ▶").click()
         page.get_by_text(re.compile(r"^Step 1 of")).wait_for(timeout=30_000)
-        page.get_by_role("button", name="Jump to next rejection ⏭").click()
+        wait_idle(page)
+        page.get_by_role("button", name="Jump to next rejection »").click()
         wait_idle(page)
         assert page.locator(".sl-chip").count() >= 2 and page.locator(".sl-cur").count() == 1
         page.screenshot(path=str(SHOTS / "3_decode.png"), full_page=True)
@@ -102,10 +105,21 @@ def test_dashboard_in_chromium(tmp_path, hostile_dataset):
         page.get_by_text("topk1-draft-tokens-reset").wait_for(timeout=60_000)
         assert page.get_by_text("eagle-algorithm-eagle3-draft").count() >= 1
         page.screenshot(path=str(SHOTS / "5_diagnostics_lint.png"), full_page=True)
+        page.get_by_role("tab", name="Train vs serve").click()
+        page.get_by_role("button", name="Diff", exact=True).click()
+        page.get_by_text(re.compile(r"First mismatch: chunk0")).wait_for(timeout=120_000)
+        wait_idle(page)
+        page.screenshot(path=str(SHOTS / "5b_diagnostics_train_vs_serve.png"), full_page=True)
+        page.get_by_role("tab", name="Wiring probe").click()
+        page.get_by_role("button", name="Run the probe").click()
+        page.get_by_text(re.compile(r"The declared wiring HF \[2, 4, 5\]")).wait_for(timeout=180_000)
+        wait_idle(page)
+        page.screenshot(path=str(SHOTS / "5c_diagnostics_probe.png"), full_page=True)
 
         # Runs: the history lists the decode and both compare runs
         page.goto(f"{url}/Runs")
         page.get_by_text(re.compile(r"3 of 3 runs")).wait_for(timeout=60_000)
+        wait_idle(page)
         page.screenshot(path=str(SHOTS / "6_runs.png"), full_page=True)
         browser.close()
     assert dialogs == [], f"a token string ran as code: {dialogs}"

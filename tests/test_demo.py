@@ -99,3 +99,17 @@ def test_headline_numbers(target, evaluation):
     true_al, _ = live(target, "miswired", prompts, wiring=trained)
     declared_al, _ = live(target, "miswired", prompts)
     assert true_al >= 2.3 and declared_al <= 0.9 * true_al
+
+
+def test_probe_ranks_the_demo_drafts(target, evaluation):
+    from backend.probe import run_probe
+
+    trained = json.loads((DEMO_DRAFTS / "miswired" / "TRAINED_WIRING.json").read_text())["aux_hf_indices"]
+    miswired = load_draft(DEMO_DRAFTS / "miswired", target)
+    report = run_probe(target, miswired, miswired.wiring, evaluation[:6], num_steps=K, search_budget=20)
+    assert not report.confirmed and list(report.best.aux_hf_indices) == trained
+    assert report.best.acc_step0 > report.declared.acc_step0 + 0.1
+    assert "embedding output" in report.verdict and "% lost" in report.verdict
+    final = load_draft(DEMO_DRAFTS / "final", target)
+    confirmed = run_probe(target, final, final.wiring, evaluation[:6], num_steps=K, search_budget=20)
+    assert confirmed.confirmed and confirmed.verdict.startswith("The declared wiring")

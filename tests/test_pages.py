@@ -34,6 +34,13 @@ def finish(app: AppTest, key: str) -> AppTest:
     return app.run()
 
 
+def frame_with(app: AppTest, column: str):
+    """The page's table that has `column` (AppTest looks up only widgets by key, not plain tables)."""
+    frames = [f.value for f in app.dataframe if column in f.value.columns]
+    assert frames, f"no table with a {column!r} column"
+    return frames[0]
+
+
 def ok(app: AppTest) -> AppTest:
     assert not app.exception, [e.message for e in app.exception]
     return app
@@ -49,12 +56,12 @@ def test_home_shows_the_demo_pair_and_registers_the_demo_dataset(db):
 
 def test_samples_filters_view_and_import(db, tmp_path):
     app = ok(page("1_Samples").run())
-    total = len(app.dataframe(key="samples_table").value)
-    sources = app.multiselect(key="samples_filter_source").value
-    app.multiselect(key="samples_filter_source").set_value(sources[:1]).run()
-    assert 0 < len(app.dataframe(key="samples_table").value) < total
+    total = len(frame_with(app, "loss-mask coverage"))
+    sources = app.multiselect(key="samples_filter_source_1").value
+    app.multiselect(key="samples_filter_source_1").set_value(sources[:1]).run()
+    assert 0 < len(frame_with(app, "loss-mask coverage")) < total
     app.text_input(key="samples_filter_text").set_value("zzzz-not-there").run()
-    assert "0 of" in app.caption[0].value
+    assert any(c.value.startswith("0 of") for c in app.caption)
     app.text_input(key="samples_filter_text").set_value("").run()
     bad = tmp_path / "mixed.jsonl"
     bad.write_text(json.dumps({"input_ids": [5, 6, 7], "loss_mask": [0, 1, 1], "source": "<b>x</b>"}) + "\n{oops\n")
@@ -62,7 +69,7 @@ def test_samples_filters_view_and_import(db, tmp_path):
     app.text_input(key="samples_path").set_value(str(bad)).run()
     ok(app.button(key="samples_import_path").click().run())
     assert "imported 1 jsonl samples, rejected 1" in app.success[0].value
-    assert app.dataframe(key="samples_rejected").value["line"].tolist() == [2]
+    assert frame_with(app, "reason")["line"].tolist() == [2]
     empty = tmp_path / "empty.jsonl"
     empty.write_text("{oops\n")
     app.text_input(key="samples_path").set_value(str(empty)).run()
@@ -119,7 +126,7 @@ def test_compare_diagnostics_and_runs(db):
     app.button(key="compare_start_one").click().run()
     app = ok(finish(app, "compare_task"))
     app.run()
-    assert len(app.dataframe(key="compare_table").value) == 1
+    assert len(frame_with(app, "AL delta (B - A)")) == 1
     assert app.metric[1].value  # accept length B with its delta
 
     diagnostics = ok(page("4_Diagnostics").run())
@@ -128,9 +135,9 @@ def test_compare_diagnostics_and_runs(db):
     assert "topk1-draft-tokens-reset" in found and "eagle-algorithm-eagle3-draft" in found
 
     runs = ok(page("5_Runs").run())
-    assert len(runs.dataframe(key="runs_table").value) == 2
+    assert len(frame_with(runs, "acceptance rate")) == 2
     runs.multiselect(key="runs_filter_draft").set_value(["epoch1"]).run()
-    assert len(runs.dataframe(key="runs_table").value) == 1
+    assert len(frame_with(runs, "acceptance rate")) == 1
     ok(runs.button(key="runs_delete").click().run())
     with store.session_scope(store.session_factory(store.make_engine(db))) as session:
         assert len(store.list_runs(session)) == 1

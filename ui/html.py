@@ -23,10 +23,10 @@ CSS = """
 .sl-step{border-left:2px solid #90a4ae;margin-left:1px}
 .sl-cur{outline:2px solid #ff9800;outline-offset:1px}
 .sl-chips{display:flex;flex-wrap:wrap;gap:8px;align-items:stretch}
-.sl-chip{border-radius:8px;padding:6px 8px;min-width:120px;font-family:ui-monospace,monospace;font-size:12px;
-  border:1px solid #cfd8dc}
+.sl-chip{border-radius:8px;padding:6px 8px;min-width:120px;max-width:220px;font-family:ui-monospace,monospace;
+  font-size:12px;border:1px solid #cfd8dc;flex:0 1 220px}
 .sl-chip b{font-size:14px}
-.sl-chip .sl-meta{color:#455a64;font-size:11px;margin-top:3px;white-space:pre-wrap}
+.sl-chip .sl-meta{color:#455a64;font-size:11px;margin-top:3px;white-space:pre-wrap;word-break:break-word}
 .sl-legend span{display:inline-block;padding:1px 6px;margin-right:6px;border-radius:3px;font-size:12px}
 </style>
 """
@@ -71,13 +71,13 @@ def chips_html(step, piece_of) -> str:
         prob = step.draft_probs[i] if i < len(step.draft_probs) else None
         alternatives = ""
         if i < len(step.draft_top_ids):
-            alternatives = "  ".join(f"{piece_of(t)!r} {p:.2f}" for t, p in
+            alternatives = "\n  ".join(f"{piece_of(t)!r} {p:.2f}" for t, p in
                                      zip(step.draft_top_ids[i], step.draft_top_probs[i], strict=False))
         argmax = step.target_argmax_ids[i] if i < len(step.target_argmax_ids) else None
         argmax_prob = step.target_argmax_probs[i] if i < len(step.target_argmax_probs) else None
         target_line = "" if argmax is None else (
             f"target: {piece_of(argmax)!r}" + (f" p={argmax_prob:.2f}" if argmax_prob is not None else ""))
-        meta = (f"draft p={prob:.2f}\n" if prob is not None else "") + f"{target_line}\ntop-5: {alternatives}"
+        meta = (f"draft p={prob:.2f}\n" if prob is not None else "") + f"{target_line}\ntop-5:\n  {alternatives}"
         chips.append(f'<div class="sl-chip {STATUS_CLASS[status]}" title="{escape(status, quote=True)}">'
                       f'<div>d{i + 1} · {escape(status)}</div><b>{show(repr(piece_of(token))[1:-1])}</b>'
                       f'<div class="sl-meta">{escape(meta)}</div></div>')

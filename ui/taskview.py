@@ -14,7 +14,10 @@ from backend import tasks
 
 def task_panel(key: str, render: Callable | None = None, on_finish: Callable | None = None,
                failure: str = "") -> None:
-    @st.fragment(run_every=1.0)
+    current = tasks.MANAGER.get(st.session_state.get(key))
+    unseen = current is not None and st.session_state.get(f"{key}_seen") != (current.id, current.status)
+    # Poll only while there is something to wait for: every poll is a script run on the server.
+    @st.fragment(run_every=1.0 if current is not None and (current.active or unseen) else None)
     def poll() -> None:
         task = tasks.MANAGER.get(st.session_state.get(key))
         if task is None:
