@@ -5,6 +5,8 @@ vs live acceptance, and the speed-up what-if. Model work runs as background task
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 import streamlit as st
 
@@ -95,8 +97,8 @@ with probe_tab:
         st.caption(f"{len(report['candidates'])} candidates on {report['n_samples']} samples in "
                    f"{report['seconds']:.1f} s. acc_0: teacher-forced top-1 accuracy at TTT step 0; predicted accept "
                    "length = 1 + sum_k prod_(j<=k) acc_j.")
-        st.code(f"# SGLang (draft config.json)\n{report['config']['sglang']}\n# vLLM (draft config.json)\n"
-                f"{report['config']['vllm']}", language="text")
+        st.code(f"# SGLang (draft config.json)\n{json.dumps(report['config']['sglang'])}\n"
+                f"# vLLM (draft config.json)\n{json.dumps(report['config']['vllm'])}", language="json")
     task_panel("probe_task", render_probe)
 
 with diff_tab:
