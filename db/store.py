@@ -267,20 +267,6 @@ def get_samples(session: Session, dataset_id: int) -> list[SampleInfo]:
     return [_sample_info(row) for row in rows]
 
 
-def get_sample(session: Session, sample_id: int) -> SampleInfo | None:
-    row = session.get(SampleRow, sample_id)
-    return _sample_info(row) if row is not None else None
-
-
-def delete_dataset(session: Session, dataset_id: int) -> bool:
-    dataset = session.get(Dataset, dataset_id)
-    if dataset is None:
-        return False
-    session.execute(delete(SampleRow).where(SampleRow.dataset_id == dataset_id))
-    session.delete(dataset)
-    return True
-
-
 def get_token_stats(session: Session, run_id: int, reference: str | None = None) -> list[dict]:
     """Per position and chunk rows; reference None = the fed features' own norms."""
     query = select(TokenStat).where(TokenStat.run_id == run_id)

@@ -50,6 +50,9 @@ def drafts(tmp_path_factory):
     }
 
 
+CHAIN = "--speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4"  # consistent
+
+
 def sglang(draft, *flags, target="meta-llama/Llama-3.1-8B-Instruct"):
     return ("python -m sglang.launch_server --model-path " + str(target) + " --speculative-algorithm EAGLE3 "
             f"--speculative-draft-model-path {draft} " + " ".join(flags) + " --tp 1 --mem-fraction-static 0.8")
@@ -71,8 +74,7 @@ def test_seed_story_flag_set_is_flagged(drafts, target_dir):
 
 
 def test_consistent_chain_has_no_shape_findings(drafts, target_dir):
-    command = sglang(drafts["good"], "--speculative-num-steps 3 --speculative-eagle-topk 1",
-                     "--speculative-num-draft-tokens 4 --context-length 2048", target=target_dir)
+    command = sglang(drafts["good"], CHAIN, "--context-length 2048", target=target_dir)
     report = lint_command(drafts["good"], sglang=command)
     assert report.findings == []
     assert report.effective == {"num_steps": 3, "topk": 1, "num_draft_tokens": 4}
@@ -87,14 +89,12 @@ def test_tree_keeps_its_draft_tokens(drafts, target_dir):
 
 
 def test_eagle_algorithm_with_eagle3_draft(drafts):
-    command = sglang(drafts["good"], "--speculative-num-steps 3 --speculative-eagle-topk 1",
-                     "--speculative-num-draft-tokens 4").replace("EAGLE3", "EAGLE")
+    command = sglang(drafts["good"], CHAIN).replace("EAGLE3", "EAGLE")
     assert codes(lint_command(drafts["good"], sglang=command))["eagle-algorithm-eagle3-draft"] == "error"
 
 
 def test_eagle3_algorithm_with_eagle1_draft(drafts):
-    command = sglang(drafts["eagle1"], "--speculative-num-steps 3 --speculative-eagle-topk 1",
-                     "--speculative-num-draft-tokens 4")
+    command = sglang(drafts["eagle1"], CHAIN)
     assert codes(lint_command(drafts["eagle1"], sglang=command))["eagle3-algorithm-eagle1-draft"] == "error"
 
 
@@ -118,21 +118,18 @@ def test_defaults_without_a_known_target_say_both_options(drafts):
 
 
 def test_missing_d2t(drafts):
-    command = sglang(drafts["no_d2t"], "--speculative-num-steps 3 --speculative-eagle-topk 1",
-                     "--speculative-num-draft-tokens 4")
+    command = sglang(drafts["no_d2t"], CHAIN)
     assert codes(lint_command(drafts["no_d2t"], sglang=command))["missing-d2t"] == "error"
     assert "missing-d2t" not in codes(lint_command(drafts["good"], sglang=command.replace("no_d2t", "good")))
 
 
 def test_token_map_ignored_for_eagle3(drafts):
-    command = sglang(drafts["good"], "--speculative-num-steps 3 --speculative-eagle-topk 1",
-                     "--speculative-num-draft-tokens 4 --speculative-token-map /models/freq_32k.pt")
+    command = sglang(drafts["good"], CHAIN, "--speculative-token-map /models/freq_32k.pt")
     assert codes(lint_command(drafts["good"], sglang=command))["token-map-ignored"] == "warning"
 
 
 def test_draft_context_below_served_context(drafts, target_dir):
-    command = sglang(drafts["good"], "--speculative-num-steps 3 --speculative-eagle-topk 1",
-                     "--speculative-num-draft-tokens 4", target=target_dir)
+    command = sglang(drafts["good"], CHAIN, target=target_dir)
     finding = next(f for f in lint_command(drafts["good"], sglang=command).findings if f.code == "draft-context")
     assert "8192" in finding.message and "2048" in finding.message  # from the target's config
     command += " --context-length 1024"
@@ -140,15 +137,13 @@ def test_draft_context_below_served_context(drafts, target_dir):
 
 
 def test_running_requests_cap_and_mixed_chunk(drafts):
-    command = sglang(drafts["good"], "--speculative-num-steps 3 --speculative-eagle-topk 1",
-                     "--speculative-num-draft-tokens 4 --max-running-requests 256 --enable-mixed-chunk")
+    command = sglang(drafts["good"], CHAIN, "--max-running-requests 256 --enable-mixed-chunk")
     found = codes(lint_command(drafts["good"], sglang=command))
     assert found["max-running-requests-capped"] == "info" and found["mixed-chunk-off"] == "info"
 
 
 def test_sglang_ignores_top_level_ids(drafts, target_dir):
-    command = sglang(drafts["speculators"], "--speculative-num-steps 3 --speculative-eagle-topk 1",
-                     "--speculative-num-draft-tokens 4 --context-length 2048", target=target_dir)
+    command = sglang(drafts["speculators"], CHAIN, "--context-length 2048", target=target_dir)
     finding = next(f for f in lint_command(drafts["speculators"], sglang=command).findings
                    if f.code == "aux-ids-field")
     assert finding.severity == "info"  # [2, 16, 29] are the defaults anyway
@@ -156,8 +151,7 @@ def test_sglang_ignores_top_level_ids(drafts, target_dir):
 
 
 def test_nested_ids_written_as_hf_indices(drafts, target_dir):
-    command = sglang(drafts["nested_hf"], "--speculative-num-steps 3 --speculative-eagle-topk 1",
-                     "--speculative-num-draft-tokens 4", target=target_dir)
+    command = sglang(drafts["nested_hf"], CHAIN, target=target_dir)
     finding = next(f for f in lint_command(drafts["nested_hf"], sglang=command).findings
                    if f.code == "aux-ids-convention")
     assert "[3, 17, 30]" in finding.message and "[1, 15, 28]" in finding.fix
