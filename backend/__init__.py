@@ -1,6 +1,20 @@
-"""SpecLens engine: loads a target and an EAGLE-3 draft, replays speculative decoding, yields records.
+"""SpecLens backend, in layers; each imports only the layers below it (tests/test_architecture.py
+checks this):
 
-Nothing in this package touches Streamlit or the database; db/ persists what it yields.
+    backend.engine       the algorithm (torch, transformers): records, draft_config, draft_model,
+                         kv_cache, wiring, capture, layouts, loading, preflight, replay, teacher, metrics
+    backend.data         files in, validated samples out: samples, features (.ckpt), importer
+    backend.diagnostics  one question per file, engine objects in, a report out: probe, hidden_diff,
+                         doctor, agreement, whatif, lint, mismatch
+    backend.service      the only layer that touches db/ and threads: requests, jobs, models,
+                         database, datasets, runs, references, checks, tasks
+    backend.cli          argparse over the service (`python -m backend`)
+
+engine <- data <- diagnostics <- service <- cli / pages. Only `backend.service` and `backend.cli`
+import `db` (db itself imports only the torch-free record types `backend.engine.records` and
+`backend.data.samples`). Only `pages/` and `ui/` import streamlit; pages and ui never import torch
+or transformers (directly or through what they import) and define no work that touches a model:
+they build requests and call `backend.service`. The reference the code cites is docs/reference.md.
 """
 
 

@@ -6,7 +6,7 @@ Meant for a session that has a GPU for a few minutes: one command, a table on st
 
 What it checks, on two targets built in a temporary directory:
   random  a random Llama (context matters) with a random draft: the replay's output must equal
-          `generate`'s in the same dtype; in bf16 a near-tie may flip (eagle3-reference.md section 4),
+          `generate`'s in the same dtype; in bf16 a near-tie may flip (docs/reference.md §7),
           so at the first divergence both tokens are scored by the target in fp32 on the shared
           prefix and the flip is accepted only if their log-probs differ by less than --tolerance.
   bigram  a context-free target whose greedy text cycles through its vocabulary, with a draft that
@@ -25,10 +25,10 @@ from pathlib import Path
 
 import torch
 
-from backend.checkpoints import load_draft, load_target
-from backend.jobs import run_replay_job
-from backend.replay import ReplayConfig, output_ids_of, replay
-from backend.synthetic import (
+from backend.engine.loading import load_target
+from backend.engine.preflight import load_checked_draft
+from backend.engine.replay import ReplayConfig, output_ids_of, replay
+from backend.engine.synthetic import (
     bigram_draft_tensors,
     corrupt_next_token_map,
     cyclic_next_token_map,
@@ -38,7 +38,9 @@ from backend.synthetic import (
     random_draft_tensors,
     save_draft,
 )
-from db import store
+from backend.service.database import open_database
+from backend.service.jobs import run_replay_job
+from backend.service.requests import ReplayRequest
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -92,9 +94,9 @@ def exactness(root: Path, args) -> dict:
     save_draft(root / "random-draft", config, random_draft_tensors(config))
     del model
     target = load_target(root / "random", device=args.device, dtype=args.dtype)
-    draft = load_draft(root / "random-draft", target)
+    draft, report = load_checked_draft(root / "random-draft", target)
     prompt = list(range(1, 17))
-    ours = output_ids_of(list(replay(target, draft, prompt, draft.wiring, ReplayConfig(args.steps, args.new_tokens))))
+    ours = output_ids_of(list(replay(target, draft, prompt, report.wiring, ReplayConfig(args.steps, args.new_tokens))))
     theirs = generate(target, prompt, args.new_tokens)
     result = {"tokens": len(ours), "identical": ours == theirs}
     if ours != theirs:
@@ -114,14 +116,15 @@ def timing(root: Path, args) -> dict:
     save_draft(root / "bigram-draft", config, bigram_draft_tensors(model, config, corrupt_next_token_map(follow, 0.2)))
     del model
     target = load_target(root / "bigram", device=args.device, dtype=args.dtype)
-    draft = load_draft(root / "bigram-draft", target)
+    draft, report = load_checked_draft(root / "bigram-draft", target)
     prompt = list(range(16))
     generate(target, prompt, 16)  # warm up kernels
     url = f"sqlite:///{root / 'gpu.db'}"
-    factory = store.session_factory(store.make_engine(url))
+    database = open_database(url)
+    request = ReplayRequest(str(root / "bigram"), str(root / "bigram-draft"), prompt_ids=tuple(prompt),
+                            num_steps=args.steps, max_new_tokens=args.new_tokens, sample_ref="gpu check")
     expected, generate_s = timed(lambda: generate(target, prompt, args.new_tokens), target.device)
-    outcome, replay_s = timed(lambda: run_replay_job(factory, store.artifact_root(url), target, draft, "bigram",
-                                                     prompt, draft.wiring, ReplayConfig(args.steps, args.new_tokens)),
+    outcome, replay_s = timed(lambda: run_replay_job(database, target, draft, request, report.wiring, prompt),
                               target.device)
     return {"generate_tokens_per_s": len(expected) / generate_s,
             "replay_record_tokens_per_s": len(outcome.output_ids) / replay_s,

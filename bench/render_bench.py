@@ -29,11 +29,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from backend.checkpoints import load_draft, load_target  # noqa: E402
 from backend.defaults import DEMO_DRAFTS, DEMO_TARGET  # noqa: E402
-from backend.jobs import run_replay_job  # noqa: E402
-from backend.replay import ReplayConfig  # noqa: E402
-from db import store  # noqa: E402
+from backend.engine.loading import load_target  # noqa: E402
+from backend.engine.preflight import load_checked_draft  # noqa: E402
+from backend.service.database import open_database  # noqa: E402
+from backend.service.jobs import run_replay_job  # noqa: E402
+from backend.service.requests import ReplayRequest  # noqa: E402
+from backend.service.runs import get_run_with_steps  # noqa: E402
 from ui.html import chips_html, context_html, output_html  # noqa: E402
 from ui.tokens import Pieces  # noqa: E402
 
@@ -42,17 +44,16 @@ PROMPT = "import os\nimport sys\n\n\ndef main(argv):\n    "
 
 def make_run(url: str, new_tokens: int) -> int:
     target = load_target(str(DEMO_TARGET), device="cpu", dtype="fp32")
-    draft = load_draft(str(DEMO_DRAFTS / "final"), target)
+    draft, report = load_checked_draft(str(DEMO_DRAFTS / "final"), target)
     prompt = target.tokenizer(PROMPT)["input_ids"]
-    outcome = run_replay_job(store.session_factory(store.make_engine(url)), store.artifact_root(url), target, draft,
-                             str(DEMO_DRAFTS / "final"), prompt, draft.wiring, ReplayConfig(4, new_tokens),
-                             sample_ref="render bench")
+    request = ReplayRequest(str(DEMO_TARGET), str(DEMO_DRAFTS / "final"), prompt_ids=tuple(prompt), num_steps=4,
+                            max_new_tokens=new_tokens, sample_ref="render bench")
+    outcome = run_replay_job(open_database(url), target, draft, request, report.wiring, prompt)
     return outcome.run_id
 
 
 def html_timing(url: str, run_id: int) -> tuple[float, float, int]:
-    with store.session_scope(store.session_factory(store.make_engine(url))) as session:
-        run, steps = store.get_run(session, run_id), store.get_steps(session, run_id)
+    run, steps = get_run_with_steps(url, run_id)
     pieces = Pieces(run.target_path)
     sequence = run.prompt_ids + run.output_ids
     timings, size = [], 0
@@ -82,7 +83,6 @@ def apptest_timing(url: str, run_id: int) -> tuple[float, float]:
 
 def browser_timing(url: str, run_id: int) -> float:
     from playwright.sync_api import sync_playwright
-
     from tests.browser import CHROMIUM, CHROMIUM_ARGS, streamlit_server
 
     clicks = []

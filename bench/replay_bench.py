@@ -3,9 +3,9 @@
 What is measured (all in one process, on the same random-init target, fp32 on CPU, 2 threads):
 
   generate        `model.generate(prompt, do_sample=False, max_new_tokens=N)`: the baseline.
-  replay          `backend.replay.replay(..., ReplayConfig(K, N, record=False))` drained in memory:
+  replay          `backend.engine.replay.replay(..., ReplayConfig(K, N, record=False))` drained in memory:
                   the engine alone (draft catch-up + K-step chain + one verify per step, no DB).
-  replay+record   `backend.jobs.run_replay_job` with `record=True`: the full path the CLI and the
+  replay+record   `backend.service.jobs.run_replay_job` with `record=True`: the full path the CLI and the
                   dashboard use (probabilities, top-k alternatives, hidden states; one SQLite commit
                   per verify step into a temporary database, then the safetensors artifact).
 
@@ -61,12 +61,12 @@ from pathlib import Path
 
 import torch
 
-from backend.checkpoints import Target, load_draft, load_target
-from backend.draft_config import parse_draft_config
-from backend.draft_model import Eagle3Draft
-from backend.jobs import run_replay_job
-from backend.replay import ReplayConfig, StepRecord, output_ids_of, replay
-from backend.synthetic import (
+from backend.engine.draft_config import parse_draft_config
+from backend.engine.draft_model import Eagle3Draft
+from backend.engine.loading import Target, load_target
+from backend.engine.preflight import load_checked_draft
+from backend.engine.replay import ReplayConfig, StepRecord, output_ids_of, replay
+from backend.engine.synthetic import (
     bigram_draft_tensors,
     corrupt_next_token_map,
     cyclic_next_token_map,
@@ -75,8 +75,10 @@ from backend.synthetic import (
     random_draft_tensors,
     save_draft,
 )
-from backend.wiring import Wiring, resolve_wiring
-from db import store
+from backend.engine.wiring import Wiring, resolve_wiring
+from backend.service.database import open_database
+from backend.service.jobs import run_replay_job
+from backend.service.requests import ReplayRequest
 
 NUM_STEPS = 4  # K
 THREADS = 2
@@ -165,7 +167,7 @@ def build_setup(root: Path) -> Setup:
 
 def _load_draft(name: str, path: Path, config: dict, target: Target) -> DraftSetup:
     wiring = resolve_wiring(parse_draft_config(config), target.num_layers)
-    return DraftSetup(name, load_draft(path, target), wiring, path)
+    return DraftSetup(name, load_checked_draft(path, target)[0], wiring, path)
 
 
 # ------------------------------------------------------------------------------------ cpu noise
@@ -226,11 +228,11 @@ def time_replay(target: Target, pair: DraftSetup, prompt: list[int], new_tokens:
     return _replay_timing(seconds, output_ids_of(records), steps)
 
 
-def time_recorded(target: Target, pair: DraftSetup, prompt: list[int], new_tokens: int, factory,
-                  artifact_dir: Path) -> Timing:
-    config = ReplayConfig(num_steps=NUM_STEPS, max_new_tokens=new_tokens, record=True)
+def time_recorded(target: Target, pair: DraftSetup, prompt: list[int], new_tokens: int, database) -> Timing:
+    request = ReplayRequest(target.path, str(pair.path), prompt_ids=tuple(prompt), num_steps=NUM_STEPS,
+                            max_new_tokens=new_tokens, record=True)
     started = time.perf_counter()
-    outcome = run_replay_job(factory, artifact_dir, target, pair.draft, str(pair.path), prompt, pair.wiring, config)
+    outcome = run_replay_job(database, target, pair.draft, request, pair.wiring, prompt)
     seconds = time.perf_counter() - started
     return _replay_timing(seconds, outcome.output_ids, outcome.steps)
 
@@ -243,8 +245,8 @@ def _replay_timing(seconds: float, output_ids: list[int], steps: list[StepRecord
 class Runner:
     """Runs every (draft, mode) at one length, keeping every repeat's Timing."""
 
-    def __init__(self, setup: Setup, factory, artifact_dir: Path, quiet_wait: float, log):
-        self.setup, self.factory, self.artifact_dir = setup, factory, artifact_dir
+    def __init__(self, setup: Setup, database, quiet_wait: float, log):
+        self.setup, self.database = setup, database
         self.quiet_wait, self.log = quiet_wait, log
         self.waited_s = 0.0
 
@@ -265,7 +267,7 @@ class Runner:
         pair = next(d for d in self.setup.drafts if d.name == draft_name)
         if mode == "replay":
             return time_replay(target, pair, prompt, new_tokens)
-        return time_recorded(target, pair, prompt, new_tokens, self.factory, self.artifact_dir)
+        return time_recorded(target, pair, prompt, new_tokens, self.database)
 
     def warm_up(self, log) -> None:
         for draft_name, mode in self.cases():
@@ -414,8 +416,7 @@ def run_benchmark(lengths: tuple[int, ...], repeats: int, retries: int, quiet_wa
         root = Path(tmp)
         setup = build_setup(root / "models")
         url = f"sqlite:///{root / 'db' / 'bench.db'}"
-        engine = store.make_engine(url)
-        runner = Runner(setup, store.session_factory(engine), store.artifact_root(url), quiet_wait, log)
+        runner = Runner(setup, open_database(url), quiet_wait, log)
         env = environment()
         env["aux_hf_indices"] = {d.name: list(d.wiring.aux_hf_indices) for d in setup.drafts}
         started = time.perf_counter()
@@ -425,7 +426,7 @@ def run_benchmark(lengths: tuple[int, ...], repeats: int, retries: int, quiet_wa
             long = new_tokens >= SINGLE_RUN_FROM
             timings = runner.measure(new_tokens, 1 if long else repeats, min(retries, 1) if long else retries, log)
             rows += rows_for_length(new_tokens, timings)
-        engine.dispose()
+        runner.database.close()
     env["loadavg_end"] = os.getloadavg()
     env["total_seconds"] = time.perf_counter() - started
     env["quiet_wait_seconds"] = runner.waited_s

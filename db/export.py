@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from backend.engine.records import STORED_STEP_FIELDS, StepRecord
 from db import store
 
 EXPORT_FORMATS = ("csv", "json", "parquet")
@@ -17,20 +18,24 @@ class ExportError(ValueError):
     pass
 
 
-def steps_frame(steps: list[store.StepInfo]) -> pd.DataFrame:
+def stored_fields(step: StepRecord) -> dict:
+    return {name: getattr(step, name) for name in STORED_STEP_FIELDS}
+
+
+def steps_frame(steps: list[StepRecord]) -> pd.DataFrame:
     rows = []
     for step in steps:
-        row = asdict(step)
+        row = stored_fields(step)
         row["drafted_count"] = len(step.drafted_ids)
         rows.append(row)
     return pd.DataFrame(rows)
 
 
-def run_document(run: store.RunInfo, steps: list[store.StepInfo]) -> dict:
+def run_document(run: store.RunInfo, steps: list[StepRecord]) -> dict:
     document = asdict(run)
     document["created_at"] = run.created_at.isoformat() if run.created_at else None
     document["finished_at"] = run.finished_at.isoformat() if run.finished_at else None
-    document["steps"] = [asdict(s) for s in steps]
+    document["steps"] = [stored_fields(s) for s in steps]
     return document
 
 
@@ -48,7 +53,7 @@ def export_run(factory, run_id: int, format: str, out: str | Path) -> Path:
     return out
 
 
-def export_bytes(run: store.RunInfo, steps: list[store.StepInfo], format: str) -> bytes:
+def export_bytes(run: store.RunInfo, steps: list[StepRecord], format: str) -> bytes:
     """The file's content, for the dashboard's download button and the CLI alike."""
     if format == "json":
         return json.dumps(run_document(run, steps), indent=1).encode()

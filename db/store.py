@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
@@ -17,6 +17,8 @@ from sqlalchemy import create_engine, delete, event, func, insert, inspect, sele
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from backend.data.samples import Sample
+from backend.engine.records import STORED_STEP_FIELDS, StepRecord
 from db.models import Base, Dataset, Run, SampleRow, Step, TokenStat, utc_now
 
 DEFAULT_DB_PATH = Path("data") / "speclens.db"
@@ -105,28 +107,6 @@ class RunInfo:
     sample_id: int | None = None
 
 
-@dataclass
-class StepInfo:
-    step_index: int
-    position: int
-    pending_token: int
-    drafted_ids: list[int]
-    accepted_count: int
-    bonus_id: int
-    committed_ids: list[int]
-    target_argmax_ids: list[int]
-    target_argmax_probs: list[float] = field(default_factory=list)
-    draft_probs: list[float] = field(default_factory=list)
-    draft_top_ids: list[list[int]] = field(default_factory=list)
-    draft_top_probs: list[list[float]] = field(default_factory=list)
-    tree_parents: list[int] | None = None
-    draft_ms: float = 0.0
-    verify_ms: float = 0.0
-
-
-STEP_FIELDS = [f for f in StepInfo.__dataclass_fields__]
-
-
 def _run_info(run: Run, step_count: int = 0) -> RunInfo:
     return RunInfo(run.id, run.kind, run.status, run.error, run.target_path, run.draft_path, run.sample_ref,
                    list(run.prompt_ids or []), dict(run.params or {}), list(run.aux_hf_indices or []),
@@ -147,8 +127,8 @@ def create_run(session: Session, *, kind: str, target_path: str, draft_path: str
     return run.id
 
 
-def add_step(session: Session, run_id: int, step: StepInfo) -> None:
-    session.add(Step(run_id=run_id, **{name: getattr(step, name) for name in STEP_FIELDS}))
+def add_step(session: Session, run_id: int, step: StepRecord) -> None:
+    session.add(Step(run_id=run_id, **{name: getattr(step, name) for name in STORED_STEP_FIELDS}))
 
 
 def add_token_stats(session: Session, run_id: int, rows: list[dict]) -> None:
@@ -186,9 +166,9 @@ def list_runs(session: Session, limit: int = 100) -> list[RunInfo]:
     return [_run_info(run) for run in runs]
 
 
-def get_steps(session: Session, run_id: int) -> list[StepInfo]:
+def get_steps(session: Session, run_id: int) -> list[StepRecord]:
     steps = session.scalars(select(Step).where(Step.run_id == run_id).order_by(Step.step_index)).all()
-    return [StepInfo(**{name: getattr(step, name) for name in STEP_FIELDS}) for step in steps]
+    return [StepRecord(**{name: getattr(step, name) for name in STORED_STEP_FIELDS}) for step in steps]
 
 
 def delete_run(session: Session, run_id: int) -> bool:
@@ -212,33 +192,8 @@ class DatasetInfo:
     sample_count: int = 0
 
 
-@dataclass
-class SampleInfo:
-    input_ids: list[int]
-    loss_mask: list[int]
-    prompt_len: int
-    source: str = ""
-    line: int | None = None
-    extra: dict = field(default_factory=dict)
-    id: int | None = None
-    dataset_id: int | None = None
-    index: int = 0
-
-    @property
-    def prompt_ids(self) -> list[int]:
-        return self.input_ids[: self.prompt_len]
-
-    @property
-    def seq_len(self) -> int:
-        return len(self.input_ids)
-
-    @property
-    def loss_coverage(self) -> float:
-        return sum(self.loss_mask) / len(self.loss_mask) if self.loss_mask else 0.0
-
-
 def create_dataset(session: Session, *, name: str, path: str | None, format: str,
-                   samples: list[SampleInfo]) -> int:
+                   samples: list[Sample]) -> int:
     """The dataset and all its samples in the caller's transaction: all land or none."""
     dataset = Dataset(name=name, path=path, format=format)
     session.add(dataset)
@@ -257,12 +212,12 @@ def list_datasets(session: Session) -> list[DatasetInfo]:
     return [DatasetInfo(d.id, d.name, d.path, d.format, d.created_at, counts.get(d.id, 0)) for d in rows]
 
 
-def _sample_info(row: SampleRow) -> SampleInfo:
-    return SampleInfo(list(row.input_ids), list(row.loss_mask), row.prompt_len, row.source, row.line,
+def _sample_info(row: SampleRow) -> Sample:
+    return Sample(list(row.input_ids), list(row.loss_mask), row.prompt_len, row.source, row.line,
                       dict(row.extra or {}), row.id, row.dataset_id, row.index)
 
 
-def get_samples(session: Session, dataset_id: int) -> list[SampleInfo]:
+def get_samples(session: Session, dataset_id: int) -> list[Sample]:
     rows = session.scalars(select(SampleRow).where(SampleRow.dataset_id == dataset_id).order_by(SampleRow.index))
     return [_sample_info(row) for row in rows]
 

@@ -22,8 +22,8 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer, LlamaForCausalLM
 
-from backend.synthetic import draft_config_dict, save_draft
-from backend.wiring import default_hf_indices
+from backend.engine.synthetic import draft_config_dict, save_draft
+from backend.engine.wiring import default_hf_indices
 from demo import corpus, make_data, train_draft, train_target
 
 DEMO_DIR = Path(__file__).resolve().parent

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from backend.wiring import AuxCapture
+from backend.engine.capture import AuxCapture
 
 SAMPLING_TEMPERATURE = 0.8
 PROMPT_LENGTHS = (48, 64, 80, 96)

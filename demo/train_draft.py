@@ -1,7 +1,7 @@
-"""Train an EAGLE-3 draft with training-time test (eagle3-reference.md section 3), using the engine's
+"""Train an EAGLE-3 draft with training-time test (docs/reference.md §5), using the engine's
 own draft module, on target features computed once.
 
-The layout is the one `backend.teacher` evaluates: at TTT step k, index t consumes the draft's own
+The layout is the one `backend.engine.teacher` evaluates: at TTT step k, index t consumes the draft's own
 step k-1 output with token x_{t+1+k} at RoPE position t+k, attends to step 0's entries at positions
 <= t plus its own earlier steps at index t, and learns the target's distribution at position t+1+k
 restricted to the draft vocabulary. Loss weight 0.8^k; positions count when loss_mask[t+k] is 1 and
@@ -18,9 +18,9 @@ from collections import Counter
 import torch
 import torch.nn.functional as F
 
-from backend.draft_config import parse_draft_config
-from backend.draft_model import Eagle3Draft
-from backend.synthetic import vocab_mapping
+from backend.engine.draft_config import parse_draft_config
+from backend.engine.draft_model import Eagle3Draft
+from backend.engine.synthetic import vocab_mapping
 
 TTT_DECAY = 0.8
 

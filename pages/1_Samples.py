@@ -9,9 +9,10 @@ import pandas as pd
 import streamlit as st
 
 from backend import BadInput
-from db import store
+from backend.service import datasets as stored_datasets
 from ui import state
 from ui.html import CSS, sample_html
+from ui.pickers import samples_of
 from ui.tokens import Pieces
 
 st.set_page_config(page_title="SpecLens · Samples", layout="wide")
@@ -19,27 +20,10 @@ state.sidebar()
 st.title("Samples")
 
 
-@st.cache_resource(show_spinner=False)
-def tokenizer_for(target_path: str):
-    """The target's tokenizer for ShareGPT/prompt imports (transformers, loaded locally only)."""
-    if not Path(target_path, "config.json").is_file():
-        return None, None
-    from transformers import AutoConfig, AutoTokenizer
-
-    vocab = AutoConfig.from_pretrained(target_path, local_files_only=True).vocab_size
-    try:
-        return AutoTokenizer.from_pretrained(target_path, local_files_only=True), vocab
-    except (OSError, ValueError):
-        return None, vocab
-
-
 def do_import(path: str, name: str, format_choice: str) -> None:
-    from backend.importer import import_dataset
-
-    tokenizer, vocab = tokenizer_for(state.target_path())
     try:
-        dataset_id, result = import_dataset(state.factory(), path, name or None, tokenizer, vocab,
-                                            None if format_choice == "detect" else format_choice)
+        dataset_id, result = stored_datasets.import_dataset(state.db(), path, name or None, state.target_path(),
+                                                            None if format_choice == "detect" else format_choice)
     except BadInput as error:
         st.session_state["samples_import_report"] = {"error": str(error)}
         return
@@ -80,8 +64,7 @@ with st.expander("Import a dataset", expanded=False):
             if report["rejected"]:
                 st.dataframe(pd.DataFrame(report["rejected"]), hide_index=True, key="samples_rejected")
 
-with store.session_scope(state.factory()) as session:
-    datasets = store.list_datasets(session)
+datasets = stored_datasets.list_datasets(state.db())
 if not datasets:
     st.info("No dataset yet: import one above.")
     st.stop()
@@ -97,23 +80,17 @@ dataset_id = st.selectbox("Dataset", ids, index=ids.index(chosen) if chosen in i
 st.session_state["samples_dataset"] = dataset_id
 
 
-@st.cache_data(show_spinner=False, max_entries=8)
-def load_samples(db_url: str, dataset_id: int) -> list[store.SampleInfo]:
-    with store.session_scope(state.factory()) as session:
-        return store.get_samples(session, dataset_id)
-
-
-samples = load_samples(state.db_url(), dataset_id)
+samples = samples_of(state.db(), dataset_id)
 pieces = Pieces(state.target_path())
 
 
 @st.cache_data(show_spinner=False, max_entries=8)
 def sample_texts(db_url: str, dataset_id: int, target_path: str) -> list[str]:
     decoder = Pieces(target_path)
-    return [s.extra.get("text") or decoder.text(s.input_ids) for s in load_samples(db_url, dataset_id)]
+    return [s.extra.get("text") or decoder.text(s.input_ids) for s in samples_of(db_url, dataset_id)]
 
 
-texts = sample_texts(state.db_url(), dataset_id, state.target_path())
+texts = sample_texts(state.db(), dataset_id, state.target_path())
 sources = sorted({s.source for s in samples})
 col1, col2, col3, col4 = st.columns(4)  # filter keys per dataset: another dataset has other sources
 picked_sources = col1.multiselect("Source", sources, default=sources, key=f"samples_filter_source_{dataset_id}")

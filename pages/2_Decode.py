@@ -5,11 +5,15 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from backend import tasks
-from backend.metrics import DEFINITIONS
-from db import store
+from backend import BadInput
+from backend.engine.metrics import DEFINITIONS
+from backend.engine.wiring import parse_aux_indices
+from backend.service import runs as stored_runs
+from backend.service import tasks
+from backend.service.requests import ReplayRequest
 from ui import charts, state
 from ui.html import CSS, chips_html, context_html, legend, output_html, step_statuses
+from ui.pickers import dataset_picker, run_label
 from ui.runs import ACCEPT_LENGTH_HELP, get_run, list_runs
 from ui.taskview import task_panel
 from ui.tokens import Pieces
@@ -18,48 +22,25 @@ st.set_page_config(page_title="SpecLens · Decode", layout="wide")
 state.sidebar()
 st.title("Decode")
 
-
-def parse_indices(text: str) -> list[int] | None:
-    text = text.strip()
-    if not text:
-        return None
-    try:
-        values = [int(part) for part in text.replace(" ", "").split(",") if part]
-    except ValueError:
-        raise ValueError(f"{text!r}: expected three comma-separated integers") from None
-    if len(values) != 3:
-        raise ValueError(f"{text!r}: expected three indices, got {len(values)}")
-    return values
-
-
 # ----------------------------------------------------------------------------- start a run
-
-with store.session_scope(state.factory()) as session:
-    datasets = store.list_datasets(session)
 
 with st.expander("Start a replay", expanded=not list_runs(limit=1)):
     mode = st.radio("Prompt from", ["Dataset sample", "Typed prompt"], horizontal=True, key="decode_mode")
-    prompt, sample_ref, sample_id = None, None, None
-    if mode == "Dataset sample" and datasets:
+    source = None  # the request's prompt fields
+    if mode == "Dataset sample":
         preset = st.session_state.get("decode_sample")
-        ids = [d.id for d in datasets]
-        dataset_id = st.selectbox("Dataset", ids, key="decode_dataset",
-                                  index=ids.index(preset[0]) if preset and preset[0] in ids else 0,
-                                  format_func=lambda i: next(f"{d.id}: {d.name} ({d.sample_count})"
-                                                             for d in datasets if d.id == i))
-        with store.session_scope(state.factory()) as session:
-            samples = store.get_samples(session, dataset_id)
-        index = st.number_input("Sample #", 0, max(0, len(samples) - 1),
-                                value=preset[1] if preset and preset[0] == dataset_id else 0, key="decode_index")
+        dataset_id, samples = dataset_picker("decode_dataset", preset[0] if preset else None)
         if samples:
+            index = st.number_input("Sample #", 0, len(samples) - 1,
+                                    value=preset[1] if preset and preset[0] == dataset_id else 0, key="decode_index")
             chosen = samples[int(index)]
-            prompt, sample_ref, sample_id = chosen.prompt_ids, f"dataset {dataset_id} #{int(index)}", chosen.id
-            st.caption(f"{chosen.prompt_len} prompt tokens, source `{chosen.source}`")
-    elif mode == "Typed prompt":
-        typed = st.text_area("Prompt", "def parse_header(line):\n", key="decode_prompt")
-        prompt, sample_ref = (typed or None), "prompt"
+            source = {"prompt_ids": tuple(chosen.prompt_ids), "sample_id": chosen.id,
+                      "sample_ref": f"dataset {dataset_id} #{int(index)}"}
+            st.caption(f"{chosen.prompt_len} prompt tokens, source:")
+            st.text(chosen.source)
     else:
-        st.warning("No dataset: import one on the Samples page or type a prompt.")
+        typed = st.text_area("Prompt", "def parse_header(line):\n", key="decode_prompt")
+        source = {"prompt_text": typed, "sample_ref": "prompt"}
     names = list(state.drafts())
     current = state.draft_name(state.draft_path())
     c1, c2, c3, c4 = st.columns(4)
@@ -72,16 +53,15 @@ with st.expander("Start a replay", expanded=not list_runs(limit=1)):
                                        "Empty: the draft's declared wiring.")
     if st.button("Start", type="primary", key="decode_start"):
         try:
-            override = parse_indices(override_text)
-        except ValueError as error:
+            if source is None:
+                raise BadInput("choose a sample or type a prompt")
+            request = ReplayRequest(state.target_path(), state.drafts()[draft_choice], num_steps=int(steps),
+                                    max_new_tokens=int(max_new), aux_hf_indices=parse_aux_indices(override_text),
+                                    **source)
+        except BadInput as error:
             st.error(str(error))
         else:
-            if prompt is None:
-                st.error("Choose a sample or type a prompt.")
-            else:
-                st.session_state["decode_task"] = tasks.start_replay(
-                    state.db_url(), state.target_path(), state.drafts()[draft_choice], prompt, int(steps), int(max_new),
-                    override, sample_ref, sample_id, label=f"{draft_choice} K={int(steps)} on {sample_ref}")
+            st.session_state["decode_task"] = tasks.start_replay(state.db(), request)
 
 
 def pick_up_run(result: dict) -> None:
@@ -101,10 +81,8 @@ run_ids = [r.id for r in runs]
 selected = state.get_value("run") or run_ids[0]
 if selected not in run_ids:
     selected = run_ids[0]
-run_id = st.selectbox("Run", run_ids, index=run_ids.index(selected), key="decode_run",
-                      format_func=lambda i: next(f"run {r.id} · {r.status} · {state.draft_name(r.draft_path)} · "
-                                                 f"K={r.params.get('num_steps')} · {len(r.output_ids)} tokens"
-                                                 for r in runs if r.id == i))
+labels = {r.id: run_label(r) for r in runs}
+run_id = st.selectbox("Run", run_ids, index=run_ids.index(selected), key="decode_run", format_func=labels.get)
 if run_id != state.get_value("run"):
     state.set_value("run", run_id)
     st.session_state["decode_step"] = 0
@@ -144,13 +122,11 @@ def move(delta: int | None = None, to_rejection: bool = False) -> None:
 
 @st.cache_data(show_spinner=False, max_entries=16)
 def token_stats(db_url: str, run_id: int, reference: str | None, version: int) -> list[dict]:
-    with store.session_scope(state.factory()) as session:
-        return store.get_token_stats(session, run_id, reference)
+    return stored_runs.token_stats(db_url, run_id, reference)
 
 
 def references() -> list[str]:
-    with store.session_scope(state.factory()) as session:
-        return store.token_stat_references(session, run.id)
+    return stored_runs.token_stat_references(state.db(), run.id)
 
 
 @st.fragment
@@ -190,9 +166,12 @@ def viewer() -> None:
 def hidden_panel(step) -> None:
     st.markdown("**Hidden states at this step's positions**")
     options = ["fed features only (norms)"] + references()
+    pending = st.session_state.pop("decode_reference_pending", None)
+    if pending in options:
+        st.session_state["decode_reference"] = pending
     reference = st.selectbox("Reference", options, key="decode_reference")
     version = st.session_state.get("decode_stats_version", 0)
-    rows = token_stats(state.db_url(), run.id, None if reference == options[0] else reference, version)
+    rows = token_stats(state.db(), run.id, None if reference == options[0] else reference, version)
     window = set(range(step.position, step.position + step.accepted_count + 1))
     here = [r for r in rows if r["position"] in window]
     if here:
@@ -209,37 +188,35 @@ def hidden_panel(step) -> None:
                                                           "a second run", "target hidden vs draft output"],
                         key="decode_reference_kind")
         spec = None
-        if kind == "another wiring":
-            text = st.text_input("HF indices", "0,2,4", key="decode_reference_wiring")
-            try:
-                spec = {"kind": "wiring", "aux_hf_indices": parse_indices(text)}
-            except ValueError as error:
-                st.error(str(error))
-        elif kind == "training features (.ckpt)":
-            path = st.text_input("Feature file", "demo/data/features/data_0.ckpt", key="decode_reference_ckpt")
-            spec = {"kind": "features", "path": path}
-        elif kind == "a second run":
-            others = [r.id for r in list_runs(limit=200) if r.id != run.id]
-            if others:
-                spec = {"kind": "run", "run_id": st.selectbox("Run", others, key="decode_reference_run")}
-        else:
-            spec = {"kind": "target_hidden"}
-        if st.button("Compute", key="decode_reference_compute") and spec and spec.get("aux_hf_indices", True):
-            st.session_state["decode_reference_task"] = tasks.start_reference(state.db_url(), run.id, spec)
-        task = tasks.MANAGER.get(st.session_state.get("decode_reference_task"))
-        if task is not None:
-            if task.active:
-                st.progress(task.progress, text=task.message or "computing")
-                if st.button("Refresh", key="decode_reference_refresh"):
-                    st.rerun(scope="fragment")
-            elif task.status == "failed":
-                st.error(task.error.splitlines()[0] if task.error else "failed")
+        try:
+            if kind == "another wiring":
+                text = st.text_input("HF indices", "0,2,4", key="decode_reference_wiring")
+                spec = {"kind": "wiring", "aux_hf_indices": list(parse_aux_indices(text) or ())}
+            elif kind == "training features (.ckpt)":
+                path = st.text_input("Feature file", "demo/data/features/data_0.ckpt", key="decode_reference_ckpt")
+                spec = {"kind": "features", "path": path}
+            elif kind == "a second run":
+                others = [r for r in list_runs(limit=200) if r.id != run.id]
+                if others:
+                    labels = {r.id: run_label(r) for r in others}
+                    picked = st.selectbox("Run", list(labels), format_func=labels.get, key="decode_reference_run")
+                    spec = {"kind": "run", "run_id": picked}
             else:
-                st.success(f"{task.result['rows']} rows stored as '{task.result['reference']}'")
-                if st.session_state.get("decode_stats_seen") != task.id:
-                    st.session_state["decode_stats_seen"] = task.id
-                    st.session_state["decode_stats_version"] = version + 1
-                    st.rerun(scope="fragment")
+                spec = {"kind": "target_hidden"}
+        except BadInput as error:
+            st.error(str(error))
+            spec = None
+        if st.button("Compute", key="decode_reference_compute", disabled=spec is None):
+            st.session_state["decode_reference_task"] = tasks.start_reference(state.db(), run.id, spec)
+
+        def show_reference(result: dict) -> None:
+            st.success(f"{result['rows']} rows stored as '{result['reference']}'")
+
+        def pick_up_reference(result: dict) -> None:
+            st.session_state["decode_stats_version"] = st.session_state.get("decode_stats_version", 0) + 1
+            st.session_state["decode_reference_pending"] = result["reference"]  # selected on the next run
+
+        task_panel("decode_reference_task", show_reference, on_finish=pick_up_reference)
 
 
 viewer()

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from backend import tasks
-from db import store
+from backend.service import tasks
 from ui import charts, state
 from ui.compare import committed_positions, first_divergence, timeline_html
 from ui.html import CSS, legend
+from ui.pickers import dataset_picker, run_label
 from ui.runs import ACCEPT_LENGTH_HELP, get_run, list_runs
 from ui.taskview import task_panel
 from ui.tokens import Pieces
@@ -19,40 +19,6 @@ state.sidebar()
 st.title("Compare")
 
 names = list(state.drafts())
-with store.session_scope(state.factory()) as session:
-    datasets = store.list_datasets(session)
-
-
-def dataset_picker(key: str):
-    if not datasets:
-        st.warning("No dataset: import one on the Samples page.")
-        return None
-    ids = [d.id for d in datasets]
-    return st.selectbox("Dataset", ids, key=key,
-                        format_func=lambda i: next(f"{d.id}: {d.name} ({d.sample_count})" for d in datasets if d.id == i))
-
-
-def pair_job(samples, draft_a, draft_b, steps, max_new, dataset_id):
-    """Replay both drafts on each sample (stored as runs); rows for the table."""
-    def work(progress):
-        rows = []
-        total = 2 * len(samples)
-        for number, sample in enumerate(samples):
-            row = {"sample #": sample.index, "source": sample.source}
-            for side, draft in (("A", draft_a), ("B", draft_b)):
-                done = 2 * number + (side == "B")
-                progress(done / total, f"sample {number + 1}/{len(samples)}, draft {side}")
-                result = tasks.replay_work(state_db, state_target, draft, sample.prompt_ids, steps, max_new,
-                                           sample_ref=f"dataset {dataset_id} #{sample.index}",
-                                           sample_id=sample.id)(lambda *_: None)
-                row[f"run {side}"], row[f"AL {side}"] = result["run_id"], result["mean_accept_length"]
-            row["AL delta (B - A)"] = (row["AL B"] or 0) - (row["AL A"] or 0)
-            rows.append(row)
-        return sorted(rows, key=lambda r: -abs(r["AL delta (B - A)"]))
-    return work
-
-
-state_db, state_target = state.db_url(), state.target_path()
 with st.expander("Run two drafts", expanded=not state.get_value("compare")):
     c1, c2, c3, c4 = st.columns(4)
     draft_a = c1.selectbox("Draft A", names, index=names.index("epoch1") if "epoch1" in names else 0,
@@ -61,24 +27,21 @@ with st.expander("Run two drafts", expanded=not state.get_value("compare")):
                            key="compare_draft_b")
     steps = int(c3.number_input("K", 1, 16, 4, key="compare_steps"))
     max_new = int(c4.number_input("Max new tokens", 1, 2048, 96, key="compare_max_new"))
-    dataset_id = dataset_picker("compare_dataset")
-    if dataset_id is not None:
-        with store.session_scope(state.factory()) as session:
-            samples = store.get_samples(session, dataset_id)
+    dataset_id, samples = dataset_picker("compare_dataset")
+    if samples:
         single, batch = st.columns(2)
-        index = single.number_input("Sample #", 0, max(0, len(samples) - 1), 0, key="compare_index")
-        if single.button("Compare on this sample", key="compare_start_one"):
-            st.session_state["compare_task"] = tasks.start_batch(
-                "compare", f"{draft_a} vs {draft_b} on #{int(index)}",
-                pair_job([samples[int(index)]], state.drafts()[draft_a], state.drafts()[draft_b], steps, max_new,
-                         dataset_id))
-        count = batch.number_input("Batch: first N samples", 1, max(1, len(samples)), min(6, len(samples)),
+        index = single.number_input("Sample #", 0, len(samples) - 1, 0, key="compare_index")
+        count = batch.number_input("Batch: first N samples", 1, len(samples), min(6, len(samples)),
                                    key="compare_batch_n")
+        chosen = None
+        if single.button("Compare on this sample", key="compare_start_one"):
+            chosen = [samples[int(index)]]
         if batch.button("Compare on N samples", key="compare_start_batch"):
-            st.session_state["compare_task"] = tasks.start_batch(
-                "compare", f"{draft_a} vs {draft_b} on {int(count)} samples",
-                pair_job(samples[: int(count)], state.drafts()[draft_a], state.drafts()[draft_b], steps, max_new,
-                         dataset_id))
+            chosen = samples[: int(count)]
+        if chosen:
+            st.session_state["compare_task"] = tasks.start_compare(
+                state.db(), state.target_path(), state.drafts()[draft_a], state.drafts()[draft_b], chosen, steps,
+                max_new, dataset_id)
 
 
 def pick_up_rows(rows: list[dict]) -> None:
@@ -105,8 +68,7 @@ if len(runs) < 2:
     st.stop()
 run_ids = [r.id for r in runs]
 preset = state.get_value("compare") or (run_ids[1], run_ids[0])
-label = {r.id: f"run {r.id} · {state.draft_name(r.draft_path)} · K={r.params.get('num_steps')} · {r.sample_ref}"
-         for r in runs}
+label = {r.id: run_label(r) for r in runs}
 c1, c2 = st.columns(2)
 run_a_id = c1.selectbox("Run A", run_ids, index=run_ids.index(preset[0]) if preset[0] in run_ids else 0,
                         format_func=label.get, key="compare_run_a")

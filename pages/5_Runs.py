@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from db import store
-from db.export import export_bytes
+from backend.service import runs as stored_runs
 from ui import state
 from ui.runs import ACCEPT_LENGTH_HELP, list_runs, runs_frame
 
@@ -37,9 +36,7 @@ run_ids = shown["run"].tolist()
 if not run_ids:
     st.stop()
 run_id = st.selectbox("Run", run_ids, key="runs_pick")
-with store.session_scope(state.factory()) as session:
-    run = store.get_run(session, run_id)
-    steps = store.get_steps(session, run_id) if run else []
+run, steps = stored_runs.get_run_with_steps(state.db(), run_id)
 if run is None:
     st.warning(f"Run {run_id} no longer exists.")
     st.stop()
@@ -52,14 +49,13 @@ st.json({"metrics": run.metrics, "params": run.params, "aux_hf_indices": run.aux
 left, middle, right, last = st.columns(4)
 for column, fmt, mime in ((left, "csv", "text/csv"), (middle, "json", "application/json"),
                           (right, "parquet", "application/octet-stream")):
-    column.download_button(f"Export {fmt.upper()}", export_bytes(run, steps, fmt), file_name=f"run_{run.id}.{fmt}",
+    column.download_button(f"Export {fmt.upper()}", stored_runs.run_file(run, steps, fmt), file_name=f"run_{run.id}.{fmt}",
                            mime=mime, key=f"runs_export_{fmt}")
 if last.button("Open in Decode", key="runs_open"):
     state.set_value("run", run.id)
     st.switch_page("pages/2_Decode.py")
 with st.expander("Delete this run"):
     if st.button(f"Delete run {run.id}", type="primary", key="runs_delete"):
-        with store.session_scope(state.factory()) as session:
-            store.delete_run(session, run.id)
+        stored_runs.delete_run(state.db(), run.id)
         st.success(f"Run {run.id} deleted.")
         st.rerun()

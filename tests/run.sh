@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install everything the tests need on a fresh Debian machine, then run them (what .ci/run calls).
 # Debian's chromium is for the real-browser test (tests/test_browser.py); Playwright drives it.
+# Extra arguments go to pytest (e.g. -m "not slow" for the fast part).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v chromium >/dev/null 2>&1; then
@@ -9,4 +10,6 @@ if ! command -v chromium >/dev/null 2>&1; then
 fi
 python3 -m venv .venv
 .venv/bin/pip install -q -r requirements.txt
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
 .venv/bin/python -m pytest -q "$@"

@@ -1,28 +1,49 @@
-"""The home page renders with an empty database and lists stored runs (Streamlit AppTest)."""
+"""The home page (app.py) under Streamlit's AppTest: the active demo pair, the demo dataset
+registered on a fresh database, and the recent runs."""
 
 from __future__ import annotations
 
-from pathlib import Path
+import pytest
 
-from streamlit.testing.v1 import AppTest
+from tests.support.pages import ok, page
 
-from db import store
-
-APP = str(Path(__file__).resolve().parents[1] / "app.py")
+pytestmark = pytest.mark.slow
 
 
-def test_home_page_empty_and_with_a_run(tmp_path, monkeypatch):
+@pytest.fixture()
+def db(tmp_path, monkeypatch):
     url = f"sqlite:///{tmp_path / 'app.db'}"
     monkeypatch.setenv("SPECLENS_DB_URL", url)
-    app = AppTest.from_file(APP, default_timeout=60).run()
-    assert not app.exception
+    monkeypatch.delenv("SPECLENS_TARGET", raising=False)
+    monkeypatch.delenv("SPECLENS_DRAFT", raising=False)
+    return url
+
+
+def test_home_page_empty_and_with_a_run(db):
+    from db import store
+
+    app = ok(page("home").run())
     assert "No runs yet" in app.info[0].value
-    factory = store.session_factory(store.make_engine(url))
+    factory = store.session_factory(store.make_engine(db))
     with store.session_scope(factory) as session:
-        run_id = store.create_run(session, kind="replay", target_path="t", draft_path="d", params={"num_steps": 4},
-                                  aux_hf_indices=[2, 16, 29])
+        run_id = store.create_run(
+            session,
+            kind="replay",
+            target_path="t",
+            draft_path="d",
+            params={"num_steps": 4},
+            aux_hf_indices=[2, 16, 29],
+        )
         store.finish_run(session, run_id, output_ids=[1, 2, 3], metrics={"mean_accept_length": 2.5})
-    app = AppTest.from_file(APP, default_timeout=60).run()
-    assert not app.exception
+    app = ok(page("home").run())
     frame = app.dataframe[0].value
     assert frame["accept length"].tolist() == [2.5] and frame["aux HF indices"].tolist() == ["[2, 16, 29]"]
+
+
+def test_home_shows_the_demo_pair_and_registers_the_demo_dataset(db):
+    from backend.service.datasets import list_datasets
+
+    app = ok(page("home").run())
+    text = " ".join(m.value for m in app.markdown)
+    assert "demo/target" in text and "demo/drafts/final" in text
+    assert [d.name for d in list_datasets(db)] == ["demo eval (bundled)"]

@@ -11,13 +11,18 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser import CHROMIUM, CHROMIUM_ARGS, REPO, streamlit_server
+from tests.support.browser import CHROMIUM, CHROMIUM_ARGS, REPO, streamlit_server
 
 SHOTS = REPO / "tests" / "artifacts" / "browser"
 HOSTILE = "x = '<script>alert(1)</script>' + '<img src=x onerror=alert(1)>'\n"
 
-pytestmark = pytest.mark.skipif(os.environ.get("SPECLENS_SKIP_BROWSER") == "1",
-                                reason="SPECLENS_SKIP_BROWSER=1 (set only where Chromium cannot be installed)")
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        os.environ.get("SPECLENS_SKIP_BROWSER") == "1",
+        reason="SPECLENS_SKIP_BROWSER=1 (set only where Chromium cannot be installed)",
+    ),
+]
 
 
 @pytest.fixture(scope="module")
@@ -28,8 +33,14 @@ def hostile_dataset(tmp_path_factory) -> Path:
     prompt = tokenizer.encode("def render(value):\n    return ").ids
     response = tokenizer.encode(HOSTILE).ids
     ids = prompt + response
-    record = {"input_ids": ids, "loss_mask": [0] * len(prompt) + [1] * len(response), "seq_len": len(ids),
-              "n_prompt_tokens": len(prompt), "n_response_tokens": len(response), "source": "hostile"}
+    record = {
+        "input_ids": ids,
+        "loss_mask": [0] * len(prompt) + [1] * len(response),
+        "seq_len": len(ids),
+        "n_prompt_tokens": len(prompt),
+        "n_response_tokens": len(response),
+        "source": "hostile",
+    }
     path = tmp_path_factory.mktemp("browser") / "hostile.jsonl"
     path.write_text(json.dumps(record) + "\n{broken json\n")
     return path
@@ -38,15 +49,22 @@ def hostile_dataset(tmp_path_factory) -> Path:
 def wait_idle(page, timeout=120_000):
     """Until Streamlit finished rerunning (its status widget gone)."""
     page.wait_for_timeout(400)
-    page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=timeout)
+    page.wait_for_function(
+        "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=timeout
+    )
 
 
 def test_dashboard_in_chromium(tmp_path, hostile_dataset):
     from playwright.sync_api import sync_playwright
 
-    assert Path(CHROMIUM).exists(), "Debian chromium is missing: tests/run.sh installs it (apt-get install chromium)"
+    assert Path(CHROMIUM).exists(), (
+        "Debian chromium is missing: tests/run.sh installs it (apt-get install chromium)"
+    )
     SHOTS.mkdir(parents=True, exist_ok=True)
-    env = {"SPECLENS_DB_URL": f"sqlite:///{tmp_path / 'browser.db'}", "SPECLENS_SERVER_LOG": str(tmp_path / "log")}
+    env = {
+        "SPECLENS_DB_URL": f"sqlite:///{tmp_path / 'browser.db'}",
+        "SPECLENS_SERVER_LOG": str(tmp_path / "log"),
+    }
     dialogs = []
     with streamlit_server(env) as url, sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)

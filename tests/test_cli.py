@@ -1,4 +1,5 @@
-"""The CLI contract of design.md: commands, flags, JSON keys and exit codes, run as a user would."""
+"""The CLI contract (`python -m backend`): commands, flags, JSON keys and exit codes, run as a user
+would, in a subprocess. Every test here spawns the CLI, so the whole file is marked slow."""
 
 from __future__ import annotations
 
@@ -8,37 +9,67 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
-from backend.checkpoints import load_target
-from backend.synthetic import draft_config_dict, make_target, random_draft_tensors, save_draft
-from tests.oracle import plain_greedy
+from tests.support.datasets import good_record, write_lines
+from tests.support.lint import make_draft, make_lint_target, sglang
+from tests.support.models import write_samples
+
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "backend", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "backend", *args], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
 
 
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory):
+    import torch
+
+    from backend.engine.synthetic import draft_config_dict, make_target, random_draft_tensors, save_draft
+
     root = tmp_path_factory.mktemp("cli")
     model = make_target(root / "target", num_layers=6, hidden=32, vocab=90, eos_token_id=None)
     drafts = {}
     for layout in ("specforge", "eagle"):
-        config = draft_config_dict(model.config, draft_vocab=45, layout=layout,
-                                   aux_ids=[1, 2, 3] if layout == "specforge" else None)
-        drafts[layout] = save_draft(root / layout, config, random_draft_tensors(config), layout,
-                                    dtype=torch.bfloat16 if layout == "specforge" else torch.float16)
+        config = draft_config_dict(
+            model.config, draft_vocab=45, layout=layout, aux_ids=[1, 2, 3] if layout == "specforge" else None
+        )
+        drafts[layout] = save_draft(
+            root / layout,
+            config,
+            random_draft_tensors(config),
+            layout,
+            dtype=torch.bfloat16 if layout == "specforge" else torch.float16,
+        )
     samples = root / "train.jsonl"
-    samples.write_text("\n".join(json.dumps(r) for r in [
-        {"input_ids": [5, 6, 7, 8, 9, 10], "loss_mask": [0, 0, 0, 1, 1, 1], "seq_len": 6, "n_prompt_tokens": 3,
-         "n_response_tokens": 3, "source": "unit"},
-        {"input_ids": [11, 12, 13, 14, 15, 16, 17, 18], "loss_mask": [0, 0, 1, 1, 1, 1, 1, 1], "seq_len": 8,
-         "n_prompt_tokens": 2, "n_response_tokens": 6, "source": "unit"},
-    ]) + "\nnot json\n")
+    samples.write_text(
+        "\n".join(
+            json.dumps(r)
+            for r in [
+                {
+                    "input_ids": [5, 6, 7, 8, 9, 10],
+                    "loss_mask": [0, 0, 0, 1, 1, 1],
+                    "seq_len": 6,
+                    "n_prompt_tokens": 3,
+                    "n_response_tokens": 3,
+                    "source": "unit",
+                },
+                {
+                    "input_ids": [11, 12, 13, 14, 15, 16, 17, 18],
+                    "loss_mask": [0, 0, 1, 1, 1, 1, 1, 1],
+                    "seq_len": 8,
+                    "n_prompt_tokens": 2,
+                    "n_response_tokens": 6,
+                    "source": "unit",
+                },
+            ]
+        )
+        + "\nnot json\n"
+    )
     return root, drafts, samples
 
 
@@ -55,29 +86,73 @@ def test_preflight_json(checkpoints):
 def test_replay_json_from_samples(checkpoints, tmp_path, layout):
     root, drafts, samples = checkpoints
     db_url = f"sqlite:///{tmp_path / 'cli.db'}"
-    result = cli("replay", "--target", str(root / "target"), "--draft", str(drafts[layout]), "--samples",
-                 str(samples), "--index", "1", "--steps", "3", "--max-new-tokens", "20", "--db", db_url, "--json")
+    result = cli(
+        "replay",
+        "--target",
+        str(root / "target"),
+        "--draft",
+        str(drafts[layout]),
+        "--samples",
+        str(samples),
+        "--index",
+        "1",
+        "--steps",
+        "3",
+        "--max-new-tokens",
+        "20",
+        "--db",
+        db_url,
+        "--json",
+    )
     assert result.returncode == 0, result.stderr
     payload = json.loads(result.stdout)
-    for key in ("run_id", "output_ids", "steps", "mean_accept_length", "accepted_per_step", "per_position_marginal",
-                "per_position_conditional", "aux_hf_indices"):
+    for key in (
+        "run_id",
+        "output_ids",
+        "steps",
+        "mean_accept_length",
+        "accepted_per_step",
+        "per_position_marginal",
+        "per_position_conditional",
+        "aux_hf_indices",
+    ):
         assert key in payload
     assert payload["aux_hf_indices"] == ([2, 3, 4] if layout == "specforge" else [2, 3, 3])
     assert {"drafted", "accepted", "bonus"} == set(payload["steps"][0])
+    from backend.engine.loading import load_target
+    from tests.support.oracle import plain_greedy
+
     target = load_target(root / "target", device="cpu")
     # the prompt is the sample's first n_prompt_tokens ids, used as they are
     assert payload["output_ids"] == plain_greedy(target, [11, 12], 20)
     assert len(payload["per_position_marginal"]) == 3
-    assert payload["mean_accept_length"] == pytest.approx(1 + sum(payload["accepted_per_step"]) /
-                                                          len(payload["accepted_per_step"]))
+    assert payload["mean_accept_length"] == pytest.approx(
+        1 + sum(payload["accepted_per_step"]) / len(payload["accepted_per_step"])
+    )
     assert (tmp_path / "cli.db").exists() and (tmp_path / "artifacts" / str(payload["run_id"])).is_dir()
 
 
 def test_replay_prompt_text_and_override(checkpoints, tmp_path):
     root, drafts, _ = checkpoints
-    result = cli("replay", "--target", str(root / "target"), "--draft", str(drafts["specforge"]), "--prompt",
-                 "Hello", "--steps", "2", "--max-new-tokens", "8", "--aux-hf-indices", "0,3,6",
-                 "--db", f"sqlite:///{tmp_path / 'p.db'}", "--json", "--no-record")
+    result = cli(
+        "replay",
+        "--target",
+        str(root / "target"),
+        "--draft",
+        str(drafts["specforge"]),
+        "--prompt",
+        "Hello",
+        "--steps",
+        "2",
+        "--max-new-tokens",
+        "8",
+        "--aux-hf-indices",
+        "0,3,6",
+        "--db",
+        f"sqlite:///{tmp_path / 'p.db'}",
+        "--json",
+        "--no-record",
+    )
     assert result.returncode == 0, result.stderr
     payload = json.loads(result.stdout)
     assert payload["aux_hf_indices"] == [0, 3, 6] and len(payload["output_ids"]) == 8
@@ -85,8 +160,18 @@ def test_replay_prompt_text_and_override(checkpoints, tmp_path):
 
 def test_teacher_json(checkpoints):
     root, drafts, samples = checkpoints
-    result = cli("teacher", "--target", str(root / "target"), "--draft", str(drafts["specforge"]), "--samples",
-                 str(samples), "--steps", "3", "--json")
+    result = cli(
+        "teacher",
+        "--target",
+        str(root / "target"),
+        "--draft",
+        str(drafts["specforge"]),
+        "--samples",
+        str(samples),
+        "--steps",
+        "3",
+        "--json",
+    )
     assert result.returncode == 0, result.stderr
     payload = json.loads(result.stdout)
     assert len(payload["acc_per_step"]) == 3 and payload["n_positions"] == 2 + 5  # loss_mask[t] for t < T-1
@@ -94,14 +179,51 @@ def test_teacher_json(checkpoints):
     assert "simulated_accept_length" in payload
 
 
-@pytest.mark.parametrize("args, reason", [
-    (["replay", "--target", "/nonexistent", "--draft", "/nonexistent", "--prompt", "x"], "not a local Hugging Face"),
-    (["replay", "--target", "{target}", "--draft", "{draft}", "--samples", "{samples}", "--index", "7"], "out of range"),
-    (["replay", "--target", "{target}", "--draft", "{draft}", "--prompt", "x", "--aux-hf-indices", "0,1,99"],
-     "out of range"),
-    (["replay", "--target", "{target}", "--draft", "{draft}", "--prompt", "x", "--steps", "0"], "must be >= 1"),
-    (["teacher", "--target", "{target}", "--draft", "{draft}", "--samples", "/nope.jsonl"], "no such file"),
-])
+@pytest.mark.parametrize(
+    "args, reason",
+    [
+        (
+            ["replay", "--target", "/nonexistent", "--draft", "/nonexistent", "--prompt", "x"],
+            "not a local Hugging Face",
+        ),
+        (
+            [
+                "replay",
+                "--target",
+                "{target}",
+                "--draft",
+                "{draft}",
+                "--samples",
+                "{samples}",
+                "--index",
+                "7",
+            ],
+            "out of range",
+        ),
+        (
+            [
+                "replay",
+                "--target",
+                "{target}",
+                "--draft",
+                "{draft}",
+                "--prompt",
+                "x",
+                "--aux-hf-indices",
+                "0,1,99",
+            ],
+            "out of range",
+        ),
+        (
+            ["replay", "--target", "{target}", "--draft", "{draft}", "--prompt", "x", "--steps", "0"],
+            "must be >= 1",
+        ),
+        (
+            ["teacher", "--target", "{target}", "--draft", "{draft}", "--samples", "/nope.jsonl"],
+            "no such file",
+        ),
+    ],
+)
 def test_bad_input_exits_2_with_one_line(checkpoints, args, reason):
     root, drafts, samples = checkpoints
     args = [a.format(target=root / "target", draft=drafts["specforge"], samples=samples) for a in args]
@@ -123,5 +245,125 @@ def test_failing_preflight_exits_2_but_prints_the_report(checkpoints, tmp_path):
     save_file(tensors, str(broken / "model.safetensors"))
     result = cli("preflight", "--target", str(root / "target"), "--draft", str(broken), "--json")
     assert result.returncode == 2 and json.loads(result.stdout)["ok"] is False
-    replay = cli("replay", "--target", str(root / "target"), "--draft", str(broken), "--prompt", "x", "--json")
+    replay = cli(
+        "replay", "--target", str(root / "target"), "--draft", str(broken), "--prompt", "x", "--json"
+    )
     assert replay.returncode == 2 and "failed preflight" in replay.stderr and "no d2t" in replay.stderr
+
+
+def test_cli_import_contract(tmp_path):
+    from db import store
+
+    path = write_lines(tmp_path / "mixed.jsonl", [json.dumps(good_record()).encode(), b"{oops"])
+    url = f"sqlite:///{tmp_path / 'cli.sqlite'}"
+    done = cli(
+        "import",
+        "--samples",
+        str(path),
+        "--name",
+        "mine",
+        "--target",
+        str(tmp_path / "none"),
+        "--db",
+        url,
+        "--json",
+    )
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert (
+        out["imported"] == 1
+        and out["rejected"][0]["line"] == 2
+        and "invalid JSON" in out["rejected"][0]["reason"]
+    )
+    with store.session_scope(store.session_factory(store.make_engine(url))) as session:
+        names = [d.name for d in store.list_datasets(session)]
+    assert names[-1] == "mine" and out["dataset_id"] == len(names)
+    bad = write_lines(tmp_path / "bad.jsonl", [b"{oops"])
+    failed = cli("import", "--samples", str(bad), "--db", url)
+    assert failed.returncode == 2 and "no valid record" in failed.stderr
+
+
+def test_cli_export(stored_run, tmp_path):
+    url, run_id = stored_run
+    out = tmp_path / "run.json"
+    done = cli("export", "--run", str(run_id), "--format", "json", "--out", str(out), "--db", url, "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["out"] == str(out) and json.loads(out.read_text())["id"] == run_id
+    missing = cli("export", "--run", "999", "--format", "csv", "--out", str(tmp_path / "x.csv"), "--db", url)
+    assert missing.returncode == 2 and "no run 999" in missing.stderr
+
+
+def test_cli_lint_json(tmp_path):
+    target_dir = make_lint_target(tmp_path / "target")
+    good = make_draft(tmp_path, "good", aux_ids=[1, 15, 28])
+    command = sglang(
+        good, "--speculative-num-steps 1 --speculative-eagle-topk 1", "--speculative-num-draft-tokens 16"
+    ).replace("EAGLE3", "EAGLE")
+    done = cli("lint", "--target", str(target_dir), "--sglang", command, "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert {"severity", "code", "message", "fix"} <= set(report["findings"][0])
+    assert {"topk1-draft-tokens-reset", "eagle-algorithm-eagle3-draft"} <= {
+        f["code"] for f in report["findings"]
+    }
+    bad = cli("lint", "--draft", str(good), "--sglang", "python -m sglang.launch_server")
+    assert bad.returncode == 2 and bad.stderr.startswith("error:")
+
+
+def test_cli_probe_contract(bigram_setup, tmp_path):
+    path = write_samples(tmp_path / "samples.jsonl", bigram_setup.samples)
+    done = cli(
+        "probe",
+        "--target",
+        str(bigram_setup.target_dir),
+        "--draft",
+        str(bigram_setup.root / "miswired"),
+        "--samples",
+        str(path),
+        "--limit",
+        "3",
+        "--steps",
+        "2",
+        "--budget",
+        "4",
+        "--json",
+    )
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert {"declared", "candidates", "best", "verdict"} <= set(out)
+    assert out["best"]["aux_hf_indices"][0] == 0 and "acc_step0" in out["candidates"][0]
+
+
+def test_cli_gate_min_accept_length(bigram_setup, tmp_path):
+    path = write_samples(tmp_path / "samples.jsonl", bigram_setup.samples[:2])
+    common = [
+        "--target",
+        str(bigram_setup.target_dir),
+        "--draft",
+        str(bigram_setup.root / "right"),
+        "--samples",
+        str(path),
+        "--steps",
+        "3",
+    ]
+    replay = [
+        "replay",
+        *common,
+        "--index",
+        "0",
+        "--max-new-tokens",
+        "24",
+        "--no-record",
+        "--db",
+        f"sqlite:///{tmp_path / 'gate.db'}",
+        "--json",
+    ]
+    passed = cli(*replay, "--min-accept-length", "1.5")
+    assert passed.returncode == 0 and "gate passed" in passed.stderr
+    failed = cli(*replay, "--min-accept-length", "9")
+    assert failed.returncode == 3 and "gate failed: accept length" in failed.stderr
+    assert json.loads(failed.stdout)["mean_accept_length"] < 9  # the JSON is still printed
+    teacher = ["teacher", *common, "--json"]
+    assert cli(*teacher, "--min-accept-length", "1.2").returncode == 0
+    low = cli(*teacher, "--min-accept-length", "9")
+    assert low.returncode == 3 and "predicted accept length (1 + simulated)" in low.stderr

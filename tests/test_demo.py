@@ -1,4 +1,5 @@
-"""The bundled demo: committed files load offline, and its headline numbers hold (loose bounds)."""
+"""The bundled demo: committed files load offline, and its headline numbers hold (loose bounds).
+The whole file is slow: it loads the demo pair and replays and probes it on CPU."""
 
 from __future__ import annotations
 
@@ -7,22 +8,20 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from backend.checkpoints import load_draft, load_target, preflight
+from backend.data.samples import read_jsonl
 from backend.defaults import DEMO, DEMO_DRAFTS, DEMO_EVAL, DEMO_TARGET
-from backend.replay import ReplayConfig, StepRecord, output_ids_of, replay
-from backend.samples import read_jsonl
-from backend.teacher import TeacherCounts, teacher_forced_counts
-from backend.wiring import default_hf_indices
-from tests.oracle import plain_greedy
+from backend.engine.wiring import default_hf_indices
+
+pytestmark = pytest.mark.slow
 
 K = 4
 
 
 @pytest.fixture(scope="module")
 def target():
+    from backend.engine.loading import load_target
+
     return load_target(DEMO_TARGET, device="cpu", dtype="fp32")
 
 
@@ -33,7 +32,19 @@ def evaluation(target):
     return samples
 
 
+def load_draft(target, name, wiring=None):
+    """(draft, the wiring it is fed): the declared one, or `wiring` (HF indices) when given."""
+    from tests.support.models import load_draft as load
+
+    return load(DEMO_DRAFTS / name, target, wiring)
+
+
 def test_committed_files_load_offline():
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from backend.engine.preflight import preflight
+
     model = AutoModelForCausalLM.from_pretrained(DEMO_TARGET, local_files_only=True)
     tokenizer = AutoTokenizer.from_pretrained(DEMO_TARGET, local_files_only=True)
     layers = model.config.num_hidden_layers
@@ -43,15 +54,19 @@ def test_committed_files_load_offline():
         config = json.loads((DEMO_DRAFTS / name / "config.json").read_text())
         assert config["architectures"] == ["LlamaForCausalLMEagle3"]
         assert config["draft_vocab_size"] < config["vocab_size"]
-        assert config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [i - 1 for i in default_hf_indices(layers)]
+        assert config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [
+            i - 1 for i in default_hf_indices(layers)
+        ]
         assert preflight(DEMO_DRAFTS / name, DEMO_TARGET).ok
     trained = json.loads((DEMO_DRAFTS / "miswired" / "TRAINED_WIRING.json").read_text())["aux_hf_indices"]
     assert trained[0] == 0 and trained != default_hf_indices(layers)
     for name in ("train.jsonl", "eval.jsonl"):
         samples, rejected = read_jsonl(DEMO / "data" / name, model.config.vocab_size)
         assert samples and not rejected and len({s.source for s in samples}) >= 4
-        assert all(s.loss_mask[: s.prompt_len] == [0] * s.prompt_len and all(s.loss_mask[s.prompt_len:])
-                   for s in samples)
+        assert all(
+            s.loss_mask[: s.prompt_len] == [0] * s.prompt_len and all(s.loss_mask[s.prompt_len :])
+            for s in samples
+        )
     conversations = json.loads((DEMO / "data" / "sharegpt.json").read_text())
     assert conversations and all(c["conversations"][0]["from"] == "human" for c in conversations)
     files = sorted((DEMO / "data" / "features").glob("*.ckpt"))
@@ -62,30 +77,38 @@ def test_committed_files_load_offline():
 
 
 def test_demo_fits_in_40_megabytes():
-    tracked = subprocess.run(["git", "ls-files", "demo"], cwd=DEMO.parent, capture_output=True, text=True).stdout.split()
+    tracked = subprocess.run(
+        ["git", "ls-files", "demo"], cwd=DEMO.parent, capture_output=True, text=True
+    ).stdout.split()
     total = sum(Path(DEMO.parent, f).stat().st_size for f in tracked if Path(DEMO.parent, f).is_file())
     assert tracked and total <= 40 * 2**20, f"demo/ is {total / 2**20:.1f} MB in git"
 
 
 def teacher(target, name, samples, wiring=None):
-    draft = load_draft(DEMO_DRAFTS / name, target, aux_hf_indices=wiring)
+    from backend.engine.teacher import TeacherCounts, teacher_forced_counts
+
+    draft, fed = load_draft(target, name, wiring)
     totals = TeacherCounts([0] * K, [0] * K)
     for sample in samples:
-        totals.add(teacher_forced_counts(target, draft, draft.wiring, sample.input_ids, sample.loss_mask, K))
+        totals.add(teacher_forced_counts(target, draft, fed, sample.input_ids, sample.loss_mask, K))
     return totals.acc_per_step
 
 
 def live(target, name, samples, wiring=None, tokens=96):
-    draft = load_draft(DEMO_DRAFTS / name, target, aux_hf_indices=wiring)
+    from backend.engine.replay import ReplayConfig, StepRecord, output_ids_of, replay
+
+    draft, fed = load_draft(target, name, wiring)
     accepted, outputs = [], []
     for sample in samples:
-        records = list(replay(target, draft, sample.prompt_ids, draft.wiring, ReplayConfig(K, tokens, record=False)))
+        records = list(replay(target, draft, sample.prompt_ids, fed, ReplayConfig(K, tokens, record=False)))
         accepted += [r.accepted_count + 1 for r in records if isinstance(r, StepRecord)]
         outputs.append(output_ids_of(records))
     return sum(accepted) / len(accepted), outputs
 
 
 def test_headline_numbers(target, evaluation):
+    from tests.support.oracle import plain_greedy
+
     samples = evaluation[:12]
     final_acc, epoch1_acc = teacher(target, "final", samples), teacher(target, "epoch1", samples)
     assert final_acc[0] >= 0.55 and epoch1_acc[0] < final_acc[0]
@@ -102,14 +125,14 @@ def test_headline_numbers(target, evaluation):
 
 
 def test_probe_ranks_the_demo_drafts(target, evaluation):
-    from backend.probe import run_probe
+    from backend.diagnostics.probe import run_probe
 
     trained = json.loads((DEMO_DRAFTS / "miswired" / "TRAINED_WIRING.json").read_text())["aux_hf_indices"]
-    miswired = load_draft(DEMO_DRAFTS / "miswired", target)
-    report = run_probe(target, miswired, miswired.wiring, evaluation[:6], num_steps=K, search_budget=20)
+    miswired, declared = load_draft(target, "miswired")
+    report = run_probe(target, miswired, declared, evaluation[:6], num_steps=K, search_budget=20)
     assert not report.confirmed and list(report.best.aux_hf_indices) == trained
     assert report.best.acc_step0 > report.declared.acc_step0 + 0.1
     assert "embedding output" in report.verdict and "% lost" in report.verdict
-    final = load_draft(DEMO_DRAFTS / "final", target)
-    confirmed = run_probe(target, final, final.wiring, evaluation[:6], num_steps=K, search_budget=20)
+    final, declared = load_draft(target, "final")
+    confirmed = run_probe(target, final, declared, evaluation[:6], num_steps=K, search_budget=20)
     assert confirmed.confirmed and confirmed.verdict.startswith("The declared wiring")

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from db import store
+from backend.service import runs as stored_runs
 from ui import state
 
 
-def runs_frame(runs: list[store.RunInfo]) -> pd.DataFrame:
+def runs_frame(runs: list[stored_runs.RunInfo]) -> pd.DataFrame:
     return pd.DataFrame([{
         "run": r.id, "status": r.status, "created": r.created_at.strftime("%Y-%m-%d %H:%M:%S") if r.created_at else "",
         "draft": state.draft_name(r.draft_path), "sample": r.sample_ref or "", "K": r.params.get("num_steps"),
@@ -20,25 +20,22 @@ def runs_frame(runs: list[store.RunInfo]) -> pd.DataFrame:
                                "acceptance rate", "aux HF indices", "error"])
 
 
-def list_runs(limit: int = 500) -> list[store.RunInfo]:
-    with store.session_scope(state.factory()) as session:
-        return store.list_runs(session, limit=limit)
+def list_runs(limit: int = 500) -> list[stored_runs.RunInfo]:
+    return stored_runs.list_runs(state.db(), limit=limit)
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
-def load_run(db_url: str, run_id: int, finished_at) -> tuple[store.RunInfo | None, list[store.StepInfo]]:
+def load_run(db_url: str, run_id: int, finished_at) -> tuple:
     """A run and its steps, cached by id (and finish time, so a run that completes is re-read)."""
-    with store.session_scope(state.factory()) as session:
-        run = store.get_run(session, run_id)
-        return run, store.get_steps(session, run_id) if run else []
+    return stored_runs.get_run_with_steps(db_url, run_id)
 
 
-def get_run(run_id: int) -> tuple[store.RunInfo | None, list[store.StepInfo]]:
-    with store.session_scope(state.factory()) as session:
-        run = store.get_run(session, run_id)
+def get_run(run_id: int) -> tuple:
+    """(RunInfo or None, its StepRecords)."""
+    run = stored_runs.get_run(state.db(), run_id)
     if run is None:
         return None, []
-    return load_run(state.db_url(), run_id, run.finished_at or run.step_count)
+    return load_run(state.db(), run_id, run.finished_at or run.step_count)
 
 
 ACCEPT_LENGTH_HELP = "accept length = mean over verify steps of (accepted drafts + 1), bonus included"

@@ -1,5 +1,5 @@
 """Cross-page choices in st.session_state (database, target, drafts, selected run) behind small
-helpers, and the cached store. Page-local state uses page-prefixed keys."""
+helpers. Pages reach the store only through backend.service, with `state.db()` as the URL. Page-local state uses page-prefixed keys."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from pathlib import Path
 import streamlit as st
 
 from backend.defaults import default_draft, default_target, demo_drafts
-from db import store
+from backend.service import datasets
+from backend.service.database import database_url
 
 KEYS = {"db_url": "global_db_url", "target": "global_target", "drafts": "global_drafts", "draft": "global_draft",
         "run": "global_run_id", "compare": "global_compare_runs"}
@@ -18,7 +19,7 @@ KEYS = {"db_url": "global_db_url", "target": "global_target", "drafts": "global_
 def _init() -> None:
     state = st.session_state
     if KEYS["db_url"] not in state:
-        state[KEYS["db_url"]] = store.database_url(os.environ.get("SPECLENS_DB_URL"))
+        state[KEYS["db_url"]] = database_url(os.environ.get("SPECLENS_DB_URL"))
     if KEYS["target"] not in state:
         state[KEYS["target"]] = default_target()
     if KEYS["drafts"] not in state:
@@ -37,16 +38,16 @@ def db_url() -> str:
 
 
 @st.cache_resource(show_spinner=False)
-def _factory(url: str):
-    from backend.importer import ensure_demo_dataset
-
-    factory = store.session_factory(store.make_engine(url))
-    ensure_demo_dataset(factory)
-    return factory
+def _opened(url: str) -> bool:
+    datasets.ensure_demo_dataset(url)
+    return True
 
 
-def factory():
-    return _factory(db_url())
+def db() -> str:
+    """The active database URL, opened (and given the demo dataset when new) once per server."""
+    url = db_url()
+    _opened(url)
+    return url
 
 
 def target_path() -> str:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pandas as pd
 import streamlit as st
 
-from backend import tasks
+from backend.service import tasks
 
 
 def task_panel(key: str, render: Callable | None = None, on_finish: Callable | None = None,

@@ -1,0 +1,59 @@
+"""SpecForge offline feature files (.ckpt): what a draft was trained on (docs/reference.md §5).
+
+A `torch.save` dict per sample: input_ids [T], loss_mask [T], hidden_state [1, T, Ht] (the target's
+last hidden, post-norm) and aux_hidden_state [1, T, 3*Ht]. Loaded with weights_only=True only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from backend import BadInput
+
+FEATURE_KEYS = ("input_ids", "loss_mask", "hidden_state", "aux_hidden_state")
+
+
+@dataclass
+class FeatureFile:
+    path: str
+    input_ids: list[int]
+    loss_mask: list[int]
+    aux_hidden_state: torch.Tensor  # [T, 3*Ht]
+    hidden_state: torch.Tensor | None  # [T, Ht] post-norm last hidden
+
+
+def load_feature_file(path: str | Path, hidden_size: int | None = None) -> FeatureFile:
+    """A SpecForge offline feature file (`torch.save` dict), loaded with weights_only=True."""
+    path = Path(path)
+    if not path.is_file():
+        raise BadInput(f"{path}: no such feature file")
+    try:
+        data = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # noqa: BLE001 - any unpickling refusal is the user's file
+        raise BadInput(f"{path}: not a tensor-only torch file ({type(error).__name__}: "
+                       f"{str(error).splitlines()[0][:200]})") from error
+    if not isinstance(data, dict):
+        raise BadInput(f"{path}: expected a dict with {', '.join(FEATURE_KEYS)}")
+    missing = [k for k in ("input_ids", "aux_hidden_state") if k not in data]
+    if missing:
+        raise BadInput(f"{path}: lacks {', '.join(missing)} (SpecForge feature files carry {', '.join(FEATURE_KEYS)})")
+    ids = torch.as_tensor(data["input_ids"]).reshape(-1)
+    aux = torch.as_tensor(data["aux_hidden_state"])
+    aux = aux[0] if aux.ndim == 3 else aux
+    if aux.ndim != 2 or aux.shape[0] != len(ids):
+        raise BadInput(f"{path}: aux_hidden_state {tuple(data['aux_hidden_state'].shape)} does not match "
+                       f"{len(ids)} input_ids")
+    if aux.shape[1] % 3:
+        raise BadInput(f"{path}: aux_hidden_state width {aux.shape[1]} is not 3 * hidden size")
+    if hidden_size is not None and aux.shape[1] != 3 * hidden_size:
+        raise BadInput(f"{path}: aux_hidden_state width {aux.shape[1]} != 3 * target hidden {hidden_size}: "
+                       "features of another target")
+    mask = torch.as_tensor(data.get("loss_mask", torch.ones(len(ids)))).reshape(-1)
+    hidden = data.get("hidden_state")
+    if hidden is not None:
+        hidden = torch.as_tensor(hidden)
+        hidden = hidden[0] if hidden.ndim == 3 else hidden
+    return FeatureFile(str(path), ids.tolist(), mask.long().tolist(), aux, hidden)

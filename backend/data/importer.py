@@ -1,0 +1,200 @@
+"""Dataset import: every supported format becomes validated samples; bad records are reported.
+
+Formats:
+- `jsonl`: the seed's training JSONL (input_ids, loss_mask, seq_len, n_prompt_tokens,
+  n_response_tokens, source), validated by backend.data.samples;
+- `sharegpt`: a JSON list (or JSONL) of {"conversations": [{"from": "human"|"gpt"|"system",
+  "value": str}, ...]} (or "messages" with role/content), rendered with the target's chat template;
+  loss_mask is 1 on assistant tokens, the prompt is everything before the first assistant reply;
+- `specforge`: SpecForge offline feature files (.ckpt, a file or a directory of them), loaded with
+  weights_only=True; the sample remembers its file for the train-vs-serve diff;
+- `prompts`: plain text, one prompt per non-empty line (`\\n` inside a line stands for a newline).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from backend import BadInput
+from backend.data.samples import Rejected, Sample, parse_record, read_jsonl
+
+FORMATS = ("jsonl", "sharegpt", "specforge", "prompts")
+ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system",
+         "chatgpt": "assistant", "bing": "assistant", "bard": "assistant", "model": "assistant"}
+
+
+@dataclass
+class ImportResult:
+    format: str
+    samples: list[Sample]
+    rejected: list[Rejected] = field(default_factory=list)
+
+
+def detect_format(path: Path) -> str:
+    if path.is_dir() or path.suffix in (".ckpt", ".pt"):
+        return "specforge"
+    if path.suffix == ".txt":
+        return "prompts"
+    head = path.read_bytes()[:4096].lstrip()
+    if head.startswith(b"["):
+        return "sharegpt"
+    first = head.split(b"\n", 1)[0]
+    return "sharegpt" if b'"conversations"' in first or b'"messages"' in first else "jsonl"
+
+
+def read_dataset(path: str | Path, tokenizer=None, vocab_size: int | None = None,
+                 format: str | None = None) -> ImportResult:
+    path = Path(path)
+    if not path.exists():
+        raise BadInput(f"{path}: no such file or directory")
+    format = format or detect_format(path)
+    if format not in FORMATS:
+        raise BadInput(f"unknown format {format!r}; use one of {', '.join(FORMATS)}")
+    if format in ("sharegpt", "prompts") and tokenizer is None:
+        raise BadInput(f"{format} import needs the target's tokenizer (the target directory has none)")
+    if format == "jsonl":
+        samples, rejected = read_jsonl(path, vocab_size)
+        return ImportResult(format, samples, rejected)
+    if format == "sharegpt":
+        return _read_sharegpt(path, tokenizer)
+    if format == "specforge":
+        return _read_feature_files(path, vocab_size)
+    return _read_prompts(path, tokenizer)
+
+
+def _records(path: Path) -> list[tuple[int, object]]:
+    """(line or item number, decoded record) for a JSON list or a JSONL file; undecodable lines are
+    returned as exceptions for the caller to reject."""
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise BadInput(f"{path}: not UTF-8 text") from error
+    if text.lstrip().startswith("["):
+        try:
+            items = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise BadInput(f"{path}: invalid JSON: {error.msg} at line {error.lineno} column {error.colno}") from error
+        return list(enumerate(items, start=1))
+    out = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line.strip():
+            try:
+                out.append((number, json.loads(line)))
+            except json.JSONDecodeError as error:
+                out.append((number, ValueError(f"invalid JSON: {error.msg} at column {error.colno}")))
+    return out
+
+
+def _read_sharegpt(path: Path, tokenizer) -> ImportResult:
+    if not getattr(tokenizer, "chat_template", None):
+        raise BadInput("the target's tokenizer has no chat template; ShareGPT conversations cannot be rendered")
+    result = ImportResult("sharegpt", [])
+    for number, record in _records(path):
+        try:
+            if isinstance(record, Exception):
+                raise record
+            messages = conversation_messages(record)
+            result.samples.append(render_conversation(tokenizer, messages, number,
+                                                      str(record.get("source", record.get("id", "sharegpt")))))
+        except ValueError as error:
+            result.rejected.append(Rejected(number, str(error)))
+    return result
+
+
+def conversation_messages(record) -> list[dict]:
+    if not isinstance(record, dict):
+        raise ValueError("not a JSON object")
+    turns = record.get("conversations", record.get("messages"))
+    if not isinstance(turns, list) or not turns:
+        raise ValueError("no 'conversations' (or 'messages') list")
+    messages = []
+    for position, turn in enumerate(turns):
+        if not isinstance(turn, dict):
+            raise ValueError(f"turn {position} is not an object")
+        role = turn.get("from", turn.get("role"))
+        content = turn.get("value", turn.get("content"))
+        if role not in ROLES:
+            raise ValueError(f"turn {position}: unknown speaker {role!r} (expected human/gpt/system or user/assistant)")
+        if not isinstance(content, str):
+            raise ValueError(f"turn {position}: the text is not a string")
+        messages.append({"role": ROLES[role], "content": content})
+    if messages[0]["role"] == "assistant":
+        raise ValueError("the conversation starts with the assistant: there is no prompt")
+    return messages
+
+
+def render_conversation(tokenizer, messages: list[dict], line: int, source: str) -> Sample:
+    """Token ids of the whole conversation; loss_mask 1 on the tokens each assistant turn adds."""
+    def ids_of(upto: int, generation_prompt: bool = False) -> list[int]:
+        if upto == 0:
+            return []
+        text = tokenizer.apply_chat_template(messages[:upto], tokenize=False, add_generation_prompt=generation_prompt)
+        return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    input_ids: list[int] = []
+    loss_mask: list[int] = []
+    prompt_len = None
+    for upto in range(1, len(messages) + 1):
+        if messages[upto - 1]["role"] == "assistant":
+            head = ids_of(upto - 1, generation_prompt=True)
+            if prompt_len is None:
+                prompt_len = len(head)
+            full = ids_of(upto)
+            if full[: len(head)] != head:
+                raise ValueError("the chat template does not render conversations incrementally")
+            loss_mask += [0] * (len(head) - len(input_ids)) + [1] * (len(full) - len(head))
+        else:
+            full = ids_of(upto)
+            loss_mask += [0] * (len(full) - len(input_ids))
+        input_ids = full
+    if prompt_len is None:  # no assistant turn: a prompt to replay
+        input_ids = ids_of(len(messages), generation_prompt=True)
+        loss_mask = [0] * len(input_ids)
+        prompt_len = len(input_ids)
+    if not input_ids or prompt_len == 0:
+        raise ValueError("the conversation renders to no tokens")
+    text = tokenizer.apply_chat_template(messages, tokenize=False)
+    return Sample(input_ids, loss_mask, prompt_len, source, line, {"text": text[:20000]})
+
+
+def _read_feature_files(path: Path, vocab_size: int | None) -> ImportResult:
+    from backend.data.features import load_feature_file
+
+    files = sorted(path.glob("*.ckpt")) if path.is_dir() else [path]
+    if not files:
+        raise BadInput(f"{path}: no .ckpt feature files")
+    result = ImportResult("specforge", [])
+    for number, file in enumerate(files, start=1):
+        try:
+            features = load_feature_file(file)
+            record = {"input_ids": features.input_ids, "loss_mask": [int(m != 0) for m in features.loss_mask]}
+            if 1 in record["loss_mask"]:
+                record["n_prompt_tokens"] = max(1, record["loss_mask"].index(1))
+            sample = parse_record(record, vocab_size)
+        except (BadInput, ValueError) as error:
+            result.rejected.append(Rejected(number, f"{file.name}: {str(error).replace(str(file) + ': ', '')}"))
+            continue
+        result.samples.append(Sample(sample.input_ids, sample.loss_mask, sample.prompt_len, "features", number,
+                                         {"feature_file": str(file.resolve())}))
+    return result
+
+
+def _read_prompts(path: Path, tokenizer) -> ImportResult:
+    result = ImportResult("prompts", [])
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as error:
+        raise BadInput(f"{path}: not UTF-8 text") from error
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        text = line.replace("\\n", "\n")
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        if not ids:
+            result.rejected.append(Rejected(number, "tokenizes to nothing"))
+            continue
+        result.samples.append(Sample(ids, [0] * len(ids), len(ids), "prompt", number, {"text": text}))
+    return result

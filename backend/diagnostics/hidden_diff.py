@@ -1,0 +1,95 @@
+"""Hidden-state comparisons: the features a draft is fed vs a reference, per token and per chunk (docs/reference.md §8).
+
+Metrics per (position, chunk), all computed in fp32 (Model-Optimizer's lesson: report the norm ratio
+next to cosine; a 50x scale bug still shows cosine 1.000003):
+- cosine: cos(a, b);  norm_ratio: |a| / |b|;  max_abs_diff: max_i |a_i - b_i|;
+- relative_error: |a - b| / |b|.
+A chunk mismatches when cosine < 0.999 or relative_error > 0.05 (bf16 rounding stays far inside).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from backend import BadInput
+from backend.data.features import FeatureFile
+from backend.diagnostics.mismatch import (
+    COSINE_THRESHOLD,
+    DEFINITIONS,
+    RELATIVE_ERROR_THRESHOLD,
+    chunk_summary,
+    first_mismatch,
+)
+from backend.engine.loading import Target
+from backend.engine.teacher import target_pass
+
+
+def compare_chunks(fed: torch.Tensor, reference: torch.Tensor, positions: list[int], chunk_names: list[str],
+                   reference_label: str) -> list[dict]:
+    """fed, reference [T, n*Ht] -> one row per (position, chunk) with the four metrics."""
+    if fed.shape != reference.shape:
+        raise BadInput(f"cannot compare features of shape {tuple(fed.shape)} with {tuple(reference.shape)}")
+    n = len(chunk_names)
+    a = fed.float().reshape(fed.shape[0], n, -1)
+    b = reference.float().reshape(reference.shape[0], n, -1)
+    norm_a, norm_b = a.norm(dim=-1), b.norm(dim=-1)
+    cosine = torch.nn.functional.cosine_similarity(a, b, dim=-1, eps=1e-12)
+    difference = a - b
+    tiny = torch.finfo(torch.float32).tiny
+    ratio = norm_a / norm_b.clamp_min(tiny)
+    max_abs = difference.abs().amax(dim=-1)
+    relative = difference.norm(dim=-1) / norm_b.clamp_min(tiny)
+    rows = []
+    for row, position in enumerate(positions):
+        for chunk, name in enumerate(chunk_names):
+            rows.append({"position": int(position), "chunk": name, "reference": reference_label,
+                         "norm": float(norm_a[row, chunk]), "cosine": float(cosine[row, chunk]),
+                         "norm_ratio": float(ratio[row, chunk]), "max_abs_diff": float(max_abs[row, chunk]),
+                         "relative_error": float(relative[row, chunk])})
+    return rows
+
+
+@dataclass
+class TrainServeDiff:
+    rows: list[dict]
+    chunk_names: list[str]
+    serving_indices: list[int]
+    first_mismatch: dict | None
+    summary: list[dict]
+    matches: list[dict]  # per training chunk: the HF index whose states it equals best
+    training_indices: list[int | None]
+
+    def to_dict(self) -> dict:
+        return {"serving_aux_hf_indices": self.serving_indices, "first_mismatch": self.first_mismatch,
+                "summary": self.summary, "training_chunk_matches": self.matches,
+                "training_aux_hf_indices": self.training_indices, "definitions": DEFINITIONS}
+
+
+def train_vs_serve(target: Target, features: FeatureFile, serving_indices) -> TrainServeDiff:
+    """Recompute the features serving feeds for the file's tokens and compare them chunk by chunk
+    with what training stored; also find which HF index each training chunk really is."""
+    if any(i >= target.vocab_size or i < 0 for i in features.input_ids):
+        raise BadInput(f"{features.path}: token ids outside the target's vocabulary ({target.vocab_size})")
+    every = list(range(target.num_layers + 1))
+    passed = target_pass(target, features.input_ids, features.loss_mask, every)
+    serving = passed.features(serving_indices).cpu()
+    names = [f"chunk{k} (serve HF {i})" for k, i in enumerate(serving_indices)]
+    positions = list(range(len(features.input_ids)))
+    rows = compare_chunks(serving, features.aux_hidden_state, positions, names, features.path)
+    matches, training = [], []
+    for chunk, stored in enumerate(features.aux_hidden_state.float().chunk(3, dim=-1)):
+        scores = []
+        for index in every:
+            state = passed.states[index].float().cpu()
+            cosine = torch.nn.functional.cosine_similarity(state, stored, dim=-1).mean().item()
+            ratio = (state.norm(dim=-1) / stored.norm(dim=-1).clamp_min(1e-12)).mean().item()
+            scores.append((cosine, ratio, index))
+        cosine, ratio, index = max(scores)
+        equal = cosine >= COSINE_THRESHOLD and abs(ratio - 1) < RELATIVE_ERROR_THRESHOLD
+        matches.append({"chunk": chunk, "best_hf_index": index, "mean_cosine": cosine, "mean_norm_ratio": ratio,
+                        "equal": equal})
+        training.append(index if equal else None)
+    return TrainServeDiff(rows, names, list(serving_indices), first_mismatch(rows, names),
+                          chunk_summary(rows, names), matches, training)

@@ -1,0 +1,379 @@
+"""Serving-flag lint: what an SGLang launch command or vLLM arguments will really run with this draft.
+
+Rules follow docs/reference.md §9 (SGLang flags that silently change what runs) and
+§2 (which config field, in which convention, each engine reads the aux layer ids from).
+Each finding has a severity (error: acceptance is lost or the draft is misused; warning: likely
+loss; info: worth knowing), a stable code, an explanation and the fix.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from backend import BadInput
+from backend.engine.draft_config import DraftConfig, parse_draft_config, read_config_file
+from backend.engine.wiring import default_hf_indices
+
+SGLANG_MAX_RUNNING_REQUESTS = 48
+EAGLE3_ARCHITECTURES = ("LlamaForCausalLMEagle3", "Eagle3Speculator")
+
+
+@dataclass(frozen=True)
+class Finding:
+    severity: str  # error | warning | info
+    code: str
+    message: str
+    fix: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class ServingSettings:
+    """What the command line asks for (None = not given) and, after `effective_*`, what runs."""
+    engine: str  # sglang | vllm
+    algorithm: str | None = None
+    draft_path: str | None = None
+    target_path: str | None = None
+    num_steps: int | None = None
+    topk: int | None = None
+    num_draft_tokens: int | None = None
+    token_map: str | None = None
+    context_length: int | None = None
+    max_running_requests: int | None = None
+    mixed_chunk: bool = False
+
+
+@dataclass(frozen=True)
+class TargetFacts:
+    architecture: str | None
+    num_layers: int | None
+    max_position_embeddings: int | None
+
+
+@dataclass
+class LintReport:
+    findings: list[Finding]
+    requested: ServingSettings
+    effective: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        order = {"error": 0, "warning": 1, "info": 2}
+        findings = sorted(self.findings, key=lambda f: order[f.severity])
+        return {"findings": [f.to_dict() for f in findings], "engine": self.requested.engine,
+                "requested": asdict(self.requested), "effective": self.effective,
+                "errors": sum(f.severity == "error" for f in findings)}
+
+
+# ----------------------------------------------------------------------------- parsing
+
+SGLANG_FLAGS = {
+    "--speculative-algorithm": ("algorithm", str), "--speculative-draft-model-path": ("draft_path", str),
+    "--speculative-draft-model": ("draft_path", str), "--speculative-num-steps": ("num_steps", int),
+    "--speculative-eagle-topk": ("topk", int), "--speculative-num-draft-tokens": ("num_draft_tokens", int),
+    "--speculative-token-map": ("token_map", str), "--model-path": ("target_path", str),
+    "--model": ("target_path", str), "--context-length": ("context_length", int),
+    "--max-running-requests": ("max_running_requests", int),
+}
+
+
+def _split(command: str) -> list[str]:
+    try:
+        return shlex.split(command.replace("\\\n", " "))
+    except ValueError as error:
+        raise BadInput(f"cannot split the command line: {error}") from error
+
+
+def _convert(flag: str, kind, value: str):
+    try:
+        return kind(value)
+    except ValueError as error:
+        raise BadInput(f"{flag} expects an integer, got {value!r}") from error
+
+
+def parse_sglang(command: str) -> ServingSettings:
+    settings = ServingSettings("sglang")
+    words = _split(command)
+    index = 0
+    while index < len(words):
+        word = words[index]
+        flag, _, inline = word.partition("=")
+        if flag == "--enable-mixed-chunk":
+            settings.mixed_chunk = True
+        elif flag in SGLANG_FLAGS:
+            name, kind = SGLANG_FLAGS[flag]
+            if not inline:
+                index += 1
+                if index >= len(words) or words[index].startswith("--"):
+                    raise BadInput(f"{flag} needs a value")
+                inline = words[index]
+            setattr(settings, name, _convert(flag, kind, inline))
+        index += 1
+    if settings.algorithm is None:
+        raise BadInput("no --speculative-algorithm in the command: speculative decoding is off")
+    settings.algorithm = settings.algorithm.upper()
+    return settings
+
+
+def parse_vllm(arguments: str) -> ServingSettings:
+    settings = ServingSettings("vllm")
+    words = _split(arguments)
+    spec_config = None
+    for index, word in enumerate(words):
+        flag, _, inline = word.partition("=")
+        value = inline or (words[index + 1] if index + 1 < len(words) else None)
+        if flag in ("--speculative-config", "--speculative_config"):
+            spec_config = value
+        elif flag in ("--max-model-len", "--max_model_len") and value is not None:
+            settings.context_length = _convert(flag, int, value)
+        elif flag == "--model" and value is not None:
+            settings.target_path = value
+        elif flag == "serve" and index + 1 < len(words) and not words[index + 1].startswith("-"):
+            settings.target_path = words[index + 1]
+    if spec_config is None:
+        raise BadInput("no --speculative-config in the arguments: speculative decoding is off")
+    try:
+        spec = json.loads(spec_config)
+    except json.JSONDecodeError as error:
+        raise BadInput(f"--speculative-config is not valid JSON ({error})") from error
+    if not isinstance(spec, dict):
+        raise BadInput("--speculative-config must be a JSON object")
+    settings.algorithm = str(spec.get("method", "")).lower() or None
+    settings.draft_path = spec.get("model")
+    if spec.get("num_speculative_tokens") is not None:
+        settings.num_steps = _convert("num_speculative_tokens", int, str(spec["num_speculative_tokens"]))
+    return settings
+
+
+def target_facts(target_dir: str | Path | None) -> TargetFacts:
+    path = Path(target_dir) / "config.json" if target_dir else None
+    if path is None or not path.is_file():
+        return TargetFacts(None, None, None)
+    try:
+        raw = json.loads(path.read_text())
+    except json.JSONDecodeError:
+        return TargetFacts(None, None, None)
+    architectures = raw.get("architectures") or [None]
+    return TargetFacts(architectures[0], raw.get("num_hidden_layers"), raw.get("max_position_embeddings"))
+
+
+# ----------------------------------------------------------------------------- rules
+
+
+@dataclass(frozen=True)
+class DraftFacts:
+    config: DraftConfig
+    has_d2t: bool
+    fc_input_width: int | None  # fc.weight's input width: 3*Ht for EAGLE-3
+
+    @property
+    def is_eagle3(self) -> bool:
+        if self.fc_input_width is not None:
+            return self.fc_input_width == 3 * self.config.target_hidden_size
+        return self.config.architecture in EAGLE3_ARCHITECTURES or self.config.nested_aux_ids is not None \
+            or self.config.top_level_aux_ids is not None
+
+
+def lint(settings: ServingSettings, draft: DraftFacts, target: TargetFacts) -> LintReport:
+    config = draft.config
+    findings: list[Finding] = []
+    add = lambda *args: findings.append(Finding(*args))  # noqa: E731
+    effective: dict = {}
+    if settings.engine == "sglang":
+        effective = _sglang_shape(settings, target, add)
+        _sglang_algorithm(settings, draft, add)
+        if settings.token_map and settings.algorithm == "EAGLE3":
+            add("warning", "token-map-ignored",
+                f"--speculative-token-map {settings.token_map} is ignored for EAGLE3: SGLang maps draft ids "
+                "with the checkpoint's own d2t tensor.",
+                "Drop --speculative-token-map; make sure the checkpoint carries d2t/t2d.")
+        if settings.max_running_requests and settings.max_running_requests > SGLANG_MAX_RUNNING_REQUESTS:
+            add("info", "max-running-requests-capped",
+                f"--max-running-requests {settings.max_running_requests} is capped at "
+                f"{SGLANG_MAX_RUNNING_REQUESTS} with speculative decoding.",
+                f"Expect at most {SGLANG_MAX_RUNNING_REQUESTS} concurrent requests; size the deployment for that.")
+        if settings.mixed_chunk:
+            add("info", "mixed-chunk-off", "--enable-mixed-chunk is turned off with speculative decoding.",
+                "Nothing to change; do not expect mixed chunked prefill in benchmarks.")
+    else:
+        effective = {"num_speculative_tokens": settings.num_steps, "method": settings.algorithm}
+        _vllm_method(settings, draft, add)
+    steps = effective.get("num_steps", settings.num_steps)
+    if steps == 1:
+        add("warning", "single-draft-step",
+            "Only 1 draft token per verify step: accept length can never exceed 2.0 (1 draft + the bonus), "
+            "whatever the draft's accuracy.",
+            "Use 3-5 steps for a chain (e.g. --speculative-num-steps 3 --speculative-eagle-topk 1 "
+            "--speculative-num-draft-tokens 4).")
+    _vocab_mapping(config, draft.has_d2t, add)
+    _context(settings, config, target, add)
+    _aux_ids(settings.engine, config, target, add)
+    return LintReport(findings, settings, effective)
+
+
+def _sglang_shape(settings: ServingSettings, target: TargetFacts, add) -> dict:
+    """num_steps / topk / num_draft_tokens as SGLang will run them (rules 1 and 2)."""
+    steps, topk, tokens = settings.num_steps, settings.topk, settings.num_draft_tokens
+    if steps is None:
+        if target.architecture is None:
+            chosen, arch_note = None, "the target's architecture (unknown here: pass --target DIR)"
+        else:
+            chosen = (5, 4, 8) if target.architecture == "LlamaForCausalLM" else (3, 1, 4)
+            arch_note = target.architecture
+        overridden = [f for f, v in (("--speculative-eagle-topk", topk),
+                                     ("--speculative-num-draft-tokens", tokens)) if v is not None]
+        note = f" Your {' and '.join(overridden)} {'is' if len(overridden) == 1 else 'are'} replaced too." \
+            if overridden else ""
+        shape = f"(steps, topk, draft tokens) = {chosen}" if chosen else \
+            "(5, 4, 8) for LlamaForCausalLM, (3, 1, 4) for most others"
+        add("warning", "defaults-by-architecture",
+            f"--speculative-num-steps is not set, so SGLang chooses all three speculative settings from "
+            f"{arch_note}: {shape}.{note}",
+            "Set --speculative-num-steps, --speculative-eagle-topk and --speculative-num-draft-tokens together.")
+        if chosen is None:
+            return {"num_steps": None, "topk": None, "num_draft_tokens": None}
+        steps, topk, tokens = chosen
+    topk = 1 if topk is None else topk
+    if topk == 1 and tokens != steps + 1:
+        if tokens is not None:
+            add("error", "topk1-draft-tokens-reset",
+                f"With --speculative-eagle-topk 1 (a chain) SGLang resets --speculative-num-draft-tokens "
+                f"{tokens} to num_steps + 1 = {steps + 1}, logging only a warning. You asked for {tokens} verified "
+                f"tokens and get {steps + 1}.",
+                f"For a chain of {tokens - 1} drafts: --speculative-num-steps {tokens - 1} "
+                f"--speculative-eagle-topk 1 --speculative-num-draft-tokens {tokens}; for a tree keep "
+                f"{tokens} draft tokens and raise --speculative-eagle-topk above 1.")
+        tokens = steps + 1
+    return {"num_steps": steps, "topk": topk, "num_draft_tokens": tokens}
+
+
+def _sglang_algorithm(settings: ServingSettings, draft: DraftFacts, add) -> None:
+    config = draft.config
+    if settings.algorithm == "EAGLE" and draft.is_eagle3:
+        add("error", "eagle-algorithm-eagle3-draft",
+            f"--speculative-algorithm EAGLE with an EAGLE-3 draft ({config.architecture}, fc over 3 target "
+            "layers): older SGLang runs it as EAGLE-1 and skips the 3-layer fc, giving accept length exactly "
+            "1.0 with no error (newer SGLang upgrades it, PR #21272).",
+            "--speculative-algorithm EAGLE3")
+    elif settings.algorithm == "EAGLE3" and not config.use_aux_hidden_state:
+        add("error", "eagle3-algorithm-eagle1-draft",
+            "--speculative-algorithm EAGLE3 but the draft says use_aux_hidden_state: false (EAGLE-1 style, "
+            "no 3-layer fc).", "--speculative-algorithm EAGLE")
+    elif settings.algorithm not in ("EAGLE", "EAGLE3"):
+        add("warning", "not-eagle", f"--speculative-algorithm {settings.algorithm} does not run an EAGLE-3 draft.",
+            "--speculative-algorithm EAGLE3")
+
+
+def _vllm_method(settings: ServingSettings, draft: DraftFacts, add) -> None:
+    config = draft.config
+    if settings.algorithm == "eagle" and draft.is_eagle3:
+        add("error", "eagle-algorithm-eagle3-draft",
+            f"method \"eagle\" with an EAGLE-3 draft ({config.architecture}): the 3-layer fc input is not used.",
+            "\"method\": \"eagle3\" in --speculative-config")
+    elif settings.algorithm != "eagle3":
+        add("warning", "not-eagle", f"method {settings.algorithm!r} does not run an EAGLE-3 draft.",
+            "\"method\": \"eagle3\" in --speculative-config")
+    if settings.num_steps is None:
+        add("warning", "no-speculative-tokens", "num_speculative_tokens is not set in --speculative-config.",
+            "Add \"num_speculative_tokens\": 3 (or what the probe's what-if recommends).")
+
+
+def _vocab_mapping(config: DraftConfig, has_d2t: bool, add) -> None:
+    if config.draft_vocab_size < config.vocab_size and not has_d2t:
+        add("error", "missing-d2t",
+            f"draft_vocab_size {config.draft_vocab_size} < vocab_size {config.vocab_size} but the checkpoint has "
+            "no d2t: every engine then reads draft ids as target ids and proposes garbage, silently.",
+            "Export d2t/t2d from the training run's vocab mapping (never regenerate it for a trained head).")
+
+
+def _context(settings: ServingSettings, config: DraftConfig, target: TargetFacts, add) -> None:
+    served = settings.context_length or target.max_position_embeddings
+    if served and served > config.max_position_embeddings:
+        origin = "--context-length/--max-model-len" if settings.context_length else "the target's max_position_embeddings"
+        add("warning", "draft-context",
+            f"Served context {served} ({origin}) exceeds the draft's max_position_embeddings "
+            f"{config.max_position_embeddings}: the engine sets the draft's context to the target's, and a draft "
+            "trained on shorter sequences degrades beyond them (sglang #6783).",
+            f"Cap the context at {config.max_position_embeddings} for speculative requests, or train the draft "
+            "on longer sequences.")
+
+
+def _aux_ids(engine: str, config: DraftConfig, target: TargetFacts, add) -> None:
+    nested, top = config.nested_aux_ids, config.top_level_aux_ids
+    layers = target.num_layers
+    defaults = default_hf_indices(layers) if layers else None
+    nested_hf = [i + 1 for i in nested] if nested is not None else None
+    if nested is not None and top is not None and list(top) != nested_hf:
+        same = list(top) == list(nested)
+        add("error", "aux-ids-disagree",
+            f"The draft declares aux ids twice: nested {nested} (output-of-layer: HF {nested_hf}) and top-level "
+            f"{top} (HF indices). SGLang uses HF {nested_hf}, vLLM uses HF {top}"
+            + (": the same list in both fields selects layers one apart (vLLM PR #43671)." if same else "."),
+            "Keep the wiring the draft was trained on (python -m backend probe tells which) and write it as "
+            "nested ids = HF - 1 and top-level ids = HF.")
+    if engine == "sglang":
+        if nested is None and top is not None:
+            fallback = f"HF {defaults}" if defaults else "the defaults HF [2, L//2, L-3]"
+            severity = "info" if defaults == list(top) else "warning"
+            add(severity, "aux-ids-field",
+                f"SGLang reads eagle_config.eagle_aux_hidden_state_layer_ids; this draft only has the top-level "
+                f"field {top} (vLLM's), so SGLang falls back to {fallback}.",
+                f"Add \"eagle_config\": {{\"eagle_aux_hidden_state_layer_ids\": {[i - 1 for i in top]}}} "
+                "(output-of-layer ids = HF - 1).")
+        if nested is not None and defaults and list(nested) == defaults and nested_hf != defaults:
+            add("warning", "aux-ids-convention",
+                f"Nested ids {nested} equal the default HF indices for L={layers}, but the nested field is read "
+                f"as output-of-layer ids: SGLang selects HF {nested_hf}, one layer above each default.",
+                f"If the draft was trained on the defaults write {[i - 1 for i in defaults]} in eagle_config.")
+    else:
+        if top is None and nested is not None:
+            fallback = f"HF {defaults}" if defaults else "the defaults HF [2, L//2, L-3]"
+            severity = "info" if defaults == nested_hf else "error"
+            add(severity, "aux-ids-field",
+                f"vLLM reads only the top-level eagle_aux_hidden_state_layer_ids; this draft has only the nested "
+                f"eagle_config ids {nested} (HF {nested_hf}), so vLLM silently uses {fallback}"
+                + (" — the same layers, by luck." if severity == "info" else
+                   " (vLLM PR #50170: acceptance 1.2%, accept length 1.04)."),
+                f"Add top-level \"eagle_aux_hidden_state_layer_ids\": {nested_hf} (HF indices).")
+        if top is not None and defaults and [i + 1 for i in top] == defaults and list(top) != defaults:
+            add("warning", "aux-ids-convention",
+                f"Top-level ids {top} equal the defaults written as output-of-layer ids for L={layers}, but vLLM "
+                f"reads them as HF indices: it selects HF {top}, one layer below each default.",
+                f"If the draft was trained on the defaults write {defaults} at the top level.")
+
+
+# ----------------------------------------------------------------------------- entry point
+
+
+def lint_command(draft_dir: str | Path | None, sglang: str | None = None, vllm: str | None = None,
+                 target_dir: str | Path | None = None) -> LintReport:
+    if (sglang is None) == (vllm is None):
+        raise BadInput("give exactly one of an SGLang launch command or vLLM arguments")
+    settings = parse_sglang(sglang) if sglang is not None else parse_vllm(vllm)
+    draft_dir = draft_dir or settings.draft_path
+    if not draft_dir:
+        raise BadInput("no draft directory: pass --draft DIR (the command names none)")
+    report = lint(settings, draft_facts(Path(draft_dir)), target_facts(target_dir or settings.target_path))
+    if settings.draft_path and Path(settings.draft_path) != Path(draft_dir):
+        report.findings.append(Finding(
+            "info", "draft-path", f"The command serves {settings.draft_path}; linted against the local copy {draft_dir}.",
+            "Make sure both are the same checkpoint."))
+    return report
+
+
+def draft_facts(draft_dir: Path) -> DraftFacts:
+    """The config, and from the weights whether d2t is there and how wide fc's input is. Weights that
+    cannot be read leave both unknown (preflight reports why)."""
+    from backend.engine.loading import read_draft
+
+    config = parse_draft_config(read_config_file(draft_dir))
+    try:
+        tensors = read_draft(draft_dir).tensors
+    except BadInput:
+        return DraftFacts(config, has_d2t=False, fc_input_width=None)
+    fc = tensors.get("fc.weight")
+    return DraftFacts(config, "d2t" in tensors, int(fc.shape[1]) if fc is not None else None)

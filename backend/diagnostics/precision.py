@@ -1,0 +1,87 @@
+"""Does the target agree with itself in this dtype? The yardstick for bf16 replays (docs/reference.md §7).
+
+A replay reads the target's argmax from (K+1)-token verify forwards; plain greedy decoding reads it
+from 1-token forwards. In fp32 on a CPU both give the same argmax. In bf16 the two shapes of matrix
+product round differently, so where the top two logits nearly tie the argmax can flip, and a replay
+that is exact as an algorithm still diverges from `generate`. That is not a SpecLens bug when the
+target itself, fed the same prefix, gives one token as a verify chunk and another as 1-token decodes.
+
+`self_disagreement` measures how often that happens along a token sequence (per 1,000 tokens), and
+`divergence_explained` checks one replay divergence: it is accepted only where the target disagrees
+with itself there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+
+from backend.engine.kv_cache import crop_target_cache, new_target_cache, target_forward
+from backend.engine.loading import Target
+
+DEFINITION = ("target self-disagreement: share of positions where the argmax of a (K+1)-token verify forward "
+              "differs from the argmax of 1-token decode forwards over the same prefix and tokens, per 1,000 "
+              "positions, in the run's dtype")
+
+
+@dataclass
+class SelfDisagreement:
+    positions: int  # positions compared
+    disagreeing: list[int]  # absolute positions whose two argmaxes differ
+    width: int  # verify chunk width K+1
+    dtype: str
+    device: str
+
+    @property
+    def per_1000(self) -> float:
+        return 1000.0 * len(self.disagreeing) / self.positions if self.positions else 0.0
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "per_1000": self.per_1000, "definition": DEFINITION}
+
+
+def _chunk_and_decode(target: Target, cache, start: int, chunk: list[int],
+                      decoded: int | None = None) -> tuple[list[int], list[int]]:
+    """From a cache holding exactly `start` positions: the argmax rows of `chunk` fed as one forward,
+    and of its first `decoded` tokens (default all) fed one at a time. The cache ends holding the
+    1-token path."""
+    device = target.device
+    batched = target_forward(target.model, torch.tensor([chunk], device=device), cache, start).logits[0]
+    batched_argmax = batched.argmax(-1).tolist()
+    crop_target_cache(cache, start)
+    sequential_argmax = []
+    for offset, token in enumerate(chunk[:decoded]):
+        logits = target_forward(target.model, torch.tensor([[token]], device=device), cache, start + offset).logits
+        sequential_argmax.append(int(logits[0, -1].argmax()))
+    return batched_argmax, sequential_argmax
+
+
+def self_disagreement(target: Target, prompt_ids: list[int], continuation: list[int], num_steps: int) -> SelfDisagreement:
+    """Walk `continuation` after `prompt_ids` in verify-sized chunks (K+1 tokens) and compare, at every
+    position, the verify argmax with the 1-token decode argmax."""
+    width = num_steps + 1
+    disagreeing, compared = [], 0
+    with torch.inference_mode():
+        cache = new_target_cache(target.model)
+        target_forward(target.model, torch.tensor([prompt_ids], device=target.device), cache, 0)
+        position = len(prompt_ids)
+        for first in range(0, len(continuation), width):
+            chunk = continuation[first : first + width]
+            batched, sequential = _chunk_and_decode(target, cache, position, chunk)
+            disagreeing += [position + row for row, (a, b) in enumerate(zip(batched, sequential, strict=True))
+                            if a != b]
+            compared += len(chunk)
+            position += len(chunk)
+    return SelfDisagreement(compared, disagreeing, width, str(target.dtype).replace("torch.", ""), str(target.device))
+
+
+def divergence_explained(target: Target, prefix_ids: list[int], chunk: list[int], row: int) -> dict:
+    """At one verify step (the target cache held `prefix_ids`, the verify fed `chunk` = [x_n, d_1..d_K]):
+    do the verify argmax and the 1-token decode argmax of `row` differ? True means a replay token that
+    differs from `generate` there is the target's own rounding, not the replay."""
+    with torch.inference_mode():
+        cache = new_target_cache(target.model)
+        target_forward(target.model, torch.tensor([prefix_ids], device=target.device), cache, 0)
+        batched, sequential = _chunk_and_decode(target, cache, len(prefix_ids), chunk, decoded=row + 1)
+    return {"verify_argmax": batched[row], "decode_argmax": sequential[row], "explained": batched[row] != sequential[row]}

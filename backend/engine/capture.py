@@ -1,0 +1,52 @@
+"""Capture the target's residual-stream states at HF indices with forward hooks (docs/reference.md §2).
+
+Hooks capture only the requested indices (no `output_hidden_states`, which keeps all L+1) and
+always the pre-norm stream, including index L (where `hidden_states[L]` in transformers is post-norm).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from backend import BadInput
+
+
+def decoder_layers(model) -> torch.nn.ModuleList:
+    base = getattr(model, "model", None) or model.base_model
+    layers = getattr(base, "layers", None)
+    if layers is None:
+        raise BadInput(f"{type(model).__name__}: cannot find its decoder layers (expected model.layers)")
+    return layers
+
+
+class AuxCapture:
+    """Forward hooks that keep the last forward's states at the given HF indices."""
+
+    def __init__(self, model, aux_hf_indices):
+        self.indices = tuple(aux_hf_indices)
+        self.captured: dict[int, torch.Tensor] = {}
+        layers = decoder_layers(model)
+        self.handles = []
+        for index in sorted(set(self.indices)):
+            module = model.get_input_embeddings() if index == 0 else layers[index - 1]
+            self.handles.append(module.register_forward_hook(self._hook(index)))
+
+    def _hook(self, index):
+        def store(_module, _inputs, output):
+            self.captured[index] = output[0] if isinstance(output, tuple) else output
+
+        return store
+
+    def features(self) -> torch.Tensor:
+        """The last forward's fused input for the draft: [T, 3*Ht], chunks in wiring order."""
+        return torch.cat([self.captured[i][0] for i in self.indices], dim=-1)
+
+    def remove(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.remove()

@@ -1,0 +1,169 @@
+"""Load a Hugging Face target and an EAGLE-3 draft from local directories (docs/reference.md §1).
+
+Nothing is fetched from a hub (`local_files_only=True`); a draft's `.bin` is unpickled with
+`weights_only=True` only. A draft is loaded only after `backend.engine.preflight` passed on the very
+tensors read here (the files are read once).
+"""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+from backend import BadInput
+from backend.engine.draft_config import DraftConfig, parse_draft_config, read_config_file
+from backend.engine.draft_model import Eagle3Draft
+from backend.engine.layouts import file_name, to_internal_names
+
+DTYPES = {
+    "fp32": torch.float32,
+    "float32": torch.float32,
+    "bf16": torch.bfloat16,
+    "bfloat16": torch.bfloat16,
+    "fp16": torch.float16,
+    "float16": torch.float16,
+}
+# Buffers some exports carry that are recomputed from the config.
+IGNORABLE_SUFFIXES = ("rotary_emb.inv_freq",)
+
+
+# ---------------------------------------------------------------------------------------- target
+
+
+@dataclass
+class Target:
+    model: torch.nn.Module
+    tokenizer: object | None
+    path: str
+    device: torch.device
+    dtype: torch.dtype
+    num_layers: int
+    hidden_size: int
+    vocab_size: int
+    eos_token_ids: tuple[int, ...]
+
+
+def pick_device(device: str | None = None) -> torch.device:
+    if device:
+        return torch.device(device)
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def pick_dtype(device: torch.device, dtype: str | None = None) -> torch.dtype:
+    if dtype:
+        if dtype not in DTYPES:
+            raise BadInput(f"unknown dtype {dtype!r}; use one of fp32, bf16, fp16")
+        return DTYPES[dtype]
+    return torch.bfloat16 if device.type == "cuda" else torch.float32
+
+
+def read_target_config(path: str | Path):
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        raise BadInput(f"target {path}: not a local Hugging Face model directory (no config.json)")
+    return AutoConfig.from_pretrained(path, local_files_only=True)
+
+
+def load_tokenizer(path: str | Path):
+    """The target's tokenizer, or None when the directory has none (ids are then shown as ids)."""
+    try:
+        return AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except (OSError, ValueError):
+        return None
+
+
+def load_target(path: str | Path, device: str | None = None, dtype: str | None = None) -> Target:
+    config = read_target_config(path)
+    torch_device = pick_device(device)
+    torch_dtype = pick_dtype(torch_device, dtype)
+    model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch_dtype)
+    model.to(torch_device).eval()
+    return Target(
+        model,
+        load_tokenizer(path),
+        str(path),
+        torch_device,
+        torch_dtype,
+        config.num_hidden_layers,
+        config.hidden_size,
+        config.vocab_size,
+        eos_ids(model),
+    )
+
+
+def eos_ids(model) -> tuple[int, ...]:
+    for source in (getattr(model, "generation_config", None), model.config):
+        value = getattr(source, "eos_token_id", None) if source is not None else None
+        if value is not None:
+            return tuple(value) if isinstance(value, list | tuple) else (int(value),)
+    return ()
+
+
+# ----------------------------------------------------------------------------- draft checkpoint
+
+
+@dataclass
+class DraftFiles:
+    path: str
+    config: DraftConfig
+    tensors: dict[str, torch.Tensor]  # under our names (backend.engine.layouts)
+    weights_file: str
+    renamed: list[str] = field(default_factory=list)  # notes on names normalised from other layouts
+    original_names: dict[str, str] = field(default_factory=dict)  # our name -> the file's name
+
+    def file_name(self, name: str) -> str:
+        return file_name(name, self.original_names)
+
+
+def read_draft_tensors(draft_dir: Path) -> tuple[dict[str, torch.Tensor], str]:
+    safetensors_path = draft_dir / "model.safetensors"
+    bin_path = draft_dir / "pytorch_model.bin"
+    if safetensors_path.is_file():
+        return load_file(str(safetensors_path)), safetensors_path.name
+    if bin_path.is_file():
+        try:
+            # A .bin is a pickle: only tensors and plain containers may come out of it.
+            state = torch.load(bin_path, map_location="cpu", weights_only=True)
+        except (pickle.UnpicklingError, RuntimeError, AttributeError, TypeError) as error:
+            raise BadInput(
+                f"{bin_path.name} holds Python objects beyond tensors; refusing to unpickle it "
+                f"(loaded with weights_only=True): {str(error).splitlines()[0]}"
+            ) from error
+        if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+            raise BadInput(f"{bin_path.name} is not a flat dict of tensors")
+        return state, bin_path.name
+    raise BadInput(f"{draft_dir}: no model.safetensors or pytorch_model.bin")
+
+
+def read_draft(draft_dir: str | Path) -> DraftFiles:
+    draft_dir = Path(draft_dir)
+    if not draft_dir.is_dir():
+        raise BadInput(f"draft {draft_dir}: no such directory")
+    config = parse_draft_config(read_config_file(draft_dir))
+    tensors, weights_file = read_draft_tensors(draft_dir)
+    tensors, notes, original = to_internal_names(tensors)
+    return DraftFiles(str(draft_dir), config, tensors, weights_file, notes, original)
+
+
+def build_draft(files: DraftFiles, target: Target) -> Eagle3Draft:
+    """The draft module with the checkpoint's weights, on the target's device and dtype. Call only
+    for files that passed preflight."""
+    draft = Eagle3Draft(files.config, target.model.get_input_embeddings())
+    tensors = dict(files.tensors)
+    if "own_embedding.weight" in tensors and files.config.target_hidden_size != files.config.hidden_size:
+        draft.own_embedding = torch.nn.Embedding(*tensors["own_embedding.weight"].shape)
+    else:
+        tensors.pop("own_embedding.weight", None)
+    tensors.pop("t2d", None)
+    draft.has_vocab_mapping = "d2t" in tensors
+    tensors = {n: t for n, t in tensors.items() if not n.endswith(IGNORABLE_SUFFIXES)}
+    result = draft.load_state_dict(tensors, strict=False)
+    left_out = set(result.missing_keys) - {"d2t"}
+    if left_out or result.unexpected_keys:  # preflight should have caught these; never run half-loaded
+        raise BadInput(f"draft {files.path}: missing {sorted(left_out)}, unexpected {result.unexpected_keys}")
+    return draft.to(device=target.device, dtype=target.dtype).eval()

@@ -1,0 +1,72 @@
+"""Acceptance metrics of a replay, each with the definition it is computed by.
+
+Engines disagree on names (docs/reference.md §6); every number SpecLens shows carries one of
+the DEFINITIONS below so that it can be compared with the right figure from SGLang, vLLM or SpecForge.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+DEFINITIONS = {
+    "mean_accept_length": "accept length (tau): mean over verify steps of a + 1, bonus token included "
+                          "(SGLang accept len, vLLM mean_acceptance_length, EAGLE papers)",
+    "accepted_drafts_per_step": "mean of a, drafts accepted per verify step (SpecForge simulated_acc_len "
+                                "is comparable to this)",
+    "acceptance_rate": "accepted drafts / drafted tokens = sum(a) / (steps x K) (vLLM)",
+    "per_position_marginal": "P(a >= i) over verify steps, i = 1..K (vLLM per-position vector)",
+    "per_position_conditional": "P(a >= i | a >= i-1), i = 1..K (EAGLE n-alpha style); null where no "
+                                "step reached position i-1",
+    "accept_histogram": "number of verify steps accepting exactly a = 0..K drafts (SGLang spec_accept_histogram)",
+    "acc_per_step": "teacher-forced acc_k: fraction of loss-masked positions where the draft's top-1 at TTT "
+                    "step k, mapped through d2t, equals the target's argmax (SpecForge acc_k)",
+    "simulated_accept_length": "sum_k prod_{j<=k} acc_j over the teacher-forced accuracies; excludes the "
+                               "bonus token (SpecForge checkpoint selection)",
+}
+
+
+@dataclass(frozen=True)
+class AcceptanceMetrics:
+    num_steps: int  # K
+    verify_steps: int
+    mean_accept_length: float | None
+    accepted_drafts_per_step: float | None
+    acceptance_rate: float | None
+    per_position_marginal: list[float | None]
+    per_position_conditional: list[float | None]
+    accept_histogram: list[int]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def acceptance_metrics(accepted_counts: list[int], num_steps: int) -> AcceptanceMetrics:
+    """Metrics from the accepted count a of each verify step (0 <= a <= K)."""
+    if any(not 0 <= a <= num_steps for a in accepted_counts):
+        raise ValueError(f"accepted counts must lie in 0..{num_steps}: {accepted_counts}")
+    steps = len(accepted_counts)
+    histogram = [sum(1 for a in accepted_counts if a == k) for k in range(num_steps + 1)]
+    reached = [sum(1 for a in accepted_counts if a >= i) for i in range(num_steps + 1)]  # reached[0] = steps
+    if steps == 0:
+        return AcceptanceMetrics(num_steps, 0, None, None, None, [None] * num_steps, [None] * num_steps, histogram)
+    total = sum(accepted_counts)
+    return AcceptanceMetrics(
+        num_steps=num_steps,
+        verify_steps=steps,
+        mean_accept_length=total / steps + 1.0,
+        accepted_drafts_per_step=total / steps,
+        acceptance_rate=total / (steps * num_steps),
+        per_position_marginal=[reached[i] / steps for i in range(1, num_steps + 1)],
+        per_position_conditional=[reached[i] / reached[i - 1] if reached[i - 1] else None
+                                  for i in range(1, num_steps + 1)],
+        accept_histogram=histogram,
+    )
+
+
+def simulated_accept_length(acc_per_step: list[float]) -> float:
+    """sum_k prod_{j<=k} acc_j (SpecForge); excludes the bonus token."""
+    total, running = 0.0, 1.0
+    for acc in acc_per_step:
+        running *= acc
+        total += running
+    return total

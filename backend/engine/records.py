@@ -1,0 +1,64 @@
+"""The records the engine yields, the store persists and the pages render: one type per concept.
+
+`StepRecord` is built once per verify step by `replay()`; `db.store.get_steps` returns the same type
+(with the tensor fields left empty: those live in the run's safetensors artifact). Importing this
+module does not import torch, so pages and the store can use it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+
+# Every long job reports progress the same way: the fraction done (0..1) and what is happening.
+Progress = Callable[[float, str], None]
+
+
+def no_progress(_fraction: float, _message: str) -> None:
+    """The Progress to pass when nobody is watching."""
+
+
+@dataclass
+class PrefillRecord:
+    prompt_ids: list[int]
+    first_token: int  # the target's greedy token after the prompt: output_ids[0]
+    prefill_ms: float
+    aux_features: torch.Tensor | None  # [n, 3*Ht] fused features of the prompt positions
+
+
+@dataclass
+class StepRecord:
+    """One verify step (docs/reference.md §4). Token ids are target-vocab ids."""
+
+    step_index: int
+    position: int  # position of the pending token x_n (verify row 0)
+    pending_token: int
+    drafted_ids: list[int]  # d_1..d_K
+    accepted_count: int  # a: drafts accepted, 0..K
+    bonus_id: int  # argmax of verify row a: the target's own token after the accepted drafts
+    committed_ids: list[int]  # tokens this step added to the output (a + 1, fewer at EOS / the limit)
+    target_argmax_ids: list[int]  # argmax of verify rows 0..K
+    draft_ms: float = 0.0
+    verify_ms: float = 0.0
+    draft_probs: list[float] = field(default_factory=list)  # draft probability of each d_j
+    draft_top_ids: list[list[int]] = field(default_factory=list)  # top alternatives per d_j
+    draft_top_probs: list[list[float]] = field(default_factory=list)
+    target_argmax_probs: list[float] = field(default_factory=list)
+    tree_parents: list[int] | None = None  # chain: None (reserved for topk > 1 trees)
+    # Tensors (recorded runs only; kept in the run's artifact, not in SQL):
+    aux_features: torch.Tensor | None = None  # [c, 3*Ht] fused features of positions n..n+c-1
+    draft_hidden: torch.Tensor | None = None  # [K, H] draft output hidden that proposed each d_j
+
+    @property
+    def rejection_index(self) -> int | None:
+        """Index into drafted_ids of the first rejected draft (None when all K were accepted)."""
+        return self.accepted_count if self.accepted_count < len(self.drafted_ids) else None
+
+
+# The StepRecord fields that are columns of the steps table.
+STORED_STEP_FIELDS = tuple(name for name in StepRecord.__dataclass_fields__
+                           if name not in ("aux_features", "draft_hidden"))

@@ -1,0 +1,232 @@
+"""Greedy chain speculative decoding (topk = 1, K draft steps), replayed one verify step at a time.
+
+Pending-token convention (docs/reference.md §4): the target cache holds the committed prefix except
+the newest token x_n. Each verify step:
+
+  1. draft catch-up: the draft runs over the positions the target just committed, with inputs
+     (A_p, x_{p+1}) at RoPE position p, where A_p are the target's fused aux features;
+  2. draft chain: from the last catch-up output, K-1 more steps with (out_prev, d_j) at n-1+j;
+  3. verify: the target runs [x_n, d_1..d_K] at positions n..n+K; row i predicts the token after n+i;
+  4. accept the longest prefix with d_i == argmax(row i-1); the bonus is argmax(row a);
+  5. roll back: the target cache keeps x_n, d_1..d_a; the draft cache drops its speculative entries;
+  6. commit the a + 1 tokens within the budget (EOS or max_new_tokens ends the replay);
+  7. record the step (once, with everything it needs).
+
+Every step emits a + 1 tokens, so the output equals the target's plain greedy output.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import torch
+
+from backend.engine.capture import AuxCapture
+from backend.engine.draft_model import Eagle3Draft
+from backend.engine.kv_cache import DraftKVCache, crop_target_cache, new_target_cache, target_forward
+from backend.engine.loading import Target
+from backend.engine.records import PrefillRecord, StepRecord
+from backend.engine.wiring import Wiring
+
+
+@dataclass(frozen=True)
+class ReplayConfig:
+    num_steps: int = 4  # K: drafted tokens per verify step
+    max_new_tokens: int = 128
+    record: bool = True  # probabilities, top-k alternatives and hidden states
+    top_alternatives: int = 5
+
+    def __post_init__(self):
+        if self.num_steps < 1:
+            raise ValueError("num_steps (K) must be >= 1")
+        if self.max_new_tokens < 1:
+            raise ValueError("max_new_tokens must be >= 1")
+
+
+@dataclass
+class Proposal:
+    """The chain d_1..d_K and, when recording, what the draft believed about each token."""
+
+    drafted_ids: list[int] = field(default_factory=list)
+    probs: list[float] = field(default_factory=list)
+    top_ids: list[list[int]] = field(default_factory=list)
+    top_probs: list[list[float]] = field(default_factory=list)
+    hidden: list[torch.Tensor] = field(default_factory=list)
+
+
+@dataclass
+class Verdict:
+    """What the target's verify forward decided."""
+
+    target_argmax: list[int]  # argmax of rows 0..K
+    accepted: int  # a
+    bonus: int  # argmax of row a
+    features: torch.Tensor  # [a+1, 3*Ht] fused features of positions n..n+a
+    logits: torch.Tensor  # [K+1, V]
+
+    @property
+    def emitted(self) -> list[int]:
+        return self.target_argmax[: self.accepted] + [self.bonus]
+
+
+@dataclass
+class Cursor:
+    """Where the decode stands: the pending token x_n at position n, and what the draft must catch
+    up on (the features and next tokens of the positions the target committed last)."""
+
+    position: int
+    pending: int
+    produced: int
+    catch_up_features: torch.Tensor
+    catch_up_tokens: list[int]
+    catch_up_start: int
+
+
+def accepted_prefix_length(drafted: list[int], target_argmax: list[int]) -> int:
+    """Greedy acceptance: the longest prefix where d_i equals the argmax of the row before it."""
+    accepted = 0
+    while accepted < len(drafted) and drafted[accepted] == target_argmax[accepted]:
+        accepted += 1
+    return accepted
+
+
+def draft_catch_up(draft: Eagle3Draft, cache: DraftKVCache, cursor: Cursor) -> torch.Tensor:
+    """1. Run the draft over committed positions with (A_p, x_{p+1}); return the last output hidden
+    [1, H], from which d_1 is read."""
+    features, tokens, start = cursor.catch_up_features, cursor.catch_up_tokens, cursor.catch_up_start
+    device = features.device
+    positions = torch.arange(start, start + len(tokens), device=device)
+    hidden, _ = draft(draft.fuse(features), torch.tensor(tokens, device=device), positions, cache)
+    return hidden[-1:]
+
+
+def draft_chain(draft: Eagle3Draft, cache: DraftKVCache, hidden: torch.Tensor, position: int,
+                config: ReplayConfig) -> Proposal:
+    """2. Propose d_1..d_K. `hidden` is the catch-up output at `position` (= n-1); step j feeds
+    (out_{j-1}, d_j) at RoPE position n-1+j."""
+    proposal = Proposal()
+    for j in range(1, config.num_steps + 1):
+        logits = draft.logits(hidden)[-1]
+        draft_index = logits.argmax()
+        target_id = int(draft.to_target_ids(draft_index))
+        proposal.drafted_ids.append(target_id)
+        if config.record:
+            probs = torch.softmax(logits, dim=-1)
+            top = probs.topk(min(config.top_alternatives, probs.shape[-1]))
+            proposal.probs.append(float(probs[draft_index]))
+            proposal.top_ids.append(draft.to_target_ids(top.indices).tolist())
+            proposal.top_probs.append(top.values.tolist())
+            proposal.hidden.append(hidden[-1].detach().to("cpu"))
+        if j < config.num_steps:
+            token = torch.tensor([target_id], device=hidden.device)
+            hidden, _ = draft(hidden, token, torch.tensor([position + j], device=hidden.device), cache)
+    return proposal
+
+
+def verify(target: Target, capture: AuxCapture, cache, cursor: Cursor, drafted: list[int]) -> Verdict:
+    """3-4. One target forward over [x_n, d_1..d_K]; accept the longest agreeing prefix."""
+    ids = torch.tensor([[cursor.pending] + drafted], device=target.device)
+    logits = target_forward(target.model, ids, cache, cursor.position).logits[0]
+    target_argmax = logits.argmax(-1).tolist()
+    accepted = accepted_prefix_length(drafted, target_argmax)
+    features = capture.features()[: accepted + 1]
+    return Verdict(target_argmax, accepted, target_argmax[accepted], features, logits)
+
+
+def roll_back(target_cache, draft_cache: DraftKVCache, cursor: Cursor, accepted: int) -> None:
+    """5. Keep x_n, d_1..d_a in the target cache; drop the draft's speculative chain entries."""
+    crop_target_cache(target_cache, cursor.position + accepted + 1)
+    draft_cache.crop_to(cursor.position)
+
+
+def commit_within_budget(emitted: list[int], produced: int, eos: set[int], max_new_tokens: int) -> tuple[list[int], bool]:
+    """6. The emitted tokens that fit: up to and including an EOS, at most max_new_tokens in all.
+    Returns (committed, finished)."""
+    committed = []
+    for token in emitted:
+        committed.append(token)
+        if token in eos or produced + len(committed) >= max_new_tokens:
+            return committed, True
+    return committed, False
+
+
+def step_record(step_index: int, cursor: Cursor, proposal: Proposal, verdict: Verdict, committed: list[int],
+                draft_ms: float, verify_ms: float, record: bool) -> StepRecord:
+    """7. The step's record, built once."""
+    recorded = {}
+    if record:
+        target_probs = torch.softmax(verdict.logits.float(), dim=-1)
+        recorded = dict(
+            target_argmax_probs=target_probs.max(-1).values.tolist(),
+            draft_probs=proposal.probs,
+            draft_top_ids=proposal.top_ids,
+            draft_top_probs=proposal.top_probs,
+            # rows for positions n..n+c: a step cut short keeps no features past the output
+            aux_features=verdict.features[: min(len(committed), verdict.accepted) + 1].to("cpu"),
+            draft_hidden=torch.stack(proposal.hidden),
+        )
+    return StepRecord(step_index, cursor.position, cursor.pending, proposal.drafted_ids, verdict.accepted,
+                      verdict.bonus, committed, verdict.target_argmax, draft_ms, verify_ms, **recorded)
+
+
+def replay(target: Target, draft: Eagle3Draft, prompt_ids: list[int], wiring: Wiring,
+           config: ReplayConfig) -> Iterator[PrefillRecord | StepRecord]:
+    """Yield a PrefillRecord, then one StepRecord per verify step, until EOS or max_new_tokens."""
+    if not prompt_ids:
+        raise ValueError("the prompt is empty")
+    model, device = target.model, target.device
+    eos = set(target.eos_token_ids)
+    with torch.inference_mode(), AuxCapture(model, wiring.aux_hf_indices) as capture:
+        started = time.perf_counter()
+        target_cache = new_target_cache(model)
+        logits = target_forward(model, torch.tensor([prompt_ids], device=device), target_cache, 0).logits
+        first = int(logits[0, -1].argmax())
+        features = capture.features()
+        yield PrefillRecord(list(prompt_ids), first, _elapsed_ms(started, device),
+                            features.to("cpu") if config.record else None)
+        if first in eos or config.max_new_tokens <= 1:
+            return
+        cursor = Cursor(len(prompt_ids), first, 1, features, list(prompt_ids[1:]) + [first], 0)
+        draft_cache = DraftKVCache(draft.config.num_layers)
+        for step_index in range(config.max_new_tokens):  # each step commits >= 1 token
+            started = time.perf_counter()
+            hidden = draft_catch_up(draft, draft_cache, cursor)  # 1
+            proposal = draft_chain(draft, draft_cache, hidden, cursor.position - 1, config)  # 2
+            draft_ms = _elapsed_ms(started, device)
+
+            started = time.perf_counter()
+            verdict = verify(target, capture, target_cache, cursor, proposal.drafted_ids)  # 3, 4
+            roll_back(target_cache, draft_cache, cursor, verdict.accepted)  # 5
+            verify_ms = _elapsed_ms(started, device)
+
+            committed, finished = commit_within_budget(verdict.emitted, cursor.produced, eos,
+                                                       config.max_new_tokens)  # 6
+            yield step_record(step_index, cursor, proposal, verdict, committed, draft_ms, verify_ms,
+                              config.record)  # 7
+            if finished:
+                return
+            cursor = Cursor(cursor.position + verdict.accepted + 1, verdict.bonus, cursor.produced + len(committed),
+                            verdict.features, verdict.emitted, cursor.position)
+
+
+def output_ids_of(records: list[PrefillRecord | StepRecord]) -> list[int]:
+    """The generated ids after the prompt: the prefill's greedy token, then each step's committed ids."""
+    output: list[int] = []
+    for record in records:
+        output.extend([record.first_token] if isinstance(record, PrefillRecord) else record.committed_ids)
+    return output
+
+
+def accept_lengths(target: Target, draft: Eagle3Draft, prompt_ids: list[int], wiring: Wiring,
+                   num_steps: int, max_new_tokens: int) -> list[int]:
+    """The accepted count a of every verify step of an unrecorded replay (for live accept lengths)."""
+    config = ReplayConfig(num_steps, max_new_tokens, record=False)
+    return [r.accepted_count for r in replay(target, draft, prompt_ids, wiring, config) if isinstance(r, StepRecord)]
+
+
+def _elapsed_ms(started: float, device: torch.device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return (time.perf_counter() - started) * 1000.0

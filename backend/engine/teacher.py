@@ -1,0 +1,125 @@
+"""Teacher-forced draft accuracy on a sample's ground-truth tokens (SpecForge's acc_k).
+
+Training-time test layout (docs/reference.md §5): the target runs once over the sample,
+giving fused features A_t and its argmax g_t (its prediction for token t+1). TTT step 0 feeds
+(A_t, x_{t+1}) at RoPE position t; step k feeds the draft's own step k-1 output with token
+x_{t+1+k} at position t+k, attending to step 0's entries at positions <= t plus its own earlier
+steps at the same index t (exactly what the inference chain sees). At step k, index t predicts
+g_{t+1+k}.
+
+Counting follows SpecForge: at step k, index t counts when loss_mask[t+k] is 1 (the mask is shifted
+with the inputs); it is correct when the target's argmax g_{t+1+k} lies in the draft vocabulary
+and the draft's top-1, mapped through d2t, equals it. Indices whose target token would lie past the
+sample's end are not counted (SpecForge pads them with zeros).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from backend.engine.capture import AuxCapture
+from backend.engine.draft_model import Eagle3Draft
+from backend.engine.loading import Target
+from backend.engine.metrics import simulated_accept_length
+from backend.engine.wiring import Wiring
+
+
+@dataclass
+class TeacherCounts:
+    correct: list[int]
+    counted: list[int]
+
+    def add(self, other: TeacherCounts) -> None:
+        self.correct = [a + b for a, b in zip(self.correct, other.correct, strict=True)]
+        self.counted = [a + b for a, b in zip(self.counted, other.counted, strict=True)]
+
+    @property
+    def acc_per_step(self) -> list[float | None]:
+        return [c / n if n else None for c, n in zip(self.correct, self.counted, strict=True)]
+
+    @property
+    def simulated_accept_length(self) -> float | None:
+        accs = self.acc_per_step
+        return None if any(a is None for a in accs) else simulated_accept_length(accs)
+
+
+def ttt_mask(length: int, step: int, device) -> torch.Tensor:
+    """[m, (step+1)*m] bool: step 0's block causal, every later block (incl. the new one) diagonal."""
+    causal = torch.ones(length, length, dtype=torch.bool, device=device).tril()
+    diagonal = torch.eye(length, dtype=torch.bool, device=device)
+    return torch.cat([causal] + [diagonal] * step, dim=1)
+
+
+def draft_vocab_mask(draft: Eagle3Draft, target_vocab: int, device) -> torch.Tensor:
+    """True for target ids the draft can propose (t2d, rebuilt from d2t)."""
+    mask = torch.zeros(target_vocab, dtype=torch.bool, device=device)
+    ids = draft.to_target_ids(torch.arange(draft.config.draft_vocab_size, device=device))
+    mask[ids[ids < target_vocab]] = True
+    return mask
+
+
+@dataclass
+class TargetPass:
+    """One target forward over a sample: residual-stream states by HF index, and the argmax."""
+    ids: torch.Tensor  # [T]
+    loss_mask: torch.Tensor  # [T] bool
+    states: dict[int, torch.Tensor]  # HF index -> [T, Ht] (index L pre-norm)
+    target_argmax: torch.Tensor  # [T]: g_t, the target's greedy prediction for token t+1
+
+    def features(self, aux_hf_indices) -> torch.Tensor:
+        return torch.cat([self.states[i] for i in aux_hf_indices], dim=-1)
+
+
+def target_pass(target: Target, input_ids: list[int], loss_mask: list[int], aux_hf_indices) -> TargetPass:
+    ids = torch.tensor(input_ids, device=target.device)
+    with torch.inference_mode(), AuxCapture(target.model, aux_hf_indices) as capture:
+        target_argmax = target.model(input_ids=ids[None]).logits[0].argmax(-1)
+        states = {i: capture.captured[i][0] for i in set(aux_hf_indices)}
+    return TargetPass(ids, torch.tensor(loss_mask, device=target.device).bool(), states, target_argmax)
+
+
+def teacher_forced_counts(target: Target, draft: Eagle3Draft, wiring: Wiring, input_ids: list[int],
+                          loss_mask: list[int], num_steps: int) -> TeacherCounts:
+    if len(input_ids) < 3:
+        return TeacherCounts([0] * num_steps, [0] * num_steps)
+    passed = target_pass(target, input_ids, loss_mask, wiring.aux_hf_indices)
+    in_vocab = draft_vocab_mask(draft, target.vocab_size, target.device)
+    return draft_counts(draft, passed, passed.features(wiring.aux_hf_indices), in_vocab, num_steps)
+
+
+def draft_counts(draft: Eagle3Draft, passed: TargetPass, features: torch.Tensor, in_vocab: torch.Tensor,
+                 num_steps: int) -> TeacherCounts:
+    """The draft's side of acc_k: the TTT chain over one target pass, fed `features` [T, 3*Ht]."""
+    ids, mask, target_argmax = passed.ids, passed.loss_mask, passed.target_argmax
+    device = ids.device
+    total = len(ids)
+    counts = TeacherCounts([0] * num_steps, [0] * num_steps)
+    if total < 3:
+        return counts
+    with torch.inference_mode():
+        length = total - 1  # index t = 0..T-2 has a next token x_{t+1}
+        index = torch.arange(length, device=device)
+        hidden = draft.fuse(features[:length].to(draft.fc.weight.dtype))
+        past: list[list[tuple]] = [[] for _ in draft.layers]  # per layer, each step's (keys, values)
+        for step in range(num_steps):
+            token_index = (index + 1 + step).clamp(max=total - 1)
+            positions = index + step
+            override = [_stack(layer_past) for layer_past in past] if step else None
+            hidden, new_kvs = draft(hidden, ids[token_index], positions,
+                                    mask=ttt_mask(length, step, device), past_override=override)
+            for layer_past, kv in zip(past, new_kvs, strict=True):
+                layer_past.append(kv)
+            predicted = draft.to_target_ids(draft.logits(hidden).argmax(-1))
+            valid = index + 1 + step <= total - 1
+            truth = target_argmax[token_index]
+            counted = valid & mask[(index + step).clamp(max=total - 1)]
+            correct = counted & in_vocab[truth] & (predicted == truth)
+            counts.counted[step] += int(counted.sum())
+            counts.correct[step] += int(correct.sum())
+    return counts
+
+
+def _stack(layer_past: list[tuple]) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.cat([k for k, _ in layer_past], dim=-2), torch.cat([v for _, v in layer_past], dim=-2)

@@ -1,0 +1,95 @@
+"""Which target hidden states feed the draft's fc, as explicit HF `hidden_states` indices.
+
+HF index k: 0 = embedding output, k = j+1 = residual stream after decoder layer j (pre-norm; see
+`backend.engine.capture`). Two conventions share one config field name (docs/reference.md §2):
+  A  nested `eagle_config.eagle_aux_hidden_state_layer_ids` = output of layer k  -> HF k+1
+  B  top-level `eagle_aux_hidden_state_layer_ids`          = HF index k         -> HF k
+Neither present: HF [2, L//2, L-3] (= outputs of layers [1, L//2-1, L-4]).
+
+This module is plain Python (no torch): pages parse user text with `parse_aux_indices`, the one
+parser of a wiring list, and the service resolves a request's wiring once with `resolve_wiring`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from backend import BadInput
+
+if TYPE_CHECKING:
+    from backend.engine.draft_config import DraftConfig
+
+CONVENTIONS = {
+    "hf": "HF hidden_states index (0 = embedding output, k = output of layer k-1)",
+    "layer_output": "output-of-layer id (SpecForge / SGLang explicit ids): HF index = id + 1",
+}
+
+
+@dataclass(frozen=True)
+class Wiring:
+    aux_hf_indices: tuple[int, ...]
+    source: str  # a sentence: where the indices came from and which convention turned them into HF
+
+    def to_dict(self) -> dict:
+        return {"aux_hf_indices": list(self.aux_hf_indices), "source": self.source}
+
+
+def parse_aux_indices(text: str | None) -> tuple[int, ...] | None:
+    """'2, 4,5' -> (2, 4, 5); empty -> None (use the draft's declared wiring). BadInput otherwise."""
+    text = (text or "").strip()
+    if not text:
+        return None
+    try:
+        values = tuple(int(part) for part in text.replace(" ", "").split(",") if part)
+    except ValueError:
+        raise BadInput(f"{text!r}: expected three comma-separated integers") from None
+    if len(values) != 3:
+        raise BadInput(f"{text!r}: EAGLE-3 fuses exactly three target states; got {len(values)} indices")
+    if any(v < 0 for v in values):
+        raise BadInput(f"{text!r}: HF indices are >= 0 (0 = embedding output)")
+    return values
+
+
+def default_hf_indices(num_layers: int) -> list[int]:
+    return [2, num_layers // 2, num_layers - 3]
+
+
+def to_hf_indices(ids, convention: str) -> list[int]:
+    if convention == "hf":
+        return list(ids)
+    if convention == "layer_output":
+        return [i + 1 for i in ids]
+    raise BadInput(f"unknown wiring convention {convention!r}; use one of {sorted(CONVENTIONS)}")
+
+
+def resolve_wiring(config: DraftConfig, num_target_layers: int, override=None, override_convention: str = "hf") -> Wiring:
+    if override is not None:
+        hf = to_hf_indices(override, override_convention)
+        wiring = Wiring(tuple(hf), f"override {list(override)} ({CONVENTIONS[override_convention]})")
+    elif config.nested_aux_ids is not None:
+        hf = to_hf_indices(config.nested_aux_ids, "layer_output")
+        wiring = Wiring(
+            tuple(hf),
+            f"eagle_config.eagle_aux_hidden_state_layer_ids {config.nested_aux_ids} "
+            "(nested: output-of-layer ids, HF = id + 1)",
+        )
+    elif config.top_level_aux_ids is not None:
+        hf = list(config.top_level_aux_ids)
+        wiring = Wiring(tuple(hf), f"top-level eagle_aux_hidden_state_layer_ids {hf} (HF indices)")
+    else:
+        hf = default_hf_indices(num_target_layers)
+        wiring = Wiring(tuple(hf), f"default [2, L//2, L-3] for L={num_target_layers}")
+    check_indices(wiring.aux_hf_indices, num_target_layers)
+    return wiring
+
+
+def check_indices(indices, num_target_layers: int) -> None:
+    if len(indices) != 3:
+        raise BadInput(f"EAGLE-3 fuses exactly three target states; got {len(indices)} indices {list(indices)}")
+    bad = [i for i in indices if not 0 <= i <= num_target_layers]
+    if bad:
+        raise BadInput(
+            f"aux HF indices {bad} out of range: the target has {num_target_layers} layers, "
+            f"so valid HF indices are 0..{num_target_layers}"
+        )

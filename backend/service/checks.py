@@ -1,0 +1,11 @@
+"""Quick checks the pages run inline (no model is loaded): the serving-flag lint."""
+
+from __future__ import annotations
+
+
+def lint(draft_path: str, command: str, engine: str, target_path: str | None) -> dict:
+    """Findings for an SGLang launch command (engine 'SGLang') or vLLM arguments ('vLLM')."""
+    from backend.diagnostics.lint import lint_command
+
+    sglang, vllm = (command, None) if engine.lower() == "sglang" else (None, command)
+    return lint_command(draft_path, sglang, vllm, target_path).to_dict()

@@ -1,0 +1,36 @@
+"""The database a request writes to: one engine and session factory per URL, opened once per process."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from sqlalchemy.orm import sessionmaker
+
+from db import store
+
+
+@dataclass(frozen=True)
+class Database:
+    url: str
+    factory: sessionmaker
+    artifact_dir: Path  # where runs' safetensors artifacts go
+
+    def close(self) -> None:
+        """Release the connections (before deleting a temporary database file)."""
+        self.factory.kw["bind"].dispose()
+
+
+def open_database(url: str | None = None) -> Database:
+    """The database at `url` (default: SPECLENS_DB_URL or data/speclens.db), created on first use."""
+    return _open(store.database_url(url))
+
+
+@lru_cache(maxsize=8)
+def _open(url: str) -> Database:
+    return Database(url, store.session_factory(store.make_engine(url)), store.artifact_root(url))
+
+
+def database_url(url: str | None = None) -> str:
+    return store.database_url(url)

@@ -1,0 +1,57 @@
+"""Datasets in the store: import a file (validated by backend.data), list them, read their samples."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from backend import BadInput
+from backend.data.importer import ImportResult, read_dataset
+from backend.data.samples import Sample
+from backend.defaults import DEMO_EVAL
+from backend.service.database import open_database
+from db import store
+
+DatasetInfo = store.DatasetInfo
+
+
+def target_vocabulary(target_path: str | None):
+    """(tokenizer, vocab size) of a target directory for imports; (None, None) without one."""
+    if not target_path or not Path(target_path, "config.json").is_file():
+        return None, None
+    from backend.engine.loading import load_tokenizer, read_target_config
+
+    return load_tokenizer(target_path), read_target_config(target_path).vocab_size
+
+
+def import_dataset(db_url: str | None, path: str | Path, name: str | None = None, target_path: str | None = None,
+                   format: str | None = None) -> tuple[int, ImportResult]:
+    """Validate and store; the dataset and its good samples land in one transaction. A file with no
+    good record is refused (BadInput) and nothing is stored."""
+    tokenizer, vocab_size = target_vocabulary(target_path)
+    result = read_dataset(path, tokenizer, vocab_size, format)
+    if not result.samples:
+        reasons = "; ".join(f"line {r.line}: {r.reason}" for r in result.rejected[:3])
+        raise BadInput(f"{path}: no valid record" + (f" ({reasons})" if reasons else " (empty file)"))
+    with store.session_scope(open_database(db_url).factory) as session:
+        dataset_id = store.create_dataset(session, name=name or Path(path).name, path=str(path),
+                                          format=result.format, samples=result.samples)
+    return dataset_id, result
+
+
+def ensure_demo_dataset(db_url: str | None) -> int | None:
+    """On a fresh database register the bundled demo's eval set as the first dataset."""
+    with store.session_scope(open_database(db_url).factory) as session:
+        if store.list_datasets(session) or not DEMO_EVAL.is_file():
+            return None
+    dataset_id, _ = import_dataset(db_url, DEMO_EVAL, name="demo eval (bundled)", format="jsonl")
+    return dataset_id
+
+
+def list_datasets(db_url: str | None) -> list[DatasetInfo]:
+    with store.session_scope(open_database(db_url).factory) as session:
+        return store.list_datasets(session)
+
+
+def get_samples(db_url: str | None, dataset_id: int) -> list[Sample]:
+    with store.session_scope(open_database(db_url).factory) as session:
+        return store.get_samples(session, dataset_id)

@@ -1,0 +1,63 @@
+"""Loaded models, kept between jobs: targets and drafts cached by path in small LRUs.
+
+A wiring override is a property of a request, never of a loaded draft: one draft directory is
+loaded once whatever wiring the requests feed it. Callers hold `tasks.MANAGER.model_lock` (the
+dashboard) or are alone in their process (the CLI).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any
+
+
+class LRU:
+    def __init__(self, size: int):
+        self.size = size
+        self.items: OrderedDict[Any, Any] = OrderedDict()
+
+    def get(self, key, make):
+        if key in self.items:
+            self.items.move_to_end(key)
+            return self.items[key]
+        value = make()
+        self.items[key] = value
+        while len(self.items) > self.size:
+            self.items.popitem(last=False)
+        return value
+
+    def clear(self) -> None:
+        self.items.clear()
+
+
+_targets = LRU(2)
+_drafts = LRU(4)
+
+
+def target(path: str, device: str | None = None, dtype: str | None = None):
+    from backend.engine.loading import load_target
+
+    return _targets.get((str(path), device, dtype), lambda: load_target(path, device, dtype))
+
+
+def draft(target, path: str):
+    """(Eagle3Draft, PreflightReport) for `path` on `target`; PreflightRefused when it fails. The
+    report checks the draft's declared wiring: a request's override is resolved per request
+    (`ReplayRequest.wiring_for`), so `report.wiring` is always what the draft declares."""
+    from backend.engine.preflight import load_checked_draft
+
+    key = (target.path, str(target.device), str(target.dtype), str(path))
+    return _drafts.get(key, lambda: load_checked_draft(path, target))
+
+
+def pair(target_path: str, draft_path: str, device=None, dtype=None):
+    """(target, draft, preflight report of the declared wiring)."""
+    loaded = target(target_path, device, dtype)
+    module, report = draft(loaded, draft_path)
+    return loaded, module, report
+
+
+def forget() -> None:
+    """Drop every loaded model (tests, and a user who changed files on disk)."""
+    _targets.clear()
+    _drafts.clear()

@@ -1,0 +1,155 @@
+"""Hidden-state references for a stored run: compare the features the draft was fed, position by
+position and chunk by chunk, with
+- another wiring (the target recomputed over the run's tokens at other HF indices),
+- stored training features (a SpecForge .ckpt whose tokens agree with the run's),
+- a second run (where both runs have features and their tokens agree so far),
+- the target's own hidden (the draft's output hidden vs the target's last-layer pre-norm state at the
+  position it stands for: draft chain step k of a verify step at pending position n <-> n + k, for
+  the accepted part of the chain).
+Rows go to token_stats with `reference` naming the comparison; the page reads them from the store.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from backend import BadInput
+from backend.data.features import load_feature_file
+from backend.diagnostics.hidden_diff import compare_chunks
+from backend.engine.records import Progress
+from backend.engine.teacher import target_pass
+from backend.service import models
+from backend.service.database import open_database
+from db import store
+from db.artifacts import read_artifact
+
+
+def reference_label(reference: dict) -> str:
+    kind = reference.get("kind")
+    if kind == "wiring":
+        return f"wiring HF {list(reference['aux_hf_indices'])}"
+    if kind == "features":
+        return f"features {Path(reference['path']).name}"
+    if kind == "run":
+        return f"run {reference['run_id']}"
+    if kind == "target_hidden":
+        return "target hidden (draft out)"
+    raise BadInput(f"unknown reference kind {kind!r}")
+
+
+def fed_features(run: store.RunInfo) -> tuple[list[int], torch.Tensor]:
+    """(positions, [n, 3*Ht]) of every feature row the run fed its draft, from its artifact."""
+    if not run.artifact_path:
+        raise BadInput(f"run {run.id} stored no hidden states (recorded with --no-record?)")
+    tensors = read_artifact(run.artifact_path, run.artifact_sha256)
+    parts, positions = [], []
+    if "prompt_aux_features" in tensors:
+        parts.append(tensors["prompt_aux_features"])
+        positions += list(range(tensors["prompt_aux_features"].shape[0]))
+    if "aux_features" in tensors:
+        parts.append(tensors["aux_features"])
+        positions += tensors["aux_positions"].tolist()
+    if not parts:
+        raise BadInput(f"run {run.id}: its artifact has no aux features")
+    features = torch.cat(parts).float()
+    latest = {p: row for row, p in enumerate(positions)}  # a position fed twice keeps its last row
+    keep = sorted(latest)
+    return keep, features[[latest[p] for p in keep]]
+
+
+def _agreeing_prefix(a: list[int], b: list[int]) -> int:
+    length = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        length += 1
+    return length
+
+
+def compute_reference(db_url: str | None, run_id: int, reference: dict, progress: Progress) -> dict:
+    factory = open_database(db_url).factory
+    with store.session_scope(factory) as session:
+        run = store.get_run(session, run_id)
+        steps = store.get_steps(session, run_id) if run else []
+    if run is None:
+        raise BadInput(f"no run {run_id}")
+    label = reference_label(reference)
+    progress(0.05, "loading the run's features")
+    sequence = run.prompt_ids + run.output_ids
+    chunk_names = [f"hf{i}" for i in run.aux_hf_indices]
+    kind = reference["kind"]
+    if kind == "target_hidden":
+        rows = _draft_vs_target(run, steps, sequence, label, progress)
+    else:
+        positions, fed = fed_features(run)
+        if kind == "wiring":
+            progress(0.2, "loading the target")
+            target = models.target(run.target_path)
+            indices = [int(i) for i in reference["aux_hf_indices"]]
+            if len(indices) != 3 or not all(0 <= i <= target.num_layers for i in indices):
+                raise BadInput(f"a wiring needs three HF indices in 0..{target.num_layers}, got {indices}")
+            progress(0.4, "recomputing the target's states")
+            passed = target_pass(target, sequence, [0] * len(sequence), indices)
+            reference_features = passed.features(indices).float().cpu()
+            usable = [p for p in positions if p < len(sequence)]
+        elif kind == "features":
+            stored = load_feature_file(reference["path"])
+            agree = _agreeing_prefix(sequence, stored.input_ids)
+            usable = [p for p in positions if p < agree]
+            if not usable:
+                raise BadInput(f"{Path(reference['path']).name}: its tokens differ from the run's from position 0")
+            reference_features = stored.aux_hidden_state.float()
+        elif kind == "run":
+            with store.session_scope(factory) as session:
+                other = store.get_run(session, int(reference["run_id"]))
+            if other is None:
+                raise BadInput(f"no run {reference['run_id']}")
+            other_positions, other_fed = fed_features(other)
+            agree = _agreeing_prefix(sequence, other.prompt_ids + other.output_ids)
+            index_of = {p: row for row, p in enumerate(other_positions)}
+            usable = [p for p in positions if p < agree and p in index_of]
+            reference_features = torch.zeros(max(usable, default=0) + 1, other_fed.shape[1])
+            for p in usable:
+                reference_features[p] = other_fed[index_of[p]]
+            if other_fed.shape[1] != fed.shape[1]:
+                raise BadInput(f"runs {run.id} and {other.id} used targets of different widths")
+        else:
+            raise BadInput(f"unknown reference kind {kind!r}")
+        if not usable:
+            raise BadInput("no position where the run and the reference can be compared")
+        row_of = {p: row for row, p in enumerate(positions)}
+        mine = fed[[row_of[p] for p in usable]]
+        theirs = reference_features[usable]
+        rows = compare_chunks(mine, theirs, usable, chunk_names, label)
+    progress(0.9, f"storing {len(rows)} rows")
+    with store.session_scope(factory) as session:
+        store.delete_token_stats(session, run_id, label)
+        store.add_token_stats(session, run_id, rows)
+    return {"run_id": run_id, "reference": label, "rows": len(rows)}
+
+
+def _draft_vs_target(run, steps, sequence, label, progress: Progress) -> list[dict]:
+    tensors = read_artifact(run.artifact_path, run.artifact_sha256) if run.artifact_path else {}
+    if "draft_hidden" not in tensors:
+        raise BadInput(f"run {run.id} stored no draft hidden states")
+    progress(0.2, "loading the target")
+    target = models.target(run.target_path)
+    last = target.num_layers
+    passed = target_pass(target, sequence, [0] * len(sequence), [last])
+    target_hidden = passed.states[last].float().cpu()
+    draft_hidden = tensors["draft_hidden"].float()  # [steps, K, H]
+    if draft_hidden.shape[-1] != target_hidden.shape[-1]:
+        raise BadInput("the draft's hidden size differs from the target's: nothing to compare")
+    positions, mine, theirs = [], [], []
+    for number, step in enumerate(steps[: draft_hidden.shape[0]]):
+        for k in range(min(step.accepted_count + 1, draft_hidden.shape[1])):
+            position = step.position + k
+            if position < len(sequence):
+                positions.append(position)
+                mine.append(draft_hidden[number, k])
+                theirs.append(target_hidden[position])
+    if not positions:
+        raise BadInput("no step to compare")
+    return compare_chunks(torch.stack(mine), torch.stack(theirs), positions, ["draft_out"], label)

@@ -1,0 +1,210 @@
+"""Background tasks for the dashboard: long work (a replay, a probe, a batch) runs in a thread while
+the page polls its progress; the user can leave the page and come back.
+
+One process-wide manager. Model work is serialised by one lock: the target is shared between
+tasks, and a replay's forward hooks must not see another task's forwards. Models stay loaded
+between tasks (`backend.service.models`). Every job a page can start is a `start_*` function here:
+pages pass plain values and requests, never code. This module imports torch lazily.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from backend import BadInput
+from backend.engine.records import Progress
+from backend.service import models
+from backend.service.requests import ReplayRequest
+
+
+@dataclass
+class Task:
+    id: str
+    kind: str
+    label: str
+    status: str = "queued"  # queued | running | done | failed
+    progress: float = 0.0
+    message: str = ""
+    result: Any = None
+    error: str | None = None
+    details: dict = field(default_factory=dict)  # e.g. the preflight report of a refused draft
+    started: float = field(default_factory=time.time)
+    finished: float | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.status in ("queued", "running")
+
+
+class TaskManager:
+    def __init__(self) -> None:
+        self._tasks: dict[str, Task] = {}
+        self._guard = threading.Lock()  # protects _tasks
+        self.model_lock = threading.Lock()  # one model job at a time
+
+    def submit(self, kind: str, label: str, work: Callable[[Progress], Any]) -> str:
+        task = Task(uuid.uuid4().hex[:10], kind, label)
+        with self._guard:
+            self._tasks[task.id] = task
+
+        def progress(fraction: float, message: str) -> None:
+            task.progress, task.message = max(0.0, min(1.0, fraction)), message
+
+        def run() -> None:
+            with self.model_lock:
+                task.status = "running"
+                # status is set last: a poller that sees it finished also sees the result or error
+                try:
+                    task.result = work(progress)
+                    task.progress, task.finished, task.status = 1.0, time.time(), "done"
+                except BadInput as error:  # PreflightRefused carries the whole report for the page
+                    report = getattr(error, "report", None)
+                    task.details = {"preflight": report.to_dict()} if report is not None else {}
+                    task.error, task.finished, task.status = str(error), time.time(), "failed"
+                except Exception as error:  # noqa: BLE001 - shown on the page, never crashes it
+                    task.error = f"{type(error).__name__}: {error}\n{traceback.format_exc(limit=4)}"
+                    task.finished, task.status = time.time(), "failed"
+
+        threading.Thread(target=run, name=f"speclens-{kind}-{task.id}", daemon=True).start()
+        return task.id
+
+    def get(self, task_id: str | None) -> Task | None:
+        with self._guard:
+            task = self._tasks.get(task_id) if task_id else None
+            return replace(task) if task else None
+
+    def list(self, kind: str | None = None) -> list[Task]:
+        with self._guard:
+            tasks = [replace(t) for t in self._tasks.values() if kind is None or t.kind == kind]
+        return sorted(tasks, key=lambda t: t.started, reverse=True)
+
+    def wait(self, task_id: str, timeout: float = 600.0) -> Task:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            task = self.get(task_id)
+            if task is None or not task.active:
+                return task
+            time.sleep(0.05)
+        raise TimeoutError(f"task {task_id} still running after {timeout} s")
+
+
+MANAGER = TaskManager()
+
+
+# ----------------------------------------------------------------------------- the jobs pages start
+
+
+def start_replay(db_url: str | None, request: ReplayRequest, label: str | None = None) -> str:
+    def work(progress: Progress) -> dict:
+        from backend.service.jobs import run_replay
+
+        outcome = run_replay(request, db_url, progress)
+        return {"run_id": outcome.run_id, "mean_accept_length": outcome.metrics.get("mean_accept_length"),
+                "warnings": outcome.warnings}
+
+    return MANAGER.submit("replay", label or request.label, work)
+
+
+def start_compare(db_url: str | None, target: str, draft_a: str, draft_b: str, samples: list, num_steps: int,
+                  max_new_tokens: int, dataset_id: int) -> str:
+    """Replay both drafts on each sample (stored as runs); rows for the table, largest |delta| first."""
+
+    def work(progress: Progress) -> list[dict]:
+        from backend.service.jobs import run_replay
+
+        rows = []
+        for number, sample in enumerate(samples):
+            row = {"sample #": sample.index, "source": sample.source}
+            for side, draft in (("A", draft_a), ("B", draft_b)):
+                progress((2 * number + (side == "B")) / (2 * len(samples)),
+                         f"sample {number + 1}/{len(samples)}, draft {side}")
+                request = ReplayRequest(target, draft, prompt_ids=tuple(sample.prompt_ids), num_steps=num_steps,
+                                        max_new_tokens=max_new_tokens, sample_id=sample.id,
+                                        sample_ref=f"dataset {dataset_id} #{sample.index}")
+                outcome = run_replay(request, db_url)
+                row[f"run {side}"], row[f"AL {side}"] = outcome.run_id, outcome.metrics.get("mean_accept_length")
+            row["AL delta (B - A)"] = (row["AL B"] or 0) - (row["AL A"] or 0)
+            rows.append(row)
+        return sorted(rows, key=lambda r: -abs(r["AL delta (B - A)"]))
+
+    return MANAGER.submit("compare", f"{_name(draft_a)} vs {_name(draft_b)} on {len(samples)} sample(s)", work)
+
+
+def start_probe(target_path: str, draft_path: str, samples: list, num_steps: int, budget: int, live: int) -> str:
+    def work(progress: Progress) -> dict:
+        from backend.diagnostics.probe import run_probe
+
+        progress(0.0, "loading models")
+        target, draft, report = models.pair(target_path, draft_path)
+        return run_probe(target, draft, report.wiring, samples, num_steps, budget, live, progress=progress).to_dict()
+
+    return MANAGER.submit("probe", f"probe {_name(draft_path)}", work)
+
+
+def start_reference(db_url: str | None, run_id: int, reference: dict) -> str:
+    """Compare a run's fed features with a reference and store the rows (backend.service.references)."""
+
+    def work(progress: Progress) -> dict:
+        from backend.service.references import compute_reference
+
+        return compute_reference(db_url, run_id, reference, progress)
+
+    return MANAGER.submit("reference", f"run {run_id} vs {reference.get('kind')}", work)
+
+
+def start_doctor(target_path: str, draft_path: str, samples: list, other_draft: str | None) -> str:
+    def work(progress: Progress) -> dict:
+        from backend.diagnostics.doctor import doctor
+
+        progress(0.1, "reading the checkpoint")
+        return doctor(draft_path, target_path, samples, other_draft)
+
+    return MANAGER.submit("doctor", f"checkpoint doctor {_name(draft_path)}", work)
+
+
+def start_train_vs_serve(target_path: str, draft_path: str, feature_path: str) -> str:
+    def work(progress: Progress) -> dict:
+        from backend.data.features import load_feature_file
+        from backend.diagnostics.hidden_diff import train_vs_serve
+
+        progress(0.1, "loading models")
+        target, _, report = models.pair(target_path, draft_path)
+        features = load_feature_file(feature_path, target.hidden_size)
+        progress(0.4, "recomputing serving features")
+        diff = train_vs_serve(target, features, list(report.wiring.aux_hf_indices))
+        return {**diff.to_dict(), "rows": diff.rows, "chunk_names": diff.chunk_names,
+                "input_ids": features.input_ids, "target": target_path}
+
+    return MANAGER.submit("diff", f"train vs serve {feature_path}", work)
+
+
+def start_agreement(target_path: str, draft_path: str, samples: list, num_steps: int, max_new_tokens: int,
+                    training_aux_hf_indices: tuple[int, ...] | None) -> str:
+    """Teacher-forced accuracy (under the claimed training wiring) next to live acceptance."""
+
+    def work(progress: Progress) -> dict:
+        from backend.diagnostics.agreement import DEFINITION, teacher_vs_live
+        from backend.engine.wiring import Wiring, check_indices
+
+        progress(0.0, "loading models")
+        target, draft, report = models.pair(target_path, draft_path)
+        claimed = None
+        if training_aux_hf_indices:
+            check_indices(training_aux_hf_indices, target.num_layers)
+            claimed = Wiring(tuple(training_aux_hf_indices), "claimed training wiring")
+        rows = teacher_vs_live(target, draft, report.wiring, samples, num_steps, max_new_tokens, progress, claimed)
+        return {"rows": rows, "definition": DEFINITION}
+
+    return MANAGER.submit("agreement", "accuracy vs live", work)
+
+
+def _name(path: str) -> str:
+    from pathlib import Path
+
+    return Path(path).name

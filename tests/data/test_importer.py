@@ -1,0 +1,159 @@
+"""Dataset import: every format, and malformed files of every kind (validated records, each bad one
+reported by line and reason). Storing what was read is tests/service/test_datasets.py."""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import pytest
+
+from backend import BadInput
+from backend.data.importer import detect_format, read_dataset
+from tests.support.datasets import VOCAB, mixed_jsonl, write_lines
+
+TEMPLATE = (
+    "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }};{% endfor %}"
+    "{% if add_generation_prompt %}<assistant>{% endif %}"
+)
+
+
+def character_tokenizer(vocab: int):
+    from backend.engine.synthetic import character_tokenizer as make  # transformers: imported when used
+
+    return make(vocab)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    tok = character_tokenizer(VOCAB)
+    tok.chat_template = TEMPLATE
+    return tok
+
+
+def test_jsonl_keeps_good_records_and_reports_each_bad_one(tmp_path):
+    path = mixed_jsonl(tmp_path / "mixed.jsonl")
+    assert detect_format(path) == "jsonl"
+    result = read_dataset(path, vocab_size=VOCAB)
+    assert result.format == "jsonl"
+    assert [s.line for s in result.samples] == [1, 14]
+    assert [r.line for r in result.rejected] == list(range(2, 14))
+    reasons = {r.line: r.reason for r in result.rejected}
+    assert (
+        "invalid JSON" in reasons[2] and "not a JSON object" in reasons[3] and "missing field" in reasons[4]
+    )
+    assert "outside the vocabulary" in reasons[6] and "seq_len" in reasons[7] and "UTF-8" in reasons[10]
+    samples = result.samples
+    assert [s.source for s in samples] == ["a", "b"] and samples[0].prompt_ids == [1, 2]
+    assert samples[0].loss_coverage == pytest.approx(4 / 6)
+
+
+def test_file_without_good_records_yields_none(tmp_path):
+    result = read_dataset(write_lines(tmp_path / "bad.jsonl", [b"{", b"[]"]), vocab_size=VOCAB)
+    assert not result.samples and [r.line for r in result.rejected] == [1, 2]
+    empty = read_dataset(write_lines(tmp_path / "empty.jsonl", [b""]))
+    assert not empty.samples and not empty.rejected
+    with pytest.raises(BadInput, match="no such file"):
+        read_dataset(tmp_path / "missing.jsonl")
+    with pytest.raises(BadInput, match="unknown format"):
+        read_dataset(tmp_path / "bad.jsonl", format="csv")
+
+
+def test_sharegpt_rendered_with_the_chat_template(tmp_path, tokenizer):
+    conversations = [
+        {
+            "id": "c1",
+            "conversations": [
+                {"from": "human", "value": "hi"},
+                {"from": "gpt", "value": "yo"},
+                {"from": "human", "value": "ok?"},
+                {"from": "gpt", "value": "sure"},
+            ],
+        },
+        {"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "q"}]},
+        {"conversations": [{"from": "gpt", "value": "first"}]},
+        {"conversations": [{"from": "robot", "value": "x"}]},
+        {"conversations": [{"from": "human", "value": 5}]},
+        {"conversations": []},
+        "just a string",
+    ]
+    path = tmp_path / "chat.json"
+    path.write_text(json.dumps(conversations))
+    assert detect_format(path) == "sharegpt"
+    result = read_dataset(path, tokenizer, VOCAB)
+    assert [r.line for r in result.rejected] == [3, 4, 5, 6, 7]
+    first, second = result.samples
+    text = tokenizer.decode(first.input_ids)
+    assert text == "<user>hi;<assistant>yo;<user>ok?;<assistant>sure;"
+    masked = tokenizer.decode([t for t, m in zip(first.input_ids, first.loss_mask, strict=True) if m])
+    assert masked == "yo;sure;"  # assistant turns only
+    assert tokenizer.decode(first.prompt_ids) == "<user>hi;<assistant>"
+    assert sum(second.loss_mask) == 0 and tokenizer.decode(second.prompt_ids).endswith("<assistant>")
+
+
+def test_sharegpt_needs_a_chat_template_and_valid_json(tmp_path):
+    path = tmp_path / "chat.json"
+    path.write_text(json.dumps([{"conversations": [{"from": "human", "value": "hi"}]}]))
+    with pytest.raises(BadInput, match="chat template"):
+        read_dataset(path, character_tokenizer(VOCAB), VOCAB)
+    with pytest.raises(BadInput, match="needs the target's tokenizer"):
+        read_dataset(path, None, VOCAB)
+    path.write_text('[{"conversations": ')
+    tok = character_tokenizer(VOCAB)
+    tok.chat_template = TEMPLATE
+    with pytest.raises(BadInput, match="invalid JSON"):
+        read_dataset(path, tok, VOCAB)
+
+
+class NotATensor:
+    pass
+
+
+@pytest.mark.filterwarnings("ignore:Detected pickle protocol:UserWarning")  # data_3.ckpt is a raw pickle
+def test_specforge_feature_files(tmp_path):
+    import torch
+
+    folder = tmp_path / "features"
+    folder.mkdir()
+    ids = torch.arange(1, 9)
+    good = {
+        "input_ids": ids,
+        "loss_mask": torch.tensor([0, 0, 0, 1, 1, 1, 1, 1]),
+        "hidden_state": torch.randn(1, 8, 16),
+        "aux_hidden_state": torch.randn(1, 8, 48),
+    }
+    torch.save(good, folder / "data_0.ckpt")
+    torch.save({**good, "aux_hidden_state": torch.randn(1, 7, 48)}, folder / "data_1.ckpt")
+    torch.save({"input_ids": ids}, folder / "data_2.ckpt")
+    with open(folder / "data_3.ckpt", "wb") as handle:
+        pickle.dump({"input_ids": NotATensor()}, handle)
+    (folder / "data_4.ckpt").write_bytes(b"garbage")
+    torch.save([1, 2], folder / "data_5.ckpt")
+    torch.save({**good, "input_ids": ids + VOCAB}, folder / "data_6.ckpt")
+    assert detect_format(folder) == "specforge"
+    result = read_dataset(folder, vocab_size=VOCAB)
+    assert result.format == "specforge"
+    (sample,) = result.samples
+    assert sample.prompt_len == 3 and sample.extra["feature_file"].endswith("data_0.ckpt")
+    reasons = {r.line: r.reason for r in result.rejected}
+    assert set(reasons) == {2, 3, 4, 5, 6, 7}
+    assert "does not match" in reasons[2] and "lacks aux_hidden_state" in reasons[3]
+    assert "tensor-only" in reasons[4] and "tensor-only" in reasons[5]
+    assert "expected a dict" in reasons[6] and "vocabulary" in reasons[7]
+    (tmp_path / "nothing").mkdir()
+    with pytest.raises(BadInput, match="no .ckpt feature files"):
+        read_dataset(tmp_path / "nothing")
+
+
+def test_plain_text_prompts(tmp_path, tokenizer):
+    path = tmp_path / "prompts.txt"
+    path.write_text("def f(x):\\n    return\n\n  \nhello\n")
+    assert detect_format(path) == "prompts"
+    result = read_dataset(path, tokenizer, VOCAB)
+    assert [s.line for s in result.samples] == [1, 4]
+    assert result.samples[0].extra["text"] == "def f(x):\n    return"  # the escape became a newline
+    assert tokenizer.decode(result.samples[1].input_ids) == "hello"
+    assert all(sum(s.loss_mask) == 0 and s.prompt_len == len(s.input_ids) for s in result.samples)
+    path.write_bytes(b"\xff\xfe\n")
+    with pytest.raises(BadInput, match="UTF-8"):
+        read_dataset(path, tokenizer, VOCAB)

@@ -1,0 +1,30 @@
+"""Training accuracy vs live acceptance: the mis-wired draft is flagged, the right one is not."""
+
+from __future__ import annotations
+
+from tests.support.models import TRAINED
+
+
+def test_accuracy_vs_live_flags_the_miswired_draft(bigram_setup):
+    from backend.diagnostics.agreement import teacher_vs_live
+    from backend.engine.wiring import Wiring
+    from tests.support.models import load_draft
+
+    target, samples = bigram_setup.target, bigram_setup.samples
+    draft, wiring = load_draft(bigram_setup.root / "miswired", target)
+    seen = []
+    rows = teacher_vs_live(
+        target,
+        draft,
+        wiring,
+        samples[:2],
+        3,
+        24,
+        progress=lambda f, m: seen.append((f, m)),
+        training_wiring=Wiring(tuple(TRAINED), "claimed training wiring"),
+    )
+    assert all(r["flagged"] and r["acc_0"] > 0.5 and r["live accept length"] < 1.2 for r in rows)
+    assert seen == [(0.0, "sample 1/2"), (0.5, "sample 2/2")]
+    right, right_wiring = load_draft(bigram_setup.root / "right", target)
+    rows = teacher_vs_live(target, right, right_wiring, samples[:2], 3, 24)
+    assert not any(r["flagged"] for r in rows)

@@ -1,0 +1,235 @@
+"""Serving-flag lint: one test per rule of docs/reference.md §9 (and the aux-id field rules
+of section 2), each with a real-looking SGLang or vLLM command line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from backend import BadInput
+from tests.support.lint import CHAIN, LAYERS, llama_config, make_draft, make_lint_target, sglang
+
+
+# backend.diagnostics.lint reads draft configs with transformers: imported when a test runs
+def lint_command(*args, **kwargs):
+    from backend.diagnostics.lint import lint_command as lint
+
+    return lint(*args, **kwargs)
+
+
+def parse_sglang(command):
+    from backend.diagnostics.lint import parse_sglang as parse
+
+    return parse(command)
+
+
+def parse_vllm(arguments):
+    from backend.diagnostics.lint import parse_vllm as parse
+
+    return parse(arguments)
+
+
+@pytest.fixture(scope="module")
+def target_dir(tmp_path_factory):
+    return make_lint_target(tmp_path_factory.mktemp("lint-target"))
+
+
+@pytest.fixture(scope="module")
+def drafts(tmp_path_factory):
+    root = tmp_path_factory.mktemp("lint-drafts")
+    return {
+        "good": make_draft(root, "good", aux_ids=[1, 15, 28]),
+        "no_d2t": make_draft(root, "no_d2t", aux_ids=[1, 15, 28], drop=("d2t", "t2d")),
+        "speculators": make_draft(root, "speculators", layout="speculators", aux_ids=[2, 16, 29]),
+        "nested_custom": make_draft(root, "nested_custom", aux_ids=[3, 31, 28]),
+        "nested_hf": make_draft(root, "nested_hf", aux_ids=[2, 16, 29]),
+        "top_as_layer_output": make_draft(
+            root, "top_as_layer_output", layout="speculators", aux_ids=[1, 15, 28]
+        ),
+        "both_same": make_draft(
+            root, "both_same", aux_ids=[1, 15, 28], eagle_aux_hidden_state_layer_ids=[1, 15, 28]
+        ),
+        "eagle1": make_draft(
+            root, "eagle1", aux_ids=[1, 15, 28], eagle_config={"use_aux_hidden_state": False}
+        ),
+    }
+
+
+def codes(report):
+    return {f.code: f.severity for f in report.findings}
+
+
+def test_seed_story_flag_set_is_flagged(drafts, target_dir):
+    command = sglang(
+        drafts["good"],
+        "--speculative-num-steps 1 --speculative-eagle-topk 1",
+        "--speculative-num-draft-tokens 16",
+        target=target_dir,
+    )
+    report = lint_command(drafts["good"], sglang=command)
+    assert codes(report)["topk1-draft-tokens-reset"] == "error"
+    assert codes(report)["single-draft-step"] == "warning"
+    assert report.effective == {"num_steps": 1, "topk": 1, "num_draft_tokens": 2}
+    message = next(f for f in report.findings if f.code == "topk1-draft-tokens-reset").message
+    assert "16" in message and "2" in message
+
+
+def test_consistent_chain_has_no_shape_findings(drafts, target_dir):
+    command = sglang(drafts["good"], CHAIN, "--context-length 2048", target=target_dir)
+    report = lint_command(drafts["good"], sglang=command)
+    assert report.findings == []
+    assert report.effective == {"num_steps": 3, "topk": 1, "num_draft_tokens": 4}
+
+
+def test_tree_keeps_its_draft_tokens(drafts, target_dir):
+    command = sglang(
+        drafts["good"],
+        "--speculative-num-steps=5 --speculative-eagle-topk=4",
+        "--speculative-num-draft-tokens=8 --context-length=2048",
+        target=target_dir,
+    )
+    report = lint_command(drafts["good"], sglang=command)
+    assert report.effective == {"num_steps": 5, "topk": 4, "num_draft_tokens": 8}
+    assert "topk1-draft-tokens-reset" not in codes(report)
+
+
+def test_eagle_algorithm_with_eagle3_draft(drafts):
+    command = sglang(drafts["good"], CHAIN).replace("EAGLE3", "EAGLE")
+    assert codes(lint_command(drafts["good"], sglang=command))["eagle-algorithm-eagle3-draft"] == "error"
+
+
+def test_eagle3_algorithm_with_eagle1_draft(drafts):
+    command = sglang(drafts["eagle1"], CHAIN)
+    assert codes(lint_command(drafts["eagle1"], sglang=command))["eagle3-algorithm-eagle1-draft"] == "error"
+
+
+def test_defaults_chosen_by_target_architecture(drafts, target_dir):
+    command = sglang(
+        drafts["good"], "--speculative-eagle-topk 1 --speculative-num-draft-tokens 4", target=target_dir
+    )
+    report = lint_command(drafts["good"], sglang=command)
+    finding = next(f for f in report.findings if f.code == "defaults-by-architecture")
+    assert "(5, 4, 8)" in finding.message and "replaced" in finding.message
+    assert report.effective == {"num_steps": 5, "topk": 4, "num_draft_tokens": 8}
+    other = target_dir.parent / "qwen-target"
+    llama_config(num_hidden_layers=LAYERS, architectures=["Qwen2ForCausalLM"]).save_pretrained(other)
+    report = lint_command(drafts["good"], sglang=sglang(drafts["good"], target=other))
+    assert report.effective == {"num_steps": 3, "topk": 1, "num_draft_tokens": 4}
+
+
+def test_defaults_without_a_known_target_say_both_options(drafts):
+    report = lint_command(drafts["good"], sglang=sglang(drafts["good"]))
+    finding = next(f for f in report.findings if f.code == "defaults-by-architecture")
+    assert "(5, 4, 8) for LlamaForCausalLM" in finding.message
+
+
+def test_missing_d2t(drafts):
+    command = sglang(drafts["no_d2t"], CHAIN)
+    assert codes(lint_command(drafts["no_d2t"], sglang=command))["missing-d2t"] == "error"
+    assert "missing-d2t" not in codes(lint_command(drafts["good"], sglang=command.replace("no_d2t", "good")))
+
+
+def test_token_map_ignored_for_eagle3(drafts):
+    command = sglang(drafts["good"], CHAIN, "--speculative-token-map /models/freq_32k.pt")
+    assert codes(lint_command(drafts["good"], sglang=command))["token-map-ignored"] == "warning"
+
+
+def test_draft_context_below_served_context(drafts, target_dir):
+    command = sglang(drafts["good"], CHAIN, target=target_dir)
+    finding = next(
+        f for f in lint_command(drafts["good"], sglang=command).findings if f.code == "draft-context"
+    )
+    assert "8192" in finding.message and "2048" in finding.message  # from the target's config
+    command += " --context-length 1024"
+    assert "draft-context" not in codes(lint_command(drafts["good"], sglang=command))
+
+
+def test_running_requests_cap_and_mixed_chunk(drafts):
+    command = sglang(drafts["good"], CHAIN, "--max-running-requests 256 --enable-mixed-chunk")
+    found = codes(lint_command(drafts["good"], sglang=command))
+    assert found["max-running-requests-capped"] == "info" and found["mixed-chunk-off"] == "info"
+
+
+def test_sglang_ignores_top_level_ids(drafts, target_dir):
+    command = sglang(drafts["speculators"], CHAIN, "--context-length 2048", target=target_dir)
+    finding = next(
+        f for f in lint_command(drafts["speculators"], sglang=command).findings if f.code == "aux-ids-field"
+    )
+    assert finding.severity == "info"  # [2, 16, 29] are the defaults anyway
+    assert "[1, 15, 28]" in finding.fix
+
+
+def test_nested_ids_written_as_hf_indices(drafts, target_dir):
+    command = sglang(drafts["nested_hf"], CHAIN, target=target_dir)
+    finding = next(
+        f
+        for f in lint_command(drafts["nested_hf"], sglang=command).findings
+        if f.code == "aux-ids-convention"
+    )
+    assert "[3, 17, 30]" in finding.message and "[1, 15, 28]" in finding.fix
+
+
+def vllm(draft, method="eagle3", k=3, extra=""):
+    config = json.dumps({"method": method, "model": str(draft), "num_speculative_tokens": k})
+    return f"vllm serve meta-llama/Llama-3.1-8B-Instruct --speculative-config '{config}' --max-model-len 2048 {extra}"
+
+
+def test_vllm_ignores_nested_ids(drafts, target_dir):
+    report = lint_command(drafts["nested_custom"], vllm=vllm(drafts["nested_custom"]), target_dir=target_dir)
+    finding = next(f for f in report.findings if f.code == "aux-ids-field")
+    assert finding.severity == "error" and "[2, 16, 29]" in finding.message and "[4, 32, 29]" in finding.fix
+    # nested ids that resolve to the defaults: vLLM's fallback is the same wiring
+    report = lint_command(drafts["good"], vllm=vllm(drafts["good"]), target_dir=target_dir)
+    assert codes(report)["aux-ids-field"] == "info"
+
+
+def test_vllm_top_level_ids_in_the_other_convention(drafts, target_dir):
+    report = lint_command(
+        drafts["top_as_layer_output"], vllm=vllm(drafts["top_as_layer_output"]), target_dir=target_dir
+    )
+    assert codes(report)["aux-ids-convention"] == "warning"
+
+
+def test_same_list_in_both_fields(drafts, target_dir):
+    report = lint_command(drafts["both_same"], vllm=vllm(drafts["both_same"]), target_dir=target_dir)
+    finding = next(f for f in report.findings if f.code == "aux-ids-disagree")
+    assert finding.severity == "error" and "one apart" in finding.message
+
+
+def test_vllm_method_eagle_and_single_token(drafts):
+    found = codes(lint_command(drafts["good"], vllm=vllm(drafts["good"], method="eagle", k=1)))
+    assert found["eagle-algorithm-eagle3-draft"] == "error" and found["single-draft-step"] == "warning"
+
+
+@pytest.mark.parametrize(
+    "command, reason",
+    [
+        ("python -m sglang.launch_server --model-path x", "no --speculative-algorithm"),
+        (
+            "python -m sglang.launch_server --speculative-algorithm EAGLE3 --speculative-num-steps three",
+            "integer",
+        ),
+        (
+            "python -m sglang.launch_server --speculative-algorithm EAGLE3 --speculative-num-steps",
+            "needs a value",
+        ),
+        ("python -m sglang.launch_server --speculative-algorithm 'EAGLE3", "cannot split"),
+    ],
+)
+def test_bad_sglang_commands(command, reason):
+    with pytest.raises(BadInput, match=reason):
+        parse_sglang(command)
+
+
+@pytest.mark.parametrize(
+    "arguments, reason",
+    [
+        ("vllm serve m", "no --speculative-config"),
+        ("vllm serve m --speculative-config '{method: eagle3}'", "not valid JSON"),
+        ("vllm serve m --speculative-config '[1]'", "JSON object"),
+    ],
+)
+def test_bad_vllm_arguments(arguments, reason):
+    with pytest.raises(BadInput, match=reason):
+        parse_vllm(arguments)

@@ -1,0 +1,57 @@
+"""The wiring probe on a context-free (bigram) 8-layer target with drafts that read only the
+embedding chunk: it names the trained wiring of a mis-wired draft and confirms a correct one."""
+
+from __future__ import annotations
+
+
+def test_probe_names_the_embedding_wiring_of_a_miswired_draft(bigram_setup):
+    from backend.diagnostics.probe import run_probe
+    from tests.support.models import load_draft
+
+    setup = bigram_setup
+    draft, wiring = load_draft(setup.root / "miswired", setup.target)
+    assert list(wiring.aux_hf_indices) == [2, 4, 5]
+    reports = []
+    report = run_probe(
+        setup.target,
+        draft,
+        wiring,
+        setup.samples,
+        num_steps=3,
+        search_budget=10,
+        live_samples=1,
+        live_tokens=24,
+        progress=lambda fraction, message: reports.append((fraction, message)),
+    )
+    assert not report.confirmed
+    assert report.best.aux_hf_indices[0] == 0 and report.best.acc_step0 > report.declared.acc_step0 + 0.3
+    assert "embedding output" in report.verdict and "lost" in report.verdict
+    assert report.best.live_accept_length > report.declared.live_accept_length
+    as_dict = report.to_dict()
+    assert {"declared", "candidates", "best", "verdict"} <= set(as_dict)
+    assert as_dict["config"]["vllm"]["eagle_aux_hidden_state_layer_ids"][0] == 0
+    assert as_dict["config"]["sglang"]["eagle_config"]["eagle_aux_hidden_state_layer_ids"][0] == -1
+    # progress: (fraction, message), fractions within 0..1 and ending done
+    assert reports and all(0.0 <= f <= 1.0 and isinstance(m, str) for f, m in reports)
+    assert reports[-1] == (1.0, "done")
+
+
+def test_probe_confirms_a_correct_declaration(bigram_setup):
+    from backend.diagnostics.probe import run_probe
+    from tests.support.models import load_draft
+
+    setup = bigram_setup
+    draft, wiring = load_draft(setup.root / "right", setup.target)
+    report = run_probe(setup.target, draft, wiring, setup.samples, num_steps=3, search_budget=5)
+    assert report.confirmed and report.verdict.startswith("The declared wiring")
+
+
+def test_initial_candidates_read_the_declared_ids_in_both_conventions(bigram_setup):
+    from backend.diagnostics.probe import initial_candidates
+    from tests.support.models import load_draft
+
+    draft, wiring = load_draft(bigram_setup.root / "miswired", bigram_setup.target)
+    candidates = initial_candidates(draft, wiring, 8)
+    assert candidates[(2, 4, 5)][0] == "declared" and "nested ids read as HF indices" in candidates[(1, 3, 4)]
+    assert "embedding output for the low layer" in candidates[(0, 4, 5)]
+    assert all(len(set(c)) == 3 and all(0 <= i <= 8 for i in c) for c in candidates)

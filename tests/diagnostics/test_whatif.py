@@ -1,0 +1,23 @@
+"""Speed-up what-if: the measured K is reproduced, other K are predicted and extrapolated."""
+
+from __future__ import annotations
+
+import pytest
+
+from backend.diagnostics.whatif import conditional_rates, predict
+
+
+def test_whatif_reproduces_the_measured_k_and_extrapolates():
+    counts = [2, 2, 0, 1]  # K = 2: alpha_1 = 3/4, alpha_2 = 2/3
+    rows = {r.num_steps: r for r in predict(counts, 2, draft_ms_total=8.0, verify_ms_total=40.0)}
+    assert rows[2].predicted_accept_length == pytest.approx(sum(a + 1 for a in counts) / len(counts))
+    assert rows[1].predicted_accept_length == pytest.approx(1.75)
+    assert rows[3].extrapolated and rows[3].predicted_accept_length == pytest.approx(2.25 + 0.5 * 2 / 3)
+    # draft 1 ms per drafted token, verify 10 ms per step: speed-up(K=2) = 2.25 * 10 / (2 + 10)
+    assert rows[2].predicted_speedup == pytest.approx(2.25 * 10 / 12)
+
+
+def test_rates_and_empty_runs():
+    assert conditional_rates([2, 2, 0, 1], 2) == pytest.approx([3 / 4, 2 / 3])
+    assert conditional_rates([0, 0], 2) == [0.0, None]
+    assert predict([], 2, 1.0, 1.0) == []

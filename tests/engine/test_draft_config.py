@@ -1,0 +1,120 @@
+"""Draft config parsing: the draft's own RoPE, layouts, and unknown keys."""
+
+from __future__ import annotations
+
+import pytest
+
+from backend import BadInput
+
+# Shaped like the original EAGLE-3 release for Llama-3.1-8B (sizes shrunk).
+EAGLE_RELEASE = {
+    "architectures": ["LlamaForCausalLM"],
+    "bos_token_id": 128000,
+    "eos_token_id": [128001, 128008, 128009],
+    "hidden_act": "silu",
+    "hidden_size": 64,
+    "initializer_range": 0.02,
+    "intermediate_size": 128,
+    "max_position_embeddings": 2048,
+    "model_type": "llama",
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "num_hidden_layers": 1,
+    "pad_token_id": 0,
+    "rms_norm_eps": 1e-05,
+    "rope_theta": 500000.0,
+    "rope_scaling": {
+        "factor": 8.0,
+        "high_freq_factor": 4.0,
+        "low_freq_factor": 1.0,
+        "original_max_position_embeddings": 8192,
+        "rope_type": "llama3",
+    },
+    "tie_word_embeddings": False,
+    "torch_dtype": "float16",
+    "transformers_version": "4.28.1",
+    "use_cache": True,
+    "vocab_size": 1000,
+    "draft_vocab_size": 320,
+}
+
+
+def parse(config: dict):
+    from backend.engine.draft_config import parse_draft_config  # transformers: imported when used
+
+    return parse_draft_config(config)
+
+
+def inv_freq(config: dict):
+    from backend.engine.draft_model import Eagle3Draft
+
+    return Eagle3Draft(parse(config), target_embedding=None).rotary.inv_freq
+
+
+def test_draft_rope_comes_from_its_own_config():
+    import torch
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+    parsed = parse(EAGLE_RELEASE)
+    assert parsed.rope_description == "theta=500000.0, type=llama3"
+    assert not parsed.unknown_flags and not parsed.unknown_keys
+    reference = LlamaRotaryEmbedding(
+        LlamaConfig(
+            hidden_size=64,
+            num_attention_heads=4,
+            rope_theta=500000.0,
+            rope_scaling=EAGLE_RELEASE["rope_scaling"],
+        )
+    )
+    assert torch.allclose(inv_freq(EAGLE_RELEASE), reference.inv_freq)
+
+
+def test_rope_theta_defaults_to_10000_never_the_targets():
+    import torch
+
+    bare = {k: v for k, v in EAGLE_RELEASE.items() if k not in ("rope_theta", "rope_scaling")}
+    head_dim = 16
+    expected = 1.0 / (10000.0 ** (torch.arange(0, head_dim, 2).float() / head_dim))
+    assert torch.allclose(inv_freq(bare), expected)
+    assert parse(bare).rope_description == "theta=10000.0, type=default"
+
+
+def test_speculators_layout_is_lifted():
+    parsed = parse(
+        {
+            "architectures": ["Eagle3Speculator"],
+            "draft_vocab_size": 300,
+            "target_hidden_size": 64,
+            "norm_before_residual": True,
+            "eagle_aux_hidden_state_layer_ids": [2, 16, 29],
+            "transformer_layer_config": {
+                k: EAGLE_RELEASE[k]
+                for k in (
+                    "hidden_size",
+                    "intermediate_size",
+                    "num_attention_heads",
+                    "num_key_value_heads",
+                    "vocab_size",
+                    "rms_norm_eps",
+                )
+            },
+        }
+    )
+    assert parsed.architecture == "Eagle3Speculator" and parsed.norm_before_residual
+    assert parsed.top_level_aux_ids == [2, 16, 29] and parsed.nested_aux_ids is None
+    assert parsed.hidden_size == 64 and parsed.draft_vocab_size == 300
+
+
+def test_unknown_boolean_is_a_flag_and_bad_ids_are_refused():
+    parsed = parse({**EAGLE_RELEASE, "norm_after_fc": True, "my_note": "x"})
+    assert parsed.unknown_flags == {"norm_after_fc": True} and parsed.unknown_keys == ["my_note"]
+    with pytest.raises(BadInput, match="list of integers"):
+        parse({**EAGLE_RELEASE, "eagle_aux_hidden_state_layer_ids": "2,16,29"})
+    with pytest.raises(BadInput, match="lacks hidden_size"):
+        parse({"architectures": ["LlamaForCausalLMEagle3"]})
+
+
+def test_inconsistent_sizes_are_bad_input():
+    with pytest.raises(BadInput, match="inconsistent"):
+        parse({**EAGLE_RELEASE, "hidden_size": 999})

@@ -1,0 +1,44 @@
+"""KV caches: the draft's growing buffers and rollback; the target's cache grows by what is fed."""
+
+from __future__ import annotations
+
+import pytest
+
+
+def test_draft_cache_appends_views_and_crops():
+    import torch
+
+    from backend.engine.kv_cache import DraftKVCache
+
+    cache = DraftKVCache(num_layers=2)
+    keys = torch.arange(2 * 3 * 4, dtype=torch.float32).reshape(2, 3, 4)
+    all_keys, all_values = cache.append(0, keys, -keys)
+    assert torch.equal(all_keys, keys) and torch.equal(all_values, -keys) and len(cache) == 3
+    more = torch.ones(2, 70, 4)  # past the first buffer's capacity: it grows, keeping what was stored
+    all_keys, _ = cache.append(0, more, more)
+    assert all_keys.shape == (2, 73, 4) and torch.equal(all_keys[:, :3], keys)
+    cache.crop_to(2)
+    all_keys, _ = cache.append(0, more[:, :1], more[:, :1])
+    assert all_keys.shape == (2, 3, 4) and torch.equal(all_keys[:, :2], keys[:, :2])
+
+
+def test_target_cache_grows_by_the_tokens_fed_and_crops(pairs):
+    import torch
+
+    from backend.engine.kv_cache import cache_length, crop_target_cache, new_target_cache, target_forward
+
+    model = pairs["random-L2"].target.model
+    cache = new_target_cache(model)
+    with torch.inference_mode():
+        cached = target_forward(model, torch.tensor([[1, 2, 3]]), cache, 0)
+        assert cache_length(cache) == 3
+        target_forward(model, torch.tensor([[4, 5]]), cache, 3)
+        assert cache_length(cache) == 5
+        crop_target_cache(cache, 4)
+        assert cache_length(cache) == 4
+        crop_target_cache(cache, 4)  # nothing to drop
+        assert cache_length(cache) == 4
+        with pytest.raises(ValueError, match="cannot grow"):
+            crop_target_cache(cache, 6)
+        plain = target_forward(model, torch.tensor([[1, 2, 3]]), None, 0)
+    assert torch.allclose(cached.logits, plain.logits, atol=1e-6)

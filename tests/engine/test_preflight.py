@@ -1,0 +1,158 @@
+"""Preflight passes on good drafts and fails, with a message a user understands, on each broken one;
+a draft that fails is never built."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from backend import BadInput
+from tests.support.checkpoints import failures, statuses, target_config, write_draft
+
+
+def preflight(draft_dir, target_dir, **kwargs):
+    from backend.engine.preflight import preflight as run
+
+    return run(draft_dir, target_dir, **kwargs)
+
+
+def test_missing_d2t_with_smaller_draft_vocab_fails(tmp_path, target_dirs):
+    from backend.engine.loading import load_target
+    from backend.engine.preflight import PreflightRefused, load_checked_draft
+
+    draft_dir = write_draft(
+        tmp_path / "d", target_dirs[4], edit_tensors=lambda t: (t.pop("d2t"), t.pop("t2d"))
+    )
+    report = preflight(draft_dir, target_dirs[4])
+    assert not report.ok
+    assert "draft vocab 40 < target vocab 80 but the checkpoint has no d2t" in failures(report)
+    with pytest.raises(BadInput, match="no d2t") as refused:
+        load_checked_draft(draft_dir, load_target(target_dirs[4], device="cpu"))
+    assert isinstance(refused.value, PreflightRefused)
+    assert "failed preflight: d2t" in str(refused.value) and refused.value.report.to_dict()["ok"] is False
+
+
+def test_fc_width_mismatch_fails(tmp_path, target_dirs):
+    def narrow(tensors):
+        tensors["fc.weight"] = tensors["fc.weight"][:, :64].contiguous()
+
+    report = preflight(write_draft(tmp_path / "d", target_dirs[4], edit_tensors=narrow), target_dirs[4])
+    assert "fc.weight input width 64 != 3 x target hidden size 32 (= 96)" in failures(report)
+
+
+def test_draft_for_another_target_fails(tmp_path, target_dirs):
+    from backend.engine.synthetic import draft_config_dict, make_target, random_draft_tensors, save_draft
+
+    other = make_target(tmp_path / "wide", num_layers=4, hidden=48, vocab=80)
+    draft_dir = save_draft(
+        tmp_path / "d", draft_config_dict(other.config), random_draft_tensors(draft_config_dict(other.config))
+    )
+    assert "fc width" in failures(preflight(draft_dir, target_dirs[4]))
+
+
+def test_unknown_variant_flag_fails(tmp_path, target_dirs):
+    draft_dir = write_draft(
+        tmp_path / "d", target_dirs[4], edit_config=lambda c: c.update({"norm_after_fc": True})
+    )
+    assert "unknown variant flag norm_after_fc=True" in failures(preflight(draft_dir, target_dirs[4]))
+
+
+def test_eagle1_style_draft_is_refused(tmp_path, target_dirs):
+    draft_dir = write_draft(
+        tmp_path / "d",
+        target_dirs[4],
+        edit_config=lambda c: c.update({"eagle_config": {"use_aux_hidden_state": False}}),
+    )
+    assert "use_aux_hidden_state is false" in failures(preflight(draft_dir, target_dirs[4]))
+
+
+def test_unexpected_and_missing_tensors_fail_with_the_files_names(tmp_path, target_dirs):
+    import torch
+
+    def tamper(tensors):
+        tensors["layers.0.self_attn.extra_gate.weight"] = torch.zeros(4, 4)
+        del tensors["layers.0.mlp.up_proj.weight"]
+
+    report = preflight(write_draft(tmp_path / "d", target_dirs[4], edit_tensors=tamper), target_dirs[4])
+    message = failures(report)
+    assert "missing tensors (would stay random): midlayer.mlp.up_proj.weight" in message
+    assert "unexpected tensors (would be skipped silently): midlayer.self_attn.extra_gate.weight" in message
+
+
+def test_shape_mismatch_with_config_fails(tmp_path, target_dirs):
+    def shrink(tensors):
+        tensors["layers.0.mlp.up_proj.weight"] = tensors["layers.0.mlp.up_proj.weight"][:10].contiguous()
+
+    message = failures(
+        preflight(write_draft(tmp_path / "d", target_dirs[4], edit_tensors=shrink), target_dirs[4])
+    )
+    assert "midlayer.mlp.up_proj.weight [10, 32] vs config [64, 32]" in message
+
+
+def test_corrupt_vocab_mappings_fail(tmp_path, target_dirs):
+    def out_of_range(tensors):
+        tensors["d2t"] = tensors["d2t"] + 500
+
+    def t2d_disagrees(tensors):
+        t2d = tensors["t2d"].clone()
+        first_in, first_out = int(t2d.nonzero()[0]), int((~t2d).nonzero()[0])
+        t2d[first_in], t2d[first_out] = False, True
+        tensors["t2d"] = t2d
+
+    cases = {"outside the target vocab": out_of_range, "t2d disagrees with d2t": t2d_disagrees}
+    for expected, edit in cases.items():
+        draft_dir = write_draft(tmp_path / expected.replace(" ", "_"), target_dirs[4], edit_tensors=edit)
+        assert expected in failures(preflight(draft_dir, target_dirs[4]))
+
+
+def test_context_warning_and_no_files(tmp_path, target_dirs):
+    from backend.engine.synthetic import draft_config_dict
+
+    draft_dir = write_draft(tmp_path / "d", target_dirs[4])
+    report = preflight(draft_dir, target_dirs[4], sample_length=5000)
+    assert report.ok and any(
+        "longer than the draft's max_position_embeddings (2048)" in w for w in statuses(report)["warn"]
+    )
+    assert "context" in [c.name for c in report.warnings()]
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "config.json").write_text(
+        json.dumps(draft_config_dict(target_config(target_dirs[4])))
+    )
+    assert "no model.safetensors or pytorch_model.bin" in failures(
+        preflight(tmp_path / "empty", target_dirs[4])
+    )
+
+
+def test_context_check_is_its_own_check(tmp_path, target_dirs):
+    from backend.engine.loading import read_draft, read_target_config
+    from backend.engine.preflight import check_draft, context_check
+
+    files = read_draft(write_draft(tmp_path / "d", target_dirs[4]))
+    assert context_check(files.config, 2048).status == "pass"
+    warning = context_check(files.config, 2049)
+    assert warning.status == "warn" and "(2049 tokens)" in warning.message
+    assert "context" not in {c.name for c in check_draft(files, read_target_config(target_dirs[4])).checks}
+
+
+def test_a_wiring_override_is_checked_against_the_target(tmp_path, target_dirs):
+    from backend.engine.loading import load_target
+    from backend.engine.preflight import PreflightRefused, load_checked_draft
+
+    draft_dir = write_draft(tmp_path / "d", target_dirs[4])
+    assert preflight(draft_dir, target_dirs[4], aux_hf_indices=(0, 2, 4)).to_dict()["aux_hf_indices"] == [
+        0,
+        2,
+        4,
+    ]
+    report = preflight(draft_dir, target_dirs[4], aux_hf_indices=(0, 2, 5))
+    assert "aux HF indices [5] out of range" in failures(report) and report.to_dict()["aux_hf_indices"] == []
+    with pytest.raises(PreflightRefused, match="out of range"):
+        load_checked_draft(draft_dir, load_target(target_dirs[4], device="cpu"), (0, 2, 5))
+
+
+def test_missing_target_or_draft_directory_is_bad_input(tmp_path, target_dirs):
+    with pytest.raises(BadInput, match="not a local Hugging Face model directory"):
+        preflight(tmp_path, tmp_path / "nope")
+    report = preflight(tmp_path / "nope", target_dirs[4])
+    assert "no such directory" in failures(report)

@@ -1,0 +1,34 @@
+"""The record types the engine yields and the store persists (importable without torch)."""
+
+from __future__ import annotations
+
+from backend.engine.records import STORED_STEP_FIELDS, StepRecord, no_progress
+
+
+def step(drafted=(1, 2, 3), accepted=1) -> StepRecord:
+    return StepRecord(
+        step_index=0,
+        position=3,
+        pending_token=4,
+        drafted_ids=list(drafted),
+        accepted_count=accepted,
+        bonus_id=9,
+        committed_ids=list(drafted[:accepted]) + [9],
+        target_argmax_ids=[1, 9, 9, 9],
+    )
+
+
+def test_rejection_index():
+    assert step(accepted=1).rejection_index == 1
+    assert step(accepted=0).rejection_index == 0
+    assert step(accepted=3).rejection_index is None
+
+
+def test_stored_fields_are_every_field_but_the_tensors():
+    assert "aux_features" not in STORED_STEP_FIELDS and "draft_hidden" not in STORED_STEP_FIELDS
+    assert set(STORED_STEP_FIELDS) | {"aux_features", "draft_hidden"} == set(StepRecord.__dataclass_fields__)
+    assert STORED_STEP_FIELDS[:3] == ("step_index", "position", "pending_token")
+
+
+def test_no_progress_takes_a_fraction_and_a_message():
+    assert no_progress(0.5, "half") is None

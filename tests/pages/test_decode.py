@@ -1,0 +1,56 @@
+"""Decode page: a replay of the demo pair in the background, stepping through it; a bad wiring
+override and a refused draft are shown as errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.support.pages import REPO, finish, ok, page
+
+pytestmark = pytest.mark.slow
+
+
+def test_decode_runs_in_the_background_and_steps(db):
+    from backend.service.runs import get_run_with_steps
+
+    app = ok(page("2_Decode").run())
+    app.number_input(key="decode_max_new").set_value(32).run()
+    app.button(key="decode_start").click().run()
+    app = ok(finish(app, "decode_task"))
+    app.run()
+    assert float(app.metric[0].value) >= 1.0 and app.session_state["decode_step"] == 0
+    ok(app.button(key="decode_next").click().run())
+    assert app.session_state["decode_step"] == 1
+    ok(app.button(key="decode_prev").click().run())
+    assert app.session_state["decode_step"] == 0
+    ok(app.button(key="decode_next_rejection").click().run())
+    run_id = app.session_state["global_run_id"]
+    _, steps = get_run_with_steps(db, run_id)
+    current = app.session_state["decode_step"]
+    rejecting = [i for i, s in enumerate(steps) if s.accepted_count < len(s.drafted_ids) and i > 0]
+    assert current == (rejecting[0] if rejecting else 0)
+
+
+def test_decode_bad_override_and_refused_draft(db, tmp_path):
+    from backend.service.tasks import MANAGER
+
+    app = ok(page("2_Decode").run())
+    app.text_input(key="decode_override").set_value("1,2").run()
+    ok(app.button(key="decode_start").click().run())
+    assert "exactly three target states; got 2 indices" in app.error[0].value
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    config = json.loads((REPO / "demo/drafts/final/config.json").read_text())
+    (broken / "config.json").write_text(json.dumps(config))
+    (broken / "model.safetensors").write_bytes(b"not safetensors")
+    app.session_state["global_drafts"] = {**app.session_state["global_drafts"], "broken": str(broken)}
+    app.run()
+    app.selectbox(key="decode_draft").set_value("broken")
+    app.text_input(key="decode_override").set_value("").run()
+    app.button(key="decode_start").click().run()
+    task = MANAGER.wait(app.session_state["decode_task"], 120)
+    assert task.status == "failed"
+    app = ok(app.run())
+    assert "failed" in app.error[0].value

@@ -1,0 +1,91 @@
+"""Datasets in the store: an import lands with its good samples in one transaction, a file with
+no good record stores nothing, and the demo's eval set is registered on a fresh database."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from backend import BadInput
+from tests.support.datasets import VOCAB, mixed_jsonl, write_lines
+
+
+@pytest.fixture(scope="module")
+def vocab_target(tmp_path_factory):
+    """A target directory with only config.json: vocab VOCAB, no tokenizer."""
+    from transformers import LlamaConfig
+
+    path = tmp_path_factory.mktemp("vocab-target")
+    LlamaConfig(
+        vocab_size=VOCAB, hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2
+    ).save_pretrained(path)
+    return str(path)
+
+
+def test_jsonl_import_stores_the_good_records(tmp_path, db_url, vocab_target):
+    from backend.service.datasets import get_samples, import_dataset, list_datasets, target_vocabulary
+
+    assert target_vocabulary(vocab_target) == (None, VOCAB)
+    assert target_vocabulary(str(tmp_path / "none")) == (None, None)
+    dataset_id, result = import_dataset(
+        db_url, mixed_jsonl(tmp_path / "mixed.jsonl"), target_path=vocab_target
+    )
+    assert [s.line for s in result.samples] == [1, 14]
+    assert [r.line for r in result.rejected] == list(range(2, 14))
+    assert (
+        "outside the vocabulary" in {r.line: r.reason for r in result.rejected}[6]
+    )  # the target's vocab bounds ids
+    (dataset,) = list_datasets(db_url)
+    assert (dataset.id, dataset.sample_count, dataset.format, dataset.name) == (
+        dataset_id,
+        2,
+        "jsonl",
+        "mixed.jsonl",
+    )
+    samples = get_samples(db_url, dataset_id)
+    assert [s.source for s in samples] == ["a", "b"] and samples[0].prompt_ids == [1, 2]
+    assert samples[0].loss_coverage == pytest.approx(4 / 6)
+    assert [(s.dataset_id, s.index, s.line, s.seq_len) for s in samples] == [
+        (dataset_id, 0, 1, 6),
+        (dataset_id, 1, 14, 6),
+    ]
+    assert all(s.id is not None for s in samples)
+
+
+def test_file_without_good_records_stores_nothing(tmp_path, db_url, vocab_target):
+    from backend.service.datasets import import_dataset, list_datasets
+
+    path = write_lines(tmp_path / "bad.jsonl", [b"{", b"[]"])
+    with pytest.raises(BadInput, match="no valid record"):
+        import_dataset(db_url, path, target_path=vocab_target)
+    empty = write_lines(tmp_path / "empty.jsonl", [b""])
+    with pytest.raises(BadInput, match="empty file"):
+        import_dataset(db_url, empty)
+    assert list_datasets(db_url) == []
+    with pytest.raises(BadInput, match="no such file"):
+        import_dataset(db_url, tmp_path / "missing.jsonl")
+
+
+def test_named_import_with_an_explicit_format(tmp_path, db_url):
+    from backend.service.datasets import import_dataset, list_datasets
+
+    path = tmp_path / "records.txt"
+    path.write_text(json.dumps({"input_ids": [5, 6, 7], "loss_mask": [0, 1, 1]}) + "\n")
+    dataset_id, result = import_dataset(db_url, path, name="mine", format="jsonl")
+    assert (
+        result.format == "jsonl" and [d.name for d in list_datasets(db_url)] == ["mine"] and dataset_id == 1
+    )
+
+
+def test_demo_dataset_is_registered_once_on_a_fresh_database(db_url):
+    from backend.defaults import DEMO_EVAL
+    from backend.service.datasets import ensure_demo_dataset, get_samples, list_datasets
+
+    dataset_id = ensure_demo_dataset(db_url)
+    (dataset,) = list_datasets(db_url)
+    assert (
+        dataset.id == dataset_id and dataset.name == "demo eval (bundled)" and dataset.path == str(DEMO_EVAL)
+    )
+    assert len(get_samples(db_url, dataset_id)) == dataset.sample_count > 0
+    assert ensure_demo_dataset(db_url) is None and len(list_datasets(db_url)) == 1

@@ -1,0 +1,42 @@
+"""Loaded models are cached by path (never by a wiring override); a draft that fails preflight is
+refused with its report; an inconsistent draft config is a BadInput."""
+
+from __future__ import annotations
+
+import pytest
+
+from backend import BadInput
+
+
+def test_pairs_are_cached_by_path_not_by_override(pairs):
+    from backend.service import models
+
+    pair = pairs["copy-L4-bigram"]
+    models.forget()
+    target, draft, report = models.pair(str(pair.target_dir), str(pair.draft_dir), device="cpu", dtype="fp32")
+    assert report.ok and report.wiring == pair.wiring and target.path == str(pair.target_dir)
+    again, same, _ = models.pair(str(pair.target_dir), str(pair.draft_dir), device="cpu", dtype="fp32")
+    assert again is target and same is draft  # one load whatever wiring the requests feed it
+    assert models.target(str(pair.target_dir), "cpu", "fp32") is target
+    assert models.draft(target, str(pair.draft_dir))[0] is draft
+    models.forget()
+    fresh, _, _ = models.pair(str(pair.target_dir), str(pair.draft_dir), device="cpu", dtype="fp32")
+    assert fresh is not target
+
+
+def test_refused_draft_carries_its_preflight_report(pairs, tmp_path):
+    from safetensors.torch import load_file
+
+    from backend.engine.preflight import PreflightRefused
+    from backend.engine.synthetic import save_draft
+    from backend.service import models
+
+    pair = pairs["random-L2"]
+    tensors = load_file(pair.draft_dir / "model.safetensors")
+    broken = save_draft(tmp_path / "broken", pair.config, {k: v for k, v in tensors.items() if k != "d2t"})
+    with pytest.raises(PreflightRefused) as refused:
+        models.pair(str(pair.target_dir), str(broken))
+    assert refused.value.report.to_dict()["ok"] is False and "d2t" in str(refused.value)
+    inconsistent = save_draft(tmp_path / "inconsistent", {**pair.config, "hidden_size": 999}, tensors)
+    with pytest.raises(BadInput, match="inconsistent"):
+        models.pair(str(pair.target_dir), str(inconsistent))

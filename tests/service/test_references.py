@@ -1,0 +1,102 @@
+"""Hidden-state references of a stored run: another wiring, a twin run, the target's own hidden,
+a training feature file; rows land in token_stats under the reference's label."""
+
+from __future__ import annotations
+
+import pytest
+
+from backend import BadInput
+from tests.support.models import TRAINED
+
+
+@pytest.fixture()
+def runs(bigram_setup, db_url):
+    """Two identical recorded runs of the mis-wired bigram draft: (db_url, [run ids])."""
+    from backend.service.database import open_database
+    from backend.service.jobs import run_replay_job
+    from backend.service.requests import ReplayRequest
+    from tests.support.models import load_draft
+
+    target, samples = bigram_setup.target, bigram_setup.samples
+    draft, wiring = load_draft(bigram_setup.root / "miswired", target)
+    request = ReplayRequest(
+        str(bigram_setup.target_dir),
+        str(bigram_setup.root / "miswired"),
+        prompt_ids=tuple(samples[0].prompt_ids),
+        num_steps=3,
+        max_new_tokens=20,
+    )
+    database = open_database(db_url)
+    return db_url, [
+        run_replay_job(database, target, draft, request, wiring, samples[0].prompt_ids).run_id
+        for _ in range(2)
+    ]
+
+
+def test_run_references(runs):
+    from backend.engine.records import no_progress
+    from backend.service.references import compute_reference
+    from backend.service.runs import token_stat_references, token_stats
+
+    url, run_ids = runs
+    seen = []
+    result = compute_reference(
+        url,
+        run_ids[0],
+        {"kind": "wiring", "aux_hf_indices": TRAINED},
+        lambda fraction, message: seen.append((fraction, message)),
+    )
+    assert seen[0] == (0.05, "loading the run's features") and all(0 <= f <= 1 for f, _ in seen)
+    rows = token_stats(url, run_ids[0], result["reference"])
+    assert token_stat_references(url, run_ids[0]) == ["wiring HF [0, 2, 4]"]
+    chunk0 = [r for r in rows if r["chunk"] == "hf2"]
+    assert chunk0 and all(r["cosine"] < 0.99 for r in chunk0)  # HF 2 fed where HF 0 is the reference
+    assert {r["position"] for r in rows} >= set(range(8))
+    twin = compute_reference(url, run_ids[0], {"kind": "run", "run_id": run_ids[1]}, no_progress)
+    rows = token_stats(url, run_ids[0], twin["reference"])
+    assert rows and all(r["cosine"] > 0.9999 for r in rows)
+    hidden = compute_reference(url, run_ids[0], {"kind": "target_hidden"}, no_progress)
+    assert hidden["rows"] > 0 and hidden["reference"] == "target hidden (draft out)"
+    again = compute_reference(url, run_ids[0], {"kind": "wiring", "aux_hf_indices": TRAINED}, no_progress)
+    assert (
+        len(token_stats(url, run_ids[0], again["reference"])) == again["rows"] == result["rows"]
+    )  # replaced
+
+
+def test_training_features_as_a_reference(runs, bigram_setup, tmp_path):
+    import torch
+
+    from backend.engine.records import no_progress
+    from backend.engine.teacher import target_pass
+    from backend.service.references import compute_reference
+    from backend.service.runs import get_run, token_stats
+
+    url, run_ids = runs
+    run = get_run(url, run_ids[0])
+    sequence = run.prompt_ids + run.output_ids
+    passed = target_pass(bigram_setup.target, sequence, [0] * len(sequence), run.aux_hf_indices)
+    path = tmp_path / "data_0.ckpt"
+    torch.save(
+        {"input_ids": torch.tensor(sequence), "aux_hidden_state": passed.features(run.aux_hf_indices)[None]},
+        path,
+    )
+    result = compute_reference(url, run_ids[0], {"kind": "features", "path": str(path)}, no_progress)
+    assert result["reference"] == "features data_0.ckpt"
+    rows = token_stats(url, run_ids[0], result["reference"])
+    assert rows and all(r["cosine"] > 0.9999 for r in rows)  # the same states the run fed
+
+
+def test_bad_references_are_bad_input(runs):
+    from backend.engine.records import no_progress
+    from backend.service.references import compute_reference
+
+    url, run_ids = runs
+    for reference, reason in [
+        ({"kind": "wiring", "aux_hf_indices": [0, 2, 99]}, "three HF indices in 0..8"),
+        ({"kind": "run", "run_id": 999}, "no run 999"),
+        ({"kind": "tea leaves"}, "unknown reference kind"),
+    ]:
+        with pytest.raises(BadInput, match=reason):
+            compute_reference(url, run_ids[0], reference, no_progress)
+    with pytest.raises(BadInput, match="no run 999"):
+        compute_reference(url, 999, {"kind": "target_hidden"}, no_progress)

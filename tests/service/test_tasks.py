@@ -1,0 +1,148 @@
+"""Background tasks: progress, results and failures; a refused draft carries its preflight report;
+the jobs pages start run against the service with plain values."""
+
+from __future__ import annotations
+
+import pytest
+
+from backend import BadInput
+from backend.service.tasks import MANAGER
+
+
+def test_task_reports_progress_result_and_errors():
+    def work(progress):
+        progress(0.5, "half")
+        return {"answer": 42}
+
+    done = MANAGER.wait(MANAGER.submit("test", "ok", work), 30)
+    assert (done.status, done.progress, done.result) == ("done", 1.0, {"answer": 42})
+    assert done.message == "half" and done.finished is not None and not done.active
+
+    def bad(progress):
+        raise BadInput("your file is wrong")
+
+    failed = MANAGER.wait(MANAGER.submit("test", "bad input", bad), 30)
+    assert failed.status == "failed" and failed.error == "your file is wrong" and failed.details == {}
+
+    def crash(progress):
+        raise RuntimeError("boom")
+
+    crashed = MANAGER.wait(MANAGER.submit("test", "crash", crash), 30)
+    assert crashed.status == "failed" and crashed.error.startswith("RuntimeError: boom")
+    assert {t.label for t in MANAGER.list("test")} >= {"ok", "bad input", "crash"}
+    assert MANAGER.get(None) is None and MANAGER.get("no-such-task") is None
+
+
+def test_progress_is_clamped_and_wait_times_out():
+    import threading
+
+    release = threading.Event()
+
+    def slow(progress):
+        progress(7.0, "too far")
+        release.wait(30)
+        return None
+
+    task_id = MANAGER.submit("test", "slow", slow)
+    with pytest.raises(TimeoutError):
+        MANAGER.wait(task_id, 0.3)
+    running = MANAGER.get(task_id)
+    assert running.status == "running" and running.progress == 1.0 and running.message == "too far"
+    release.set()
+    assert MANAGER.wait(task_id, 30).status == "done"
+
+
+def test_refused_draft_carries_its_preflight_report(pairs, tmp_path, db_url):
+    from safetensors.torch import load_file
+
+    from backend.engine.synthetic import save_draft
+    from backend.service.requests import ReplayRequest
+    from backend.service.tasks import start_replay
+
+    pair = pairs["random-L2"]
+    tensors = load_file(pair.draft_dir / "model.safetensors")
+    broken = save_draft(tmp_path / "broken", pair.config, {k: v for k, v in tensors.items() if k != "d2t"})
+    request = ReplayRequest(
+        str(pair.target_dir), str(broken), prompt_ids=(1, 2, 3), num_steps=2, max_new_tokens=4
+    )
+    task = MANAGER.wait(start_replay(db_url, request), 60)
+    assert task.status == "failed" and task.details["preflight"]["ok"] is False
+    assert "failed preflight" in task.error and "d2t" in task.error
+    assert any(c["name"] == "d2t" and c["status"] == "fail" for c in task.details["preflight"]["checks"])
+
+
+def test_start_replay_stores_a_run(pairs, db_url):
+    from backend.service.requests import ReplayRequest
+    from backend.service.runs import get_run
+    from backend.service.tasks import start_replay
+
+    pair = pairs["copy-L4-bigram"]
+    request = ReplayRequest(
+        str(pair.target_dir),
+        str(pair.draft_dir),
+        prompt_ids=(1, 5, 9),
+        num_steps=3,
+        max_new_tokens=12,
+        sample_ref="prompt",
+    )
+    task = MANAGER.wait(start_replay(db_url, request), 120)
+    assert task.status == "done", task.error
+    assert task.kind == "replay" and task.label == request.label
+    assert set(task.result) == {"run_id", "mean_accept_length", "warnings"}
+    run = get_run(db_url, task.result["run_id"])
+    assert run.status == "finished" and run.metrics["mean_accept_length"] == task.result["mean_accept_length"]
+
+
+def test_diagnostic_tasks_use_the_declared_wiring_after_an_override(bigram_setup, db_url):
+    """A wiring override belongs to one request: a probe of the same draft afterwards still starts
+    from the draft's declared wiring, even though the draft stays loaded."""
+    from backend.service import models
+    from backend.service.requests import ReplayRequest
+    from backend.service.tasks import start_agreement, start_probe, start_replay
+
+    root, samples = bigram_setup.root, bigram_setup.samples
+    target, draft = str(root / "target"), str(root / "miswired")
+    models.forget()
+    override = ReplayRequest(
+        target,
+        draft,
+        prompt_ids=tuple(samples[0].prompt_ids),
+        num_steps=2,
+        max_new_tokens=8,
+        aux_hf_indices=(0, 2, 4),
+        record=False,
+    )
+    assert MANAGER.wait(start_replay(db_url, override), 120).status == "done"
+    probe = MANAGER.wait(start_probe(target, draft, samples, 2, 0, 0), 120)
+    assert probe.status == "done", probe.error
+    assert probe.result["declared"]["aux_hf_indices"] == [2, 4, 5] and not probe.result["confirmed"]
+    agreement = MANAGER.wait(start_agreement(target, draft, samples[:1], 2, 16, (0, 2, 4)), 120)
+    assert agreement.status == "done", agreement.error
+    assert set(agreement.result) == {"rows", "definition"}
+    (row,) = agreement.result["rows"]
+    assert row["flagged"]  # trained on (0, 2, 4), served the declared (2, 4, 5)
+    refused = MANAGER.wait(start_agreement(target, draft, samples[:1], 2, 16, (0, 2, 40)), 120)
+    assert refused.status == "failed" and "out of range" in refused.error
+
+
+def test_doctor_and_train_vs_serve_tasks(bigram_setup, tmp_path):
+    import torch
+
+    from backend.engine.teacher import target_pass
+    from backend.service.tasks import start_doctor, start_train_vs_serve
+    from tests.support.models import TRAINED
+
+    root, target, samples = bigram_setup.root, bigram_setup.target, bigram_setup.samples
+    doctor = MANAGER.wait(start_doctor(str(root / "target"), str(root / "right"), samples, None), 120)
+    assert doctor.status == "done" and doctor.result["preflight"]["ok"] and "coverage" in doctor.result
+    ids = samples[0].input_ids
+    passed = target_pass(target, ids, samples[0].loss_mask, TRAINED)
+    path = tmp_path / "data_0.ckpt"
+    torch.save({"input_ids": torch.tensor(ids), "aux_hidden_state": passed.features(TRAINED)[None]}, path)
+    diff = MANAGER.wait(start_train_vs_serve(str(root / "target"), str(root / "miswired"), str(path)), 120)
+    assert diff.status == "done", diff.error
+    assert (
+        diff.result["serving_aux_hf_indices"] == [2, 4, 5]
+        and diff.result["training_aux_hf_indices"] == TRAINED
+    )
+    assert diff.result["input_ids"] == ids and diff.result["first_mismatch"]["position"] == 0

@@ -1,0 +1,166 @@
+"""Builders of the tiny models the tests share (used by tests/conftest.py's fixtures).
+
+Drafts are loaded the way the service loads them: read once, preflight-checked against the loaded
+target, then built (`backend.engine.preflight.load_checked_draft`); the wiring is the one the
+preflight resolved. torch, transformers and backend.engine are imported inside the functions, so
+importing this module (for TRAINED, say) at collection time costs nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from backend.data.samples import Sample
+
+if TYPE_CHECKING:
+    from backend.engine.draft_model import Eagle3Draft
+    from backend.engine.loading import Target
+    from backend.engine.wiring import Wiring
+
+
+def load_draft(draft_dir, target: Target, aux_hf_indices=None) -> tuple[Eagle3Draft, Wiring]:
+    """(draft, the wiring it is fed): the declared one, or `aux_hf_indices` (HF) when given."""
+    from backend.engine.preflight import load_checked_draft
+
+    draft, report = load_checked_draft(draft_dir, target, aux_hf_indices)
+    return draft, report.wiring
+
+
+@dataclass
+class Pair:
+    name: str
+    target: Target
+    draft: Eagle3Draft
+    wiring: Wiring
+    target_dir: Path
+    draft_dir: Path
+    config: dict
+
+
+PAIR_SPECS = {
+    "random-L2": dict(
+        num_layers=2,
+        hidden=32,
+        vocab=96,
+        draft_kind="random",
+        draft_vocab=48,
+        eos_token_id=7,
+        aux_ids=[0, 0, 1],
+    ),
+    "random-L6-eagle": dict(
+        num_layers=6, hidden=48, vocab=128, draft_kind="random", layout="eagle", draft_vocab=64
+    ),
+    "copy-L4-bigram": dict(num_layers=4, hidden=128, vocab=32, draft_kind="copy", attention_scale=0.0),
+    "copy-L5-context": dict(
+        num_layers=5, hidden=128, vocab=32, draft_kind="copy", attention_scale=0.03, layout="speculators"
+    ),
+}
+
+
+def build_pair(
+    root: Path,
+    name: str,
+    *,
+    num_layers: int,
+    hidden: int,
+    vocab: int,
+    draft_kind: str,
+    layout: str = "specforge",
+    draft_vocab: int | None = None,
+    attention_scale: float = 1.0,
+    eos_token_id: int | None = None,
+    aux_ids: list[int] | None = None,
+) -> Pair:
+    from backend.engine.loading import load_target
+    from backend.engine.synthetic import (
+        copy_draft_tensors,
+        draft_config_dict,
+        make_target,
+        random_draft_tensors,
+        save_draft,
+    )
+
+    target_dir, draft_dir = root / f"{name}-target", root / f"{name}-draft"
+    model = make_target(
+        target_dir,
+        num_layers=num_layers,
+        hidden=hidden,
+        vocab=vocab,
+        attention_scale=attention_scale,
+        eos_token_id=eos_token_id,
+        seed=num_layers,
+    )
+    if draft_kind == "copy":  # third aux chunk must be HF index L (pre-norm output of the last layer)
+        aux_ids = [1, 2, num_layers] if layout == "speculators" else [0, 1, num_layers - 1]
+    config = draft_config_dict(model.config, draft_vocab=draft_vocab, layout=layout, aux_ids=aux_ids)
+    tensors = copy_draft_tensors(model, config) if draft_kind == "copy" else random_draft_tensors(config)
+    save_draft(draft_dir, config, tensors, layout)
+    target = load_target(target_dir, device="cpu", dtype="fp32")
+    draft, wiring = load_draft(draft_dir, target)
+    return Pair(name, target, draft, wiring, target_dir, draft_dir, config)
+
+
+# ----------------------------------------------------------------------------- bigram diagnostics
+
+TRAINED = [0, 2, 4]  # HF indices the bigram drafts were "trained" on (their fc reads chunk 0 only)
+
+
+@dataclass
+class BigramSetup:
+    root: Path  # target/, right/ (declares TRAINED), miswired/ (declares the defaults HF [2, 4, 5])
+    target: Target
+    samples: list[Sample]
+
+    @property
+    def target_dir(self) -> Path:
+        return self.root / "target"
+
+
+def build_bigram_setup(root: Path) -> BigramSetup:
+    import torch
+
+    from backend.engine.loading import load_target
+    from backend.engine.synthetic import (
+        bigram_draft_tensors,
+        corrupt_next_token_map,
+        cyclic_next_token_map,
+        draft_config_dict,
+        make_bigram_target,
+        save_draft,
+    )
+
+    follow = cyclic_next_token_map(48, seed=3)
+    model = make_bigram_target(
+        root / "target", follow, num_layers=8, hidden=64, heads=4, kv_heads=2, intermediate=96
+    )
+    believed = corrupt_next_token_map(follow, 0.2, seed=4)
+    right = draft_config_dict(model.config, aux_ids=[i - 1 for i in TRAINED])  # nested ids declare [0, 2, 4]
+    wrong = draft_config_dict(model.config, aux_ids=[1, 3, 4])  # declares the defaults HF [2, 4, 5]
+    tensors = bigram_draft_tensors(model, right, believed)
+    save_draft(root / "right", right, tensors)
+    save_draft(root / "miswired", wrong, tensors)
+    target = load_target(root / "target", device="cpu", dtype="fp32")
+    generator = torch.Generator().manual_seed(0)
+    samples = []
+    for number in range(4):
+        start = int(torch.randint(48, (1,), generator=generator))
+        ids = [start]
+        for _ in range(39):
+            ids.append(follow[ids[-1]])
+        samples.append(Sample(ids, [0] * 8 + [1] * 32, 8, source=f"s{number % 2}"))
+    return BigramSetup(root, target, samples)
+
+
+def write_samples(path: Path, samples: list[Sample]) -> Path:
+    """Samples as training JSONL (what --samples reads)."""
+    path.write_text(
+        "".join(
+            json.dumps({"input_ids": s.input_ids, "loss_mask": s.loss_mask, "n_prompt_tokens": s.prompt_len})
+            + "\n"
+            for s in samples
+        )
+    )
+    return path

@@ -1,0 +1,140 @@
+"""The layering rule of backend/__init__.py, checked on the source tree (imports at any depth)."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+LAYERS = ["engine", "data", "diagnostics", "service", "cli"]  # each may import only itself and those before
+PAGE_BACKEND_ALLOWED = {
+    "backend",
+    "backend.defaults",
+    "backend.engine.wiring",
+    "backend.engine.metrics",
+    "backend.engine.records",
+    "backend.diagnostics.mismatch",
+    "backend.diagnostics.whatif",
+}
+DB_BACKEND_ALLOWED = {"backend", "backend.engine.records", "backend.data.samples"}
+HEAVY = ("torch", "transformers", "safetensors")
+
+
+def imported_modules(source: str) -> set[str]:
+    """Every module an import statement names, at any depth (function-level imports included)."""
+    names = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def python_files(*folders: str) -> list[Path]:
+    return [p for folder in folders for p in sorted((REPO / folder).rglob("*.py"))]
+
+
+def layer_of(path: Path) -> str | None:
+    parts = path.relative_to(REPO / "backend").parts
+    if parts[0] in LAYERS:
+        return parts[0]
+    return "cli" if parts[0] in ("cli.py", "__main__.py") else None
+
+
+def backend_layer(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[0] != "backend" or len(parts) < 2:
+        return None
+    return parts[1] if parts[1] in LAYERS else None
+
+
+def violations_of_layers(path: Path, source: str) -> list[str]:
+    mine = layer_of(path)
+    found = []
+    for module in imported_modules(source):
+        other = backend_layer(module)
+        if mine and other and LAYERS.index(other) > LAYERS.index(mine):
+            found.append(f"{path.relative_to(REPO)} ({mine}) imports {module} ({other})")
+        if module.split(".")[0] == "db" and mine not in ("service", "cli"):
+            found.append(f"{path.relative_to(REPO)} imports {module}: only backend.service and backend.cli touch db")
+        if module.split(".")[0] == "streamlit":
+            found.append(f"{path.relative_to(REPO)} imports streamlit")
+    return found
+
+
+def violations_of_pages(path: Path, source: str) -> list[str]:
+    found = []
+    for module in imported_modules(source):
+        root = module.split(".")[0]
+        if root in HEAVY or root == "db":
+            found.append(f"{path.relative_to(REPO)} imports {module}")
+        if root == "backend" and module not in PAGE_BACKEND_ALLOWED and not module.startswith("backend.service"):
+            parent = module.rsplit(".", 1)[0]
+            if parent not in PAGE_BACKEND_ALLOWED and not parent.startswith("backend.service"):
+                found.append(f"{path.relative_to(REPO)} imports {module}: pages reach models through backend.service")
+    if ".submit(" in source:
+        found.append(f"{path.relative_to(REPO)} submits its own task body: use a backend.service.tasks.start_*")
+    return found
+
+
+def test_backend_layers_import_only_downwards():
+    found = [v for path in python_files("backend") for v in violations_of_layers(path, path.read_text())]
+    assert found == []
+
+
+def test_db_imports_no_model_code_and_no_streamlit():
+    found = []
+    for path in python_files("db"):
+        for module in imported_modules(path.read_text()):
+            root = module.split(".")[0]
+            if root == "streamlit" or (root == "backend" and module not in DB_BACKEND_ALLOWED
+                                       and module.rsplit(".", 1)[0] not in DB_BACKEND_ALLOWED):
+                found.append(f"{path.relative_to(REPO)} imports {module}")
+    assert found == []
+
+
+def test_pages_and_ui_are_thin():
+    files = python_files("pages", "ui") + [REPO / "app.py"]
+    found = [v for path in files for v in violations_of_pages(path, path.read_text())]
+    assert found == []
+
+
+def test_the_checks_catch_violations():
+    """The rules above are not vacuous: each flags a typical violation."""
+    engine_file = REPO / "backend" / "engine" / "replay.py"
+    assert violations_of_layers(engine_file, "from backend.service import jobs\n")
+    assert violations_of_layers(engine_file, "def f():\n    from db import store\n")
+    assert violations_of_layers(REPO / "backend" / "diagnostics" / "probe.py", "import streamlit as st\n")
+    page = REPO / "pages" / "2_Decode.py"
+    assert violations_of_pages(page, "def f():\n    import torch\n")
+    assert violations_of_pages(page, "from backend.engine.replay import replay\n")
+    assert violations_of_pages(page, "from db import store\n")
+    assert violations_of_pages(page, "tasks.MANAGER.submit('x', 'y', work)\n")
+    assert not violations_of_pages(page, "from backend.service import tasks\nfrom backend.engine.wiring import Wiring\n")
+
+
+def test_what_pages_import_loads_no_torch():
+    """Import every backend/ui module the pages and ui name (at any depth) in a fresh interpreter:
+    neither torch nor transformers may be loaded by them."""
+    modules = set()
+    for path in python_files("pages", "ui") + [REPO / "app.py"]:
+        for module in imported_modules(path.read_text()):
+            if module.split(".")[0] in ("backend", "ui"):
+                modules.add(module)
+    script = (
+        "import importlib, json, sys\n"
+        f"for name in {sorted(modules)!r}:\n"
+        "    try:\n"
+        "        importlib.import_module(name)\n"
+        "    except ModuleNotFoundError:\n"
+        "        importlib.import_module(name.rsplit('.', 1)[0])\n"
+        f"print(json.dumps(sorted(m for m in {HEAVY!r} if m in sys.modules)))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == []

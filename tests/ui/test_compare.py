@@ -1,0 +1,50 @@
+"""Aligning two runs by output position: what each run committed where, and the first position
+where the drafts proposed different tokens."""
+
+from __future__ import annotations
+
+from backend.engine.records import StepRecord
+from ui.compare import committed_positions, first_divergence, timeline_html
+
+
+def step(position=3, drafted=(1, 2, 3), accepted=1, bonus=4):
+    return StepRecord(
+        step_index=0,
+        position=position,
+        pending_token=4,
+        drafted_ids=list(drafted),
+        accepted_count=accepted,
+        bonus_id=bonus,
+        committed_ids=list(drafted[:accepted]) + [bonus],
+        target_argmax_ids=[1, 4, 4, 4],
+    )
+
+
+class Run:
+    prompt_ids = [1, 2, 3]
+    output_ids = [9, 1, 4, 1, 4]
+
+
+def test_alignment_and_first_divergence():
+    a = [
+        step(position=3, drafted=(1, 2), accepted=1, bonus=4),
+        step(position=5, drafted=(1, 4), accepted=1, bonus=4),
+    ]
+    b = [
+        step(position=3, drafted=(1, 4), accepted=2, bonus=1),
+        step(position=6, drafted=(9, 9), accepted=0, bonus=4),
+    ]
+    positions_a, positions_b = committed_positions(Run, a), committed_positions(Run, b)
+    assert positions_a[3]["kind"] == "prefill"
+    assert positions_a[4]["kind"] == "accepted" and positions_a[5]["kind"] == "bonus"
+    assert positions_b[5]["kind"] == "accepted" and positions_b[6]["kind"] == "bonus"
+    assert first_divergence(positions_a, positions_b) == 5  # A proposed 2 there, B proposed 4
+    assert first_divergence(positions_a, positions_a) is None
+
+
+def test_timeline_is_one_escaped_block_with_the_divergence_outlined():
+    positions = committed_positions(Run, [step(position=3, drafted=(1, 2), accepted=1, bonus=4)])
+    html = timeline_html(Run, positions, lambda t: "<b>" if t == 1 else f"t{t}", 0, 100, divergence=4)
+    assert html.startswith('<div class="sl-text">') and html.count("<div") == 1
+    assert "<b>" not in html and "&lt;b&gt;" in html
+    assert html.count("sl-cur") == 1 and html.count("sl-t ") == 3  # positions 3 (prefill), 4, 5

@@ -1,0 +1,75 @@
+"""Token HTML blocks: every token string escaped, one block per window, statuses and classes right."""
+
+from __future__ import annotations
+
+from backend.engine.records import StepRecord
+from ui.html import chips_html, context_html, legend, mismatch_html, output_html, sample_html, step_statuses
+
+HOSTILE = {1: "<script>alert(1)</script>", 2: "<img src=x onerror=alert(1)>", 3: '"quoted" & more', 4: "ok"}
+
+
+def piece(token: int) -> str:
+    return HOSTILE.get(token, f"t{token}")
+
+
+def step(position=3, drafted=(1, 2, 3), accepted=1, bonus=4):
+    return StepRecord(
+        step_index=0,
+        position=position,
+        pending_token=4,
+        drafted_ids=list(drafted),
+        accepted_count=accepted,
+        bonus_id=bonus,
+        committed_ids=list(drafted[:accepted]) + [bonus],
+        target_argmax_ids=[1, 4, 4, 4],
+        target_argmax_probs=[0.9, 0.8, 0.7, 0.6],
+        draft_probs=[0.5, 0.4, 0.3],
+        draft_top_ids=[[1, 2], [2, 3], [3, 4]],
+        draft_top_probs=[[0.5, 0.2], [0.4, 0.1], [0.3, 0.2]],
+    )
+
+
+def test_every_token_string_is_escaped():
+    blocks = [
+        sample_html([1, 2, 3], [0, 1, 1], 1, [piece(t) for t in (1, 2, 3)]),
+        chips_html(step(), piece),
+        output_html(4, [step()], piece, 0),
+        mismatch_html(
+            [1, 2],
+            [{"position": 0, "chunk": "<c>", "cosine": 0.5, "norm_ratio": 1.0, "relative_error": 0.1}],
+            piece,
+            lambda r: r["cosine"] < 0.9,
+        ),
+    ]
+    for html in blocks:
+        assert "<script>" not in html and "<img" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in blocks[0]
+    assert "&lt;img src=x onerror=alert(1)&gt;" in blocks[0]
+    assert 'title="#2  id 3' in blocks[0] and "&quot;" in blocks[0]  # attribute quotes escaped too
+
+
+def test_statuses_and_classes():
+    assert step_statuses([1, 2, 3], 1) == ["accepted", "rejected", "not reached"]
+    assert step_statuses([1, 2, 3], 3) == ["accepted"] * 3
+    chips = chips_html(step(), piece)
+    assert (
+        chips.count("sl-chip ") == 4
+        and "sl-rej" in chips
+        and "sl-nr" in chips
+        and "bonus (target row 1)" in chips
+    )
+    sample = sample_html([1, 2, 3], [0, 1, 1], 1, ["a", "b", "c"])
+    assert sample.index("sl-prompt") < sample.index("response &#8594;") < sample.index("sl-resp")
+
+
+def test_output_window_stays_one_small_block():
+    steps = [step(position=3 + 2 * i, drafted=(5, 6, 7), accepted=1, bonus=8) for i in range(1000)]
+    html = output_html(9, steps, piece, current=500, window=30)
+    assert html.count('class="sl-step') == 61 and html.count("sl-cur") == 1
+    assert "470 earlier steps" in html and "469 later steps" in html
+
+
+def test_context_window_and_legend():
+    html = context_html(list(range(100)), piece, limit=60)
+    assert html.count("sl-prompt") == 60 and "… 40 earlier" in html
+    assert all(cls in legend() for cls in ("sl-acc", "sl-rej", "sl-nr", "sl-bonus"))

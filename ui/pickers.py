@@ -1,0 +1,42 @@
+"""Pickers shared by the pages: a dataset (and its samples), and run labels."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from backend.service import datasets as stored_datasets
+from ui import state
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def samples_of(db_url: str, dataset_id: int) -> list:
+    return stored_datasets.get_samples(db_url, dataset_id)
+
+
+def dataset_picker(key: str, preset: int | None = None, container=st):
+    """A dataset select box; (dataset id, its samples), or (None, []) with a hint when there is none."""
+    datasets = stored_datasets.list_datasets(state.db())
+    if not datasets:
+        container.warning("No dataset: import one on the Samples page.")
+        return None, []
+    ids = [d.id for d in datasets]
+    names = {d.id: f"{d.id}: {d.name} ({d.sample_count})" for d in datasets}
+    dataset_id = container.selectbox("Dataset", ids, index=ids.index(preset) if preset in ids else 0,
+                                     format_func=names.get, key=key)
+    return dataset_id, samples_of(state.db(), dataset_id)
+
+
+def first_samples(key: str, default_n: int = 8) -> list:
+    """A dataset and how many of its first samples to use."""
+    left, right = st.columns(2)
+    _, samples = dataset_picker(f"{key}_dataset", container=left)
+    if not samples:
+        return []
+    count = right.number_input("Samples", 1, len(samples), min(default_n, len(samples)), key=f"{key}_n")
+    return samples[: int(count)]
+
+
+def run_label(run) -> str:
+    al = (run.metrics or {}).get("mean_accept_length")
+    return (f"run {run.id} · {run.status} · {state.draft_name(run.draft_path)} · K={run.params.get('num_steps')} · "
+            f"{run.sample_ref or ''} · {len(run.output_ids)} tokens · AL {'n/a' if al is None else f'{al:.2f}'}")
