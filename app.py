@@ -12,19 +12,25 @@ st.set_page_config(page_title="SpecLens", layout="wide")
 state.sidebar()
 
 st.title("SpecLens")
-st.write("What really happens inside EAGLE-3 speculative decoding, token by token. SpecLens loads a Hugging Face "
-         "target and an EAGLE-3 draft, replays speculative decoding on a sample, records every draft proposal, "
-         "acceptance, rejection point, bonus token and the hidden states involved, and helps you find why a "
-         "draft that trains well is rejected when served: wrong aux-layer wiring, a broken vocab mapping, "
-         "serving flags silently rewritten.")
+st.write(
+    "What really happens inside EAGLE-3 speculative decoding, token by token. SpecLens loads a Hugging Face "
+    "target and an EAGLE-3 draft, replays speculative decoding on a sample, records every draft proposal, "
+    "acceptance, rejection point, bonus token and the hidden states involved, and helps you find why a "
+    "draft that trains well is rejected when served: wrong aux-layer wiring, a broken vocab mapping, "
+    "serving flags silently rewritten."
+)
 
 left, right = st.columns(2)
 with left:
     st.subheader("Active setup")
-    st.markdown(f"- **Database:** `{state.db_url()}`\n- **Target:** `{state.target_path()}`\n"
-                f"- **Draft:** `{state.draft_path()}` ({state.draft_name(state.draft_path())})")
-    st.caption("The bundled demo pair (demo/target, demo/drafts/final) is active until you choose another in the "
-               "sidebar or set SPECLENS_TARGET / SPECLENS_DRAFT / SPECLENS_DB_URL.")
+    st.markdown(
+        f"- **Database:** `{state.db_url()}`\n- **Target:** `{state.target_path()}`\n"
+        f"- **Draft:** `{state.draft_path()}` ({state.draft_name(state.draft_path())})"
+    )
+    st.caption(
+        "The bundled demo pair (demo/target, demo/drafts/final) is active until you choose another in the "
+        "sidebar or set SPECLENS_TARGET / SPECLENS_DRAFT / SPECLENS_DB_URL."
+    )
 with right:
     st.subheader("Pages")
     st.page_link("pages/1_Samples.py", label="Samples: browse and import datasets")

@@ -34,20 +34,29 @@ def _positive(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m backend", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m backend", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     commands = parser.add_subparsers(dest="command", required=True)
 
     def common(sub):
-        sub.add_argument("--target", default=default_target(),
-                         help="local Hugging Face target model directory (default: SPECLENS_TARGET or demo/target)")
-        sub.add_argument("--draft", default=default_draft(),
-                         help="EAGLE-3 draft directory, config.json + weights "
-                              "(default: SPECLENS_DRAFT or demo/drafts/final)")
+        sub.add_argument(
+            "--target",
+            default=default_target(),
+            help="local Hugging Face target model directory (default: SPECLENS_TARGET or demo/target)",
+        )
+        sub.add_argument(
+            "--draft",
+            default=default_draft(),
+            help="EAGLE-3 draft directory, config.json + weights "
+            "(default: SPECLENS_DRAFT or demo/drafts/final)",
+        )
         sub.add_argument("--json", action="store_true", help="print one JSON object on stdout")
         sub.add_argument("--device", help="cuda, cpu, ... (default: cuda when available)")
         sub.add_argument("--dtype", help="fp32, bf16 or fp16 (default: bf16 on GPU, fp32 on CPU)")
-        sub.add_argument("--aux-hf-indices", type=_aux_indices, help="override wiring: three HF hidden_states indices")
+        sub.add_argument(
+            "--aux-hf-indices", type=_aux_indices, help="override wiring: three HF hidden_states indices"
+        )
 
     pre = commands.add_parser("preflight", help="check a draft against a target")
     common(pre)
@@ -57,7 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
     common(rep)
     source = rep.add_mutually_exclusive_group(required=True)
     source.add_argument("--prompt", help="prompt text (tokenized with the target's tokenizer)")
-    source.add_argument("--samples", help="JSONL samples file; the prompt is a sample's first n_prompt_tokens")
+    source.add_argument(
+        "--samples", help="JSONL samples file; the prompt is a sample's first n_prompt_tokens"
+    )
     rep.add_argument("--index", type=int, default=0, help="which valid sample of --samples (0-based)")
     rep.add_argument("--steps", type=_positive, default=4, help="K: draft tokens per verify step")
     rep.add_argument("--max-new-tokens", type=_positive, default=128)
@@ -74,21 +85,36 @@ def build_parser() -> argparse.ArgumentParser:
 
     probe = commands.add_parser("probe", help="which aux-layer wiring was the draft trained on?")
     common(probe)
-    probe.add_argument("--samples", default=str(DEMO_EVAL), help="JSONL samples file (default: the demo's eval set)")
+    probe.add_argument(
+        "--samples", default=str(DEMO_EVAL), help="JSONL samples file (default: the demo's eval set)"
+    )
     probe.add_argument("--limit", type=_positive, default=8, help="use the first N valid samples (default 8)")
     probe.add_argument("--steps", type=_positive, default=4, help="K: TTT steps to score")
     probe.add_argument("--budget", type=int, default=40, help="extra candidates the local search may try")
-    probe.add_argument("--live", type=int, default=0, metavar="N",
-                       help="also replay live on the first N samples for the best, declared and runner-up")
+    probe.add_argument(
+        "--live",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also replay live on the first N samples for the best, declared and runner-up",
+    )
     probe.add_argument("--live-tokens", type=_positive, default=64)
 
     imp = commands.add_parser("import", help="validate and store a dataset")
-    imp.add_argument("--samples", required=True, help="JSONL, ShareGPT JSON/JSONL, .ckpt file or folder, or .txt")
+    imp.add_argument(
+        "--samples", required=True, help="JSONL, ShareGPT JSON/JSONL, .ckpt file or folder, or .txt"
+    )
     imp.add_argument("--name", help="dataset name (default: the file name)")
-    imp.add_argument("--format", choices=["jsonl", "sharegpt", "specforge", "prompts"],
-                     help="default: detected from the file")
-    imp.add_argument("--target", default=default_target(),
-                     help="target directory: its tokenizer renders ShareGPT/prompts, its vocab bounds token ids")
+    imp.add_argument(
+        "--format",
+        choices=["jsonl", "sharegpt", "specforge", "prompts"],
+        help="default: detected from the file",
+    )
+    imp.add_argument(
+        "--target",
+        default=default_target(),
+        help="target directory: its tokenizer renders ShareGPT/prompts, its vocab bounds token ids",
+    )
     imp.add_argument("--db", help="SQLAlchemy URL (default: SPECLENS_DB_URL or sqlite:///data/speclens.db)")
     imp.add_argument("--json", action="store_true", help="print one JSON object on stdout")
 
@@ -101,8 +127,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     lint = commands.add_parser("lint", help="check SGLang/vLLM serving flags against a draft")
     lint.add_argument("--draft", help="the draft directory (default: the path in the command line)")
-    lint.add_argument("--target", help="target directory, for its architecture, depth and context "
-                                       "(default: the command's --model-path when it is a local directory)")
+    lint.add_argument(
+        "--target",
+        help="target directory, for its architecture, depth and context "
+        "(default: the command's --model-path when it is a local directory)",
+    )
     engine = lint.add_mutually_exclusive_group(required=True)
     engine.add_argument("--sglang", help="an SGLang launch command (python -m sglang.launch_server ...)")
     engine.add_argument("--vllm", help="vLLM arguments (vllm serve ... --speculative-config '{...}')")
@@ -111,9 +140,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def gate(sub) -> None:
-    sub.add_argument("--min-accept-length", type=float, metavar="X",
-                     help="CI gate: exit 3 when the accept length (incl. bonus) is below X; for teacher the "
-                          "predicted accept length 1 + simulated accept length is compared")
+    sub.add_argument(
+        "--min-accept-length",
+        type=float,
+        metavar="X",
+        help="CI gate: exit 3 when the accept length (incl. bonus) is below X; for teacher the "
+        "predicted accept length 1 + simulated accept length is compared",
+    )
 
 
 def progress_bar(total: int, description: str):
@@ -158,13 +191,24 @@ def cmd_replay(args) -> tuple[dict, str]:
         source = {"prompt_ids": tuple(sample.prompt_ids), "sample_ref": f"{args.samples}#{args.index}"}
     else:
         source = {"prompt_text": args.prompt, "sample_ref": "prompt"}
-    request = ReplayRequest(args.target, args.draft, num_steps=args.steps, max_new_tokens=args.max_new_tokens,
-                            aux_hf_indices=args.aux_hf_indices, record=not args.no_record, device=args.device,
-                            dtype=args.dtype, **source)
+    request = ReplayRequest(
+        args.target,
+        args.draft,
+        num_steps=args.steps,
+        max_new_tokens=args.max_new_tokens,
+        aux_hf_indices=args.aux_hf_indices,
+        record=not args.no_record,
+        device=args.device,
+        dtype=args.dtype,
+        **source,
+    )
     bar = progress_bar(args.max_new_tokens, "replay")
     try:
-        outcome = run_replay(request, args.db,
-                             lambda fraction, _message: bar.update(round(fraction * args.max_new_tokens) - bar.n))
+        outcome = run_replay(
+            request,
+            args.db,
+            lambda fraction, _message: bar.update(round(fraction * args.max_new_tokens) - bar.n),
+        )
     finally:
         bar.close()
     for warning in outcome.warnings:
@@ -173,8 +217,10 @@ def cmd_replay(args) -> tuple[dict, str]:
     result = {
         "run_id": outcome.run_id,
         "output_ids": outcome.output_ids,
-        "steps": [{"drafted": s.drafted_ids, "accepted": s.accepted_count, "bonus": s.bonus_id}
-                  for s in outcome.steps],
+        "steps": [
+            {"drafted": s.drafted_ids, "accepted": s.accepted_count, "bonus": s.bonus_id}
+            for s in outcome.steps
+        ],
         "mean_accept_length": metrics["mean_accept_length"],
         "accepted_per_step": [s.accepted_count for s in outcome.steps],
         "per_position_marginal": metrics["per_position_marginal"],
@@ -184,12 +230,21 @@ def cmd_replay(args) -> tuple[dict, str]:
         "acceptance_rate": metrics["acceptance_rate"],
         "accept_histogram": metrics["accept_histogram"],
         "num_steps": args.steps,
-        "definitions": {k: DEFINITIONS[k] for k in ("mean_accept_length", "per_position_marginal",
-                                                     "per_position_conditional", "acceptance_rate")},
+        "definitions": {
+            k: DEFINITIONS[k]
+            for k in (
+                "mean_accept_length",
+                "per_position_marginal",
+                "per_position_conditional",
+                "acceptance_rate",
+            )
+        },
     }
-    text = (f"run {outcome.run_id}: {len(outcome.output_ids)} tokens in {len(outcome.steps)} verify steps, "
-            f"accept length {_fmt(metrics['mean_accept_length'])} (mean of a+1, bonus included), "
-            f"K={args.steps}, aux HF indices {list(wiring.aux_hf_indices)} ({wiring.source})")
+    text = (
+        f"run {outcome.run_id}: {len(outcome.output_ids)} tokens in {len(outcome.steps)} verify steps, "
+        f"accept length {_fmt(metrics['mean_accept_length'])} (mean of a+1, bonus included), "
+        f"K={args.steps}, aux HF indices {list(wiring.aux_hf_indices)} ({wiring.source})"
+    )
     if target.tokenizer is not None:
         text += "\n" + target.tokenizer.decode(outcome.output_ids)
     return result, text
@@ -199,22 +254,33 @@ def cmd_teacher(args) -> tuple[dict, str]:
     from backend.engine.teacher import TeacherCounts, teacher_forced_counts
     from backend.service import models
 
-    samples, rejected = load_samples(args.samples, models.target(args.target, args.device, args.dtype).vocab_size,
-                                     args.limit)
+    samples, rejected = load_samples(
+        args.samples, models.target(args.target, args.device, args.dtype).vocab_size, args.limit
+    )
     target, draft, wiring = load_pair(args, max(len(s.input_ids) for s in samples))
     totals = TeacherCounts([0] * args.steps, [0] * args.steps)
     bar = progress_bar(len(samples), "teacher")
     bar.unit = "sample"
     for sample in samples:
-        totals.add(teacher_forced_counts(target, draft, wiring, sample.input_ids, sample.loss_mask, args.steps))
+        totals.add(
+            teacher_forced_counts(target, draft, wiring, sample.input_ids, sample.loss_mask, args.steps)
+        )
         bar.update(1)
     bar.close()
-    result = {"acc_per_step": totals.acc_per_step, "simulated_accept_length": totals.simulated_accept_length,
-              "n_positions": totals.counted[0], "n_samples": len(samples), "aux_hf_indices": list(wiring.aux_hf_indices),
-              "wiring_source": wiring.source, "rejected": [{"line": r.line, "reason": r.reason} for r in rejected]}
-    text = (f"{len(samples)} samples, {totals.counted[0]} loss-masked positions; acc_k = "
-            + ", ".join(_fmt(a) for a in totals.acc_per_step)
-            + f"; simulated accept length {_fmt(totals.simulated_accept_length)} (sum_k prod_j<=k acc_j, no bonus)")
+    result = {
+        "acc_per_step": totals.acc_per_step,
+        "simulated_accept_length": totals.simulated_accept_length,
+        "n_positions": totals.counted[0],
+        "n_samples": len(samples),
+        "aux_hf_indices": list(wiring.aux_hf_indices),
+        "wiring_source": wiring.source,
+        "rejected": [{"line": r.line, "reason": r.reason} for r in rejected],
+    }
+    text = (
+        f"{len(samples)} samples, {totals.counted[0]} loss-masked positions; acc_k = "
+        + ", ".join(_fmt(a) for a in totals.acc_per_step)
+        + f"; simulated accept length {_fmt(totals.simulated_accept_length)} (sum_k prod_j<=k acc_j, no bonus)"
+    )
     return result, text
 
 
@@ -223,8 +289,10 @@ def load_samples(path: str, vocab_size: int, limit: int | None):
 
     samples, rejected = read_jsonl(path, vocab_size)
     if not samples:
-        raise BadInput(f"{path}: no valid sample" + (f" (line {rejected[0].line}: {rejected[0].reason})"
-                                                     if rejected else ""))
+        raise BadInput(
+            f"{path}: no valid sample"
+            + (f" (line {rejected[0].line}: {rejected[0].reason})" if rejected else "")
+        )
     return (samples[:limit] if limit else samples), rejected
 
 
@@ -232,8 +300,9 @@ def cmd_probe(args) -> tuple[dict, str]:
     from backend.diagnostics.probe import run_probe
     from backend.service import models
 
-    samples, _ = load_samples(args.samples, models.target(args.target, args.device, args.dtype).vocab_size,
-                              args.limit)
+    samples, _ = load_samples(
+        args.samples, models.target(args.target, args.device, args.dtype).vocab_size, args.limit
+    )
     target, draft, wiring = load_pair(args, max(len(s.input_ids) for s in samples))
     bar = progress_bar(100, "probe")
     bar.unit = "%"
@@ -243,14 +312,17 @@ def cmd_probe(args) -> tuple[dict, str]:
         bar.update(round(100 * fraction) - bar.n)
 
     try:
-        report = run_probe(target, draft, wiring, samples, args.steps, args.budget, args.live,
-                           args.live_tokens, progress)
+        report = run_probe(
+            target, draft, wiring, samples, args.steps, args.budget, args.live, args.live_tokens, progress
+        )
     finally:
         bar.close()
     lines = [f"{'HF indices':>14}  acc_0  pred. AL  label"]
     for c in report.candidates[:12]:
         predicted = "  n/a " if c.simulated is None else f"{1 + c.simulated:6.2f}"
-        lines.append(f"{str(list(c.aux_hf_indices)):>14}  {c.acc_step0:.3f}  {predicted}    {'; '.join(c.labels)}")
+        lines.append(
+            f"{str(list(c.aux_hf_indices)):>14}  {c.acc_step0:.3f}  {predicted}    {'; '.join(c.labels)}"
+        )
     lines.append(f"({len(report.candidates)} candidates, {report.n_samples} samples, {report.seconds:.1f} s)")
     lines.append(report.verdict)
     return report.to_dict(), "\n".join(lines)
@@ -262,10 +334,16 @@ def cmd_import(args) -> tuple[dict, str]:
     ensure_demo_dataset(args.db)
     dataset_id, result = import_dataset(args.db, args.samples, args.name, args.target, args.format)
     rejected = [{"line": r.line, "reason": r.reason} for r in result.rejected]
-    lines = [f"dataset {dataset_id}: imported {len(result.samples)} {result.format} samples, "
-             f"rejected {len(rejected)}"] + [f"  line {r['line']}: {r['reason']}" for r in rejected[:50]]
-    return {"dataset_id": dataset_id, "imported": len(result.samples), "rejected": rejected,
-            "format": result.format}, "\n".join(lines)
+    lines = [
+        f"dataset {dataset_id}: imported {len(result.samples)} {result.format} samples, "
+        f"rejected {len(rejected)}"
+    ] + [f"  line {r['line']}: {r['reason']}" for r in rejected[:50]]
+    return {
+        "dataset_id": dataset_id,
+        "imported": len(result.samples),
+        "rejected": rejected,
+        "format": result.format,
+    }, "\n".join(lines)
 
 
 def cmd_export(args) -> tuple[dict, str]:
@@ -279,7 +357,10 @@ def cmd_lint(args) -> tuple[dict, str]:
     from backend.diagnostics.lint import lint_command
 
     report = lint_command(args.draft, args.sglang, args.vllm, args.target).to_dict()
-    lines = [f"{f['severity'].upper():7} {f['code']}: {f['message']}\n        fix: {f['fix']}" for f in report["findings"]]
+    lines = [
+        f"{f['severity'].upper():7} {f['code']}: {f['message']}\n        fix: {f['fix']}"
+        for f in report["findings"]
+    ]
     effective = ", ".join(f"{k}={v}" for k, v in report["effective"].items())
     lines.append(f"{report['engine']} will run: {effective}" if effective else "")
     lines.append(f"{len(report['findings'])} findings, {report['errors']} errors")
@@ -299,8 +380,15 @@ def _fmt(value) -> str:
     return "n/a" if value is None else f"{value:.3f}"
 
 
-COMMANDS = {"preflight": cmd_preflight, "replay": cmd_replay, "teacher": cmd_teacher, "lint": cmd_lint,
-            "probe": cmd_probe, "import": cmd_import, "export": cmd_export}
+COMMANDS = {
+    "preflight": cmd_preflight,
+    "replay": cmd_replay,
+    "teacher": cmd_teacher,
+    "lint": cmd_lint,
+    "probe": cmd_probe,
+    "import": cmd_import,
+    "export": cmd_export,
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -325,8 +413,10 @@ def main(argv: list[str] | None = None) -> int:
     if checked is not None:
         name, value = checked
         if value is None or value < args.min_accept_length:
-            print(f"gate failed: {name} {_fmt(value)} < --min-accept-length {args.min_accept_length}", file=sys.stderr)
+            print(
+                f"gate failed: {name} {_fmt(value)} < --min-accept-length {args.min_accept_length}",
+                file=sys.stderr,
+            )
             return GATE_FAILED
         print(f"gate passed: {name} {_fmt(value)} >= {args.min_accept_length}", file=sys.stderr)
     return 0
-

@@ -73,8 +73,9 @@ def timed(function, device):
 def generate(target, prompt, new_tokens):
     with torch.inference_mode():
         ids = torch.tensor([prompt], device=target.device)
-        return target.model.generate(ids, max_new_tokens=new_tokens, do_sample=False, pad_token_id=0)[0,
-                                                                                                      len(prompt):].tolist()
+        return target.model.generate(ids, max_new_tokens=new_tokens, do_sample=False, pad_token_id=0)[
+            0, len(prompt) :
+        ].tolist()
 
 
 def near_tie(target_dir: Path, prefix: list[int], ours: int, theirs: int, device: str) -> float:
@@ -87,16 +88,25 @@ def near_tie(target_dir: Path, prefix: list[int], ours: int, theirs: int, device
 
 
 def exactness(root: Path, args) -> dict:
-    model = make_target(root / "random", num_layers=args.layers, hidden=args.hidden, vocab=args.vocab,
-                        heads=max(1, args.hidden // 128), kv_heads=max(1, args.hidden // 512),
-                        intermediate=int(args.hidden * 2.75), eos_token_id=None)
+    model = make_target(
+        root / "random",
+        num_layers=args.layers,
+        hidden=args.hidden,
+        vocab=args.vocab,
+        heads=max(1, args.hidden // 128),
+        kv_heads=max(1, args.hidden // 512),
+        intermediate=int(args.hidden * 2.75),
+        eos_token_id=None,
+    )
     config = draft_config_dict(model.config, draft_vocab=args.vocab // 2)
     save_draft(root / "random-draft", config, random_draft_tensors(config))
     del model
     target = load_target(root / "random", device=args.device, dtype=args.dtype)
     draft, report = load_checked_draft(root / "random-draft", target)
     prompt = list(range(1, 17))
-    ours = output_ids_of(list(replay(target, draft, prompt, report.wiring, ReplayConfig(args.steps, args.new_tokens))))
+    ours = output_ids_of(
+        list(replay(target, draft, prompt, report.wiring, ReplayConfig(args.steps, args.new_tokens)))
+    )
     theirs = generate(target, prompt, args.new_tokens)
     result = {"tokens": len(ours), "identical": ours == theirs}
     if ours != theirs:
@@ -109,11 +119,21 @@ def exactness(root: Path, args) -> dict:
 def timing(root: Path, args) -> dict:
     vocab = min(args.vocab, args.hidden)
     follow = cyclic_next_token_map(vocab)
-    model = make_bigram_target(root / "bigram", follow, num_layers=args.layers, hidden=args.hidden,
-                               heads=max(1, args.hidden // 128), kv_heads=max(1, args.hidden // 512),
-                               intermediate=int(args.hidden * 2.75))
+    model = make_bigram_target(
+        root / "bigram",
+        follow,
+        num_layers=args.layers,
+        hidden=args.hidden,
+        heads=max(1, args.hidden // 128),
+        kv_heads=max(1, args.hidden // 512),
+        intermediate=int(args.hidden * 2.75),
+    )
     config = draft_config_dict(model.config, aux_ids=[-1, 1, 2])
-    save_draft(root / "bigram-draft", config, bigram_draft_tensors(model, config, corrupt_next_token_map(follow, 0.2)))
+    save_draft(
+        root / "bigram-draft",
+        config,
+        bigram_draft_tensors(model, config, corrupt_next_token_map(follow, 0.2)),
+    )
     del model
     target = load_target(root / "bigram", device=args.device, dtype=args.dtype)
     draft, report = load_checked_draft(root / "bigram-draft", target)
@@ -121,22 +141,39 @@ def timing(root: Path, args) -> dict:
     generate(target, prompt, 16)  # warm up kernels
     url = f"sqlite:///{root / 'gpu.db'}"
     database = open_database(url)
-    request = ReplayRequest(str(root / "bigram"), str(root / "bigram-draft"), prompt_ids=tuple(prompt),
-                            num_steps=args.steps, max_new_tokens=args.new_tokens, sample_ref="gpu check")
+    request = ReplayRequest(
+        str(root / "bigram"),
+        str(root / "bigram-draft"),
+        prompt_ids=tuple(prompt),
+        num_steps=args.steps,
+        max_new_tokens=args.new_tokens,
+        sample_ref="gpu check",
+    )
     expected, generate_s = timed(lambda: generate(target, prompt, args.new_tokens), target.device)
-    outcome, replay_s = timed(lambda: run_replay_job(database, target, draft, request, report.wiring, prompt),
-                              target.device)
-    return {"generate_tokens_per_s": len(expected) / generate_s,
-            "replay_record_tokens_per_s": len(outcome.output_ids) / replay_s,
-            "ratio": (len(outcome.output_ids) / replay_s) / (len(expected) / generate_s),
-            "accept_length": outcome.metrics["mean_accept_length"], "identical": outcome.output_ids == expected}
+    outcome, replay_s = timed(
+        lambda: run_replay_job(database, target, draft, request, report.wiring, prompt), target.device
+    )
+    return {
+        "generate_tokens_per_s": len(expected) / generate_s,
+        "replay_record_tokens_per_s": len(outcome.output_ids) / replay_s,
+        "ratio": (len(outcome.output_ids) / replay_s) / (len(expected) / generate_s),
+        "accept_length": outcome.metrics["mean_accept_length"],
+        "identical": outcome.output_ids == expected,
+    }
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    info = {"device": args.device, "dtype": args.dtype, "layers": args.layers, "hidden": args.hidden,
-            "vocab": args.vocab, "new_tokens": args.new_tokens, "K": args.steps,
-            "gpu": torch.cuda.get_device_name() if args.device.startswith("cuda") else None}
+    info = {
+        "device": args.device,
+        "dtype": args.dtype,
+        "layers": args.layers,
+        "hidden": args.hidden,
+        "vocab": args.vocab,
+        "new_tokens": args.new_tokens,
+        "K": args.steps,
+        "gpu": torch.cuda.get_device_name() if args.device.startswith("cuda") else None,
+    }
     with tempfile.TemporaryDirectory(prefix="gpu_check_") as tmp:
         root = Path(tmp)
         result = {"setup": info, "exactness": exactness(root, args), "timing": timing(root, args)}
@@ -144,12 +181,20 @@ def main(argv=None) -> int:
     args.out.write_text(json.dumps(result, indent=2))
     check, speed = result["exactness"], result["timing"]
     print(f"{info['device']} {info['dtype']}: target {args.layers} layers x {args.hidden}, K={args.steps}")
-    print(f"  exactness (random pair): {check['tokens']} tokens, identical={check['identical']}"
-          + ("" if check["identical"] else f", first divergence at {check['first_divergence']}, fp32 log-prob gap "
-             f"{check['fp32_logprob_gap']:.4f} -> {'near-tie (allowed)' if check['near_tie'] else 'NOT a near-tie'}"))
-    print(f"  timing (bigram pair, accept length {speed['accept_length']:.2f} incl. bonus): generate "
-          f"{speed['generate_tokens_per_s']:.1f} tok/s, replay+record {speed['replay_record_tokens_per_s']:.1f} tok/s, "
-          f"ratio {speed['ratio']:.2f}, identical={speed['identical']}")
+    print(
+        f"  exactness (random pair): {check['tokens']} tokens, identical={check['identical']}"
+        + (
+            ""
+            if check["identical"]
+            else f", first divergence at {check['first_divergence']}, fp32 log-prob gap "
+            f"{check['fp32_logprob_gap']:.4f} -> {'near-tie (allowed)' if check['near_tie'] else 'NOT a near-tie'}"
+        )
+    )
+    print(
+        f"  timing (bigram pair, accept length {speed['accept_length']:.2f} incl. bonus): generate "
+        f"{speed['generate_tokens_per_s']:.1f} tok/s, replay+record {speed['replay_record_tokens_per_s']:.1f} tok/s, "
+        f"ratio {speed['ratio']:.2f}, identical={speed['identical']}"
+    )
     print(f"JSON: {args.out}")
     ok = (check["identical"] or check["near_tie"]) and speed["identical"]
     return 0 if ok else 1

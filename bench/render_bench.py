@@ -46,8 +46,14 @@ def make_run(url: str, new_tokens: int) -> int:
     target = load_target(str(DEMO_TARGET), device="cpu", dtype="fp32")
     draft, report = load_checked_draft(str(DEMO_DRAFTS / "final"), target)
     prompt = target.tokenizer(PROMPT)["input_ids"]
-    request = ReplayRequest(str(DEMO_TARGET), str(DEMO_DRAFTS / "final"), prompt_ids=tuple(prompt), num_steps=4,
-                            max_new_tokens=new_tokens, sample_ref="render bench")
+    request = ReplayRequest(
+        str(DEMO_TARGET),
+        str(DEMO_DRAFTS / "final"),
+        prompt_ids=tuple(prompt),
+        num_steps=4,
+        max_new_tokens=new_tokens,
+        sample_ref="render bench",
+    )
     outcome = run_replay_job(open_database(url), target, draft, request, report.wiring, prompt)
     return outcome.run_id
 
@@ -59,8 +65,11 @@ def html_timing(url: str, run_id: int) -> tuple[float, float, int]:
     timings, size = [], 0
     for current in range(0, len(steps), max(1, len(steps) // 20)):
         started = time.perf_counter()
-        blocks = (context_html(sequence[: steps[current].position + 1], pieces) + chips_html(steps[current], pieces)
-                  + output_html(run.output_ids[0], steps, pieces, current, window=30))
+        blocks = (
+            context_html(sequence[: steps[current].position + 1], pieces)
+            + chips_html(steps[current], pieces)
+            + output_html(run.output_ids[0], steps, pieces, current, window=30)
+        )
         timings.append(1000 * (time.perf_counter() - started))
         size = max(size, len(blocks))
     return statistics.median(timings), size / 1024, len(run.output_ids)
@@ -102,7 +111,9 @@ def browser_timing(url: str, run_id: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--lengths", default="200,2000")
     parser.add_argument("--browser", action="store_true", help="also time clicks in headless Chromium")
     parser.add_argument("--json", type=Path)
@@ -115,14 +126,25 @@ def main(argv: list[str] | None = None) -> None:
         html_ms, html_kb, tokens = html_timing(url, run_id)
         page_s, next_s = apptest_timing(url, run_id)
         browser_s = browser_timing(url, run_id) if args.browser else None
-        rows.append({"requested_tokens": length, "tokens": tokens, "html_ms": html_ms, "html_kb": html_kb,
-                     "page_s": page_s, "next_s": next_s, "browser_next_s": browser_s})
+        rows.append(
+            {
+                "requested_tokens": length,
+                "tokens": tokens,
+                "html_ms": html_ms,
+                "html_kb": html_kb,
+                "page_s": page_s,
+                "next_s": next_s,
+                "browser_next_s": browser_s,
+            }
+        )
         print(f"done {length}", file=sys.stderr, flush=True)
     print(f"{'tokens':>7} {'html ms':>8} {'html KB':>8} {'page s':>7} {'next s':>7} {'browser s':>10}")
     for r in rows:
         browser = "-" if r["browser_next_s"] is None else f"{r['browser_next_s']:.2f}"
-        print(f"{r['tokens']:>7} {r['html_ms']:>8.1f} {r['html_kb']:>8.1f} {r['page_s']:>7.2f} {r['next_s']:>7.2f} "
-              f"{browser:>10}")
+        print(
+            f"{r['tokens']:>7} {r['html_ms']:>8.1f} {r['html_kb']:>8.1f} {r['page_s']:>7.2f} {r['next_s']:>7.2f} "
+            f"{browser:>10}"
+        )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(rows, indent=1))

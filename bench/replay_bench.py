@@ -112,6 +112,7 @@ class Setup:
 @dataclass
 class Timing:
     """One timed run: wall seconds, emitted ids and (replays only) the engine's per-step numbers."""
+
     seconds: float
     output_ids: list[int]
     accepted_counts: list[int] = field(default_factory=list)
@@ -141,6 +142,7 @@ class Row:
 
 # ------------------------------------------------------------------------------------------ setup
 
+
 def build_setup(root: Path) -> Setup:
     """Write the target and the three drafts under `root`, then load them as the app does."""
     spec = {k: v for k, v in TARGET_SPEC.items() if k != "vocab"}
@@ -152,9 +154,11 @@ def build_setup(root: Path) -> Setup:
         "random": draft_config_dict(model.config, draft_vocab=128, layout="specforge"),  # default wiring
     }
     believed = corrupt_next_token_map(follow, PARTIAL_WRONG_SHARE)
-    tensors = {"partial": bigram_draft_tensors(model, configs["partial"], believed),
-               "bigram": bigram_draft_tensors(model, configs["bigram"], follow),
-               "random": random_draft_tensors(configs["random"])}
+    tensors = {
+        "partial": bigram_draft_tensors(model, configs["partial"], believed),
+        "bigram": bigram_draft_tensors(model, configs["bigram"], follow),
+        "random": random_draft_tensors(configs["random"]),
+    }
     for name in DRAFTS:
         save_draft(root / f"draft-{name}", configs[name], tensors[name])
     del model
@@ -171,6 +175,7 @@ def _load_draft(name: str, path: Path, config: dict, target: Target) -> DraftSet
 
 
 # ------------------------------------------------------------------------------------ cpu noise
+
 
 class CpuMeter:
     """How contended the CPU was while a run lasted: Linux PSI `some` stall time (other runnable tasks
@@ -210,13 +215,14 @@ class CpuMeter:
 
 # ----------------------------------------------------------------------------------------- timing
 
+
 def time_generate(target: Target, prompt: list[int], new_tokens: int) -> Timing:
     inputs = torch.tensor([prompt], device=target.device)
     with torch.inference_mode():
         started = time.perf_counter()
         output = target.model.generate(inputs, do_sample=False, max_new_tokens=new_tokens, pad_token_id=0)
         seconds = time.perf_counter() - started
-    return Timing(seconds, output[0, len(prompt):].tolist())
+    return Timing(seconds, output[0, len(prompt) :].tolist())
 
 
 def time_replay(target: Target, pair: DraftSetup, prompt: list[int], new_tokens: int) -> Timing:
@@ -229,8 +235,14 @@ def time_replay(target: Target, pair: DraftSetup, prompt: list[int], new_tokens:
 
 
 def time_recorded(target: Target, pair: DraftSetup, prompt: list[int], new_tokens: int, database) -> Timing:
-    request = ReplayRequest(target.path, str(pair.path), prompt_ids=tuple(prompt), num_steps=NUM_STEPS,
-                            max_new_tokens=new_tokens, record=True)
+    request = ReplayRequest(
+        target.path,
+        str(pair.path),
+        prompt_ids=tuple(prompt),
+        num_steps=NUM_STEPS,
+        max_new_tokens=new_tokens,
+        record=True,
+    )
     started = time.perf_counter()
     outcome = run_replay_job(database, target, pair.draft, request, pair.wiring, prompt)
     seconds = time.perf_counter() - started
@@ -238,8 +250,13 @@ def time_recorded(target: Target, pair: DraftSetup, prompt: list[int], new_token
 
 
 def _replay_timing(seconds: float, output_ids: list[int], steps: list[StepRecord]) -> Timing:
-    return Timing(seconds, output_ids, [s.accepted_count for s in steps], sum(s.draft_ms for s in steps),
-                  sum(s.verify_ms for s in steps))
+    return Timing(
+        seconds,
+        output_ids,
+        [s.accepted_count for s in steps],
+        sum(s.draft_ms for s in steps),
+        sum(s.verify_ms for s in steps),
+    )
 
 
 class Runner:
@@ -274,7 +291,9 @@ class Runner:
             timing = self.run(draft_name, mode, WARMUP_TOKENS)
             log(f"  warm-up N={WARMUP_TOKENS} {draft_name:>6} {mode:<13} {timing.seconds:8.2f} s")
 
-    def measure(self, new_tokens: int, repeats: int, retries: int, log) -> dict[tuple[str, str], list[Timing]]:
+    def measure(
+        self, new_tokens: int, repeats: int, retries: int, log
+    ) -> dict[tuple[str, str], list[Timing]]:
         """`repeats` interleaved rounds over every case; then each case whose runs were all contended
         (cpu_wait above CONTENDED) is run again, up to `retries` times."""
         timings: dict[tuple[str, str], list[Timing]] = {case: [] for case in self.cases()}
@@ -318,18 +337,28 @@ def _contended(timing: Timing) -> bool:
 
 # ----------------------------------------------------------------------------------------- report
 
+
 def make_row(draft: str, mode: str, new_tokens: int, timings: list[Timing]) -> Row:
     best = min(timings, key=lambda t: t.seconds)
     counts = best.accepted_counts
     replayed = mode != "generate"
     runs = [t.seconds for t in timings]
     wait = None if best.cpu_wait is None else 100.0 * best.cpu_wait
-    return Row(draft, mode, new_tokens, runs, best.seconds, statistics.median(runs), wait, new_tokens / best.seconds,
-               1000.0 * best.seconds / new_tokens,
-               (sum(counts) / len(counts) + 1.0) if counts else None,
-               len(counts) if replayed else None,
-               best.draft_ms / new_tokens if replayed else None,
-               best.verify_ms / new_tokens if replayed else None)
+    return Row(
+        draft,
+        mode,
+        new_tokens,
+        runs,
+        best.seconds,
+        statistics.median(runs),
+        wait,
+        new_tokens / best.seconds,
+        1000.0 * best.seconds / new_tokens,
+        (sum(counts) / len(counts) + 1.0) if counts else None,
+        len(counts) if replayed else None,
+        best.draft_ms / new_tokens if replayed else None,
+        best.verify_ms / new_tokens if replayed else None,
+    )
 
 
 def rows_for_length(new_tokens: int, timings: dict[tuple[str, str], list[Timing]]) -> list[Row]:
@@ -343,8 +372,21 @@ def rows_for_length(new_tokens: int, timings: dict[tuple[str, str], list[Timing]
     return rows
 
 
-COLUMNS = ("draft", "mode", "new_tokens", "runs", "seconds", "tokens/s", "ms/token", "accept_len",
-           "vs_gen", "=gen", "draft_ms/tok", "verify_ms/tok", "cpu_wait%")
+COLUMNS = (
+    "draft",
+    "mode",
+    "new_tokens",
+    "runs",
+    "seconds",
+    "tokens/s",
+    "ms/token",
+    "accept_len",
+    "vs_gen",
+    "=gen",
+    "draft_ms/tok",
+    "verify_ms/tok",
+    "cpu_wait%",
+)
 
 
 def _fmt(value: float | None, digits: int = 2) -> str:
@@ -353,13 +395,30 @@ def _fmt(value: float | None, digits: int = 2) -> str:
 
 def table_lines(rows: list[Row]) -> list[str]:
     cells = [COLUMNS] + [
-        (r.draft, r.mode, str(r.new_tokens), str(len(r.runs)), _fmt(r.seconds), _fmt(r.tokens_per_s, 1),
-         _fmt(r.ms_per_token), _fmt(r.accept_length), _fmt(r.vs_generate), "yes" if r.equals_generate else "NO",
-         _fmt(r.draft_ms_per_token), _fmt(r.verify_ms_per_token), _fmt(r.cpu_wait_pct, 0))
-        for r in rows]
+        (
+            r.draft,
+            r.mode,
+            str(r.new_tokens),
+            str(len(r.runs)),
+            _fmt(r.seconds),
+            _fmt(r.tokens_per_s, 1),
+            _fmt(r.ms_per_token),
+            _fmt(r.accept_length),
+            _fmt(r.vs_generate),
+            "yes" if r.equals_generate else "NO",
+            _fmt(r.draft_ms_per_token),
+            _fmt(r.verify_ms_per_token),
+            _fmt(r.cpu_wait_pct, 0),
+        )
+        for r in rows
+    ]
     widths = [max(len(row[i]) for row in cells) for i in range(len(COLUMNS))]
-    lines = ["  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True)))
-             for row in cells]
+    lines = [
+        "  ".join(
+            c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))
+        )
+        for row in cells
+    ]
     lines.insert(1, "-" * len(lines[0]))
     return lines
 
@@ -368,12 +427,17 @@ def summary(rows: list[Row]) -> dict:
     """(b) recording cost per draft and length; (c) ms/token growth from the shortest to the longest length."""
     by_key = {(r.draft, r.mode, r.new_tokens): r for r in rows}
     lengths = sorted({r.new_tokens for r in rows})
-    record_cost = {f"{d}@{n}": by_key[(d, "replay+record", n)].seconds / by_key[(d, "replay", n)].seconds
-                   for (d, m, n) in by_key if m == "replay"}
-    growth = {f"{d}/{m}": by_key[(d, m, lengths[-1])].ms_per_token / by_key[(d, m, lengths[0])].ms_per_token
-              for (d, m, n) in by_key if n == lengths[0]}
-    return {"record_seconds_over_plain": record_cost,
-            f"ms_per_token_{lengths[-1]}_over_{lengths[0]}": growth}
+    record_cost = {
+        f"{d}@{n}": by_key[(d, "replay+record", n)].seconds / by_key[(d, "replay", n)].seconds
+        for (d, m, n) in by_key
+        if m == "replay"
+    }
+    growth = {
+        f"{d}/{m}": by_key[(d, m, lengths[-1])].ms_per_token / by_key[(d, m, lengths[0])].ms_per_token
+        for (d, m, n) in by_key
+        if n == lengths[0]
+    }
+    return {"record_seconds_over_plain": record_cost, f"ms_per_token_{lengths[-1]}_over_{lengths[0]}": growth}
 
 
 def summary_lines(result: dict) -> list[str]:
@@ -387,28 +451,54 @@ def summary_lines(result: dict) -> list[str]:
 
 # ------------------------------------------------------------------------------------------- main
 
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help=f"lengths {QUICK_LENGTHS} (smoke test)")
-    parser.add_argument("--target-layers", type=int, default=TARGET_SPEC["num_layers"],
-                        help="target depth: the draft is one layer, so this sets the draft/target cost ratio "
-                             "(Llama-3.1-8B has 32 layers)")
+    parser.add_argument(
+        "--target-layers",
+        type=int,
+        default=TARGET_SPEC["num_layers"],
+        help="target depth: the draft is one layer, so this sets the draft/target cost ratio "
+        "(Llama-3.1-8B has 32 layers)",
+    )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON results path")
-    parser.add_argument("--repeats", type=int, default=1,
-                        help=f"interleaved timed rounds for lengths < {SINGLE_RUN_FROM} (those >= get one)")
-    parser.add_argument("--retries", type=int, default=2,
-                        help=f"extra runs of a case while all its runs saw CPU contention > {CONTENDED:.0%} "
-                             f"(lengths >= {SINGLE_RUN_FROM} get at most one)")
-    parser.add_argument("--quiet-wait", type=float, default=120.0,
-                        help="seconds to wait, before each timed run, for other processes to stop contending the "
-                             "CPU (PSI avg10 <= 5%%); 0 disables")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help=f"interleaved timed rounds for lengths < {SINGLE_RUN_FROM} (those >= get one)",
+    )
+    parser.add_argument(
+        "--retries",
+        type=int,
+        default=2,
+        help=f"extra runs of a case while all its runs saw CPU contention > {CONTENDED:.0%} "
+        f"(lengths >= {SINGLE_RUN_FROM} get at most one)",
+    )
+    parser.add_argument(
+        "--quiet-wait",
+        type=float,
+        default=120.0,
+        help="seconds to wait, before each timed run, for other processes to stop contending the "
+        "CPU (PSI avg10 <= 5%%); 0 disables",
+    )
     return parser.parse_args(argv)
 
 
 def environment() -> dict:
-    return {"python": platform.python_version(), "torch": torch.__version__, "threads": torch.get_num_threads(),
-            "cpus": os.cpu_count(), "loadavg_start": os.getloadavg(), "num_steps": NUM_STEPS,
-            "prompt_length": PROMPT_LENGTH, "target": TARGET_SPEC, "dtype": "fp32", "device": "cpu"}
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "cpus": os.cpu_count(),
+        "loadavg_start": os.getloadavg(),
+        "num_steps": NUM_STEPS,
+        "prompt_length": PROMPT_LENGTH,
+        "target": TARGET_SPEC,
+        "dtype": "fp32",
+        "device": "cpu",
+    }
 
 
 def run_benchmark(lengths: tuple[int, ...], repeats: int, retries: int, quiet_wait: float, log) -> dict:
@@ -424,14 +514,21 @@ def run_benchmark(lengths: tuple[int, ...], repeats: int, retries: int, quiet_wa
         rows: list[Row] = []
         for new_tokens in lengths:
             long = new_tokens >= SINGLE_RUN_FROM
-            timings = runner.measure(new_tokens, 1 if long else repeats, min(retries, 1) if long else retries, log)
+            timings = runner.measure(
+                new_tokens, 1 if long else repeats, min(retries, 1) if long else retries, log
+            )
             rows += rows_for_length(new_tokens, timings)
         runner.database.close()
     env["loadavg_end"] = os.getloadavg()
     env["total_seconds"] = time.perf_counter() - started
     env["quiet_wait_seconds"] = runner.waited_s
     rows = order(rows)
-    return {"environment": env, "prompt": setup.prompt, "rows": [asdict(r) for r in rows], "summary": summary(rows)}
+    return {
+        "environment": env,
+        "prompt": setup.prompt,
+        "rows": [asdict(r) for r in rows],
+        "summary": summary(rows),
+    }
 
 
 def order(rows: list[Row]) -> list[Row]:
@@ -445,15 +542,19 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(THREADS)
     log = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
     lengths = QUICK_LENGTHS if args.quick else FULL_LENGTHS
-    result = run_benchmark(lengths, max(1, args.repeats), max(0, args.retries), max(0.0, args.quiet_wait), log)
+    result = run_benchmark(
+        lengths, max(1, args.repeats), max(0, args.retries), max(0.0, args.quiet_wait), log
+    )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))
     env = result["environment"]
-    print(f"replay bench: target {TARGET_SPEC['num_layers']} layers x {TARGET_SPEC['hidden']} wide, one-layer drafts, "
-          f"K={NUM_STEPS}, fp32 CPU, {env['threads']} threads, prompt {PROMPT_LENGTH} tokens, "
-          f"load avg {env['loadavg_start'][0]:.2f} -> {env['loadavg_end'][0]:.2f}, "
-          f"{env['total_seconds']:.0f} s warm-up + timed runs (of which {env['quiet_wait_seconds']:.0f} s "
-          "waiting for a quiet CPU)")
+    print(
+        f"replay bench: target {TARGET_SPEC['num_layers']} layers x {TARGET_SPEC['hidden']} wide, one-layer drafts, "
+        f"K={NUM_STEPS}, fp32 CPU, {env['threads']} threads, prompt {PROMPT_LENGTH} tokens, "
+        f"load avg {env['loadavg_start'][0]:.2f} -> {env['loadavg_end'][0]:.2f}, "
+        f"{env['total_seconds']:.0f} s warm-up + timed runs (of which {env['quiet_wait_seconds']:.0f} s "
+        "waiting for a quiet CPU)"
+    )
     print("\n".join(table_lines([Row(**r) for r in result["rows"]]) + summary_lines(result["summary"])))
     print(f"\nJSON: {args.out}")
     mismatched = [r for r in result["rows"] if not r["equals_generate"]]

@@ -69,8 +69,9 @@ class Run(Base):
     artifact_sha256: Mapped[str | None] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(default=utc_now)
     finished_at: Mapped[datetime | None] = mapped_column()
-    steps: Mapped[list[Step]] = relationship(back_populates="run", cascade="all, delete-orphan",
-                                             order_by="Step.step_index")
+    steps: Mapped[list[Step]] = relationship(
+        back_populates="run", cascade="all, delete-orphan", order_by="Step.step_index"
+    )
 
 
 class Step(Base):
@@ -104,7 +105,9 @@ class TokenStat(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
     position: Mapped[int] = mapped_column(Integer)
-    chunk: Mapped[str] = mapped_column(String(40))  # "hf<k>" for aux chunks, "draft_out" for the draft's hidden
+    chunk: Mapped[str] = mapped_column(
+        String(40)
+    )  # "hf<k>" for aux chunks, "draft_out" for the draft's hidden
     norm: Mapped[float] = mapped_column(Float)
     reference: Mapped[str | None] = mapped_column(String(200))  # what the diff columns compare against
     cosine: Mapped[float | None] = mapped_column(Float)

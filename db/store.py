@@ -32,15 +32,17 @@ def database_url(url: str | None = None) -> str:
 def make_engine(url: str | None = None) -> Engine:
     url = database_url(url)
     if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
-        Path(url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+        Path(url[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
     engine = create_engine(url)
     if engine.dialect.name == "sqlite":
+
         @event.listens_for(engine, "connect")
         def _sqlite_pragmas(connection, _record):
             cursor = connection.cursor()
             cursor.execute("PRAGMA journal_mode=WAL")  # readers (the dashboard) never block the writer
             cursor.execute("PRAGMA foreign_keys=ON")
             cursor.close()
+
     Base.metadata.create_all(engine)
     _add_missing_columns(engine)
     return engine
@@ -62,7 +64,7 @@ def artifact_root(url: str | None = None) -> Path:
     """Where safetensors artifacts go: beside a SQLite file, else SPECLENS_ARTIFACT_DIR or data/artifacts."""
     url = database_url(url)
     if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
-        return Path(url[len("sqlite:///"):]).parent / "artifacts"
+        return Path(url[len("sqlite:///") :]).parent / "artifacts"
     return Path(os.environ.get("SPECLENS_ARTIFACT_DIR", "data/artifacts"))
 
 
@@ -84,6 +86,7 @@ def session_scope(factory: sessionmaker) -> Iterator[Session]:
 
 
 # ------------------------------------------------------------------------------ dataclasses
+
 
 @dataclass
 class RunInfo:
@@ -108,20 +111,54 @@ class RunInfo:
 
 
 def _run_info(run: Run, step_count: int = 0) -> RunInfo:
-    return RunInfo(run.id, run.kind, run.status, run.error, run.target_path, run.draft_path, run.sample_ref,
-                   list(run.prompt_ids or []), dict(run.params or {}), list(run.aux_hf_indices or []),
-                   list(run.output_ids or []), dict(run.metrics or {}), run.artifact_path, run.artifact_sha256,
-                   run.created_at, run.finished_at, step_count, run.sample_id)
+    return RunInfo(
+        run.id,
+        run.kind,
+        run.status,
+        run.error,
+        run.target_path,
+        run.draft_path,
+        run.sample_ref,
+        list(run.prompt_ids or []),
+        dict(run.params or {}),
+        list(run.aux_hf_indices or []),
+        list(run.output_ids or []),
+        dict(run.metrics or {}),
+        run.artifact_path,
+        run.artifact_sha256,
+        run.created_at,
+        run.finished_at,
+        step_count,
+        run.sample_id,
+    )
 
 
 # ---------------------------------------------------------------------------------- runs
 
-def create_run(session: Session, *, kind: str, target_path: str, draft_path: str, params: dict,
-               aux_hf_indices: list[int], prompt_ids: list[int] | None = None, sample_ref: str | None = None,
-               sample_id: int | None = None) -> int:
-    run = Run(kind=kind, status="running", target_path=target_path, draft_path=draft_path, params=params,
-              aux_hf_indices=list(aux_hf_indices), prompt_ids=list(prompt_ids or []), sample_ref=sample_ref,
-              sample_id=sample_id)
+
+def create_run(
+    session: Session,
+    *,
+    kind: str,
+    target_path: str,
+    draft_path: str,
+    params: dict,
+    aux_hf_indices: list[int],
+    prompt_ids: list[int] | None = None,
+    sample_ref: str | None = None,
+    sample_id: int | None = None,
+) -> int:
+    run = Run(
+        kind=kind,
+        status="running",
+        target_path=target_path,
+        draft_path=draft_path,
+        params=params,
+        aux_hf_indices=list(aux_hf_indices),
+        prompt_ids=list(prompt_ids or []),
+        sample_ref=sample_ref,
+        sample_id=sample_id,
+    )
     session.add(run)
     session.flush()
     return run.id
@@ -136,16 +173,31 @@ def add_token_stats(session: Session, run_id: int, rows: list[dict]) -> None:
         session.execute(insert(TokenStat), [{"run_id": run_id, **row} for row in rows])
 
 
-def finish_run(session: Session, run_id: int, *, output_ids: list[int], metrics: dict,
-               artifact_path: str | None = None, artifact_sha256: str | None = None) -> None:
+def finish_run(
+    session: Session,
+    run_id: int,
+    *,
+    output_ids: list[int],
+    metrics: dict,
+    artifact_path: str | None = None,
+    artifact_sha256: str | None = None,
+) -> None:
     run = session.get(Run, run_id)
     run.status, run.output_ids, run.metrics = "finished", list(output_ids), metrics
     run.artifact_path, run.artifact_sha256, run.finished_at = artifact_path, artifact_sha256, utc_now()
 
 
-def fail_run(session: Session, run_id: int, *, error: str, output_ids: list[int] | None = None,
-             metrics: dict | None = None, status: str = "failed", artifact_path: str | None = None,
-             artifact_sha256: str | None = None) -> None:
+def fail_run(
+    session: Session,
+    run_id: int,
+    *,
+    error: str,
+    output_ids: list[int] | None = None,
+    metrics: dict | None = None,
+    status: str = "failed",
+    artifact_path: str | None = None,
+    artifact_sha256: str | None = None,
+) -> None:
     run = session.get(Run, run_id)
     run.status, run.error, run.finished_at = status, error, utc_now()
     run.output_ids = list(output_ids or run.output_ids or [])
@@ -192,46 +244,90 @@ class DatasetInfo:
     sample_count: int = 0
 
 
-def create_dataset(session: Session, *, name: str, path: str | None, format: str,
-                   samples: list[Sample]) -> int:
+def create_dataset(
+    session: Session, *, name: str, path: str | None, format: str, samples: list[Sample]
+) -> int:
     """The dataset and all its samples in the caller's transaction: all land or none."""
     dataset = Dataset(name=name, path=path, format=format)
     session.add(dataset)
     session.flush()
     if samples:
-        session.execute(insert(SampleRow), [
-            {"dataset_id": dataset.id, "index": number, "line": s.line, "source": s.source or "",
-             "input_ids": list(s.input_ids), "loss_mask": list(s.loss_mask), "prompt_len": s.prompt_len,
-             "seq_len": len(s.input_ids), "extra": dict(s.extra or {})} for number, s in enumerate(samples)])
+        session.execute(
+            insert(SampleRow),
+            [
+                {
+                    "dataset_id": dataset.id,
+                    "index": number,
+                    "line": s.line,
+                    "source": s.source or "",
+                    "input_ids": list(s.input_ids),
+                    "loss_mask": list(s.loss_mask),
+                    "prompt_len": s.prompt_len,
+                    "seq_len": len(s.input_ids),
+                    "extra": dict(s.extra or {}),
+                }
+                for number, s in enumerate(samples)
+            ],
+        )
     return dataset.id
 
 
 def list_datasets(session: Session) -> list[DatasetInfo]:
-    counts = dict(session.execute(select(SampleRow.dataset_id, func.count()).group_by(SampleRow.dataset_id)).all())
+    counts = dict(
+        session.execute(select(SampleRow.dataset_id, func.count()).group_by(SampleRow.dataset_id)).all()
+    )
     rows = session.scalars(select(Dataset).order_by(Dataset.id)).all()
     return [DatasetInfo(d.id, d.name, d.path, d.format, d.created_at, counts.get(d.id, 0)) for d in rows]
 
 
 def _sample_info(row: SampleRow) -> Sample:
-    return Sample(list(row.input_ids), list(row.loss_mask), row.prompt_len, row.source, row.line,
-                      dict(row.extra or {}), row.id, row.dataset_id, row.index)
+    return Sample(
+        list(row.input_ids),
+        list(row.loss_mask),
+        row.prompt_len,
+        row.source,
+        row.line,
+        dict(row.extra or {}),
+        row.id,
+        row.dataset_id,
+        row.index,
+    )
 
 
 def get_samples(session: Session, dataset_id: int) -> list[Sample]:
-    rows = session.scalars(select(SampleRow).where(SampleRow.dataset_id == dataset_id).order_by(SampleRow.index))
+    rows = session.scalars(
+        select(SampleRow).where(SampleRow.dataset_id == dataset_id).order_by(SampleRow.index)
+    )
     return [_sample_info(row) for row in rows]
 
 
 def get_token_stats(session: Session, run_id: int, reference: str | None = None) -> list[dict]:
     """Per position and chunk rows; reference None = the fed features' own norms."""
     query = select(TokenStat).where(TokenStat.run_id == run_id)
-    query = query.where(TokenStat.reference.is_(None) if reference is None else TokenStat.reference == reference)
-    columns = ("position", "chunk", "norm", "reference", "cosine", "norm_ratio", "max_abs_diff", "relative_error")
-    return [{c: getattr(row, c) for c in columns} for row in session.scalars(query.order_by(TokenStat.position))]
+    query = query.where(
+        TokenStat.reference.is_(None) if reference is None else TokenStat.reference == reference
+    )
+    columns = (
+        "position",
+        "chunk",
+        "norm",
+        "reference",
+        "cosine",
+        "norm_ratio",
+        "max_abs_diff",
+        "relative_error",
+    )
+    return [
+        {c: getattr(row, c) for c in columns} for row in session.scalars(query.order_by(TokenStat.position))
+    ]
 
 
 def token_stat_references(session: Session, run_id: int) -> list[str]:
-    query = select(TokenStat.reference).where(TokenStat.run_id == run_id, TokenStat.reference.is_not(None)).distinct()
+    query = (
+        select(TokenStat.reference)
+        .where(TokenStat.run_id == run_id, TokenStat.reference.is_not(None))
+        .distinct()
+    )
     return sorted(session.scalars(query).all())
 
 

@@ -47,8 +47,16 @@ class Plan:
     sharegpt: int = 6
 
 
-QUICK = Plan(vocab_size=512, text_chars=300_000, target_steps=30, train_samples=48, eval_samples=8,
-             max_new_tokens=32, draft_vocab=256, epochs=2)
+QUICK = Plan(
+    vocab_size=512,
+    text_chars=300_000,
+    target_steps=30,
+    train_samples=48,
+    eval_samples=8,
+    max_new_tokens=32,
+    draft_vocab=256,
+    epochs=2,
+)
 SEED = 1234
 
 
@@ -68,7 +76,9 @@ def build(out: Path, work: Path, plan: Plan) -> None:
     torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
     work.mkdir(parents=True, exist_ok=True)
     train_files, held_files = corpus.split_files(corpus.stdlib_files())
-    log(f"corpus: {len(train_files)} training files, {len(held_files)} held-out files ({', '.join(corpus.HELD_OUT)})")
+    log(
+        f"corpus: {len(train_files)} training files, {len(held_files)} held-out files ({', '.join(corpus.HELD_OUT)})"
+    )
 
     tokenizer_dir = work / "tokenizer"
     tokens_file = work / "tokens.pt"
@@ -86,8 +96,9 @@ def build(out: Path, work: Path, plan: Plan) -> None:
     if not (target_dir / "model.safetensors").exists():
         config = train_target.target_config(len(tokenizer), eos, plan.target_layers)
         stream = torch.load(tokens_file, weights_only=True)
-        model = train_target.train_target(config, stream, plan.target_steps, plan.target_batch, plan.seq_len,
-                                          SEED, log=log)
+        model = train_target.train_target(
+            config, stream, plan.target_steps, plan.target_batch, plan.seq_len, SEED, log=log
+        )
         model.to(torch.bfloat16).save_pretrained(target_dir)
         tokenizer.save_pretrained(target_dir)
     # Everything below uses the target exactly as the tool loads it: bf16 weights, run in fp32.
@@ -98,8 +109,10 @@ def build(out: Path, work: Path, plan: Plan) -> None:
     data_dir = out / "data"
     if not (data_dir / "eval.jsonl").exists():
         train_prompt_files, eval_prompt_files = held_files[0::2], held_files[1::2]
-        sets = {"train": (train_prompt_files, plan.train_samples, SEED + 1),
-                "eval": (eval_prompt_files, plan.eval_samples, SEED + 2)}
+        sets = {
+            "train": (train_prompt_files, plan.train_samples, SEED + 1),
+            "eval": (eval_prompt_files, plan.eval_samples, SEED + 2),
+        }
         for name, (files, count, seed) in sets.items():
             prompts = make_data.tokenize_prompts(tokenizer, corpus.prompt_snippets(files, count, seed), seed)
             records = make_data.sample_responses(target, prompts, plan.max_new_tokens, seed, eos, log=log)
@@ -121,36 +134,64 @@ def build(out: Path, work: Path, plan: Plan) -> None:
 
     used = train_draft.draft_vocabulary(records, plan.draft_vocab)
     nested_ids = [i - 1 for i in wiring["declared"]]  # SpecForge writes output-of-layer ids (convention A)
-    config_dict = draft_config_dict(target.config, plan.draft_vocab, "specforge", aux_ids=nested_ids,
-                                    rms_norm_eps=target.config.rms_norm_eps)
+    config_dict = draft_config_dict(
+        target.config,
+        plan.draft_vocab,
+        "specforge",
+        aux_ids=nested_ids,
+        rms_norm_eps=target.config.rms_norm_eps,
+    )
 
     def export(name: str, draft) -> None:
-        path = save_draft(out / "drafts" / name, config_dict,
-                          train_draft.draft_tensors(draft, used, target.config.vocab_size),
-                          layout="specforge", dtype=torch.bfloat16)
+        path = save_draft(
+            out / "drafts" / name,
+            config_dict,
+            train_draft.draft_tensors(draft, used, target.config.vocab_size),
+            layout="specforge",
+            dtype=torch.bfloat16,
+        )
         log(f"wrote {path}")
 
     drafts_dir = out / "drafts"
     if not (drafts_dir / "final" / "model.safetensors").exists():
         draft = train_draft.new_draft(config_dict, target, used, SEED + 3)
-        train_draft.train_draft(draft, target, used, features, declared_columns, plan.epochs, plan.ttt_steps,
-                                SEED + 3, on_epoch=lambda e, d: export("epoch1", d) if e == 1 else None, log=log)
+        train_draft.train_draft(
+            draft,
+            target,
+            used,
+            features,
+            declared_columns,
+            plan.epochs,
+            plan.ttt_steps,
+            SEED + 3,
+            on_epoch=lambda e, d: export("epoch1", d) if e == 1 else None,
+            log=log,
+        )
         export("final", draft)
     if not (drafts_dir / "miswired" / "model.safetensors").exists():
         draft = train_draft.new_draft(config_dict, target, used, SEED + 4)
-        train_draft.train_draft(draft, target, used, features, miswired_columns, plan.epochs, plan.ttt_steps,
-                                SEED + 4, log=log)
+        train_draft.train_draft(
+            draft, target, used, features, miswired_columns, plan.epochs, plan.ttt_steps, SEED + 4, log=log
+        )
         export("miswired", draft)
-        (drafts_dir / "miswired" / "TRAINED_WIRING.json").write_text(json.dumps(
-            {"aux_hf_indices": wiring["miswired"],
-             "note": "lab note: the features this draft was trained on (HF indices: 0 = embedding output). "
-                     "Its config.json declares the default ids. SpecLens's diagnosis does not read this file."},
-            indent=2) + "\n")
+        (drafts_dir / "miswired" / "TRAINED_WIRING.json").write_text(
+            json.dumps(
+                {
+                    "aux_hf_indices": wiring["miswired"],
+                    "note": "lab note: the features this draft was trained on (HF indices: 0 = embedding output). "
+                    "Its config.json declares the default ids. SpecLens's diagnosis does not read this file.",
+                },
+                indent=2,
+            )
+            + "\n"
+        )
     log("demo built")
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--out", type=Path, default=DEMO_DIR, help="where target/, data/, drafts/ go")
     parser.add_argument("--work", type=Path, default=None, help="intermediate files (default: OUT/.build)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run of every stage")

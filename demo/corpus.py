@@ -14,8 +14,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 HELD_OUT = ("asyncio", "email", "json", "http", "logging", "xml", "unittest", "concurrent")
-SKIPPED = {"test", "tests", "idlelib", "lib2to3", "turtledemo", "ensurepip", "site-packages", "pydoc_data",
-           "__pycache__", "config-3.11-x86_64-linux-gnu", "tkinter", "distutils"}
+SKIPPED = {
+    "test",
+    "tests",
+    "idlelib",
+    "lib2to3",
+    "turtledemo",
+    "ensurepip",
+    "site-packages",
+    "pydoc_data",
+    "__pycache__",
+    "config-3.11-x86_64-linux-gnu",
+    "tkinter",
+    "distutils",
+}
 END_OF_TEXT = "<|endoftext|>"
 SPECIAL_TOKENS = (END_OF_TEXT, "<|system|>", "<|user|>", "<|assistant|>")
 CHAT_TEMPLATE = (
@@ -43,8 +55,13 @@ def clean_source(text: str) -> str:
         return ""
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
-        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) \
-                and isinstance(getattr(body[0], "value", None), ast.Constant) and isinstance(body[0].value.value, str):
+        if (
+            isinstance(body, list)
+            and body
+            and isinstance(body[0], ast.Expr)
+            and isinstance(getattr(body[0], "value", None), ast.Constant)
+            and isinstance(body[0].value.value, str)
+        ):
             node.body = body[1:] or [ast.Pass()]
     try:
         return ast.unparse(tree) + "\n"
@@ -85,7 +102,9 @@ def training_text(files: list[SourceFile], budget_chars: int, seed: int) -> list
     return texts
 
 
-def prompt_snippets(files: list[SourceFile], count: int, seed: int, chars: int = 700) -> list[tuple[str, str]]:
+def prompt_snippets(
+    files: list[SourceFile], count: int, seed: int, chars: int = 700
+) -> list[tuple[str, str]]:
     """`count` (family, text) snippets starting at a line start in a random held-out file, spread
     evenly over the families so that filtering by source means something."""
     rng = random.Random(seed)
@@ -100,7 +119,7 @@ def prompt_snippets(files: list[SourceFile], count: int, seed: int, chars: int =
         if len(text) < 2 * chars:
             continue
         start = text.find("\n", rng.randrange(0, len(text) - chars)) + 1
-        snippet = text[start:start + chars]
+        snippet = text[start : start + chars]
         if snippet.strip():
             snippets.append((family, snippet))
     return snippets
@@ -114,10 +133,18 @@ def train_tokenizer(texts: list[str], vocab_size: int):
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS),
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tokenizer.train_from_iterator(texts, trainer=trainer)
-    wrapped = PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token=END_OF_TEXT, pad_token=END_OF_TEXT,
-                                      additional_special_tokens=list(SPECIAL_TOKENS[1:]))
+    wrapped = PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        eos_token=END_OF_TEXT,
+        pad_token=END_OF_TEXT,
+        additional_special_tokens=list(SPECIAL_TOKENS[1:]),
+    )
     wrapped.chat_template = CHAT_TEMPLATE
     return wrapped

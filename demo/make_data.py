@@ -26,8 +26,15 @@ def tokenize_prompts(tokenizer, snippets: list[tuple[str, str]], seed: int) -> l
 
 
 @torch.no_grad()
-def sample_responses(model, prompts: list[tuple[str, list[int]]], max_new_tokens: int, seed: int, eos: int,
-                     batch: int = 32, log=print) -> list[dict]:
+def sample_responses(
+    model,
+    prompts: list[tuple[str, list[int]]],
+    max_new_tokens: int,
+    seed: int,
+    eos: int,
+    batch: int = 32,
+    log=print,
+) -> list[dict]:
     """Records in the seed's JSONL format; loss_mask is 1 on the response (incl. a final EOS)."""
     records: list[dict | None] = [None] * len(prompts)
     by_length: dict[int, list[int]] = {}
@@ -37,19 +44,32 @@ def sample_responses(model, prompts: list[tuple[str, list[int]]], max_new_tokens
     for length in sorted(by_length):
         indices = by_length[length]
         for start in range(0, len(indices), batch):
-            chunk = indices[start:start + batch]
+            chunk = indices[start : start + batch]
             torch.manual_seed(seed + chunk[0])
             input_ids = torch.tensor([prompts[i][1] for i in chunk])
-            out = model.generate(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), do_sample=True,
-                                 temperature=SAMPLING_TEMPERATURE, top_k=0, top_p=1.0,
-                                 max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=eos)
+            out = model.generate(
+                input_ids=input_ids,
+                attention_mask=torch.ones_like(input_ids),
+                do_sample=True,
+                temperature=SAMPLING_TEMPERATURE,
+                top_k=0,
+                top_p=1.0,
+                max_new_tokens=max_new_tokens,
+                eos_token_id=eos,
+                pad_token_id=eos,
+            )
             for row, index in zip(out[:, length:].tolist(), chunk, strict=True):
                 response = row[: row.index(eos) + 1] if eos in row else row
                 family, prompt = prompts[index]
                 ids = prompt + response
-                records[index] = {"input_ids": ids, "loss_mask": [0] * len(prompt) + [1] * len(response),
-                                  "seq_len": len(ids), "n_prompt_tokens": len(prompt),
-                                  "n_response_tokens": len(response), "source": family}
+                records[index] = {
+                    "input_ids": ids,
+                    "loss_mask": [0] * len(prompt) + [1] * len(response),
+                    "seq_len": len(ids),
+                    "n_prompt_tokens": len(prompt),
+                    "n_response_tokens": len(response),
+                    "source": family,
+                }
             done += len(chunk)
             log(f"sampled {done}/{len(prompts)} responses")
     return [r for r in records if r is not None]
@@ -77,9 +97,14 @@ def target_features(model, records: list[dict], aux_hf_indices: list[int], log=p
             model(input_ids=torch.tensor([record["input_ids"]]))
             states = torch.stack([capture.captured[i][0] for i in aux_hf_indices], dim=1)
             final = model.model.norm(capture.captured[last][0])
-            features.append({"input_ids": torch.tensor(record["input_ids"]),
-                             "loss_mask": torch.tensor(record["loss_mask"]), "aux": states.clone(),
-                             "final": final.clone()})
+            features.append(
+                {
+                    "input_ids": torch.tensor(record["input_ids"]),
+                    "loss_mask": torch.tensor(record["loss_mask"]),
+                    "aux": states.clone(),
+                    "final": final.clone(),
+                }
+            )
             if number % 200 == 0:
                 log(f"target features {number + 1}/{len(records)}")
     return features
@@ -90,10 +115,15 @@ def write_feature_files(directory: Path, features: list[dict], aux_columns: list
     directory.mkdir(parents=True, exist_ok=True)
     for number, sample in enumerate(features):
         aux = sample["aux"][:, aux_columns].reshape(len(sample["input_ids"]), -1)
-        torch.save({"input_ids": sample["input_ids"].clone(), "loss_mask": sample["loss_mask"].clone(),
-                    "hidden_state": sample["final"][None].to(torch.bfloat16).clone(),
-                    "aux_hidden_state": aux[None].to(torch.bfloat16).clone()},
-                   directory / f"data_{number}.ckpt")
+        torch.save(
+            {
+                "input_ids": sample["input_ids"].clone(),
+                "loss_mask": sample["loss_mask"].clone(),
+                "hidden_state": sample["final"][None].to(torch.bfloat16).clone(),
+                "aux_hidden_state": aux[None].to(torch.bfloat16).clone(),
+            },
+            directory / f"data_{number}.ckpt",
+        )
 
 
 def sharegpt_conversations(tokenizer, records: list[dict]) -> list[dict]:
@@ -102,8 +132,16 @@ def sharegpt_conversations(tokenizer, records: list[dict]) -> list[dict]:
     conversations = []
     for number, record in enumerate(records):
         prompt = tokenizer.decode(record["input_ids"][: record["n_prompt_tokens"]])
-        response = tokenizer.decode(record["input_ids"][record["n_prompt_tokens"]:], skip_special_tokens=True)
-        conversations.append({"id": f"demo-{number}", "conversations": [
-            {"from": "human", "value": f"Continue this {record['source']} code:\n{prompt}"},
-            {"from": "gpt", "value": response}]})
+        response = tokenizer.decode(
+            record["input_ids"][record["n_prompt_tokens"] :], skip_special_tokens=True
+        )
+        conversations.append(
+            {
+                "id": f"demo-{number}",
+                "conversations": [
+                    {"from": "human", "value": f"Continue this {record['source']} code:\n{prompt}"},
+                    {"from": "gpt", "value": response},
+                ],
+            }
+        )
     return conversations

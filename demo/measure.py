@@ -34,7 +34,9 @@ def cli(*args: str) -> tuple[dict, str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--max-new-tokens", type=int, default=112)
     parser.add_argument("--out", type=Path, default=DEMO / "MEASURED.md")
@@ -42,39 +44,88 @@ def main(argv: list[str] | None = None) -> None:
     target = str(DEMO / "target")
     evaluation = str(DEMO / "data" / "eval.jsonl")
     trained = json.loads((DEMO / "drafts" / "miswired" / "TRAINED_WIRING.json").read_text())["aux_hf_indices"]
-    setups = [("final", "final", []), ("epoch1", "epoch1", []), ("miswired, declared wiring", "miswired", []),
-              ("miswired, --aux-hf-indices " + ",".join(map(str, trained)), "miswired",
-               ["--aux-hf-indices", ",".join(map(str, trained))])]
+    setups = [
+        ("final", "final", []),
+        ("epoch1", "epoch1", []),
+        ("miswired, declared wiring", "miswired", []),
+        (
+            "miswired, --aux-hf-indices " + ",".join(map(str, trained)),
+            "miswired",
+            ["--aux-hf-indices", ",".join(map(str, trained))],
+        ),
+    ]
     model = AutoModelForCausalLM.from_pretrained(target, local_files_only=True, dtype=torch.float32).eval()
     samples = read_jsonl(Path(evaluation))[: args.prompts]
     greedy = []
     for sample in samples:
         prompt = torch.tensor([sample["input_ids"][: sample["n_prompt_tokens"]]])
-        out = model.generate(input_ids=prompt, attention_mask=torch.ones_like(prompt), do_sample=False,
-                             max_new_tokens=args.max_new_tokens)
-        greedy.append(out[0, prompt.shape[1]:].tolist())
+        out = model.generate(
+            input_ids=prompt,
+            attention_mask=torch.ones_like(prompt),
+            do_sample=False,
+            max_new_tokens=args.max_new_tokens,
+        )
+        greedy.append(out[0, prompt.shape[1] :].tolist())
 
     rows, commands = [], []
     for label, name, extra in setups:
         draft = str(DEMO / "drafts" / name)
         started = time.time()
-        teacher, command = cli("teacher", "--target", target, "--draft", draft, "--samples", evaluation,
-                               "--steps", str(STEPS), *extra)
+        teacher, command = cli(
+            "teacher",
+            "--target",
+            target,
+            "--draft",
+            draft,
+            "--samples",
+            evaluation,
+            "--steps",
+            str(STEPS),
+            *extra,
+        )
         commands.append(command)
         accepted, exact = [], 0
         for index in range(len(samples)):
-            replay, command = cli("replay", "--target", target, "--draft", draft, "--samples", evaluation,
-                                  "--index", str(index), "--steps", str(STEPS), "--max-new-tokens",
-                                  str(args.max_new_tokens), "--no-record", *extra)
+            replay, command = cli(
+                "replay",
+                "--target",
+                target,
+                "--draft",
+                draft,
+                "--samples",
+                evaluation,
+                "--index",
+                str(index),
+                "--steps",
+                str(STEPS),
+                "--max-new-tokens",
+                str(args.max_new_tokens),
+                "--no-record",
+                *extra,
+            )
             accepted += replay["accepted_per_step"]
             exact += replay["output_ids"] == greedy[index]
         commands.append(command)
         accept_length = sum(a + 1 for a in accepted) / len(accepted)
-        rows.append({"setup": label, "acc": teacher["acc_per_step"], "sim": teacher["simulated_accept_length"],
-                     "n_positions": teacher["n_positions"], "accept_length": accept_length, "steps": len(accepted),
-                     "exact": exact, "prompts": len(samples), "seconds": time.time() - started})
-        print(f"{label}: acc {[round(a, 3) for a in teacher['acc_per_step']]}  AL {accept_length:.2f}  "
-              f"exact {exact}/{len(samples)}", file=sys.stderr, flush=True)
+        rows.append(
+            {
+                "setup": label,
+                "acc": teacher["acc_per_step"],
+                "sim": teacher["simulated_accept_length"],
+                "n_positions": teacher["n_positions"],
+                "accept_length": accept_length,
+                "steps": len(accepted),
+                "exact": exact,
+                "prompts": len(samples),
+                "seconds": time.time() - started,
+            }
+        )
+        print(
+            f"{label}: acc {[round(a, 3) for a in teacher['acc_per_step']]}  AL {accept_length:.2f}  "
+            f"exact {exact}/{len(samples)}",
+            file=sys.stderr,
+            flush=True,
+        )
     write_report(args.out, rows, commands, args)
     print(json.dumps(rows, indent=1))
 
@@ -102,8 +153,10 @@ def write_report(path: Path, rows: list[dict], commands: list[str], args) -> Non
     ]
     for r in rows:
         accs = " | ".join(f"{a:.3f}" for a in r["acc"])
-        lines.append(f"| {r['setup']} | {accs} | {r['sim']:.2f} | {r['n_positions']} | {r['accept_length']:.2f} | "
-                     f"{r['steps']} | {r['exact']}/{r['prompts']} |")
+        lines.append(
+            f"| {r['setup']} | {accs} | {r['sim']:.2f} | {r['n_positions']} | {r['accept_length']:.2f} | "
+            f"{r['steps']} | {r['exact']}/{r['prompts']} |"
+        )
     lines += [
         "",
         f"Mis-wired draft served with its declared wiring: accept length {ratio:.2f} of what its true wiring gives "

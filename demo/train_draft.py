@@ -62,8 +62,15 @@ def packs(lengths: list[int], max_tokens: int, generator: torch.Generator) -> li
     return batches + ([current] if current else [])
 
 
-def ttt_loss(draft: Eagle3Draft, target, used_ids: torch.Tensor, in_vocab: torch.Tensor, samples: list[dict],
-             aux_columns: list[int], steps: int) -> tuple[torch.Tensor, list[int], list[int]]:
+def ttt_loss(
+    draft: Eagle3Draft,
+    target,
+    used_ids: torch.Tensor,
+    in_vocab: torch.Tensor,
+    samples: list[dict],
+    aux_columns: list[int],
+    steps: int,
+) -> tuple[torch.Tensor, list[int], list[int]]:
     """Weighted TTT loss over a pack of samples, and per step (correct, counted) top-1 tallies."""
     ids = torch.cat([s["input_ids"] for s in samples])
     loss_mask = torch.cat([s["loss_mask"] for s in samples]).bool()
@@ -88,16 +95,29 @@ def ttt_loss(draft: Eagle3Draft, target, used_ids: torch.Tensor, in_vocab: torch
     for step in range(steps):
         source = position + 1 + step
         token_index = starts + source.clamp(max=last)
-        override = [(torch.cat([k for k, _ in p], -2), torch.cat([v for _, v in p], -2)) for p in past] if step else None
-        hidden, new_kvs = draft(hidden, ids[token_index], position + step,
-                                mask=torch.cat([causal] + [diagonal] * step, dim=1), past_override=override)
+        override = (
+            [(torch.cat([k for k, _ in p], -2), torch.cat([v for _, v in p], -2)) for p in past]
+            if step
+            else None
+        )
+        hidden, new_kvs = draft(
+            hidden,
+            ids[token_index],
+            position + step,
+            mask=torch.cat([causal] + [diagonal] * step, dim=1),
+            past_override=override,
+        )
         for layer_past, kv in zip(past, new_kvs, strict=True):
             layer_past.append(kv)
         logits = draft.logits(hidden)
-        use = (source <= last) & loss_mask[starts + (position + step).clamp(max=last)] & in_vocab[target_argmax[token_index]]
+        use = (
+            (source <= last)
+            & loss_mask[starts + (position + step).clamp(max=last)]
+            & in_vocab[target_argmax[token_index]]
+        )
         if use.any():
             log_probs = F.log_softmax(logits[use], dim=-1)
-            total = total + TTT_DECAY ** step * -(target_probs[token_index[use]] * log_probs).sum(-1).mean()
+            total = total + TTT_DECAY**step * -(target_probs[token_index[use]] * log_probs).sum(-1).mean()
             predicted = used_ids[logits[use].argmax(-1)]
             correct.append(int((predicted == target_argmax[token_index[use]]).sum()))
         else:
@@ -106,9 +126,20 @@ def ttt_loss(draft: Eagle3Draft, target, used_ids: torch.Tensor, in_vocab: torch
     return total, correct, counted
 
 
-def train_draft(draft: Eagle3Draft, target, used: list[int], features: list[dict], aux_columns: list[int],
-                epochs: int, steps: int, seed: int, pack_tokens: int = 512, peak_lr: float = 2e-3,
-                on_epoch=None, log=print) -> Eagle3Draft:
+def train_draft(
+    draft: Eagle3Draft,
+    target,
+    used: list[int],
+    features: list[dict],
+    aux_columns: list[int],
+    epochs: int,
+    steps: int,
+    seed: int,
+    pack_tokens: int = 512,
+    peak_lr: float = 2e-3,
+    on_epoch=None,
+    log=print,
+) -> Eagle3Draft:
     for parameter in target.parameters():
         parameter.requires_grad_(False)
     used_ids = torch.tensor(used)
@@ -126,11 +157,16 @@ def train_draft(draft: Eagle3Draft, target, used: list[int], features: list[dict
         for batch in packs(lengths, pack_tokens, generator):
             warm = max(1, total_updates // 30)
             progress = max(0.0, (update - warm) / max(1, total_updates - warm))
-            lr = peak_lr * min(1.0, (update + 1) / warm) * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * progress)))
+            lr = (
+                peak_lr
+                * min(1.0, (update + 1) / warm)
+                * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * progress)))
+            )
             for group in optimizer.param_groups:
                 group["lr"] = lr
-            loss, correct, counted = ttt_loss(draft, target, used_ids, in_vocab, [features[i] for i in batch],
-                                              aux_columns, steps)
+            loss, correct, counted = ttt_loss(
+                draft, target, used_ids, in_vocab, [features[i] for i in batch], aux_columns, steps
+            )
             loss.backward()
             torch.nn.utils.clip_grad_norm_(draft.parameters(), 0.5)
             optimizer.step()
@@ -141,8 +177,10 @@ def train_draft(draft: Eagle3Draft, target, used: list[int], features: list[dict
             update += 1
             if update % 20 == 0:
                 elapsed = time.time() - start
-                log(f"draft update {update}/{total_updates}  loss {loss.item():.3f}  "
-                    f"eta {elapsed / update * (total_updates - update) / 60:.1f} min")
+                log(
+                    f"draft update {update}/{total_updates}  loss {loss.item():.3f}  "
+                    f"eta {elapsed / update * (total_updates - update) / 60:.1f} min"
+                )
         accs = " ".join(f"{c / max(1, n):.3f}" for c, n in tallies)
         log(f"draft epoch {epoch + 1}/{epochs}: training acc_0..{steps - 1} = {accs}")
         if on_epoch is not None:

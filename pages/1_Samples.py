@@ -22,27 +22,40 @@ st.title("Samples")
 
 def do_import(path: str, name: str, format_choice: str) -> None:
     try:
-        dataset_id, result = stored_datasets.import_dataset(state.db(), path, name or None, state.target_path(),
-                                                            None if format_choice == "detect" else format_choice)
+        dataset_id, result = stored_datasets.import_dataset(
+            state.db(),
+            path,
+            name or None,
+            state.target_path(),
+            None if format_choice == "detect" else format_choice,
+        )
     except BadInput as error:
         st.session_state["samples_import_report"] = {"error": str(error)}
         return
     st.session_state["samples_import_report"] = {
-        "dataset_id": dataset_id, "imported": len(result.samples), "format": result.format,
-        "rejected": [{"line": r.line, "reason": r.reason} for r in result.rejected]}
+        "dataset_id": dataset_id,
+        "imported": len(result.samples),
+        "format": result.format,
+        "rejected": [{"line": r.line, "reason": r.reason} for r in result.rejected],
+    }
     st.session_state["samples_dataset"] = dataset_id
     st.session_state["samples_dataset_select"] = dataset_id  # show the new dataset (the widget comes later)
 
 
 with st.expander("Import a dataset", expanded=False):
-    st.caption("Formats: training JSONL (input_ids, loss_mask, seq_len, n_prompt_tokens, n_response_tokens, source); "
-               "ShareGPT JSON/JSONL (rendered with the target's chat template); SpecForge .ckpt feature files "
-               "(a file or a folder); plain-text prompts (.txt, one per line). Every record is validated: good ones "
-               "are kept, bad ones are listed with their line and reason.")
-    source_kind = st.radio("Source", ["Path on this machine", "Upload"], horizontal=True, key="samples_source")
+    st.caption(
+        "Formats: training JSONL (input_ids, loss_mask, seq_len, n_prompt_tokens, n_response_tokens, source); "
+        "ShareGPT JSON/JSONL (rendered with the target's chat template); SpecForge .ckpt feature files "
+        "(a file or a folder); plain-text prompts (.txt, one per line). Every record is validated: good ones "
+        "are kept, bad ones are listed with their line and reason."
+    )
+    source_kind = st.radio(
+        "Source", ["Path on this machine", "Upload"], horizontal=True, key="samples_source"
+    )
     name = st.text_input("Dataset name (optional)", key="samples_name")
-    format_choice = st.selectbox("Format", ["detect", "jsonl", "sharegpt", "specforge", "prompts"],
-                                 key="samples_format")
+    format_choice = st.selectbox(
+        "Format", ["detect", "jsonl", "sharegpt", "specforge", "prompts"], key="samples_format"
+    )
     if source_kind == "Path on this machine":
         path = st.text_input("File or folder path", key="samples_path")
         if st.button("Import", key="samples_import_path") and path:
@@ -59,8 +72,10 @@ with st.expander("Import a dataset", expanded=False):
         if "error" in report:
             st.error(f"Nothing imported: {report['error']}")
         else:
-            st.success(f"Dataset {report['dataset_id']}: imported {report['imported']} {report['format']} samples, "
-                       f"rejected {len(report['rejected'])}.")
+            st.success(
+                f"Dataset {report['dataset_id']}: imported {report['imported']} {report['format']} samples, "
+                f"rejected {len(report['rejected'])}."
+            )
             if report["rejected"]:
                 st.dataframe(pd.DataFrame(report["rejected"]), hide_index=True, key="samples_rejected")
 
@@ -70,13 +85,25 @@ if not datasets:
     st.stop()
 
 st.subheader("Datasets")
-st.dataframe(pd.DataFrame([{"id": d.id, "name": d.name, "format": d.format, "samples": d.sample_count,
-                            "path": d.path} for d in datasets]), hide_index=True, key="samples_datasets")
+st.dataframe(
+    pd.DataFrame(
+        [
+            {"id": d.id, "name": d.name, "format": d.format, "samples": d.sample_count, "path": d.path}
+            for d in datasets
+        ]
+    ),
+    hide_index=True,
+    key="samples_datasets",
+)
 ids = [d.id for d in datasets]
 chosen = st.session_state.get("samples_dataset", ids[0])
-dataset_id = st.selectbox("Dataset", ids, index=ids.index(chosen) if chosen in ids else 0,
-                          format_func=lambda i: next(f"{d.id}: {d.name}" for d in datasets if d.id == i),
-                          key="samples_dataset_select")
+dataset_id = st.selectbox(
+    "Dataset",
+    ids,
+    index=ids.index(chosen) if chosen in ids else 0,
+    format_func=lambda i: next(f"{d.id}: {d.name}" for d in datasets if d.id == i),
+    key="samples_dataset_select",
+)
 st.session_state["samples_dataset"] = dataset_id
 
 
@@ -93,30 +120,59 @@ def sample_texts(db_url: str, dataset_id: int, target_path: str) -> list[str]:
 texts = sample_texts(state.db(), dataset_id, state.target_path())
 sources = sorted({s.source for s in samples})
 col1, col2, col3, col4 = st.columns(4)  # filter keys per dataset: another dataset has other sources
-picked_sources = col1.multiselect("Source", sources, default=sources, key=f"samples_filter_source_{dataset_id}")
+picked_sources = col1.multiselect(
+    "Source", sources, default=sources, key=f"samples_filter_source_{dataset_id}"
+)
 longest = max(s.seq_len for s in samples)
-length_range = col2.slider("Length (tokens)", 1, max(2, longest), (1, max(2, longest)), key=f"samples_filter_length_{dataset_id}")
-coverage = col3.slider("Loss-mask coverage", 0.0, 1.0, (0.0, 1.0), step=0.05, key=f"samples_filter_coverage_{dataset_id}")
+length_range = col2.slider(
+    "Length (tokens)", 1, max(2, longest), (1, max(2, longest)), key=f"samples_filter_length_{dataset_id}"
+)
+coverage = col3.slider(
+    "Loss-mask coverage", 0.0, 1.0, (0.0, 1.0), step=0.05, key=f"samples_filter_coverage_{dataset_id}"
+)
 query = col4.text_input("Search text", key="samples_filter_text")
-visible = [i for i, s in enumerate(samples)
-           if s.source in picked_sources and length_range[0] <= s.seq_len <= length_range[1]
-           and coverage[0] - 1e-9 <= s.loss_coverage <= coverage[1] + 1e-9
-           and (not query or query.lower() in texts[i].lower())]
+visible = [
+    i
+    for i, s in enumerate(samples)
+    if s.source in picked_sources
+    and length_range[0] <= s.seq_len <= length_range[1]
+    and coverage[0] - 1e-9 <= s.loss_coverage <= coverage[1] + 1e-9
+    and (not query or query.lower() in texts[i].lower())
+]
 st.caption(f"{len(visible)} of {len(samples)} samples match.")
-table = pd.DataFrame([{"#": i, "source": samples[i].source, "line": samples[i].line, "tokens": samples[i].seq_len,
-                       "prompt": samples[i].prompt_len, "loss-mask coverage": round(samples[i].loss_coverage, 3),
-                       "text": texts[i][:120]} for i in visible])
+table = pd.DataFrame(
+    [
+        {
+            "#": i,
+            "source": samples[i].source,
+            "line": samples[i].line,
+            "tokens": samples[i].seq_len,
+            "prompt": samples[i].prompt_len,
+            "loss-mask coverage": round(samples[i].loss_coverage, 3),
+            "text": texts[i][:120],
+        }
+        for i in visible
+    ]
+)
 st.dataframe(table, hide_index=True, key="samples_table", height=260)
 if not visible:
     st.stop()
-index = st.selectbox("Sample", visible, key=f"samples_pick_{dataset_id}",
-                     format_func=lambda i: f"#{i} · {samples[i].source} · {samples[i].seq_len} tokens")
+index = st.selectbox(
+    "Sample",
+    visible,
+    key=f"samples_pick_{dataset_id}",
+    format_func=lambda i: f"#{i} · {samples[i].source} · {samples[i].seq_len} tokens",
+)
 sample = samples[index]
 st.session_state["samples_selected"] = sample.id
-st.markdown(f"**Sample #{index}** (line {sample.line}, source `{sample.source}`): {sample.prompt_len} prompt tokens, "
-            f"{sample.seq_len - sample.prompt_len} after them, loss mask on {sum(sample.loss_mask)} tokens. "
-            "Grey = prompt, green = response, underline = loss_mask 1; hover a token for its id and piece.")
-st.html(CSS + sample_html(sample.input_ids, sample.loss_mask, sample.prompt_len, pieces.many(sample.input_ids)))
+st.markdown(
+    f"**Sample #{index}** (line {sample.line}, source `{sample.source}`): {sample.prompt_len} prompt tokens, "
+    f"{sample.seq_len - sample.prompt_len} after them, loss mask on {sum(sample.loss_mask)} tokens. "
+    "Grey = prompt, green = response, underline = loss_mask 1; hover a token for its id and piece."
+)
+st.html(
+    CSS + sample_html(sample.input_ids, sample.loss_mask, sample.prompt_len, pieces.many(sample.input_ids))
+)
 if st.button("Open in Decode", key="samples_open_decode"):
     st.session_state["decode_sample"] = (dataset_id, index)
     st.switch_page("pages/2_Decode.py")

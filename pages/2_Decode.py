@@ -31,11 +31,19 @@ with st.expander("Start a replay", expanded=not list_runs(limit=1)):
         preset = st.session_state.get("decode_sample")
         dataset_id, samples = dataset_picker("decode_dataset", preset[0] if preset else None)
         if samples:
-            index = st.number_input("Sample #", 0, len(samples) - 1,
-                                    value=preset[1] if preset and preset[0] == dataset_id else 0, key="decode_index")
+            index = st.number_input(
+                "Sample #",
+                0,
+                len(samples) - 1,
+                value=preset[1] if preset and preset[0] == dataset_id else 0,
+                key="decode_index",
+            )
             chosen = samples[int(index)]
-            source = {"prompt_ids": tuple(chosen.prompt_ids), "sample_id": chosen.id,
-                      "sample_ref": f"dataset {dataset_id} #{int(index)}"}
+            source = {
+                "prompt_ids": tuple(chosen.prompt_ids),
+                "sample_id": chosen.id,
+                "sample_ref": f"dataset {dataset_id} #{int(index)}",
+            }
             st.caption(f"{chosen.prompt_len} prompt tokens, source:")
             st.text(chosen.source)
     else:
@@ -44,20 +52,30 @@ with st.expander("Start a replay", expanded=not list_runs(limit=1)):
     names = list(state.drafts())
     current = state.draft_name(state.draft_path())
     c1, c2, c3, c4 = st.columns(4)
-    draft_choice = c1.selectbox("Draft", names, index=names.index(current) if current in names else 0,
-                                key="decode_draft")
+    draft_choice = c1.selectbox(
+        "Draft", names, index=names.index(current) if current in names else 0, key="decode_draft"
+    )
     steps = c2.number_input("K (draft steps)", 1, 16, 4, key="decode_steps")
     max_new = c3.number_input("Max new tokens", 1, 4096, 96, key="decode_max_new")
-    override_text = c4.text_input("Wiring override (HF indices)", "", key="decode_override",
-                                  help="Three HF hidden_states indices, e.g. 0,2,4 (0 = embedding output). "
-                                       "Empty: the draft's declared wiring.")
+    override_text = c4.text_input(
+        "Wiring override (HF indices)",
+        "",
+        key="decode_override",
+        help="Three HF hidden_states indices, e.g. 0,2,4 (0 = embedding output). "
+        "Empty: the draft's declared wiring.",
+    )
     if st.button("Start", type="primary", key="decode_start"):
         try:
             if source is None:
                 raise BadInput("choose a sample or type a prompt")
-            request = ReplayRequest(state.target_path(), state.drafts()[draft_choice], num_steps=int(steps),
-                                    max_new_tokens=int(max_new), aux_hf_indices=parse_aux_indices(override_text),
-                                    **source)
+            request = ReplayRequest(
+                state.target_path(),
+                state.drafts()[draft_choice],
+                num_steps=int(steps),
+                max_new_tokens=int(max_new),
+                aux_hf_indices=parse_aux_indices(override_text),
+                **source,
+            )
         except BadInput as error:
             st.error(str(error))
         else:
@@ -98,8 +116,11 @@ pieces = Pieces(run.target_path)
 metrics = run.metrics or {}
 summary = st.columns(5)
 summary[0].metric("Accept length", f"{metrics.get('mean_accept_length') or 0:.2f}", help=ACCEPT_LENGTH_HELP)
-summary[1].metric("Acceptance rate", f"{metrics.get('acceptance_rate') or 0:.2f}",
-                  help=DEFINITIONS.get("acceptance_rate", ""))
+summary[1].metric(
+    "Acceptance rate",
+    f"{metrics.get('acceptance_rate') or 0:.2f}",
+    help=DEFINITIONS.get("acceptance_rate", ""),
+)
 summary[2].metric("Verify steps", len(steps))
 summary[3].metric("Tokens", len(run.output_ids))
 summary[4].metric("Aux HF indices", str(run.aux_hf_indices), help=run.params.get("wiring_source", ""))
@@ -112,7 +133,9 @@ if not steps:
 def move(delta: int | None = None, to_rejection: bool = False) -> None:
     current = st.session_state.get("decode_step", 0)
     if to_rejection:
-        later = [i for i in range(current + 1, len(steps)) if steps[i].accepted_count < len(steps[i].drafted_ids)]
+        later = [
+            i for i in range(current + 1, len(steps)) if steps[i].accepted_count < len(steps[i].drafted_ids)
+        ]
         current = later[0] if later else current
     else:
         current = min(max(0, current + delta), len(steps) - 1)
@@ -135,26 +158,38 @@ def viewer() -> None:
     st.session_state["decode_slider"] = current  # one source of truth: decode_step
     buttons = st.columns([1, 1, 2, 6])
     buttons[0].button("◀ Previous", key="decode_prev", on_click=move, args=(-1,), disabled=current == 0)
-    buttons[1].button("Next ▶", key="decode_next", on_click=move, args=(1,), disabled=current >= len(steps) - 1)
-    buttons[2].button("Jump to next rejection »", key="decode_next_rejection", on_click=move,
-                      kwargs={"to_rejection": True})
+    buttons[1].button(
+        "Next ▶", key="decode_next", on_click=move, args=(1,), disabled=current >= len(steps) - 1
+    )
+    buttons[2].button(
+        "Jump to next rejection »", key="decode_next_rejection", on_click=move, kwargs={"to_rejection": True}
+    )
     if len(steps) > 1:
-        st.slider("Verify step", 0, len(steps) - 1, key="decode_slider",
-                  on_change=lambda: st.session_state.update(decode_step=st.session_state["decode_slider"]),
-                  help="Arrow keys move the slider once it has focus; Tab reaches the buttons.")
+        st.slider(
+            "Verify step",
+            0,
+            len(steps) - 1,
+            key="decode_slider",
+            on_change=lambda: st.session_state.update(decode_step=st.session_state["decode_slider"]),
+            help="Arrow keys move the slider once it has focus; Tab reaches the buttons.",
+        )
     step = steps[current]
     statuses = step_statuses(step.drafted_ids, step.accepted_count)
     rejected = f"rejected at d{step.accepted_count + 1}" if "rejected" in statuses else "all accepted"
     left, right = st.columns([3, 2])
     with left:
-        st.markdown(f"**Step {current}** of {len(steps) - 1}: pending token at position {step.position}; "
-                    f"accepted {step.accepted_count} of {len(step.drafted_ids)} drafts ({rejected}); "
-                    f"draft {step.draft_ms:.1f} ms, verify {step.verify_ms:.1f} ms")
+        st.markdown(
+            f"**Step {current}** of {len(steps) - 1}: pending token at position {step.position}; "
+            f"accepted {step.accepted_count} of {len(step.drafted_ids)} drafts ({rejected}); "
+            f"draft {step.draft_ms:.1f} ms, verify {step.verify_ms:.1f} ms"
+        )
         sequence = run.prompt_ids + run.output_ids
         st.caption("Recent context (up to the pending token)")
         st.html(CSS + context_html(sequence[: step.position + 1], pieces))
-        st.caption("Drafted tokens: draft probability, top-5 alternatives, and the target's argmax at the same "
-                   "verify row (a rejection is where they differ)")
+        st.caption(
+            "Drafted tokens: draft probability, top-5 alternatives, and the target's argmax at the same "
+            "verify row (a rejection is where they differ)"
+        )
         st.html(CSS + legend() + chips_html(step, pieces))
         st.caption("Output (step boundaries marked, current step outlined; a window of steps around it)")
         first = run.output_ids[0] if run.output_ids else None
@@ -181,25 +216,32 @@ def hidden_panel(step) -> None:
         st.caption("No rows for these positions under this reference.")
     if rows:
         value = "norm" if reference == options[0] else "cosine"
-        st.plotly_chart(charts.heatmap(rows, value, f"{value}: positions x chunks, whole run"),
-                        key="decode_heatmap")
+        st.plotly_chart(
+            charts.heatmap(rows, value, f"{value}: positions x chunks, whole run"), key="decode_heatmap"
+        )
     with st.expander("Add a reference"):
-        kind = st.radio("Compare the fed features with", ["another wiring", "training features (.ckpt)",
-                                                          "a second run", "target hidden vs draft output"],
-                        key="decode_reference_kind")
+        kind = st.radio(
+            "Compare the fed features with",
+            ["another wiring", "training features (.ckpt)", "a second run", "target hidden vs draft output"],
+            key="decode_reference_kind",
+        )
         spec = None
         try:
             if kind == "another wiring":
                 text = st.text_input("HF indices", "0,2,4", key="decode_reference_wiring")
                 spec = {"kind": "wiring", "aux_hf_indices": list(parse_aux_indices(text) or ())}
             elif kind == "training features (.ckpt)":
-                path = st.text_input("Feature file", "demo/data/features/data_0.ckpt", key="decode_reference_ckpt")
+                path = st.text_input(
+                    "Feature file", "demo/data/features/data_0.ckpt", key="decode_reference_ckpt"
+                )
                 spec = {"kind": "features", "path": path}
             elif kind == "a second run":
                 others = [r for r in list_runs(limit=200) if r.id != run.id]
                 if others:
                     labels = {r.id: run_label(r) for r in others}
-                    picked = st.selectbox("Run", list(labels), format_func=labels.get, key="decode_reference_run")
+                    picked = st.selectbox(
+                        "Run", list(labels), format_func=labels.get, key="decode_reference_run"
+                    )
                     spec = {"kind": "run", "run_id": picked}
             else:
                 spec = {"kind": "target_hidden"}
@@ -225,12 +267,26 @@ viewer()
 
 st.subheader("Run summary")
 c1, c2 = st.columns(2)
-c1.plotly_chart(charts.acceptance_bars({"marginal P(a >= i)": metrics.get("per_position_marginal") or [],
-                                        "conditional P(a >= i | a >= i-1)": [
-                                            v or 0 for v in metrics.get("per_position_conditional") or []]},
-                                       "Per-position acceptance"), key="decode_acceptance")
-c2.plotly_chart(charts.histogram(metrics.get("accept_histogram") or [], "Accepted drafts per step"),
-                key="decode_histogram")
-st.plotly_chart(charts.step_times([s.draft_ms for s in steps], [s.verify_ms for s in steps]), key="decode_times")
-st.caption(f"{ACCEPT_LENGTH_HELP}. Marginal: {DEFINITIONS.get('per_position_marginal', '')}. "
-           f"Conditional: {DEFINITIONS.get('per_position_conditional', '')}.")
+c1.plotly_chart(
+    charts.acceptance_bars(
+        {
+            "marginal P(a >= i)": metrics.get("per_position_marginal") or [],
+            "conditional P(a >= i | a >= i-1)": [
+                v or 0 for v in metrics.get("per_position_conditional") or []
+            ],
+        },
+        "Per-position acceptance",
+    ),
+    key="decode_acceptance",
+)
+c2.plotly_chart(
+    charts.histogram(metrics.get("accept_histogram") or [], "Accepted drafts per step"),
+    key="decode_histogram",
+)
+st.plotly_chart(
+    charts.step_times([s.draft_ms for s in steps], [s.verify_ms for s in steps]), key="decode_times"
+)
+st.caption(
+    f"{ACCEPT_LENGTH_HELP}. Marginal: {DEFINITIONS.get('per_position_marginal', '')}. "
+    f"Conditional: {DEFINITIONS.get('per_position_conditional', '')}."
+)

@@ -21,18 +21,21 @@ st.title("Compare")
 names = list(state.drafts())
 with st.expander("Run two drafts", expanded=not state.get_value("compare")):
     c1, c2, c3, c4 = st.columns(4)
-    draft_a = c1.selectbox("Draft A", names, index=names.index("epoch1") if "epoch1" in names else 0,
-                           key="compare_draft_a")
-    draft_b = c2.selectbox("Draft B", names, index=names.index("final") if "final" in names else 0,
-                           key="compare_draft_b")
+    draft_a = c1.selectbox(
+        "Draft A", names, index=names.index("epoch1") if "epoch1" in names else 0, key="compare_draft_a"
+    )
+    draft_b = c2.selectbox(
+        "Draft B", names, index=names.index("final") if "final" in names else 0, key="compare_draft_b"
+    )
     steps = int(c3.number_input("K", 1, 16, 4, key="compare_steps"))
     max_new = int(c4.number_input("Max new tokens", 1, 2048, 96, key="compare_max_new"))
     dataset_id, samples = dataset_picker("compare_dataset")
     if samples:
         single, batch = st.columns(2)
         index = single.number_input("Sample #", 0, len(samples) - 1, 0, key="compare_index")
-        count = batch.number_input("Batch: first N samples", 1, len(samples), min(6, len(samples)),
-                                   key="compare_batch_n")
+        count = batch.number_input(
+            "Batch: first N samples", 1, len(samples), min(6, len(samples)), key="compare_batch_n"
+        )
         chosen = None
         if single.button("Compare on this sample", key="compare_start_one"):
             chosen = [samples[int(index)]]
@@ -40,8 +43,15 @@ with st.expander("Run two drafts", expanded=not state.get_value("compare")):
             chosen = samples[: int(count)]
         if chosen:
             st.session_state["compare_task"] = tasks.start_compare(
-                state.db(), state.target_path(), state.drafts()[draft_a], state.drafts()[draft_b], chosen, steps,
-                max_new, dataset_id)
+                state.db(),
+                state.target_path(),
+                state.drafts()[draft_a],
+                state.drafts()[draft_b],
+                chosen,
+                steps,
+                max_new,
+                dataset_id,
+            )
 
 
 def pick_up_rows(rows: list[dict]) -> None:
@@ -54,7 +64,9 @@ rows = st.session_state.get("compare_rows")
 if rows:
     st.subheader("Samples where the drafts differ most")
     table = pd.DataFrame(rows)
-    picked = st.dataframe(table, hide_index=True, key="compare_table", on_select="rerun", selection_mode="single-row")
+    picked = st.dataframe(
+        table, hide_index=True, key="compare_table", on_select="rerun", selection_mode="single-row"
+    )
     st.caption(f"{ACCEPT_LENGTH_HELP}. Click a row to open both runs below.")
     selection = picked.selection.rows if picked is not None else []
     if selection:
@@ -70,10 +82,20 @@ run_ids = [r.id for r in runs]
 preset = state.get_value("compare") or (run_ids[1], run_ids[0])
 label = {r.id: run_label(r) for r in runs}
 c1, c2 = st.columns(2)
-run_a_id = c1.selectbox("Run A", run_ids, index=run_ids.index(preset[0]) if preset[0] in run_ids else 0,
-                        format_func=label.get, key="compare_run_a")
-run_b_id = c2.selectbox("Run B", run_ids, index=run_ids.index(preset[1]) if preset[1] in run_ids else 1,
-                        format_func=label.get, key="compare_run_b")
+run_a_id = c1.selectbox(
+    "Run A",
+    run_ids,
+    index=run_ids.index(preset[0]) if preset[0] in run_ids else 0,
+    format_func=label.get,
+    key="compare_run_a",
+)
+run_b_id = c2.selectbox(
+    "Run B",
+    run_ids,
+    index=run_ids.index(preset[1]) if preset[1] in run_ids else 1,
+    format_func=label.get,
+    key="compare_run_b",
+)
 (run_a, steps_a), (run_b, steps_b) = get_run(run_a_id), get_run(run_b_id)
 if run_a is None or run_b is None:
     st.error("A chosen run no longer exists.")
@@ -97,10 +119,25 @@ if length > 300:
 else:
     offset = 0
 window = (start_at + offset, start_at + offset + 300)
-st.html(CSS + legend() + "<b>A</b>" + timeline_html(run_a, positions_a, pieces, *window, divergence)
-        + "<b>B</b>" + timeline_html(run_b, positions_b, pieces, *window, divergence))
-st.caption("Each token is coloured by how its run produced it (accepted draft or bonus); a left border starts a "
-           "verify step; the outlined token is the first position where the two drafts proposed different tokens.")
-st.plotly_chart(charts.acceptance_bars({"A marginal": run_a.metrics.get("per_position_marginal") or [],
-                                        "B marginal": run_b.metrics.get("per_position_marginal") or []},
-                                       "Per-position acceptance P(a >= i), overlaid"), key="compare_bars")
+st.html(
+    CSS
+    + legend()
+    + "<b>A</b>"
+    + timeline_html(run_a, positions_a, pieces, *window, divergence)
+    + "<b>B</b>"
+    + timeline_html(run_b, positions_b, pieces, *window, divergence)
+)
+st.caption(
+    "Each token is coloured by how its run produced it (accepted draft or bonus); a left border starts a "
+    "verify step; the outlined token is the first position where the two drafts proposed different tokens."
+)
+st.plotly_chart(
+    charts.acceptance_bars(
+        {
+            "A marginal": run_a.metrics.get("per_position_marginal") or [],
+            "B marginal": run_b.metrics.get("per_position_marginal") or [],
+        },
+        "Per-position acceptance P(a >= i), overlaid",
+    ),
+    key="compare_bars",
+)

@@ -29,67 +29,104 @@ st.title("Diagnostics")
 st.caption(f"Target `{state.target_path()}` · draft `{state.draft_path()}` (change them in the sidebar)")
 
 doctor_tab, probe_tab, diff_tab, lint_tab, agreement_tab, whatif_tab = st.tabs(
-    ["Checkpoint doctor", "Wiring probe", "Train vs serve", "Serving-flag lint", "Accuracy vs live", "Speed-up what-if"])
+    [
+        "Checkpoint doctor",
+        "Wiring probe",
+        "Train vs serve",
+        "Serving-flag lint",
+        "Accuracy vs live",
+        "Speed-up what-if",
+    ]
+)
 
 with doctor_tab:
-    st.markdown("The preflight report with the resolved wiring, the share of a dataset's tokens the draft vocab can "
-                "reach, and a d2t comparison with a second draft (a regenerated mapping is flagged).")
+    st.markdown(
+        "The preflight report with the resolved wiring, the share of a dataset's tokens the draft vocab can "
+        "reach, and a d2t comparison with a second draft (a regenerated mapping is flagged)."
+    )
     samples = first_samples("doctor", default_n=48)
     others = ["(none)"] + [n for n, p in state.drafts().items() if p != state.draft_path()]
     other = st.selectbox("Compare d2t with", others, key="doctor_other")
     if st.button("Run the doctor", key="doctor_run"):
-        st.session_state["doctor_task"] = tasks.start_doctor(state.target_path(), state.draft_path(), samples,
-                                                             state.drafts().get(other))
+        st.session_state["doctor_task"] = tasks.start_doctor(
+            state.target_path(), state.draft_path(), samples, state.drafts().get(other)
+        )
 
     def render_doctor(result):
         report = result["preflight"]
         (st.success if report["ok"] else st.error)(
             f"Preflight {'passed' if report['ok'] else 'FAILED'}; aux HF indices {report['aux_hf_indices']} "
-            f"({report.get('wiring_source', '')})")
+            f"({report.get('wiring_source', '')})"
+        )
         st.dataframe(pd.DataFrame(report["checks"]), hide_index=True, key="doctor_checks")
         if "coverage" in result:
             cover = result["coverage"]
             c1, c2 = st.columns(2)
             c1.metric("Vocab coverage, all tokens", f"{cover['all_tokens']:.1%}", help=cover["definition"])
-            c2.metric("Vocab coverage, loss-masked tokens", f"{(cover['loss_masked_tokens'] or 0):.1%}",
-                      help=cover["definition"])
+            c2.metric(
+                "Vocab coverage, loss-masked tokens",
+                f"{(cover['loss_masked_tokens'] or 0):.1%}",
+                help=cover["definition"],
+            )
         if "mapping_comparison" in result:
             comparison = result["mapping_comparison"]
             (st.warning if comparison.get("regenerated") else st.info)(comparison["message"])
+
     task_panel("doctor_task", render_doctor)
 
 with probe_tab:
-    st.markdown("Which three target hidden states was this draft trained on? Teacher-forced accuracy under "
-                "candidate wirings (declared in each convention, defaults, ±1 shifts, embedding output, local search).")
+    st.markdown(
+        "Which three target hidden states was this draft trained on? Teacher-forced accuracy under "
+        "candidate wirings (declared in each convention, defaults, ±1 shifts, embedding output, local search)."
+    )
     samples = first_samples("probe", default_n=8)
     c1, c2, c3 = st.columns(3)
     steps = int(c1.number_input("K (TTT steps)", 1, 8, 4, key="probe_steps"))
     budget = int(c2.number_input("Search budget (extra candidates)", 0, 200, 40, key="probe_budget"))
     live = int(c3.number_input("Live replays on first N samples", 0, 5, 2, key="probe_live"))
     if st.button("Run the probe", key="probe_run") and samples:
-        st.session_state["probe_task"] = tasks.start_probe(state.target_path(), state.draft_path(), samples, steps,
-                                                           budget, live)
+        st.session_state["probe_task"] = tasks.start_probe(
+            state.target_path(), state.draft_path(), samples, steps, budget, live
+        )
 
     def render_probe(report):
         (st.success if report["confirmed"] else st.error)(report["verdict"])
-        table = pd.DataFrame([{"HF indices": str(c["aux_hf_indices"]), "acc_0": c["acc_step0"],
-                               "predicted accept length": c["predicted_accept_length"],
-                               "live accept length": c["live_accept_length"], "why tried": c["label"]}
-                              for c in report["candidates"]])
+        table = pd.DataFrame(
+            [
+                {
+                    "HF indices": str(c["aux_hf_indices"]),
+                    "acc_0": c["acc_step0"],
+                    "predicted accept length": c["predicted_accept_length"],
+                    "live accept length": c["live_accept_length"],
+                    "why tried": c["label"],
+                }
+                for c in report["candidates"]
+            ]
+        )
         st.dataframe(table, hide_index=True, key="probe_table")
-        st.caption(f"{len(report['candidates'])} candidates on {report['n_samples']} samples in "
-                   f"{report['seconds']:.1f} s. acc_0: teacher-forced top-1 accuracy at TTT step 0; predicted accept "
-                   "length = 1 + sum_k prod_(j<=k) acc_j.")
-        st.code(f"# SGLang (draft config.json)\n{json.dumps(report['config']['sglang'])}\n"
-                f"# vLLM (draft config.json)\n{json.dumps(report['config']['vllm'])}", language="json")
+        st.caption(
+            f"{len(report['candidates'])} candidates on {report['n_samples']} samples in "
+            f"{report['seconds']:.1f} s. acc_0: teacher-forced top-1 accuracy at TTT step 0; predicted accept "
+            "length = 1 + sum_k prod_(j<=k) acc_j."
+        )
+        st.code(
+            f"# SGLang (draft config.json)\n{json.dumps(report['config']['sglang'])}\n"
+            f"# vLLM (draft config.json)\n{json.dumps(report['config']['vllm'])}",
+            language="json",
+        )
+
     task_panel("probe_task", render_probe)
 
 with diff_tab:
-    st.markdown("Compare the features serving feeds with those training stored (SpecForge .ckpt), per token and "
-                "per layer chunk; name the first mismatch and find which HF index each training chunk really is.")
+    st.markdown(
+        "Compare the features serving feeds with those training stored (SpecForge .ckpt), per token and "
+        "per layer chunk; name the first mismatch and find which HF index each training chunk really is."
+    )
     path = st.text_input("Feature file (.ckpt)", "demo/data/features/data_0.ckpt", key="diff_path")
     if st.button("Diff", key="diff_run"):
-        st.session_state["diff_task"] = tasks.start_train_vs_serve(state.target_path(), state.draft_path(), path)
+        st.session_state["diff_task"] = tasks.start_train_vs_serve(
+            state.target_path(), state.draft_path(), path
+        )
 
     def render_diff(result):
         first = result["first_mismatch"]
@@ -98,32 +135,52 @@ with diff_tab:
         else:
             pieces = Pieces(result["target"])
             token = result["input_ids"][first["position"]]
-            st.error(f"First mismatch: {first['chunk']} at token {first['position']} ({pieces(token)!r}): cosine "
-                     f"{first['cosine']:.3f}, norm ratio {first['norm_ratio']:.2f}.")
-        st.caption("Tokens of the feature file: red where a chunk mismatches (hover for each chunk's cosine and "
-                   "norm ratio)")
-        st.html(CSS + mismatch_html(result["input_ids"], result["rows"], Pieces(result["target"]), is_mismatch))
+            st.error(
+                f"First mismatch: {first['chunk']} at token {first['position']} ({pieces(token)!r}): cosine "
+                f"{first['cosine']:.3f}, norm ratio {first['norm_ratio']:.2f}."
+            )
+        st.caption(
+            "Tokens of the feature file: red where a chunk mismatches (hover for each chunk's cosine and "
+            "norm ratio)"
+        )
+        st.html(
+            CSS + mismatch_html(result["input_ids"], result["rows"], Pieces(result["target"]), is_mismatch)
+        )
         trained = result["training_aux_hf_indices"]
-        st.markdown(f"Serving feeds HF **{result['serving_aux_hf_indices']}**; the stored training chunks equal HF "
-                    f"**{trained}** (None = no layer matches).")
+        st.markdown(
+            f"Serving feeds HF **{result['serving_aux_hf_indices']}**; the stored training chunks equal HF "
+            f"**{trained}** (None = no layer matches)."
+        )
         st.dataframe(pd.DataFrame(result["training_chunk_matches"]), hide_index=True, key="diff_matches")
         st.dataframe(pd.DataFrame(result["summary"]), hide_index=True, key="diff_summary")
         left, right = st.columns(2)
-        left.plotly_chart(charts.heatmap(result["rows"], "cosine", "cosine (serve vs train)", result["chunk_names"]),
-                          key="diff_cosine")
-        right.plotly_chart(charts.heatmap(result["rows"], "norm_ratio", "norm ratio |serve| / |train|",
-                                          result["chunk_names"]), key="diff_ratio")
+        left.plotly_chart(
+            charts.heatmap(result["rows"], "cosine", "cosine (serve vs train)", result["chunk_names"]),
+            key="diff_cosine",
+        )
+        right.plotly_chart(
+            charts.heatmap(
+                result["rows"], "norm_ratio", "norm ratio |serve| / |train|", result["chunk_names"]
+            ),
+            key="diff_ratio",
+        )
         st.caption("; ".join(f"{k}: {v}" for k, v in result["definitions"].items()))
+
     task_panel("diff_task", render_diff)
 
 with lint_tab:
-    st.markdown("Paste an SGLang launch command or vLLM arguments; findings are checked against the active draft.")
+    st.markdown(
+        "Paste an SGLang launch command or vLLM arguments; findings are checked against the active draft."
+    )
     engine = st.radio("Engine", ["SGLang", "vLLM"], horizontal=True, key="lint_engine")
-    example = (f"python -m sglang.launch_server --model-path {state.target_path()} --speculative-algorithm EAGLE "
-               f"--speculative-draft-model-path {state.draft_path()} --speculative-num-steps 1 "
-               "--speculative-eagle-topk 1 --speculative-num-draft-tokens 16" if engine == "SGLang" else
-               f"vllm serve {state.target_path()} --speculative-config "
-               f"'{{\"method\": \"eagle3\", \"model\": \"{state.draft_path()}\", \"num_speculative_tokens\": 3}}'")
+    example = (
+        f"python -m sglang.launch_server --model-path {state.target_path()} --speculative-algorithm EAGLE "
+        f"--speculative-draft-model-path {state.draft_path()} --speculative-num-steps 1 "
+        "--speculative-eagle-topk 1 --speculative-num-draft-tokens 16"
+        if engine == "SGLang"
+        else f"vllm serve {state.target_path()} --speculative-config "
+        f'\'{{"method": "eagle3", "model": "{state.draft_path()}", "num_speculative_tokens": 3}}\''
+    )
     command = st.text_area("Command line", example, key=f"lint_command_{engine}", height=100)
     if st.button("Lint", key="lint_run"):
         try:
@@ -135,8 +192,10 @@ with lint_tab:
                 st.success("No findings.")
             for finding in report["findings"]:
                 show = {"error": st.error, "warning": st.warning, "info": st.info}[finding["severity"]]
-                show(f"**{finding['severity'].upper()} · {finding['code']}**: {finding['message']}\n\n"
-                     f"Fix: {finding['fix']}")
+                show(
+                    f"**{finding['severity'].upper()} · {finding['code']}**: {finding['message']}\n\n"
+                    f"Fix: {finding['fix']}"
+                )
             if report["effective"]:
                 st.caption(f"{report['engine']} will run: {report['effective']}")
 
@@ -146,8 +205,12 @@ with agreement_tab:
     c1, c2, c3 = st.columns(3)
     steps = int(c1.number_input("K", 1, 8, 4, key="agreement_steps"))
     max_new = int(c2.number_input("Max new tokens", 8, 512, 96, key="agreement_max_new"))
-    claimed = c3.text_input("Training wiring (HF indices, optional)", "", key="agreement_training_wiring",
-                            help="The wiring the training run fed (e.g. the probe's answer). Empty: the serving wiring.")
+    claimed = c3.text_input(
+        "Training wiring (HF indices, optional)",
+        "",
+        key="agreement_training_wiring",
+        help="The wiring the training run fed (e.g. the probe's answer). Empty: the serving wiring.",
+    )
     if st.button("Measure", key="agreement_run") and samples:
         try:
             training = parse_aux_indices(claimed)
@@ -155,19 +218,24 @@ with agreement_tab:
             st.error(f"Training wiring: {error}")
         else:
             st.session_state["agreement_task"] = tasks.start_agreement(
-                state.target_path(), state.draft_path(), samples, steps, max_new, training)
+                state.target_path(), state.draft_path(), samples, steps, max_new, training
+            )
 
     def render_agreement(result):
         frame = pd.DataFrame(result["rows"]).drop(columns=["acc_per_step"])
         st.dataframe(frame, hide_index=True, key="agreement_table")
         flagged = int(frame["flagged"].sum())
-        (st.warning if flagged else st.success)(f"{flagged} of {len(frame)} samples flagged. {result['definition']}.")
+        (st.warning if flagged else st.success)(
+            f"{flagged} of {len(frame)} samples flagged. {result['definition']}."
+        )
 
     task_panel("agreement_task", render_agreement)
 
 with whatif_tab:
-    st.markdown("Predict accept length and speed-up for other K from a run's measured per-position conditional "
-                "acceptance and draft/verify times; check the prediction against a real replay at another K.")
+    st.markdown(
+        "Predict accept length and speed-up for other K from a run's measured per-position conditional "
+        "acceptance and draft/verify times; check the prediction against a real replay at another K."
+    )
     runs = [r for r in list_runs(limit=200) if r.status == "finished" and r.metrics.get("accept_histogram")]
     if not runs:
         st.info("Needs a finished run: start one on the Decode page.")
@@ -177,36 +245,55 @@ with whatif_tab:
         run, steps = get_run(run_id)
         counts = [s.accepted_count for s in steps]
         num_steps = run.params.get("num_steps")
-        rows = [r.to_dict() for r in predict(counts, num_steps, run.metrics.get("draft_ms_total", 0),
-                                             run.metrics.get("verify_ms_total", 0))]
-        measured = {num_steps: run.metrics.get("mean_accept_length"),
-                    **st.session_state.get("whatif_measured", {}).get(run_id, {})}
+        rows = [
+            r.to_dict()
+            for r in predict(
+                counts, num_steps, run.metrics.get("draft_ms_total", 0), run.metrics.get("verify_ms_total", 0)
+            )
+        ]
+        measured = {
+            num_steps: run.metrics.get("mean_accept_length"),
+            **st.session_state.get("whatif_measured", {}).get(run_id, {}),
+        }
         st.plotly_chart(charts.whatif(rows, measured), key="whatif_chart")
         st.dataframe(pd.DataFrame(rows), hide_index=True, key="whatif_table")
         st.caption(f"Model: {MODEL}. {ACCEPT_LENGTH_HELP}. 'extrapolated' rows reuse the last measured rate.")
-        other_k = int(st.number_input("Check with a real replay at K =", 1, 8, 2 if num_steps != 2 else 3,
-                                      key="whatif_k"))
+        other_k = int(
+            st.number_input(
+                "Check with a real replay at K =", 1, 8, 2 if num_steps != 2 else 3, key="whatif_k"
+            )
+        )
         if st.button("Replay at this K", key="whatif_replay"):
-            request = ReplayRequest(run.target_path, run.draft_path, prompt_ids=tuple(run.prompt_ids), num_steps=other_k,
-                                    max_new_tokens=max(1, len(run.output_ids)), sample_ref=run.sample_ref,
-                                    sample_id=run.sample_id,
-                                    aux_hf_indices=run.params.get("wiring_override") or None)
+            request = ReplayRequest(
+                run.target_path,
+                run.draft_path,
+                prompt_ids=tuple(run.prompt_ids),
+                num_steps=other_k,
+                max_new_tokens=max(1, len(run.output_ids)),
+                sample_ref=run.sample_ref,
+                sample_id=run.sample_id,
+                aux_hf_indices=run.params.get("wiring_override") or None,
+            )
             st.session_state["whatif_pending"] = (run_id, other_k)
-            st.session_state["whatif_task"] = tasks.start_replay(state.db(), request,
-                                                                 label=f"what-if check K={other_k}")
+            st.session_state["whatif_task"] = tasks.start_replay(
+                state.db(), request, label=f"what-if check K={other_k}"
+            )
 
         def keep_measurement(result: dict) -> None:
             checked_run, k = st.session_state.get("whatif_pending", (None, None))
             if checked_run is not None:
-                st.session_state.setdefault("whatif_measured", {}).setdefault(checked_run, {})[k] = \
-                    result["mean_accept_length"]
+                st.session_state.setdefault("whatif_measured", {}).setdefault(checked_run, {})[k] = result[
+                    "mean_accept_length"
+                ]
 
         def show_measurement(result: dict) -> None:
             checked_run, k = st.session_state.get("whatif_pending", (None, None))
             predicted = next((r["predicted_accept_length"] for r in rows if r["num_steps"] == k), None)
             if checked_run == run_id and result["mean_accept_length"] is not None and predicted is not None:
-                st.success(f"K={k}: measured accept length {result['mean_accept_length']:.2f} (run "
-                           f"{result['run_id']}), predicted {predicted:.2f}")
+                st.success(
+                    f"K={k}: measured accept length {result['mean_accept_length']:.2f} (run "
+                    f"{result['run_id']}), predicted {predicted:.2f}"
+                )
 
         task_panel("whatif_task", show_measurement, on_finish=keep_measurement)
 st.html(CSS)

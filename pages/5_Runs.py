@@ -29,8 +29,10 @@ if drafts:
 if sample:
     shown = shown[shown["sample"].str.contains(sample, case=False, regex=False)]
 st.dataframe(shown, hide_index=True, width="stretch", key="runs_table")
-st.caption(f"{len(shown)} of {len(frame)} runs. {ACCEPT_LENGTH_HELP}; acceptance rate = accepted drafts / drafted "
-           "tokens.")
+st.caption(
+    f"{len(shown)} of {len(frame)} runs. {ACCEPT_LENGTH_HELP}; acceptance rate = accepted drafts / drafted "
+    "tokens."
+)
 
 run_ids = shown["run"].tolist()
 if not run_ids:
@@ -44,13 +46,30 @@ if run.error:
     st.error(f"Run {run.id} {run.status}: {run.error.splitlines()[0]}")
     with st.expander("Full error"):
         st.code(run.error)
-st.json({"metrics": run.metrics, "params": run.params, "aux_hf_indices": run.aux_hf_indices,
-         "target": run.target_path, "draft": run.draft_path, "steps": len(steps)}, expanded=False)
+st.json(
+    {
+        "metrics": run.metrics,
+        "params": run.params,
+        "aux_hf_indices": run.aux_hf_indices,
+        "target": run.target_path,
+        "draft": run.draft_path,
+        "steps": len(steps),
+    },
+    expanded=False,
+)
 left, middle, right, last = st.columns(4)
-for column, fmt, mime in ((left, "csv", "text/csv"), (middle, "json", "application/json"),
-                          (right, "parquet", "application/octet-stream")):
-    column.download_button(f"Export {fmt.upper()}", stored_runs.run_file(run, steps, fmt), file_name=f"run_{run.id}.{fmt}",
-                           mime=mime, key=f"runs_export_{fmt}")
+for column, fmt, mime in (
+    (left, "csv", "text/csv"),
+    (middle, "json", "application/json"),
+    (right, "parquet", "application/octet-stream"),
+):
+    column.download_button(
+        f"Export {fmt.upper()}",
+        stored_runs.run_file(run, steps, fmt),
+        file_name=f"run_{run.id}.{fmt}",
+        mime=mime,
+        key=f"runs_export_{fmt}",
+    )
 if last.button("Open in Decode", key="runs_open"):
     state.set_value("run", run.id)
     st.switch_page("pages/2_Decode.py")

@@ -61,7 +61,9 @@ def violations_of_layers(path: Path, source: str) -> list[str]:
         if mine and other and LAYERS.index(other) > LAYERS.index(mine):
             found.append(f"{path.relative_to(REPO)} ({mine}) imports {module} ({other})")
         if module.split(".")[0] == "db" and mine not in ("service", "cli"):
-            found.append(f"{path.relative_to(REPO)} imports {module}: only backend.service and backend.cli touch db")
+            found.append(
+                f"{path.relative_to(REPO)} imports {module}: only backend.service and backend.cli touch db"
+            )
         if module.split(".")[0] == "streamlit":
             found.append(f"{path.relative_to(REPO)} imports streamlit")
     return found
@@ -73,12 +75,20 @@ def violations_of_pages(path: Path, source: str) -> list[str]:
         root = module.split(".")[0]
         if root in HEAVY or root == "db":
             found.append(f"{path.relative_to(REPO)} imports {module}")
-        if root == "backend" and module not in PAGE_BACKEND_ALLOWED and not module.startswith("backend.service"):
+        if (
+            root == "backend"
+            and module not in PAGE_BACKEND_ALLOWED
+            and not module.startswith("backend.service")
+        ):
             parent = module.rsplit(".", 1)[0]
             if parent not in PAGE_BACKEND_ALLOWED and not parent.startswith("backend.service"):
-                found.append(f"{path.relative_to(REPO)} imports {module}: pages reach models through backend.service")
+                found.append(
+                    f"{path.relative_to(REPO)} imports {module}: pages reach models through backend.service"
+                )
     if ".submit(" in source:
-        found.append(f"{path.relative_to(REPO)} submits its own task body: use a backend.service.tasks.start_*")
+        found.append(
+            f"{path.relative_to(REPO)} submits its own task body: use a backend.service.tasks.start_*"
+        )
     return found
 
 
@@ -92,8 +102,11 @@ def test_db_imports_no_model_code_and_no_streamlit():
     for path in python_files("db"):
         for module in imported_modules(path.read_text()):
             root = module.split(".")[0]
-            if root == "streamlit" or (root == "backend" and module not in DB_BACKEND_ALLOWED
-                                       and module.rsplit(".", 1)[0] not in DB_BACKEND_ALLOWED):
+            if root == "streamlit" or (
+                root == "backend"
+                and module not in DB_BACKEND_ALLOWED
+                and module.rsplit(".", 1)[0] not in DB_BACKEND_ALLOWED
+            ):
                 found.append(f"{path.relative_to(REPO)} imports {module}")
     assert found == []
 
@@ -115,7 +128,9 @@ def test_the_checks_catch_violations():
     assert violations_of_pages(page, "from backend.engine.replay import replay\n")
     assert violations_of_pages(page, "from db import store\n")
     assert violations_of_pages(page, "tasks.MANAGER.submit('x', 'y', work)\n")
-    assert not violations_of_pages(page, "from backend.service import tasks\nfrom backend.engine.wiring import Wiring\n")
+    assert not violations_of_pages(
+        page, "from backend.service import tasks\nfrom backend.engine.wiring import Wiring\n"
+    )
 
 
 def test_what_pages_import_loads_no_torch():
@@ -135,6 +150,8 @@ def test_what_pages_import_loads_no_torch():
         "        importlib.import_module(name.rsplit('.', 1)[0])\n"
         f"print(json.dumps(sorted(m for m in {HEAVY!r} if m in sys.modules)))\n"
     )
-    result = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout.strip().splitlines()[-1]) == []

@@ -9,15 +9,26 @@ def acceptance_bars(series: dict[str, list[float]], title: str) -> go.Figure:
     figure = go.Figure()
     for name, values in series.items():
         figure.add_bar(x=[f"d{i + 1}" for i in range(len(values))], y=values, name=name)
-    figure.update_layout(title=title, yaxis_range=[0, 1], barmode="group", height=300,
-                         margin=dict(l=10, r=10, t=40, b=10), legend=dict(orientation="h"))
+    figure.update_layout(
+        title=title,
+        yaxis_range=[0, 1],
+        barmode="group",
+        height=300,
+        margin=dict(l=10, r=10, t=40, b=10),
+        legend=dict(orientation="h"),
+    )
     return figure
 
 
 def histogram(counts: list[int], title: str) -> go.Figure:
     figure = go.Figure(go.Bar(x=[str(a) for a in range(len(counts))], y=counts))
-    figure.update_layout(title=title, xaxis_title="accepted drafts a", yaxis_title="verify steps", height=300,
-                         margin=dict(l=10, r=10, t=40, b=10))
+    figure.update_layout(
+        title=title,
+        xaxis_title="accepted drafts a",
+        yaxis_title="verify steps",
+        height=300,
+        margin=dict(l=10, r=10, t=40, b=10),
+    )
     return figure
 
 
@@ -26,8 +37,14 @@ def step_times(draft_ms: list[float], verify_ms: list[float]) -> go.Figure:
     figure = go.Figure()
     figure.add_bar(x=steps, y=draft_ms, name="draft ms")
     figure.add_bar(x=steps, y=verify_ms, name="verify ms")
-    figure.update_layout(title="Time per verify step", barmode="stack", xaxis_title="step", height=300,
-                         margin=dict(l=10, r=10, t=40, b=10), legend=dict(orientation="h"))
+    figure.update_layout(
+        title="Time per verify step",
+        barmode="stack",
+        xaxis_title="step",
+        height=300,
+        margin=dict(l=10, r=10, t=40, b=10),
+        legend=dict(orientation="h"),
+    )
     return figure
 
 
@@ -39,8 +56,15 @@ def heatmap(rows: list[dict], value: str, title: str, chunk_order: list[str] | N
     for r in rows:
         if r["chunk"] in chunks and r.get(value) is not None:
             grid[chunks.index(r["chunk"])][column[r["position"]]] = r[value]
-    figure = go.Figure(go.Heatmap(z=grid, x=positions, y=chunks, colorscale="RdBu" if value == "cosine" else "Viridis",
-                                  colorbar=dict(title=value)))
+    figure = go.Figure(
+        go.Heatmap(
+            z=grid,
+            x=positions,
+            y=chunks,
+            colorscale="RdBu" if value == "cosine" else "Viridis",
+            colorbar=dict(title=value),
+        )
+    )
     figure.update_layout(title=title, xaxis_title="position", height=260, margin=dict(l=10, r=10, t=40, b=10))
     return figure
 
@@ -48,14 +72,34 @@ def heatmap(rows: list[dict], value: str, title: str, chunk_order: list[str] | N
 def whatif(rows: list[dict], measured: dict | None = None) -> go.Figure:
     ks = [r["num_steps"] for r in rows]
     figure = go.Figure()
-    figure.add_scatter(x=ks, y=[r["predicted_accept_length"] for r in rows], name="predicted accept length",
-                       mode="lines+markers")
-    figure.add_scatter(x=ks, y=[r["predicted_speedup"] for r in rows], name="predicted speed-up", mode="lines+markers",
-                       yaxis="y2")
+    figure.add_scatter(
+        x=ks,
+        y=[r["predicted_accept_length"] for r in rows],
+        name="predicted accept length",
+        mode="lines+markers",
+    )
+    figure.add_scatter(
+        x=ks,
+        y=[r["predicted_speedup"] for r in rows],
+        name="predicted speed-up",
+        mode="lines+markers",
+        yaxis="y2",
+    )
     if measured:
-        figure.add_scatter(x=list(measured), y=list(measured.values()), name="measured accept length",
-                           mode="markers", marker=dict(size=12, symbol="x"))
-    figure.update_layout(title="What if K were different", xaxis_title="K (chain drafts per step)",
-                         yaxis_title="accept length", yaxis2=dict(title="speed-up", overlaying="y", side="right"),
-                         height=320, margin=dict(l=10, r=10, t=40, b=10), legend=dict(orientation="h"))
+        figure.add_scatter(
+            x=list(measured),
+            y=list(measured.values()),
+            name="measured accept length",
+            mode="markers",
+            marker=dict(size=12, symbol="x"),
+        )
+    figure.update_layout(
+        title="What if K were different",
+        xaxis_title="K (chain drafts per step)",
+        yaxis_title="accept length",
+        yaxis2=dict(title="speed-up", overlaying="y", side="right"),
+        height=320,
+        margin=dict(l=10, r=10, t=40, b=10),
+        legend=dict(orientation="h"),
+    )
     return figure

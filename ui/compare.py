@@ -14,8 +14,11 @@ def committed_positions(run, steps) -> dict[int, dict]:
         for k, _ in enumerate(step.committed_ids):
             position = step.position + 1 + k
             proposal = step.drafted_ids[k] if k < len(step.drafted_ids) else None
-            out[position] = {"step": number, "kind": "accepted" if k < step.accepted_count else "bonus",
-                             "proposal": proposal}
+            out[position] = {
+                "step": number,
+                "kind": "accepted" if k < step.accepted_count else "bonus",
+                "proposal": proposal,
+            }
     return out
 
 
@@ -27,7 +30,9 @@ def first_divergence(a: dict[int, dict], b: dict[int, dict]) -> int | None:
     return None
 
 
-def timeline_html(run, positions: dict[int, dict], piece_of, start: int, stop: int, divergence: int | None) -> str:
+def timeline_html(
+    run, positions: dict[int, dict], piece_of, start: int, stop: int, divergence: int | None
+) -> str:
     sequence = run.prompt_ids + run.output_ids
     spans, last_step = [], None
     for position in range(start, min(stop, len(sequence))):
@@ -39,5 +44,7 @@ def timeline_html(run, positions: dict[int, dict], piece_of, start: int, stop: i
         last_step = info["step"]
         mark = " sl-cur" if position == divergence else ""
         title = escape(f"pos {position}  step {info['step']}  {info['kind']}", quote=True)
-        spans.append(f'<span class="sl-t {cls}{border}{mark}" title="{title}">{show(piece_of(sequence[position]))}</span>')
+        spans.append(
+            f'<span class="sl-t {cls}{border}{mark}" title="{title}">{show(piece_of(sequence[position]))}</span>'
+        )
     return f'<div class="sl-text">{"".join(spans)}</div>'

@@ -58,34 +58,51 @@ def sample_html(input_ids: list[int], loss_mask: list[int], prompt_len: int, pie
 
 
 def step_statuses(drafted: list[int], accepted: int) -> list[str]:
-    return ["accepted" if i < accepted else "rejected" if i == accepted else "not reached"
-            for i in range(len(drafted))]
+    return [
+        "accepted" if i < accepted else "rejected" if i == accepted else "not reached"
+        for i in range(len(drafted))
+    ]
 
 
 def chips_html(step, piece_of) -> str:
     """Drafted tokens as chips (status colour, draft prob, top-5 alternatives, target argmax and its
     prob at the same verify row), then the bonus chip."""
     chips = []
-    for i, (token, status) in enumerate(zip(step.drafted_ids, step_statuses(step.drafted_ids, step.accepted_count),
-                                            strict=True)):
+    for i, (token, status) in enumerate(
+        zip(step.drafted_ids, step_statuses(step.drafted_ids, step.accepted_count), strict=True)
+    ):
         prob = step.draft_probs[i] if i < len(step.draft_probs) else None
         alternatives = ""
         if i < len(step.draft_top_ids):
-            alternatives = "\n  ".join(f"{piece_of(t)!r} {p:.2f}" for t, p in
-                                     zip(step.draft_top_ids[i], step.draft_top_probs[i], strict=False))
+            alternatives = "\n  ".join(
+                f"{piece_of(t)!r} {p:.2f}"
+                for t, p in zip(step.draft_top_ids[i], step.draft_top_probs[i], strict=False)
+            )
         argmax = step.target_argmax_ids[i] if i < len(step.target_argmax_ids) else None
         argmax_prob = step.target_argmax_probs[i] if i < len(step.target_argmax_probs) else None
-        target_line = "" if argmax is None else (
-            f"target: {piece_of(argmax)!r}" + (f" p={argmax_prob:.2f}" if argmax_prob is not None else ""))
-        meta = (f"draft p={prob:.2f}\n" if prob is not None else "") + f"{target_line}\ntop-5:\n  {alternatives}"
-        chips.append(f'<div class="sl-chip {STATUS_CLASS[status]}" title="{escape(status, quote=True)}">'
-                      f'<div>d{i + 1} · {escape(status)}</div><b>{show(repr(piece_of(token))[1:-1])}</b>'
-                      f'<div class="sl-meta">{escape(meta)}</div></div>')
+        target_line = (
+            ""
+            if argmax is None
+            else (
+                f"target: {piece_of(argmax)!r}" + (f" p={argmax_prob:.2f}" if argmax_prob is not None else "")
+            )
+        )
+        meta = (
+            f"draft p={prob:.2f}\n" if prob is not None else ""
+        ) + f"{target_line}\ntop-5:\n  {alternatives}"
+        chips.append(
+            f'<div class="sl-chip {STATUS_CLASS[status]}" title="{escape(status, quote=True)}">'
+            f"<div>d{i + 1} · {escape(status)}</div><b>{show(repr(piece_of(token))[1:-1])}</b>"
+            f'<div class="sl-meta">{escape(meta)}</div></div>'
+        )
     bonus_row = step.accepted_count
     bonus_prob = step.target_argmax_probs[bonus_row] if bonus_row < len(step.target_argmax_probs) else None
-    chips.append(f'<div class="sl-chip sl-bonus"><div>bonus (target row {bonus_row})</div>'
-                 f'<b>{show(repr(piece_of(step.bonus_id))[1:-1])}</b><div class="sl-meta">'
-                 + (f"target p={bonus_prob:.2f}" if bonus_prob is not None else "") + "</div></div>")
+    chips.append(
+        f'<div class="sl-chip sl-bonus"><div>bonus (target row {bonus_row})</div>'
+        f'<b>{show(repr(piece_of(step.bonus_id))[1:-1])}</b><div class="sl-meta">'
+        + (f"target p={bonus_prob:.2f}" if bonus_prob is not None else "")
+        + "</div></div>"
+    )
     return f'<div class="sl-chips">{"".join(chips)}</div>'
 
 
@@ -98,8 +115,10 @@ def output_html(first_token: int | None, steps, piece_of, current: int, window: 
     if start > 0:
         parts.append(f'<span class="sl-boundary">… {start} earlier steps</span>')
     elif first_token is not None:
-        parts.append(f'<span class="sl-t sl-bonus" title="prefill: the target\'s own first token">'
-                     f'{show(piece_of(first_token))}</span>')
+        parts.append(
+            f'<span class="sl-t sl-bonus" title="prefill: the target\'s own first token">'
+            f"{show(piece_of(first_token))}</span>"
+        )
     for number in range(start, stop):
         step = steps[number]
         tokens = []

@@ -21,8 +21,9 @@ def dataset_picker(key: str, preset: int | None = None, container=st):
         return None, []
     ids = [d.id for d in datasets]
     names = {d.id: f"{d.id}: {d.name} ({d.sample_count})" for d in datasets}
-    dataset_id = container.selectbox("Dataset", ids, index=ids.index(preset) if preset in ids else 0,
-                                     format_func=names.get, key=key)
+    dataset_id = container.selectbox(
+        "Dataset", ids, index=ids.index(preset) if preset in ids else 0, format_func=names.get, key=key
+    )
     return dataset_id, samples_of(state.db(), dataset_id)
 
 
@@ -38,5 +39,7 @@ def first_samples(key: str, default_n: int = 8) -> list:
 
 def run_label(run) -> str:
     al = (run.metrics or {}).get("mean_accept_length")
-    return (f"run {run.id} · {run.status} · {state.draft_name(run.draft_path)} · K={run.params.get('num_steps')} · "
-            f"{run.sample_ref or ''} · {len(run.output_ids)} tokens · AL {'n/a' if al is None else f'{al:.2f}'}")
+    return (
+        f"run {run.id} · {run.status} · {state.draft_name(run.draft_path)} · K={run.params.get('num_steps')} · "
+        f"{run.sample_ref or ''} · {len(run.output_ids)} tokens · AL {'n/a' if al is None else f'{al:.2f}'}"
+    )

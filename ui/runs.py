@@ -10,14 +10,37 @@ from ui import state
 
 
 def runs_frame(runs: list[stored_runs.RunInfo]) -> pd.DataFrame:
-    return pd.DataFrame([{
-        "run": r.id, "status": r.status, "created": r.created_at.strftime("%Y-%m-%d %H:%M:%S") if r.created_at else "",
-        "draft": state.draft_name(r.draft_path), "sample": r.sample_ref or "", "K": r.params.get("num_steps"),
-        "tokens": len(r.output_ids), "accept length": r.metrics.get("mean_accept_length"),
-        "acceptance rate": r.metrics.get("acceptance_rate"), "aux HF indices": str(r.aux_hf_indices),
-        "error": (r.error or "").splitlines()[0] if r.error else "",
-    } for r in runs], columns=["run", "status", "created", "draft", "sample", "K", "tokens", "accept length",
-                               "acceptance rate", "aux HF indices", "error"])
+    return pd.DataFrame(
+        [
+            {
+                "run": r.id,
+                "status": r.status,
+                "created": r.created_at.strftime("%Y-%m-%d %H:%M:%S") if r.created_at else "",
+                "draft": state.draft_name(r.draft_path),
+                "sample": r.sample_ref or "",
+                "K": r.params.get("num_steps"),
+                "tokens": len(r.output_ids),
+                "accept length": r.metrics.get("mean_accept_length"),
+                "acceptance rate": r.metrics.get("acceptance_rate"),
+                "aux HF indices": str(r.aux_hf_indices),
+                "error": (r.error or "").splitlines()[0] if r.error else "",
+            }
+            for r in runs
+        ],
+        columns=[
+            "run",
+            "status",
+            "created",
+            "draft",
+            "sample",
+            "K",
+            "tokens",
+            "accept length",
+            "acceptance rate",
+            "aux HF indices",
+            "error",
+        ],
+    )
 
 
 def list_runs(limit: int = 500) -> list[stored_runs.RunInfo]:

@@ -12,8 +12,14 @@ from backend.defaults import default_draft, default_target, demo_drafts
 from backend.service import datasets
 from backend.service.database import database_url
 
-KEYS = {"db_url": "global_db_url", "target": "global_target", "drafts": "global_drafts", "draft": "global_draft",
-        "run": "global_run_id", "compare": "global_compare_runs"}
+KEYS = {
+    "db_url": "global_db_url",
+    "target": "global_target",
+    "drafts": "global_drafts",
+    "draft": "global_draft",
+    "run": "global_run_id",
+    "compare": "global_compare_runs",
+}
 
 
 def _init() -> None:
@@ -100,8 +106,9 @@ def sidebar() -> None:
             st.error(f"No config.json in {target}: pick a local Hugging Face model directory.")
         names = list(drafts())
         current = draft_name(draft_path())
-        choice = st.selectbox("Draft", names, index=names.index(current) if current in names else 0,
-                              key="sidebar_draft")
+        choice = st.selectbox(
+            "Draft", names, index=names.index(current) if current in names else 0, key="sidebar_draft"
+        )
         if drafts()[choice] != draft_path():
             set_value("draft", drafts()[choice])
         with st.expander("Add a draft directory"):

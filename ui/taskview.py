@@ -12,10 +12,12 @@ import streamlit as st
 from backend.service import tasks
 
 
-def task_panel(key: str, render: Callable | None = None, on_finish: Callable | None = None,
-               failure: str = "") -> None:
+def task_panel(
+    key: str, render: Callable | None = None, on_finish: Callable | None = None, failure: str = ""
+) -> None:
     current = tasks.MANAGER.get(st.session_state.get(key))
     unseen = current is not None and st.session_state.get(f"{key}_seen") != (current.id, current.status)
+
     # Poll only while there is something to wait for: every poll is a script run on the server.
     @st.fragment(run_every=1.0 if current is not None and (current.active or unseen) else None)
     def poll() -> None:
@@ -37,7 +39,9 @@ def task_panel(key: str, render: Callable | None = None, on_finish: Callable | N
     if task.status == "failed":
         st.error(f"{failure}{task.error.splitlines()[0] if task.error else 'failed'}")
         if task.details.get("preflight"):
-            st.dataframe(pd.DataFrame(task.details["preflight"]["checks"]), hide_index=True, key=f"{key}_preflight")
+            st.dataframe(
+                pd.DataFrame(task.details["preflight"]["checks"]), hide_index=True, key=f"{key}_preflight"
+            )
         elif task.error and "\n" in task.error:
             with st.expander("Details"):
                 st.code(task.error)

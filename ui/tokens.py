@@ -24,7 +24,9 @@ class Pieces:
     def __call__(self, token: int) -> str:
         piece = self.cache.get(token)
         if piece is None:
-            piece = self.tokenizer.decode([token], skip_special_tokens=False) if self.tokenizer else f"⟨{token}⟩"
+            piece = (
+                self.tokenizer.decode([token], skip_special_tokens=False) if self.tokenizer else f"⟨{token}⟩"
+            )
             self.cache[token] = piece
         return piece
 

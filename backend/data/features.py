@@ -33,24 +33,32 @@ def load_feature_file(path: str | Path, hidden_size: int | None = None) -> Featu
     try:
         data = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # noqa: BLE001 - any unpickling refusal is the user's file
-        raise BadInput(f"{path}: not a tensor-only torch file ({type(error).__name__}: "
-                       f"{str(error).splitlines()[0][:200]})") from error
+        raise BadInput(
+            f"{path}: not a tensor-only torch file ({type(error).__name__}: "
+            f"{str(error).splitlines()[0][:200]})"
+        ) from error
     if not isinstance(data, dict):
         raise BadInput(f"{path}: expected a dict with {', '.join(FEATURE_KEYS)}")
     missing = [k for k in ("input_ids", "aux_hidden_state") if k not in data]
     if missing:
-        raise BadInput(f"{path}: lacks {', '.join(missing)} (SpecForge feature files carry {', '.join(FEATURE_KEYS)})")
+        raise BadInput(
+            f"{path}: lacks {', '.join(missing)} (SpecForge feature files carry {', '.join(FEATURE_KEYS)})"
+        )
     ids = torch.as_tensor(data["input_ids"]).reshape(-1)
     aux = torch.as_tensor(data["aux_hidden_state"])
     aux = aux[0] if aux.ndim == 3 else aux
     if aux.ndim != 2 or aux.shape[0] != len(ids):
-        raise BadInput(f"{path}: aux_hidden_state {tuple(data['aux_hidden_state'].shape)} does not match "
-                       f"{len(ids)} input_ids")
+        raise BadInput(
+            f"{path}: aux_hidden_state {tuple(data['aux_hidden_state'].shape)} does not match "
+            f"{len(ids)} input_ids"
+        )
     if aux.shape[1] % 3:
         raise BadInput(f"{path}: aux_hidden_state width {aux.shape[1]} is not 3 * hidden size")
     if hidden_size is not None and aux.shape[1] != 3 * hidden_size:
-        raise BadInput(f"{path}: aux_hidden_state width {aux.shape[1]} != 3 * target hidden {hidden_size}: "
-                       "features of another target")
+        raise BadInput(
+            f"{path}: aux_hidden_state width {aux.shape[1]} != 3 * target hidden {hidden_size}: "
+            "features of another target"
+        )
     mask = torch.as_tensor(data.get("loss_mask", torch.ones(len(ids)))).reshape(-1)
     hidden = data.get("hidden_state")
     if hidden is not None:

@@ -21,8 +21,17 @@ from backend import BadInput
 from backend.data.samples import Rejected, Sample, parse_record, read_jsonl
 
 FORMATS = ("jsonl", "sharegpt", "specforge", "prompts")
-ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system",
-         "chatgpt": "assistant", "bing": "assistant", "bard": "assistant", "model": "assistant"}
+ROLES = {
+    "human": "user",
+    "user": "user",
+    "gpt": "assistant",
+    "assistant": "assistant",
+    "system": "system",
+    "chatgpt": "assistant",
+    "bing": "assistant",
+    "bard": "assistant",
+    "model": "assistant",
+}
 
 
 @dataclass
@@ -44,8 +53,9 @@ def detect_format(path: Path) -> str:
     return "sharegpt" if b'"conversations"' in first or b'"messages"' in first else "jsonl"
 
 
-def read_dataset(path: str | Path, tokenizer=None, vocab_size: int | None = None,
-                 format: str | None = None) -> ImportResult:
+def read_dataset(
+    path: str | Path, tokenizer=None, vocab_size: int | None = None, format: str | None = None
+) -> ImportResult:
     path = Path(path)
     if not path.exists():
         raise BadInput(f"{path}: no such file or directory")
@@ -76,7 +86,9 @@ def _records(path: Path) -> list[tuple[int, object]]:
         try:
             items = json.loads(text)
         except json.JSONDecodeError as error:
-            raise BadInput(f"{path}: invalid JSON: {error.msg} at line {error.lineno} column {error.colno}") from error
+            raise BadInput(
+                f"{path}: invalid JSON: {error.msg} at line {error.lineno} column {error.colno}"
+            ) from error
         return list(enumerate(items, start=1))
     out = []
     for number, line in enumerate(text.splitlines(), start=1):
@@ -90,15 +102,20 @@ def _records(path: Path) -> list[tuple[int, object]]:
 
 def _read_sharegpt(path: Path, tokenizer) -> ImportResult:
     if not getattr(tokenizer, "chat_template", None):
-        raise BadInput("the target's tokenizer has no chat template; ShareGPT conversations cannot be rendered")
+        raise BadInput(
+            "the target's tokenizer has no chat template; ShareGPT conversations cannot be rendered"
+        )
     result = ImportResult("sharegpt", [])
     for number, record in _records(path):
         try:
             if isinstance(record, Exception):
                 raise record
             messages = conversation_messages(record)
-            result.samples.append(render_conversation(tokenizer, messages, number,
-                                                      str(record.get("source", record.get("id", "sharegpt")))))
+            result.samples.append(
+                render_conversation(
+                    tokenizer, messages, number, str(record.get("source", record.get("id", "sharegpt")))
+                )
+            )
         except ValueError as error:
             result.rejected.append(Rejected(number, str(error)))
     return result
@@ -117,7 +134,9 @@ def conversation_messages(record) -> list[dict]:
         role = turn.get("from", turn.get("role"))
         content = turn.get("value", turn.get("content"))
         if role not in ROLES:
-            raise ValueError(f"turn {position}: unknown speaker {role!r} (expected human/gpt/system or user/assistant)")
+            raise ValueError(
+                f"turn {position}: unknown speaker {role!r} (expected human/gpt/system or user/assistant)"
+            )
         if not isinstance(content, str):
             raise ValueError(f"turn {position}: the text is not a string")
         messages.append({"role": ROLES[role], "content": content})
@@ -128,10 +147,13 @@ def conversation_messages(record) -> list[dict]:
 
 def render_conversation(tokenizer, messages: list[dict], line: int, source: str) -> Sample:
     """Token ids of the whole conversation; loss_mask 1 on the tokens each assistant turn adds."""
+
     def ids_of(upto: int, generation_prompt: bool = False) -> list[int]:
         if upto == 0:
             return []
-        text = tokenizer.apply_chat_template(messages[:upto], tokenize=False, add_generation_prompt=generation_prompt)
+        text = tokenizer.apply_chat_template(
+            messages[:upto], tokenize=False, add_generation_prompt=generation_prompt
+        )
         return tokenizer(text, add_special_tokens=False)["input_ids"]
 
     input_ids: list[int] = []
@@ -175,10 +197,20 @@ def _read_feature_files(path: Path, vocab_size: int | None) -> ImportResult:
                 record["n_prompt_tokens"] = max(1, record["loss_mask"].index(1))
             sample = parse_record(record, vocab_size)
         except (BadInput, ValueError) as error:
-            result.rejected.append(Rejected(number, f"{file.name}: {str(error).replace(str(file) + ': ', '')}"))
+            result.rejected.append(
+                Rejected(number, f"{file.name}: {str(error).replace(str(file) + ': ', '')}")
+            )
             continue
-        result.samples.append(Sample(sample.input_ids, sample.loss_mask, sample.prompt_len, "features", number,
-                                         {"feature_file": str(file.resolve())}))
+        result.samples.append(
+            Sample(
+                sample.input_ids,
+                sample.loss_mask,
+                sample.prompt_len,
+                "features",
+                number,
+                {"feature_file": str(file.resolve())},
+            )
+        )
     return result
 
 

@@ -56,14 +56,20 @@ def parse_record(record, vocab_size: int | None = None) -> Sample:
         raise ValueError("not a JSON object")
     missing = [name for name in REQUIRED_FIELDS if name not in record]
     if missing:
-        raise ValueError(f"missing field(s) {', '.join(missing)} (have: {', '.join(sorted(record)) or 'none'})")
+        raise ValueError(
+            f"missing field(s) {', '.join(missing)} (have: {', '.join(sorted(record)) or 'none'})"
+        )
     ids, mask = record["input_ids"], record["loss_mask"]
     if not isinstance(ids, list) or not ids or not all(type(t) is int for t in ids):
         raise ValueError("input_ids must be a non-empty list of integers")
     if any(t < 0 or (vocab_size is not None and t >= vocab_size) for t in ids):
         bound = f"0..{vocab_size - 1}" if vocab_size else ">= 0"
         raise ValueError(f"input_ids has ids outside the vocabulary ({bound})")
-    if not isinstance(mask, list) or len(mask) != len(ids) or any(m not in (0, 1) or type(m) is not int for m in mask):
+    if (
+        not isinstance(mask, list)
+        or len(mask) != len(ids)
+        or any(m not in (0, 1) or type(m) is not int for m in mask)
+    ):
         raise ValueError(f"loss_mask must be a list of 0/1 with the same length as input_ids ({len(ids)})")
     if "seq_len" in record and record["seq_len"] != len(ids):
         raise ValueError(f"seq_len {record['seq_len']} != len(input_ids) {len(ids)}")
@@ -74,7 +80,9 @@ def parse_record(record, vocab_size: int | None = None) -> Sample:
         raise ValueError(f"n_prompt_tokens must be an integer in 1..{len(ids)}, got {prompt_len!r}")
     response = record.get("n_response_tokens")
     if response is not None and (type(response) is not int or prompt_len + response != len(ids)):
-        raise ValueError(f"n_prompt_tokens + n_response_tokens ({prompt_len} + {response}) != {len(ids)} tokens")
+        raise ValueError(
+            f"n_prompt_tokens + n_response_tokens ({prompt_len} + {response}) != {len(ids)} tokens"
+        )
     source = record.get("source", "")
     extra = {k: v for k, v in record.items() if k not in (*REQUIRED_FIELDS, "n_prompt_tokens", "source")}
     return Sample(list(ids), list(mask), prompt_len, str(source), extra=extra)
@@ -112,5 +120,7 @@ def sample_at(path: str | Path, index: int, vocab_size: int | None = None) -> Sa
         reasons = "; ".join(f"line {r.line}: {r.reason}" for r in rejected[:3])
         raise BadInput(f"{path}: no valid sample ({reasons})")
     if not 0 <= index < len(samples):
-        raise BadInput(f"--index {index} out of range: {path} has {len(samples)} valid samples (0..{len(samples) - 1})")
+        raise BadInput(
+            f"--index {index} out of range: {path} has {len(samples)} valid samples (0..{len(samples) - 1})"
+        )
     return samples[index]

@@ -13,25 +13,44 @@ from backend.engine.replay import accept_lengths
 from backend.engine.teacher import teacher_forced_counts
 
 FLAG_RATIO = 0.75
-DEFINITION = (f"flagged: live accept length < {FLAG_RATIO} x predicted, predicted = 1 + sum_k prod_(j<=k) acc_j "
-              "from this sample's teacher-forced acc_k")
+DEFINITION = (
+    f"flagged: live accept length < {FLAG_RATIO} x predicted, predicted = 1 + sum_k prod_(j<=k) acc_j "
+    "from this sample's teacher-forced acc_k"
+)
 
 
-def teacher_vs_live(target, draft, wiring, samples: list, num_steps: int, max_new_tokens: int,
-                    progress: Progress = no_progress, training_wiring=None) -> list[dict]:
+def teacher_vs_live(
+    target,
+    draft,
+    wiring,
+    samples: list,
+    num_steps: int,
+    max_new_tokens: int,
+    progress: Progress = no_progress,
+    training_wiring=None,
+) -> list[dict]:
     """Teacher-forced accuracy under `training_wiring` (what the training run measured; default: the
     serving wiring) next to live acceptance under `wiring` (what serving feeds)."""
     training_wiring = training_wiring or wiring
     rows = []
     for number, sample in enumerate(samples):
         progress(number / len(samples), f"sample {number + 1}/{len(samples)}")
-        counts = teacher_forced_counts(target, draft, training_wiring, sample.input_ids, sample.loss_mask, num_steps)
+        counts = teacher_forced_counts(
+            target, draft, training_wiring, sample.input_ids, sample.loss_mask, num_steps
+        )
         simulated = counts.simulated_accept_length
         counts_live = accept_lengths(target, draft, sample.prompt_ids, wiring, num_steps, max_new_tokens)
         live = acceptance_metrics(counts_live, num_steps).mean_accept_length
         predicted = None if simulated is None else 1 + simulated
-        rows.append({"sample #": getattr(sample, "index", number), "source": sample.source,
-                     "acc_0": counts.acc_per_step[0], "acc_per_step": counts.acc_per_step,
-                     "predicted accept length": predicted, "live accept length": live,
-                     "flagged": predicted is not None and live is not None and live < FLAG_RATIO * predicted})
+        rows.append(
+            {
+                "sample #": getattr(sample, "index", number),
+                "source": sample.source,
+                "acc_0": counts.acc_per_step[0],
+                "acc_per_step": counts.acc_per_step,
+                "predicted accept length": predicted,
+                "live accept length": live,
+                "flagged": predicted is not None and live is not None and live < FLAG_RATIO * predicted,
+            }
+        )
     return rows

@@ -33,14 +33,24 @@ def coverage(draft_dir: str, target_vocab: int, samples: list) -> dict:
         reachable = torch.zeros(target_vocab, dtype=torch.bool)
         reachable[ids[(ids >= 0) & (ids < target_vocab)]] = True
     every = [t for s in samples for t in s.input_ids if 0 <= t < target_vocab]
-    masked = [t for s in samples for t, m in zip(s.input_ids, s.loss_mask, strict=True) if m and 0 <= t < target_vocab]
+    masked = [
+        t
+        for s in samples
+        for t, m in zip(s.input_ids, s.loss_mask, strict=True)
+        if m and 0 <= t < target_vocab
+    ]
 
     def share(tokens):
         return float(reachable[torch.tensor(tokens)].float().mean()) if tokens else None
 
-    return {"all_tokens": share(every), "loss_masked_tokens": share(masked), "n_tokens": len(every),
-            "n_loss_masked": len(masked), "draft_vocab_size": int(reachable.sum()),
-            "definition": "share of the dataset's target tokens present in the draft vocabulary (t2d)"}
+    return {
+        "all_tokens": share(every),
+        "loss_masked_tokens": share(masked),
+        "n_tokens": len(every),
+        "n_loss_masked": len(masked),
+        "draft_vocab_size": int(reachable.sum()),
+        "definition": "share of the dataset's target tokens present in the draft vocabulary (t2d)",
+    }
 
 
 def compare_mappings(draft_a: str, draft_b: str) -> dict:
@@ -55,15 +65,25 @@ def compare_mappings(draft_a: str, draft_b: str) -> dict:
     same_rows = float((ids_a == ids_b).float().mean())
     shared = len(set(ids_a.tolist()) & set(ids_b.tolist())) / len(ids_a)
     regenerated = same_rows < 1.0
-    message = ("identical d2t: lm_head rows mean the same tokens in both drafts" if not regenerated else
-               f"d2t differs: only {same_rows:.1%} of lm_head rows map to the same target token "
-               f"({shared:.1%} of the vocabulary is shared). If one draft was fine-tuned from the other, its "
-               "mapping was regenerated and its lm_head rows are misaligned (SpecForge PR #534).")
-    return {"comparable": True, "same_rows": same_rows, "shared_vocab": shared, "regenerated": regenerated,
-            "message": message}
+    message = (
+        "identical d2t: lm_head rows mean the same tokens in both drafts"
+        if not regenerated
+        else f"d2t differs: only {same_rows:.1%} of lm_head rows map to the same target token "
+        f"({shared:.1%} of the vocabulary is shared). If one draft was fine-tuned from the other, its "
+        "mapping was regenerated and its lm_head rows are misaligned (SpecForge PR #534)."
+    )
+    return {
+        "comparable": True,
+        "same_rows": same_rows,
+        "shared_vocab": shared,
+        "regenerated": regenerated,
+        "message": message,
+    }
 
 
-def doctor(draft_dir: str, target_dir: str, samples: list | None = None, other_draft: str | None = None) -> dict:
+def doctor(
+    draft_dir: str, target_dir: str, samples: list | None = None, other_draft: str | None = None
+) -> dict:
     report = preflight(draft_dir, target_dir, max((len(s.input_ids) for s in samples or []), default=None))
     result = {"preflight": report.to_dict()}
     target_vocab = read_target_config(target_dir).vocab_size

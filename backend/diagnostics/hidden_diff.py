@@ -26,8 +26,13 @@ from backend.engine.loading import Target
 from backend.engine.teacher import target_pass
 
 
-def compare_chunks(fed: torch.Tensor, reference: torch.Tensor, positions: list[int], chunk_names: list[str],
-                   reference_label: str) -> list[dict]:
+def compare_chunks(
+    fed: torch.Tensor,
+    reference: torch.Tensor,
+    positions: list[int],
+    chunk_names: list[str],
+    reference_label: str,
+) -> list[dict]:
     """fed, reference [T, n*Ht] -> one row per (position, chunk) with the four metrics."""
     if fed.shape != reference.shape:
         raise BadInput(f"cannot compare features of shape {tuple(fed.shape)} with {tuple(reference.shape)}")
@@ -44,10 +49,18 @@ def compare_chunks(fed: torch.Tensor, reference: torch.Tensor, positions: list[i
     rows = []
     for row, position in enumerate(positions):
         for chunk, name in enumerate(chunk_names):
-            rows.append({"position": int(position), "chunk": name, "reference": reference_label,
-                         "norm": float(norm_a[row, chunk]), "cosine": float(cosine[row, chunk]),
-                         "norm_ratio": float(ratio[row, chunk]), "max_abs_diff": float(max_abs[row, chunk]),
-                         "relative_error": float(relative[row, chunk])})
+            rows.append(
+                {
+                    "position": int(position),
+                    "chunk": name,
+                    "reference": reference_label,
+                    "norm": float(norm_a[row, chunk]),
+                    "cosine": float(cosine[row, chunk]),
+                    "norm_ratio": float(ratio[row, chunk]),
+                    "max_abs_diff": float(max_abs[row, chunk]),
+                    "relative_error": float(relative[row, chunk]),
+                }
+            )
     return rows
 
 
@@ -62,9 +75,14 @@ class TrainServeDiff:
     training_indices: list[int | None]
 
     def to_dict(self) -> dict:
-        return {"serving_aux_hf_indices": self.serving_indices, "first_mismatch": self.first_mismatch,
-                "summary": self.summary, "training_chunk_matches": self.matches,
-                "training_aux_hf_indices": self.training_indices, "definitions": DEFINITIONS}
+        return {
+            "serving_aux_hf_indices": self.serving_indices,
+            "first_mismatch": self.first_mismatch,
+            "summary": self.summary,
+            "training_chunk_matches": self.matches,
+            "training_aux_hf_indices": self.training_indices,
+            "definitions": DEFINITIONS,
+        }
 
 
 def train_vs_serve(target: Target, features: FeatureFile, serving_indices) -> TrainServeDiff:
@@ -88,8 +106,22 @@ def train_vs_serve(target: Target, features: FeatureFile, serving_indices) -> Tr
             scores.append((cosine, ratio, index))
         cosine, ratio, index = max(scores)
         equal = cosine >= COSINE_THRESHOLD and abs(ratio - 1) < RELATIVE_ERROR_THRESHOLD
-        matches.append({"chunk": chunk, "best_hf_index": index, "mean_cosine": cosine, "mean_norm_ratio": ratio,
-                        "equal": equal})
+        matches.append(
+            {
+                "chunk": chunk,
+                "best_hf_index": index,
+                "mean_cosine": cosine,
+                "mean_norm_ratio": ratio,
+                "equal": equal,
+            }
+        )
         training.append(index if equal else None)
-    return TrainServeDiff(rows, names, list(serving_indices), first_mismatch(rows, names),
-                          chunk_summary(rows, names), matches, training)
+    return TrainServeDiff(
+        rows,
+        names,
+        list(serving_indices),
+        first_mismatch(rows, names),
+        chunk_summary(rows, names),
+        matches,
+        training,
+    )

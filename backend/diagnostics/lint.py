@@ -35,6 +35,7 @@ class Finding:
 @dataclass
 class ServingSettings:
     """What the command line asks for (None = not given) and, after `effective_*`, what runs."""
+
     engine: str  # sglang | vllm
     algorithm: str | None = None
     draft_path: str | None = None
@@ -64,19 +65,28 @@ class LintReport:
     def to_dict(self) -> dict:
         order = {"error": 0, "warning": 1, "info": 2}
         findings = sorted(self.findings, key=lambda f: order[f.severity])
-        return {"findings": [f.to_dict() for f in findings], "engine": self.requested.engine,
-                "requested": asdict(self.requested), "effective": self.effective,
-                "errors": sum(f.severity == "error" for f in findings)}
+        return {
+            "findings": [f.to_dict() for f in findings],
+            "engine": self.requested.engine,
+            "requested": asdict(self.requested),
+            "effective": self.effective,
+            "errors": sum(f.severity == "error" for f in findings),
+        }
 
 
 # ----------------------------------------------------------------------------- parsing
 
 SGLANG_FLAGS = {
-    "--speculative-algorithm": ("algorithm", str), "--speculative-draft-model-path": ("draft_path", str),
-    "--speculative-draft-model": ("draft_path", str), "--speculative-num-steps": ("num_steps", int),
-    "--speculative-eagle-topk": ("topk", int), "--speculative-num-draft-tokens": ("num_draft_tokens", int),
-    "--speculative-token-map": ("token_map", str), "--model-path": ("target_path", str),
-    "--model": ("target_path", str), "--context-length": ("context_length", int),
+    "--speculative-algorithm": ("algorithm", str),
+    "--speculative-draft-model-path": ("draft_path", str),
+    "--speculative-draft-model": ("draft_path", str),
+    "--speculative-num-steps": ("num_steps", int),
+    "--speculative-eagle-topk": ("topk", int),
+    "--speculative-num-draft-tokens": ("num_draft_tokens", int),
+    "--speculative-token-map": ("token_map", str),
+    "--model-path": ("target_path", str),
+    "--model": ("target_path", str),
+    "--context-length": ("context_length", int),
     "--max-running-requests": ("max_running_requests", int),
 }
 
@@ -174,8 +184,11 @@ class DraftFacts:
     def is_eagle3(self) -> bool:
         if self.fc_input_width is not None:
             return self.fc_input_width == 3 * self.config.target_hidden_size
-        return self.config.architecture in EAGLE3_ARCHITECTURES or self.config.nested_aux_ids is not None \
+        return (
+            self.config.architecture in EAGLE3_ARCHITECTURES
+            or self.config.nested_aux_ids is not None
             or self.config.top_level_aux_ids is not None
+        )
 
 
 def lint(settings: ServingSettings, draft: DraftFacts, target: TargetFacts) -> LintReport:
@@ -187,28 +200,41 @@ def lint(settings: ServingSettings, draft: DraftFacts, target: TargetFacts) -> L
         effective = _sglang_shape(settings, target, add)
         _sglang_algorithm(settings, draft, add)
         if settings.token_map and settings.algorithm == "EAGLE3":
-            add("warning", "token-map-ignored",
+            add(
+                "warning",
+                "token-map-ignored",
                 f"--speculative-token-map {settings.token_map} is ignored for EAGLE3: SGLang maps draft ids "
                 "with the checkpoint's own d2t tensor.",
-                "Drop --speculative-token-map; make sure the checkpoint carries d2t/t2d.")
+                "Drop --speculative-token-map; make sure the checkpoint carries d2t/t2d.",
+            )
         if settings.max_running_requests and settings.max_running_requests > SGLANG_MAX_RUNNING_REQUESTS:
-            add("info", "max-running-requests-capped",
+            add(
+                "info",
+                "max-running-requests-capped",
                 f"--max-running-requests {settings.max_running_requests} is capped at "
                 f"{SGLANG_MAX_RUNNING_REQUESTS} with speculative decoding.",
-                f"Expect at most {SGLANG_MAX_RUNNING_REQUESTS} concurrent requests; size the deployment for that.")
+                f"Expect at most {SGLANG_MAX_RUNNING_REQUESTS} concurrent requests; size the deployment for that.",
+            )
         if settings.mixed_chunk:
-            add("info", "mixed-chunk-off", "--enable-mixed-chunk is turned off with speculative decoding.",
-                "Nothing to change; do not expect mixed chunked prefill in benchmarks.")
+            add(
+                "info",
+                "mixed-chunk-off",
+                "--enable-mixed-chunk is turned off with speculative decoding.",
+                "Nothing to change; do not expect mixed chunked prefill in benchmarks.",
+            )
     else:
         effective = {"num_speculative_tokens": settings.num_steps, "method": settings.algorithm}
         _vllm_method(settings, draft, add)
     steps = effective.get("num_steps", settings.num_steps)
     if steps == 1:
-        add("warning", "single-draft-step",
+        add(
+            "warning",
+            "single-draft-step",
             "Only 1 draft token per verify step: accept length can never exceed 2.0 (1 draft + the bonus), "
             "whatever the draft's accuracy.",
             "Use 3-5 steps for a chain (e.g. --speculative-num-steps 3 --speculative-eagle-topk 1 "
-            "--speculative-num-draft-tokens 4).")
+            "--speculative-num-draft-tokens 4).",
+        )
     _vocab_mapping(config, draft.has_d2t, add)
     _context(settings, config, target, add)
     _aux_ids(settings.engine, config, target, add)
@@ -224,29 +250,44 @@ def _sglang_shape(settings: ServingSettings, target: TargetFacts, add) -> dict:
         else:
             chosen = (5, 4, 8) if target.architecture == "LlamaForCausalLM" else (3, 1, 4)
             arch_note = target.architecture
-        overridden = [f for f, v in (("--speculative-eagle-topk", topk),
-                                     ("--speculative-num-draft-tokens", tokens)) if v is not None]
-        note = f" Your {' and '.join(overridden)} {'is' if len(overridden) == 1 else 'are'} replaced too." \
-            if overridden else ""
-        shape = f"(steps, topk, draft tokens) = {chosen}" if chosen else \
-            "(5, 4, 8) for LlamaForCausalLM, (3, 1, 4) for most others"
-        add("warning", "defaults-by-architecture",
+        overridden = [
+            f
+            for f, v in (("--speculative-eagle-topk", topk), ("--speculative-num-draft-tokens", tokens))
+            if v is not None
+        ]
+        note = (
+            f" Your {' and '.join(overridden)} {'is' if len(overridden) == 1 else 'are'} replaced too."
+            if overridden
+            else ""
+        )
+        shape = (
+            f"(steps, topk, draft tokens) = {chosen}"
+            if chosen
+            else "(5, 4, 8) for LlamaForCausalLM, (3, 1, 4) for most others"
+        )
+        add(
+            "warning",
+            "defaults-by-architecture",
             f"--speculative-num-steps is not set, so SGLang chooses all three speculative settings from "
             f"{arch_note}: {shape}.{note}",
-            "Set --speculative-num-steps, --speculative-eagle-topk and --speculative-num-draft-tokens together.")
+            "Set --speculative-num-steps, --speculative-eagle-topk and --speculative-num-draft-tokens together.",
+        )
         if chosen is None:
             return {"num_steps": None, "topk": None, "num_draft_tokens": None}
         steps, topk, tokens = chosen
     topk = 1 if topk is None else topk
     if topk == 1 and tokens != steps + 1:
         if tokens is not None:
-            add("error", "topk1-draft-tokens-reset",
+            add(
+                "error",
+                "topk1-draft-tokens-reset",
                 f"With --speculative-eagle-topk 1 (a chain) SGLang resets --speculative-num-draft-tokens "
                 f"{tokens} to num_steps + 1 = {steps + 1}, logging only a warning. You asked for {tokens} verified "
                 f"tokens and get {steps + 1}.",
                 f"For a chain of {tokens - 1} drafts: --speculative-num-steps {tokens - 1} "
                 f"--speculative-eagle-topk 1 --speculative-num-draft-tokens {tokens}; for a tree keep "
-                f"{tokens} draft tokens and raise --speculative-eagle-topk above 1.")
+                f"{tokens} draft tokens and raise --speculative-eagle-topk above 1.",
+            )
         tokens = steps + 1
     return {"num_steps": steps, "topk": topk, "num_draft_tokens": tokens}
 
@@ -254,52 +295,84 @@ def _sglang_shape(settings: ServingSettings, target: TargetFacts, add) -> dict:
 def _sglang_algorithm(settings: ServingSettings, draft: DraftFacts, add) -> None:
     config = draft.config
     if settings.algorithm == "EAGLE" and draft.is_eagle3:
-        add("error", "eagle-algorithm-eagle3-draft",
+        add(
+            "error",
+            "eagle-algorithm-eagle3-draft",
             f"--speculative-algorithm EAGLE with an EAGLE-3 draft ({config.architecture}, fc over 3 target "
             "layers): older SGLang runs it as EAGLE-1 and skips the 3-layer fc, giving accept length exactly "
             "1.0 with no error (newer SGLang upgrades it, PR #21272).",
-            "--speculative-algorithm EAGLE3")
+            "--speculative-algorithm EAGLE3",
+        )
     elif settings.algorithm == "EAGLE3" and not config.use_aux_hidden_state:
-        add("error", "eagle3-algorithm-eagle1-draft",
+        add(
+            "error",
+            "eagle3-algorithm-eagle1-draft",
             "--speculative-algorithm EAGLE3 but the draft says use_aux_hidden_state: false (EAGLE-1 style, "
-            "no 3-layer fc).", "--speculative-algorithm EAGLE")
+            "no 3-layer fc).",
+            "--speculative-algorithm EAGLE",
+        )
     elif settings.algorithm not in ("EAGLE", "EAGLE3"):
-        add("warning", "not-eagle", f"--speculative-algorithm {settings.algorithm} does not run an EAGLE-3 draft.",
-            "--speculative-algorithm EAGLE3")
+        add(
+            "warning",
+            "not-eagle",
+            f"--speculative-algorithm {settings.algorithm} does not run an EAGLE-3 draft.",
+            "--speculative-algorithm EAGLE3",
+        )
 
 
 def _vllm_method(settings: ServingSettings, draft: DraftFacts, add) -> None:
     config = draft.config
     if settings.algorithm == "eagle" and draft.is_eagle3:
-        add("error", "eagle-algorithm-eagle3-draft",
-            f"method \"eagle\" with an EAGLE-3 draft ({config.architecture}): the 3-layer fc input is not used.",
-            "\"method\": \"eagle3\" in --speculative-config")
+        add(
+            "error",
+            "eagle-algorithm-eagle3-draft",
+            f'method "eagle" with an EAGLE-3 draft ({config.architecture}): the 3-layer fc input is not used.',
+            '"method": "eagle3" in --speculative-config',
+        )
     elif settings.algorithm != "eagle3":
-        add("warning", "not-eagle", f"method {settings.algorithm!r} does not run an EAGLE-3 draft.",
-            "\"method\": \"eagle3\" in --speculative-config")
+        add(
+            "warning",
+            "not-eagle",
+            f"method {settings.algorithm!r} does not run an EAGLE-3 draft.",
+            '"method": "eagle3" in --speculative-config',
+        )
     if settings.num_steps is None:
-        add("warning", "no-speculative-tokens", "num_speculative_tokens is not set in --speculative-config.",
-            "Add \"num_speculative_tokens\": 3 (or what the probe's what-if recommends).")
+        add(
+            "warning",
+            "no-speculative-tokens",
+            "num_speculative_tokens is not set in --speculative-config.",
+            'Add "num_speculative_tokens": 3 (or what the probe\'s what-if recommends).',
+        )
 
 
 def _vocab_mapping(config: DraftConfig, has_d2t: bool, add) -> None:
     if config.draft_vocab_size < config.vocab_size and not has_d2t:
-        add("error", "missing-d2t",
+        add(
+            "error",
+            "missing-d2t",
             f"draft_vocab_size {config.draft_vocab_size} < vocab_size {config.vocab_size} but the checkpoint has "
             "no d2t: every engine then reads draft ids as target ids and proposes garbage, silently.",
-            "Export d2t/t2d from the training run's vocab mapping (never regenerate it for a trained head).")
+            "Export d2t/t2d from the training run's vocab mapping (never regenerate it for a trained head).",
+        )
 
 
 def _context(settings: ServingSettings, config: DraftConfig, target: TargetFacts, add) -> None:
     served = settings.context_length or target.max_position_embeddings
     if served and served > config.max_position_embeddings:
-        origin = "--context-length/--max-model-len" if settings.context_length else "the target's max_position_embeddings"
-        add("warning", "draft-context",
+        origin = (
+            "--context-length/--max-model-len"
+            if settings.context_length
+            else "the target's max_position_embeddings"
+        )
+        add(
+            "warning",
+            "draft-context",
             f"Served context {served} ({origin}) exceeds the draft's max_position_embeddings "
             f"{config.max_position_embeddings}: the engine sets the draft's context to the target's, and a draft "
             "trained on shorter sequences degrades beyond them (sglang #6783).",
             f"Cap the context at {config.max_position_embeddings} for speculative requests, or train the draft "
-            "on longer sequences.")
+            "on longer sequences.",
+        )
 
 
 def _aux_ids(engine: str, config: DraftConfig, target: TargetFacts, add) -> None:
@@ -309,48 +382,70 @@ def _aux_ids(engine: str, config: DraftConfig, target: TargetFacts, add) -> None
     nested_hf = [i + 1 for i in nested] if nested is not None else None
     if nested is not None and top is not None and list(top) != nested_hf:
         same = list(top) == list(nested)
-        add("error", "aux-ids-disagree",
+        add(
+            "error",
+            "aux-ids-disagree",
             f"The draft declares aux ids twice: nested {nested} (output-of-layer: HF {nested_hf}) and top-level "
             f"{top} (HF indices). SGLang uses HF {nested_hf}, vLLM uses HF {top}"
             + (": the same list in both fields selects layers one apart (vLLM PR #43671)." if same else "."),
             "Keep the wiring the draft was trained on (python -m backend probe tells which) and write it as "
-            "nested ids = HF - 1 and top-level ids = HF.")
+            "nested ids = HF - 1 and top-level ids = HF.",
+        )
     if engine == "sglang":
         if nested is None and top is not None:
             fallback = f"HF {defaults}" if defaults else "the defaults HF [2, L//2, L-3]"
             severity = "info" if defaults == list(top) else "warning"
-            add(severity, "aux-ids-field",
+            add(
+                severity,
+                "aux-ids-field",
                 f"SGLang reads eagle_config.eagle_aux_hidden_state_layer_ids; this draft only has the top-level "
                 f"field {top} (vLLM's), so SGLang falls back to {fallback}.",
-                f"Add \"eagle_config\": {{\"eagle_aux_hidden_state_layer_ids\": {[i - 1 for i in top]}}} "
-                "(output-of-layer ids = HF - 1).")
+                f'Add "eagle_config": {{"eagle_aux_hidden_state_layer_ids": {[i - 1 for i in top]}}} '
+                "(output-of-layer ids = HF - 1).",
+            )
         if nested is not None and defaults and list(nested) == defaults and nested_hf != defaults:
-            add("warning", "aux-ids-convention",
+            add(
+                "warning",
+                "aux-ids-convention",
                 f"Nested ids {nested} equal the default HF indices for L={layers}, but the nested field is read "
                 f"as output-of-layer ids: SGLang selects HF {nested_hf}, one layer above each default.",
-                f"If the draft was trained on the defaults write {[i - 1 for i in defaults]} in eagle_config.")
+                f"If the draft was trained on the defaults write {[i - 1 for i in defaults]} in eagle_config.",
+            )
     else:
         if top is None and nested is not None:
             fallback = f"HF {defaults}" if defaults else "the defaults HF [2, L//2, L-3]"
             severity = "info" if defaults == nested_hf else "error"
-            add(severity, "aux-ids-field",
+            add(
+                severity,
+                "aux-ids-field",
                 f"vLLM reads only the top-level eagle_aux_hidden_state_layer_ids; this draft has only the nested "
                 f"eagle_config ids {nested} (HF {nested_hf}), so vLLM silently uses {fallback}"
-                + (" — the same layers, by luck." if severity == "info" else
-                   " (vLLM PR #50170: acceptance 1.2%, accept length 1.04)."),
-                f"Add top-level \"eagle_aux_hidden_state_layer_ids\": {nested_hf} (HF indices).")
+                + (
+                    " — the same layers, by luck."
+                    if severity == "info"
+                    else " (vLLM PR #50170: acceptance 1.2%, accept length 1.04)."
+                ),
+                f'Add top-level "eagle_aux_hidden_state_layer_ids": {nested_hf} (HF indices).',
+            )
         if top is not None and defaults and [i + 1 for i in top] == defaults and list(top) != defaults:
-            add("warning", "aux-ids-convention",
+            add(
+                "warning",
+                "aux-ids-convention",
                 f"Top-level ids {top} equal the defaults written as output-of-layer ids for L={layers}, but vLLM "
                 f"reads them as HF indices: it selects HF {top}, one layer below each default.",
-                f"If the draft was trained on the defaults write {defaults} at the top level.")
+                f"If the draft was trained on the defaults write {defaults} at the top level.",
+            )
 
 
 # ----------------------------------------------------------------------------- entry point
 
 
-def lint_command(draft_dir: str | Path | None, sglang: str | None = None, vllm: str | None = None,
-                 target_dir: str | Path | None = None) -> LintReport:
+def lint_command(
+    draft_dir: str | Path | None,
+    sglang: str | None = None,
+    vllm: str | None = None,
+    target_dir: str | Path | None = None,
+) -> LintReport:
     if (sglang is None) == (vllm is None):
         raise BadInput("give exactly one of an SGLang launch command or vLLM arguments")
     settings = parse_sglang(sglang) if sglang is not None else parse_vllm(vllm)
@@ -359,9 +454,14 @@ def lint_command(draft_dir: str | Path | None, sglang: str | None = None, vllm: 
         raise BadInput("no draft directory: pass --draft DIR (the command names none)")
     report = lint(settings, draft_facts(Path(draft_dir)), target_facts(target_dir or settings.target_path))
     if settings.draft_path and Path(settings.draft_path) != Path(draft_dir):
-        report.findings.append(Finding(
-            "info", "draft-path", f"The command serves {settings.draft_path}; linted against the local copy {draft_dir}.",
-            "Make sure both are the same checkpoint."))
+        report.findings.append(
+            Finding(
+                "info",
+                "draft-path",
+                f"The command serves {settings.draft_path}; linted against the local copy {draft_dir}.",
+                "Make sure both are the same checkpoint.",
+            )
+        )
     return report
 
 

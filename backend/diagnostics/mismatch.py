@@ -31,10 +31,15 @@ def chunk_summary(rows: list[dict], chunk_order: list[str]) -> list[dict]:
         mine = [r for r in rows if r["chunk"] == name]
         if not mine:
             continue
-        summary.append({"chunk": name, "positions": len(mine),
-                        "mean_cosine": sum(r["cosine"] for r in mine) / len(mine),
-                        "min_cosine": min(r["cosine"] for r in mine),
-                        "mean_norm_ratio": sum(r["norm_ratio"] for r in mine) / len(mine),
-                        "max_relative_error": max(r["relative_error"] for r in mine),
-                        "mismatching": sum(is_mismatch(r) for r in mine)})
+        summary.append(
+            {
+                "chunk": name,
+                "positions": len(mine),
+                "mean_cosine": sum(r["cosine"] for r in mine) / len(mine),
+                "min_cosine": min(r["cosine"] for r in mine),
+                "mean_norm_ratio": sum(r["norm_ratio"] for r in mine) / len(mine),
+                "max_relative_error": max(r["relative_error"] for r in mine),
+                "mismatching": sum(is_mismatch(r) for r in mine),
+            }
+        )
     return summary

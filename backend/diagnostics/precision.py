@@ -20,9 +20,11 @@ import torch
 from backend.engine.kv_cache import crop_target_cache, new_target_cache, target_forward
 from backend.engine.loading import Target
 
-DEFINITION = ("target self-disagreement: share of positions where the argmax of a (K+1)-token verify forward "
-              "differs from the argmax of 1-token decode forwards over the same prefix and tokens, per 1,000 "
-              "positions, in the run's dtype")
+DEFINITION = (
+    "target self-disagreement: share of positions where the argmax of a (K+1)-token verify forward "
+    "differs from the argmax of 1-token decode forwards over the same prefix and tokens, per 1,000 "
+    "positions, in the run's dtype"
+)
 
 
 @dataclass
@@ -41,8 +43,9 @@ class SelfDisagreement:
         return {**asdict(self), "per_1000": self.per_1000, "definition": DEFINITION}
 
 
-def _chunk_and_decode(target: Target, cache, start: int, chunk: list[int],
-                      decoded: int | None = None) -> tuple[list[int], list[int]]:
+def _chunk_and_decode(
+    target: Target, cache, start: int, chunk: list[int], decoded: int | None = None
+) -> tuple[list[int], list[int]]:
     """From a cache holding exactly `start` positions: the argmax rows of `chunk` fed as one forward,
     and of its first `decoded` tokens (default all) fed one at a time. The cache ends holding the
     1-token path."""
@@ -52,12 +55,16 @@ def _chunk_and_decode(target: Target, cache, start: int, chunk: list[int],
     crop_target_cache(cache, start)
     sequential_argmax = []
     for offset, token in enumerate(chunk[:decoded]):
-        logits = target_forward(target.model, torch.tensor([[token]], device=device), cache, start + offset).logits
+        logits = target_forward(
+            target.model, torch.tensor([[token]], device=device), cache, start + offset
+        ).logits
         sequential_argmax.append(int(logits[0, -1].argmax()))
     return batched_argmax, sequential_argmax
 
 
-def self_disagreement(target: Target, prompt_ids: list[int], continuation: list[int], num_steps: int) -> SelfDisagreement:
+def self_disagreement(
+    target: Target, prompt_ids: list[int], continuation: list[int], num_steps: int
+) -> SelfDisagreement:
     """Walk `continuation` after `prompt_ids` in verify-sized chunks (K+1 tokens) and compare, at every
     position, the verify argmax with the 1-token decode argmax."""
     width = num_steps + 1
@@ -69,11 +76,14 @@ def self_disagreement(target: Target, prompt_ids: list[int], continuation: list[
         for first in range(0, len(continuation), width):
             chunk = continuation[first : first + width]
             batched, sequential = _chunk_and_decode(target, cache, position, chunk)
-            disagreeing += [position + row for row, (a, b) in enumerate(zip(batched, sequential, strict=True))
-                            if a != b]
+            disagreeing += [
+                position + row for row, (a, b) in enumerate(zip(batched, sequential, strict=True)) if a != b
+            ]
             compared += len(chunk)
             position += len(chunk)
-    return SelfDisagreement(compared, disagreeing, width, str(target.dtype).replace("torch.", ""), str(target.device))
+    return SelfDisagreement(
+        compared, disagreeing, width, str(target.dtype).replace("torch.", ""), str(target.device)
+    )
 
 
 def divergence_explained(target: Target, prefix_ids: list[int], chunk: list[int], row: int) -> dict:
@@ -84,4 +94,8 @@ def divergence_explained(target: Target, prefix_ids: list[int], chunk: list[int]
         cache = new_target_cache(target.model)
         target_forward(target.model, torch.tensor([prefix_ids], device=target.device), cache, 0)
         batched, sequential = _chunk_and_decode(target, cache, len(prefix_ids), chunk, decoded=row + 1)
-    return {"verify_argmax": batched[row], "decode_argmax": sequential[row], "explained": batched[row] != sequential[row]}
+    return {
+        "verify_argmax": batched[row],
+        "decode_argmax": sequential[row],
+        "explained": batched[row] != sequential[row],
+    }

@@ -51,11 +51,16 @@ class Candidate:
         return (self.simulated or 0.0, self.acc_step0)
 
     def to_dict(self) -> dict:
-        return {"aux_hf_indices": list(self.aux_hf_indices), "label": "; ".join(self.labels),
-                "acc_step0": self.acc_step0, "acc_per_step": self.acc_per_step,
-                "simulated_accept_length": self.simulated,
-                "predicted_accept_length": None if self.simulated is None else 1 + self.simulated,
-                "n_positions": self.n_positions, "live_accept_length": self.live_accept_length}
+        return {
+            "aux_hf_indices": list(self.aux_hf_indices),
+            "label": "; ".join(self.labels),
+            "acc_step0": self.acc_step0,
+            "acc_per_step": self.acc_per_step,
+            "simulated_accept_length": self.simulated,
+            "predicted_accept_length": None if self.simulated is None else 1 + self.simulated,
+            "n_positions": self.n_positions,
+            "live_accept_length": self.live_accept_length,
+        }
 
 
 @dataclass
@@ -76,16 +81,26 @@ class ProbeReport:
 
     @property
     def confirmed(self) -> bool:
-        return self.best.aux_hf_indices == self.declared.aux_hf_indices or \
-            self.declared.acc_step0 >= self.best.acc_step0 - CONFIRM_MARGIN
+        return (
+            self.best.aux_hf_indices == self.declared.aux_hf_indices
+            or self.declared.acc_step0 >= self.best.acc_step0 - CONFIRM_MARGIN
+        )
 
     def to_dict(self) -> dict:
-        return {"declared": {**self.declared.to_dict(), "source": self.declared_source},
-                "candidates": [c.to_dict() for c in self.candidates], "best": self.best.to_dict(),
-                "verdict": self.verdict, "confirmed": self.confirmed,
-                "config": {"sglang": {"eagle_config": {"eagle_aux_hidden_state_layer_ids": self.sglang_ids}},
-                           "vllm": {"eagle_aux_hidden_state_layer_ids": self.vllm_ids}},
-                "seconds": self.seconds, "num_steps": self.num_steps, "n_samples": self.n_samples}
+        return {
+            "declared": {**self.declared.to_dict(), "source": self.declared_source},
+            "candidates": [c.to_dict() for c in self.candidates],
+            "best": self.best.to_dict(),
+            "verdict": self.verdict,
+            "confirmed": self.confirmed,
+            "config": {
+                "sglang": {"eagle_config": {"eagle_aux_hidden_state_layer_ids": self.sglang_ids}},
+                "vllm": {"eagle_aux_hidden_state_layer_ids": self.vllm_ids},
+            },
+            "seconds": self.seconds,
+            "num_steps": self.num_steps,
+            "n_samples": self.n_samples,
+        }
 
 
 def initial_candidates(draft: Eagle3Draft, declared: Wiring, num_layers: int) -> dict[tuple, list[str]]:
@@ -126,9 +141,17 @@ def describe(indices, num_layers: int) -> str:
     return f"HF {list(indices)} ({', '.join(names)})"
 
 
-def run_probe(target: Target, draft: Eagle3Draft, declared: Wiring, samples: list, num_steps: int = 4,
-              search_budget: int = 40, live_samples: int = 0, live_tokens: int = 64,
-              progress: Progress = no_progress) -> ProbeReport:
+def run_probe(
+    target: Target,
+    draft: Eagle3Draft,
+    declared: Wiring,
+    samples: list,
+    num_steps: int = 4,
+    search_budget: int = 40,
+    live_samples: int = 0,
+    live_tokens: int = 64,
+    progress: Progress = no_progress,
+) -> ProbeReport:
     """Rank candidate wirings by teacher-forced accuracy on `samples` (objects with input_ids and
     loss_mask; prompt_ids for live runs). `search_budget` bounds the extra candidates tried."""
     started = time.time()
@@ -159,19 +182,36 @@ def run_probe(target: Target, draft: Eagle3Draft, declared: Wiring, samples: lis
     for number, (indices, labels) in enumerate(initial.items()):
         evaluate(indices, labels)
         progress(0.2 + 0.6 * number / total, f"candidate {number + 1}/{len(initial)}: HF {list(indices)}")
-    _search(evaluate, evaluated, num_layers, search_budget,
-            lambda n: progress(0.2 + 0.6 * (len(initial) + n) / total, f"search {n}/{search_budget}"))
+    _search(
+        evaluate,
+        evaluated,
+        num_layers,
+        search_budget,
+        lambda n: progress(0.2 + 0.6 * (len(initial) + n) / total, f"search {n}/{search_budget}"),
+    )
     ranked = sorted(evaluated.values(), key=lambda c: c.score, reverse=True)
     declared_candidate = evaluated[tuple(declared.aux_hf_indices)]
     if live_samples:
-        live = [ranked[0]] + ([declared_candidate] if declared_candidate is not ranked[0] else []) + ranked[1:2]
+        live = (
+            [ranked[0]] + ([declared_candidate] if declared_candidate is not ranked[0] else []) + ranked[1:2]
+        )
         for number, candidate in enumerate(live):
             progress(0.8 + 0.2 * number / len(live), f"live replay HF {list(candidate.aux_hf_indices)}")
-            candidate.live_accept_length = live_accept_length(target, draft, candidate.aux_hf_indices,
-                                                              samples[:live_samples], num_steps, live_tokens)
+            candidate.live_accept_length = live_accept_length(
+                target, draft, candidate.aux_hf_indices, samples[:live_samples], num_steps, live_tokens
+            )
     best = ranked[0]
-    report = ProbeReport(declared_candidate, declared.source, ranked, "", [i - 1 for i in best.aux_hf_indices],
-                         list(best.aux_hf_indices), time.time() - started, num_steps, len(samples))
+    report = ProbeReport(
+        declared_candidate,
+        declared.source,
+        ranked,
+        "",
+        [i - 1 for i in best.aux_hf_indices],
+        list(best.aux_hf_indices),
+        time.time() - started,
+        num_steps,
+        len(samples),
+    )
     report.verdict = verdict(report, num_layers)
     progress(1.0, "done")
     return report
@@ -202,33 +242,45 @@ def _search(evaluate, evaluated: dict, num_layers: int, budget: int, tick) -> No
                     best, improved = candidate, True
 
 
-def live_accept_length(target: Target, draft: Eagle3Draft, indices, samples: list, num_steps: int,
-                       max_new_tokens: int) -> float | None:
+def live_accept_length(
+    target: Target, draft: Eagle3Draft, indices, samples: list, num_steps: int, max_new_tokens: int
+) -> float | None:
     """Accept length of unrecorded replays of `samples` fed the wiring `indices` (docs/reference.md §6)."""
     wiring = Wiring(tuple(indices), "probe candidate")
-    counts = [a for sample in samples
-              for a in accept_lengths(target, draft, sample.prompt_ids, wiring, num_steps, max_new_tokens)]
+    counts = [
+        a
+        for sample in samples
+        for a in accept_lengths(target, draft, sample.prompt_ids, wiring, num_steps, max_new_tokens)
+    ]
     return acceptance_metrics(counts, num_steps).mean_accept_length
 
 
 def verdict(report: ProbeReport, num_layers: int) -> str:
     best, declared = report.best, report.declared
-    config = (f"For SGLang write eagle_config.eagle_aux_hidden_state_layer_ids = {report.sglang_ids} "
-              f"(nested, output-of-layer ids{'; -1 = embedding output' if 0 in best.aux_hf_indices else ''}); "
-              f"for vLLM write top-level eagle_aux_hidden_state_layer_ids = {report.vllm_ids} (HF indices).")
+    config = (
+        f"For SGLang write eagle_config.eagle_aux_hidden_state_layer_ids = {report.sglang_ids} "
+        f"(nested, output-of-layer ids{'; -1 = embedding output' if 0 in best.aux_hf_indices else ''}); "
+        f"for vLLM write top-level eagle_aux_hidden_state_layer_ids = {report.vllm_ids} (HF indices)."
+    )
     if report.confirmed:
         runner = next((c for c in report.candidates if c is not declared), None)
         margin = f" (next best {list(runner.aux_hf_indices)}: acc_0 {runner.acc_step0:.3f})" if runner else ""
-        return (f"The declared wiring {describe(declared.aux_hf_indices, num_layers)} is the trained one: "
-                f"acc_0 {declared.acc_step0:.3f}, the best of {len(report.candidates)} candidates{margin}. {config}")
+        return (
+            f"The declared wiring {describe(declared.aux_hf_indices, num_layers)} is the trained one: "
+            f"acc_0 {declared.acc_step0:.3f}, the best of {len(report.candidates)} candidates{margin}. {config}"
+        )
     loss = ""
     if best.simulated and declared.simulated is not None:
         predicted_best, predicted_declared = 1 + best.simulated, 1 + declared.simulated
-        loss = (f"; predicted accept length {predicted_declared:.2f} instead of {predicted_best:.2f} "
-                f"({100 * (1 - predicted_declared / predicted_best):.0f}% lost)")
+        loss = (
+            f"; predicted accept length {predicted_declared:.2f} instead of {predicted_best:.2f} "
+            f"({100 * (1 - predicted_declared / predicted_best):.0f}% lost)"
+        )
     live = ""
     if best.live_accept_length is not None and declared.live_accept_length is not None:
         live = f"; live accept length {declared.live_accept_length:.2f} vs {best.live_accept_length:.2f}"
-    return (f"The draft was trained on {describe(best.aux_hf_indices, num_layers)}, not on the declared "
-            f"{describe(declared.aux_hf_indices, num_layers)}: acc_0 {best.acc_step0:.3f} vs "
-            f"{declared.acc_step0:.3f} with the declared wiring{loss}{live}. {config}")
+    return (
+        f"The draft was trained on {describe(best.aux_hf_indices, num_layers)}, not on the declared "
+        f"{describe(declared.aux_hf_indices, num_layers)}: acc_0 {best.acc_step0:.3f} vs "
+        f"{declared.acc_step0:.3f} with the declared wiring{loss}{live}. {config}"
+    )

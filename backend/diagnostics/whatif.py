@@ -13,8 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-MODEL = ("AL(K) = 1 + sum_k prod_{i<=k} alpha_i (alpha_i: measured conditional acceptance); "
-         "speed-up = AL(K) * t_verify / (K * t_draft_per_token + t_verify)")
+MODEL = (
+    "AL(K) = 1 + sum_k prod_{i<=k} alpha_i (alpha_i: measured conditional acceptance); "
+    "speed-up = AL(K) * t_verify / (K * t_draft_per_token + t_verify)"
+)
 
 
 @dataclass
@@ -36,8 +38,13 @@ def conditional_rates(accepted_counts: list[int], num_steps: int) -> list[float 
     return rates
 
 
-def predict(accepted_counts: list[int], num_steps: int, draft_ms_total: float, verify_ms_total: float,
-            candidates=range(1, 9)) -> list[WhatIfRow]:
+def predict(
+    accepted_counts: list[int],
+    num_steps: int,
+    draft_ms_total: float,
+    verify_ms_total: float,
+    candidates=range(1, 9),
+) -> list[WhatIfRow]:
     if not accepted_counts:
         return []
     measured = [r for r in conditional_rates(accepted_counts, num_steps) if r is not None]

@@ -30,10 +30,25 @@ ROPE_KEYS = {"rope_theta", "rope_scaling", "rope_parameters"}
 
 # Keys that are not LlamaConfig fields but are understood (or harmless bookkeeping).
 EAGLE_KEYS = {
-    "draft_vocab_size", "target_hidden_size", "eagle_config", "eagle_aux_hidden_state_layer_ids",
-    "use_aux_hidden_state", "transformer_layer_config", "speculators_config", "speculators_model_type",
-    "speculators_version", "has_no_defaults_at_init", "torch_dtype", "dtype", "transformers_version",
-    "architectures", "model_type", "_name_or_path", "target_model_type", "auto_map", "base_model",
+    "draft_vocab_size",
+    "target_hidden_size",
+    "eagle_config",
+    "eagle_aux_hidden_state_layer_ids",
+    "use_aux_hidden_state",
+    "transformer_layer_config",
+    "speculators_config",
+    "speculators_model_type",
+    "speculators_version",
+    "has_no_defaults_at_init",
+    "torch_dtype",
+    "dtype",
+    "transformers_version",
+    "architectures",
+    "model_type",
+    "_name_or_path",
+    "target_model_type",
+    "auto_map",
+    "base_model",
     *VARIANT_FLAGS,
 }
 

@@ -57,8 +57,9 @@ class DraftAttention(nn.Module):
             keys, values = torch.cat([past[0], k], dim=-2), torch.cat([past[1], v], dim=-2)
         else:
             keys, values = k, v
-        attended = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask,
-                                                  enable_gqa=self.num_heads != self.num_kv_heads)
+        attended = F.scaled_dot_product_attention(
+            q, keys, values, attn_mask=mask, enable_gqa=self.num_heads != self.num_kv_heads
+        )
         return self.o_proj(attended.transpose(0, 1).reshape(m, -1)), (k, v)
 
 
@@ -138,8 +139,9 @@ class Eagle3Draft(nn.Module):
             target_features = self.input_norm(target_features)
         return self.fc(target_features)
 
-    def forward(self, hidden, token_ids, positions, cache: DraftKVCache | None = None, mask=None,
-                past_override=None):
+    def forward(
+        self, hidden, token_ids, positions, cache: DraftKVCache | None = None, mask=None, past_override=None
+    ):
         """Run the draft over m positions: hidden [m, H] (`fuse`d target features, or the draft's own
         previous output), token_ids [m] (the tokens one ahead), positions [m] (RoPE positions).
 

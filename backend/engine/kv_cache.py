@@ -78,7 +78,9 @@ class DraftKVCache:
     def __len__(self) -> int:
         return self.lengths[0]
 
-    def append(self, layer: int, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def append(
+        self, layer: int, keys: torch.Tensor, values: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Store [heads, m, head_dim] new entries; return views over every entry of the layer."""
         start, new = self.lengths[layer], keys.shape[-2]
         buffer = self.keys[layer]

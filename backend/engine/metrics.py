@@ -10,18 +10,18 @@ from dataclasses import asdict, dataclass
 
 DEFINITIONS = {
     "mean_accept_length": "accept length (tau): mean over verify steps of a + 1, bonus token included "
-                          "(SGLang accept len, vLLM mean_acceptance_length, EAGLE papers)",
+    "(SGLang accept len, vLLM mean_acceptance_length, EAGLE papers)",
     "accepted_drafts_per_step": "mean of a, drafts accepted per verify step (SpecForge simulated_acc_len "
-                                "is comparable to this)",
+    "is comparable to this)",
     "acceptance_rate": "accepted drafts / drafted tokens = sum(a) / (steps x K) (vLLM)",
     "per_position_marginal": "P(a >= i) over verify steps, i = 1..K (vLLM per-position vector)",
     "per_position_conditional": "P(a >= i | a >= i-1), i = 1..K (EAGLE n-alpha style); null where no "
-                                "step reached position i-1",
+    "step reached position i-1",
     "accept_histogram": "number of verify steps accepting exactly a = 0..K drafts (SGLang spec_accept_histogram)",
     "acc_per_step": "teacher-forced acc_k: fraction of loss-masked positions where the draft's top-1 at TTT "
-                    "step k, mapped through d2t, equals the target's argmax (SpecForge acc_k)",
+    "step k, mapped through d2t, equals the target's argmax (SpecForge acc_k)",
     "simulated_accept_length": "sum_k prod_{j<=k} acc_j over the teacher-forced accuracies; excludes the "
-                               "bonus token (SpecForge checkpoint selection)",
+    "bonus token (SpecForge checkpoint selection)",
 }
 
 
@@ -48,7 +48,9 @@ def acceptance_metrics(accepted_counts: list[int], num_steps: int) -> Acceptance
     histogram = [sum(1 for a in accepted_counts if a == k) for k in range(num_steps + 1)]
     reached = [sum(1 for a in accepted_counts if a >= i) for i in range(num_steps + 1)]  # reached[0] = steps
     if steps == 0:
-        return AcceptanceMetrics(num_steps, 0, None, None, None, [None] * num_steps, [None] * num_steps, histogram)
+        return AcceptanceMetrics(
+            num_steps, 0, None, None, None, [None] * num_steps, [None] * num_steps, histogram
+        )
     total = sum(accepted_counts)
     return AcceptanceMetrics(
         num_steps=num_steps,
@@ -57,8 +59,9 @@ def acceptance_metrics(accepted_counts: list[int], num_steps: int) -> Acceptance
         accepted_drafts_per_step=total / steps,
         acceptance_rate=total / (steps * num_steps),
         per_position_marginal=[reached[i] / steps for i in range(1, num_steps + 1)],
-        per_position_conditional=[reached[i] / reached[i - 1] if reached[i - 1] else None
-                                  for i in range(1, num_steps + 1)],
+        per_position_conditional=[
+            reached[i] / reached[i - 1] if reached[i - 1] else None for i in range(1, num_steps + 1)
+        ],
         accept_histogram=histogram,
     )
 

@@ -66,8 +66,9 @@ class PreflightRefused(BadInput):
         self.report = report
 
 
-def preflight(draft_dir: str | Path, target_dir: str | Path, sample_length: int | None = None,
-              aux_hf_indices=None) -> PreflightReport:
+def preflight(
+    draft_dir: str | Path, target_dir: str | Path, sample_length: int | None = None, aux_hf_indices=None
+) -> PreflightReport:
     """Check a draft against a target without loading the target's weights."""
     target_config = read_target_config(target_dir)
     try:
@@ -80,7 +81,9 @@ def preflight(draft_dir: str | Path, target_dir: str | Path, sample_length: int 
     return report
 
 
-def load_checked_draft(draft_dir: str | Path, target: Target, aux_hf_indices=None) -> tuple[Eagle3Draft, PreflightReport]:
+def load_checked_draft(
+    draft_dir: str | Path, target: Target, aux_hf_indices=None
+) -> tuple[Eagle3Draft, PreflightReport]:
     """Read the draft once, check it against the loaded target, and build it; PreflightRefused when
     a check fails. The report (warnings included) comes back for the caller to show."""
     files = read_draft(draft_dir)
@@ -93,9 +96,15 @@ def load_checked_draft(draft_dir: str | Path, target: Target, aux_hf_indices=Non
 def context_check(config: DraftConfig, sequence_length: int) -> Check:
     limit = config.max_position_embeddings
     if sequence_length > limit:
-        return Check("context", "warn", f"the sequence ({sequence_length} tokens) is longer than the draft's "
-                     f"max_position_embeddings ({limit}); drafts degrade past their trained context")
-    return Check("context", "pass", f"sequence of {sequence_length} tokens fits the draft's context ({limit})")
+        return Check(
+            "context",
+            "warn",
+            f"the sequence ({sequence_length} tokens) is longer than the draft's "
+            f"max_position_embeddings ({limit}); drafts degrade past their trained context",
+        )
+    return Check(
+        "context", "pass", f"sequence of {sequence_length} tokens fits the draft's context ({limit})"
+    )
 
 
 def check_draft(files: DraftFiles, target_config, aux_hf_indices=None) -> PreflightReport:
@@ -103,8 +112,12 @@ def check_draft(files: DraftFiles, target_config, aux_hf_indices=None) -> Prefli
     add = lambda name, status, message: checks.append(Check(name, status, message))  # noqa: E731
     target_hidden, target_vocab = target_config.hidden_size, target_config.vocab_size
     config, tensors = files.config, files.tensors
-    add("files", "pass", f"read {files.weights_file} ({len(tensors)} tensors)"
-        + (f"; {'; '.join(files.renamed)}" if files.renamed else ""))
+    add(
+        "files",
+        "pass",
+        f"read {files.weights_file} ({len(tensors)} tensors)"
+        + (f"; {'; '.join(files.renamed)}" if files.renamed else ""),
+    )
     _check_architecture(config, add)
     wiring = _check_wiring(config, target_config.num_hidden_layers, aux_hf_indices, add)
     _check_sizes(config, tensors, target_hidden, target_vocab, add)
@@ -112,26 +125,53 @@ def check_draft(files: DraftFiles, target_config, aux_hf_indices=None) -> Prefli
     _check_tensor_names(config, files, add)
     _check_dtypes(tensors, add)
     return PreflightReport(checks, wiring)
+
+
 def _check_architecture(config: DraftConfig, add) -> None:
     if config.architecture in KNOWN_ARCHITECTURES:
-        add("architecture", "pass", f"{config.architecture}, {config.num_layers} decoder layer(s), "
-            f"hidden {config.hidden_size}, RoPE {config.rope_description}")
+        add(
+            "architecture",
+            "pass",
+            f"{config.architecture}, {config.num_layers} decoder layer(s), "
+            f"hidden {config.hidden_size}, RoPE {config.rope_description}",
+        )
     else:
-        add("architecture", "warn", f"unknown architecture {config.architecture}; read as an EAGLE-3 Llama "
-            f"draft ({', '.join(KNOWN_ARCHITECTURES)} are known)")
+        add(
+            "architecture",
+            "warn",
+            f"unknown architecture {config.architecture}; read as an EAGLE-3 Llama "
+            f"draft ({', '.join(KNOWN_ARCHITECTURES)} are known)",
+        )
     if not config.use_aux_hidden_state:
-        add("variant", "fail", "eagle_config.use_aux_hidden_state is false (EAGLE-1/2 style: last hidden, no "
-            "fc); SpecLens replays EAGLE-3 drafts only")
+        add(
+            "variant",
+            "fail",
+            "eagle_config.use_aux_hidden_state is false (EAGLE-1/2 style: last hidden, no "
+            "fc); SpecLens replays EAGLE-3 drafts only",
+        )
     if config.unknown_flags:
         for name, value in config.unknown_flags.items():
-            add("variant", "fail", f"unknown variant flag {name}={value}: it may change the draft's math and "
-                "SpecLens does not implement it, so results would be wrong; refusing this checkpoint")
+            add(
+                "variant",
+                "fail",
+                f"unknown variant flag {name}={value}: it may change the draft's math and "
+                "SpecLens does not implement it, so results would be wrong; refusing this checkpoint",
+            )
     else:
         on = [f for f in ("fc_norm", "norm_before_fc", "norm_before_residual") if getattr(config, f)]
-        add("variant", "pass", "variant flags: " + (", ".join(on) if on else "none")
-            + ("" if config.norm_output else ", norm_output=false"))
+        add(
+            "variant",
+            "pass",
+            "variant flags: "
+            + (", ".join(on) if on else "none")
+            + ("" if config.norm_output else ", norm_output=false"),
+        )
     if config.unknown_keys:
-        add("config keys", "warn", f"config keys SpecLens does not use: {', '.join(sorted(config.unknown_keys))}")
+        add(
+            "config keys",
+            "warn",
+            f"config keys SpecLens does not use: {', '.join(sorted(config.unknown_keys))}",
+        )
 
 
 def _check_wiring(config: DraftConfig, num_layers: int, override, add) -> Wiring | None:
@@ -143,27 +183,46 @@ def _check_wiring(config: DraftConfig, num_layers: int, override, add) -> Wiring
     add("wiring", "pass", f"aux HF indices {list(wiring.aux_hf_indices)} from {wiring.source}")
     indices = list(wiring.aux_hf_indices)
     if len(set(indices)) < 3 or indices != sorted(indices):
-        add("wiring", "warn", f"aux HF indices {indices} are not three distinct ascending layers: the engines "
-            "concatenate in ascending order; a target this shallow or an override like this rarely matches training")
+        add(
+            "wiring",
+            "warn",
+            f"aux HF indices {indices} are not three distinct ascending layers: the engines "
+            "concatenate in ascending order; a target this shallow or an override like this rarely matches training",
+        )
     if config.nested_aux_ids is not None and config.top_level_aux_ids is not None:
         nested_hf = [i + 1 for i in config.nested_aux_ids]
         if nested_hf != config.top_level_aux_ids:
-            add("wiring", "warn", f"nested ids (HF {nested_hf}) and top-level ids (HF {config.top_level_aux_ids}) "
-                "disagree: SGLang reads the nested field, vLLM the top-level one; they will feed different layers")
+            add(
+                "wiring",
+                "warn",
+                f"nested ids (HF {nested_hf}) and top-level ids (HF {config.top_level_aux_ids}) "
+                "disagree: SGLang reads the nested field, vLLM the top-level one; they will feed different layers",
+            )
     return wiring
 
 
 def _check_sizes(config: DraftConfig, tensors, target_hidden: int, target_vocab: int, add) -> None:
     if config.target_hidden_size != target_hidden:
-        add("target hidden", "fail" if "own_embedding.weight" not in tensors else "warn",
-            f"draft target_hidden_size {config.target_hidden_size} != target hidden_size {target_hidden}")
+        add(
+            "target hidden",
+            "fail" if "own_embedding.weight" not in tensors else "warn",
+            f"draft target_hidden_size {config.target_hidden_size} != target hidden_size {target_hidden}",
+        )
     fc = tensors.get("fc.weight")
     if fc is not None:
         if fc.shape[1] == 3 * target_hidden:
-            add("fc width", "pass", f"fc.weight {list(fc.shape)}: input 3 x {target_hidden} (three target states)")
+            add(
+                "fc width",
+                "pass",
+                f"fc.weight {list(fc.shape)}: input 3 x {target_hidden} (three target states)",
+            )
         else:
-            add("fc width", "fail", f"fc.weight input width {fc.shape[1]} != 3 x target hidden size {target_hidden} "
-                f"(= {3 * target_hidden}): this draft was not trained on this target's three hidden states")
+            add(
+                "fc width",
+                "fail",
+                f"fc.weight input width {fc.shape[1]} != 3 x target hidden size {target_hidden} "
+                f"(= {3 * target_hidden}): this draft was not trained on this target's three hidden states",
+            )
     if config.vocab_size != target_vocab:
         add("vocab", "warn", f"draft config vocab_size {config.vocab_size} != target vocab {target_vocab}")
     else:
@@ -175,9 +234,13 @@ def _check_vocab_mapping(config: DraftConfig, tensors, target_vocab: int, add) -
     draft_vocab = config.draft_vocab_size
     if d2t is None:
         if draft_vocab < target_vocab:
-            add("d2t", "fail", f"draft vocab {draft_vocab} < target vocab {target_vocab} but the checkpoint has no "
+            add(
+                "d2t",
+                "fail",
+                f"draft vocab {draft_vocab} < target vocab {target_vocab} but the checkpoint has no "
                 "d2t: draft ids would be read as target ids and every proposal would be garbage "
-                "(EAGLE, SGLang and vLLM all do this silently)")
+                "(EAGLE, SGLang and vLLM all do this silently)",
+            )
         else:
             add("d2t", "pass", "no d2t needed: draft and target share the vocabulary")
         return
@@ -186,19 +249,39 @@ def _check_vocab_mapping(config: DraftConfig, tensors, target_vocab: int, add) -
         return
     target_ids = torch.arange(draft_vocab) + d2t.long()
     if target_ids.min() < 0 or target_ids.max() >= target_vocab:
-        add("d2t", "fail", f"d2t maps draft ids to target ids {int(target_ids.min())}..{int(target_ids.max())}, "
-            f"outside the target vocab 0..{target_vocab - 1}")
+        add(
+            "d2t",
+            "fail",
+            f"d2t maps draft ids to target ids {int(target_ids.min())}..{int(target_ids.max())}, "
+            f"outside the target vocab 0..{target_vocab - 1}",
+        )
         return
     if not bool((target_ids[1:] > target_ids[:-1]).all()):
-        add("d2t", "fail", "d2t does not map draft ids to strictly increasing target ids (the layout EAGLE and "
-            "SpecForge build); the mapping is corrupt or from another tool")
+        add(
+            "d2t",
+            "fail",
+            "d2t does not map draft ids to strictly increasing target ids (the layout EAGLE and "
+            "SpecForge build); the mapping is corrupt or from another tool",
+        )
         return
-    add("d2t", "pass", f"d2t maps {draft_vocab} draft ids into target ids {int(target_ids[0])}..{int(target_ids[-1])}")
+    add(
+        "d2t",
+        "pass",
+        f"d2t maps {draft_vocab} draft ids into target ids {int(target_ids[0])}..{int(target_ids[-1])}",
+    )
     if t2d is None:
         add("t2d", "warn", "no t2d tensor (not used for replay; training tools need it)")
-    elif t2d.shape[0] != target_vocab or int(t2d.bool().sum()) != draft_vocab or not bool(t2d.bool()[target_ids].all()):
-        add("t2d", "fail", "t2d disagrees with d2t: they mark different target ids as in the draft vocab "
-            "(a regenerated mapping? lm_head rows would not match their tokens)")
+    elif (
+        t2d.shape[0] != target_vocab
+        or int(t2d.bool().sum()) != draft_vocab
+        or not bool(t2d.bool()[target_ids].all())
+    ):
+        add(
+            "t2d",
+            "fail",
+            "t2d disagrees with d2t: they mark different target ids as in the draft vocab "
+            "(a regenerated mapping? lm_head rows would not match their tokens)",
+        )
     else:
         add("t2d", "pass", "t2d agrees with d2t")
 
@@ -220,29 +303,58 @@ def _check_tensor_names(config: DraftConfig, files: DraftFiles, add) -> None:
     if missing:
         add("tensors", "fail", f"missing tensors (would stay random): {', '.join(map(show, missing))}")
     if unexpected:
-        add("tensors", "fail", f"unexpected tensors (would be skipped silently): {', '.join(map(show, unexpected))}")
+        add(
+            "tensors",
+            "fail",
+            f"unexpected tensors (would be skipped silently): {', '.join(map(show, unexpected))}",
+        )
     if ignorable:
-        add("tensors", "warn", f"ignored buffers recomputed from the config: {', '.join(map(show, ignorable))}")
-    wrong = [f"{show(n)} {list(tensors[n].shape)} vs config {list(shape)}" for n, shape in expected.items()
-             if n in tensors and tuple(tensors[n].shape) != shape]
+        add(
+            "tensors",
+            "warn",
+            f"ignored buffers recomputed from the config: {', '.join(map(show, ignorable))}",
+        )
+    wrong = [
+        f"{show(n)} {list(tensors[n].shape)} vs config {list(shape)}"
+        for n, shape in expected.items()
+        if n in tensors and tuple(tensors[n].shape) != shape
+    ]
     if wrong:
         add("shapes", "fail", "tensor shapes do not match config.json: " + "; ".join(wrong))
     elif not missing:
-        add("shapes", "pass", f"all {len(expected)} expected tensors present with the shapes config.json implies")
+        add(
+            "shapes",
+            "pass",
+            f"all {len(expected)} expected tensors present with the shapes config.json implies",
+        )
     if "own_embedding.weight" in tensors:
         if config.target_hidden_size != config.hidden_size:
-            add("embedding", "pass", "checkpoint carries its own embedding (target_hidden_size != hidden_size)")
+            add(
+                "embedding",
+                "pass",
+                "checkpoint carries its own embedding (target_hidden_size != hidden_size)",
+            )
         else:
-            add("embedding", "warn", "checkpoint carries embed_tokens.weight; the target's embedding is used "
-                "instead, as SGLang does")
+            add(
+                "embedding",
+                "warn",
+                "checkpoint carries embed_tokens.weight; the target's embedding is used "
+                "instead, as SGLang does",
+            )
     elif config.target_hidden_size != config.hidden_size:
-        add("embedding", "fail", "target_hidden_size != hidden_size needs the draft's own embed_tokens.weight, "
-            "which the checkpoint lacks")
+        add(
+            "embedding",
+            "fail",
+            "target_hidden_size != hidden_size needs the draft's own embed_tokens.weight, "
+            "which the checkpoint lacks",
+        )
 
 
 def _check_dtypes(tensors, add) -> None:
     dtypes = sorted({str(t.dtype).replace("torch.", "") for n, t in tensors.items() if t.is_floating_point()})
-    add("dtype", "pass" if len(dtypes) == 1 else "warn", f"weights stored as {', '.join(dtypes)}"
-        + ("" if len(dtypes) == 1 else " (mixed precision in one checkpoint)"))
-
-
+    add(
+        "dtype",
+        "pass" if len(dtypes) == 1 else "warn",
+        f"weights stored as {', '.join(dtypes)}"
+        + ("" if len(dtypes) == 1 else " (mixed precision in one checkpoint)"),
+    )

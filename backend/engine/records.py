@@ -60,5 +60,6 @@ class StepRecord:
 
 
 # The StepRecord fields that are columns of the steps table.
-STORED_STEP_FIELDS = tuple(name for name in StepRecord.__dataclass_fields__
-                           if name not in ("aux_features", "draft_hidden"))
+STORED_STEP_FIELDS = tuple(
+    name for name in StepRecord.__dataclass_fields__ if name not in ("aux_features", "draft_hidden")
+)

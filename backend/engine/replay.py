@@ -102,8 +102,9 @@ def draft_catch_up(draft: Eagle3Draft, cache: DraftKVCache, cursor: Cursor) -> t
     return hidden[-1:]
 
 
-def draft_chain(draft: Eagle3Draft, cache: DraftKVCache, hidden: torch.Tensor, position: int,
-                config: ReplayConfig) -> Proposal:
+def draft_chain(
+    draft: Eagle3Draft, cache: DraftKVCache, hidden: torch.Tensor, position: int, config: ReplayConfig
+) -> Proposal:
     """2. Propose d_1..d_K. `hidden` is the catch-up output at `position` (= n-1); step j feeds
     (out_{j-1}, d_j) at RoPE position n-1+j."""
     proposal = Proposal()
@@ -141,7 +142,9 @@ def roll_back(target_cache, draft_cache: DraftKVCache, cursor: Cursor, accepted:
     draft_cache.crop_to(cursor.position)
 
 
-def commit_within_budget(emitted: list[int], produced: int, eos: set[int], max_new_tokens: int) -> tuple[list[int], bool]:
+def commit_within_budget(
+    emitted: list[int], produced: int, eos: set[int], max_new_tokens: int
+) -> tuple[list[int], bool]:
     """6. The emitted tokens that fit: up to and including an EOS, at most max_new_tokens in all.
     Returns (committed, finished)."""
     committed = []
@@ -152,8 +155,16 @@ def commit_within_budget(emitted: list[int], produced: int, eos: set[int], max_n
     return committed, False
 
 
-def step_record(step_index: int, cursor: Cursor, proposal: Proposal, verdict: Verdict, committed: list[int],
-                draft_ms: float, verify_ms: float, record: bool) -> StepRecord:
+def step_record(
+    step_index: int,
+    cursor: Cursor,
+    proposal: Proposal,
+    verdict: Verdict,
+    committed: list[int],
+    draft_ms: float,
+    verify_ms: float,
+    record: bool,
+) -> StepRecord:
     """7. The step's record, built once."""
     recorded = {}
     if record:
@@ -167,12 +178,24 @@ def step_record(step_index: int, cursor: Cursor, proposal: Proposal, verdict: Ve
             aux_features=verdict.features[: min(len(committed), verdict.accepted) + 1].to("cpu"),
             draft_hidden=torch.stack(proposal.hidden),
         )
-    return StepRecord(step_index, cursor.position, cursor.pending, proposal.drafted_ids, verdict.accepted,
-                      verdict.bonus, committed, verdict.target_argmax, draft_ms, verify_ms, **recorded)
+    return StepRecord(
+        step_index,
+        cursor.position,
+        cursor.pending,
+        proposal.drafted_ids,
+        verdict.accepted,
+        verdict.bonus,
+        committed,
+        verdict.target_argmax,
+        draft_ms,
+        verify_ms,
+        **recorded,
+    )
 
 
-def replay(target: Target, draft: Eagle3Draft, prompt_ids: list[int], wiring: Wiring,
-           config: ReplayConfig) -> Iterator[PrefillRecord | StepRecord]:
+def replay(
+    target: Target, draft: Eagle3Draft, prompt_ids: list[int], wiring: Wiring, config: ReplayConfig
+) -> Iterator[PrefillRecord | StepRecord]:
     """Yield a PrefillRecord, then one StepRecord per verify step, until EOS or max_new_tokens."""
     if not prompt_ids:
         raise ValueError("the prompt is empty")
@@ -184,8 +207,12 @@ def replay(target: Target, draft: Eagle3Draft, prompt_ids: list[int], wiring: Wi
         logits = target_forward(model, torch.tensor([prompt_ids], device=device), target_cache, 0).logits
         first = int(logits[0, -1].argmax())
         features = capture.features()
-        yield PrefillRecord(list(prompt_ids), first, _elapsed_ms(started, device),
-                            features.to("cpu") if config.record else None)
+        yield PrefillRecord(
+            list(prompt_ids),
+            first,
+            _elapsed_ms(started, device),
+            features.to("cpu") if config.record else None,
+        )
         if first in eos or config.max_new_tokens <= 1:
             return
         cursor = Cursor(len(prompt_ids), first, 1, features, list(prompt_ids[1:]) + [first], 0)
@@ -201,14 +228,22 @@ def replay(target: Target, draft: Eagle3Draft, prompt_ids: list[int], wiring: Wi
             roll_back(target_cache, draft_cache, cursor, verdict.accepted)  # 5
             verify_ms = _elapsed_ms(started, device)
 
-            committed, finished = commit_within_budget(verdict.emitted, cursor.produced, eos,
-                                                       config.max_new_tokens)  # 6
-            yield step_record(step_index, cursor, proposal, verdict, committed, draft_ms, verify_ms,
-                              config.record)  # 7
+            committed, finished = commit_within_budget(
+                verdict.emitted, cursor.produced, eos, config.max_new_tokens
+            )  # 6
+            yield step_record(
+                step_index, cursor, proposal, verdict, committed, draft_ms, verify_ms, config.record
+            )  # 7
             if finished:
                 return
-            cursor = Cursor(cursor.position + verdict.accepted + 1, verdict.bonus, cursor.produced + len(committed),
-                            verdict.features, verdict.emitted, cursor.position)
+            cursor = Cursor(
+                cursor.position + verdict.accepted + 1,
+                verdict.bonus,
+                cursor.produced + len(committed),
+                verdict.features,
+                verdict.emitted,
+                cursor.position,
+            )
 
 
 def output_ids_of(records: list[PrefillRecord | StepRecord]) -> list[int]:
@@ -219,11 +254,21 @@ def output_ids_of(records: list[PrefillRecord | StepRecord]) -> list[int]:
     return output
 
 
-def accept_lengths(target: Target, draft: Eagle3Draft, prompt_ids: list[int], wiring: Wiring,
-                   num_steps: int, max_new_tokens: int) -> list[int]:
+def accept_lengths(
+    target: Target,
+    draft: Eagle3Draft,
+    prompt_ids: list[int],
+    wiring: Wiring,
+    num_steps: int,
+    max_new_tokens: int,
+) -> list[int]:
     """The accepted count a of every verify step of an unrecorded replay (for live accept lengths)."""
     config = ReplayConfig(num_steps, max_new_tokens, record=False)
-    return [r.accepted_count for r in replay(target, draft, prompt_ids, wiring, config) if isinstance(r, StepRecord)]
+    return [
+        r.accepted_count
+        for r in replay(target, draft, prompt_ids, wiring, config)
+        if isinstance(r, StepRecord)
+    ]
 
 
 def _elapsed_ms(started: float, device: torch.device) -> float:

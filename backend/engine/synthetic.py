@@ -23,16 +23,36 @@ from backend.engine.draft_model import Eagle3Draft
 from backend.engine.layouts import LAYOUTS, to_layout_names
 
 
-def make_target(path: Path, num_layers: int = 4, hidden: int = 64, vocab: int = 128, heads: int = 4,
-                kv_heads: int = 2, intermediate: int = 128, seed: int = 0, eos_token_id: int | None = None,
-                attention_scale: float = 1.0, rope_theta: float = 500000.0) -> LlamaForCausalLM:
+def make_target(
+    path: Path,
+    num_layers: int = 4,
+    hidden: int = 64,
+    vocab: int = 128,
+    heads: int = 4,
+    kv_heads: int = 2,
+    intermediate: int = 128,
+    seed: int = 0,
+    eos_token_id: int | None = None,
+    attention_scale: float = 1.0,
+    rope_theta: float = 500000.0,
+) -> LlamaForCausalLM:
     """Save a random Llama target to `path`. `attention_scale` < 1 shrinks every o_proj, making the
     target closer to a bigram model (so a hand-built draft can predict it)."""
     torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=intermediate,
-                         num_hidden_layers=num_layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
-                         max_position_embeddings=4096, rope_theta=rope_theta, eos_token_id=eos_token_id,
-                         bos_token_id=None, pad_token_id=None, tie_word_embeddings=False)
+    config = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=intermediate,
+        num_hidden_layers=num_layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        max_position_embeddings=4096,
+        rope_theta=rope_theta,
+        eos_token_id=eos_token_id,
+        bos_token_id=None,
+        pad_token_id=None,
+        tie_word_embeddings=False,
+    )
     model = LlamaForCausalLM(config).eval()
     with torch.no_grad():
         for module in model.modules():
@@ -55,21 +75,36 @@ def character_tokenizer(vocab: int) -> PreTrainedTokenizerFast:
     return PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="<unk>")
 
 
-def draft_config_dict(target_config: LlamaConfig, draft_vocab: int | None = None, layout: str = "specforge",
-                      aux_ids: list[int] | None = None, **overrides) -> dict:
+def draft_config_dict(
+    target_config: LlamaConfig,
+    draft_vocab: int | None = None,
+    layout: str = "specforge",
+    aux_ids: list[int] | None = None,
+    **overrides,
+) -> dict:
     """A draft config.json for `target_config` in the given layout. `aux_ids` are written in the
     layout's own convention (nested output-of-layer ids for SpecForge, HF indices for speculators)."""
     decoder = {
-        "hidden_size": target_config.hidden_size, "intermediate_size": 2 * target_config.hidden_size,
+        "hidden_size": target_config.hidden_size,
+        "intermediate_size": 2 * target_config.hidden_size,
         "num_attention_heads": target_config.num_attention_heads,
-        "num_key_value_heads": target_config.num_key_value_heads, "num_hidden_layers": 1,
-        "vocab_size": target_config.vocab_size, "rms_norm_eps": 1e-6, "max_position_embeddings": 2048,
-        "hidden_act": "silu", "model_type": "llama",
+        "num_key_value_heads": target_config.num_key_value_heads,
+        "num_hidden_layers": 1,
+        "vocab_size": target_config.vocab_size,
+        "rms_norm_eps": 1e-6,
+        "max_position_embeddings": 2048,
+        "hidden_act": "silu",
+        "model_type": "llama",
     }
     vocab = {"draft_vocab_size": draft_vocab} if draft_vocab else {}
     if layout == "speculators":
-        config = {"architectures": ["Eagle3Speculator"], "speculators_model_type": "eagle3",
-                  "transformer_layer_config": decoder, "target_hidden_size": target_config.hidden_size, **vocab}
+        config = {
+            "architectures": ["Eagle3Speculator"],
+            "speculators_model_type": "eagle3",
+            "transformer_layer_config": decoder,
+            "target_hidden_size": target_config.hidden_size,
+            **vocab,
+        }
         if aux_ids is not None:
             config["eagle_aux_hidden_state_layer_ids"] = aux_ids
     elif layout == "eagle":
@@ -77,7 +112,10 @@ def draft_config_dict(target_config: LlamaConfig, draft_vocab: int | None = None
     elif layout == "specforge":
         config = {"architectures": ["LlamaForCausalLMEagle3"], **decoder, **vocab}
         if aux_ids is not None:
-            config["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": aux_ids, "use_aux_hidden_state": True}
+            config["eagle_config"] = {
+                "eagle_aux_hidden_state_layer_ids": aux_ids,
+                "use_aux_hidden_state": True,
+            }
     else:
         raise ValueError(f"unknown layout {layout!r}; use one of {LAYOUTS}")
     config.update(overrides)
@@ -106,13 +144,16 @@ def random_draft_tensors(config: dict, seed: int = 1, used_target_ids: list[int]
     if parsed.draft_vocab_size < parsed.vocab_size:
         if used_target_ids is None:
             generator = torch.Generator().manual_seed(seed)
-            used_target_ids = torch.randperm(parsed.vocab_size, generator=generator)[: parsed.draft_vocab_size].tolist()
+            used_target_ids = torch.randperm(parsed.vocab_size, generator=generator)[
+                : parsed.draft_vocab_size
+            ].tolist()
         tensors["d2t"], tensors["t2d"] = vocab_mapping(used_target_ids, parsed.vocab_size)
     return tensors
 
 
-def save_draft(path: Path, config: dict, tensors: dict, layout: str = "specforge",
-               dtype: torch.dtype | None = None) -> Path:
+def save_draft(
+    path: Path, config: dict, tensors: dict, layout: str = "specforge", dtype: torch.dtype | None = None
+) -> Path:
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     (path / "config.json").write_text(json.dumps(config, indent=2))
@@ -149,7 +190,7 @@ def copy_draft_tensors(target: LlamaForCausalLM, config: dict) -> dict:
     onehot = torch.nn.functional.one_hot(wanted, vocab).float() * 20.0
     lm_head = torch.linalg.lstsq(normed, onehot).solution.T  # [V, H]
     fc = torch.zeros(hidden, 3 * hidden)
-    fc[:, 2 * hidden:] = torch.eye(hidden)
+    fc[:, 2 * hidden :] = torch.eye(hidden)
     tensors["fc.weight"] = fc
     tensors["layers.0.self_attn.o_proj.weight"].zero_()
     tensors["layers.0.mlp.down_proj.weight"].zero_()
@@ -170,8 +211,16 @@ def cyclic_next_token_map(vocab: int, seed: int = 0) -> list[int]:
 
 
 @torch.no_grad()
-def make_bigram_target(path: Path, next_token: list[int], num_layers: int = 8, hidden: int = 256,
-                       heads: int = 8, kv_heads: int = 4, intermediate: int = 688, seed: int = 0) -> LlamaForCausalLM:
+def make_bigram_target(
+    path: Path,
+    next_token: list[int],
+    num_layers: int = 8,
+    hidden: int = 256,
+    heads: int = 8,
+    kv_heads: int = 4,
+    intermediate: int = 688,
+    seed: int = 0,
+) -> LlamaForCausalLM:
     """A target whose greedy next token after x is next_token[x] whatever the context.
 
     Attention outputs are zeroed (the attention is still computed, so it costs what a real layer
@@ -180,8 +229,17 @@ def make_bigram_target(path: Path, next_token: list[int], num_layers: int = 8, h
     vocab = len(next_token)
     if vocab > hidden:
         raise ValueError("a bigram target needs vocab <= hidden")
-    model = make_target(path, num_layers=num_layers, hidden=hidden, vocab=vocab, heads=heads, kv_heads=kv_heads,
-                        intermediate=intermediate, seed=seed, attention_scale=0.0)
+    model = make_target(
+        path,
+        num_layers=num_layers,
+        hidden=hidden,
+        vocab=vocab,
+        heads=heads,
+        kv_heads=kv_heads,
+        intermediate=intermediate,
+        seed=seed,
+        attention_scale=0.0,
+    )
     residual, _ = _tokens_alone(model, torch.arange(vocab))
     targets = torch.nn.functional.one_hot(torch.tensor(next_token), vocab).float() * 20.0
     model.lm_head.weight.copy_(torch.linalg.lstsq(model.model.norm(residual), targets).solution.T)
@@ -217,22 +275,24 @@ def bigram_draft_tensors(target: LlamaForCausalLM, config: dict, believed_next: 
     embedding = target.get_input_embeddings().weight  # [V, Ht]
     fc = torch.zeros_like(tensors["fc.weight"])
     fc[:, : embedding.shape[1]] = torch.linalg.lstsq(embedding, one_hot[believed]).solution.T
-    scale = hidden ** 0.5  # RMSNorm of a one-hot vector multiplies it by sqrt(hidden)
+    scale = hidden**0.5  # RMSNorm of a one-hot vector multiplies it by sqrt(hidden)
     gate = torch.zeros_like(tensors["layers.0.mlp.gate_proj.weight"])
     gate[:vocab, :vocab] = torch.eye(vocab)
     activation = torch.nn.functional.silu(torch.tensor(scale)) * scale  # what unit x carries for one-hot(x)
     down = torch.zeros_like(tensors["layers.0.mlp.down_proj.weight"])
     down[:vocab, :vocab] = (one_hot[believed][:, :vocab].T - torch.eye(vocab)) / activation
-    tensors.update({
-        "fc.weight": fc,
-        "layers.0.self_attn.o_proj.weight": torch.zeros_like(tensors["layers.0.self_attn.o_proj.weight"]),
-        "layers.0.mlp.gate_proj.weight": gate,
-        "layers.0.mlp.up_proj.weight": gate.clone(),
-        "layers.0.mlp.down_proj.weight": down,
-        "layers.0.post_attention_layernorm.weight": torch.ones(hidden),
-        "norm.weight": torch.ones(hidden),
-        "lm_head.weight": torch.eye(hidden)[:vocab].clone() * 4.0,
-    })
+    tensors.update(
+        {
+            "fc.weight": fc,
+            "layers.0.self_attn.o_proj.weight": torch.zeros_like(tensors["layers.0.self_attn.o_proj.weight"]),
+            "layers.0.mlp.gate_proj.weight": gate,
+            "layers.0.mlp.up_proj.weight": gate.clone(),
+            "layers.0.mlp.down_proj.weight": down,
+            "layers.0.post_attention_layernorm.weight": torch.ones(hidden),
+            "norm.weight": torch.ones(hidden),
+            "lm_head.weight": torch.eye(hidden)[:vocab].clone() * 4.0,
+        }
+    )
     tensors.pop("d2t", None)
     tensors.pop("t2d", None)
     return tensors
@@ -245,5 +305,7 @@ def corrupt_next_token_map(next_token: list[int], wrong_share: float, seed: int 
     vocab = len(next_token)
     believed = list(next_token)
     for token in torch.randperm(vocab, generator=generator)[: round(wrong_share * vocab)].tolist():
-        believed[token] = (next_token[token] + 1 + int(torch.randint(vocab - 1, (1,), generator=generator))) % vocab
+        believed[token] = (
+            next_token[token] + 1 + int(torch.randint(vocab - 1, (1,), generator=generator))
+        ) % vocab
     return believed

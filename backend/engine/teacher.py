@@ -63,6 +63,7 @@ def draft_vocab_mask(draft: Eagle3Draft, target_vocab: int, device) -> torch.Ten
 @dataclass
 class TargetPass:
     """One target forward over a sample: residual-stream states by HF index, and the argmax."""
+
     ids: torch.Tensor  # [T]
     loss_mask: torch.Tensor  # [T] bool
     states: dict[int, torch.Tensor]  # HF index -> [T, Ht] (index L pre-norm)
@@ -80,8 +81,14 @@ def target_pass(target: Target, input_ids: list[int], loss_mask: list[int], aux_
     return TargetPass(ids, torch.tensor(loss_mask, device=target.device).bool(), states, target_argmax)
 
 
-def teacher_forced_counts(target: Target, draft: Eagle3Draft, wiring: Wiring, input_ids: list[int],
-                          loss_mask: list[int], num_steps: int) -> TeacherCounts:
+def teacher_forced_counts(
+    target: Target,
+    draft: Eagle3Draft,
+    wiring: Wiring,
+    input_ids: list[int],
+    loss_mask: list[int],
+    num_steps: int,
+) -> TeacherCounts:
     if len(input_ids) < 3:
         return TeacherCounts([0] * num_steps, [0] * num_steps)
     passed = target_pass(target, input_ids, loss_mask, wiring.aux_hf_indices)
@@ -89,8 +96,9 @@ def teacher_forced_counts(target: Target, draft: Eagle3Draft, wiring: Wiring, in
     return draft_counts(draft, passed, passed.features(wiring.aux_hf_indices), in_vocab, num_steps)
 
 
-def draft_counts(draft: Eagle3Draft, passed: TargetPass, features: torch.Tensor, in_vocab: torch.Tensor,
-                 num_steps: int) -> TeacherCounts:
+def draft_counts(
+    draft: Eagle3Draft, passed: TargetPass, features: torch.Tensor, in_vocab: torch.Tensor, num_steps: int
+) -> TeacherCounts:
     """The draft's side of acc_k: the TTT chain over one target pass, fed `features` [T, 3*Ht]."""
     ids, mask, target_argmax = passed.ids, passed.loss_mask, passed.target_argmax
     device = ids.device
@@ -107,8 +115,13 @@ def draft_counts(draft: Eagle3Draft, passed: TargetPass, features: torch.Tensor,
             token_index = (index + 1 + step).clamp(max=total - 1)
             positions = index + step
             override = [_stack(layer_past) for layer_past in past] if step else None
-            hidden, new_kvs = draft(hidden, ids[token_index], positions,
-                                    mask=ttt_mask(length, step, device), past_override=override)
+            hidden, new_kvs = draft(
+                hidden,
+                ids[token_index],
+                positions,
+                mask=ttt_mask(length, step, device),
+                past_override=override,
+            )
             for layer_past, kv in zip(past, new_kvs, strict=True):
                 layer_past.append(kv)
             predicted = draft.to_target_ids(draft.logits(hidden).argmax(-1))

@@ -63,7 +63,9 @@ def to_hf_indices(ids, convention: str) -> list[int]:
     raise BadInput(f"unknown wiring convention {convention!r}; use one of {sorted(CONVENTIONS)}")
 
 
-def resolve_wiring(config: DraftConfig, num_target_layers: int, override=None, override_convention: str = "hf") -> Wiring:
+def resolve_wiring(
+    config: DraftConfig, num_target_layers: int, override=None, override_convention: str = "hf"
+) -> Wiring:
     if override is not None:
         hf = to_hf_indices(override, override_convention)
         wiring = Wiring(tuple(hf), f"override {list(override)} ({CONVENTIONS[override_convention]})")
@@ -86,7 +88,9 @@ def resolve_wiring(config: DraftConfig, num_target_layers: int, override=None, o
 
 def check_indices(indices, num_target_layers: int) -> None:
     if len(indices) != 3:
-        raise BadInput(f"EAGLE-3 fuses exactly three target states; got {len(indices)} indices {list(indices)}")
+        raise BadInput(
+            f"EAGLE-3 fuses exactly three target states; got {len(indices)} indices {list(indices)}"
+        )
     bad = [i for i in indices if not 0 <= i <= num_target_layers]
     if bad:
         raise BadInput(

@@ -23,8 +23,13 @@ def target_vocabulary(target_path: str | None):
     return load_tokenizer(target_path), read_target_config(target_path).vocab_size
 
 
-def import_dataset(db_url: str | None, path: str | Path, name: str | None = None, target_path: str | None = None,
-                   format: str | None = None) -> tuple[int, ImportResult]:
+def import_dataset(
+    db_url: str | None,
+    path: str | Path,
+    name: str | None = None,
+    target_path: str | None = None,
+    format: str | None = None,
+) -> tuple[int, ImportResult]:
     """Validate and store; the dataset and its good samples land in one transaction. A file with no
     good record is refused (BadInput) and nothing is stored."""
     tokenizer, vocab_size = target_vocabulary(target_path)
@@ -33,8 +38,13 @@ def import_dataset(db_url: str | None, path: str | Path, name: str | None = None
         reasons = "; ".join(f"line {r.line}: {r.reason}" for r in result.rejected[:3])
         raise BadInput(f"{path}: no valid record" + (f" ({reasons})" if reasons else " (empty file)"))
     with store.session_scope(open_database(db_url).factory) as session:
-        dataset_id = store.create_dataset(session, name=name or Path(path).name, path=str(path),
-                                          format=result.format, samples=result.samples)
+        dataset_id = store.create_dataset(
+            session,
+            name=name or Path(path).name,
+            path=str(path),
+            format=result.format,
+            samples=result.samples,
+        )
     return dataset_id, result
 
 

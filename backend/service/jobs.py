@@ -38,32 +38,59 @@ class ReplayOutcome:
     artifact_path: str | None = None
 
 
-def run_replay(request: ReplayRequest, db_url: str | None = None, progress: Progress = no_progress) -> ReplayOutcome:
+def run_replay(
+    request: ReplayRequest, db_url: str | None = None, progress: Progress = no_progress
+) -> ReplayOutcome:
     """Load (or reuse) the pair, resolve the wiring once, replay and store the run."""
     progress(0.0, "loading models")
     target, draft, report = models.pair(request.target, request.draft, request.device, request.dtype)
     wiring = request.wiring_for(draft.config, target.num_layers)
     prompt_ids = request.prompt_for(target.tokenizer)
     warnings = preflight_warnings(report, draft, len(prompt_ids) + request.max_new_tokens)
-    return run_replay_job(open_database(db_url), target, draft, request, wiring, prompt_ids, progress, warnings)
+    return run_replay_job(
+        open_database(db_url), target, draft, request, wiring, prompt_ids, progress, warnings
+    )
 
 
 def preflight_warnings(report: PreflightReport, draft: Eagle3Draft, sequence_length: int) -> list[str]:
-    checks = report.warnings() + [c for c in [context_check(draft.config, sequence_length)] if c.status == "warn"]
+    checks = report.warnings() + [
+        c for c in [context_check(draft.config, sequence_length)] if c.status == "warn"
+    ]
     return [f"{c.name}: {c.message}" for c in checks]
 
 
-def run_replay_job(database: Database, target: Target, draft: Eagle3Draft, request: ReplayRequest, wiring: Wiring,
-                   prompt_ids: list[int], progress: Progress = no_progress,
-                   warnings: list[str] | None = None) -> ReplayOutcome:
+def run_replay_job(
+    database: Database,
+    target: Target,
+    draft: Eagle3Draft,
+    request: ReplayRequest,
+    wiring: Wiring,
+    prompt_ids: list[int],
+    progress: Progress = no_progress,
+    warnings: list[str] | None = None,
+) -> ReplayOutcome:
     config = ReplayConfig(request.num_steps, request.max_new_tokens, record=request.record)
-    params = {"num_steps": config.num_steps, "max_new_tokens": config.max_new_tokens, "record": config.record,
-              "device": str(target.device), "dtype": str(target.dtype).replace("torch.", ""),
-              "wiring_source": wiring.source, "wiring_override": list(request.aux_hf_indices or []) or None}
+    params = {
+        "num_steps": config.num_steps,
+        "max_new_tokens": config.max_new_tokens,
+        "record": config.record,
+        "device": str(target.device),
+        "dtype": str(target.dtype).replace("torch.", ""),
+        "wiring_source": wiring.source,
+        "wiring_override": list(request.aux_hf_indices or []) or None,
+    }
     with store.session_scope(database.factory) as session:
-        run_id = store.create_run(session, kind="replay", target_path=target.path, draft_path=request.draft,
-                                  params=params, aux_hf_indices=list(wiring.aux_hf_indices), prompt_ids=prompt_ids,
-                                  sample_ref=request.sample_ref, sample_id=request.sample_id)
+        run_id = store.create_run(
+            session,
+            kind="replay",
+            target_path=target.path,
+            draft_path=request.draft,
+            params=params,
+            aux_hf_indices=list(wiring.aux_hf_indices),
+            prompt_ids=prompt_ids,
+            sample_ref=request.sample_ref,
+            sample_id=request.sample_id,
+        )
     outcome = ReplayOutcome(run_id, [], [], {}, wiring, list(warnings or []))
     tensors = RunTensors()
     session = database.factory()  # one session for the run; each record is committed as it arrives
@@ -86,9 +113,15 @@ def run_replay_job(database: Database, target: Target, draft: Eagle3Draft, reque
         artifact = tensors.save(database.artifact_dir, run_id)
         with store.session_scope(database.factory) as session:
             status = "interrupted" if isinstance(error, KeyboardInterrupt) else "failed"
-            store.fail_run(session, run_id, error=f"{type(error).__name__}: {error}\n{traceback.format_exc(limit=3)}",
-                           output_ids=outcome.output_ids, metrics=run_metrics(outcome.steps, config.num_steps),
-                           status=status, **artifact)
+            store.fail_run(
+                session,
+                run_id,
+                error=f"{type(error).__name__}: {error}\n{traceback.format_exc(limit=3)}",
+                output_ids=outcome.output_ids,
+                metrics=run_metrics(outcome.steps, config.num_steps),
+                status=status,
+                **artifact,
+            )
         raise
     session.close()
     artifact = tensors.save(database.artifact_dir, run_id)
@@ -103,7 +136,11 @@ class RunTensors:
     """A run's recorded tensors, gathered as records arrive and written to one artifact at the end."""
 
     def __init__(self):
-        self.parts: dict[str, list[torch.Tensor]] = {"aux_features": [], "aux_positions": [], "draft_hidden": []}
+        self.parts: dict[str, list[torch.Tensor]] = {
+            "aux_features": [],
+            "aux_positions": [],
+            "draft_hidden": [],
+        }
 
     def add(self, record: PrefillRecord | StepRecord, indices) -> list[dict]:
         """Keep the record's tensors; return the token_stats rows (norm per position and chunk)."""
@@ -119,8 +156,11 @@ class RunTensors:
         return chunk_norms(record.aux_features, record.position, indices)
 
     def save(self, artifact_dir, run_id: int) -> dict:
-        present = {name: torch.cat(parts) if name != "draft_hidden" else torch.stack(parts)
-                   for name, parts in self.parts.items() if parts}
+        present = {
+            name: torch.cat(parts) if name != "draft_hidden" else torch.stack(parts)
+            for name, parts in self.parts.items()
+            if parts
+        }
         if not present or artifact_dir is None:
             return {"artifact_path": None, "artifact_sha256": None}
         path, sha = write_artifact(Path(artifact_dir) / str(run_id), "hidden_states", present)
@@ -129,9 +169,14 @@ class RunTensors:
 
 def chunk_norms(features: torch.Tensor, first_position: int, indices) -> list[dict]:
     """Per position and per aux chunk L2 norm of the fused features the draft received."""
-    norms = torch.stack([c.float().norm(dim=-1) for c in features.chunk(len(indices), dim=-1)], dim=-1).tolist()
-    return [{"position": first_position + row, "chunk": f"hf{index}", "norm": value}
-            for row, values in enumerate(norms) for index, value in zip(indices, values, strict=True)]
+    norms = torch.stack(
+        [c.float().norm(dim=-1) for c in features.chunk(len(indices), dim=-1)], dim=-1
+    ).tolist()
+    return [
+        {"position": first_position + row, "chunk": f"hf{index}", "norm": value}
+        for row, values in enumerate(norms)
+        for index, value in zip(indices, values, strict=True)
+    ]
 
 
 def run_metrics(steps: list[StepRecord], num_steps: int) -> dict:

@@ -99,7 +99,9 @@ def compute_reference(db_url: str | None, run_id: int, reference: dict, progress
             agree = _agreeing_prefix(sequence, stored.input_ids)
             usable = [p for p in positions if p < agree]
             if not usable:
-                raise BadInput(f"{Path(reference['path']).name}: its tokens differ from the run's from position 0")
+                raise BadInput(
+                    f"{Path(reference['path']).name}: its tokens differ from the run's from position 0"
+                )
             reference_features = stored.aux_hidden_state.float()
         elif kind == "run":
             with store.session_scope(factory) as session:

@@ -105,14 +105,25 @@ def start_replay(db_url: str | None, request: ReplayRequest, label: str | None =
         from backend.service.jobs import run_replay
 
         outcome = run_replay(request, db_url, progress)
-        return {"run_id": outcome.run_id, "mean_accept_length": outcome.metrics.get("mean_accept_length"),
-                "warnings": outcome.warnings}
+        return {
+            "run_id": outcome.run_id,
+            "mean_accept_length": outcome.metrics.get("mean_accept_length"),
+            "warnings": outcome.warnings,
+        }
 
     return MANAGER.submit("replay", label or request.label, work)
 
 
-def start_compare(db_url: str | None, target: str, draft_a: str, draft_b: str, samples: list, num_steps: int,
-                  max_new_tokens: int, dataset_id: int) -> str:
+def start_compare(
+    db_url: str | None,
+    target: str,
+    draft_a: str,
+    draft_b: str,
+    samples: list,
+    num_steps: int,
+    max_new_tokens: int,
+    dataset_id: int,
+) -> str:
     """Replay both drafts on each sample (stored as runs); rows for the table, largest |delta| first."""
 
     def work(progress: Progress) -> list[dict]:
@@ -122,27 +133,44 @@ def start_compare(db_url: str | None, target: str, draft_a: str, draft_b: str, s
         for number, sample in enumerate(samples):
             row = {"sample #": sample.index, "source": sample.source}
             for side, draft in (("A", draft_a), ("B", draft_b)):
-                progress((2 * number + (side == "B")) / (2 * len(samples)),
-                         f"sample {number + 1}/{len(samples)}, draft {side}")
-                request = ReplayRequest(target, draft, prompt_ids=tuple(sample.prompt_ids), num_steps=num_steps,
-                                        max_new_tokens=max_new_tokens, sample_id=sample.id,
-                                        sample_ref=f"dataset {dataset_id} #{sample.index}")
+                progress(
+                    (2 * number + (side == "B")) / (2 * len(samples)),
+                    f"sample {number + 1}/{len(samples)}, draft {side}",
+                )
+                request = ReplayRequest(
+                    target,
+                    draft,
+                    prompt_ids=tuple(sample.prompt_ids),
+                    num_steps=num_steps,
+                    max_new_tokens=max_new_tokens,
+                    sample_id=sample.id,
+                    sample_ref=f"dataset {dataset_id} #{sample.index}",
+                )
                 outcome = run_replay(request, db_url)
-                row[f"run {side}"], row[f"AL {side}"] = outcome.run_id, outcome.metrics.get("mean_accept_length")
+                row[f"run {side}"], row[f"AL {side}"] = (
+                    outcome.run_id,
+                    outcome.metrics.get("mean_accept_length"),
+                )
             row["AL delta (B - A)"] = (row["AL B"] or 0) - (row["AL A"] or 0)
             rows.append(row)
         return sorted(rows, key=lambda r: -abs(r["AL delta (B - A)"]))
 
-    return MANAGER.submit("compare", f"{_name(draft_a)} vs {_name(draft_b)} on {len(samples)} sample(s)", work)
+    return MANAGER.submit(
+        "compare", f"{_name(draft_a)} vs {_name(draft_b)} on {len(samples)} sample(s)", work
+    )
 
 
-def start_probe(target_path: str, draft_path: str, samples: list, num_steps: int, budget: int, live: int) -> str:
+def start_probe(
+    target_path: str, draft_path: str, samples: list, num_steps: int, budget: int, live: int
+) -> str:
     def work(progress: Progress) -> dict:
         from backend.diagnostics.probe import run_probe
 
         progress(0.0, "loading models")
         target, draft, report = models.pair(target_path, draft_path)
-        return run_probe(target, draft, report.wiring, samples, num_steps, budget, live, progress=progress).to_dict()
+        return run_probe(
+            target, draft, report.wiring, samples, num_steps, budget, live, progress=progress
+        ).to_dict()
 
     return MANAGER.submit("probe", f"probe {_name(draft_path)}", work)
 
@@ -178,14 +206,25 @@ def start_train_vs_serve(target_path: str, draft_path: str, feature_path: str) -
         features = load_feature_file(feature_path, target.hidden_size)
         progress(0.4, "recomputing serving features")
         diff = train_vs_serve(target, features, list(report.wiring.aux_hf_indices))
-        return {**diff.to_dict(), "rows": diff.rows, "chunk_names": diff.chunk_names,
-                "input_ids": features.input_ids, "target": target_path}
+        return {
+            **diff.to_dict(),
+            "rows": diff.rows,
+            "chunk_names": diff.chunk_names,
+            "input_ids": features.input_ids,
+            "target": target_path,
+        }
 
     return MANAGER.submit("diff", f"train vs serve {feature_path}", work)
 
 
-def start_agreement(target_path: str, draft_path: str, samples: list, num_steps: int, max_new_tokens: int,
-                    training_aux_hf_indices: tuple[int, ...] | None) -> str:
+def start_agreement(
+    target_path: str,
+    draft_path: str,
+    samples: list,
+    num_steps: int,
+    max_new_tokens: int,
+    training_aux_hf_indices: tuple[int, ...] | None,
+) -> str:
     """Teacher-forced accuracy (under the claimed training wiring) next to live acceptance."""
 
     def work(progress: Progress) -> dict:
@@ -198,7 +237,9 @@ def start_agreement(target_path: str, draft_path: str, samples: list, num_steps:
         if training_aux_hf_indices:
             check_indices(training_aux_hf_indices, target.num_layers)
             claimed = Wiring(tuple(training_aux_hf_indices), "claimed training wiring")
-        rows = teacher_vs_live(target, draft, report.wiring, samples, num_steps, max_new_tokens, progress, claimed)
+        rows = teacher_vs_live(
+            target, draft, report.wiring, samples, num_steps, max_new_tokens, progress, claimed
+        )
         return {"rows": rows, "definition": DEFINITION}
 
     return MANAGER.submit("agreement", "accuracy vs live", work)
