@@ -13,3 +13,7 @@ python3 -m venv .venv
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/python -m pytest -q "$@"
+# The engine on the floor of the supported transformers range (tests/requirements-floor.txt).
+python3 -m venv .venv-floor
+.venv-floor/bin/pip install -q -r tests/requirements-floor.txt
+.venv-floor/bin/python -m pytest -q -p no:cacheprovider tests/engine -m "not slow"

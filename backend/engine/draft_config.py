@@ -82,9 +82,13 @@ class DraftConfig:
 
     @property
     def rope_description(self) -> str:
-        params = getattr(self.llama_config, "rope_parameters", None) or {}
+        # transformers 5.x keeps RoPE settings in `rope_parameters`; 4.x in rope_theta / rope_scaling.
+        params = getattr(self.llama_config, "rope_parameters", None) or getattr(
+            self.llama_config, "rope_scaling", None
+        )
+        params = params or {}
         theta = params.get("rope_theta", getattr(self.llama_config, "rope_theta", None))
-        kind = params.get("rope_type", "default")
+        kind = params.get("rope_type", params.get("type", "default"))
         return f"theta={theta}, type={kind}"
 
 
@@ -119,6 +123,18 @@ def parse_draft_config(raw: dict) -> DraftConfig:
     heads = int(flat["num_attention_heads"])
     architectures = flat.get("architectures") or ["(none)"]
 
+    explicit_head_dim = flat.get("head_dim")
+    if not explicit_head_dim and hidden % heads:
+        raise BadInput(
+            f"draft config.json is inconsistent: hidden_size {hidden} is not divisible by num_attention_heads "
+            f"{heads} (and there is no head_dim)"
+        )
+    kv_heads = int(flat.get("num_key_value_heads") or heads)
+    if heads % kv_heads:
+        raise BadInput(
+            f"draft config.json is inconsistent: num_attention_heads {heads} is not a multiple of "
+            f"num_key_value_heads {kv_heads}"
+        )
     llama_keys = set(LlamaConfig().to_dict()) | ROPE_KEYS
     # Token ids are the target's business (and a draft's ids may exceed its own small vocab).
     ignored = {"architectures", "model_type", "bos_token_id", "eos_token_id", "pad_token_id"}

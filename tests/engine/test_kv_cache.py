@@ -42,3 +42,39 @@ def test_target_cache_grows_by_the_tokens_fed_and_crops(pairs):
             crop_target_cache(cache, 6)
         plain = target_forward(model, torch.tensor([[1, 2, 3]]), None, 0)
     assert torch.allclose(cached.logits, plain.logits, atol=1e-6)
+
+
+def test_the_cache_argument_follows_the_models_own_signature():
+    from backend.engine.kv_cache import cache_argument
+
+    class OldStyle:  # transformers up to at least 5.17
+        def forward(self, input_ids=None, past_key_values=None, use_cache=None, **kwargs): ...
+
+    class NewStyle:  # newer 5.x releases
+        def forward(self, input_ids=None, cache=None, use_cache=None, **kwargs): ...
+
+    assert cache_argument(OldStyle) == "past_key_values"
+    assert cache_argument(NewStyle) == "cache"
+
+
+def test_a_forward_that_swallows_the_cache_is_an_error_not_an_empty_cache(pairs):
+    """A model whose forward takes the cache under a name we do not pass (here: it drops it) leaves
+    the cache empty; the forward must say so instead of replaying from nothing."""
+    import torch
+
+    from backend.engine.kv_cache import new_target_cache, target_forward
+
+    real = pairs["random-L2"].target.model
+
+    class Swallowing(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = real
+
+        def forward(self, input_ids=None, position_ids=None, use_cache=None, **kwargs):
+            return self.inner(input_ids=input_ids, position_ids=position_ids, use_cache=False)
+
+    model = Swallowing()
+    cache = new_target_cache(real)
+    with torch.inference_mode(), pytest.raises(RuntimeError, match="did not grow by the 3 tokens"):
+        target_forward(model, torch.tensor([[1, 2, 3]]), cache, 0)

@@ -213,3 +213,23 @@ def test_accept_counts_follow_the_drafts_belief_on_a_bigram_target(tmp_path):
         assert step.accepted_count == expected
     counts = {s.accepted_count for s in steps}
     assert 0 in counts and num_steps in counts and counts & {1, 2, 3}
+
+
+def test_the_demo_pair_replays_exactly():
+    """The bundled demo pair on two eval prompts equals plain greedy decoding: run in both the newest
+    and the floor transformers environment of tests/run.sh."""
+    import json
+
+    from backend.defaults import DEMO_DRAFTS, DEMO_EVAL, DEMO_TARGET
+    from backend.engine.loading import load_target
+    from backend.engine.preflight import load_checked_draft
+    from backend.engine.replay import ReplayConfig, output_ids_of, replay
+    from tests.support.oracle import plain_greedy
+
+    target = load_target(DEMO_TARGET, device="cpu", dtype="fp32")
+    draft, report = load_checked_draft(DEMO_DRAFTS / "final", target)
+    records = [json.loads(line) for line in DEMO_EVAL.read_text().splitlines()[:2]]
+    for record in records:
+        prompt = record["input_ids"][: record["n_prompt_tokens"]]
+        output = output_ids_of(list(replay(target, draft, prompt, report.wiring, ReplayConfig(4, 64))))
+        assert len(output) == 64 and output == plain_greedy(target, prompt, 64)
