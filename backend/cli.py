@@ -230,6 +230,9 @@ def cmd_replay(args) -> tuple[dict, str]:
         "acceptance_rate": metrics["acceptance_rate"],
         "accept_histogram": metrics["accept_histogram"],
         "num_steps": args.steps,
+        "device": str(target.device),
+        "dtype": str(target.dtype).replace("torch.", ""),
+        "self_disagreement_per_1000": metrics.get("self_disagreement_per_1000"),
         "definitions": {
             k: DEFINITIONS[k]
             for k in (
@@ -237,6 +240,7 @@ def cmd_replay(args) -> tuple[dict, str]:
                 "per_position_marginal",
                 "per_position_conditional",
                 "acceptance_rate",
+                "self_disagreement_per_1000",
             )
         },
     }

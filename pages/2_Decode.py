@@ -114,7 +114,7 @@ if run.status != "finished":
         st.code(run.error)
 pieces = Pieces(run.target_path)
 metrics = run.metrics or {}
-summary = st.columns(5)
+summary = st.columns(6)
 summary[0].metric("Accept length", f"{metrics.get('mean_accept_length') or 0:.2f}", help=ACCEPT_LENGTH_HELP)
 summary[1].metric(
     "Acceptance rate",
@@ -124,6 +124,15 @@ summary[1].metric(
 summary[2].metric("Verify steps", len(steps))
 summary[3].metric("Tokens", len(run.output_ids))
 summary[4].metric("Aux HF indices", str(run.aux_hf_indices), help=run.params.get("wiring_source", ""))
+precision = f"{run.params.get('device', '?')} · {run.params.get('dtype', '?')}"
+disagreement = metrics.get("self_disagreement_per_1000")
+summary[5].metric(
+    "Device · dtype",
+    precision,
+    delta=None if disagreement is None else f"target self-disagreement {disagreement:.1f} / 1k",
+    delta_color="off",
+    help=DEFINITIONS["self_disagreement_per_1000"],
+)
 if not steps:
     st.stop()
 

@@ -23,6 +23,7 @@ def runs_frame(runs: list[stored_runs.RunInfo]) -> pd.DataFrame:
                 "accept length": r.metrics.get("mean_accept_length"),
                 "acceptance rate": r.metrics.get("acceptance_rate"),
                 "aux HF indices": str(r.aux_hf_indices),
+                "device · dtype": f"{r.params.get('device', '?')} · {r.params.get('dtype', '?')}",
                 "error": (r.error or "").splitlines()[0] if r.error else "",
             }
             for r in runs
@@ -38,6 +39,7 @@ def runs_frame(runs: list[stored_runs.RunInfo]) -> pd.DataFrame:
             "accept length",
             "acceptance rate",
             "aux HF indices",
+            "device · dtype",
             "error",
         ],
     )

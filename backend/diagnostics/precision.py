@@ -86,16 +86,38 @@ def self_disagreement(
     )
 
 
-def divergence_explained(target: Target, prefix_ids: list[int], chunk: list[int], row: int) -> dict:
-    """At one verify step (the target cache held `prefix_ids`, the verify fed `chunk` = [x_n, d_1..d_K]):
-    do the verify argmax and the 1-token decode argmax of `row` differ? True means a replay token that
-    differs from `generate` there is the target's own rounding, not the replay."""
+def divergence_explained(target: Target, prompt_ids: list[int], steps: list, output_index: int) -> dict:
+    """Is a replay token that differs from `generate` the target's own rounding?
+
+    Recomputes, with target forwards only, both histories up to output token `output_index` (>= 1):
+    the 1-token decode path `generate` takes (prefill, then one token at a time) and the path the
+    replay took (prefill, then each recorded verify chunk [x_n, d_1..d_K], cropped to what it
+    accepted). The draft plays no part. Where the two argmaxes differ the divergence is the target's
+    batch-vs-sequential rounding (explained); where they agree, the replay itself is wrong there.
+    """
+    device = target.device
+    position = len(prompt_ids) + output_index  # absolute position of the diverging token
+    step = next(s for s in steps if s.position < position <= s.position + len(s.committed_ids))
+    sequence = list(prompt_ids) + [steps[0].pending_token] + [t for s in steps for t in s.committed_ids]
     with torch.inference_mode():
         cache = new_target_cache(target.model)
-        target_forward(target.model, torch.tensor([prefix_ids], device=target.device), cache, 0)
-        batched, sequential = _chunk_and_decode(target, cache, len(prefix_ids), chunk, decoded=row + 1)
+        logits = target_forward(target.model, torch.tensor([prompt_ids], device=device), cache, 0).logits
+        decode_argmax = int(logits[0, -1].argmax())
+        for at in range(len(prompt_ids), position):
+            ids = torch.tensor([[sequence[at]]], device=device)
+            decode_argmax = int(target_forward(target.model, ids, cache, at).logits[0, -1].argmax())
+
+        cache = new_target_cache(target.model)
+        target_forward(target.model, torch.tensor([prompt_ids], device=device), cache, 0)
+        for earlier in steps:
+            chunk = torch.tensor([[earlier.pending_token] + earlier.drafted_ids], device=device)
+            rows = target_forward(target.model, chunk, cache, earlier.position).logits[0]
+            if earlier is step:
+                verify_argmax = int(rows[position - 1 - earlier.position].argmax())
+                break
+            crop_target_cache(cache, earlier.position + earlier.accepted_count + 1)
     return {
-        "verify_argmax": batched[row],
-        "decode_argmax": sequential[row],
-        "explained": batched[row] != sequential[row],
+        "verify_argmax": verify_argmax,
+        "decode_argmax": decode_argmax,
+        "explained": verify_argmax != decode_argmax,
     }

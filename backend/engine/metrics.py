@@ -22,6 +22,9 @@ DEFINITIONS = {
     "step k, mapped through d2t, equals the target's argmax (SpecForge acc_k)",
     "simulated_accept_length": "sum_k prod_{j<=k} acc_j over the teacher-forced accuracies; excludes the "
     "bonus token (SpecForge checkpoint selection)",
+    "self_disagreement_per_1000": "positions per 1,000 where the target's argmax over a (K+1)-token verify "
+    "forward differs from its argmax over 1-token decodes of the same prefix, in the run's dtype (measured "
+    "for non-fp32 runs: where the replay may legitimately leave plain greedy decoding)",
 }
 
 

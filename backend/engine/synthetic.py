@@ -35,9 +35,12 @@ def make_target(
     eos_token_id: int | None = None,
     attention_scale: float = 1.0,
     rope_theta: float = 500000.0,
+    init_std: float = 0.25,
 ) -> LlamaForCausalLM:
     """Save a random Llama target to `path`. `attention_scale` < 1 shrinks every o_proj, making the
-    target closer to a bigram model (so a hand-built draft can predict it)."""
+    target closer to a bigram model (so a hand-built draft can predict it). `init_std` 0.25 gives
+    sharp, far-from-tied logits (what the exactness tests want); 0.02 is the scale of trained
+    models, whose near-ties make bf16 rounding visible (docs/reference.md §7)."""
     torch.manual_seed(seed)
     config = LlamaConfig(
         vocab_size=vocab,
@@ -57,7 +60,7 @@ def make_target(
     with torch.no_grad():
         for module in model.modules():
             if isinstance(module, torch.nn.Linear | torch.nn.Embedding):
-                module.weight.normal_(0.0, 0.25)
+                module.weight.normal_(0.0, init_std)
         for layer in model.model.layers:
             layer.self_attn.o_proj.weight.mul_(attention_scale)
     model.generation_config = GenerationConfig(eos_token_id=eos_token_id, do_sample=False)

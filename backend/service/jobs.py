@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+from backend.diagnostics.precision import self_disagreement
 from backend.engine.draft_model import Eagle3Draft
 from backend.engine.loading import Target
 from backend.engine.metrics import acceptance_metrics
@@ -126,6 +127,10 @@ def run_replay_job(
     session.close()
     artifact = tensors.save(database.artifact_dir, run_id)
     outcome.metrics = run_metrics(outcome.steps, config.num_steps)
+    if target.dtype != torch.float32:  # the yardstick for judging this run against plain decoding
+        progress(1.0, "measuring the target's own verify-vs-decode disagreement")
+        agreement = self_disagreement(target, prompt_ids, outcome.output_ids, config.num_steps)
+        outcome.metrics["self_disagreement_per_1000"] = agreement.per_1000
     outcome.artifact_path = artifact["artifact_path"]
     with store.session_scope(database.factory) as session:
         store.finish_run(session, run_id, output_ids=outcome.output_ids, metrics=outcome.metrics, **artifact)

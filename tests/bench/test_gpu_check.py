@@ -1,4 +1,4 @@
-"""The benchmark scripts run end to end at toy sizes (their numbers are read in bench/, not here)."""
+"""The device check runs end to end on the CPU at toy sizes (its numbers are read in bench/, not here)."""
 
 from __future__ import annotations
 
@@ -9,25 +9,16 @@ def test_gpu_check_runs_on_cpu_and_is_exact_in_fp32(tmp_path):
     from bench import gpu_check
 
     out = tmp_path / "gpu_check.json"
-    code = gpu_check.main(
-        [
-            "--device",
-            "cpu",
-            "--dtype",
-            "fp32",
-            "--layers",
-            "4",
-            "--hidden",
-            "128",
-            "--vocab",
-            "100",
-            "--new-tokens",
-            "24",
-            "--out",
-            str(out),
-        ]
-    )
+    small = ["--layers", "4", "--hidden", "128", "--vocab", "100", "--new-tokens", "24"]
+    eight_b = ["--eight-b", "--eight-b-layers", "4", "--eight-b-hidden", "128", "--eight-b-vocab", "512"]
+    code = gpu_check.main(["--device", "cpu", "--dtype", "fp32", *small, *eight_b, "--out", str(out)])
     result = json.loads(out.read_text())
     assert code == 0
-    assert result["exactness"]["identical"] and result["timing"]["identical"]
-    assert result["timing"]["accept_length"] >= 1.0
+    assert [check["init_std"] for check in result["exactness"]] == [0.25, 0.02]
+    for check in result["exactness"]:  # fp32 on CPU: equal, and the target never disagrees with itself
+        assert check["identical"] and check["self_disagreement_per_1000"] == 0.0
+    for name in ("bigram", "8b"):
+        row = result[name]
+        assert row["replay_equals_generate"] and row["loop_equals_generate"] and row["accept_length"] >= 1.0
+        assert row["replay_record_ms_per_token"] > 0 and row["verify_ms_per_step"] > 0
+    assert result["8b"]["shape"]["num_hidden_layers"] == 4 and result["8b"]["shape"]["vocab_size"] == 512

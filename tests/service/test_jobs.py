@@ -141,6 +141,25 @@ def test_run_replay_loads_the_pair_and_resolves_the_wiring_once(pairs, db_url):
     assert run_replay(request_for(pair, [1, 5, 9], 3, 4), db_url).wiring == pair.wiring
 
 
+def test_a_bf16_run_measures_the_targets_self_disagreement(pairs, db_url):
+    """fp32 runs equal plain greedy and need no yardstick; a bf16 run stores the target's own
+    verify-vs-decode disagreement rate with its device and dtype (shown on Decode and Runs)."""
+    from backend.diagnostics.precision import self_disagreement
+    from backend.service import models
+    from backend.service.jobs import run_replay
+    from backend.service.runs import get_run
+
+    pair = pairs["random-L6-eagle"]
+    fp32 = run_replay(request_for(pair, [1, 2, 3], 3, 16, device="cpu", dtype="fp32"), db_url)
+    assert "self_disagreement_per_1000" not in fp32.metrics
+    bf16 = run_replay(request_for(pair, [1, 2, 3], 3, 16, device="cpu", dtype="bf16"), db_url)
+    run = get_run(db_url, bf16.run_id)
+    assert (run.params["device"], run.params["dtype"]) == ("cpu", "bfloat16")
+    target = models.target(str(pair.target_dir), "cpu", "bf16")
+    expected = self_disagreement(target, [1, 2, 3], bf16.output_ids, 3).per_1000
+    assert run.metrics["self_disagreement_per_1000"] == expected
+
+
 def test_long_samples_warn_about_the_drafts_context(pairs, db_url):
     from backend.service.jobs import run_replay
 
