@@ -28,12 +28,20 @@ class AuxCapture:
         layers = decoder_layers(model)
         self.handles = []
         for index in sorted(set(self.indices)):
-            module = model.get_input_embeddings() if index == 0 else layers[index - 1]
-            self.handles.append(module.register_forward_hook(self._hook(index)))
+            if index == 0:  # the input of layer 0: hidden_states[0] even where a model scales its embeddings
+                self.handles.append(layers[0].register_forward_pre_hook(self._input_hook(), with_kwargs=True))
+            else:
+                self.handles.append(layers[index - 1].register_forward_hook(self._hook(index)))
 
     def _hook(self, index):
         def store(_module, _inputs, output):
             self.captured[index] = output[0] if isinstance(output, tuple) else output
+
+        return store
+
+    def _input_hook(self):
+        def store(_module, args, kwargs):
+            self.captured[0] = args[0] if args else kwargs["hidden_states"]
 
         return store
 

@@ -19,7 +19,11 @@ from transformers import DynamicCache
 
 
 def new_target_cache(model) -> DynamicCache:
-    return DynamicCache(config=model.config)
+    """A cache that keeps every position. Built from the model's config, transformers gives
+    sliding-window layers (gpt-oss, Gemma) a cache that forgets past the window and then cannot be
+    cropped back after a rejected draft; a full cache with the model's own sliding-window masks
+    computes the same attention."""
+    return DynamicCache()
 
 
 def cache_length(cache: DynamicCache) -> int:

@@ -69,11 +69,17 @@ def read_target_config(path: str | Path):
     return AutoConfig.from_pretrained(path, local_files_only=True)
 
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
 def load_tokenizer(path: str | Path):
-    """The target's tokenizer, or None when the directory has none (ids are then shown as ids)."""
+    """The target's tokenizer, or None when the directory has none or it cannot be loaded offline
+    (ids are then shown as ids). transformers 4.x raises a zoo of errors for a directory without one."""
+    if not any((Path(path) / name).is_file() for name in TOKENIZER_FILES):
+        return None
     try:
         return AutoTokenizer.from_pretrained(path, local_files_only=True)
-    except (OSError, ValueError):
+    except Exception:  # noqa: BLE001 - any failure means: no usable tokenizer
         return None
 
 
