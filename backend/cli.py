@@ -57,6 +57,13 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument(
             "--aux-hf-indices", type=_aux_indices, help="override wiring: three HF hidden_states indices"
         )
+        sub.add_argument(
+            "--engine",
+            default="auto",
+            choices=["auto", "sglang", "vllm", "specforge", "speculators", "eagle"],
+            help="read and run the draft as this engine does (wiring, variant flags, embedding); "
+            "auto = the reading of the tool that trained it (docs/reference.md §10)",
+        )
 
     pre = commands.add_parser("preflight", help="check a draft against a target")
     common(pre)
@@ -160,6 +167,15 @@ def cmd_preflight(args) -> tuple[dict, str]:
 
     report = preflight(args.draft, args.target, args.sample_length, args.aux_hf_indices).to_dict()
     lines = [f"{c['status'].upper():5} {c['name']}: {c['message']}" for c in report["checks"]]
+    if report["engines"]:
+        lines.append(f"how each engine reads this draft (training reading: {report['training_engine']}):")
+        lines.append(f"  {'engine':<12} {'aux HF':<14} {'feedback':<9} {'embedding':<25} loads")
+        for name, view in report["engines"].items():
+            loads = "yes" if view["loads"] else f"no: {view['refusal']}"
+            lines.append(
+                f"  {name:<12} {str(view['aux_hf_indices']):<14} {view['feedback']:<9} "
+                f"{view['embedding']:<25} {loads}"
+            )
     lines.append(f"aux HF indices: {report['aux_hf_indices']}  ->  {'OK' if report['ok'] else 'FAILED'}")
     return report, "\n".join(lines)
 
@@ -167,15 +183,29 @@ def cmd_preflight(args) -> tuple[dict, str]:
 def load_pair(args, sample_length: int):
     """(target, draft, wiring) for teacher/probe: the draft is refused with the preflight's reasons
     when it fails; its warnings go to stderr."""
+    from backend.engine.readings import read_as
     from backend.engine.wiring import resolve_wiring
     from backend.service import models
     from backend.service.jobs import preflight_warnings
 
     target, draft, report = models.pair(args.target, args.draft, args.device, args.dtype)
-    wiring = resolve_wiring(draft.config, target.num_layers, args.aux_hf_indices)
-    for warning in preflight_warnings(report, draft, sample_length):
+    view = read_as(
+        args.engine,
+        draft.config,
+        target.num_layers,
+        draft.own_embedding is not None,
+        draft.own_embedding_differs,
+    )
+    if args.aux_hf_indices is None and not view.loads:
+        raise BadInput(view.refusal)
+    wiring = (
+        view.wiring
+        if args.aux_hf_indices is None
+        else resolve_wiring(draft.config, target.num_layers, args.aux_hf_indices)
+    )
+    for warning in preflight_warnings(report, draft, sample_length) + list(view.notes):
         print(f"warning: {warning}", file=sys.stderr)
-    return target, draft, wiring
+    return target, draft, wiring, view
 
 
 def cmd_replay(args) -> tuple[dict, str]:
@@ -197,6 +227,7 @@ def cmd_replay(args) -> tuple[dict, str]:
         num_steps=args.steps,
         max_new_tokens=args.max_new_tokens,
         aux_hf_indices=args.aux_hf_indices,
+        engine=args.engine,
         record=not args.no_record,
         device=args.device,
         dtype=args.dtype,
@@ -227,6 +258,7 @@ def cmd_replay(args) -> tuple[dict, str]:
         "per_position_conditional": metrics["per_position_conditional"],
         "aux_hf_indices": list(wiring.aux_hf_indices),
         "wiring_source": wiring.source,
+        "engine": outcome.engine,
         "acceptance_rate": metrics["acceptance_rate"],
         "accept_histogram": metrics["accept_histogram"],
         "num_steps": args.steps,
@@ -261,13 +293,15 @@ def cmd_teacher(args) -> tuple[dict, str]:
     samples, rejected = load_samples(
         args.samples, models.target(args.target, args.device, args.dtype).vocab_size, args.limit
     )
-    target, draft, wiring = load_pair(args, max(len(s.input_ids) for s in samples))
+    target, draft, wiring, view = load_pair(args, max(len(s.input_ids) for s in samples))
     totals = TeacherCounts([0] * args.steps, [0] * args.steps)
     bar = progress_bar(len(samples), "teacher")
     bar.unit = "sample"
     for sample in samples:
         totals.add(
-            teacher_forced_counts(target, draft, wiring, sample.input_ids, sample.loss_mask, args.steps)
+            teacher_forced_counts(
+                target, draft, wiring, sample.input_ids, sample.loss_mask, args.steps, view.math
+            )
         )
         bar.update(1)
     bar.close()
@@ -278,6 +312,7 @@ def cmd_teacher(args) -> tuple[dict, str]:
         "n_samples": len(samples),
         "aux_hf_indices": list(wiring.aux_hf_indices),
         "wiring_source": wiring.source,
+        "engine": view.engine,
         "rejected": [{"line": r.line, "reason": r.reason} for r in rejected],
     }
     text = (
@@ -307,7 +342,7 @@ def cmd_probe(args) -> tuple[dict, str]:
     samples, _ = load_samples(
         args.samples, models.target(args.target, args.device, args.dtype).vocab_size, args.limit
     )
-    target, draft, wiring = load_pair(args, max(len(s.input_ids) for s in samples))
+    target, draft, wiring, view = load_pair(args, max(len(s.input_ids) for s in samples))
     bar = progress_bar(100, "probe")
     bar.unit = "%"
 
@@ -317,7 +352,16 @@ def cmd_probe(args) -> tuple[dict, str]:
 
     try:
         report = run_probe(
-            target, draft, wiring, samples, args.steps, args.budget, args.live, args.live_tokens, progress
+            target,
+            draft,
+            wiring,
+            samples,
+            args.steps,
+            args.budget,
+            args.live,
+            args.live_tokens,
+            progress,
+            view.math,
         )
     finally:
         bar.close()

@@ -10,11 +10,13 @@ from backend.engine.metrics import DEFINITIONS
 from backend.engine.wiring import parse_aux_indices
 from backend.service import runs as stored_runs
 from backend.service import tasks
-from backend.service.requests import ReplayRequest
+from backend.service.checks import engine_readings
+from backend.service.requests import ENGINE_CHOICES, ReplayRequest
 from ui import charts, state
 from ui.html import CSS, chips_html, context_html, legend, output_html, step_statuses
 from ui.pickers import dataset_picker, run_label
 from ui.runs import ACCEPT_LENGTH_HELP, get_run, list_runs
+from ui.tables import engine_readings as engine_table
 from ui.taskview import task_panel
 from ui.tokens import Pieces
 
@@ -51,9 +53,16 @@ with st.expander("Start a replay", expanded=not list_runs(limit=1)):
         source = {"prompt_text": typed, "sample_ref": "prompt"}
     names = list(state.drafts())
     current = state.draft_name(state.draft_path())
-    c1, c2, c3, c4 = st.columns(4)
+    c1, c0, c2, c3, c4 = st.columns(5)
     draft_choice = c1.selectbox(
         "Draft", names, index=names.index(current) if current in names else 0, key="decode_draft"
+    )
+    engine = c0.selectbox(
+        "Run it as",
+        ENGINE_CHOICES,
+        key="decode_engine",
+        help="Whose reading of the draft to replay: which layers feed it, which variant flags count, whose "
+        "embedding it uses. auto = the tool that trained it. See 'How engines read this draft' below a run.",
     )
     steps = c2.number_input("K (draft steps)", 1, 16, 4, key="decode_steps")
     max_new = c3.number_input("Max new tokens", 1, 4096, 96, key="decode_max_new")
@@ -74,6 +83,7 @@ with st.expander("Start a replay", expanded=not list_runs(limit=1)):
                 num_steps=int(steps),
                 max_new_tokens=int(max_new),
                 aux_hf_indices=parse_aux_indices(override_text),
+                engine=engine,
                 **source,
             )
         except BadInput as error:
@@ -133,6 +143,31 @@ summary[5].metric(
     delta_color="off",
     help=DEFINITIONS["self_disagreement_per_1000"],
 )
+st.caption(
+    f"Run as **{run.params.get('engine', 'specforge')}** reads the draft"
+    + (
+        f" (requested: {run.params['engine_requested']})"
+        if run.params.get("engine_requested") not in (None, run.params.get("engine"))
+        else ""
+    )
+    + f"; wiring: {run.params.get('wiring_source', '')}"
+)
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def readings_of(draft_path: str, target_path: str) -> dict | None:
+    try:
+        return engine_readings(draft_path, target_path)
+    except BadInput:
+        return None
+
+
+with st.expander("How engines read this draft (wiring, feedback, embedding): where they disagree"):
+    readings = readings_of(run.draft_path, run.target_path)
+    if readings is None:
+        st.info("The draft or target directory can no longer be read.")
+    else:
+        engine_table(readings, key="decode_engines")
 if not steps:
     st.stop()
 

@@ -20,6 +20,7 @@ from ui import charts, state
 from ui.html import CSS, mismatch_html
 from ui.pickers import first_samples, run_label
 from ui.runs import ACCEPT_LENGTH_HELP, get_run, list_runs
+from ui.tables import engine_readings as engine_table
 from ui.taskview import task_panel
 from ui.tokens import Pieces
 
@@ -59,6 +60,9 @@ with doctor_tab:
             f"({report.get('wiring_source', '')})"
         )
         st.dataframe(pd.DataFrame(report["checks"]), hide_index=True, key="doctor_checks")
+        if report.get("engines"):
+            st.markdown("**How each engine reads this draft**")
+            engine_table(report, key="doctor_engines")
         if "coverage" in result:
             cover = result["coverage"]
             c1, c2 = st.columns(2)

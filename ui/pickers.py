@@ -41,5 +41,6 @@ def run_label(run) -> str:
     al = (run.metrics or {}).get("mean_accept_length")
     return (
         f"run {run.id} · {run.status} · {state.draft_name(run.draft_path)} · K={run.params.get('num_steps')} · "
+        f"{run.params.get('engine', '')} · "
         f"{run.sample_ref or ''} · {len(run.output_ids)} tokens · AL {'n/a' if al is None else f'{al:.2f}'}"
     )

@@ -8,6 +8,7 @@ A sample is flagged when the live accept length is below FLAG_RATIO of the predi
 from __future__ import annotations
 
 from backend.engine.metrics import acceptance_metrics
+from backend.engine.readings import DraftMath
 from backend.engine.records import Progress, no_progress
 from backend.engine.replay import accept_lengths
 from backend.engine.teacher import teacher_forced_counts
@@ -28,6 +29,7 @@ def teacher_vs_live(
     max_new_tokens: int,
     progress: Progress = no_progress,
     training_wiring=None,
+    math: DraftMath | None = None,
 ) -> list[dict]:
     """Teacher-forced accuracy under `training_wiring` (what the training run measured; default: the
     serving wiring) next to live acceptance under `wiring` (what serving feeds)."""
@@ -36,10 +38,12 @@ def teacher_vs_live(
     for number, sample in enumerate(samples):
         progress(number / len(samples), f"sample {number + 1}/{len(samples)}")
         counts = teacher_forced_counts(
-            target, draft, training_wiring, sample.input_ids, sample.loss_mask, num_steps
+            target, draft, training_wiring, sample.input_ids, sample.loss_mask, num_steps, math
         )
         simulated = counts.simulated_accept_length
-        counts_live = accept_lengths(target, draft, sample.prompt_ids, wiring, num_steps, max_new_tokens)
+        counts_live = accept_lengths(
+            target, draft, sample.prompt_ids, wiring, num_steps, max_new_tokens, math
+        )
         live = acceptance_metrics(counts_live, num_steps).mean_accept_length
         predicted = None if simulated is None else 1 + simulated
         rows.append(

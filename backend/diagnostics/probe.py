@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from backend.engine.draft_model import Eagle3Draft
 from backend.engine.loading import Target
 from backend.engine.metrics import acceptance_metrics, simulated_accept_length
+from backend.engine.readings import DraftMath
 from backend.engine.records import Progress, no_progress
 from backend.engine.replay import accept_lengths
 from backend.engine.teacher import TargetPass, TeacherCounts, draft_counts, draft_vocab_mask, target_pass
@@ -151,6 +152,7 @@ def run_probe(
     live_samples: int = 0,
     live_tokens: int = 64,
     progress: Progress = no_progress,
+    math: DraftMath | None = None,
 ) -> ProbeReport:
     """Rank candidate wirings by teacher-forced accuracy on `samples` (objects with input_ids and
     loss_mask; prompt_ids for live runs). `search_budget` bounds the extra candidates tried."""
@@ -172,7 +174,7 @@ def run_probe(
             return evaluated[indices]
         counts = TeacherCounts([0] * num_steps, [0] * num_steps)
         for passed in passes:
-            counts.add(draft_counts(draft, passed, passed.features(indices), in_vocab, num_steps))
+            counts.add(draft_counts(draft, passed, passed.features(indices), in_vocab, num_steps, math))
         candidate = Candidate(indices, list(labels), counts.acc_per_step, counts.counted[0])
         evaluated[indices] = candidate
         return candidate
@@ -198,7 +200,7 @@ def run_probe(
         for number, candidate in enumerate(live):
             progress(0.8 + 0.2 * number / len(live), f"live replay HF {list(candidate.aux_hf_indices)}")
             candidate.live_accept_length = live_accept_length(
-                target, draft, candidate.aux_hf_indices, samples[:live_samples], num_steps, live_tokens
+                target, draft, candidate.aux_hf_indices, samples[:live_samples], num_steps, live_tokens, math
             )
     best = ranked[0]
     report = ProbeReport(
@@ -243,14 +245,20 @@ def _search(evaluate, evaluated: dict, num_layers: int, budget: int, tick) -> No
 
 
 def live_accept_length(
-    target: Target, draft: Eagle3Draft, indices, samples: list, num_steps: int, max_new_tokens: int
+    target: Target,
+    draft: Eagle3Draft,
+    indices,
+    samples: list,
+    num_steps: int,
+    max_new_tokens: int,
+    math: DraftMath | None = None,
 ) -> float | None:
     """Accept length of unrecorded replays of `samples` fed the wiring `indices` (docs/reference.md §6)."""
     wiring = Wiring(tuple(indices), "probe candidate")
     counts = [
         a
         for sample in samples
-        for a in accept_lengths(target, draft, sample.prompt_ids, wiring, num_steps, max_new_tokens)
+        for a in accept_lengths(target, draft, sample.prompt_ids, wiring, num_steps, max_new_tokens, math)
     ]
     return acceptance_metrics(counts, num_steps).mean_accept_length
 

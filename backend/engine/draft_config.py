@@ -15,20 +15,24 @@ from transformers import LlamaConfig
 
 from backend import BadInput
 
-KNOWN_ARCHITECTURES = ("LlamaForCausalLMEagle3", "LlamaForCausalLM", "Eagle3Speculator")
+# Every architecture string an engine accepts for an EAGLE-3 draft (docs/reference.md §10).
+KNOWN_ARCHITECTURES = (
+    "LlamaForCausalLMEagle3",  # SpecForge, SGLang, ModelOpt; vLLM too
+    "Eagle3LlamaForCausalLM",  # vLLM's class name; AngelSlim writes it
+    "Eagle3Speculator",  # speculators (vLLM reads it through its speculators adapter)
+    "Eagle3DraftModel",  # speculators 0.4+ model class
+    "LlamaForCausalLM",  # the original EAGLE releases
+)
 
-# Variant flags that change the draft's math; every one is implemented in draft_model.py.
-VARIANT_FLAGS = {
-    "fc_norm": False,  # per-chunk RMSNorm on each of the three target states before fc
-    "norm_before_fc": False,  # one RMSNorm over the 3*Ht concatenation before fc
-    "norm_output": True,  # apply `norm` before lm_head
-    "norm_before_residual": False,  # the residual around attention is the normed hidden
-}
+# Variant flags that change the draft's math. Which of them an engine honours, and what it assumes
+# when one is absent, is the engine's reading (backend/engine/readings.py); here they are kept as
+# declared (None = absent).
+VARIANT_FLAGS = ("fc_norm", "norm_before_fc", "norm_output", "norm_before_residual")
 
 # transformers 5.x folds these into `rope_parameters`; they are not keys of LlamaConfig().to_dict().
 ROPE_KEYS = {"rope_theta", "rope_scaling", "rope_parameters"}
 
-# Keys that are not LlamaConfig fields but are understood (or harmless bookkeeping).
+# Keys SpecLens reads (beyond LlamaConfig's own).
 EAGLE_KEYS = {
     "draft_vocab_size",
     "target_hidden_size",
@@ -36,20 +40,49 @@ EAGLE_KEYS = {
     "eagle_aux_hidden_state_layer_ids",
     "use_aux_hidden_state",
     "transformer_layer_config",
-    "speculators_config",
-    "speculators_model_type",
-    "speculators_version",
-    "has_no_defaults_at_init",
-    "torch_dtype",
-    "dtype",
-    "transformers_version",
     "architectures",
     "model_type",
-    "_name_or_path",
-    "target_model_type",
-    "auto_map",
-    "base_model",
+    "use_sliding_window",
+    "sliding_window",
     *VARIANT_FLAGS,
+}
+
+# Config keys by meaning (docs/reference.md §1): used, harmless (with the reason), or needing math
+# SpecLens does not have (refused, named first). Anything else is an unknown key: a warning.
+GENERIC_HF_KEYS = {  # PretrainedConfig and generation bookkeeping every Hugging Face config may carry
+    "add_cross_attention", "bad_words_ids", "begin_suppress_tokens", "chunk_size_feed_forward",
+    "cross_attention_hidden_size", "decoder_start_token_id", "diversity_penalty", "do_sample", "early_stopping",
+    "encoder_no_repeat_ngram_size", "exponential_decay_length_penalty", "finetuning_task", "forced_bos_token_id",
+    "forced_eos_token_id", "id2label", "is_decoder", "is_encoder_decoder", "label2id", "length_penalty",
+    "max_length", "min_length", "no_repeat_ngram_size", "num_beam_groups", "num_beams", "num_return_sequences",
+    "output_attentions", "output_hidden_states", "output_scores", "prefix", "problem_type", "pruned_heads",
+    "remove_invalid_values", "repetition_penalty", "return_dict", "return_dict_in_generate", "sep_token_id",
+    "suppress_tokens", "task_specific_params", "temperature", "tf_legacy_loss", "tie_encoder_decoder",
+    "tokenizer_class", "top_k", "top_p", "torchscript", "typical_p", "use_bfloat16", "_name_or_path",
+    "transformers_version", "torch_dtype", "dtype", "auto_map", "base_model", "_attn_implementation_autoset",
+    "bos_token_id", "eos_token_id", "pad_token_id", "use_cache", "pretraining_tp", "initializer_range",
+    "attention_dropout", "hidden_act", "mlp_bias", "tie_word_embeddings",
+}  # fmt: skip
+TRAINING_ONLY_KEYS = {  # how the draft was trained or exported; the weights are what counts
+    "embed_requires_grad": "training-only (whether the embedding was trained; the saved weights decide)",
+    "max_window_layers": "Qwen training bookkeeping (only meaningful with an active sliding window)",
+    "target_model_type": "names the target family; the target directory decides",
+    "has_no_defaults_at_init": "speculators bookkeeping",
+    "speculators_config": "speculators proposal settings (the replay's K and mode come from the request)",
+    "speculators_model_type": "speculators format marker",
+    "speculators_version": "speculators format marker",
+    "layer_types": "per-layer attention kinds of the decoder family (checked with use_sliding_window)",
+}
+MLA_KEYS = ("kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
+MOE_KEYS = ("num_experts", "n_routed_experts", "num_local_experts")
+QK_NORM_LAYER_TYPES = ("qwen3", "qwen3_moe")  # decoder layers with per-head RMSNorm on q and k
+MODELOPT_OPTIONS = {  # nested eagle_config options of ModelOpt exports: the standard value, what it changes
+    "use_input_layernorm_in_first_layer": (True, "the first layer's input layernorm"),
+    "use_last_layernorm": (True, "the final norm before lm_head"),
+    "use_mtp_layernorm": (False, "an extra MTP layernorm"),
+    "parallel_draft_step": (1, "parallel drafting"),
+    "next_layer_regular": (True, "a regular next layer"),
+    "parallel_draft_heads_num_layers": (None, "parallel draft heads"),
 }
 
 
@@ -70,15 +103,24 @@ class DraftConfig:
     max_position_embeddings: int
     attention_bias: bool
     use_aux_hidden_state: bool
-    fc_norm: bool
-    norm_before_fc: bool
-    norm_output: bool
-    norm_before_residual: bool
+    fc_norm: bool | None  # variant flags as declared (None = absent): readings decide what they mean
+    norm_before_fc: bool | None
+    norm_output: bool | None
+    norm_before_residual: bool | None
     nested_aux_ids: list[int] | None
     top_level_aux_ids: list[int] | None
     llama_config: LlamaConfig = field(repr=False)
-    unknown_flags: dict = field(default_factory=dict)
-    unknown_keys: list[str] = field(default_factory=list)
+    explicit_head_dim: bool = False  # head_dim given in the config (it may differ from hidden / heads)
+    layer_model_type: str = "llama"  # the decoder layer's family (speculators: transformer_layer_config)
+    speculators_format: bool = False
+    ignored_keys: dict = field(default_factory=dict)  # key -> why it is harmless
+    refused: list = field(default_factory=list)  # why the draft needs math SpecLens does not have
+    unknown_keys: list[str] = field(default_factory=list)  # neither used nor known: a warning
+
+    @property
+    def qk_norm(self) -> bool:
+        """Qwen3-style decoder layer: per-head RMSNorm on q and k before RoPE."""
+        return self.layer_model_type in QK_NORM_LAYER_TYPES
 
     @property
     def rope_description(self) -> str:
@@ -147,12 +189,13 @@ def parse_draft_config(raw: dict) -> DraftConfig:
     except Exception as error:  # noqa: BLE001 - transformers validates head counts, sizes, rope settings
         raise BadInput(f"draft config.json is inconsistent: {str(error).splitlines()[-1].strip()}") from error
 
-    unknown = [k for k in flat if k not in llama_keys and k not in EAGLE_KEYS]
-    unknown_flags = {k: flat[k] for k in unknown if isinstance(flat[k], bool)}
+    ignored, refused, unknown = classify_keys(flat, eagle)
 
-    def flag(name: str) -> bool:
-        return bool(flat.get(name, eagle.get(name, VARIANT_FLAGS[name])))
+    def flag(name: str) -> bool | None:
+        value = flat.get(name, eagle.get(name))
+        return None if value is None else bool(value)
 
+    layer = raw.get("transformer_layer_config") or {}
     return DraftConfig(
         raw=raw,
         architecture=str(architectures[0]),
@@ -176,9 +219,55 @@ def parse_draft_config(raw: dict) -> DraftConfig:
         nested_aux_ids=_int_list(eagle.get("eagle_aux_hidden_state_layer_ids")),
         top_level_aux_ids=_int_list(raw.get("eagle_aux_hidden_state_layer_ids")),
         llama_config=llama_config,
-        unknown_flags=unknown_flags,
-        unknown_keys=[k for k in unknown if k not in unknown_flags],
+        explicit_head_dim=bool(explicit_head_dim),
+        layer_model_type=str(layer.get("model_type") or flat.get("model_type") or "llama"),
+        speculators_format="Eagle3Speculator" in architectures or "speculators_model_type" in raw,
+        ignored_keys=ignored,
+        refused=refused,
+        unknown_keys=unknown,
     )
+
+
+def classify_keys(flat: dict, eagle: dict) -> tuple[dict, list[str], list[str]]:
+    """(harmless keys with the reason, reasons to refuse, unknown keys) of a flattened config."""
+    llama_keys = set(LlamaConfig().to_dict()) | ROPE_KEYS
+    ignored, refused = {}, []
+    for key in flat:
+        if key in GENERIC_HF_KEYS:
+            ignored[key] = "generic Hugging Face config key"
+        elif key in TRAINING_ONLY_KEYS:
+            ignored[key] = TRAINING_ONLY_KEYS[key]
+    mla = [k for k in MLA_KEYS if flat.get(k)]
+    if mla:
+        refused.append(f"MLA attention ({', '.join(mla)}): SpecLens's draft layer has standard attention")
+    moe = [f"{k}={flat[k]}" for k in MOE_KEYS if isinstance(flat.get(k), int) and flat[k] > 0]
+    if moe:
+        refused.append(
+            f"a mixture-of-experts MLP ({', '.join(moe)}): SpecLens's draft layer has one dense MLP"
+        )
+    window, context = flat.get("sliding_window"), flat.get("max_position_embeddings") or 2048
+    if flat.get("use_sliding_window") and isinstance(window, int) and window < context:
+        refused.append(
+            f"an active sliding window of {window} tokens (use_sliding_window=true, shorter than the draft's "
+            f"context {context}): SpecLens's draft attention sees every position"
+        )
+    for key, (standard, what) in MODELOPT_OPTIONS.items():
+        if key not in eagle or eagle[key] is None:
+            continue
+        value = eagle[key]
+        if value == standard or (key == "parallel_draft_heads_num_layers"):
+            ignored[f"eagle_config.{key}"] = f"ModelOpt option at its standard value ({value})"
+        else:
+            refused.append(
+                f"eagle_config.{key}={json.dumps(value)} (ModelOpt: changes {what}); SpecLens implements "
+                "the standard EAGLE-3 layer"
+            )
+    unknown = sorted(
+        k
+        for k in flat
+        if k not in llama_keys | EAGLE_KEYS | set(MLA_KEYS) | set(MOE_KEYS) and k not in ignored
+    )
+    return ignored, refused, unknown
 
 
 def _int_list(value) -> list[int] | None:

@@ -8,6 +8,9 @@ draft's own previous output, H wide), the embeddings of the tokens one ahead, an
     r = g + o_proj(attention(u))       (norm_before_residual: r = hidden_norm(g) + ...)
     out = r + mlp(post_attention_layernorm(r))         -> fed back as the next step's hidden
     logits = lm_head(norm(out))        over the draft vocab; target id = d + d2t[d]
+
+Which variants apply, what is fed back (out, or norm(out) under EAGLE 3.1 readings) and whose
+embedding `e` is come from a `DraftMath`: the reading of one engine (backend/engine/readings.py).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from transformers.models.llama.modeling_llama import (
 
 from backend.engine.draft_config import DraftConfig
 from backend.engine.kv_cache import DraftKVCache
+from backend.engine.readings import DraftMath
 
 
 class DraftAttention(nn.Module):
@@ -37,16 +41,31 @@ class DraftAttention(nn.Module):
         self.k_proj = nn.Linear(input_width, self.num_kv_heads * self.head_dim, bias=bias)
         self.v_proj = nn.Linear(input_width, self.num_kv_heads * self.head_dim, bias=bias)
         self.o_proj = nn.Linear(self.num_heads * self.head_dim, config.hidden_size, bias=bias)
+        if config.qk_norm:  # Qwen3-style layer: per-head RMSNorm on q and k before RoPE
+            self.q_norm = LlamaRMSNorm(self.head_dim, eps=config.rms_norm_eps)
+            self.k_norm = LlamaRMSNorm(self.head_dim, eps=config.rms_norm_eps)
 
-    def forward(self, x, rope, mask, past=None, cache: DraftKVCache | None = None, layer: int = 0):
+    def forward(
+        self,
+        x,
+        rope,
+        mask,
+        past=None,
+        cache: DraftKVCache | None = None,
+        layer: int = 0,
+        qk_norm: bool = False,
+    ):
         """x [m, W] -> attention output [m, H], and this call's new (keys, values).
 
         Keys come from the cache (inference: the new entries are appended first) or from `past`
         (the teacher-forced TTT layout); mask [m, all keys] bool, True = attend, None = attend to all.
         """
         m = x.shape[0]
-        q = self.q_proj(x).view(m, self.num_heads, self.head_dim).transpose(0, 1)
-        k = self.k_proj(x).view(m, self.num_kv_heads, self.head_dim).transpose(0, 1)
+        q = self.q_proj(x).view(m, self.num_heads, self.head_dim)
+        k = self.k_proj(x).view(m, self.num_kv_heads, self.head_dim)
+        if qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = q.transpose(0, 1), k.transpose(0, 1)
         v = self.v_proj(x).view(m, self.num_kv_heads, self.head_dim).transpose(0, 1)
         cos, sin = rope
         q, k = apply_rotary_pos_emb(q[None], k[None], cos, sin)
@@ -70,7 +89,6 @@ class DraftLayer(nn.Module):
         super().__init__()
         hidden = config.hidden_size
         self.first = first
-        self.norm_before_residual = config.norm_before_residual
         self.input_layernorm = LlamaRMSNorm(hidden, eps=config.rms_norm_eps)
         if first:
             self.hidden_norm = LlamaRMSNorm(hidden, eps=config.rms_norm_eps)
@@ -78,15 +96,15 @@ class DraftLayer(nn.Module):
         self.post_attention_layernorm = LlamaRMSNorm(hidden, eps=config.rms_norm_eps)
         self.mlp = LlamaMLP(config.llama_config)
 
-    def forward(self, hidden, embeds, rope, mask, past=None, cache=None, layer=0):
+    def forward(self, hidden, embeds, rope, mask, math: DraftMath, past=None, cache=None, layer=0):
         if self.first:
             normed_hidden = self.hidden_norm(hidden)
             attn_in = torch.cat([self.input_layernorm(embeds), normed_hidden], dim=-1)
-            residual = normed_hidden if self.norm_before_residual else hidden
+            residual = normed_hidden if math.norm_before_residual else hidden
         else:
             attn_in = self.input_layernorm(hidden)
             residual = hidden
-        attended, new_kv = self.self_attn(attn_in, rope, mask, past, cache, layer)
+        attended, new_kv = self.self_attn(attn_in, rope, mask, past, cache, layer, math.qk_norm)
         hidden = residual + attended
         hidden = hidden + self.mlp(self.post_attention_layernorm(hidden))
         return hidden, new_kv
@@ -119,28 +137,43 @@ class Eagle3Draft(nn.Module):
         self.register_buffer("d2t", torch.zeros(config.draft_vocab_size, dtype=torch.long))
         self.has_vocab_mapping = False
         # The target's embedding, shared and not registered as a child module so that the draft's
-        # state_dict and .to() never touch the target's weights. A checkpoint that brings its own
-        # embedding (needed when target_hidden_size != hidden_size) replaces it via `own_embedding`.
+        # state_dict and .to() never touch the target's weights. A checkpoint's own embed_tokens is
+        # kept as `own_embedding`; the reading decides which one a step uses.
         self.__dict__["shared_embedding"] = target_embedding
         self.own_embedding: nn.Embedding | None = None
+        # The math when a caller names no reading: set by loading to the training reading.
+        self.default_math = DraftMath(
+            fc_norm=bool(config.fc_norm),
+            norm_before_fc=bool(config.norm_before_fc),
+            norm_before_lm_head=config.norm_output is not False,
+            qk_norm=config.qk_norm,
+        )
 
-    def embed(self, token_ids: torch.Tensor) -> torch.Tensor:
-        table = self.own_embedding if self.own_embedding is not None else self.shared_embedding
-        return table(token_ids)
+    def embed(self, token_ids: torch.Tensor, math: DraftMath) -> torch.Tensor:
+        own = self.own_embedding is not None and (math.own_embedding or self.shared_embedding is None)
+        return (self.own_embedding if own else self.shared_embedding)(token_ids)
 
     # -- the pieces of one step -------------------------------------------------------------------
 
-    def fuse(self, target_features: torch.Tensor) -> torch.Tensor:
+    def fuse(self, target_features: torch.Tensor, math: DraftMath | None = None) -> torch.Tensor:
         """fc over the three concatenated target states [m, 3*Ht] -> [m, H]."""
-        if self.config.fc_norm:
+        math = math or self.default_math
+        if math.fc_norm:
             chunks = target_features.chunk(3, dim=-1)
             target_features = torch.cat([norm(c) for norm, c in zip(self.fc_norm, chunks, strict=True)], -1)
-        if self.config.norm_before_fc:
+        if math.norm_before_fc:
             target_features = self.input_norm(target_features)
         return self.fc(target_features)
 
     def forward(
-        self, hidden, token_ids, positions, cache: DraftKVCache | None = None, mask=None, past_override=None
+        self,
+        hidden,
+        token_ids,
+        positions,
+        cache: DraftKVCache | None = None,
+        mask=None,
+        past_override=None,
+        math: DraftMath | None = None,
     ):
         """Run the draft over m positions: hidden [m, H] (`fuse`d target features, or the draft's own
         previous output), token_ids [m] (the tokens one ahead), positions [m] (RoPE positions).
@@ -149,7 +182,8 @@ class Eagle3Draft(nn.Module):
         With a cache, attention covers the cached entries and the new ones are appended.
         `past_override` (per layer keys/values) and `mask` serve the teacher-forced TTT layout.
         """
-        embeds = self.embed(token_ids).to(hidden.dtype)
+        math = math or self.default_math
+        embeds = self.embed(token_ids, math).to(hidden.dtype)
         if self.rotary.inv_freq.device != hidden.device:
             self.rotary.to(hidden.device)
         rope = self.rotary(hidden, positions[None])
@@ -159,15 +193,19 @@ class Eagle3Draft(nn.Module):
         new_kvs = []
         for index, layer in enumerate(self.layers):
             past = past_override[index] if past_override is not None else None
-            hidden, new_kv = layer(hidden, embeds, rope, mask, past, cache, index)
+            hidden, new_kv = layer(hidden, embeds, rope, mask, math, past, cache, index)
             new_kvs.append(new_kv)
         return hidden, new_kvs
 
-    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+    def logits(self, hidden: torch.Tensor, math: DraftMath | None = None) -> torch.Tensor:
         """Draft-vocab logits [m, Vd] in fp32."""
-        if self.config.norm_output:
+        if (math or self.default_math).norm_before_lm_head:
             hidden = self.norm(hidden)
         return self.lm_head(hidden).float()
+
+    def feedback(self, hidden: torch.Tensor, math: DraftMath | None = None) -> torch.Tensor:
+        """What the next draft step is fed: the output hidden, or norm(out) under EAGLE 3.1 readings."""
+        return self.norm(hidden) if (math or self.default_math).post_norm_feedback else hidden
 
     def to_target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
         """Draft-vocab index -> target id: d + d2t[d] (identity when the vocabularies are equal)."""

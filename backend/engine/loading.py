@@ -7,6 +7,7 @@ tensors read here (the files are read once).
 
 from __future__ import annotations
 
+import json
 import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +20,7 @@ from backend import BadInput
 from backend.engine.draft_config import DraftConfig, parse_draft_config, read_config_file
 from backend.engine.draft_model import Eagle3Draft
 from backend.engine.layouts import file_name, to_internal_names
+from backend.engine.readings import read_as
 
 DTYPES = {
     "fp32": torch.float32,
@@ -127,23 +129,55 @@ class DraftFiles:
 
 
 def read_draft_tensors(draft_dir: Path) -> tuple[dict[str, torch.Tensor], str]:
-    safetensors_path = draft_dir / "model.safetensors"
-    bin_path = draft_dir / "pytorch_model.bin"
-    if safetensors_path.is_file():
-        return load_file(str(safetensors_path)), safetensors_path.name
-    if bin_path.is_file():
-        try:
-            # A .bin is a pickle: only tensors and plain containers may come out of it.
-            state = torch.load(bin_path, map_location="cpu", weights_only=True)
-        except (pickle.UnpicklingError, RuntimeError, AttributeError, TypeError) as error:
-            raise BadInput(
-                f"{bin_path.name} holds Python objects beyond tensors; refusing to unpickle it "
-                f"(loaded with weights_only=True): {str(error).splitlines()[0]}"
-            ) from error
-        if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-            raise BadInput(f"{bin_path.name} is not a flat dict of tensors")
-        return state, bin_path.name
-    raise BadInput(f"{draft_dir}: no model.safetensors or pytorch_model.bin")
+    """Every tensor of a draft: one file, or the shards an index file lists (docs/reference.md §1)."""
+    for single in ("model.safetensors", "pytorch_model.bin"):
+        if (draft_dir / single).is_file():
+            return _read_weights_file(draft_dir / single), single
+    for index in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
+        if (draft_dir / index).is_file():
+            return _read_sharded(draft_dir, index), index
+    raise BadInput(
+        f"{draft_dir}: no model.safetensors, pytorch_model.bin or their sharded index "
+        "(model.safetensors.index.json / pytorch_model.bin.index.json)"
+    )
+
+
+def _read_weights_file(path: Path) -> dict[str, torch.Tensor]:
+    if path.suffix == ".safetensors":
+        return load_file(str(path))
+    try:
+        # A .bin is a pickle: only tensors and plain containers may come out of it.
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, AttributeError, TypeError) as error:
+        raise BadInput(
+            f"{path.name} holds Python objects beyond tensors; refusing to unpickle it "
+            f"(loaded with weights_only=True): {str(error).splitlines()[0]}"
+        ) from error
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise BadInput(f"{path.name} is not a flat dict of tensors")
+    return state
+
+
+def _read_sharded(draft_dir: Path, index_name: str) -> dict[str, torch.Tensor]:
+    """The shards of an index file's weight_map; every listed tensor must be in the shard it names."""
+    try:
+        weight_map = json.loads((draft_dir / index_name).read_text())["weight_map"]
+    except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError) as error:
+        raise BadInput(f"{draft_dir / index_name}: not an index file with a weight_map ({error})") from error
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise BadInput(f"{draft_dir / index_name}: the weight_map is empty")
+    tensors: dict[str, torch.Tensor] = {}
+    for shard in sorted(set(weight_map.values())):
+        path = draft_dir / str(shard)
+        if Path(str(shard)).name != str(shard) or not path.is_file():
+            raise BadInput(f"{draft_dir / index_name}: shard {shard!r} is not a file in {draft_dir}")
+        loaded = _read_weights_file(path)
+        listed = {name for name, where in weight_map.items() if where == shard}
+        missing = sorted(listed - set(loaded))
+        if missing:
+            raise BadInput(f"{path.name}: lacks tensors its index lists: {', '.join(missing[:5])}")
+        tensors.update({name: loaded[name] for name in listed})
+    return tensors
 
 
 def read_draft(draft_dir: str | Path) -> DraftFiles:
@@ -161,10 +195,8 @@ def build_draft(files: DraftFiles, target: Target) -> Eagle3Draft:
     for files that passed preflight."""
     draft = Eagle3Draft(files.config, target.model.get_input_embeddings())
     tensors = dict(files.tensors)
-    if "own_embedding.weight" in tensors and files.config.target_hidden_size != files.config.hidden_size:
+    if "own_embedding.weight" in tensors:  # kept: the reading decides whether a step uses it
         draft.own_embedding = torch.nn.Embedding(*tensors["own_embedding.weight"].shape)
-    else:
-        tensors.pop("own_embedding.weight", None)
     tensors.pop("t2d", None)
     draft.has_vocab_mapping = "d2t" in tensors
     tensors = {n: t for n, t in tensors.items() if not n.endswith(IGNORABLE_SUFFIXES)}
@@ -172,4 +204,18 @@ def build_draft(files: DraftFiles, target: Target) -> Eagle3Draft:
     left_out = set(result.missing_keys) - {"d2t"}
     if left_out or result.unexpected_keys:  # preflight should have caught these; never run half-loaded
         raise BadInput(f"draft {files.path}: missing {sorted(left_out)}, unexpected {result.unexpected_keys}")
-    return draft.to(device=target.device, dtype=target.dtype).eval()
+    draft = draft.to(device=target.device, dtype=target.dtype).eval()
+    draft.own_embedding_differs = own_embedding_differs(draft, target)
+    view = read_as(
+        "auto", files.config, target.num_layers, draft.own_embedding is not None, draft.own_embedding_differs
+    )
+    draft.default_math = view.math  # the training reading, for callers that name no engine
+    return draft
+
+
+def own_embedding_differs(draft: Eagle3Draft, target: Target) -> bool | None:
+    """Whether the checkpoint's embed_tokens differs from the target's (None: it carries none)."""
+    if draft.own_embedding is None:
+        return None
+    own, theirs = draft.own_embedding.weight, target.model.get_input_embeddings().weight
+    return own.shape != theirs.shape or not torch.equal(own, theirs.to(own.dtype))

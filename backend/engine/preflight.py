@@ -7,13 +7,13 @@ names, an fc of the wrong width) are exactly what this refuses.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
 
 from backend import BadInput
-from backend.engine.draft_config import KNOWN_ARCHITECTURES, DraftConfig
+from backend.engine.draft_config import KNOWN_ARCHITECTURES, VARIANT_FLAGS, DraftConfig
 from backend.engine.draft_model import Eagle3Draft
 from backend.engine.loading import (
     IGNORABLE_SUFFIXES,
@@ -23,7 +23,8 @@ from backend.engine.loading import (
     read_draft,
     read_target_config,
 )
-from backend.engine.wiring import Wiring, resolve_wiring
+from backend.engine.readings import DESCRIPTIONS, ENGINES, EngineView, disagreements, read_as, training_engine
+from backend.engine.wiring import Wiring, check_indices, resolve_wiring
 
 
 @dataclass
@@ -36,7 +37,10 @@ class Check:
 @dataclass
 class PreflightReport:
     checks: list[Check]
-    wiring: Wiring | None
+    wiring: Wiring | None  # the override, else the training reading's wiring
+    engines: dict = field(default_factory=dict)  # engine name -> EngineView (backend/engine/readings.py)
+    training_engine: str | None = None
+    disagreements: list = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -54,6 +58,9 @@ class PreflightReport:
             "checks": [asdict(c) for c in self.checks],
             "aux_hf_indices": list(self.wiring.aux_hf_indices) if self.wiring else [],
             "wiring_source": self.wiring.source if self.wiring else None,
+            "training_engine": self.training_engine,
+            "engines": {name: view.to_dict() for name, view in self.engines.items()},
+            "disagreements": self.disagreements,
         }
 
 
@@ -118,13 +125,41 @@ def check_draft(files: DraftFiles, target_config, aux_hf_indices=None) -> Prefli
         f"read {files.weights_file} ({len(tensors)} tensors)"
         + (f"; {'; '.join(files.renamed)}" if files.renamed else ""),
     )
+    _check_config_keys(config, add)
     _check_architecture(config, add)
-    wiring = _check_wiring(config, target_config.num_hidden_layers, aux_hf_indices, add)
+    engines = {
+        name: read_as(name, config, target_config.num_hidden_layers, "own_embedding.weight" in tensors)
+        for name in ENGINES
+    }
+    training = training_engine(config)
+    wiring = _check_wiring(config, target_config.num_hidden_layers, aux_hf_indices, engines[training], add)
+    found = disagreements(engines, training)
+    for finding in found:
+        add("engines", "warn", finding["message"])
     _check_sizes(config, tensors, target_hidden, target_vocab, add)
     _check_vocab_mapping(config, tensors, target_vocab, add)
     _check_tensor_names(config, files, add)
     _check_dtypes(tensors, add)
-    return PreflightReport(checks, wiring)
+    return PreflightReport(checks, wiring, engines, training, found)
+
+
+def _check_config_keys(config: DraftConfig, add) -> None:
+    """Refusals first (the real reason leads), then what is ignored and why, then unknown keys."""
+    for reason in config.refused:
+        add("config", "fail", f"needs math SpecLens does not have: {reason}; refusing this checkpoint")
+    if config.ignored_keys:
+        add(
+            "config keys",
+            "pass",
+            f"{len(config.ignored_keys)} keys known to be harmless: "
+            + "; ".join(f"{k} ({why})" for k, why in sorted(config.ignored_keys.items())),
+        )
+    if config.unknown_keys:
+        add(
+            "config keys",
+            "warn",
+            f"config keys SpecLens does not know (not used): {', '.join(config.unknown_keys)}",
+        )
 
 
 def _check_architecture(config: DraftConfig, add) -> None:
@@ -149,38 +184,25 @@ def _check_architecture(config: DraftConfig, add) -> None:
             "eagle_config.use_aux_hidden_state is false (EAGLE-1/2 style: last hidden, no "
             "fc); SpecLens replays EAGLE-3 drafts only",
         )
-    if config.unknown_flags:
-        for name, value in config.unknown_flags.items():
-            add(
-                "variant",
-                "fail",
-                f"unknown variant flag {name}={value}: it may change the draft's math and "
-                "SpecLens does not implement it, so results would be wrong; refusing this checkpoint",
-            )
-    else:
-        on = [f for f in ("fc_norm", "norm_before_fc", "norm_before_residual") if getattr(config, f)]
-        add(
-            "variant",
-            "pass",
-            "variant flags: "
-            + (", ".join(on) if on else "none")
-            + ("" if config.norm_output else ", norm_output=false"),
-        )
-    if config.unknown_keys:
-        add(
-            "config keys",
-            "warn",
-            f"config keys SpecLens does not use: {', '.join(sorted(config.unknown_keys))}",
-        )
+    declared = {f: getattr(config, f) for f in VARIANT_FLAGS if getattr(config, f) is not None}
+    add(
+        "variant",
+        "pass",
+        "variant flags as declared: "
+        + (", ".join(f"{k}={v}" for k, v in declared.items()) or "none")
+        + (f"; decoder layer {config.layer_model_type} (q/k norms)" if config.qk_norm else ""),
+    )
 
 
-def _check_wiring(config: DraftConfig, num_layers: int, override, add) -> Wiring | None:
+def _check_wiring(config: DraftConfig, num_layers: int, override, training: EngineView, add) -> Wiring | None:
     try:
-        wiring = resolve_wiring(config, num_layers, override)
+        wiring = resolve_wiring(config, num_layers, override) if override is not None else training.wiring
+        check_indices(wiring.aux_hf_indices, num_layers)
     except BadInput as error:
         add("wiring", "fail", str(error))
         return None
-    add("wiring", "pass", f"aux HF indices {list(wiring.aux_hf_indices)} from {wiring.source}")
+    reading = "" if override is not None else f" (the training reading: {DESCRIPTIONS[training.engine]})"
+    add("wiring", "pass", f"aux HF indices {list(wiring.aux_hf_indices)} from {wiring.source}{reading}")
     indices = list(wiring.aux_hf_indices)
     if len(set(indices)) < 3 or indices != sorted(indices):
         add(
@@ -189,15 +211,6 @@ def _check_wiring(config: DraftConfig, num_layers: int, override, add) -> Wiring
             f"aux HF indices {indices} are not three distinct ascending layers: the engines "
             "concatenate in ascending order; a target this shallow or an override like this rarely matches training",
         )
-    if config.nested_aux_ids is not None and config.top_level_aux_ids is not None:
-        nested_hf = [i + 1 for i in config.nested_aux_ids]
-        if nested_hf != config.top_level_aux_ids:
-            add(
-                "wiring",
-                "warn",
-                f"nested ids (HF {nested_hf}) and top-level ids (HF {config.top_level_aux_ids}) "
-                "disagree: SGLang reads the nested field, vLLM the top-level one; they will feed different layers",
-            )
     return wiring
 
 
@@ -337,9 +350,9 @@ def _check_tensor_names(config: DraftConfig, files: DraftFiles, add) -> None:
         else:
             add(
                 "embedding",
-                "warn",
-                "checkpoint carries embed_tokens.weight; the target's embedding is used "
-                "instead, as SGLang does",
+                "pass",
+                "checkpoint carries embed_tokens.weight: SGLang uses the target's embedding instead, vLLM keeps "
+                "the draft's own when it differs from the target's, speculators and EAGLE use the draft's own",
             )
     elif config.target_hidden_size != config.hidden_size:
         add(

@@ -27,6 +27,7 @@ from backend.engine.capture import AuxCapture
 from backend.engine.draft_model import Eagle3Draft
 from backend.engine.kv_cache import DraftKVCache, crop_target_cache, new_target_cache, target_forward
 from backend.engine.loading import Target
+from backend.engine.readings import DraftMath
 from backend.engine.records import PrefillRecord, StepRecord
 from backend.engine.wiring import Wiring
 
@@ -37,6 +38,7 @@ class ReplayConfig:
     max_new_tokens: int = 128
     record: bool = True  # probabilities, top-k alternatives and hidden states
     top_alternatives: int = 5
+    math: DraftMath | None = None  # the draft's math under an engine's reading (None: the training reading)
 
     def __post_init__(self):
         if self.num_steps < 1:
@@ -92,13 +94,17 @@ def accepted_prefix_length(drafted: list[int], target_argmax: list[int]) -> int:
     return accepted
 
 
-def draft_catch_up(draft: Eagle3Draft, cache: DraftKVCache, cursor: Cursor) -> torch.Tensor:
+def draft_catch_up(
+    draft: Eagle3Draft, cache: DraftKVCache, cursor: Cursor, math: DraftMath | None = None
+) -> torch.Tensor:
     """1. Run the draft over committed positions with (A_p, x_{p+1}); return the last output hidden
     [1, H], from which d_1 is read."""
     features, tokens, start = cursor.catch_up_features, cursor.catch_up_tokens, cursor.catch_up_start
     device = features.device
     positions = torch.arange(start, start + len(tokens), device=device)
-    hidden, _ = draft(draft.fuse(features), torch.tensor(tokens, device=device), positions, cache)
+    hidden, _ = draft(
+        draft.fuse(features, math), torch.tensor(tokens, device=device), positions, cache, math=math
+    )
     return hidden[-1:]
 
 
@@ -109,7 +115,7 @@ def draft_chain(
     (out_{j-1}, d_j) at RoPE position n-1+j."""
     proposal = Proposal()
     for j in range(1, config.num_steps + 1):
-        logits = draft.logits(hidden)[-1]
+        logits = draft.logits(hidden, config.math)[-1]
         draft_index = logits.argmax()
         target_id = int(draft.to_target_ids(draft_index))
         proposal.drafted_ids.append(target_id)
@@ -122,7 +128,10 @@ def draft_chain(
             proposal.hidden.append(hidden[-1].detach().to("cpu"))
         if j < config.num_steps:
             token = torch.tensor([target_id], device=hidden.device)
-            hidden, _ = draft(hidden, token, torch.tensor([position + j], device=hidden.device), cache)
+            fed = draft.feedback(hidden, config.math)  # out, or norm(out) under EAGLE 3.1 readings
+            hidden, _ = draft(
+                fed, token, torch.tensor([position + j], device=hidden.device), cache, math=config.math
+            )
     return proposal
 
 
@@ -219,7 +228,7 @@ def replay(
         draft_cache = DraftKVCache(draft.config.num_layers)
         for step_index in range(config.max_new_tokens):  # each step commits >= 1 token
             started = time.perf_counter()
-            hidden = draft_catch_up(draft, draft_cache, cursor)  # 1
+            hidden = draft_catch_up(draft, draft_cache, cursor, config.math)  # 1
             proposal = draft_chain(draft, draft_cache, hidden, cursor.position - 1, config)  # 2
             draft_ms = _elapsed_ms(started, device)
 
@@ -261,9 +270,10 @@ def accept_lengths(
     wiring: Wiring,
     num_steps: int,
     max_new_tokens: int,
+    math: DraftMath | None = None,
 ) -> list[int]:
     """The accepted count a of every verify step of an unrecorded replay (for live accept lengths)."""
-    config = ReplayConfig(num_steps, max_new_tokens, record=False)
+    config = ReplayConfig(num_steps, max_new_tokens, record=False, math=math)
     return [
         r.accepted_count
         for r in replay(target, draft, prompt_ids, wiring, config)

@@ -23,6 +23,7 @@ from backend.engine.capture import AuxCapture
 from backend.engine.draft_model import Eagle3Draft
 from backend.engine.loading import Target
 from backend.engine.metrics import simulated_accept_length
+from backend.engine.readings import DraftMath
 from backend.engine.wiring import Wiring
 
 
@@ -88,16 +89,22 @@ def teacher_forced_counts(
     input_ids: list[int],
     loss_mask: list[int],
     num_steps: int,
+    math: DraftMath | None = None,
 ) -> TeacherCounts:
     if len(input_ids) < 3:
         return TeacherCounts([0] * num_steps, [0] * num_steps)
     passed = target_pass(target, input_ids, loss_mask, wiring.aux_hf_indices)
     in_vocab = draft_vocab_mask(draft, target.vocab_size, target.device)
-    return draft_counts(draft, passed, passed.features(wiring.aux_hf_indices), in_vocab, num_steps)
+    return draft_counts(draft, passed, passed.features(wiring.aux_hf_indices), in_vocab, num_steps, math)
 
 
 def draft_counts(
-    draft: Eagle3Draft, passed: TargetPass, features: torch.Tensor, in_vocab: torch.Tensor, num_steps: int
+    draft: Eagle3Draft,
+    passed: TargetPass,
+    features: torch.Tensor,
+    in_vocab: torch.Tensor,
+    num_steps: int,
+    math: DraftMath | None = None,
 ) -> TeacherCounts:
     """The draft's side of acc_k: the TTT chain over one target pass, fed `features` [T, 3*Ht]."""
     ids, mask, target_argmax = passed.ids, passed.loss_mask, passed.target_argmax
@@ -109,22 +116,24 @@ def draft_counts(
     with torch.inference_mode():
         length = total - 1  # index t = 0..T-2 has a next token x_{t+1}
         index = torch.arange(length, device=device)
-        hidden = draft.fuse(features[:length].to(draft.fc.weight.dtype))
+        hidden = draft.fuse(features[:length].to(draft.fc.weight.dtype), math)
         past: list[list[tuple]] = [[] for _ in draft.layers]  # per layer, each step's (keys, values)
         for step in range(num_steps):
             token_index = (index + 1 + step).clamp(max=total - 1)
             positions = index + step
             override = [_stack(layer_past) for layer_past in past] if step else None
+            fed = draft.feedback(hidden, math) if step else hidden  # step 0 is fed the fused features
             hidden, new_kvs = draft(
-                hidden,
+                fed,
                 ids[token_index],
                 positions,
                 mask=ttt_mask(length, step, device),
                 past_override=override,
+                math=math,
             )
             for layer_past, kv in zip(past, new_kvs, strict=True):
                 layer_past.append(kv)
-            predicted = draft.to_target_ids(draft.logits(hidden).argmax(-1))
+            predicted = draft.to_target_ids(draft.logits(hidden, math).argmax(-1))
             valid = index + 1 + step <= total - 1
             truth = target_argmax[token_index]
             counted = valid & mask[(index + step).clamp(max=total - 1)]

@@ -7,7 +7,7 @@ verify step is committed when it arrives, so a crash leaves a run marked failed 
 from __future__ import annotations
 
 import traceback
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -17,6 +17,7 @@ from backend.engine.draft_model import Eagle3Draft
 from backend.engine.loading import Target
 from backend.engine.metrics import acceptance_metrics
 from backend.engine.preflight import PreflightReport, context_check
+from backend.engine.readings import EngineView, read_as
 from backend.engine.records import PrefillRecord, Progress, StepRecord, no_progress
 from backend.engine.replay import ReplayConfig, replay
 from backend.engine.wiring import Wiring
@@ -35,6 +36,7 @@ class ReplayOutcome:
     metrics: dict
     wiring: Wiring
     warnings: list[str]  # preflight and context warnings, for the CLI's stderr and the page
+    engine: str = "auto"  # the reading the run used
     prefill_ms: float = 0.0
     artifact_path: str | None = None
 
@@ -45,11 +47,11 @@ def run_replay(
     """Load (or reuse) the pair, resolve the wiring once, replay and store the run."""
     progress(0.0, "loading models")
     target, draft, report = models.pair(request.target, request.draft, request.device, request.dtype)
-    wiring = request.wiring_for(draft.config, target.num_layers)
+    view, wiring = request.reading_for(draft, target.num_layers)
     prompt_ids = request.prompt_for(target.tokenizer)
-    warnings = preflight_warnings(report, draft, len(prompt_ids) + request.max_new_tokens)
+    warnings = preflight_warnings(report, draft, len(prompt_ids) + request.max_new_tokens) + list(view.notes)
     return run_replay_job(
-        open_database(db_url), target, draft, request, wiring, prompt_ids, progress, warnings
+        open_database(db_url), target, draft, request, wiring, prompt_ids, progress, warnings, view
     )
 
 
@@ -69,8 +71,18 @@ def run_replay_job(
     prompt_ids: list[int],
     progress: Progress = no_progress,
     warnings: list[str] | None = None,
+    view: EngineView | None = None,
 ) -> ReplayOutcome:
-    config = ReplayConfig(request.num_steps, request.max_new_tokens, record=request.record)
+    """Replay and store one run. `view` is the engine reading to run (None: the draft's training
+    reading); the run records which reading it used."""
+    view = view or read_as(
+        "auto",
+        draft.config,
+        target.num_layers,
+        draft.own_embedding is not None,
+        getattr(draft, "own_embedding_differs", None),
+    )
+    config = ReplayConfig(request.num_steps, request.max_new_tokens, record=request.record, math=view.math)
     params = {
         "num_steps": config.num_steps,
         "max_new_tokens": config.max_new_tokens,
@@ -79,6 +91,9 @@ def run_replay_job(
         "dtype": str(target.dtype).replace("torch.", ""),
         "wiring_source": wiring.source,
         "wiring_override": list(request.aux_hf_indices or []) or None,
+        "engine": view.engine,
+        "engine_requested": request.engine,
+        "draft_math": asdict(view.math),
     }
     with store.session_scope(database.factory) as session:
         run_id = store.create_run(
@@ -92,7 +107,7 @@ def run_replay_job(
             sample_ref=request.sample_ref,
             sample_id=request.sample_id,
         )
-    outcome = ReplayOutcome(run_id, [], [], {}, wiring, list(warnings or []))
+    outcome = ReplayOutcome(run_id, [], [], {}, wiring, list(warnings or []), view.engine)
     tensors = RunTensors()
     session = database.factory()  # one session for the run; each record is committed as it arrives
     try:

@@ -10,9 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from backend import BadInput
+from backend.engine.readings import ENGINES, EngineView, read_as
 from backend.engine.wiring import Wiring, check_indices, resolve_wiring
 
 MAX_STEPS = 64
+ENGINE_CHOICES = ("auto", *ENGINES)  # whose reading of the draft a replay runs
 
 
 @dataclass(frozen=True)
@@ -29,6 +31,7 @@ class ReplayRequest:
     sample_id: int | None = None
     device: str | None = None
     dtype: str | None = None
+    engine: str = "auto"  # whose reading of the draft to run (backend/engine/readings.py); auto = training
 
     def __post_init__(self):
         if (self.prompt_ids is None) == (self.prompt_text is None):
@@ -47,12 +50,27 @@ class ReplayRequest:
         object.__setattr__(self, "prompt_ids", None if self.prompt_ids is None else tuple(self.prompt_ids))
         if self.aux_hf_indices is not None:
             object.__setattr__(self, "aux_hf_indices", tuple(self.aux_hf_indices))
+        if self.engine not in ("auto", *ENGINES):
+            raise BadInput(f"unknown engine {self.engine!r}; use auto or one of {', '.join(ENGINES)}")
 
-    def wiring_for(self, draft_config, num_target_layers: int) -> Wiring:
-        """The HF indices this request feeds the draft: the override, else the draft's declared wiring."""
-        wiring = resolve_wiring(draft_config, num_target_layers, self.aux_hf_indices)
+    def reading_for(self, draft, num_target_layers: int) -> tuple[EngineView, Wiring]:
+        """The engine's view of the loaded draft and the HF indices this request feeds it: the
+        override, else what that engine reads. BadInput when that engine cannot run the draft."""
+        view = read_as(
+            self.engine,
+            draft.config,
+            num_target_layers,
+            draft.own_embedding is not None,
+            getattr(draft, "own_embedding_differs", None),
+        )
+        if self.aux_hf_indices is not None:
+            wiring = resolve_wiring(draft.config, num_target_layers, self.aux_hf_indices)
+        elif not view.loads:
+            raise BadInput(view.refusal)
+        else:
+            wiring = view.wiring
         check_indices(wiring.aux_hf_indices, num_target_layers)
-        return wiring
+        return view, wiring
 
     def prompt_for(self, tokenizer) -> list[int]:
         if self.prompt_ids is not None:
@@ -69,4 +87,7 @@ class ReplayRequest:
         from pathlib import Path
 
         override = f" wiring HF {list(self.aux_hf_indices)}" if self.aux_hf_indices else ""
-        return f"{Path(self.draft).name} K={self.num_steps}{override} on {self.sample_ref or 'prompt'}"
+        engine = "" if self.engine == "auto" else f" as {self.engine}"
+        return (
+            f"{Path(self.draft).name} K={self.num_steps}{engine}{override} on {self.sample_ref or 'prompt'}"
+        )

@@ -58,7 +58,7 @@ def test_draft_rope_comes_from_its_own_config():
 
     parsed = parse(EAGLE_RELEASE)
     assert parsed.rope_description == "theta=500000.0, type=llama3"
-    assert not parsed.unknown_flags and not parsed.unknown_keys
+    assert not parsed.refused and not parsed.unknown_keys
     reference = LlamaRotaryEmbedding(
         LlamaConfig(
             hidden_size=64,
@@ -106,9 +106,37 @@ def test_speculators_layout_is_lifted():
     assert parsed.hidden_size == 64 and parsed.draft_vocab_size == 300
 
 
-def test_unknown_boolean_is_a_flag_and_bad_ids_are_refused():
-    parsed = parse({**EAGLE_RELEASE, "norm_after_fc": True, "my_note": "x"})
-    assert parsed.unknown_flags == {"norm_after_fc": True} and parsed.unknown_keys == ["my_note"]
+def test_config_keys_by_meaning_and_bad_ids_are_refused():
+    """Unknown keys are warnings whatever their type; harmless keys carry a reason; math SpecLens
+    lacks is refused with the reason."""
+    parsed = parse(
+        {
+            **EAGLE_RELEASE,
+            "norm_after_fc": True,
+            "my_note": "x",
+            "use_sliding_window": False,
+            "sliding_window": None,
+            "embed_requires_grad": False,
+            "do_sample": False,
+            "torchscript": False,
+        }
+    )
+    assert parsed.unknown_keys == ["my_note", "norm_after_fc"] and not parsed.refused
+    assert "training-only" in parsed.ignored_keys["embed_requires_grad"]
+    assert (
+        parsed.ignored_keys["do_sample"]
+        == parsed.ignored_keys["torchscript"]
+        == "generic Hugging Face config key"
+    )
+    mla = parse({**EAGLE_RELEASE, "kv_lora_rank": 512, "q_lora_rank": 1536, "qk_rope_head_dim": 64})
+    assert mla.refused and mla.refused[0].startswith(
+        "MLA attention (kv_lora_rank, q_lora_rank, qk_rope_head_dim)"
+    )
+    window = parse({**EAGLE_RELEASE, "use_sliding_window": True, "sliding_window": 1024})
+    assert "an active sliding window of 1024 tokens" in window.refused[0]
+    assert not parse({**EAGLE_RELEASE, "use_sliding_window": True, "sliding_window": 1 << 20}).refused
+    moe = parse({**EAGLE_RELEASE, "num_experts": 8})
+    assert "mixture-of-experts" in moe.refused[0]
     with pytest.raises(BadInput, match="list of integers"):
         parse({**EAGLE_RELEASE, "eagle_aux_hidden_state_layer_ids": "2,16,29"})
     with pytest.raises(BadInput, match="lacks hidden_size"):

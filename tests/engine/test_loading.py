@@ -48,7 +48,7 @@ def test_every_layout_loads_passes_preflight_and_replays(tmp_path, target_dirs, 
     )
     assert torch.equal(draft.fc.weight, saved["fc.weight"].float())
     wiring = resolve_wiring(draft.config, target.num_layers)
-    assert wiring == report.wiring
+    assert wiring.aux_hf_indices == report.wiring.aux_hf_indices
     assert replay_output(target, draft, wiring, [1, 2, 3], 3, 12) == plain_greedy(target, [1, 2, 3], 12)
 
 
@@ -97,7 +97,7 @@ def test_unreadable_target_or_draft_is_bad_input(tmp_path, target_dirs):
     (tmp_path / "empty" / "config.json").write_text(
         json.dumps({"hidden_size": 32, "num_attention_heads": 4, "intermediate_size": 64, "vocab_size": 80})
     )
-    with pytest.raises(BadInput, match="no model.safetensors or pytorch_model.bin"):
+    with pytest.raises(BadInput, match="no model.safetensors, pytorch_model.bin or their sharded index"):
         read_draft(tmp_path / "empty")
 
 
@@ -150,7 +150,44 @@ def test_draft_wider_than_target_brings_its_own_embedding(tmp_path, target_dirs)
     assert report.ok, failures(report)
     target = load_target(target_dirs[4], device="cpu")
     draft, checked = load_checked_draft(draft_dir, target)
-    assert torch.equal(draft.embed(torch.tensor([3])), tensors["own_embedding.weight"][3:4])
+    assert torch.equal(
+        draft.embed(torch.tensor([3]), draft.default_math), tensors["own_embedding.weight"][3:4]
+    )
     assert replay_output(target, draft, checked.wiring, [1, 2, 3], 3, 10) == plain_greedy(
         target, [1, 2, 3], 10
     )
+
+
+def test_sharded_bin_weights_load_and_a_bad_index_is_bad_input(tmp_path, target_dirs):
+    """pytorch_model.bin.index.json shards (loaded with weights_only=True) load like one file; an
+    index naming a shard that is missing, outside the folder, or lacking its tensors is refused."""
+    import json
+
+    import torch
+
+    from backend import BadInput
+    from backend.engine.loading import read_draft
+    from backend.engine.synthetic import draft_config_dict, random_draft_tensors
+    from tests.support.checkpoints import target_config
+
+    config = draft_config_dict(target_config(target_dirs[4]), draft_vocab=40)
+    tensors = random_draft_tensors(config)
+    draft_dir = tmp_path / "d"
+    draft_dir.mkdir()
+    (draft_dir / "config.json").write_text(json.dumps(config))
+    names = sorted(tensors)
+    halves = {"pytorch_model-00001-of-00002.bin": names[::2], "pytorch_model-00002-of-00002.bin": names[1::2]}
+    for shard, members in halves.items():
+        torch.save({n: tensors[n] for n in members}, draft_dir / shard)
+    weight_map = {n: shard for shard, members in halves.items() for n in members}
+    (draft_dir / "pytorch_model.bin.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    files = read_draft(draft_dir)
+    assert set(files.tensors) == set(tensors) and files.weights_file == "pytorch_model.bin.index.json"
+    assert all(torch.equal(files.tensors[n], tensors[n]) for n in tensors)
+    for broken, reason in (
+        ({**weight_map, names[0]: "../elsewhere.bin"}, "is not a file in"),
+        ({**weight_map, "extra.weight": "pytorch_model-00001-of-00002.bin"}, "lacks tensors"),
+    ):
+        (draft_dir / "pytorch_model.bin.index.json").write_text(json.dumps({"weight_map": broken}))
+        with pytest.raises(BadInput, match=reason):
+            read_draft(draft_dir)

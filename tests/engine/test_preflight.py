@@ -51,11 +51,19 @@ def test_draft_for_another_target_fails(tmp_path, target_dirs):
     assert "fc width" in failures(preflight(draft_dir, target_dirs[4]))
 
 
-def test_unknown_variant_flag_fails(tmp_path, target_dirs):
+def test_unknown_keys_warn_and_needed_math_is_refused_first(tmp_path, target_dirs):
     draft_dir = write_draft(
         tmp_path / "d", target_dirs[4], edit_config=lambda c: c.update({"norm_after_fc": True})
     )
-    assert "unknown variant flag norm_after_fc=True" in failures(preflight(draft_dir, target_dirs[4]))
+    report = preflight(draft_dir, target_dirs[4])
+    assert report.ok and any("norm_after_fc" in c.message for c in report.warnings())
+    refused = write_draft(
+        tmp_path / "mla", target_dirs[4], edit_config=lambda c: c.update({"kv_lora_rank": 16, "bogus": True})
+    )
+    report = preflight(refused, target_dirs[4])
+    assert report.failures()[0].message.startswith(
+        "needs math SpecLens does not have: MLA attention (kv_lora_rank)"
+    )
 
 
 def test_eagle1_style_draft_is_refused(tmp_path, target_dirs):
@@ -119,7 +127,7 @@ def test_context_warning_and_no_files(tmp_path, target_dirs):
     (tmp_path / "empty" / "config.json").write_text(
         json.dumps(draft_config_dict(target_config(target_dirs[4])))
     )
-    assert "no model.safetensors or pytorch_model.bin" in failures(
+    assert "no model.safetensors, pytorch_model.bin or their sharded index" in failures(
         preflight(tmp_path / "empty", target_dirs[4])
     )
 

@@ -52,10 +52,17 @@ def test_wiring_and_prompt_are_resolved_for_the_loaded_pair():
             "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 3, 4]},
         }
     )
-    assert request().wiring_for(config, 8).aux_hf_indices == (2, 4, 5)
-    assert request(aux_hf_indices=(0, 2, 4)).wiring_for(config, 8).aux_hf_indices == (0, 2, 4)
+    from backend.engine.draft_model import Eagle3Draft
+
+    draft = Eagle3Draft(config, target_embedding=None)
+    assert request().reading_for(draft, 8)[1].aux_hf_indices == (2, 4, 5)
+    assert request(aux_hf_indices=(0, 2, 4)).reading_for(draft, 8)[1].aux_hf_indices == (0, 2, 4)
+    assert request(engine="vllm").reading_for(draft, 8)[1].aux_hf_indices == (2, 4, 5)  # vLLM: the default
+    assert request(engine="sglang").reading_for(draft, 8)[0].engine == "sglang"
     with pytest.raises(BadInput, match="out of range"):
-        request(aux_hf_indices=(0, 2, 9)).wiring_for(config, 8)
+        request(aux_hf_indices=(0, 2, 9)).reading_for(draft, 8)
+    with pytest.raises(BadInput, match="unknown engine 'trt'"):
+        request(engine="trt")
     assert request().prompt_for(None) == [1, 2]
     with pytest.raises(BadInput, match="has no tokenizer"):
         request(prompt_ids=None, prompt_text="hi").prompt_for(None)

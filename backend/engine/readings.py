@@ -1,0 +1,310 @@
+"""How each engine reads an EAGLE-3 draft directory (docs/reference.md §10).
+
+A reading decides which target hidden states feed the draft (where the aux ids come from and in
+which convention), which variant flags count and what they mean, whose embedding the draft uses
+and how draft ids map to target ids. The same directory read by two engines can feed different
+layers or different math: that disagreement is the seed story's bug class, so SpecLens can replay
+a draft as any engine runs it and `disagreements` says where the engines part ways.
+
+Every rule cites the engine source it follows (read 2026-08; commits in docs/reference.md §10).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from typing import TYPE_CHECKING
+
+from backend import BadInput
+from backend.engine.wiring import Wiring, check_indices, default_hf_indices
+
+if TYPE_CHECKING:
+    from backend.engine.draft_config import DraftConfig
+
+
+@dataclass(frozen=True)
+class DraftMath:
+    """The switches of one draft forward (backend/engine/draft_model.py) under one reading."""
+
+    fc_norm: bool = False  # per-chunk RMSNorm before fc
+    norm_before_fc: bool = False  # one RMSNorm over the 3*Ht concatenation before fc
+    norm_before_residual: bool = False  # the residual around attention is the normed hidden
+    norm_before_lm_head: bool = True  # logits = lm_head(norm(out)) (else lm_head(out))
+    post_norm_feedback: bool = False  # the next draft step is fed norm(out) (EAGLE 3.1), else out
+    own_embedding: bool = False  # the draft's own embed_tokens, else the target's embedding
+    qk_norm: bool = False  # per-head RMSNorm on q and k (Qwen3-style layer)
+
+
+@dataclass(frozen=True)
+class EngineView:
+    """One engine's reading of one draft on one target: what it would run."""
+
+    engine: str
+    wiring: Wiring
+    math: DraftMath
+    vocab_mapping: str  # how draft ids become target ids
+    loads: bool
+    refusal: str | None  # why this engine cannot run the draft (None when it can)
+    notes: tuple[str, ...]  # what the engine drops or assumes silently
+
+    def to_dict(self) -> dict:
+        return {
+            "engine": self.engine,
+            "aux_hf_indices": list(self.wiring.aux_hf_indices),
+            "wiring_source": self.wiring.source,
+            **asdict(self.math),
+            "feedback": "post-norm" if self.math.post_norm_feedback else "pre-norm",
+            "embedding": "draft's own embed_tokens" if self.math.own_embedding else "target's",
+            "vocab_mapping": self.vocab_mapping,
+            "loads": self.loads,
+            "refusal": self.refusal,
+            "notes": list(self.notes),
+        }
+
+
+ENGINES = ("sglang", "vllm", "specforge", "speculators", "eagle")
+SERVING_ENGINES = ("sglang", "vllm")
+DESCRIPTIONS = {
+    "sglang": "SGLang (serving)",
+    "vllm": "vLLM (serving)",
+    "specforge": "SpecForge (training)",
+    "speculators": "speculators (training, vLLM format)",
+    "eagle": "original EAGLE (SafeAILab)",
+}
+
+
+def training_engine(config: DraftConfig) -> str:
+    """The reading of the tool that most likely wrote the checkpoint: what the draft was trained as."""
+    if config.speculators_format:
+        return "speculators"
+    if config.architecture == "LlamaForCausalLM":
+        return "eagle"
+    return "specforge"
+
+
+def resolve_engine(name: str | None, config: DraftConfig) -> str:
+    """'auto' (or None) -> the training reading; otherwise a known engine name."""
+    if name in (None, "", "auto"):
+        return training_engine(config)
+    if name not in ENGINES:
+        raise BadInput(f"unknown engine {name!r}; use auto or one of {', '.join(ENGINES)}")
+    return name
+
+
+def read_as(
+    engine: str,
+    config: DraftConfig,
+    num_target_layers: int,
+    has_own_embedding: bool,
+    own_embedding_differs: bool | None = None,
+) -> EngineView:
+    """How `engine` reads this draft for a target of `num_target_layers` layers.
+
+    `has_own_embedding`: the checkpoint carries embed_tokens.weight; `own_embedding_differs`: it
+    differs from the target's (None when unknown: then assumed to differ)."""
+    engine = resolve_engine(engine, config)
+    notes: list[str] = []
+    refusal = None
+    default = default_hf_indices(num_target_layers)
+    nested, top = config.nested_aux_ids, config.top_level_aux_ids
+    declared = lambda value: bool(value)  # noqa: E731 - a variant flag as declared (absent = false)
+    differs = True if own_embedding_differs is None else own_embedding_differs
+
+    if engine == "sglang":
+        # python/sglang/srt/models/llama.py LlamaForCausalLM.set_eagle3_layers_to_capture: explicit
+        # ids get +1 (output of layer k), None -> [2, L//2, L-3]; the spec-aux resolver
+        # (_resolve_eagle_aux_hidden_state) reads only eagle_config.eagle_aux_hidden_state_layer_ids.
+        if nested is not None:
+            wiring = Wiring(
+                tuple(i + 1 for i in nested), f"SGLang: nested ids {nested} + 1 (output of layer k)"
+            )
+        else:
+            wiring = Wiring(tuple(default), f"SGLang: default [2, L//2, L-3] for L={num_target_layers}")
+            if top is not None:
+                notes.append(f"SGLang ignores the top-level ids {top} (it reads only eagle_config)")
+        # llama_eagle3.py LlamaModel.forward: logits from norm(h), pre-norm h fed back; no fc_norm,
+        # norm_before_fc, norm_before_residual or q/k norm modules: their weights are dropped.
+        for flag in ("fc_norm", "norm_before_fc", "norm_before_residual"):
+            if getattr(config, flag):
+                notes.append(f"SGLang drops {flag}: it runs the plain layer (its weights are skipped)")
+        if config.norm_output is False:
+            notes.append("SGLang ignores norm_output=false: it applies norm before lm_head")
+        if config.qk_norm:
+            notes.append("SGLang's llama_eagle3 layer has no q_norm/k_norm: those weights are skipped")
+        # eagle_worker.py EAGLEWorker.init_lm_head -> set_embed: the target's embedding replaces the
+        # draft's, unless target_hidden_size differs from hidden_size.
+        own = has_own_embedding and config.target_hidden_size != config.hidden_size
+        if has_own_embedding and not own:
+            notes.append("SGLang replaces the draft's embed_tokens with the target's")
+        math = DraftMath(own_embedding=own)
+        # llama_eagle3.py LlamaForCausalLMEagle3.load_weights: hot_token_id = d2t + arange; t2d skipped
+        mapping = (
+            "d + d2t[d]" if config.draft_vocab_size < config.vocab_size else "identity (same vocabulary)"
+        )
+        if config.architecture not in ("LlamaForCausalLMEagle3", "Eagle3Speculator"):
+            notes.append(f"SGLang has no draft class named {config.architecture} (unverified alias)")
+    elif engine == "vllm":
+        # vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py get_eagle3_aux_layers_from_config reads
+        # only the top-level attribute; llama.py LlamaModel.forward captures hidden+residual BEFORE
+        # layer k (HF index k); absent -> get_eagle3_default_aux_hidden_state_layers (2, L//2, L-3).
+        if top is not None:
+            wiring = Wiring(tuple(top), f"vLLM: top-level ids {top} (HF index k = input of layer k)")
+        else:
+            wiring = Wiring(tuple(default), f"vLLM: default (2, L//2, L-3) for L={num_target_layers}")
+            if nested is not None:
+                notes.append(
+                    f"vLLM ignores the nested eagle_config ids {nested} (it reads only the top-level field)"
+                )
+        # llama_eagle3.py (newest): norm_output (top-level, default false) feeds the post-norm hidden
+        # back; logits always post-norm; fc_norm / norm_before_fc honoured; norm_before_residual
+        # honoured, and the speculators adapter (configs/speculators/algos.py) defaults it to true.
+        residual = config.norm_before_residual
+        if residual is None and config.speculators_format:
+            residual = True
+            notes.append("vLLM's speculators adapter reads an absent norm_before_residual as true")
+        # vllm/v1/spec_decode/eagle.py load_model: the draft's own embed_tokens is kept when present
+        # and not equal to the target's; otherwise the target's is shared.
+        math = DraftMath(
+            fc_norm=declared(config.fc_norm),
+            norm_before_fc=declared(config.norm_before_fc),
+            norm_before_residual=declared(residual),
+            post_norm_feedback=declared(config.norm_output),
+            own_embedding=has_own_embedding and differs,
+            qk_norm=config.qk_norm,
+        )
+        # compute_logits scatters draft logits to arange + d2t; a missing d2t stays zeros = identity
+        mapping = (
+            "d + d2t[d]" if config.draft_vocab_size < config.vocab_size else "identity (same vocabulary)"
+        )
+    elif engine == "specforge":
+        # specforge/algorithms/model_providers.py resolve_eagle_capture_layers: nested ids (through
+        # SGLang's +1 when capturing), else [1, L//2-1, L-4]; the top-level field is not read.
+        if nested is not None:
+            wiring = Wiring(
+                tuple(i + 1 for i in nested), f"SpecForge: nested ids {nested} (output of layer k)"
+            )
+        else:
+            wiring = Wiring(
+                tuple(default),
+                f"SpecForge: default [1, L//2-1, L-4] = HF [2, L//2, L-3], L={num_target_layers}",
+            )
+        # specforge/modeling/draft/llama3_eagle.py: norm_output (default true) = norm before lm_head;
+        # the TTT loop (algorithms/eagle3/model.py) always feeds the pre-norm output back; fc_norm
+        # honoured; no norm_before_fc / norm_before_residual.
+        math = DraftMath(
+            fc_norm=declared(config.fc_norm), norm_before_lm_head=config.norm_output is not False
+        )
+        for flag in ("norm_before_fc", "norm_before_residual"):
+            if getattr(config, flag):
+                notes.append(f"SpecForge's Eagle3 draft has no {flag}")
+        mapping = (
+            "d + d2t[d]" if config.draft_vocab_size < config.vocab_size else "identity (same vocabulary)"
+        )
+    elif engine == "speculators":
+        # speculators src/speculators/models/eagle3 (config.py, core.py): top-level ids in vLLM's
+        # convention, None -> [2, L//2, L-3]; norm_output feeds norm(h) back (logits always normed);
+        # every flag defaults to false; the saved embed_tokens is the draft's.
+        ids = top if top is not None else default
+        wiring = Wiring(
+            tuple(ids),
+            "speculators: "
+            + (
+                f"top-level ids {top}"
+                if top is not None
+                else f"default [2, L//2, L-3] for L={num_target_layers}"
+            ),
+        )
+        math = DraftMath(
+            fc_norm=declared(config.fc_norm),
+            norm_before_fc=declared(config.norm_before_fc),
+            norm_before_residual=declared(config.norm_before_residual),
+            post_norm_feedback=declared(config.norm_output),
+            own_embedding=has_own_embedding,
+            qk_norm=config.qk_norm,
+        )
+        mapping = (
+            "d + d2t[d]" if config.draft_vocab_size < config.vocab_size else "identity (same vocabulary)"
+        )
+    else:  # eagle
+        # eagle/model/modeling_llama_kv.py LlamaModel.forward: hard-coded capture before layers
+        # 2, L//2 and L-3 (HF [2, L//2, L-3]); the config's ids are not read.
+        wiring = Wiring(tuple(default), f"EAGLE: hard-coded HF [2, L//2, L-3] for L={num_target_layers}")
+        if nested is not None or top is not None:
+            notes.append("EAGLE ignores every aux-id field in the config (its capture is hard-coded)")
+        # eagle/model/cnets.py: pre-norm feedback, norm before lm_head, no variant flags; a
+        # checkpoint embed_tokens overrides the target copy (load_state_dict(strict=False)).
+        math = DraftMath(own_embedding=has_own_embedding)
+        for flag in VARIANT_FLAG_NAMES:
+            if getattr(config, flag) and not (flag == "norm_output"):
+                notes.append(f"EAGLE has no {flag}")
+        # cnets.py Attention: head_dim = hidden_size // num_heads, explicit head_dim ignored
+        if config.explicit_head_dim and config.head_dim * config.num_attention_heads != config.hidden_size:
+            refusal = (
+                f"EAGLE computes head_dim as hidden_size // num_attention_heads = "
+                f"{config.hidden_size // config.num_attention_heads}, not the config's {config.head_dim}: "
+                "the attention weights would not load"
+            )
+        mapping = (
+            "d + d2t[d]" if config.draft_vocab_size < config.vocab_size else "identity (same vocabulary)"
+        )
+    if has_own_embedding and config.target_hidden_size != config.hidden_size and not math.own_embedding:
+        math = replace(math, own_embedding=True)  # the target's embedding has the wrong width: every engine
+    try:
+        check_indices(wiring.aux_hf_indices, num_target_layers)
+    except BadInput as error:
+        refusal = refusal or f"{DESCRIPTIONS[engine]}: {error}"
+    return EngineView(engine, wiring, math, mapping, refusal is None, refusal, tuple(notes))
+
+
+VARIANT_FLAG_NAMES = ("fc_norm", "norm_before_fc", "norm_output", "norm_before_residual")
+
+
+def describe_layers(indices) -> str:
+    return ", ".join("the embedding output" if i == 0 else f"the output of layer {i - 1}" for i in indices)
+
+
+def disagreements(views: dict[str, EngineView], training: str) -> list[dict]:
+    """Where two readings of the same draft differ, in the user's words: every serving engine against
+    the training reading, and the serving engines against each other."""
+    found = []
+    pairs = [(serving, training) for serving in SERVING_ENGINES if serving != training]
+    pairs += [("sglang", "vllm")]
+    for engine, reference in pairs:
+        a, b = views[engine], views[reference]
+        for position, (fed, trained) in enumerate(
+            zip(a.wiring.aux_hf_indices, b.wiring.aux_hf_indices, strict=True)
+        ):
+            if fed != trained:
+                found.append(
+                    {
+                        "engines": [engine, reference],
+                        "what": "wiring",
+                        "message": f"on {DESCRIPTIONS[engine]} this draft's aux state {position} is "
+                        f"{describe_layers([fed])} (HF {fed}) where {DESCRIPTIONS[reference]} uses "
+                        f"{describe_layers([trained])} (HF {trained})",
+                    }
+                )
+        for field_name, words in (
+            ("post_norm_feedback", "the hidden fed back to the next draft step"),
+            ("norm_before_lm_head", "the norm before lm_head"),
+            ("fc_norm", "the per-chunk fc_norm"),
+            ("norm_before_fc", "the norm before fc"),
+            ("norm_before_residual", "the norm before the residual"),
+            ("own_embedding", "the embedding"),
+            ("qk_norm", "q/k norms"),
+        ):
+            x, y = getattr(a.math, field_name), getattr(b.math, field_name)
+            if x != y:
+                render = {
+                    "post_norm_feedback": lambda v: "post-norm" if v else "pre-norm",
+                    "own_embedding": lambda v: "the draft's own" if v else "the target's",
+                }.get(field_name, lambda v: "applied" if v else "not applied")
+                found.append(
+                    {
+                        "engines": [engine, reference],
+                        "what": field_name,
+                        "message": f"{words}: {DESCRIPTIONS[engine]} {render(x)}, {DESCRIPTIONS[reference]} {render(y)}",
+                    }
+                )
+        if a.loads != b.loads:
+            found.append({"engines": [engine, reference], "what": "loads", "message": a.refusal or b.refusal})
+    return found
