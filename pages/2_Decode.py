@@ -134,7 +134,8 @@ summary[1].metric(
 summary[2].metric("Verify steps", len(steps))
 summary[3].metric("Tokens", len(run.output_ids))
 summary[4].metric("Aux HF indices", str(run.aux_hf_indices), help=run.params.get("wiring_source", ""))
-precision = f"{run.params.get('device', '?')} · {run.params.get('dtype', '?')}"
+SHORT_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+precision = f"{run.params.get('device', '?')} {SHORT_DTYPES.get(run.params.get('dtype'), run.params.get('dtype', '?'))}"
 disagreement = metrics.get("self_disagreement_per_1000")
 summary[5].metric(
     "Device · dtype",
