@@ -132,6 +132,40 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--db", help="SQLAlchemy URL (default: SPECLENS_DB_URL or sqlite:///data/speclens.db)")
     exp.add_argument("--json", action="store_true", help="print one JSON object on stdout")
 
+    obs = commands.add_parser(
+        "observe", help="read what SGLang or vLLM reported and put it beside the replay"
+    )
+    served = obs.add_mutually_exclusive_group(required=True)
+    served.add_argument(
+        "--sglang-log", help="an SGLang server log (decode-batch lines and the server_args dump)"
+    )
+    served.add_argument(
+        "--vllm-metrics",
+        action="append",
+        metavar="FILE_OR_URL",
+        help="a vLLM /metrics scrape (file or URL); give it twice (earlier, later) for a window",
+    )
+    obs.add_argument(
+        "--draft", help="the local copy of the draft the server ran (for the lint and the comparison)"
+    )
+    obs.add_argument("--target", help="target directory (for the lint)")
+    obs.add_argument(
+        "--num-speculative-tokens", type=_positive, help="K, for vLLM V0 metrics (no draft count)"
+    )
+    obs.add_argument("--db", help="SQLAlchemy URL (default: SPECLENS_DB_URL or sqlite:///data/speclens.db)")
+    obs.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+
+    check = commands.add_parser("serve-check", help="per-sample accept length from a server vs the replay")
+    common(check)
+    check.add_argument(
+        "--url", required=True, help="the SGLang server (its native /generate returns meta_info)"
+    )
+    check.add_argument("--samples", required=True, help="JSONL samples file: their prompts are sent")
+    check.add_argument("--limit", type=_positive, default=8, help="the first N valid samples (default 8)")
+    check.add_argument("--steps", type=_positive, default=4, help="K the server runs (chain: num_steps)")
+    check.add_argument("--max-new-tokens", type=_positive, default=128)
+    check.add_argument("--db", help="SQLAlchemy URL (default: SPECLENS_DB_URL or sqlite:///data/speclens.db)")
+
     lint = commands.add_parser("lint", help="check SGLang/vLLM serving flags against a draft")
     lint.add_argument("--draft", help="the draft directory (default: the path in the command line)")
     lint.add_argument(
@@ -428,7 +462,56 @@ def _fmt(value) -> str:
     return "n/a" if value is None else f"{value:.3f}"
 
 
+def cmd_observe(args) -> tuple[dict, str]:
+    from backend.service.observations import observe
+
+    engine, sources = ("sglang", [args.sglang_log]) if args.sglang_log else ("vllm", args.vllm_metrics)
+    result = observe(args.db, engine, sources, args.draft, args.target, args.num_speculative_tokens)
+    lines = [
+        f"observation {result['observation_id']}: {engine} accept length {_fmt(result['accept_length'])} "
+        f"({result['definition']})"
+    ]
+    if result["per_position"]:
+        lines.append("per-position acceptance: " + ", ".join(f"{p:.3f}" for p in result["per_position"]))
+    if result["settings"]:
+        lines.append(
+            "settings the server ran with: " + ", ".join(f"{k}={v}" for k, v in result["settings"].items())
+        )
+    lines += [f"{f['severity'].upper():7} {f['code']}: {f['message']}" for f in result["lint"]]
+    replay = result["replay"]
+    lines.append(
+        f"offline replay of this draft at K={result['num_steps']}: {_fmt(replay['accept_length'])} "
+        f"({replay['runs']} runs)"
+    )
+    lines.append(result["verdict"])
+    return result, "\n".join(lines)
+
+
+def cmd_serve_check(args) -> tuple[dict, str]:
+    from backend.service import models
+    from backend.service.observations import serve_check
+
+    samples, _ = load_samples(
+        args.samples, models.target(args.target, args.device, args.dtype).vocab_size, args.limit
+    )
+    result = serve_check(
+        args.db, args.url, samples, args.target, args.draft, args.steps, args.max_new_tokens, args.engine
+    )
+    lines = [f"{'sample':>6} {'server AL':>9} {'replay AL':>9}"]
+    lines += [
+        f"{r['sample']:>6} {_fmt(r['server_accept_length']):>9} {_fmt(r['replay_accept_length']):>9}"
+        for r in result["rows"]
+    ]
+    lines.append(
+        f"{'mean':>6} {_fmt(result['server_mean_accept_length']):>9} {_fmt(result['replay_mean_accept_length']):>9}"
+    )
+    lines.append(result["verdict"])
+    return result, "\n".join(lines)
+
+
 COMMANDS = {
+    "observe": cmd_observe,
+    "serve-check": cmd_serve_check,
     "preflight": cmd_preflight,
     "replay": cmd_replay,
     "teacher": cmd_teacher,

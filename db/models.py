@@ -114,3 +114,18 @@ class TokenStat(Base):
     norm_ratio: Mapped[float | None] = mapped_column(Float)
     max_abs_diff: Mapped[float | None] = mapped_column(Float)
     relative_error: Mapped[float | None] = mapped_column(Float)
+
+
+class ServingObservationRow(Base):
+    """What a serving engine reported (backend/data/serving.py), stored beside the replays."""
+
+    __tablename__ = "serving_observations"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(default=utc_now)
+    engine: Mapped[str] = mapped_column(String(20))
+    version: Mapped[str | None] = mapped_column(String(40))
+    source: Mapped[str] = mapped_column(Text)
+    draft_path: Mapped[str | None] = mapped_column(Text)
+    accept_length: Mapped[float | None] = mapped_column(Float)
+    observation: Mapped[dict] = mapped_column(JSON, default=dict)  # the whole ServingObservation
+    lint: Mapped[list] = mapped_column(JSON, default=list)

@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from backend.data.samples import Sample
 from backend.engine.records import STORED_STEP_FIELDS, StepRecord
-from db.models import Base, Dataset, Run, SampleRow, Step, TokenStat, utc_now
+from db.models import Base, Dataset, Run, SampleRow, ServingObservationRow, Step, TokenStat, utc_now
 
 DEFAULT_DB_PATH = Path("data") / "speclens.db"
 
@@ -333,3 +333,37 @@ def token_stat_references(session: Session, run_id: int) -> list[str]:
 
 def delete_token_stats(session: Session, run_id: int, reference: str) -> None:
     session.execute(delete(TokenStat).where(TokenStat.run_id == run_id, TokenStat.reference == reference))
+
+
+# ------------------------------------------------------------------------ serving observations
+
+
+def add_observation(session: Session, observation: dict, draft_path: str | None, lint: list) -> int:
+    row = ServingObservationRow(
+        engine=observation["engine"],
+        version=observation.get("version"),
+        source=observation["source"],
+        draft_path=draft_path,
+        accept_length=observation.get("accept_length"),
+        observation=observation,
+        lint=lint,
+    )
+    session.add(row)
+    session.flush()
+    return row.id
+
+
+def list_observations(session: Session, limit: int = 100) -> list[dict]:
+    rows = session.scalars(
+        select(ServingObservationRow).order_by(ServingObservationRow.id.desc()).limit(limit)
+    )
+    return [
+        {
+            "id": r.id,
+            "created_at": r.created_at,
+            "draft_path": r.draft_path,
+            "lint": list(r.lint or []),
+            **dict(r.observation or {}),
+        }
+        for r in rows
+    ]

@@ -29,7 +29,7 @@ state.sidebar()
 st.title("Diagnostics")
 st.caption(f"Target `{state.target_path()}` · draft `{state.draft_path()}` (change them in the sidebar)")
 
-doctor_tab, probe_tab, diff_tab, lint_tab, agreement_tab, whatif_tab = st.tabs(
+doctor_tab, probe_tab, diff_tab, lint_tab, agreement_tab, whatif_tab, server_tab = st.tabs(
     [
         "Checkpoint doctor",
         "Wiring probe",
@@ -37,6 +37,7 @@ doctor_tab, probe_tab, diff_tab, lint_tab, agreement_tab, whatif_tab = st.tabs(
         "Serving-flag lint",
         "Accuracy vs live",
         "Speed-up what-if",
+        "Server vs replay",
     ]
 )
 
@@ -300,4 +301,73 @@ with whatif_tab:
                 )
 
         task_panel("whatif_task", show_measurement, on_finish=keep_measurement)
+with server_tab:
+    st.markdown(
+        "Put the server's own numbers beside the replay: paste an SGLang server log or a vLLM `/metrics` scrape "
+        "(or give a file path or URL). The accept length, the settings the server ran with, the flag findings and "
+        "the offline replay of the active draft at the same K are shown together."
+    )
+    engine_name = st.radio("Engine", ["SGLang log", "vLLM metrics"], horizontal=True, key="server_engine")
+    pasted = st.text_area("Paste the log or the scrape", "", height=160, key="server_text")
+    location = st.text_input("...or a file path or URL (read with a 10 s timeout)", "", key="server_location")
+    earlier = ""
+    if engine_name == "vLLM metrics":
+        earlier = st.text_area(
+            "Optional earlier scrape (the window is the later minus the earlier)",
+            "",
+            height=80,
+            key="server_earlier",
+        )
+    if st.button("Compare", key="server_compare"):
+        from backend.service import observations
+
+        engine_key = "sglang" if engine_name == "SGLang log" else "vllm"
+        try:
+            if location.strip():
+                texts = [observations.read_source(location.strip())]
+            elif pasted.strip():
+                texts = [(pasted, "pasted text")]
+            else:
+                raise BadInput("paste a log or a scrape, or give a path or URL")
+            if earlier.strip():
+                texts = [(earlier, "earlier pasted scrape"), *texts]
+            st.session_state["server_result"] = observations.observe_texts(
+                state.db(), engine_key, texts, state.draft_path(), state.target_path()
+            )
+        except BadInput as error:
+            st.session_state["server_result"] = {"error": str(error)}
+    result = st.session_state.get("server_result")
+    if result and "error" in result:
+        st.error(result["error"])
+    elif result:
+        replay = result["replay"]
+        c1, c2, c3 = st.columns(3)
+        c1.metric(
+            "Server accept length",
+            "n/a" if result["accept_length"] is None else f"{result['accept_length']:.2f}",
+            help=result["definition"],
+        )
+        c2.metric(
+            f"Replay accept length (K={result['num_steps']})",
+            "n/a" if replay["accept_length"] is None else f"{replay['accept_length']:.2f}",
+            help=f"{ACCEPT_LENGTH_HELP}; pooled over {replay['runs']} finished replays of the active draft",
+        )
+        c3.metric("Observation", f"#{result['observation_id']}", help=result["source"])
+        (st.warning if "suspect" in result["verdict"] else st.info)(result["verdict"])
+        if result.get("settings"):
+            st.caption("Settings the server ran with (after its own rewrites):")
+            st.dataframe(pd.DataFrame([result["settings"]]), hide_index=True, key="server_settings")
+        series = {}
+        if result.get("per_position"):
+            series["server P(a >= i)"] = result["per_position"]
+        if replay.get("per_position_marginal"):
+            series["replay P(a >= i)"] = replay["per_position_marginal"]
+        if series:
+            st.plotly_chart(
+                charts.acceptance_bars(series, "Per-position acceptance, server vs replay"),
+                key="server_positions",
+            )
+        for finding in result["lint"]:
+            show = {"error": st.error, "warning": st.warning, "info": st.info}[finding["severity"]]
+            show(f"**{finding['severity'].upper()} · {finding['code']}**: {finding['message']}")
 st.html(CSS)

@@ -80,6 +80,10 @@ def test_preflight_json(checkpoints):
     report = json.loads(result.stdout)
     assert report["ok"] is True and report["aux_hf_indices"] == [2, 3, 4]
     assert {"name", "status", "message"} <= set(report["checks"][0])
+    assert set(report["engines"]) == {"sglang", "vllm", "specforge", "speculators", "eagle"}
+    assert report["engines"]["sglang"]["aux_hf_indices"] == [2, 3, 4] and isinstance(
+        report["disagreements"], list
+    )
 
 
 @pytest.mark.parametrize("layout", ["specforge", "eagle"])
@@ -367,3 +371,21 @@ def test_cli_gate_min_accept_length(bigram_setup, tmp_path):
     assert cli(*teacher, "--min-accept-length", "1.2").returncode == 0
     low = cli(*teacher, "--min-accept-length", "9")
     assert low.returncode == 3 and "predicted accept length (1 + simulated)" in low.stderr
+
+
+def test_cli_observe_json_and_bad_logs(tmp_path):
+    examples = ROOT / "tests" / "support" / "serving"
+    db = f"sqlite:///{tmp_path / 'o.db'}"
+    result = cli("observe", "--sglang-log", str(examples / "sglang_0.5.12.log"), "--db", db, "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert {"observation_id", "engine", "accept_length", "per_position", "settings", "lint"} <= set(report)
+    assert report["engine"] == "sglang" and report["settings"]["speculative_num_draft_tokens"] == 2
+    metrics = cli(
+        "observe", "--vllm-metrics", str(examples / "vllm_0.11.0_metrics.txt"), "--db", db, "--json"
+    )
+    assert json.loads(metrics.stdout)["per_position"] == [0.9]
+    garbage = tmp_path / "garbage.log"
+    garbage.write_text("nothing to see\n")
+    bad = cli("observe", "--sglang-log", str(garbage), "--db", db)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "garbage.log" in bad.stderr

@@ -1,0 +1,146 @@
+"""Server numbers beside the replay: an observation is parsed, linted, stored and compared with real
+replays of the demo pair; serve-check talks to a local HTTP server that answers in SGLang's /generate
+shape (it stands in for the engine's network interface only)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "support" / "serving"
+
+
+def demo_replay(db_url, num_steps, tokens=48):
+    from backend.defaults import DEMO_DRAFTS, DEMO_EVAL, DEMO_TARGET
+    from backend.service.jobs import run_replay
+    from backend.service.requests import ReplayRequest
+
+    record = json.loads(DEMO_EVAL.read_text().splitlines()[0])
+    request = ReplayRequest(
+        str(DEMO_TARGET),
+        str(DEMO_DRAFTS / "final"),
+        num_steps=num_steps,
+        max_new_tokens=tokens,
+        prompt_ids=tuple(record["input_ids"][: record["n_prompt_tokens"]]),
+        record=False,
+    )
+    return run_replay(request, db_url)
+
+
+def test_the_seed_situation_beside_the_replay(db_url):
+    """An SGLang log in the seed's situation (topk 1, steps 1, draft tokens 16 rewritten to 2, accept
+    len 1.90) next to replays of the demo pair at K = 1, and then at K = 4 (not comparable: other K)."""
+    from backend.defaults import DEMO_DRAFTS, DEMO_TARGET
+    from backend.service.observations import list_observations, observe
+
+    outcome = demo_replay(db_url, 1)
+    demo_replay(db_url, 4)
+    result = observe(
+        db_url,
+        "sglang",
+        [str(EXAMPLES / "sglang_0.4.6.post5.log")],
+        str(DEMO_DRAFTS / "final"),
+        str(DEMO_TARGET),
+    )
+    assert result["accept_length"] == pytest.approx(1.9) and result["num_steps"] == 1
+    assert result["replay"]["runs"] == 1 and result["replay"]["run_ids"] == [outcome.run_id]
+    assert result["replay"]["accept_length"] == pytest.approx(outcome.metrics["mean_accept_length"])
+    codes = [f["code"] for f in result["lint"]]
+    assert (
+        "engine-rewrote-flags" in codes
+        and "single-draft-step" in codes
+        and "eagle-algorithm-eagle3-draft" in codes
+    )
+    ratio = 1.9 / outcome.metrics["mean_accept_length"]
+    assert ("suspect" in result["verdict"]) == (ratio < 0.85) and f"{1.9:.2f}" in result["verdict"]
+    stored = list_observations(db_url)
+    assert stored[0]["id"] == result["observation_id"] and stored[0]["accept_length"] == pytest.approx(1.9)
+
+
+def test_a_server_far_below_the_replay_points_at_the_serving_side(db_url):
+    from backend.defaults import DEMO_DRAFTS
+    from backend.service.observations import observe_texts
+
+    outcome = demo_replay(db_url, 3)
+    scrape = (
+        'vllm:spec_decode_num_drafts_total{engine="0"} 100.0\n'
+        'vllm:spec_decode_num_draft_tokens_total{engine="0"} 300.0\n'
+        'vllm:spec_decode_num_accepted_tokens_total{engine="0"} 20.0\n'
+    )
+    result = observe_texts(db_url, "vllm", [(scrape, "scrape")], str(DEMO_DRAFTS / "final"))
+    assert result["num_steps"] == 3 and result["accept_length"] == pytest.approx(1.2)
+    assert result["replay"]["accept_length"] == pytest.approx(outcome.metrics["mean_accept_length"])
+    assert "the serving side is the suspect" in result["verdict"]
+
+
+class FakeSGLang(BaseHTTPRequestHandler):
+    """Answers POST /generate like SGLang's native endpoint: text and meta_info with the verify count."""
+
+    def do_POST(self):  # noqa: N802 - http.server's name
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        tokens = body["sampling_params"]["max_new_tokens"]
+        answer = {
+            "text": "x",
+            "meta_info": {
+                "completion_tokens": tokens,
+                "spec_verify_ct": tokens // 2,
+                "prompt_tokens": len(body["input_ids"]),
+            },
+        }
+        data = json.dumps(answer).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *_args):
+        pass
+
+
+def test_serve_check_puts_each_samples_server_accept_length_beside_its_replay(db_url):
+    from backend.data.samples import read_jsonl
+    from backend.defaults import DEMO_DRAFTS, DEMO_EVAL, DEMO_TARGET
+    from backend.service.observations import serve_check
+
+    server = HTTPServer(("127.0.0.1", 0), FakeSGLang)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        samples = read_jsonl(DEMO_EVAL)[0][:2]
+        url = f"http://127.0.0.1:{server.server_port}"
+        result = serve_check(db_url, url, samples, str(DEMO_TARGET), str(DEMO_DRAFTS / "final"), 4, 32)
+    finally:
+        server.shutdown()
+    assert [r["server_accept_length"] for r in result["rows"]] == [2.0, 2.0]
+    assert result["server_mean_accept_length"] == 2.0
+    replays = [r["replay_accept_length"] for r in result["rows"]]
+    assert result["replay_mean_accept_length"] == pytest.approx(sum(replays) / 2) and min(replays) > 2.5
+    assert "the serving side is the suspect" in result["verdict"]
+
+
+def test_unreachable_server_and_garbage_are_bad_input(db_url, tmp_path):
+    from backend import BadInput
+    from backend.data.samples import read_jsonl
+    from backend.defaults import DEMO_DRAFTS, DEMO_EVAL, DEMO_TARGET
+    from backend.service.observations import observe, serve_check
+
+    with pytest.raises(BadInput, match="the request failed"):
+        serve_check(
+            db_url,
+            "http://127.0.0.1:9",
+            read_jsonl(DEMO_EVAL)[0][:1],
+            str(DEMO_TARGET),
+            str(DEMO_DRAFTS / "final"),
+            4,
+            8,
+        )
+    garbage = tmp_path / "server.log"
+    garbage.write_bytes(b"\x00\xff not a log")
+    with pytest.raises(BadInput, match="not UTF-8"):
+        observe(db_url, "sglang", [str(garbage)])
+    with pytest.raises(BadInput, match="no such file"):
+        observe(db_url, "vllm", [str(tmp_path / "missing.txt")])
