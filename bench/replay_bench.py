@@ -464,6 +464,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON results path")
     parser.add_argument(
+        "--demo",
+        action="store_true",
+        help="the bundled demo pair instead: generate, greedy loop, replay, replay+record, job runner "
+        "(bench/demo_bench.py); --repeats sets the rounds",
+    )
+    parser.add_argument("--demo-tokens", type=int, default=256, help="new tokens per prompt with --demo")
+    parser.add_argument(
         "--repeats",
         type=int,
         default=1,
@@ -538,6 +545,11 @@ def order(rows: list[Row]) -> list[Row]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.demo:
+        from bench import demo_bench
+
+        out = args.out if args.out != DEFAULT_OUT else DEFAULT_OUT.with_name("replay_bench_demo.json")
+        return demo_bench.main(out, max(2, args.repeats), args.demo_tokens)
     TARGET_SPEC["num_layers"] = args.target_layers
     torch.set_num_threads(THREADS)
     log = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731

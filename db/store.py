@@ -164,8 +164,17 @@ def create_run(
     return run.id
 
 
+def add_steps(session: Session, run_id: int, steps: list[StepRecord]) -> None:
+    """Bulk insert: one statement for a batch of steps."""
+    if steps:
+        session.execute(
+            insert(Step),
+            [{"run_id": run_id, **{n: getattr(s, n) for n in STORED_STEP_FIELDS}} for s in steps],
+        )
+
+
 def add_step(session: Session, run_id: int, step: StepRecord) -> None:
-    session.add(Step(run_id=run_id, **{name: getattr(step, name) for name in STORED_STEP_FIELDS}))
+    add_steps(session, run_id, [step])
 
 
 def add_token_stats(session: Session, run_id: int, rows: list[dict]) -> None:

@@ -6,6 +6,7 @@ verify step is committed when it arrives, so a crash leaves a run marked failed 
 
 from __future__ import annotations
 
+import time
 import traceback
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -109,7 +110,7 @@ def run_replay_job(
         )
     outcome = ReplayOutcome(run_id, [], [], {}, wiring, list(warnings or []), view.engine)
     tensors = RunTensors()
-    session = database.factory()  # one session for the run; each record is committed as it arrives
+    writer = RunWriter(database, run_id)
     try:
         for record in replay(target, draft, prompt_ids, wiring, config):
             if isinstance(record, PrefillRecord):
@@ -118,14 +119,11 @@ def run_replay_job(
             else:
                 outcome.steps.append(record)
                 outcome.output_ids.extend(record.committed_ids)
-                store.add_step(session, run_id, record)
-            store.add_token_stats(session, run_id, tensors.add(record, wiring.aux_hf_indices))
-            session.commit()
+            writer.add(record, tensors.add(record, wiring.aux_hf_indices))
             done = len(outcome.output_ids)
             progress(done / config.max_new_tokens, f"{done}/{config.max_new_tokens} tokens")
     except BaseException as error:
-        session.rollback()  # a half-added record never lands; every committed step stays
-        session.close()
+        writer.close()  # every record that arrived whole is written before the run is marked
         artifact = tensors.save(database.artifact_dir, run_id)
         with store.session_scope(database.factory) as session:
             status = "interrupted" if isinstance(error, KeyboardInterrupt) else "failed"
@@ -139,7 +137,7 @@ def run_replay_job(
                 **artifact,
             )
         raise
-    session.close()
+    writer.close()
     artifact = tensors.save(database.artifact_dir, run_id)
     outcome.metrics = run_metrics(outcome.steps, config.num_steps)
     if target.dtype != torch.float32:  # the yardstick for judging this run against plain decoding
@@ -150,6 +148,40 @@ def run_replay_job(
     with store.session_scope(database.factory) as session:
         store.finish_run(session, run_id, output_ids=outcome.output_ids, metrics=outcome.metrics, **artifact)
     return outcome
+
+
+class RunWriter:
+    """Writes a run's steps and token statistics as they arrive, in batches: one bulk insert and one
+    commit every COMMIT_EVERY_S seconds (or COMMIT_EVERY_STEPS steps), so a crash keeps everything up
+    to the last commit while a fast replay does not pay a commit per step."""
+
+    COMMIT_EVERY_S = 0.25
+    COMMIT_EVERY_STEPS = 32
+
+    def __init__(self, database: Database, run_id: int):
+        self.database, self.run_id = database, run_id
+        self.steps: list[StepRecord] = []
+        self.stats: list[dict] = []
+        self.last_commit = time.perf_counter()
+
+    def add(self, record: PrefillRecord | StepRecord, stats: list[dict]) -> None:
+        if isinstance(record, StepRecord):
+            self.steps.append(record)
+        self.stats += stats
+        due = time.perf_counter() - self.last_commit >= self.COMMIT_EVERY_S
+        if due or len(self.steps) >= self.COMMIT_EVERY_STEPS:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.steps or self.stats:
+            with store.session_scope(self.database.factory) as session:
+                store.add_steps(session, self.run_id, self.steps)
+                store.add_token_stats(session, self.run_id, self.stats)
+            self.steps, self.stats = [], []
+        self.last_commit = time.perf_counter()
+
+    def close(self) -> None:
+        self.flush()
 
 
 class RunTensors:

@@ -1,0 +1,12 @@
+"""The demo-pair benchmark runs end to end at toy sizes: every mode produces generate's tokens."""
+
+from __future__ import annotations
+
+
+def test_demo_bench_modes_agree_with_generate():
+    from bench.demo_bench import MODES, run_demo, table
+
+    result = run_demo(prompts=1, new_tokens=16, rounds=2, lengths=(16, 32))
+    assert [row["mode"] for row in result["rows"]] == list(MODES)
+    assert all(row["equals_generate"] and row["tokens_per_s_median"] > 0 for row in result["rows"])
+    assert set(result["ms_per_token_job"]) == {16, 32} and "x generate" in table(result)
