@@ -309,6 +309,7 @@ with server_tab:
     )
     engine_name = st.radio("Engine", ["SGLang log", "vLLM metrics"], horizontal=True, key="server_engine")
     pasted = st.text_area("Paste the log or the scrape", "", height=160, key="server_text")
+    upload = st.file_uploader("...or upload it", type=["log", "txt", "prom"], key="server_upload")
     location = st.text_input("...or a file path or URL (read with a 10 s timeout)", "", key="server_location")
     earlier = ""
     if engine_name == "vLLM metrics":
@@ -325,10 +326,15 @@ with server_tab:
         try:
             if location.strip():
                 texts = [observations.read_source(location.strip())]
+            elif upload is not None:
+                try:
+                    texts = [(upload.getvalue().decode("utf-8"), upload.name)]
+                except UnicodeDecodeError as error:
+                    raise BadInput(f"{upload.name}: not UTF-8 text") from error
             elif pasted.strip():
                 texts = [(pasted, "pasted text")]
             else:
-                raise BadInput("paste a log or a scrape, or give a path or URL")
+                raise BadInput("paste a log or a scrape, upload one, or give a path or URL")
             if earlier.strip():
                 texts = [(earlier, "earlier pasted scrape"), *texts]
             st.session_state["server_result"] = observations.observe_texts(
