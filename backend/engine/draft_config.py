@@ -161,8 +161,8 @@ def parse_draft_config(raw: dict) -> DraftConfig:
     if missing:
         raise BadInput(f"draft config.json lacks {', '.join(missing)}")
     eagle = flat.get("eagle_config") or {}
-    hidden = int(flat["hidden_size"])
-    heads = int(flat["num_attention_heads"])
+    hidden = _size(flat, "hidden_size")
+    heads = _size(flat, "num_attention_heads")
     architectures = flat.get("architectures") or ["(none)"]
 
     explicit_head_dim = flat.get("head_dim")
@@ -171,7 +171,7 @@ def parse_draft_config(raw: dict) -> DraftConfig:
             f"draft config.json is inconsistent: hidden_size {hidden} is not divisible by num_attention_heads "
             f"{heads} (and there is no head_dim)"
         )
-    kv_heads = int(flat.get("num_key_value_heads") or heads)
+    kv_heads = _size(flat, "num_key_value_heads", heads)
     if heads % kv_heads:
         raise BadInput(
             f"draft config.json is inconsistent: num_attention_heads {heads} is not a multiple of "
@@ -180,7 +180,17 @@ def parse_draft_config(raw: dict) -> DraftConfig:
     llama_keys = set(LlamaConfig().to_dict()) | ROPE_KEYS
     # Token ids are the target's business (and a draft's ids may exceed its own small vocab).
     ignored = {"architectures", "model_type", "bos_token_id", "eos_token_id", "pad_token_id"}
-    llama_args = {k: v for k, v in flat.items() if k in llama_keys and k not in ignored}
+    for key in (
+        "intermediate_size",
+        "vocab_size",
+        "num_hidden_layers",
+        "max_position_embeddings",
+        "draft_vocab_size",
+    ):
+        _size(flat, key, None if key in ("intermediate_size", "vocab_size") else 1)  # a clear reason first
+    _epsilon(flat)
+    # null means absent (export templates write nulls); token ids are the target's business
+    llama_args = {k: v for k, v in flat.items() if k in llama_keys and k not in ignored and v is not None}
     # The draft's RoPE is its own: base 10000 when the config says nothing (never the target's).
     if "rope_theta" not in flat and "rope_parameters" not in flat and "rope_scaling" not in flat:
         llama_args["rope_theta"] = 10000.0
@@ -200,18 +210,18 @@ def parse_draft_config(raw: dict) -> DraftConfig:
         raw=raw,
         architecture=str(architectures[0]),
         hidden_size=hidden,
-        target_hidden_size=int(flat.get("target_hidden_size") or hidden),
-        num_layers=int(flat.get("num_hidden_layers", 1)),
+        target_hidden_size=_size(flat, "target_hidden_size", hidden),
+        num_layers=_size(flat, "num_hidden_layers", 1),
         num_attention_heads=heads,
-        num_key_value_heads=int(flat.get("num_key_value_heads") or heads),
-        head_dim=int(flat.get("head_dim") or hidden // heads),
-        intermediate_size=int(flat["intermediate_size"]),
-        rms_norm_eps=float(flat.get("rms_norm_eps", 1e-6)),
-        vocab_size=int(flat["vocab_size"]),
-        draft_vocab_size=int(flat.get("draft_vocab_size") or flat["vocab_size"]),
-        max_position_embeddings=int(flat.get("max_position_embeddings", 2048)),
+        num_key_value_heads=kv_heads,
+        head_dim=_size(flat, "head_dim", hidden // heads),
+        intermediate_size=_size(flat, "intermediate_size"),
+        rms_norm_eps=_epsilon(flat),
+        vocab_size=_size(flat, "vocab_size"),
+        draft_vocab_size=_size(flat, "draft_vocab_size", _size(flat, "vocab_size")),
+        max_position_embeddings=_size(flat, "max_position_embeddings", 2048),
         attention_bias=bool(flat.get("attention_bias", False)),
-        use_aux_hidden_state=bool(eagle.get("use_aux_hidden_state", flat.get("use_aux_hidden_state", True))),
+        use_aux_hidden_state=_use_aux(eagle, flat),
         fc_norm=flag("fc_norm"),
         norm_before_fc=flag("norm_before_fc"),
         norm_output=flag("norm_output"),
@@ -268,6 +278,33 @@ def classify_keys(flat: dict, eagle: dict) -> tuple[dict, list[str], list[str]]:
         if k not in llama_keys | EAGLE_KEYS | set(MLA_KEYS) | set(MOE_KEYS) and k not in ignored
     )
     return ignored, refused, unknown
+
+
+def _size(flat: dict, key: str, default: int | None = None) -> int:
+    """A positive integer field; absent or null takes the default (required when None)."""
+    value = flat.get(key)
+    if value is None:
+        if default is None:
+            raise BadInput(f"draft config.json: {key} is missing or null")
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value) or value < 1:
+        raise BadInput(f"draft config.json: {key} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def _epsilon(flat: dict) -> float:
+    value = flat.get("rms_norm_eps")
+    if value is None:
+        return 1e-6
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1:
+        raise BadInput(f"draft config.json: rms_norm_eps must be a small positive number, got {value!r}")
+    return float(value)
+
+
+def _use_aux(eagle: dict, flat: dict) -> bool:
+    """use_aux_hidden_state, nested first; absent or null means true (EAGLE-3)."""
+    value = eagle.get("use_aux_hidden_state", flat.get("use_aux_hidden_state"))
+    return True if value is None else bool(value)
 
 
 def _int_list(value) -> list[int] | None:

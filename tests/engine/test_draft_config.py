@@ -146,3 +146,34 @@ def test_config_keys_by_meaning_and_bad_ids_are_refused():
 def test_inconsistent_sizes_are_bad_input():
     with pytest.raises(BadInput, match="inconsistent"):
         parse({**EAGLE_RELEASE, "hidden_size": 999})
+
+
+@pytest.mark.parametrize(
+    "edit, reason",
+    [
+        ({"hidden_size": "abc"}, "hidden_size must be a positive integer, got 'abc'"),
+        ({"draft_vocab_size": -1}, "draft_vocab_size must be a positive integer"),
+        ({"vocab_size": -1}, "vocab_size must be a positive integer"),
+        ({"intermediate_size": None}, "intermediate_size is missing or null"),
+        ({"rms_norm_eps": "x"}, "rms_norm_eps must be a small positive number"),
+    ],
+)
+def test_bad_sizes_are_bad_input_naming_the_field(edit, reason):
+    with pytest.raises(BadInput, match=reason):
+        parse({**EAGLE_RELEASE, **edit})
+
+
+def test_nulls_mean_absent_as_export_templates_write_them():
+    parsed = parse(
+        {
+            **EAGLE_RELEASE,
+            "rms_norm_eps": None,
+            "max_position_embeddings": None,
+            "head_dim": None,
+            "eagle_config": {"use_aux_hidden_state": None, "eagle_aux_hidden_state_layer_ids": None},
+        }
+    )
+    assert (
+        parsed.use_aux_hidden_state and parsed.rms_norm_eps == 1e-6 and parsed.max_position_embeddings == 2048
+    )
+    assert parsed.nested_aux_ids is None and not parsed.explicit_head_dim
