@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
+pytestmark = pytest.mark.slow  # loads the demo pair and runs every mode: a benchmark smoke test
+
 
 def test_demo_bench_modes_agree_with_generate():
     from bench.demo_bench import MODES, run_demo, table
