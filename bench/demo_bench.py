@@ -27,7 +27,7 @@ from backend.engine.replay import ReplayConfig, output_ids_of, replay
 from backend.service.database import open_database
 from backend.service.jobs import run_replay_job
 from backend.service.requests import ReplayRequest
-from bench.gpu_check import greedy_loop
+from bench.gpu_check import generate, greedy_loop
 
 MODES = ("generate", "loop", "replay", "record", "job")
 
@@ -42,18 +42,6 @@ def run_demo(
     folder = tempfile.mkdtemp(prefix="demo_bench_")
     database = open_database(f"sqlite:///{folder}/bench.db")
 
-    def generate(prompt, tokens):
-        ids = torch.tensor([prompt])
-        with torch.inference_mode():
-            out = target.model.generate(
-                ids,
-                attention_mask=torch.ones_like(ids),
-                max_new_tokens=tokens,
-                do_sample=False,
-                pad_token_id=0,
-            )
-        return out[0, len(prompt) :].tolist()
-
     def job(prompt, tokens):
         request = ReplayRequest(
             str(DEMO_TARGET),
@@ -65,7 +53,7 @@ def run_demo(
         return run_replay_job(database, target, draft, request, report.wiring, prompt).output_ids
 
     run = {
-        "generate": generate,
+        "generate": lambda p, n: generate(target, p, n),
         "loop": lambda p, n: greedy_loop(target, p, n),
         "replay": lambda p, n: output_ids_of(
             list(replay(target, draft, p, report.wiring, ReplayConfig(num_steps, n, record=False)))
