@@ -389,3 +389,66 @@ def test_cli_observe_json_and_bad_logs(tmp_path):
     garbage.write_text("nothing to see\n")
     bad = cli("observe", "--sglang-log", str(garbage), "--db", db)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "garbage.log" in bad.stderr
+
+
+def test_a_killed_replay_keeps_every_committed_step(tmp_path):
+    """SIGKILL mid-run: the batched writer's commits stay, as a whole prefix of steps that replays
+    the target's greedy text (nothing half-written)."""
+    import os
+    import signal
+    import sqlite3
+    import time
+
+    db_path = tmp_path / "killed.db"
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "backend",
+            "replay",
+            "--samples",
+            "demo/data/eval.jsonl",
+            "--index",
+            "0",
+            "--steps",
+            "4",
+            "--max-new-tokens",
+            "4000",
+            "--db",
+            f"sqlite:///{db_path}",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    steps = 0
+    deadline = time.time() + 120
+    while time.time() < deadline and steps < 40:
+        time.sleep(0.2)
+        if db_path.exists():
+            try:
+                with sqlite3.connect(db_path) as connection:
+                    steps = connection.execute("SELECT COUNT(*) FROM steps").fetchone()[0]
+            except sqlite3.OperationalError:
+                steps = 0
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait(timeout=30)
+    assert steps >= 40, "the replay never committed 40 steps"
+    with sqlite3.connect(db_path) as connection:
+        rows = connection.execute(
+            "SELECT step_index, position, committed_ids FROM steps ORDER BY step_index"
+        ).fetchall()
+        prompt = json.loads(connection.execute("SELECT prompt_ids FROM runs").fetchone()[0])
+    assert [r[0] for r in rows] == list(range(len(rows)))  # a whole prefix of steps
+    position = rows[0][1]
+    output = []
+    for _, step_position, committed in rows:
+        assert step_position == position  # each step starts where the previous one's tokens ended
+        position += len(json.loads(committed))
+        output += json.loads(committed)
+    from backend.defaults import DEMO_TARGET
+    from backend.engine.loading import load_target
+    from tests.support.oracle import plain_greedy
+
+    target = load_target(DEMO_TARGET, device="cpu", dtype="fp32")
+    assert plain_greedy(target, prompt, 1 + len(output))[1:] == output
