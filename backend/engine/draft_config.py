@@ -14,6 +14,7 @@ from pathlib import Path
 from transformers import LlamaConfig
 
 from backend import BadInput
+from backend.engine.readings import VARIANT_FLAGS  # kept as declared here; readings decide their meaning
 
 # Every architecture string an engine accepts for an EAGLE-3 draft (docs/reference.md §10).
 KNOWN_ARCHITECTURES = (
@@ -24,10 +25,6 @@ KNOWN_ARCHITECTURES = (
     "LlamaForCausalLM",  # the original EAGLE releases
 )
 
-# Variant flags that change the draft's math. Which of them an engine honours, and what it assumes
-# when one is absent, is the engine's reading (backend/engine/readings.py); here they are kept as
-# declared (None = absent).
-VARIANT_FLAGS = ("fc_norm", "norm_before_fc", "norm_output", "norm_before_residual")
 
 # transformers 5.x folds these into `rope_parameters`; they are not keys of LlamaConfig().to_dict().
 ROPE_KEYS = {"rope_theta", "rope_scaling", "rope_parameters"}

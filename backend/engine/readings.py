@@ -61,6 +61,8 @@ class EngineView:
         }
 
 
+# The variant flags a draft config may declare; what each means is up to the reading below.
+VARIANT_FLAGS = ("fc_norm", "norm_before_fc", "norm_output", "norm_before_residual")
 ENGINES = ("sglang", "vllm", "specforge", "speculators", "eagle")
 SERVING_ENGINES = ("sglang", "vllm")
 DESCRIPTIONS = {
@@ -233,7 +235,7 @@ def read_as(
         # eagle/model/cnets.py: pre-norm feedback, norm before lm_head, no variant flags; a
         # checkpoint embed_tokens overrides the target copy (load_state_dict(strict=False)).
         math = DraftMath(own_embedding=has_own_embedding)
-        for flag in VARIANT_FLAG_NAMES:
+        for flag in VARIANT_FLAGS:
             if getattr(config, flag) and not (flag == "norm_output"):
                 notes.append(f"EAGLE has no {flag}")
         # cnets.py Attention: head_dim = hidden_size // num_heads, explicit head_dim ignored
@@ -253,9 +255,6 @@ def read_as(
     except BadInput as error:
         refusal = refusal or f"{DESCRIPTIONS[engine]}: {error}"
     return EngineView(engine, wiring, math, mapping, refusal is None, refusal, tuple(notes))
-
-
-VARIANT_FLAG_NAMES = ("fc_norm", "norm_before_fc", "norm_output", "norm_before_residual")
 
 
 def describe_layers(indices) -> str:

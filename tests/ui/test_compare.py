@@ -3,21 +3,8 @@ where the drafts proposed different tokens."""
 
 from __future__ import annotations
 
-from backend.engine.records import StepRecord
+from tests.ui.test_html import step
 from ui.compare import committed_positions, first_divergence, timeline_html
-
-
-def step(position=3, drafted=(1, 2, 3), accepted=1, bonus=4):
-    return StepRecord(
-        step_index=0,
-        position=position,
-        pending_token=4,
-        drafted_ids=list(drafted),
-        accepted_count=accepted,
-        bonus_id=bonus,
-        committed_ids=list(drafted[:accepted]) + [bonus],
-        target_argmax_ids=[1, 4, 4, 4],
-    )
 
 
 class Run:
