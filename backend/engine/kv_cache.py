@@ -46,18 +46,51 @@ def cache_argument(model_class: type) -> str:
     return "past_key_values" if "past_key_values" in parameters else "cache"
 
 
-def target_forward(model, input_ids: torch.Tensor, cache: DynamicCache | None, start_position: int):
+def keep_rows(cache: DynamicCache, start: int, rows: list[int]) -> None:
+    """Keep the entries before `start`, then the entries start + r for r in `rows`, in that order:
+    after a tree verify, the root and the accepted path stay and every other node goes. Rows that
+    already sit where they belong (a chain, or a path down the first branches) only crop."""
+    if rows == list(range(len(rows))):
+        crop_target_cache(cache, start + len(rows))
+        return
+    for layer in cache.layers:
+        index = torch.tensor(rows, device=layer.keys.device) + start
+        layer.keys = torch.cat([layer.keys[..., :start, :], layer.keys.index_select(-2, index)], dim=-2)
+        layer.values = torch.cat([layer.values[..., :start, :], layer.values.index_select(-2, index)], dim=-2)
+
+
+def target_forward(
+    model,
+    input_ids: torch.Tensor,
+    cache: DynamicCache | None,
+    start_position: int,
+    tree: tuple[torch.Tensor, torch.Tensor] | None = None,
+):
     """One forward of the target over `input_ids` [1, T] at positions start..start+T-1.
 
     Returns the model output (logits [1, T, V]). With a cache, the cache grows by T entries.
+    `tree` = (depths [T], visible [T, T] bool: row i sees column j) verifies a draft tree in one
+    forward: token i sits at position start + depths[i] and attends to every cached entry and to
+    the tree tokens it sees (itself and its ancestors). The mask is additive (0 / dtype min), the
+    form both eager and SDPA attention take as a custom 4D mask.
     """
     length = input_ids.shape[1]
     positions = torch.arange(start_position, start_position + length, device=input_ids.device)[None]
+    extra = {}
+    if tree is not None:
+        depths, visible = tree
+        positions = (start_position + depths.to(input_ids.device))[None]
+        past = cache_length(cache) if cache is not None else 0
+        seen = torch.ones(length, past + length, dtype=torch.bool, device=input_ids.device)
+        seen[:, past:] = visible.to(input_ids.device)
+        dtype = model.get_input_embeddings().weight.dtype
+        mask = torch.zeros(seen.shape, dtype=dtype, device=input_ids.device)
+        extra["attention_mask"] = mask.masked_fill(~seen, torch.finfo(dtype).min)[None, None]
     if cache is None:
-        return model(input_ids=input_ids, position_ids=positions, use_cache=False)
+        return model(input_ids=input_ids, position_ids=positions, use_cache=False, **extra)
     before = cache_length(cache)
     argument = cache_argument(type(model))
-    output = model(input_ids=input_ids, position_ids=positions, use_cache=True, **{argument: cache})
+    output = model(input_ids=input_ids, position_ids=positions, use_cache=True, **{argument: cache}, **extra)
     if cache_length(cache) != before + length:
         raise RuntimeError(
             f"the target's KV cache did not grow by the {length} tokens fed ({before} -> {cache_length(cache)}): "

@@ -48,7 +48,13 @@ class StepRecord:
     draft_top_ids: list[list[int]] = field(default_factory=list)  # top alternatives per d_j
     draft_top_probs: list[list[float]] = field(default_factory=list)
     target_argmax_probs: list[float] = field(default_factory=list)
-    tree_parents: list[int] | None = None  # chain: None (reserved for topk > 1 trees)
+    # The step's draft tree (a chain is a tree with one child per node), see `tree_dict` in
+    # backend/engine/tree.py: tokens, parents (-1 = a child of the root x_n), scores, depths,
+    # accepted_path (node indices), and per node the draft and target probabilities, the draw,
+    # the decision and P(accepted | parent accepted). For a tree, drafted_ids and the other
+    # chain-shaped fields describe its main path: the accepted path, then the draft's favourite
+    # child down to a leaf.
+    tree: dict | None = None
     # Tensors (recorded runs only; kept in the run's artifact, not in SQL):
     aux_features: torch.Tensor | None = None  # [c, 3*Ht] fused features of positions n..n+c-1
     draft_hidden: torch.Tensor | None = None  # [K, H] draft output hidden that proposed each d_j

@@ -13,6 +13,11 @@ the newest token x_n. Each verify step:
   7. record the step (once, with everything it needs).
 
 Every step emits a + 1 tokens, so the output equals the target's plain greedy output.
+
+Trees (topk > 1) and sampled acceptance run the same loop with `tree_step`: the draft proposes a
+tree (backend/engine/tree.py), the target verifies it in one forward under a tree mask, the
+acceptance rule walks it (greedy, or an engine's sampling rule: backend/engine/sampling.py), and
+the caches keep the root and the accepted path.
 """
 
 from __future__ import annotations
@@ -25,10 +30,27 @@ import torch
 
 from backend.engine.capture import AuxCapture
 from backend.engine.draft_model import Eagle3Draft
-from backend.engine.kv_cache import DraftKVCache, crop_target_cache, new_target_cache, target_forward
+from backend.engine.kv_cache import (
+    DraftKVCache,
+    crop_target_cache,
+    keep_rows,
+    new_target_cache,
+    target_forward,
+)
 from backend.engine.loading import Target
 from backend.engine.readings import DraftMath
 from backend.engine.records import PrefillRecord, StepRecord
+from backend.engine.sampling import GREEDY, Sampling, exponential_race, inverse_cdf, target_distribution
+from backend.engine.tree import (
+    DRAFT_ATTENTION,
+    DraftTree,
+    TreeShape,
+    TreeVerdict,
+    accept_tree,
+    draft_tree,
+    expected_accepted,
+    main_path,
+)
 from backend.engine.wiring import Wiring
 
 
@@ -39,12 +61,40 @@ class ReplayConfig:
     record: bool = True  # probabilities, top-k alternatives and hidden states
     top_alternatives: int = 5
     math: DraftMath | None = None  # the draft's math under an engine's reading (None: the training reading)
+    topk: int = 1  # k: children per frontier node (1: a chain)
+    num_draft_tokens: int | None = None  # N: verified tokens incl. the root (SGLang's effective value)
+    sampling: Sampling = GREEDY
+    draft_attention: str = "ancestors"  # tree drafts: true ancestors, or SGLang's per-rank KV slots
+    force_tree: bool = False  # run a chain through the tree path (tests: topk 1 equals the chain)
 
     def __post_init__(self):
         if self.num_steps < 1:
             raise ValueError("num_steps (K) must be >= 1")
         if self.max_new_tokens < 1:
             raise ValueError("max_new_tokens must be >= 1")
+        if self.topk < 1:
+            raise ValueError("topk must be >= 1")
+        if self.num_draft_tokens is None:
+            if self.topk > 1:
+                raise ValueError("topk > 1 needs num_draft_tokens")
+            object.__setattr__(self, "num_draft_tokens", self.num_steps + 1)
+        if self.topk == 1 and self.num_draft_tokens != self.num_steps + 1:
+            raise ValueError("a chain (topk 1) verifies num_steps + 1 tokens")
+        if not 2 <= self.num_draft_tokens <= self.shape.max_candidates + 1:
+            raise ValueError(
+                f"num_draft_tokens must be in 2..{self.shape.max_candidates + 1} for steps="
+                f"{self.num_steps}, topk={self.topk}"
+            )
+        if self.draft_attention not in DRAFT_ATTENTION:
+            raise ValueError(f"draft_attention must be one of {', '.join(DRAFT_ATTENTION)}")
+
+    @property
+    def shape(self) -> TreeShape:
+        return TreeShape(self.num_steps, self.topk, self.num_draft_tokens)
+
+    @property
+    def uses_tree_path(self) -> bool:
+        return self.topk > 1 or not self.sampling.greedy or self.force_tree
 
 
 @dataclass
@@ -198,8 +248,42 @@ def step_record(
         verdict.target_argmax,
         draft_ms,
         verify_ms,
+        tree=chain_tree(proposal, verdict, recorded.get("target_argmax_probs")),
         **recorded,
     )
+
+
+def chain_tree(proposal: Proposal, verdict: Verdict, argmax_probs: list[float] | None) -> dict:
+    """A greedy chain step as a tree: node j hangs from node j-1, scores are the running product
+    of the draft's probabilities (recorded runs), each node is accepted iff it is the argmax."""
+    drafted, accepted = proposal.drafted_ids, verdict.accepted
+    tree = {
+        "tokens": list(drafted),
+        "parents": list(range(-1, len(drafted) - 1)),
+        "depths": list(range(1, len(drafted) + 1)),
+        "accepted_path": list(range(accepted)),
+        "decisions": ["accepted"] * accepted + ["rejected"] + ["unreached"] * (len(drafted) - accepted - 1)
+        if accepted < len(drafted)
+        else ["accepted"] * accepted,
+    }
+    if proposal.probs:
+        scores, running = [], 1.0
+        for p in proposal.probs:
+            running *= p
+            scores.append(running)
+        tree.update(scores=scores, draft_probs=list(proposal.probs))
+        tree["accept_probs"] = [float(d == a) for d, a in zip(drafted, verdict.target_argmax, strict=False)]
+        tree["expected_accepted"] = float(_running_products(tree["accept_probs"]))
+        tree["argmax"], tree["argmax_probs"] = list(verdict.target_argmax), list(argmax_probs or [])
+    return tree
+
+
+def _running_products(values: list[float]) -> float:
+    total, running = 0.0, 1.0
+    for value in values:
+        running *= value
+        total += running
+    return total
 
 
 def replay(
@@ -210,11 +294,12 @@ def replay(
         raise ValueError("the prompt is empty")
     model, device = target.model, target.device
     eos = set(target.eos_token_ids)
+    generator = None if config.sampling.greedy else torch.Generator().manual_seed(config.sampling.seed)
     with torch.inference_mode(), AuxCapture(model, wiring.aux_hf_indices) as capture:
         started = time.perf_counter()
         target_cache = new_target_cache(model)
         logits = target_forward(model, torch.tensor([prompt_ids], device=device), target_cache, 0).logits
-        first = int(logits[0, -1].argmax())
+        first = first_token(logits[0, -1], config.sampling, generator)
         features = capture.features()
         yield PrefillRecord(
             list(prompt_ids),
@@ -227,6 +312,14 @@ def replay(
         cursor = Cursor(len(prompt_ids), first, 1, features, list(prompt_ids[1:]) + [first], 0)
         draft_cache = DraftKVCache(draft.config.num_layers)
         for step_index in range(config.max_new_tokens):  # each step commits >= 1 token
+            if config.uses_tree_path:
+                record, cursor = tree_step(
+                    target, draft, capture, target_cache, draft_cache, cursor, config, generator, step_index
+                )
+                yield record
+                if cursor is None:
+                    return
+                continue
             started = time.perf_counter()
             hidden = draft_catch_up(draft, draft_cache, cursor, config.math)  # 1
             proposal = draft_chain(draft, draft_cache, hidden, cursor.position - 1, config)  # 2
@@ -253,6 +346,141 @@ def replay(
                 verdict.emitted,
                 cursor.position,
             )
+
+
+def first_token(logits: torch.Tensor, sampling: Sampling, generator: torch.Generator | None) -> int:
+    """The token after the prompt: the argmax, or a draw from the target's distribution (SGLang's
+    sampler by inverse CDF with one coin; vLLM's by an exponential race)."""
+    if sampling.greedy or sampling.top_k == 1:
+        return int(logits.argmax())
+    probs = target_distribution(logits[None], sampling)[0].cpu()
+    if sampling.rule == "vllm":
+        return exponential_race(probs, generator)
+    return inverse_cdf(probs, float(torch.rand(1, generator=generator, dtype=torch.float32)))
+
+
+def tree_step(
+    target: Target,
+    draft: Eagle3Draft,
+    capture: AuxCapture,
+    target_cache,
+    draft_cache: DraftKVCache,
+    cursor: Cursor,
+    config: ReplayConfig,
+    generator: torch.Generator | None,
+    step_index: int,
+) -> tuple[StepRecord, Cursor | None]:
+    """One verify step of a tree (or a sampled chain). Returns the record and the next cursor
+    (None when the replay is finished)."""
+    device = target.device
+    started = time.perf_counter()
+    hidden = draft_catch_up(draft, draft_cache, cursor, config.math)
+    tree = draft_tree(
+        draft,
+        draft_cache,
+        hidden,
+        cursor.position - 1,
+        config.shape,
+        config.math,
+        config.record,
+        config.top_alternatives,
+        config.draft_attention,
+    )
+    draft_ms = _elapsed_ms(started, device)
+
+    started = time.perf_counter()
+    ids = torch.tensor([[cursor.pending, *tree.tokens]], device=device)
+    depths = torch.tensor([0, *tree.depths])
+    logits = target_forward(
+        target.model, ids, target_cache, cursor.position, (depths, tree.visible())
+    ).logits[0]
+    verdict = accept_tree(tree, logits.cpu(), config.sampling, generator)
+    rows = [0] + [node + 1 for node in verdict.accepted_path]
+    features = capture.features()[rows]
+    keep_rows(target_cache, cursor.position, rows)
+    draft_cache.crop_to(cursor.position)
+    verify_ms = _elapsed_ms(started, device)
+
+    emitted = [tree.tokens[node] for node in verdict.accepted_path] + [verdict.bonus]
+    committed, finished = commit_within_budget(
+        emitted, cursor.produced, set(target.eos_token_ids), config.max_new_tokens
+    )
+    record = tree_record(step_index, cursor, tree, verdict, features, committed, draft_ms, verify_ms, config)
+    if finished:
+        return record, None
+    accepted = len(verdict.accepted_path)
+    return record, Cursor(
+        cursor.position + accepted + 1,
+        verdict.bonus,
+        cursor.produced + len(committed),
+        features,
+        emitted,
+        cursor.position,
+    )
+
+
+def tree_record(
+    step_index: int,
+    cursor: Cursor,
+    tree: DraftTree,
+    verdict: TreeVerdict,
+    features: torch.Tensor,
+    committed: list[int],
+    draft_ms: float,
+    verify_ms: float,
+    config: ReplayConfig,
+) -> StepRecord:
+    """The step's record: the tree in full, and its main path in the chain-shaped fields."""
+    path = main_path(tree, verdict.accepted_path)
+    accepted = len(verdict.accepted_path)
+    rows = [0] + [node + 1 for node in path]
+    recorded = {}
+    if config.record:
+        hidden = [tree.proposer[node].detach().to("cpu") for node in path]
+        width = tree.proposer[0].shape[-1]
+        hidden += [torch.zeros(width)] * (config.num_steps - len(hidden))  # no node at that depth
+        recorded = dict(
+            target_argmax_probs=[verdict.argmax_probs[r] for r in rows],
+            draft_probs=[tree.draft_probs[node] for node in path],
+            draft_top_ids=[tree.top_ids[node] for node in path],
+            draft_top_probs=[tree.top_probs[node] for node in path],
+            aux_features=features[: min(len(committed), accepted) + 1].to("cpu"),
+            draft_hidden=torch.stack(hidden),
+        )
+    return StepRecord(
+        step_index,
+        cursor.position,
+        cursor.pending,
+        [tree.tokens[node] for node in path],
+        accepted,
+        verdict.bonus,
+        committed,
+        [verdict.argmax[r] for r in rows],
+        draft_ms,
+        verify_ms,
+        tree=tree_dict(tree, verdict),
+        **recorded,
+    )
+
+
+def tree_dict(tree: DraftTree, verdict: TreeVerdict) -> dict:
+    """The stored and exported form of a step's tree (`replay --json` "tree")."""
+    return {
+        "tokens": list(tree.tokens),
+        "parents": list(tree.parents),
+        "scores": list(tree.scores),
+        "depths": list(tree.depths),
+        "accepted_path": list(verdict.accepted_path),
+        "draft_probs": list(tree.draft_probs),
+        "target_probs": list(verdict.target_probs),
+        "accept_probs": list(verdict.accept_probs),
+        "draws": list(verdict.draws),
+        "decisions": list(verdict.decisions),
+        "expected_accepted": expected_accepted(tree, verdict.accept_probs),
+        "argmax": list(verdict.argmax),  # the target's argmax at each verify row (0 = the root)
+        "argmax_probs": list(verdict.argmax_probs),
+        "final_draw": verdict.final_draw,
+    }
 
 
 def output_ids_of(records: list[PrefillRecord | StepRecord]) -> list[int]:

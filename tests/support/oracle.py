@@ -59,3 +59,97 @@ def oracle_replay(target, draft, prompt: list[int], wiring, num_steps: int, max_
             if token in eos or len(output) >= max_new_tokens:
                 break
     return output, steps
+
+
+@torch.inference_mode()
+def oracle_tree_replay(
+    target,
+    draft,
+    prompt: list[int],
+    wiring,
+    num_steps: int,
+    topk: int,
+    num_draft_tokens: int,
+    max_new_tokens: int,
+):
+    """SGLang's tree rule (top-k children, global top-k frontier by cumulative probability, the
+    N-1 best candidates in candidate order) with every distribution recomputed from scratch: a
+    node's children come from the draft run over prefix + the node's whole path, and the target's
+    argmax at a node from a full forward over prefix + path. Greedy acceptance from the root.
+    Returns (output_ids, [(tokens, parents, accepted_path), ...])."""
+    eos = set(target.eos_token_ids)
+
+    def full(tokens):
+        with AuxCapture(target.model, wiring.aux_hf_indices) as capture:
+            logits = target.model(input_ids=torch.tensor([tokens])).logits[0]
+            return logits, capture.features()
+
+    logits, _ = full(prompt)
+    tokens = list(prompt) + [int(logits[-1].argmax())]
+    output, steps = [tokens[-1]], []
+    while output[-1] not in eos and len(output) < max_new_tokens:
+        n = len(tokens) - 1
+        _, features = full(tokens[:n])
+        prefix_hidden, prefix_tokens = draft.fuse(features), tokens[1 : n + 1]
+
+        def children_of(
+            path_hidden, path_tokens, prefix_hidden=prefix_hidden, prefix_tokens=prefix_tokens, n=n
+        ):
+            """(output hidden at the path's end, top-k probs, top-k target ids)."""
+            out, _ = draft(
+                torch.cat([prefix_hidden, *path_hidden]),
+                torch.tensor(prefix_tokens + path_tokens),
+                torch.arange(n + len(path_tokens)),
+            )
+            probs = torch.softmax(draft.logits(out[-1:])[-1], -1).topk(topk)
+            return out[-1:], probs.values.tolist(), draft.to_target_ids(probs.indices).tolist()
+
+        # candidates: (token, score, parent candidate, path hidden, path tokens)
+        root_out, probs, ids = children_of([], [])
+        candidates = [(ids[r], probs[r], -1, [root_out], [ids[r]]) for r in range(topk)]
+        frontier = list(range(topk))
+        for _ in range(1, num_steps):
+            expansions = []
+            for c in frontier:
+                token, score, _, path_hidden, path_tokens = candidates[c]
+                out, probs, ids = children_of(path_hidden, path_tokens)
+                for r in range(topk):
+                    expansions.append(
+                        (ids[r], score * probs[r], c, path_hidden + [out], path_tokens + [ids[r]])
+                    )
+            first = len(candidates)
+            candidates += expansions
+            kept = torch.tensor([e[1] for e in expansions]).topk(topk).indices.tolist()
+            frontier = [first + i for i in kept]
+        chosen = sorted(
+            torch.tensor([c[1] for c in candidates], dtype=torch.float64)
+            .topk(num_draft_tokens - 1)
+            .indices.tolist()
+        )
+        slot, tree_tokens, tree_parents, paths = {}, [], [], []
+        for c in chosen:
+            token, _, parent, _, path_tokens = candidates[c]
+            if parent != -1 and parent not in slot:
+                continue
+            slot[c] = len(tree_tokens)
+            tree_tokens.append(token)
+            tree_parents.append(-1 if parent == -1 else slot[parent])
+            paths.append(path_tokens)
+        # greedy walk: the target argmax after prefix + path, by full forwards
+        accepted_path, node_path = [], []
+        while True:
+            verify_logits, _ = full(tokens + node_path)
+            argmax = int(verify_logits[-1].argmax())
+            parent = accepted_path[-1] if accepted_path else -1
+            match = [i for i, p in enumerate(tree_parents) if p == parent and tree_tokens[i] == argmax]
+            if not match:
+                break
+            accepted_path.append(match[0])
+            node_path.append(argmax)
+        steps.append((tree_tokens, tree_parents, accepted_path))
+        for token in node_path + [argmax]:
+            tokens.append(token)
+            output.append(token)
+            if token in eos or len(output) >= max_new_tokens:
+                break
+    return output, steps
