@@ -33,6 +33,16 @@ def _positive(text: str) -> int:
     return value
 
 
+def _number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise argparse.ArgumentTypeError(f"not a finite number: {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m backend", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -81,6 +91,30 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--max-new-tokens", type=_positive, default=128)
     rep.add_argument("--db", help="SQLAlchemy URL (default: SPECLENS_DB_URL or sqlite:///data/speclens.db)")
     rep.add_argument("--no-record", action="store_true", help="skip probabilities and hidden states")
+    tree = rep.add_argument_group("trees and sampling (SGLang's flags and rules, docs/reference.md §12)")
+    tree.add_argument(
+        "--topk",
+        type=_positive,
+        help="children per frontier node (SGLang --speculative-eagle-topk; default 1: a chain)",
+    )
+    tree.add_argument(
+        "--num-draft-tokens",
+        type=_positive,
+        help="tokens verified per step, the root included (SGLang --speculative-num-draft-tokens; "
+        "topk 1 forces steps + 1)",
+    )
+    tree.add_argument("--temperature", type=_number, default=0.0, help="0 (default): greedy")
+    tree.add_argument("--top-p", type=_number, default=1.0)
+    tree.add_argument("--top-k", type=int, default=0, help="0 or -1: every token; 1 is greedy")
+    tree.add_argument(
+        "--seed", type=int, default=0, help="seeds every random draw: a run replays bit for bit"
+    )
+    tree.add_argument(
+        "--draft-attention",
+        choices=["ancestors", "sglang-slots"],
+        default="ancestors",
+        help="trees: draft nodes attend to their true ancestors, or to SGLang's per-rank KV slots",
+    )
     gate(rep)
 
     tea = commands.add_parser("teacher", help="teacher-forced acc_k and simulated accept length")
@@ -245,6 +279,7 @@ def load_pair(args, sample_length: int):
 def cmd_replay(args) -> tuple[dict, str]:
     from backend.data.samples import sample_at
     from backend.engine.metrics import DEFINITIONS
+    from backend.engine.records import decoding_mode
     from backend.service import models
     from backend.service.jobs import run_replay
     from backend.service.requests import ReplayRequest
@@ -265,6 +300,13 @@ def cmd_replay(args) -> tuple[dict, str]:
         record=not args.no_record,
         device=args.device,
         dtype=args.dtype,
+        topk=args.topk,
+        num_draft_tokens=args.num_draft_tokens,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        top_k=args.top_k,
+        seed=args.seed,
+        draft_attention=args.draft_attention,
         **source,
     )
     bar = progress_bar(args.max_new_tokens, "replay")
@@ -283,7 +325,7 @@ def cmd_replay(args) -> tuple[dict, str]:
         "run_id": outcome.run_id,
         "output_ids": outcome.output_ids,
         "steps": [
-            {"drafted": s.drafted_ids, "accepted": s.accepted_count, "bonus": s.bonus_id}
+            {"drafted": s.drafted_ids, "accepted": s.accepted_count, "bonus": s.bonus_id, "tree": s.tree}
             for s in outcome.steps
         ],
         "mean_accept_length": metrics["mean_accept_length"],
@@ -299,6 +341,15 @@ def cmd_replay(args) -> tuple[dict, str]:
         "device": str(target.device),
         "dtype": str(target.dtype).replace("torch.", ""),
         "self_disagreement_per_1000": metrics.get("self_disagreement_per_1000"),
+        "mode": decoding_mode(outcome.params),
+        "topk": outcome.params["topk"],
+        "num_draft_tokens": outcome.params["num_draft_tokens"],
+        "requested": outcome.params["requested"],
+        "sampling": {
+            k: outcome.params[k] for k in ("temperature", "top_p", "top_k", "seed", "sampling_rule")
+        },
+        "draft_attention": outcome.params["draft_attention"],
+        "expected_accept_length": metrics.get("expected_accept_length"),
         "definitions": {
             k: DEFINITIONS[k]
             for k in (
@@ -307,14 +358,18 @@ def cmd_replay(args) -> tuple[dict, str]:
                 "per_position_conditional",
                 "acceptance_rate",
                 "self_disagreement_per_1000",
+                "expected_accept_length",
             )
         },
     }
     text = (
         f"run {outcome.run_id}: {len(outcome.output_ids)} tokens in {len(outcome.steps)} verify steps, "
         f"accept length {_fmt(metrics['mean_accept_length'])} (mean of a+1, bonus included), "
-        f"K={args.steps}, aux HF indices {list(wiring.aux_hf_indices)} ({wiring.source})"
+        f"K={args.steps}, {decoding_mode(outcome.params)}, aux HF indices {list(wiring.aux_hf_indices)} "
+        f"({wiring.source})"
     )
+    if metrics.get("expected_accept_length") is not None and outcome.params.get("sampling_rule"):
+        text += f"; expected accept length {_fmt(metrics['expected_accept_length'])}"
     if target.tokenizer is not None:
         text += "\n" + target.tokenizer.decode(outcome.output_ids)
     return result, text

@@ -162,6 +162,64 @@ def test_replay_prompt_text_and_override(checkpoints, tmp_path):
     assert payload["aux_hf_indices"] == [0, 3, 6] and len(payload["output_ids"]) == 8
 
 
+def test_replay_tree_and_sampling_flags(checkpoints, tmp_path):
+    """A tree replay equals the target's greedy output and reports each step's tree; SGLang's
+    rewrite of topk-1 draft tokens is applied, stored and warned; a sampled run replays bit for bit
+    from its seed; vLLM refuses trees with exit 2 before any model loads."""
+    import torch
+
+    from backend.engine.loading import load_target
+    from tests.support.oracle import plain_greedy
+
+    root, drafts, samples = checkpoints
+    base = ["replay", "--target", str(root / "target"), "--draft", str(drafts["specforge"])]
+    base += [
+        "--samples",
+        str(samples),
+        "--max-new-tokens",
+        "12",
+        "--db",
+        f"sqlite:///{tmp_path / 't.db'}",
+        "--json",
+    ]
+    tree = cli(*base, "--steps", "3", "--topk", "4", "--num-draft-tokens", "8")
+    assert tree.returncode == 0, tree.stderr
+    payload = json.loads(tree.stdout)
+    assert (payload["topk"], payload["num_draft_tokens"], payload["mode"]) == (4, 8, "tree k=4 N=8 greedy")
+    with torch.inference_mode():
+        target = load_target(root / "target")
+    assert payload["output_ids"] == plain_greedy(target, [5, 6, 7], 12)
+    for step in payload["steps"]:
+        nodes = step["tree"]
+        assert len(nodes["tokens"]) == 7 and len(nodes["parents"]) == 7 and len(nodes["scores"]) == 7
+        assert all(-1 <= p < i for i, p in enumerate(nodes["parents"]))
+        assert step["accepted"] == len(nodes["accepted_path"])
+
+    chain = cli(*base, "--steps", "5", "--topk", "1", "--num-draft-tokens", "16", "--no-record")
+    assert chain.returncode == 0, chain.stderr
+    payload = json.loads(chain.stdout)
+    assert payload["num_draft_tokens"] == 6 and payload["requested"]["num_draft_tokens"] == 16
+    assert "rewrites num_draft_tokens 16 -> 6" in chain.stderr
+
+    sampled = [*base, "--steps", "3", "--topk", "2", "--num-draft-tokens", "5", "--temperature", "0.8"]
+    first, again = cli(*sampled, "--seed", "7"), cli(*sampled, "--seed", "7")
+    assert first.returncode == 0, first.stderr
+    one, two = json.loads(first.stdout), json.loads(again.stdout)
+    assert one["output_ids"] == two["output_ids"] and one["steps"] == two["steps"]
+    assert one["sampling"] == {
+        "temperature": 0.8,
+        "top_p": 1.0,
+        "top_k": 0,
+        "seed": 7,
+        "sampling_rule": "sglang",
+    }
+    assert one["expected_accept_length"] is not None
+
+    refused = cli(*base, "--steps", "3", "--topk", "4", "--num-draft-tokens", "8", "--engine", "vllm")
+    assert refused.returncode == 2 and "vLLM verifies chains only" in refused.stderr
+    assert "Traceback" not in refused.stderr
+
+
 def test_teacher_json(checkpoints):
     root, drafts, samples = checkpoints
     result = cli(

@@ -13,7 +13,11 @@ DEFINITIONS = {
     "(SGLang accept len, vLLM mean_acceptance_length, EAGLE papers)",
     "accepted_drafts_per_step": "mean of a, drafts accepted per verify step (SpecForge simulated_acc_len "
     "is comparable to this)",
-    "acceptance_rate": "accepted drafts / drafted tokens = sum(a) / (steps x K) (vLLM)",
+    "acceptance_rate": "accepted drafts / drafted tokens = sum(a) / (steps x K) (vLLM); for a tree, K is its "
+    "depth (num_steps), not the num_draft_tokens - 1 nodes verified",
+    "expected_accept_length": "mean over verify steps of 1 + E[a]: E[a] sums, over the step's drafted nodes, "
+    "the product along the node's path of P(accepted | parent accepted) (sampled: the acceptance rule's "
+    "probability from the target's distribution; greedy: 1 if the node is the target's argmax, else 0)",
     "per_position_marginal": "P(a >= i) over verify steps, i = 1..K (vLLM per-position vector)",
     "per_position_conditional": "P(a >= i | a >= i-1), i = 1..K (EAGLE n-alpha style); null where no "
     "step reached position i-1",
@@ -67,6 +71,11 @@ def acceptance_metrics(accepted_counts: list[int], num_steps: int) -> Acceptance
         ],
         accept_histogram=histogram,
     )
+
+
+def expected_accept_length(expected_accepted: list[float]) -> float | None:
+    """Mean of 1 + E[a] over verify steps (each step's E[a] is recorded in its tree)."""
+    return 1.0 + sum(expected_accepted) / len(expected_accepted) if expected_accepted else None
 
 
 def simulated_accept_length(acc_per_step: list[float]) -> float:

@@ -41,10 +41,9 @@ from backend.engine.loading import Target
 from backend.engine.readings import DraftMath
 from backend.engine.records import PrefillRecord, StepRecord
 from backend.engine.sampling import GREEDY, Sampling, exponential_race, inverse_cdf, target_distribution
+from backend.engine.shapes import DRAFT_ATTENTION, TreeShape
 from backend.engine.tree import (
-    DRAFT_ATTENTION,
     DraftTree,
-    TreeShape,
     TreeVerdict,
     accept_tree,
     draft_tree,

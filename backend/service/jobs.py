@@ -8,19 +8,21 @@ from __future__ import annotations
 
 import time
 import traceback
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
 
+from backend import BadInput
 from backend.diagnostics.precision import self_disagreement
 from backend.engine.draft_model import Eagle3Draft
 from backend.engine.loading import Target
-from backend.engine.metrics import acceptance_metrics
+from backend.engine.metrics import acceptance_metrics, expected_accept_length
 from backend.engine.preflight import PreflightReport, context_check
 from backend.engine.readings import EngineView, read_as
 from backend.engine.records import PrefillRecord, Progress, StepRecord, no_progress
 from backend.engine.replay import ReplayConfig, replay
+from backend.engine.sampling import Sampling
 from backend.engine.wiring import Wiring
 from backend.service import models
 from backend.service.database import Database, open_database
@@ -39,6 +41,7 @@ class ReplayOutcome:
     warnings: list[str]  # preflight and context warnings, for the CLI's stderr and the page
     engine: str = "auto"  # the reading the run used
     prefill_ms: float = 0.0
+    params: dict = field(default_factory=dict)  # the run's stored params
     artifact_path: str | None = None
 
 
@@ -54,6 +57,23 @@ def run_replay(
     return run_replay_job(
         open_database(db_url), target, draft, request, wiring, prompt_ids, progress, warnings, view
     )
+
+
+def target_architecture(target: Target) -> str | None:
+    architectures = getattr(target.model.config, "architectures", None) or [None]
+    return architectures[0]
+
+
+def check_tree_mask_supported(target: Target, sequence_length: int) -> None:
+    """A tree verify passes transformers a custom 4D mask, which sliding-window layers then apply
+    as given (full attention): exact only while the sequence fits the window."""
+    window = getattr(target.model.config, "sliding_window", None)
+    if window and sequence_length > window:
+        raise BadInput(
+            f"{target.path}: trees and sampled replays verify under a custom attention mask, which "
+            f"this target's sliding-window layers (window {window}) would apply as full attention; "
+            f"keep prompt + max new tokens <= {window} (asked {sequence_length})"
+        )
 
 
 def preflight_warnings(report: PreflightReport, draft: Eagle3Draft, sequence_length: int) -> list[str]:
@@ -83,7 +103,22 @@ def run_replay_job(
         draft.own_embedding is not None,
         getattr(draft, "own_embedding_differs", None),
     )
-    config = ReplayConfig(request.num_steps, request.max_new_tokens, record=request.record, math=view.math)
+    decoding = request.decoding(target_architecture(target))
+    config = ReplayConfig(
+        request.num_steps,
+        request.max_new_tokens,
+        record=request.record,
+        math=view.math,
+        topk=decoding.shape.topk,
+        num_draft_tokens=decoding.shape.num_draft_tokens,
+        sampling=Sampling(
+            request.temperature, request.top_p, request.top_k, request.seed, rule=decoding.rule
+        ),
+        draft_attention=request.draft_attention,
+    )
+    if config.uses_tree_path:
+        check_tree_mask_supported(target, len(prompt_ids) + request.max_new_tokens)
+    warnings = list(warnings or []) + [n for n in decoding.notes if n not in (warnings or [])]
     params = {
         "num_steps": config.num_steps,
         "max_new_tokens": config.max_new_tokens,
@@ -95,6 +130,17 @@ def run_replay_job(
         "engine": view.engine,
         "engine_requested": request.engine,
         "draft_math": asdict(view.math),
+        # how it drafted and accepted: SGLang's effective flags, and what was asked for
+        "topk": config.topk,
+        "num_draft_tokens": config.num_draft_tokens,
+        "temperature": request.temperature,
+        "top_p": request.top_p,
+        "top_k": request.top_k,
+        "seed": request.seed,
+        "sampling_rule": None if decoding.greedy else decoding.rule,
+        "draft_attention": request.draft_attention if config.topk > 1 else None,
+        "requested": decoding.requested,
+        "decoding_notes": decoding.notes,
     }
     with store.session_scope(database.factory) as session:
         run_id = store.create_run(
@@ -108,7 +154,7 @@ def run_replay_job(
             sample_ref=request.sample_ref,
             sample_id=request.sample_id,
         )
-    outcome = ReplayOutcome(run_id, [], [], {}, wiring, list(warnings or []), view.engine)
+    outcome = ReplayOutcome(run_id, [], [], {}, wiring, list(warnings or []), view.engine, params=params)
     tensors = RunTensors()
     writer = RunWriter(database, run_id)
     try:
@@ -235,4 +281,8 @@ def run_metrics(steps: list[StepRecord], num_steps: int) -> dict:
     metrics = acceptance_metrics([s.accepted_count for s in steps], num_steps).to_dict()
     metrics["draft_ms_total"] = sum(s.draft_ms for s in steps)
     metrics["verify_ms_total"] = sum(s.verify_ms for s in steps)
+    expected = [s.tree["expected_accepted"] for s in steps if s.tree and "expected_accepted" in s.tree]
+    metrics["expected_accept_length"] = (
+        expected_accept_length(expected) if len(expected) == len(steps) else None
+    )
     return metrics

@@ -7,14 +7,29 @@ target's depth (`wiring_for`), and stored with the run.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 
 from backend import BadInput
 from backend.engine.readings import ENGINES, EngineView, read_as
+from backend.engine.shapes import DRAFT_ATTENTION, TreeShape, sglang_shape
 from backend.engine.wiring import Wiring, check_indices, resolve_wiring
 
 MAX_STEPS = 64
+MAX_TOPK = 16
+MAX_DRAFT_TOKENS = 256
 ENGINE_CHOICES = ("auto", *ENGINES)  # whose reading of the draft a replay runs
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """A request's effective drafting and acceptance (see ReplayRequest.decoding)."""
+
+    shape: TreeShape
+    rule: str  # whose sampling acceptance rule: sglang | vllm
+    greedy: bool
+    requested: dict  # the flags as asked for
+    notes: list[str] = field(default_factory=list)  # every rewrite and every engine disagreement
 
 
 @dataclass(frozen=True)
@@ -32,6 +47,13 @@ class ReplayRequest:
     device: str | None = None
     dtype: str | None = None
     engine: str = "auto"  # whose reading of the draft to run (backend/engine/readings.py); auto = training
+    topk: int | None = None  # SGLang --speculative-eagle-topk (None: 1, a chain)
+    num_draft_tokens: int | None = None  # SGLang --speculative-num-draft-tokens (None: steps + 1)
+    temperature: float = 0.0  # 0: greedy
+    top_p: float = 1.0
+    top_k: int = 0  # 0 or -1: every token
+    seed: int = 0
+    draft_attention: str = "ancestors"  # trees: true ancestors, or SGLang's per-rank KV slots
 
     def __post_init__(self):
         if (self.prompt_ids is None) == (self.prompt_text is None):
@@ -52,6 +74,58 @@ class ReplayRequest:
             object.__setattr__(self, "aux_hf_indices", tuple(self.aux_hf_indices))
         if self.engine not in ("auto", *ENGINES):
             raise BadInput(f"unknown engine {self.engine!r}; use auto or one of {', '.join(ENGINES)}")
+        if self.topk is not None and not 1 <= self.topk <= MAX_TOPK:
+            raise BadInput(f"topk must be in 1..{MAX_TOPK}, got {self.topk}")
+        if self.num_draft_tokens is not None and not 2 <= self.num_draft_tokens <= MAX_DRAFT_TOKENS:
+            raise BadInput(f"num draft tokens must be in 2..{MAX_DRAFT_TOKENS}, got {self.num_draft_tokens}")
+        if not (math.isfinite(self.temperature) and self.temperature >= 0):
+            raise BadInput(f"temperature must be a number >= 0, got {self.temperature}")
+        if not (math.isfinite(self.top_p) and 0 < self.top_p <= 1):
+            raise BadInput(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < -1:
+            raise BadInput(f"top_k must be >= 1, or 0 / -1 for every token, got {self.top_k}")
+        if not 0 <= self.seed < 2**63:
+            raise BadInput(f"seed must be in 0..2^63-1, got {self.seed}")
+        if self.draft_attention not in DRAFT_ATTENTION:
+            raise BadInput(f"draft attention must be one of {', '.join(DRAFT_ATTENTION)}")
+        self.decoding()  # SGLang's flag rules refuse here, before any model loads
+
+    def decoding(self, architecture: str | None = None) -> Decoding:
+        """How the replay drafts and accepts: SGLang's shape rules applied to the requested flags
+        (requested and effective values both kept), and whose acceptance rule samples."""
+        try:
+            shape, notes = sglang_shape(self.num_steps, self.topk, self.num_draft_tokens, architecture)
+        except ValueError as error:
+            raise BadInput(str(error)) from None
+        greedy = self.temperature == 0 or self.top_k == 1
+        if self.temperature > 0 and self.top_k == 1:
+            notes.append("top_k 1 is greedy: SGLang's SamplingParams treats it so (is_all_greedy)")
+        if self.engine == "vllm":
+            if shape.topk > 1:
+                raise BadInput(
+                    "vLLM verifies chains only: its rejection sampler (vllm/v1/sample/rejection_sampler.py) "
+                    "is not tree-aware and its --speculative-token-tree drafting is experimental; "
+                    "replay trees as SGLang runs them (--engine sglang or auto)"
+                )
+            rule = "vllm"
+        else:
+            rule = "sglang"
+            if not greedy and self.engine != "sglang":
+                notes.append(
+                    "sampled acceptance follows SGLang's rule (tree_speculative_sampling_target_only); "
+                    "vLLM's chain rule accepts with the same probabilities but different random draws"
+                )
+        if shape.topk > 1 and self.draft_attention == "ancestors":
+            notes.append(
+                "tree drafts attend to their true ancestors; SGLang's draft forwards read per-rank KV "
+                "slots instead (--draft-attention sglang-slots replays that)"
+            )
+        requested = {
+            "num_steps": self.num_steps,
+            "topk": self.topk,
+            "num_draft_tokens": self.num_draft_tokens,
+        }
+        return Decoding(shape, rule, greedy, requested, notes)
 
     def reading_for(self, draft, num_target_layers: int) -> tuple[EngineView, Wiring]:
         """The engine's view of the loaded draft and the HF indices this request feeds it: the
@@ -88,6 +162,9 @@ class ReplayRequest:
 
         override = f" wiring HF {list(self.aux_hf_indices)}" if self.aux_hf_indices else ""
         engine = "" if self.engine == "auto" else f" as {self.engine}"
+        tree = f" topk={self.topk} N={self.num_draft_tokens}" if (self.topk or 1) > 1 else ""
+        sampled = f" T={self.temperature:g} seed={self.seed}" if self.temperature > 0 else ""
         return (
-            f"{Path(self.draft).name} K={self.num_steps}{engine}{override} on {self.sample_ref or 'prompt'}"
+            f"{Path(self.draft).name} K={self.num_steps}{tree}{sampled}{engine}{override} "
+            f"on {self.sample_ref or 'prompt'}"
         )
