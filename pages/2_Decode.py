@@ -7,6 +7,7 @@ import streamlit as st
 
 from backend import BadInput
 from backend.engine.metrics import DEFINITIONS
+from backend.engine.records import decoding_mode
 from backend.engine.wiring import parse_aux_indices
 from backend.service import runs as stored_runs
 from backend.service import tasks
@@ -19,6 +20,7 @@ from ui.runs import ACCEPT_LENGTH_HELP, get_run, list_runs
 from ui.tables import engine_readings as engine_table
 from ui.taskview import task_panel
 from ui.tokens import Pieces
+from ui.tree import tree_figure
 
 st.set_page_config(page_title="SpecLens · Decode", layout="wide")
 state.sidebar()
@@ -73,6 +75,18 @@ with st.expander("Start a replay", expanded=not list_runs(limit=1)):
         help="Three HF hidden_states indices, e.g. 0,2,4 (0 = embedding output). "
         "Empty: the draft's declared wiring.",
     )
+    st.caption(
+        "Tree and sampling, as SGLang's flags: topk > 1 drafts a tree of N verified tokens "
+        "(--speculative-eagle-topk, --speculative-num-draft-tokens; N = 0 means K + 1, a chain); "
+        "temperature 0 is greedy. docs/reference.md §12."
+    )
+    t1, t2, t3, t4, t5, t6 = st.columns(6)
+    topk = t1.number_input("topk", 1, 16, 1, key="decode_topk")
+    draft_tokens = t2.number_input("Draft tokens N", 0, 256, 0, key="decode_draft_tokens")
+    temperature = t3.number_input("Temperature", 0.0, 10.0, 0.0, step=0.1, key="decode_temperature")
+    top_p = t4.number_input("top_p", 0.01, 1.0, 1.0, step=0.05, key="decode_top_p")
+    top_k = t5.number_input("top_k (0 = all)", 0, 1_000_000, 0, key="decode_top_k")
+    seed = t6.number_input("Seed", 0, 2**31 - 1, 0, key="decode_seed")
     if st.button("Start", type="primary", key="decode_start"):
         try:
             if source is None:
@@ -84,6 +98,12 @@ with st.expander("Start a replay", expanded=not list_runs(limit=1)):
                 max_new_tokens=int(max_new),
                 aux_hf_indices=parse_aux_indices(override_text),
                 engine=engine,
+                topk=int(topk),
+                num_draft_tokens=int(draft_tokens) or None,
+                temperature=float(temperature),
+                top_p=float(top_p),
+                top_k=int(top_k),
+                seed=int(seed),
                 **source,
             )
         except BadInput as error:
@@ -153,6 +173,19 @@ st.caption(
     )
     + f"; wiring: {run.params.get('wiring_source', '')}"
 )
+expected = metrics.get("expected_accept_length")
+st.markdown(
+    f"Decoding: **{decoding_mode(run.params)}**"
+    + (
+        f" · expected accept length **{expected:.2f}** beside the realised "
+        f"{metrics.get('mean_accept_length') or 0:.2f}"
+        if expected is not None and run.params.get("sampling_rule")
+        else ""
+    ),
+    help=DEFINITIONS["expected_accept_length"],
+)
+for note in run.params.get("decoding_notes") or []:
+    st.caption(f"Note: {note}")
 
 
 @st.cache_data(show_spinner=False, max_entries=8)
@@ -221,12 +254,18 @@ def viewer() -> None:
     step = steps[current]
     statuses = step_statuses(step.drafted_ids, step.accepted_count)
     rejected = f"rejected at d{step.accepted_count + 1}" if "rejected" in statuses else "all accepted"
+    is_tree = bool(step.tree) and int(run.params.get("topk") or 1) > 1
     left, right = st.columns([3, 2])
     with left:
         st.markdown(
             f"**Step {current}** of {len(steps) - 1}: pending token at position {step.position}; "
-            f"accepted {step.accepted_count} of {len(step.drafted_ids)} drafts ({rejected}); "
-            f"draft {step.draft_ms:.1f} ms, verify {step.verify_ms:.1f} ms"
+            + (
+                f"accepted a path of {step.accepted_count} of the tree's {len(step.tree['tokens'])} nodes "
+                f"(main path: {len(step.drafted_ids)} deep, {rejected}); "
+                if is_tree
+                else f"accepted {step.accepted_count} of {len(step.drafted_ids)} drafts ({rejected}); "
+            )
+            + f"draft {step.draft_ms:.1f} ms, verify {step.verify_ms:.1f} ms"
         )
         sequence = run.prompt_ids + run.output_ids
         st.caption("Recent context (up to the pending token)")
@@ -236,6 +275,20 @@ def viewer() -> None:
             "verify row (a rejection is where they differ)"
         )
         st.html(CSS + legend() + chips_html(step, pieces))
+        if step.tree and (int(run.params.get("topk") or 1) > 1 or run.params.get("sampling_rule")):
+            tree = step.tree
+            st.caption(
+                f"The step's draft tree: {len(tree['tokens'])} nodes, depth left to right, siblings stacked "
+                "(highest draft probability on top); q = draft probability given the parent, s = score "
+                "(product of q along the path). Green: accepted path; red: the first rejected node; "
+                "hover a node for the target's probability, its argmax and the draw."
+                + (
+                    f" Expected accepted here: {tree['expected_accepted']:.2f}."
+                    if tree.get("expected_accepted") is not None
+                    else ""
+                )
+            )
+            st.plotly_chart(tree_figure(tree, step.pending_token, pieces), key="decode_tree")
         st.caption("Output (step boundaries marked, current step outlined; a window of steps around it)")
         first = run.output_ids[0] if run.output_ids else None
         st.html(CSS + output_html(first, steps, pieces, current, window=30))

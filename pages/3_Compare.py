@@ -5,6 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from backend import BadInput
+from backend.engine.records import decoding_mode
 from backend.service import tasks
 from ui import charts, state
 from ui.compare import committed_positions, first_divergence, timeline_html
@@ -29,6 +31,15 @@ with st.expander("Run two drafts", expanded=not state.get_value("compare")):
     )
     steps = int(c3.number_input("K", 1, 16, 4, key="compare_steps"))
     max_new = int(c4.number_input("Max new tokens", 1, 2048, 96, key="compare_max_new"))
+    st.caption(
+        "Decoding per side (SGLang's flags): topk 1 is a chain; topk > 1 drafts a tree of N verified "
+        "tokens. Pick the same draft twice to compare a chain and a tree of it."
+    )
+    d1, d2, d3, d4 = st.columns(4)
+    topk_a = int(d1.number_input("topk A", 1, 16, 1, key="compare_topk_a"))
+    tokens_a = int(d2.number_input("Draft tokens N A (0: K+1)", 0, 256, 0, key="compare_tokens_a"))
+    topk_b = int(d3.number_input("topk B", 1, 16, 1, key="compare_topk_b"))
+    tokens_b = int(d4.number_input("Draft tokens N B (0: K+1)", 0, 256, 0, key="compare_tokens_b"))
     dataset_id, samples = dataset_picker("compare_dataset")
     if samples:
         single, batch = st.columns(2)
@@ -42,16 +53,21 @@ with st.expander("Run two drafts", expanded=not state.get_value("compare")):
         if batch.button("Compare on N samples", key="compare_start_batch"):
             chosen = samples[: int(count)]
         if chosen:
-            st.session_state["compare_task"] = tasks.start_compare(
-                state.db(),
-                state.target_path(),
-                state.drafts()[draft_a],
-                state.drafts()[draft_b],
-                chosen,
-                steps,
-                max_new,
-                dataset_id,
-            )
+            try:
+                st.session_state["compare_task"] = tasks.start_compare(
+                    state.db(),
+                    state.target_path(),
+                    state.drafts()[draft_a],
+                    state.drafts()[draft_b],
+                    chosen,
+                    steps,
+                    max_new,
+                    dataset_id,
+                    {"topk": topk_a, "num_draft_tokens": tokens_a or None},
+                    {"topk": topk_b, "num_draft_tokens": tokens_b or None},
+                )
+            except BadInput as error:
+                st.error(str(error))
 
 
 def pick_up_rows(rows: list[dict]) -> None:
@@ -108,6 +124,7 @@ m = st.columns(4)
 m[0].metric("Accept length A", f"{al_a:.2f}", help=ACCEPT_LENGTH_HELP)
 m[1].metric("Accept length B", f"{al_b:.2f}", delta=f"{al_b - al_a:+.2f}", help=ACCEPT_LENGTH_HELP)
 m[2].metric("Steps A / B", f"{len(steps_a)} / {len(steps_b)}")
+st.caption(f"A: {decoding_mode(run_a.params)} · B: {decoding_mode(run_b.params)}")
 positions_a, positions_b = committed_positions(run_a, steps_a), committed_positions(run_b, steps_b)
 divergence = first_divergence(positions_a, positions_b)
 m[3].metric("First differing proposal", "none" if divergence is None else f"position {divergence}")

@@ -12,7 +12,7 @@ import streamlit as st
 
 from backend import BadInput
 from backend.diagnostics.mismatch import is_mismatch
-from backend.diagnostics.whatif import MODEL, predict
+from backend.diagnostics.whatif import MODEL, TREE_MODEL, predict, predict_tree
 from backend.engine.wiring import parse_aux_indices
 from backend.service import checks, tasks
 from backend.service.requests import ReplayRequest
@@ -263,41 +263,75 @@ with whatif_tab:
         st.plotly_chart(charts.whatif(rows, measured), key="whatif_chart")
         st.dataframe(pd.DataFrame(rows), hide_index=True, key="whatif_table")
         st.caption(f"Model: {MODEL}. {ACCEPT_LENGTH_HELP}. 'extrapolated' rows reuse the last measured rate.")
-        other_k = int(
-            st.number_input(
-                "Check with a real replay at K =", 1, 8, 2 if num_steps != 2 else 3, key="whatif_k"
+        st.markdown("**Check with a real replay** (SGLang's flags; topk 1 is a chain of K)")
+        w1, w2, w3 = st.columns(3)
+        other_k = int(w1.number_input("K (steps)", 1, 8, 2 if num_steps != 2 else 3, key="whatif_k"))
+        other_topk = int(w2.number_input("topk", 1, 16, 1, key="whatif_topk"))
+        other_tokens = int(
+            w3.number_input(
+                "Draft tokens N (0: K+1)", 0, 256, 0 if other_topk == 1 else 8, key="whatif_tokens"
             )
         )
-        if st.button("Replay at this K", key="whatif_replay"):
-            request = ReplayRequest(
-                run.target_path,
-                run.draft_path,
-                prompt_ids=tuple(run.prompt_ids),
-                num_steps=other_k,
-                max_new_tokens=max(1, len(run.output_ids)),
-                sample_ref=run.sample_ref,
-                sample_id=run.sample_id,
-                aux_hf_indices=run.params.get("wiring_override") or None,
-            )
-            st.session_state["whatif_pending"] = (run_id, other_k)
-            st.session_state["whatif_task"] = tasks.start_replay(
-                state.db(), request, label=f"what-if check K={other_k}"
-            )
+        shape = (other_k, other_topk, other_tokens or other_k + 1)
+        tree_guess = None
+        if other_topk > 1:
+            tree_guess = predict_tree(steps, *shape)
+            if tree_guess is None:
+                st.info("A tree prediction needs a recorded greedy run (its top alternatives).")
+            else:
+                st.markdown(
+                    f"Tree (steps {shape[0]}, topk {shape[1]}, N {shape[2]}): predicted accept length "
+                    f"**{tree_guess.predicted_accept_length:.2f}**"
+                    + (" (upper bound: N - 1 < topk x steps)" if tree_guess.upper_bound_only else "")
+                    + (
+                        " (extrapolated past the recorded depth or alternatives)"
+                        if tree_guess.extrapolated
+                        else ""
+                    ),
+                    help=TREE_MODEL,
+                )
+        if st.button("Replay with these settings", key="whatif_replay"):
+            try:
+                request = ReplayRequest(
+                    run.target_path,
+                    run.draft_path,
+                    prompt_ids=tuple(run.prompt_ids),
+                    num_steps=other_k,
+                    max_new_tokens=max(1, len(run.output_ids)),
+                    sample_ref=run.sample_ref,
+                    sample_id=run.sample_id,
+                    aux_hf_indices=run.params.get("wiring_override") or None,
+                    engine=run.params.get("engine_requested") or "auto",
+                    topk=other_topk,
+                    num_draft_tokens=other_tokens or None,
+                )
+            except BadInput as error:
+                st.error(str(error))
+            else:
+                predicted = (
+                    tree_guess.predicted_accept_length
+                    if tree_guess is not None
+                    else next((r["predicted_accept_length"] for r in rows if r["num_steps"] == other_k), None)
+                )
+                st.session_state["whatif_pending"] = (run_id, shape, predicted)
+                st.session_state["whatif_task"] = tasks.start_replay(
+                    state.db(), request, label=f"what-if check steps={shape[0]} topk={shape[1]} N={shape[2]}"
+                )
 
         def keep_measurement(result: dict) -> None:
-            checked_run, k = st.session_state.get("whatif_pending", (None, None))
-            if checked_run is not None:
-                st.session_state.setdefault("whatif_measured", {}).setdefault(checked_run, {})[k] = result[
-                    "mean_accept_length"
-                ]
+            checked_run, checked, _ = st.session_state.get("whatif_pending", (None, None, None))
+            if checked_run is not None and checked[1] == 1:  # chains join the chart at their K
+                st.session_state.setdefault("whatif_measured", {}).setdefault(checked_run, {})[checked[0]] = (
+                    result["mean_accept_length"]
+                )
 
         def show_measurement(result: dict) -> None:
-            checked_run, k = st.session_state.get("whatif_pending", (None, None))
-            predicted = next((r["predicted_accept_length"] for r in rows if r["num_steps"] == k), None)
-            if checked_run == run_id and result["mean_accept_length"] is not None and predicted is not None:
+            checked_run, checked, predicted = st.session_state.get("whatif_pending", (None, None, None))
+            if checked_run == run_id and result["mean_accept_length"] is not None:
                 st.success(
-                    f"K={k}: measured accept length {result['mean_accept_length']:.2f} (run "
-                    f"{result['run_id']}), predicted {predicted:.2f}"
+                    f"steps {checked[0]}, topk {checked[1]}, N {checked[2]}: measured accept length "
+                    f"{result['mean_accept_length']:.2f} (run {result['run_id']})"
+                    + ("" if predicted is None else f", predicted {predicted:.2f}")
                 )
 
         task_panel("whatif_task", show_measurement, on_finish=keep_measurement)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from backend.engine.records import decoding_mode
 from backend.service import runs as stored_runs
 from ui import state
 
@@ -19,6 +20,7 @@ def runs_frame(runs: list[stored_runs.RunInfo]) -> pd.DataFrame:
                 "draft": state.draft_name(r.draft_path),
                 "sample": r.sample_ref or "",
                 "K": r.params.get("num_steps"),
+                "mode": decoding_mode(r.params),
                 "engine": r.params.get("engine", ""),
                 "tokens": len(r.output_ids),
                 "accept length": r.metrics.get("mean_accept_length"),
@@ -36,6 +38,7 @@ def runs_frame(runs: list[stored_runs.RunInfo]) -> pd.DataFrame:
             "draft",
             "sample",
             "K",
+            "mode",
             "engine",
             "tokens",
             "accept length",

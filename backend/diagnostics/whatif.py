@@ -1,4 +1,5 @@
-"""Speed-up what-if: predict accept length and speed-up for other chain lengths K from one run.
+"""Speed-up what-if: predict accept length and speed-up for other chain lengths K from one run,
+and the accept length of a tree (steps, topk, draft tokens) from a recorded greedy run.
 
 Model (docs/reference.md §6): with per-position conditional acceptance alpha_i
 (P(a >= i | a >= i-1)), a chain of K drafts gives AL(K) = 1 + sum_{k<=K} prod_{i<=k} alpha_i
@@ -62,3 +63,69 @@ def predict(
         speedup = total * verify / (k * draft_per_token + verify) if verify > 0 else 0.0
         rows.append(WhatIfRow(k, total, speedup, k > len(measured)))
     return rows
+
+
+TREE_MODEL = (
+    "AL(S, k) = 1 + sum_{i<=S} prod_{j<=i} alpha_j(k), alpha_j(k) = P(the target's token at depth j is among "
+    "the draft's top-k there | depth j-1 reached): measured on the run's accepted path (its recorded top "
+    "alternatives), reused past the measured depth. An upper bound: it assumes the accepted path keeps "
+    "its k best children at every depth, which SGLang's N-1 best-scored nodes guarantee only when "
+    "N - 1 >= k x S"
+)
+
+
+@dataclass
+class TreeWhatIf:
+    num_steps: int
+    topk: int
+    num_draft_tokens: int
+    predicted_accept_length: float
+    alphas: list[float]
+    upper_bound_only: bool  # N - 1 < k * S: the budget may cut the accepted path's siblings
+    extrapolated: bool  # depths or k beyond what the run recorded
+
+    def to_dict(self) -> dict:
+        return self.__dict__.copy()
+
+
+def topk_rates(steps, topk: int) -> list[float | None]:
+    """alpha_j(k) per depth j = 1..K of a recorded greedy chain run: among steps that reached depth
+    j - 1, the share whose target token at depth j (the accepted draft, or the bonus where the chain
+    stopped) is among the draft's top-k alternatives at depth j."""
+    depth = max((len(s.drafted_ids) for s in steps), default=0)
+    rates = []
+    for j in range(1, depth + 1):
+        reached = hits = 0
+        for step in steps:
+            if step.accepted_count < j - 1 or len(step.draft_top_ids) < j:
+                continue
+            reached += 1
+            wanted = step.target_argmax_ids[j - 1]
+            hits += wanted in step.draft_top_ids[j - 1][:topk]
+        rates.append(hits / reached if reached else None)
+    return rates
+
+
+def predict_tree(steps, num_steps: int, topk: int, num_draft_tokens: int) -> TreeWhatIf | None:
+    """The tree what-if (TREE_MODEL). None when the run recorded no alternatives."""
+    recorded = [s for s in steps if s.draft_top_ids]
+    if not recorded:
+        return None
+    width = min(len(ids) for s in recorded for ids in s.draft_top_ids)
+    measured = [r for r in topk_rates(recorded, min(topk, width)) if r is not None]
+    if not measured:
+        return None
+    alphas = [measured[i] if i < len(measured) else measured[-1] for i in range(num_steps)]
+    total, running = 1.0, 1.0
+    for alpha in alphas:
+        running *= alpha
+        total += running
+    return TreeWhatIf(
+        num_steps,
+        topk,
+        num_draft_tokens,
+        total,
+        alphas,
+        num_draft_tokens - 1 < topk * num_steps,
+        num_steps > len(measured) or topk > width,
+    )

@@ -123,8 +123,15 @@ def start_compare(
     num_steps: int,
     max_new_tokens: int,
     dataset_id: int,
+    decoding_a: dict | None = None,
+    decoding_b: dict | None = None,
 ) -> str:
-    """Replay both drafts on each sample (stored as runs); rows for the table, largest |delta| first."""
+    """Replay both drafts on each sample (stored as runs); rows for the table, largest |delta| first.
+    `decoding_a` / `decoding_b`: ReplayRequest fields per side (topk, num_draft_tokens, temperature,
+    ...), so a chain and a tree of the same draft can be compared."""
+    sides = (("A", draft_a, dict(decoding_a or {})), ("B", draft_b, dict(decoding_b or {})))
+    for _, draft, decoding in sides:  # a bad setting is refused before the job starts
+        ReplayRequest(target, draft, prompt_ids=(0,), num_steps=num_steps, **decoding)
 
     def work(progress: Progress) -> list[dict]:
         from backend.service.jobs import run_replay
@@ -132,7 +139,7 @@ def start_compare(
         rows = []
         for number, sample in enumerate(samples):
             row = {"sample #": sample.index, "source": sample.source}
-            for side, draft in (("A", draft_a), ("B", draft_b)):
+            for side, draft, decoding in sides:
                 progress(
                     (2 * number + (side == "B")) / (2 * len(samples)),
                     f"sample {number + 1}/{len(samples)}, draft {side}",
@@ -145,6 +152,7 @@ def start_compare(
                     max_new_tokens=max_new_tokens,
                     sample_id=sample.id,
                     sample_ref=f"dataset {dataset_id} #{sample.index}",
+                    **decoding,
                 )
                 outcome = run_replay(request, db_url)
                 row[f"run {side}"], row[f"AL {side}"] = (
