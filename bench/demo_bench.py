@@ -7,6 +7,9 @@ Modes, each on the same eval prompts, rotated in order across rounds (medians, m
   record     engine replay, recording on, no database
   job        the job runner into SQLite (`backend.service.jobs.run_replay_job`): what the CLI and the
              dashboard run
+  tree       tree replay (SGLang's steps / topk / draft tokens, default 3 / 4 / 8), recording off
+  tree_record  tree replay, recording on, no database
+  tree_job   the job runner into SQLite with the tree
 Run with `PYTHONPATH=. python bench/replay_bench.py --demo` (this module does the work).
 """
 
@@ -29,11 +32,17 @@ from backend.service.jobs import run_replay_job
 from backend.service.requests import ReplayRequest
 from bench.gpu_check import generate, greedy_loop
 
-MODES = ("generate", "loop", "replay", "record", "job")
+MODES = ("generate", "loop", "replay", "record", "job", "tree", "tree_record", "tree_job")
+TREE = (3, 4, 8)  # steps, topk, num_draft_tokens
 
 
 def run_demo(
-    prompts: int = 4, new_tokens: int = 256, rounds: int = 2, num_steps: int = 4, lengths=(256, 2048)
+    prompts: int = 4,
+    new_tokens: int = 256,
+    rounds: int = 2,
+    num_steps: int = 4,
+    lengths=(256, 2048),
+    tree: tuple[int, int, int] = TREE,
 ) -> dict:
     target = load_target(DEMO_TARGET, device="cpu", dtype="fp32")
     draft, report = load_checked_draft(DEMO_DRAFTS / "final", target)
@@ -42,41 +51,54 @@ def run_demo(
     folder = tempfile.mkdtemp(prefix="demo_bench_")
     database = open_database(f"sqlite:///{folder}/bench.db")
 
-    def job(prompt, tokens):
+    def job(prompt, tokens, shape=None):
+        steps, topk, draft_tokens = shape or (num_steps, None, None)
         request = ReplayRequest(
             str(DEMO_TARGET),
             str(DEMO_DRAFTS / "final"),
             prompt_ids=tuple(prompt),
-            num_steps=num_steps,
+            num_steps=steps,
             max_new_tokens=tokens,
+            topk=topk,
+            num_draft_tokens=draft_tokens,
         )
-        return run_replay_job(database, target, draft, request, report.wiring, prompt).output_ids
+        outcome = run_replay_job(database, target, draft, request, report.wiring, prompt)
+        return outcome.output_ids, len(outcome.steps)
+
+    def engine(prompt, tokens, record, shape=None):
+        steps, topk, draft_tokens = shape or (num_steps, 1, None)
+        config = ReplayConfig(steps, tokens, record=record, topk=topk, num_draft_tokens=draft_tokens)
+        records = list(replay(target, draft, prompt, report.wiring, config))
+        return output_ids_of(records), len(records) - 1
 
     run = {
-        "generate": lambda p, n: generate(target, p, n),
-        "loop": lambda p, n: greedy_loop(target, p, n),
-        "replay": lambda p, n: output_ids_of(
-            list(replay(target, draft, p, report.wiring, ReplayConfig(num_steps, n, record=False)))
-        ),
-        "record": lambda p, n: output_ids_of(
-            list(replay(target, draft, p, report.wiring, ReplayConfig(num_steps, n, record=True)))
-        ),
+        "generate": lambda p, n: (generate(target, p, n), None),
+        "loop": lambda p, n: (greedy_loop(target, p, n), None),
+        "replay": lambda p, n: engine(p, n, False),
+        "record": lambda p, n: engine(p, n, True),
         "job": job,
+        "tree": lambda p, n: engine(p, n, False, tree),
+        "tree_record": lambda p, n: engine(p, n, True, tree),
+        "tree_job": lambda p, n: job(p, n, tree),
     }
     for mode in MODES:  # warm up
         run[mode](prompt_ids[0], 16)
     speeds: dict[str, list[float]] = {mode: [] for mode in MODES}
     outputs: dict[str, list] = {}
+    verify_steps: dict[str, int | None] = {}
     for round_number in range(rounds):
         order = MODES[round_number % len(MODES) :] + MODES[: round_number % len(MODES)]
         for mode in order:
-            started, tokens, produced = time.perf_counter(), 0, []
+            started, tokens, produced, steps = time.perf_counter(), 0, [], 0
             for prompt in prompt_ids:
-                output = run[mode](prompt, new_tokens)
+                output, count = run[mode](prompt, new_tokens)
                 tokens += len(output)
                 produced.append(output)
+                steps = None if count is None else steps + count
             speeds[mode].append(tokens / (time.perf_counter() - started))
             outputs[mode] = produced
+            # accept length: tokens after each prefill's first token, per verify step
+            verify_steps[mode] = None if steps is None else (tokens - len(prompt_ids)) / steps
     medians = {mode: statistics.median(values) for mode, values in speeds.items()}
     rows = [
         {
@@ -86,31 +108,37 @@ def run_demo(
             "max": max(speeds[mode]),
             "vs_generate": medians[mode] / medians["generate"],
             "vs_replay": medians[mode] / medians["replay"],
+            "accept_length": verify_steps[mode],
             "equals_generate": outputs[mode] == outputs["generate"],
         }
         for mode in MODES
     ]
-    per_token = {}
-    for tokens in lengths:  # flat cost per emitted token: the job runner at a short and a long length
-        request = ReplayRequest(
-            str(DEMO_TARGET),
-            str(DEMO_DRAFTS / "final"),
-            prompt_ids=tuple(prompt_ids[0]),
-            num_steps=num_steps,
-            max_new_tokens=tokens,
-        )
-        started = time.perf_counter()
-        outcome = run_replay_job(database, target, draft, request, report.wiring, prompt_ids[0])
-        seconds = time.perf_counter() - started
-        per_token[tokens] = {
-            "ms_per_token": 1000 * seconds / len(outcome.output_ids),
-            "ms_per_step": 1000 * seconds / max(1, len(outcome.steps)),
-            "accept_length": outcome.metrics["mean_accept_length"],
-        }
+    per_token: dict[str, dict] = {"chain": {}, "tree": {}}
+    for name, shape in (("chain", (num_steps, None, None)), ("tree", tree)):
+        for tokens in lengths:  # flat cost per emitted token: the job runner, short and long
+            request = ReplayRequest(
+                str(DEMO_TARGET),
+                str(DEMO_DRAFTS / "final"),
+                prompt_ids=tuple(prompt_ids[0]),
+                num_steps=shape[0],
+                max_new_tokens=tokens,
+                topk=shape[1],
+                num_draft_tokens=shape[2],
+            )
+            started = time.perf_counter()
+            outcome = run_replay_job(database, target, draft, request, report.wiring, prompt_ids[0])
+            seconds = time.perf_counter() - started
+            per_token[name][tokens] = {
+                "ms_per_token": 1000 * seconds / len(outcome.output_ids),
+                "ms_per_step": 1000 * seconds / max(1, len(outcome.steps)),
+                "accept_length": outcome.metrics["mean_accept_length"],
+            }
     database.close()
     return {
         "rows": rows,
-        "ms_per_token_job": per_token,
+        "ms_per_token_job": per_token["chain"],
+        "ms_per_token_tree_job": per_token["tree"],
+        "tree": {"steps": tree[0], "topk": tree[1], "num_draft_tokens": tree[2]},
         "prompts": prompts,
         "new_tokens": new_tokens,
         "rounds": rounds,
@@ -120,24 +148,34 @@ def run_demo(
 
 
 def table(result: dict) -> str:
+    tree = result.get("tree", {})
     lines = [
-        f"demo pair, K={result['K']}, {result['prompts']} eval prompts x {result['new_tokens']} new tokens, "
+        f"demo pair, chain K={result['K']}, tree steps/topk/N={tree.get('steps')}/{tree.get('topk')}/"
+        f"{tree.get('num_draft_tokens')}, {result['prompts']} eval prompts x {result['new_tokens']} new tokens, "
         f"{result['rounds']} rounds in rotated order, {result['threads']} threads",
-        f"{'mode':<9} {'tok/s median':>12} {'min':>7} {'max':>7} {'x generate':>10} {'x replay':>9} equal",
+        f"{'mode':<12} {'tok/s median':>12} {'min':>7} {'max':>7} {'x generate':>10} {'x replay':>9} "
+        f"{'AL':>5} equal",
     ]
     for row in result["rows"]:
+        al = "" if row.get("accept_length") is None else f"{row['accept_length']:.2f}"
         lines.append(
-            f"{row['mode']:<9} {row['tokens_per_s_median']:>12.1f} {row['min']:>7.1f} {row['max']:>7.1f} "
-            f"{row['vs_generate']:>10.2f} {row['vs_replay']:>9.2f} {row['equals_generate']}"
+            f"{row['mode']:<12} {row['tokens_per_s_median']:>12.1f} {row['min']:>7.1f} {row['max']:>7.1f} "
+            f"{row['vs_generate']:>10.2f} {row['vs_replay']:>9.2f} {al:>5} {row['equals_generate']}"
         )
-    short, long = sorted(result["ms_per_token_job"])
-    a, b = result["ms_per_token_job"][short], result["ms_per_token_job"][long]
-    lines.append(
-        f"job runner at {short} / {long} new tokens: {a['ms_per_token']:.2f} / {b['ms_per_token']:.2f} ms per token "
-        f"(ratio {b['ms_per_token'] / a['ms_per_token']:.2f}), {a['ms_per_step']:.2f} / {b['ms_per_step']:.2f} ms "
-        f"per verify step (ratio {b['ms_per_step'] / a['ms_per_step']:.2f}), accept length "
-        f"{a['accept_length']:.2f} / {b['accept_length']:.2f}"
-    )
+    for name, key in (
+        ("job runner, chain", "ms_per_token_job"),
+        ("job runner, tree", "ms_per_token_tree_job"),
+    ):
+        if key not in result:
+            continue
+        short, long = sorted(result[key], key=int)
+        a, b = result[key][short], result[key][long]
+        lines.append(
+            f"{name} at {short} / {long} new tokens: {a['ms_per_token']:.2f} / {b['ms_per_token']:.2f} ms per "
+            f"token (ratio {b['ms_per_token'] / a['ms_per_token']:.2f}), {a['ms_per_step']:.2f} / "
+            f"{b['ms_per_step']:.2f} ms per verify step (ratio {b['ms_per_step'] / a['ms_per_step']:.2f}), "
+            f"accept length {a['accept_length']:.2f} / {b['accept_length']:.2f}"
+        )
     return "\n".join(lines)
 
 

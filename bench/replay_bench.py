@@ -466,7 +466,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--demo",
         action="store_true",
-        help="the bundled demo pair instead: generate, greedy loop, replay, replay+record, job runner "
+        help="the bundled demo pair instead: generate, greedy loop, replay, replay+record, job runner, and "
+        "the tree (3, 4, 8) replayed, recorded and through the job runner "
         "(bench/demo_bench.py); --repeats sets the rounds",
     )
     parser.add_argument("--demo-tokens", type=int, default=256, help="new tokens per prompt with --demo")

@@ -14,3 +14,6 @@ def test_demo_bench_modes_agree_with_generate():
     assert [row["mode"] for row in result["rows"]] == list(MODES)
     assert all(row["equals_generate"] and row["tokens_per_s_median"] > 0 for row in result["rows"])
     assert set(result["ms_per_token_job"]) == {16, 32} and "x generate" in table(result)
+    assert set(result["ms_per_token_tree_job"]) == {16, 32} and "job runner, tree" in table(result)
+    tree = next(row for row in result["rows"] if row["mode"] == "tree_record")
+    assert tree["accept_length"] > 1
