@@ -197,6 +197,10 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--samples", required=True, help="JSONL samples file: their prompts are sent")
     check.add_argument("--limit", type=_positive, default=8, help="the first N valid samples (default 8)")
     check.add_argument("--steps", type=_positive, default=4, help="K the server runs (chain: num_steps)")
+    check.add_argument("--topk", type=_positive, help="the server's --speculative-eagle-topk (default 1)")
+    check.add_argument(
+        "--num-draft-tokens", type=_positive, help="the server's --speculative-num-draft-tokens (trees)"
+    )
     check.add_argument("--max-new-tokens", type=_positive, default=128)
     check.add_argument("--db", help="SQLAlchemy URL (default: SPECLENS_DB_URL or sqlite:///data/speclens.db)")
 
@@ -550,7 +554,16 @@ def cmd_serve_check(args) -> tuple[dict, str]:
         args.samples, models.target(args.target, args.device, args.dtype).vocab_size, args.limit
     )
     result = serve_check(
-        args.db, args.url, samples, args.target, args.draft, args.steps, args.max_new_tokens, args.engine
+        args.db,
+        args.url,
+        samples,
+        args.target,
+        args.draft,
+        args.steps,
+        args.max_new_tokens,
+        args.engine,
+        topk=args.topk,
+        num_draft_tokens=args.num_draft_tokens,
     )
     lines = [f"{'sample':>6} {'server AL':>9} {'replay AL':>9}"]
     lines += [

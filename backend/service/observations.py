@@ -111,8 +111,15 @@ def lint_observation(
     return findings + report["findings"]
 
 
-def replay_accept_length(db_url: str | None, draft_path: str | None, num_steps: int | None) -> dict:
-    """SpecLens's offline accept length for the draft at K: pooled over its finished replays."""
+def replay_accept_length(
+    db_url: str | None,
+    draft_path: str | None,
+    num_steps: int | None,
+    topk: int = 1,
+    num_draft_tokens: int | None = None,
+) -> dict:
+    """SpecLens's offline accept length for the draft at the server's shape (K, topk, draft tokens):
+    pooled over its finished greedy replays of that shape (a chain's N is K + 1 whatever was asked)."""
     if not draft_path:
         return {"runs": 0, "accept_length": None}
     with store.session_scope(open_database(db_url).factory) as session:
@@ -122,6 +129,11 @@ def replay_accept_length(db_url: str | None, draft_path: str | None, num_steps: 
             if r.status == "finished"
             and Path(r.draft_path).resolve() == Path(draft_path).resolve()
             and (num_steps is None or r.params.get("num_steps") == num_steps)
+            and int(r.params.get("topk") or 1) == topk
+            and (
+                topk == 1 or num_draft_tokens is None or r.params.get("num_draft_tokens") == num_draft_tokens
+            )
+            and not r.params.get("sampling_rule")
         ]
     pooled: list[int] = []  # verify steps accepting exactly a drafts, over every run
     for run in runs:
@@ -145,7 +157,8 @@ def verdict(server: float | None, replay: float | None) -> str:
         return "no comparison: " + (
             "the server gave no accept length"
             if server is None
-            else "no finished replay of this draft at this K: run one on Decode or with replay"
+            else "no finished greedy replay of this draft at the server's K and topk: run one on Decode "
+            "or with replay (--steps, --topk, --num-draft-tokens)"
         )
     ratio = server / replay
     if ratio < AGREEMENT:
@@ -188,7 +201,9 @@ def observe_texts(
         if engine == "sglang"
         else settings.get("num_speculative_tokens")
     )
-    replay = replay_accept_length(db_url, draft_path, k)
+    topk = int(settings.get("speculative_eagle_topk") or 1) if engine == "sglang" else 1
+    replay = replay_accept_length(db_url, draft_path, k, topk, settings.get("speculative_num_draft_tokens"))
+    replay["topk"] = topk
     with store.session_scope(open_database(db_url).factory) as session:
         observation_id = store.add_observation(session, observation.to_dict(), draft_path, lint)
     return {
@@ -246,6 +261,8 @@ def serve_check(
     max_new_tokens: int,
     engine: str = "auto",
     progress=None,
+    topk: int | None = None,
+    num_draft_tokens: int | None = None,
 ) -> dict:
     """Each sample's prompt sent to the server and replayed offline with the same draft and settings."""
     from backend.service.jobs import run_replay
@@ -265,6 +282,8 @@ def serve_check(
             record=False,
             engine=engine,
             sample_ref=f"serve-check #{number}",
+            topk=topk,
+            num_draft_tokens=num_draft_tokens,
         )
         outcome = run_replay(request, db_url)
         rows.append(

@@ -144,3 +144,37 @@ def test_unreachable_server_and_garbage_are_bad_input(db_url, tmp_path):
         observe(db_url, "sglang", [str(garbage)])
     with pytest.raises(BadInput, match="no such file"):
         observe(db_url, "vllm", [str(tmp_path / "missing.txt")])
+
+
+def test_a_tree_server_is_compared_with_tree_replays_of_its_shape(db_url):
+    """A server running topk 4 (steps 3, draft tokens 8) is put beside the replays of that tree only,
+    not beside chains at the same K."""
+    from backend.defaults import DEMO_DRAFTS, DEMO_EVAL, DEMO_TARGET
+    from backend.service.jobs import run_replay
+    from backend.service.observations import observe_texts
+    from backend.service.requests import ReplayRequest
+
+    record = json.loads(DEMO_EVAL.read_text().splitlines()[0])
+    prompt = tuple(record["input_ids"][: record["n_prompt_tokens"]])
+    chain = demo_replay(db_url, 3)
+    tree = run_replay(
+        ReplayRequest(
+            str(DEMO_TARGET),
+            str(DEMO_DRAFTS / "final"),
+            num_steps=3,
+            topk=4,
+            num_draft_tokens=8,
+            max_new_tokens=48,
+            prompt_ids=prompt,
+            record=False,
+        ),
+        db_url,
+    )
+    log = (EXAMPLES / "sglang_0.4.6.post5.log").read_text()
+    log = log.replace("speculative_num_steps=1", "speculative_num_steps=3")
+    log = log.replace("speculative_eagle_topk=1", "speculative_eagle_topk=4")
+    log = log.replace("speculative_num_draft_tokens=2", "speculative_num_draft_tokens=8")
+    result = observe_texts(db_url, "sglang", [(log, "tree.log")], str(DEMO_DRAFTS / "final"))
+    assert result["replay"]["topk"] == 4 and result["replay"]["run_ids"] == [tree.run_id]
+    assert chain.run_id not in result["replay"]["run_ids"]
+    assert result["replay"]["accept_length"] == pytest.approx(tree.metrics["mean_accept_length"])
