@@ -136,3 +136,31 @@ def test_probe_ranks_the_demo_drafts(target, evaluation):
     final, declared = load_draft(target, "final")
     confirmed = run_probe(target, final, declared, evaluation[:6], num_steps=K, search_budget=20)
     assert confirmed.confirmed and confirmed.verdict.startswith("The declared wiring")
+
+
+def test_trees_on_the_demo_pair(target, evaluation):
+    """Every tree shape replays exactly the target's greedy output, and SGLang's (3, 4, 8) tree accepts
+    at least as much as the chain at K = 3 over the first 8 eval prompts (96 new tokens)."""
+    from backend.engine.records import StepRecord
+    from backend.engine.replay import ReplayConfig, output_ids_of, replay
+    from tests.support.oracle import plain_greedy
+
+    draft, fed = load_draft(target, "final")
+
+    def accept_length(shape, samples, tokens):
+        steps, topk, draft_tokens = shape
+        config = ReplayConfig(steps, tokens, record=False, topk=topk, num_draft_tokens=draft_tokens)
+        counts, outputs = [], []
+        for sample in samples:
+            records = list(replay(target, draft, sample.prompt_ids, fed, config))
+            counts += [len(r.committed_ids) for r in records if isinstance(r, StepRecord)]
+            outputs.append(output_ids_of(records))
+        return sum(counts) / len(counts), outputs
+
+    for shape in [(3, 1, 4), (3, 4, 8), (5, 8, 32), (2, 2, 3)]:
+        _, outputs = accept_length(shape, evaluation[:2], 48)
+        for sample, output in zip(evaluation[:2], outputs, strict=True):
+            assert output == plain_greedy(target, sample.prompt_ids, 48), shape
+    chain, _ = accept_length((3, 1, 4), evaluation[:8], 96)
+    tree, _ = accept_length((3, 4, 8), evaluation[:8], 96)
+    assert tree >= chain, (tree, chain)
