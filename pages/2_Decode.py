@@ -130,9 +130,11 @@ selected = state.get_value("run") or run_ids[0]
 if selected not in run_ids:
     selected = run_ids[0]
 labels = {r.id: run_label(r) for r in runs}
+state.follow("decode_run", selected, run_ids)  # a replay that just finished is shown, not the old run
 run_id = st.selectbox("Run", run_ids, index=run_ids.index(selected), key="decode_run", format_func=labels.get)
 if run_id != state.get_value("run"):
     state.set_value("run", run_id)
+    state.followed("decode_run", run_id)
     st.session_state["decode_step"] = 0
 run, steps = get_run(run_id)
 if run is None:

@@ -98,6 +98,8 @@ run_ids = [r.id for r in runs]
 preset = state.get_value("compare") or (run_ids[1], run_ids[0])
 label = {r.id: run_label(r) for r in runs}
 c1, c2 = st.columns(2)
+state.follow("compare_run_a", preset[0], run_ids)  # a finished comparison or a ticked row is shown
+state.follow("compare_run_b", preset[1], run_ids)
 run_a_id = c1.selectbox(
     "Run A",
     run_ids,

@@ -108,6 +108,20 @@ def test_dashboard_in_chromium(tmp_path, hostile_dataset):
         assert page.locator(".sl-chip").count() >= 2 and page.locator(".sl-cur").count() == 1
         page.screenshot(path=str(SHOTS / "3_decode.png"), full_page=True)
 
+        # Decode: a tree (SGLang's topk 4, 8 draft tokens); the step viewer draws the step's tree
+        page.get_by_text("Start a replay").click()
+        page.get_by_label("topk").fill("4")
+        page.get_by_label("topk").press("Enter")
+        page.get_by_label("Draft tokens N").fill("8")
+        page.get_by_label("Draft tokens N").press("Enter")
+        wait_idle(page)
+        page.get_by_role("button", name="Start").click()
+        page.get_by_text(re.compile(r"Decoding: tree k=4 N=8 greedy")).wait_for(timeout=180_000)
+        page.get_by_text(re.compile(r"The step's draft tree: 7 nodes")).wait_for(timeout=60_000)
+        wait_idle(page)
+        assert page.locator(".stPlotlyChart").count() >= 1
+        page.screenshot(path=str(SHOTS / "3b_decode_tree.png"), full_page=True)
+
         # Compare: epoch1 vs final on the first sample of the demo dataset
         page.goto(f"{url}/Compare")
         page.get_by_role("button", name="Compare on this sample").click()
@@ -136,7 +150,7 @@ def test_dashboard_in_chromium(tmp_path, hostile_dataset):
 
         # Runs: the history lists the decode and both compare runs
         page.goto(f"{url}/Runs")
-        page.get_by_text(re.compile(r"3 of 3 runs")).wait_for(timeout=60_000)
+        page.get_by_text(re.compile(r"4 of 4 runs")).wait_for(timeout=60_000)
         wait_idle(page)
         page.screenshot(path=str(SHOTS / "6_runs.png"), full_page=True)
         browser.close()

@@ -119,3 +119,20 @@ def sidebar() -> None:
                     st.rerun()
                 else:
                     st.error(f"No config.json in {new}")
+
+
+def follow(widget_key: str, value, options) -> None:
+    """Make a keyed select box show `value` when the value changed outside it (a job that finished,
+    a row ticked in a table, another page). A keyed widget ignores its `index` once it has state, so
+    without this the page would keep showing the previous choice. Call before creating the widget;
+    a value the widget itself produced is recorded with `followed`."""
+    marker = f"{widget_key}__followed"
+    if value != st.session_state.get(marker):
+        st.session_state[marker] = value
+        if value in options:
+            st.session_state[widget_key] = value
+
+
+def followed(widget_key: str, value) -> None:
+    """The user picked `value` in the widget: it is the shared value now, not a change to follow."""
+    st.session_state[f"{widget_key}__followed"] = value
