@@ -24,6 +24,15 @@ def request(**kwargs) -> ReplayRequest:
         ({"max_new_tokens": 0}, "max new tokens must be >= 1"),
         ({"aux_hf_indices": (1, 2)}, "three HF indices >= 0"),
         ({"aux_hf_indices": (-1, 2, 3)}, "three HF indices >= 0"),
+        ({"topk": 4}, "topk > 1 needs --num-draft-tokens"),
+        ({"topk": 4, "num_draft_tokens": 80}, "needs 79 candidates but steps=4, topk=4 draft only 52"),
+        ({"topk": 2, "num_draft_tokens": 5, "engine": "vllm"}, "vLLM verifies chains only"),
+        ({"temperature": float("nan")}, "temperature must be a number >= 0"),
+        ({"temperature": -1.0}, "temperature must be a number >= 0"),
+        ({"top_p": 0.0}, "top_p must be in \\(0, 1\\]"),
+        ({"top_k": -2}, "top_k must be >= 1"),
+        ({"seed": -1}, "seed must be in"),
+        ({"draft_attention": "slots"}, "draft attention must be one of"),
     ],
 )
 def test_bad_requests_are_refused(kwargs, reason):
@@ -73,3 +82,20 @@ def test_wiring_and_prompt_are_resolved_for_the_loaded_pair():
     assert request(prompt_ids=None, prompt_text="hi").prompt_for(tokenizer) == [104, 105]
     with pytest.raises(BadInput, match="tokenizes to nothing"):
         request(prompt_ids=None, prompt_text="hi").prompt_for(lambda text: {"input_ids": []})
+
+
+def test_sglang_rewrites_are_applied_and_both_values_kept():
+    from backend.engine.shapes import sglang_shape
+
+    decoding = request(num_steps=5, topk=1, num_draft_tokens=16).decoding()
+    assert (decoding.shape.topk, decoding.shape.num_draft_tokens) == (1, 6)
+    assert decoding.requested == {"num_steps": 5, "topk": 1, "num_draft_tokens": 16}
+    assert any("rewrites num_draft_tokens 16 -> 6" in note for note in decoding.notes)
+    tree = request(num_steps=3, topk=4, num_draft_tokens=8, temperature=0.7).decoding()
+    assert (tree.shape.topk, tree.shape.num_draft_tokens, tree.rule, tree.greedy) == (4, 8, "sglang", False)
+    assert request(temperature=0.7, top_k=1).decoding().greedy  # SGLang: top_k 1 is greedy
+    assert request(temperature=0.7, engine="vllm").decoding().rule == "vllm"
+    assert sglang_shape(None, None, None, "LlamaForCausalLM")[0].num_draft_tokens == 8  # auto-choose
+    assert sglang_shape(None, None, None, "Qwen3ForCausalLM")[0].topk == 1
+    with pytest.raises(ValueError, match="requires --speculative-num-steps"):
+        sglang_shape(None, 4, 8)

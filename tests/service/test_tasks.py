@@ -93,6 +93,39 @@ def test_start_replay_stores_a_run(pairs, db_url):
     assert run.status == "finished" and run.metrics["mean_accept_length"] == task.result["mean_accept_length"]
 
 
+def test_compare_puts_a_chain_and_a_tree_of_the_same_draft_side_by_side(pairs, db_url):
+    from backend.data.samples import Sample
+    from backend.service.runs import get_run
+    from backend.service.tasks import start_compare
+
+    pair = pairs["copy-L4-bigram"]
+    sample = Sample(
+        input_ids=[1, 5, 9, 3], loss_mask=[0, 0, 1, 1], prompt_len=2, id=None, index=0, source="unit"
+    )
+    task = MANAGER.wait(
+        start_compare(
+            db_url,
+            str(pair.target_dir),
+            str(pair.draft_dir),
+            str(pair.draft_dir),
+            [sample],
+            3,
+            12,
+            1,
+            None,
+            {"topk": 4, "num_draft_tokens": 8},
+        ),
+        120,
+    )
+    assert task.status == "done", task.error
+    (row,) = task.result
+    chain, tree = get_run(db_url, row["run A"]), get_run(db_url, row["run B"])
+    assert (chain.params["topk"], tree.params["topk"], tree.params["num_draft_tokens"]) == (1, 4, 8)
+    assert chain.output_ids == tree.output_ids  # both equal the target's greedy output
+    with pytest.raises(BadInput, match="topk > 1 needs"):
+        start_compare(db_url, "t", "a", "b", [sample], 3, 12, 1, {"topk": 4})
+
+
 def test_diagnostic_tasks_use_the_declared_wiring_after_an_override(bigram_setup, db_url):
     """A wiring override belongs to one request: a probe of the same draft afterwards still starts
     from the draft's declared wiring, even though the draft stays loaded."""
