@@ -122,7 +122,8 @@ def test_replay_json_from_samples(checkpoints, tmp_path, layout):
     ):
         assert key in payload
     assert payload["aux_hf_indices"] == ([2, 3, 4] if layout == "specforge" else [2, 3, 3])
-    assert {"drafted", "accepted", "bonus"} == set(payload["steps"][0])
+    assert {"drafted", "accepted", "bonus"} <= set(payload["steps"][0])  # extended with "tree", never renamed
+    assert payload["steps"][0]["tree"]["tokens"] == payload["steps"][0]["drafted"]  # a chain is a path
     from backend.engine.loading import load_target
     from tests.support.oracle import plain_greedy
 
