@@ -241,9 +241,18 @@ with whatif_tab:
         "Predict accept length and speed-up for other K from a run's measured per-position conditional "
         "acceptance and draft/verify times; check the prediction against a real replay at another K."
     )
-    runs = [r for r in list_runs(limit=200) if r.status == "finished" and r.metrics.get("accept_histogram")]
+    runs = [
+        r
+        for r in list_runs(limit=200)
+        if r.status == "finished"
+        and r.metrics.get("accept_histogram")
+        and int(r.params.get("topk") or 1) == 1
+        and not r.params.get("sampling_rule")
+    ]
     if not runs:
-        st.info("Needs a finished run: start one on the Decode page.")
+        st.info(
+            "Needs a finished greedy chain run (the model reads a chain's acceptance): start one on Decode."
+        )
     else:
         labels = {r.id: run_label(r) for r in runs}
         run_id = st.selectbox("Run", list(labels), key="whatif_run", format_func=labels.get)
@@ -274,7 +283,9 @@ with whatif_tab:
         )
         shape = (other_k, other_topk, other_tokens or other_k + 1)
         tree_guess = None
-        if other_topk > 1:
+        if other_topk > 1 and not other_tokens:
+            st.info("Set the draft tokens N: SGLang needs --speculative-num-draft-tokens with topk > 1.")
+        elif other_topk > 1:
             tree_guess = predict_tree(steps, *shape)
             if tree_guess is None:
                 st.info("A tree prediction needs a recorded greedy run (its top alternatives).")
@@ -282,7 +293,11 @@ with whatif_tab:
                 st.markdown(
                     f"Tree (steps {shape[0]}, topk {shape[1]}, N {shape[2]}): predicted accept length "
                     f"**{tree_guess.predicted_accept_length:.2f}**"
-                    + (" (upper bound: N - 1 < topk x steps)" if tree_guess.upper_bound_only else "")
+                    + (
+                        " (N - 1 < topk x steps: the budget may cut siblings)"
+                        if tree_guess.budget_limited
+                        else ""
+                    )
                     + (
                         " (extrapolated past the recorded depth or alternatives)"
                         if tree_guess.extrapolated

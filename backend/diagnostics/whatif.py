@@ -68,9 +68,9 @@ def predict(
 TREE_MODEL = (
     "AL(S, k) = 1 + sum_{i<=S} prod_{j<=i} alpha_j(k), alpha_j(k) = P(the target's token at depth j is among "
     "the draft's top-k there | depth j-1 reached): measured on the run's accepted path (its recorded top "
-    "alternatives), reused past the measured depth. An upper bound: it assumes the accepted path keeps "
-    "its k best children at every depth, which SGLang's N-1 best-scored nodes guarantee only when "
-    "N - 1 >= k x S"
+    "alternatives), reused past the measured depth. An estimate, not a bound: it assumes the accepted path "
+    "keeps its k best children at every depth (SGLang's N-1 best-scored nodes may not when N - 1 < k x S), "
+    "and it reads the chain run's steps, whose positions differ from the tree's"
 )
 
 
@@ -81,7 +81,7 @@ class TreeWhatIf:
     num_draft_tokens: int
     predicted_accept_length: float
     alphas: list[float]
-    upper_bound_only: bool  # N - 1 < k * S: the budget may cut the accepted path's siblings
+    budget_limited: bool  # N - 1 < k * S: the budget may cut the accepted path's siblings
     extrapolated: bool  # depths or k beyond what the run recorded
 
     def to_dict(self) -> dict:
