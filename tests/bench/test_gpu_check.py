@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
+pytestmark = pytest.mark.slow  # a benchmark script's smoke test; exactness has its own fast tests
+
 
 def test_gpu_check_runs_on_cpu_and_is_exact_in_fp32(tmp_path):
     from bench import gpu_check
