@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
+
+from sqlalchemy.exc import SQLAlchemyError
 
 from backend import BadInput
 from backend.defaults import DEMO_EVAL, default_draft, default_target
@@ -590,16 +593,41 @@ COMMANDS = {
 }
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (timeout, systemd, docker stop): the run ends as interrupted, like Ctrl-C."""
+
+
+def _terminate(_signum, _frame):
+    raise Terminated()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         result, text = COMMANDS[args.command](args)
     except (BadInput, FileNotFoundError) as error:
         print(f"error: {str(error).splitlines()[0]}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as stop:
+        name = "SIGTERM" if isinstance(stop, Terminated) else "interrupt"
+        print(
+            f"interrupted ({name}): a running replay is marked interrupted with its committed steps",
+            file=sys.stderr,
+        )
+        return 143 if isinstance(stop, Terminated) else 130
+    except SQLAlchemyError as error:
+        from backend.service.database import database_url
+
+        where = getattr(args, "db", None) or database_url()
+        reason = str(getattr(error, "orig", None) or error).splitlines()[0]
+        print(f"error: database {where}: {reason}", file=sys.stderr)
+        return 2
     except Exception as error:  # noqa: BLE001 - the CLI contract: internal errors exit 1 with a reason
         print(f"internal error: {type(error).__name__}: {error}", file=sys.stderr)
         return 1
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     if args.json:
         print(json.dumps(result))
     else:

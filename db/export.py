@@ -35,6 +35,7 @@ def run_document(run: store.RunInfo, steps: list[StepRecord]) -> dict:
     document = asdict(run)
     document["created_at"] = run.created_at.isoformat() if run.created_at else None
     document["finished_at"] = run.finished_at.isoformat() if run.finished_at else None
+    document["heartbeat_at"] = run.heartbeat_at.isoformat() if run.heartbeat_at else None
     document["steps"] = [stored_fields(s) for s in steps]
     return document
 
@@ -48,9 +49,32 @@ def export_run(factory, run_id: int, format: str, out: str | Path) -> Path:
             raise ExportError(f"no run {run_id} in this database")
         steps = store.get_steps(session, run_id)
     out = Path(out)
+    check_target(out, factory)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_bytes(export_bytes(run, steps, format))
+    try:
+        out.write_bytes(export_bytes(run, steps, format))
+    except OSError as error:
+        raise ExportError(f"{out}: cannot write ({error.strerror or error})") from None
     return out
+
+
+def check_target(out: Path, factory) -> None:
+    """Refuse an output that would destroy something: the database itself (or its -wal / -shm /
+    -journal / .lock files), a directory, or anything that is not a regular file."""
+    url = str(factory.kw["bind"].url)
+    database = Path(url[len("sqlite:///") :]) if url.startswith("sqlite:///") else None
+    if database is not None and database.name and database.name != ":memory:":
+        protected = {database.resolve()} | {
+            Path(f"{database.resolve()}{suffix}") for suffix in ("-wal", "-shm", "-journal", ".lock")
+        }
+        if out.resolve() in protected:
+            raise ExportError(
+                f"{out}: that is the database (or one of its files); choose another output file"
+            )
+    if out.is_dir():
+        raise ExportError(f"{out}: is a directory; give a file name")
+    if out.exists() and not out.is_file():
+        raise ExportError(f"{out}: not a regular file")
 
 
 def export_bytes(run: store.RunInfo, steps: list[StepRecord], format: str) -> bytes:
@@ -59,14 +83,17 @@ def export_bytes(run: store.RunInfo, steps: list[StepRecord], format: str) -> by
         return json.dumps(run_document(run, steps), indent=1).encode()
     frame = steps_frame(steps)
     if format == "csv":
-        for column in frame.columns:  # lists as JSON text: one cell per step, readable back
-            if frame[column].map(lambda v: isinstance(v, list)).any():
+        for column in frame.columns:  # lists and dicts as JSON text: one cell per step, readable back
+            if frame[column].map(lambda v: isinstance(v, (list, dict))).any():
                 frame[column] = frame[column].map(json.dumps)
         return frame.to_csv(index=False).encode()
     if format == "parquet":
         import io
 
         buffer = io.BytesIO()
+        for column in frame.columns:  # a step's tree: JSON text (its keys differ between runs)
+            if frame[column].map(lambda v: isinstance(v, dict)).any():
+                frame[column] = frame[column].map(lambda v: None if v is None else json.dumps(v))
         frame.to_parquet(buffer, index=False)
         return buffer.getvalue()
     raise ExportError(f"unknown format {format!r}; use one of {', '.join(EXPORT_FORMATS)}")

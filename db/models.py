@@ -69,6 +69,11 @@ class Run(Base):
     artifact_sha256: Mapped[str | None] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(default=utc_now)
     finished_at: Mapped[datetime | None] = mapped_column()
+    # The process writing a running run, and when it last wrote: a run whose writer is gone is
+    # interrupted, not running (db/store.py reap_stale_runs).
+    writer_host: Mapped[str | None] = mapped_column(String(255))
+    writer_pid: Mapped[int | None] = mapped_column(Integer)
+    heartbeat_at: Mapped[datetime | None] = mapped_column()
     steps: Mapped[list[Step]] = relationship(
         back_populates="run", cascade="all, delete-orphan", order_by="Step.step_index"
     )

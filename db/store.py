@@ -7,19 +7,22 @@ objects, so callers (pages included) never meet a detached-instance error.
 from __future__ import annotations
 
 import os
+import socket
+import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from sqlalchemy import create_engine, delete, event, func, insert, inspect, select, text
+from sqlalchemy import create_engine, delete, event, func, insert, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from backend.data.samples import Sample
 from backend.engine.records import STORED_STEP_FIELDS, StepRecord
-from db.models import Base, Dataset, Run, SampleRow, ServingObservationRow, Step, TokenStat, utc_now
+from db import schema
+from db.models import Dataset, Run, SampleRow, ServingObservationRow, Step, TokenStat, utc_now
 
 DEFAULT_DB_PATH = Path("data") / "speclens.db"
 
@@ -39,25 +42,16 @@ def make_engine(url: str | None = None) -> Engine:
         @event.listens_for(engine, "connect")
         def _sqlite_pragmas(connection, _record):
             cursor = connection.cursor()
-            cursor.execute("PRAGMA journal_mode=WAL")  # readers (the dashboard) never block the writer
+            try:  # readers (the dashboard) never block the writer; a read-only folder keeps its mode
+                cursor.execute("PRAGMA journal_mode=WAL")
+            except sqlite3.DatabaseError:
+                pass
             cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.execute("PRAGMA busy_timeout=30000")  # concurrent writers wait instead of failing
             cursor.close()
 
-    Base.metadata.create_all(engine)
-    _add_missing_columns(engine)
+    schema.prepare(engine, url)
     return engine
-
-
-def _add_missing_columns(engine: Engine) -> None:
-    """Databases made by earlier versions lack newer nullable columns; add them in place."""
-    inspector = inspect(engine)
-    for table in Base.metadata.sorted_tables:
-        have = {c["name"] for c in inspector.get_columns(table.name)}
-        for column in table.columns:
-            if column.name not in have and column.nullable:
-                with engine.begin() as connection:
-                    kind = column.type.compile(engine.dialect)
-                    connection.execute(text(f'ALTER TABLE {table.name} ADD COLUMN "{column.name}" {kind}'))
 
 
 def artifact_root(url: str | None = None) -> Path:
@@ -108,6 +102,7 @@ class RunInfo:
     finished_at: datetime | None
     step_count: int = 0
     sample_id: int | None = None
+    heartbeat_at: datetime | None = None  # the writer's last write (running runs)
 
 
 def _run_info(run: Run, step_count: int = 0) -> RunInfo:
@@ -130,6 +125,7 @@ def _run_info(run: Run, step_count: int = 0) -> RunInfo:
         run.finished_at,
         step_count,
         run.sample_id,
+        run.heartbeat_at,
     )
 
 
@@ -151,6 +147,9 @@ def create_run(
     run = Run(
         kind=kind,
         status="running",
+        writer_host=socket.gethostname(),
+        writer_pid=os.getpid(),
+        heartbeat_at=utc_now(),
         target_path=target_path,
         draft_path=draft_path,
         params=params,
@@ -182,6 +181,51 @@ def add_token_stats(session: Session, run_id: int, rows: list[dict]) -> None:
         session.execute(insert(TokenStat), [{"run_id": run_id, **row} for row in rows])
 
 
+STALE_AFTER_S = 600  # a run whose writer (on another host) has not written for this long is gone
+
+
+def heartbeat(session: Session, run_id: int, output_ids: list[int] | None = None) -> bool:
+    """The writer is alive: stamp the run (and keep its partial output current). False when the
+    run is gone (deleted while it recorded)."""
+    run = session.get(Run, run_id)
+    if run is None:
+        return False
+    run.heartbeat_at = utc_now()
+    if output_ids is not None:
+        run.output_ids = list(output_ids)
+    return True
+
+
+def _writer_alive(run: Run, now: datetime, stale_after_s: float) -> bool:
+    if run.writer_host == socket.gethostname() and run.writer_pid:
+        try:
+            os.kill(run.writer_pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True  # someone else's live process
+        return True
+    beat = run.heartbeat_at or run.created_at
+    return beat is not None and (now - beat).total_seconds() < stale_after_s
+
+
+def reap_stale_runs(session: Session, stale_after_s: float = STALE_AFTER_S) -> list[int]:
+    """Mark running runs whose writer is gone as interrupted (their steps and partial output stay).
+    On this host the writer's pid decides; elsewhere its heartbeat's age. Returns the run ids."""
+    now, reaped = utc_now(), []
+    for run in session.scalars(select(Run).where(Run.status == "running")).all():
+        if _writer_alive(run, now, stale_after_s):
+            continue
+        steps = session.scalar(select(func.count()).select_from(Step).where(Step.run_id == run.id))
+        run.status, run.finished_at = "interrupted", now
+        run.error = (
+            f"interrupted: its writer (host {run.writer_host or '?'}, pid {run.writer_pid or '?'}) is gone; "
+            f"the {steps} steps it committed and its partial output are kept"
+        )
+        reaped.append(run.id)
+    return reaped
+
+
 def finish_run(
     session: Session,
     run_id: int,
@@ -192,6 +236,8 @@ def finish_run(
     artifact_sha256: str | None = None,
 ) -> None:
     run = session.get(Run, run_id)
+    if run is None:
+        raise RunGone(run_id)
     run.status, run.output_ids, run.metrics = "finished", list(output_ids), metrics
     run.artifact_path, run.artifact_sha256, run.finished_at = artifact_path, artifact_sha256, utc_now()
 
@@ -208,6 +254,8 @@ def fail_run(
     artifact_sha256: str | None = None,
 ) -> None:
     run = session.get(Run, run_id)
+    if run is None:
+        return  # deleted while it ran: nothing to mark
     run.status, run.error, run.finished_at = status, error, utc_now()
     run.output_ids = list(output_ids or run.output_ids or [])
     run.metrics = metrics or run.metrics or {}
@@ -232,10 +280,29 @@ def get_steps(session: Session, run_id: int) -> list[StepRecord]:
     return [StepRecord(**{name: getattr(step, name) for name in STORED_STEP_FIELDS}) for step in steps]
 
 
-def delete_run(session: Session, run_id: int) -> bool:
+class RunGone(LookupError):
+    """The run was deleted while its writer still recorded it."""
+
+    def __init__(self, run_id: int):
+        super().__init__(f"run {run_id} was deleted while it was recording; the replay stopped")
+        self.run_id = run_id
+
+
+class RunBusy(RuntimeError):
+    pass
+
+
+def delete_run(session: Session, run_id: int, force: bool = False) -> bool:
+    """Delete a run and its steps. A run still recording (its writer alive) is refused unless
+    forced: RunBusy."""
     run = session.get(Run, run_id)
     if run is None:
         return False
+    if run.status == "running" and not force and _writer_alive(run, utc_now(), STALE_AFTER_S):
+        raise RunBusy(
+            f"run {run_id} is still recording (pid {run.writer_pid} on {run.writer_host}); "
+            "stop it first, or delete it once it has ended"
+        )
     session.delete(run)
     return True
 

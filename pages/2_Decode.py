@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pandas as pd
 import streamlit as st
 
@@ -141,7 +143,16 @@ if run is None:
     st.error(f"Run {run_id} is gone (deleted?).")
     st.stop()
 if run.status != "finished":
-    st.warning(f"Run {run.id} is **{run.status}** with {len(steps)} stored steps.")
+    if run.status == "running":
+        beat = run.heartbeat_at or run.created_at
+        age = (datetime.now(UTC).replace(tzinfo=None) - beat).total_seconds() if beat else None
+        st.warning(
+            f"Run {run.id} is **running**: {len(steps)} steps stored so far"
+            + ("" if age is None else f", last written {age:.0f} s ago")
+            + ". The numbers below cover those steps only and grow as it records."
+        )
+    else:
+        st.warning(f"Run {run.id} is **{run.status}** with {len(steps)} stored steps.")
     if run.error:
         st.code(run.error)
 pieces = Pieces(run.target_path)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from backend import BadInput
 from backend.service import runs as stored_runs
 from ui import state
 from ui.runs import ACCEPT_LENGTH_HELP, list_runs, runs_frame
@@ -75,6 +76,10 @@ if last.button("Open in Decode", key="runs_open"):
     st.switch_page("pages/2_Decode.py")
 with st.expander("Delete this run"):
     if st.button(f"Delete run {run.id}", type="primary", key="runs_delete"):
-        stored_runs.delete_run(state.db(), run.id)
-        st.success(f"Run {run.id} deleted.")
-        st.rerun()
+        try:
+            stored_runs.delete_run(state.db(), run.id)
+        except BadInput as error:
+            st.error(str(error))
+        else:
+            st.success(f"Run {run.id} deleted.")
+            st.rerun()

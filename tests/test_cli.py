@@ -450,16 +450,8 @@ def test_cli_observe_json_and_bad_logs(tmp_path):
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "garbage.log" in bad.stderr
 
 
-def test_a_killed_replay_keeps_every_committed_step(tmp_path):
-    """SIGKILL mid-run: the batched writer's commits stay, as a whole prefix of steps that replays
-    the target's greedy text (nothing half-written)."""
-    import os
-    import signal
-    import sqlite3
-    import time
-
-    db_path = tmp_path / "killed.db"
-    process = subprocess.Popen(
+def _long_replay(db_path: Path) -> subprocess.Popen:
+    return subprocess.Popen(
         [
             sys.executable,
             "-m",
@@ -478,11 +470,17 @@ def test_a_killed_replay_keeps_every_committed_step(tmp_path):
         ],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
     )
-    steps = 0
-    deadline = time.time() + 120
-    while time.time() < deadline and steps < 40:
+
+
+def _wait_for_steps(db_path: Path, wanted: int) -> int:
+    import sqlite3
+    import time
+
+    steps, deadline = 0, time.time() + 120
+    while time.time() < deadline and steps < wanted:
         time.sleep(0.2)
         if db_path.exists():
             try:
@@ -490,9 +488,28 @@ def test_a_killed_replay_keeps_every_committed_step(tmp_path):
                     steps = connection.execute("SELECT COUNT(*) FROM steps").fetchone()[0]
             except sqlite3.OperationalError:
                 steps = 0
+    return steps
+
+
+def test_a_killed_replay_keeps_every_committed_step(tmp_path):
+    """SIGKILL mid-run: the batched writer's commits stay, as a whole prefix of steps that replays
+    the target's greedy text (nothing half-written); the next open marks the run interrupted, with
+    its partial output, instead of leaving it running forever."""
+    import os
+    import signal
+    import sqlite3
+
+    from backend.service.runs import get_run, list_runs
+
+    db_path = tmp_path / "killed.db"
+    process = _long_replay(db_path)
+    steps = _wait_for_steps(db_path, 40)
     os.kill(process.pid, signal.SIGKILL)
     process.wait(timeout=30)
     assert steps >= 40, "the replay never committed 40 steps"
+    (run,) = list_runs(f"sqlite:///{db_path}")
+    assert run.status == "interrupted" and "is gone" in run.error and run.finished_at is not None
+    assert len(run.output_ids) >= 40 and get_run(f"sqlite:///{db_path}", run.id).step_count >= 40
     with sqlite3.connect(db_path) as connection:
         rows = connection.execute(
             "SELECT step_index, position, committed_ids FROM steps ORDER BY step_index"
@@ -511,3 +528,92 @@ def test_a_killed_replay_keeps_every_committed_step(tmp_path):
 
     target = load_target(DEMO_TARGET, device="cpu", dtype="fp32")
     assert plain_greedy(target, prompt, 1 + len(output))[1:] == output
+
+
+def test_sigterm_ends_a_replay_as_interrupted_with_its_artifact(tmp_path):
+    import os
+    import signal
+
+    from backend.service.runs import get_run_with_steps, list_runs
+
+    db_path = tmp_path / "terminated.db"
+    process = _long_replay(db_path)
+    assert _wait_for_steps(db_path, 20) >= 20
+    os.kill(process.pid, signal.SIGTERM)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 143 and "interrupted (SIGTERM)" in stderr and "Traceback" not in stderr
+    (run,) = list_runs(f"sqlite:///{db_path}")
+    assert run.status == "interrupted" and run.artifact_path and Path(run.artifact_path).is_file()
+    _, steps = get_run_with_steps(f"sqlite:///{db_path}", run.id)
+    assert len(run.output_ids) == 1 + sum(len(s.committed_ids) for s in steps)
+
+
+def test_export_never_overwrites_the_database(tmp_path, checkpoints):
+    root, drafts, samples = checkpoints
+    db = f"sqlite:///{tmp_path / 'keep.db'}"
+    made = cli(
+        "replay",
+        "--target",
+        str(root / "target"),
+        "--draft",
+        str(drafts["specforge"]),
+        "--samples",
+        str(samples),
+        "--max-new-tokens",
+        "4",
+        "--db",
+        db,
+        "--json",
+        "--no-record",
+    )
+    assert made.returncode == 0, made.stderr
+    run_id = str(json.loads(made.stdout)["run_id"])
+    for out in (
+        tmp_path / "keep.db",
+        tmp_path / "keep.db-wal",
+        tmp_path,
+        tmp_path / "sub" / ".." / "keep.db",
+    ):
+        refused = cli("export", "--run", run_id, "--format", "csv", "--out", str(out), "--db", db)
+        assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+    listed = cli(
+        "export", "--run", run_id, "--format", "json", "--out", str(tmp_path / "run.json"), "--db", db
+    )
+    assert listed.returncode == 0 and json.loads((tmp_path / "run.json").read_text())["id"] == int(run_id)
+
+
+def test_a_corrupt_or_newer_database_is_one_line_and_exit_2(tmp_path):
+    import sqlite3
+
+    corrupt = tmp_path / "corrupt.db"
+    corrupt.write_bytes(b"this is not a database" * 100)
+    result = cli(
+        "export",
+        "--run",
+        "1",
+        "--format",
+        "csv",
+        "--out",
+        str(tmp_path / "x.csv"),
+        "--db",
+        f"sqlite:///{corrupt}",
+    )
+    assert result.returncode == 2 and result.stderr.count("\n") == 1 and "corrupt.db" in result.stderr
+    newer = tmp_path / "newer.db"
+    from db.store import make_engine
+
+    make_engine(f"sqlite:///{newer}").dispose()
+    with sqlite3.connect(newer) as connection:
+        connection.execute("UPDATE speclens_schema SET version = 99")
+    result = cli(
+        "export",
+        "--run",
+        "1",
+        "--format",
+        "csv",
+        "--out",
+        str(tmp_path / "x.csv"),
+        "--db",
+        f"sqlite:///{newer}",
+    )
+    assert result.returncode == 2 and "schema version 99, newer than this SpecLens" in result.stderr

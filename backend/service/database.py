@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import sessionmaker
 
 from db import store
@@ -29,7 +30,19 @@ def open_database(url: str | None = None) -> Database:
 
 @lru_cache(maxsize=8)
 def _open(url: str) -> Database:
-    return Database(url, store.session_factory(store.make_engine(url)), store.artifact_root(url))
+    database = Database(url, store.session_factory(store.make_engine(url)), store.artifact_root(url))
+    reap(database)
+    return database
+
+
+def reap(database: Database) -> list[int]:
+    """Runs whose writer died (SIGKILL, a crash, a lost machine) become interrupted, keeping their
+    steps and partial output; a read-only database is left as it is."""
+    try:
+        with store.session_scope(database.factory) as session:
+            return store.reap_stale_runs(session)
+    except OperationalError:
+        return []
 
 
 def database_url(url: str | None = None) -> str:

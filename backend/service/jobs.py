@@ -168,8 +168,13 @@ def run_replay_job(
             writer.add(record, tensors.add(record, wiring.aux_hf_indices))
             done = len(outcome.output_ids)
             progress(done / config.max_new_tokens, f"{done}/{config.max_new_tokens} tokens")
+    except store.RunGone as gone:
+        raise BadInput(str(gone)) from None
     except BaseException as error:
-        writer.close()  # every record that arrived whole is written before the run is marked
+        try:
+            writer.close()  # every record that arrived whole is written before the run is marked
+        except store.RunGone as gone:
+            raise BadInput(str(gone)) from None
         artifact = tensors.save(database.artifact_dir, run_id)
         with store.session_scope(database.factory) as session:
             status = "interrupted" if isinstance(error, KeyboardInterrupt) else "failed"
@@ -183,7 +188,10 @@ def run_replay_job(
                 **artifact,
             )
         raise
-    writer.close()
+    try:
+        writer.close()
+    except store.RunGone as gone:
+        raise BadInput(str(gone)) from None
     artifact = tensors.save(database.artifact_dir, run_id)
     outcome.metrics = run_metrics(outcome.steps, config.num_steps)
     if target.dtype != torch.float32:  # the yardstick for judging this run against plain decoding
@@ -191,8 +199,13 @@ def run_replay_job(
         agreement = self_disagreement(target, prompt_ids, outcome.output_ids, config.num_steps)
         outcome.metrics["self_disagreement_per_1000"] = agreement.per_1000
     outcome.artifact_path = artifact["artifact_path"]
-    with store.session_scope(database.factory) as session:
-        store.finish_run(session, run_id, output_ids=outcome.output_ids, metrics=outcome.metrics, **artifact)
+    try:
+        with store.session_scope(database.factory) as session:
+            store.finish_run(
+                session, run_id, output_ids=outcome.output_ids, metrics=outcome.metrics, **artifact
+            )
+    except store.RunGone as gone:
+        raise BadInput(str(gone)) from None
     return outcome
 
 
@@ -208,22 +221,29 @@ class RunWriter:
         self.database, self.run_id = database, run_id
         self.steps: list[StepRecord] = []
         self.stats: list[dict] = []
+        self.output_ids: list[int] = []  # everything emitted so far, stored with each batch
         self.last_commit = time.perf_counter()
 
     def add(self, record: PrefillRecord | StepRecord, stats: list[dict]) -> None:
         if isinstance(record, StepRecord):
             self.steps.append(record)
+            self.output_ids += record.committed_ids
+        else:
+            self.output_ids.append(record.first_token)
         self.stats += stats
         due = time.perf_counter() - self.last_commit >= self.COMMIT_EVERY_S
         if due or len(self.steps) >= self.COMMIT_EVERY_STEPS:
             self.flush()
 
     def flush(self) -> None:
-        if self.steps or self.stats:
-            with store.session_scope(self.database.factory) as session:
-                store.add_steps(session, self.run_id, self.steps)
-                store.add_token_stats(session, self.run_id, self.stats)
-            self.steps, self.stats = [], []
+        """One transaction: the batch, the run's partial output and its heartbeat. RunGone when
+        the run was deleted meanwhile (nothing is written then)."""
+        with store.session_scope(self.database.factory) as session:
+            if not store.heartbeat(session, self.run_id, self.output_ids):
+                raise store.RunGone(self.run_id)
+            store.add_steps(session, self.run_id, self.steps)
+            store.add_token_stats(session, self.run_id, self.stats)
+        self.steps, self.stats = [], []
         self.last_commit = time.perf_counter()
 
     def close(self) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from backend import BadInput
 from backend.engine.records import StepRecord
-from backend.service.database import open_database
+from backend.service.database import open_database, reap
 from db import store
 from db.export import ExportError, export_bytes, export_run
 
@@ -14,12 +14,16 @@ RunInfo = store.RunInfo
 
 
 def list_runs(db_url: str | None, limit: int = 500) -> list[RunInfo]:
-    with store.session_scope(open_database(db_url).factory) as session:
+    database = open_database(db_url)
+    reap(database)  # a run whose writer died is shown as interrupted, never as running
+    with store.session_scope(database.factory) as session:
         return store.list_runs(session, limit=limit)
 
 
 def get_run(db_url: str | None, run_id: int) -> RunInfo | None:
-    with store.session_scope(open_database(db_url).factory) as session:
+    database = open_database(db_url)
+    reap(database)
+    with store.session_scope(database.factory) as session:
         return store.get_run(session, run_id)
 
 
@@ -30,8 +34,12 @@ def get_run_with_steps(db_url: str | None, run_id: int) -> tuple[RunInfo | None,
 
 
 def delete_run(db_url: str | None, run_id: int) -> bool:
-    with store.session_scope(open_database(db_url).factory) as session:
-        return store.delete_run(session, run_id)
+    """Delete a run; BadInput while it is still recording."""
+    try:
+        with store.session_scope(open_database(db_url).factory) as session:
+            return store.delete_run(session, run_id)
+    except store.RunBusy as busy:
+        raise BadInput(str(busy)) from None
 
 
 def token_stats(db_url: str | None, run_id: int, reference: str | None = None) -> list[dict]:
