@@ -142,10 +142,14 @@ def read_config_file(draft_dir: Path) -> dict:
     path = Path(draft_dir) / "config.json"
     if not path.is_file():
         raise BadInput(f"{draft_dir}: no config.json (is this an EAGLE-3 draft directory?)")
+    if path.stat().st_size > 16 * 1024 * 1024:
+        raise BadInput(f"{path}: too large for a config file")
     try:
-        raw = json.loads(path.read_text())
-    except json.JSONDecodeError as error:
-        raise BadInput(f"{path}: not valid JSON ({error})") from error
+        raw = json.loads(path.read_bytes().decode("utf-8-sig"))
+    except UnicodeDecodeError:
+        raise BadInput(f"{path}: not UTF-8 text") from None
+    except (json.JSONDecodeError, RecursionError) as error:
+        raise BadInput(f"{path}: not valid JSON ({str(error).splitlines()[0]})") from None
     if not isinstance(raw, dict):
         raise BadInput(f"{path}: expected a JSON object")
     return raw

@@ -21,6 +21,7 @@ from backend.engine.draft_config import DraftConfig, parse_draft_config, read_co
 from backend.engine.draft_model import Eagle3Draft
 from backend.engine.layouts import file_name, to_internal_names
 from backend.engine.readings import read_as
+from backend.engine.safetensors_header import check_safetensors
 
 DTYPES = {
     "fp32": torch.float32,
@@ -64,11 +65,46 @@ def pick_dtype(device: torch.device, dtype: str | None = None) -> torch.dtype:
     return torch.bfloat16 if device.type == "cuda" else torch.float32
 
 
+TARGET_SIZES = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads")
+
+
 def read_target_config(path: str | Path):
+    """The target's config, checked: UTF-8 JSON, positive integer sizes, and a config transformers
+    can build. Every failure is a BadInput naming the file."""
     path = Path(path)
-    if not (path / "config.json").is_file():
+    file = path / "config.json"
+    if not file.is_file():
         raise BadInput(f"target {path}: not a local Hugging Face model directory (no config.json)")
-    return AutoConfig.from_pretrained(path, local_files_only=True)
+    raw = read_json_object(file)
+    text_config = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else {}
+    for key in TARGET_SIZES:
+        value = raw.get(key, text_config.get(key))
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            raise BadInput(f"{file}: {key} must be a positive integer, got {value!r}")
+    try:
+        return AutoConfig.from_pretrained(path, local_files_only=True)
+    except Exception as error:  # noqa: BLE001 - transformers' many config errors: the file is the cause
+        raise BadInput(f"{file}: transformers cannot read it ({str(error).splitlines()[0]})") from None
+
+
+MAX_CONFIG_BYTES = 16 * 1024 * 1024
+
+
+def read_json_object(file: Path) -> dict:
+    """A JSON object from a config file: a regular file of bounded size, UTF-8, an object."""
+    if not file.is_file():
+        raise BadInput(f"{file}: not a regular file")
+    if file.stat().st_size > MAX_CONFIG_BYTES:
+        raise BadInput(f"{file}: {file.stat().st_size} bytes is too large for a config file")
+    try:
+        raw = json.loads(file.read_bytes().decode("utf-8-sig"))
+    except UnicodeDecodeError:
+        raise BadInput(f"{file}: not UTF-8 text") from None
+    except (json.JSONDecodeError, RecursionError) as error:
+        raise BadInput(f"{file}: not valid JSON ({str(error).splitlines()[0]})") from None
+    if not isinstance(raw, dict):
+        raise BadInput(f"{file}: expected a JSON object")
+    return raw
 
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
@@ -89,7 +125,12 @@ def load_target(path: str | Path, device: str | None = None, dtype: str | None =
     config = read_target_config(path)
     torch_device = pick_device(device)
     torch_dtype = pick_dtype(torch_device, dtype)
-    model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch_dtype)
+    for weights in sorted(Path(path).glob("*.safetensors")):
+        check_safetensors(weights)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch_dtype)
+    except (OSError, ValueError, KeyError, RuntimeError) as error:
+        raise BadInput(f"target {path}: cannot load the model ({str(error).splitlines()[0]})") from None
     model.to(torch_device).eval()
     return Target(
         model,
@@ -144,7 +185,11 @@ def read_draft_tensors(draft_dir: Path) -> tuple[dict[str, torch.Tensor], str]:
 
 def _read_weights_file(path: Path) -> dict[str, torch.Tensor]:
     if path.suffix == ".safetensors":
-        return load_file(str(path))
+        check_safetensors(path)  # header, shapes and byte ranges before anything is allocated
+        try:
+            return load_file(str(path))
+        except Exception as error:  # noqa: BLE001 - safetensors' own errors: a corrupt file
+            raise BadInput(f"{path}: corrupt safetensors file ({str(error).splitlines()[0]})") from None
     try:
         # A .bin is a pickle: only tensors and plain containers may come out of it.
         state = torch.load(path, map_location="cpu", weights_only=True)

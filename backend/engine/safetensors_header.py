@@ -1,0 +1,78 @@
+"""A safetensors file's header checked before any tensor is read (docs/reference.md §1): the
+header length, its JSON, every tensor's dtype, shape and byte range against the file's real size.
+A truncated file, a header claiming a huge tensor or overlapping ranges is a BadInput naming the
+file, and nothing is allocated for it."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from backend import BadInput
+
+MAX_HEADER_BYTES = 100 * 1024 * 1024  # the format's own limit
+ITEM_BYTES = {
+    "BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1, "I16": 2, "U16": 2, "F16": 2,
+    "BF16": 2, "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8, "C64": 8, "F4": 1, "F6_E2M3": 1,
+    "F6_E3M2": 1,
+}  # fmt: skip
+
+
+def check_safetensors(path: str | Path) -> dict[str, dict]:
+    """{name: {"dtype", "shape"}} of a well-formed file; BadInput naming the file otherwise."""
+    path = Path(path)
+    if not path.is_file():
+        raise BadInput(f"{path}: not a regular file")
+    size = path.stat().st_size
+    with path.open("rb") as handle:
+        prefix = handle.read(8)
+        if len(prefix) < 8:
+            raise BadInput(f"{path}: truncated safetensors file ({size} bytes, no header)")
+        length = int.from_bytes(prefix, "little")
+        if length > MAX_HEADER_BYTES or 8 + length > size:
+            raise BadInput(
+                f"{path}: truncated or corrupt safetensors file (header of {length} bytes, file {size})"
+            )
+        raw = handle.read(length)
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
+        raise BadInput(f"{path}: corrupt safetensors header ({type(error).__name__})") from None
+    if not isinstance(header, dict):
+        raise BadInput(f"{path}: corrupt safetensors header (not an object)")
+    data_bytes = size - 8 - length
+    described, ranges = {}, []
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        if not isinstance(entry, dict):
+            raise BadInput(f"{path}: tensor {name!r}: malformed header entry")
+        dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
+        if dtype not in ITEM_BYTES:
+            raise BadInput(f"{path}: tensor {name!r}: unknown dtype {dtype!r}")
+        if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
+            raise BadInput(f"{path}: tensor {name!r}: bad shape {shape!r}")
+        if (
+            not isinstance(offsets, list)
+            or len(offsets) != 2
+            or not all(isinstance(o, int) for o in offsets)
+            or not 0 <= offsets[0] <= offsets[1] <= data_bytes
+        ):
+            raise BadInput(
+                f"{path}: tensor {name!r}: byte range {offsets!r} lies outside the file's {data_bytes} data "
+                "bytes (truncated, or the header claims more than the file holds)"
+            )
+        expected = math.prod(shape) * ITEM_BYTES[dtype]
+        if offsets[1] - offsets[0] != expected:
+            raise BadInput(
+                f"{path}: tensor {name!r}: {dtype} {shape} needs {expected} bytes, the header gives "
+                f"{offsets[1] - offsets[0]}"
+            )
+        ranges.append((offsets[0], offsets[1], name))
+        described[name] = {"dtype": dtype, "shape": shape}
+    ranges.sort()
+    for (_, end, first), (start, _, second) in zip(ranges, ranges[1:], strict=False):
+        if start < end:
+            raise BadInput(f"{path}: tensors {first!r} and {second!r} overlap")
+    return described
