@@ -6,6 +6,7 @@ last hidden, post-norm) and aux_hidden_state [1, T, 3*Ht]. Loaded with weights_o
 
 from __future__ import annotations
 
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,11 +26,32 @@ class FeatureFile:
     hidden_state: torch.Tensor | None  # [T, Ht] post-norm last hidden
 
 
+MAX_UNPACKED_BYTES = 8 * 1024**3  # what a feature file may hold once unpacked
+MAX_UNPACK_RATIO = 20  # tensors compress little; a zip bomb unpacks thousands of times its size
+
+
+def check_archive_size(path: Path) -> None:
+    """A torch file is a zip archive: its members' declared sizes are checked before anything is
+    unpacked, so a 1 MB file claiming gigabytes is refused instead of filling memory."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            unpacked = sum(member.file_size for member in archive.infolist())
+    except zipfile.BadZipFile:
+        return  # the legacy (non-zip) format: torch.load's own checks apply
+    size = max(1, path.stat().st_size)
+    if unpacked > MAX_UNPACKED_BYTES or unpacked > MAX_UNPACK_RATIO * size + 64 * 1024**2:
+        raise BadInput(
+            f"{path}: unpacks to {unpacked / 1024**2:.0f} MB from {size / 1024**2:.1f} MB on disk; refusing "
+            "(a feature file of tensors does not compress like that)"
+        )
+
+
 def load_feature_file(path: str | Path, hidden_size: int | None = None) -> FeatureFile:
     """A SpecForge offline feature file (`torch.save` dict), loaded with weights_only=True."""
     path = Path(path)
     if not path.is_file():
         raise BadInput(f"{path}: no such feature file")
+    check_archive_size(path)
     try:
         data = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # noqa: BLE001 - any unpickling refusal is the user's file

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from backend import BadInput
-from backend.data.samples import Rejected, Sample, parse_record, read_jsonl
+from backend.data.samples import Rejected, Sample, parse_record, read_jsonl, require_regular_file
 
 FORMATS = ("jsonl", "sharegpt", "specforge", "prompts")
 ROLES = {
@@ -59,6 +59,8 @@ def read_dataset(
     path = Path(path)
     if not path.exists():
         raise BadInput(f"{path}: no such file or directory")
+    if not path.is_dir():
+        require_regular_file(path)
     format = format or detect_format(path)
     if format not in FORMATS:
         raise BadInput(f"unknown format {format!r}; use one of {', '.join(FORMATS)}")
@@ -77,9 +79,10 @@ def read_dataset(
 def _records(path: Path) -> list[tuple[int, object]]:
     """(line or item number, decoded record) for a JSON list or a JSONL file; undecodable lines are
     returned as exceptions for the caller to reject."""
+    require_regular_file(path)
     raw = path.read_bytes()
     try:
-        text = raw.decode("utf-8")
+        text = raw.decode("utf-8-sig")  # a byte-order mark is ordinary in files written on Windows
     except UnicodeDecodeError as error:
         raise BadInput(f"{path}: not UTF-8 text") from error
     if text.lstrip().startswith("["):
@@ -89,6 +92,8 @@ def _records(path: Path) -> list[tuple[int, object]]:
             raise BadInput(
                 f"{path}: invalid JSON: {error.msg} at line {error.lineno} column {error.colno}"
             ) from error
+        except RecursionError:
+            raise BadInput(f"{path}: JSON nested too deeply") from None
         return list(enumerate(items, start=1))
     out = []
     for number, line in enumerate(text.splitlines(), start=1):
@@ -97,6 +102,8 @@ def _records(path: Path) -> list[tuple[int, object]]:
                 out.append((number, json.loads(line)))
             except json.JSONDecodeError as error:
                 out.append((number, ValueError(f"invalid JSON: {error.msg} at column {error.colno}")))
+            except RecursionError:
+                out.append((number, ValueError("JSON nested too deeply")))
     return out
 
 
@@ -133,7 +140,7 @@ def conversation_messages(record) -> list[dict]:
             raise ValueError(f"turn {position} is not an object")
         role = turn.get("from", turn.get("role"))
         content = turn.get("value", turn.get("content"))
-        if role not in ROLES:
+        if not isinstance(role, str) or role not in ROLES:
             raise ValueError(
                 f"turn {position}: unknown speaker {role!r} (expected human/gpt/system or user/assistant)"
             )

@@ -88,22 +88,43 @@ def parse_record(record, vocab_size: int | None = None) -> Sample:
     return Sample(list(ids), list(mask), prompt_len, str(source), extra=extra)
 
 
+MAX_LINE_BYTES = 256 * 1024 * 1024  # one record; longer lines are refused, not read whole
+
+
+def require_regular_file(path: Path) -> None:
+    """Only regular files are read: a FIFO would block forever, /dev/zero never ends."""
+    if not path.exists():
+        raise BadInput(f"{path}: no such file")
+    if not path.is_file():
+        raise BadInput(f"{path}: not a regular file")
+
+
 def read_jsonl(path: str | Path, vocab_size: int | None = None) -> tuple[list[Sample], list[Rejected]]:
     path = Path(path)
-    if not path.is_file():
-        raise BadInput(f"{path}: no such file")
+    require_regular_file(path)
     samples, rejected = [], []
     with path.open("rb") as handle:
-        for number, raw in enumerate(handle, start=1):
+        for number, raw in enumerate(iter(lambda: handle.readline(MAX_LINE_BYTES + 1), b""), start=1):
+            if len(raw) > MAX_LINE_BYTES:
+                rejected.append(Rejected(number, f"a record longer than {MAX_LINE_BYTES} bytes"))
+                while raw and not raw.endswith(b"\n"):  # skip the rest of that line
+                    raw = handle.readline(MAX_LINE_BYTES + 1)
+                continue
             if not raw.strip():
                 continue
             try:
-                sample = parse_record(json.loads(raw.decode("utf-8")), vocab_size)
+                # utf-8-sig: a byte-order mark (files written on Windows) starts the first line
+                sample = parse_record(
+                    json.loads(raw.decode("utf-8-sig" if number == 1 else "utf-8")), vocab_size
+                )
             except UnicodeDecodeError:
                 rejected.append(Rejected(number, "not UTF-8 text"))
                 continue
             except json.JSONDecodeError as error:
                 rejected.append(Rejected(number, f"invalid JSON: {error.msg} at column {error.colno}"))
+                continue
+            except RecursionError:
+                rejected.append(Rejected(number, "JSON nested too deeply"))
                 continue
             except ValueError as error:
                 rejected.append(Rejected(number, str(error)))

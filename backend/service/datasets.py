@@ -15,9 +15,15 @@ DatasetInfo = store.DatasetInfo
 
 
 def target_vocabulary(target_path: str | None):
-    """(tokenizer, vocab size) of a target directory for imports; (None, None) without one."""
-    if not target_path or not Path(target_path, "config.json").is_file():
+    """(tokenizer, vocab size) of a target directory for imports; (None, None) when no target is
+    named. A named target that cannot be read is refused: every id must be checked against it."""
+    if not target_path:
         return None, None
+    if not Path(target_path, "config.json").is_file():
+        raise BadInput(
+            f"target {target_path}: not a model directory (no config.json); the import checks every id "
+            "against the target's vocabulary"
+        )
     from backend.engine.loading import load_tokenizer, read_target_config
 
     return load_tokenizer(target_path), read_target_config(target_path).vocab_size

@@ -27,7 +27,9 @@ def test_jsonl_import_stores_the_good_records(tmp_path, db_url, vocab_target):
     from backend.service.datasets import get_samples, import_dataset, list_datasets, target_vocabulary
 
     assert target_vocabulary(vocab_target) == (None, VOCAB)
-    assert target_vocabulary(str(tmp_path / "none")) == (None, None)
+    assert target_vocabulary(None) == (None, None)
+    with pytest.raises(BadInput, match="no config.json"):  # a named target must be readable
+        target_vocabulary(str(tmp_path / "none"))
     dataset_id, result = import_dataset(
         db_url, mixed_jsonl(tmp_path / "mixed.jsonl"), target_path=vocab_target
     )

@@ -1,0 +1,65 @@
+"""Hostile data files: each is refused or rejected line by line with a reason, never a traceback,
+and a bad line never costs the good ones."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from backend import BadInput
+
+GOOD = {"input_ids": [1, 2, 3, 4], "loss_mask": [0, 0, 1, 1], "n_prompt_tokens": 2}
+
+
+def test_a_byte_order_mark_does_not_cost_the_first_record(tmp_path):
+    from backend.data.samples import read_jsonl
+
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + (json.dumps(GOOD) + "\n").encode() * 2)
+    samples, rejected = read_jsonl(path)
+    assert len(samples) == 2 and rejected == []
+
+
+def test_deep_nesting_rejects_its_line_only(tmp_path):
+    from backend.data.samples import read_jsonl
+
+    path = tmp_path / "deep.jsonl"
+    path.write_text(json.dumps(GOOD) + "\n" + "[" * 100_000 + "]" * 100_000 + "\n" + json.dumps(GOOD) + "\n")
+    samples, rejected = read_jsonl(path)
+    assert [s.line for s in samples] == [1, 3]
+    assert [(r.line, r.reason) for r in rejected] == [(2, "JSON nested too deeply")]
+
+
+def test_a_sharegpt_speaker_that_is_a_list_rejects_that_conversation(tmp_path):
+    from backend.data.importer import conversation_messages
+
+    with pytest.raises(ValueError, match="unknown speaker"):
+        conversation_messages({"conversations": [{"from": ["human"], "value": "hi"}]})
+
+
+def test_only_regular_files_are_read(tmp_path):
+    from backend.data.importer import read_dataset
+    from backend.data.samples import read_jsonl
+
+    fifo = tmp_path / "pipe.jsonl"
+    os.mkfifo(fifo)
+    for reader in (read_jsonl, read_dataset):
+        with pytest.raises(BadInput, match="not a regular file"):
+            reader(fifo)
+    with pytest.raises(BadInput, match="not a regular file"):
+        read_dataset("/dev/zero", format="jsonl")
+
+
+def test_a_zip_bomb_feature_file_is_refused_before_unpacking(tmp_path):
+    import zipfile
+
+    from backend.data.features import load_feature_file
+
+    path = tmp_path / "bomb.ckpt"
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("bomb/data/0", b"\0" * (400 * 1024 * 1024))  # 400 MB of zeros: ~400 KB packed
+    assert path.stat().st_size < 2 * 1024 * 1024
+    with pytest.raises(BadInput, match="unpacks to 400 MB"):
+        load_feature_file(path)
