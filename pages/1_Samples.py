@@ -11,7 +11,7 @@ import streamlit as st
 from backend import BadInput
 from backend.service import datasets as stored_datasets
 from ui import state
-from ui.html import CSS, sample_html
+from ui.html import CSS, md, sample_html
 from ui.pickers import samples_of
 from ui.tokens import Pieces
 
@@ -70,7 +70,7 @@ with st.expander("Import a dataset", expanded=False):
     report = st.session_state.get("samples_import_report")
     if report:
         if "error" in report:
-            st.error(f"Nothing imported: {report['error']}")
+            st.error(f"Nothing imported: {md(report['error'])}")
         else:
             st.success(
                 f"Dataset {report['dataset_id']}: imported {report['imported']} {report['format']} samples, "
@@ -166,7 +166,7 @@ index = st.selectbox(
 sample = samples[index]
 st.session_state["samples_selected"] = sample.id
 st.markdown(
-    f"**Sample #{index}** (line {sample.line}, source `{sample.source}`): {sample.prompt_len} prompt tokens, "
+    f"**Sample #{index}** (line {sample.line}, source {md(sample.source)}): {sample.prompt_len} prompt tokens, "
     f"{sample.seq_len - sample.prompt_len} after them, loss mask on {sum(sample.loss_mask)} tokens. "
     "Grey = prompt, green = response, underline = loss_mask 1; hover a token for its id and piece."
 )

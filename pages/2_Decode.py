@@ -16,7 +16,7 @@ from backend.service import tasks
 from backend.service.checks import engine_readings
 from backend.service.requests import ENGINE_CHOICES, ReplayRequest
 from ui import charts, state
-from ui.html import CSS, chips_html, context_html, legend, output_html, step_statuses
+from ui.html import CSS, chips_html, context_html, legend, md, output_html, step_statuses
 from ui.pickers import dataset_picker, run_label
 from ui.runs import ACCEPT_LENGTH_HELP, get_run, list_runs
 from ui.tables import engine_readings as engine_table
@@ -198,7 +198,7 @@ st.markdown(
     help=DEFINITIONS["expected_accept_length"],
 )
 for note in run.params.get("decoding_notes") or []:
-    st.caption(f"Note: {note}")
+    st.caption(f"Note: {md(note)}")
 
 
 @st.cache_data(show_spinner=False, max_entries=8)
@@ -363,7 +363,7 @@ def hidden_panel(step) -> None:
             st.session_state["decode_reference_task"] = tasks.start_reference(state.db(), run.id, spec)
 
         def show_reference(result: dict) -> None:
-            st.success(f"{result['rows']} rows stored as '{result['reference']}'")
+            st.success(f"{result['rows']} rows stored as '{md(result['reference'])}'")
 
         def pick_up_reference(result: dict) -> None:
             st.session_state["decode_stats_version"] = st.session_state.get("decode_stats_version", 0) + 1

@@ -17,7 +17,7 @@ from backend.engine.wiring import parse_aux_indices
 from backend.service import checks, tasks
 from backend.service.requests import ReplayRequest
 from ui import charts, state
-from ui.html import CSS, mismatch_html
+from ui.html import CSS, md, mismatch_html
 from ui.pickers import first_samples, run_label
 from ui.runs import ACCEPT_LENGTH_HELP, get_run, list_runs
 from ui.tables import engine_readings as engine_table
@@ -27,7 +27,7 @@ from ui.tokens import Pieces
 st.set_page_config(page_title="SpecLens · Diagnostics", layout="wide")
 state.sidebar()
 st.title("Diagnostics")
-st.caption(f"Target `{state.target_path()}` · draft `{state.draft_path()}` (change them in the sidebar)")
+st.caption(f"Target {md(state.target_path())} · draft {md(state.draft_path())} (change them in the sidebar)")
 
 doctor_tab, probe_tab, diff_tab, lint_tab, agreement_tab, whatif_tab, server_tab = st.tabs(
     [
@@ -202,7 +202,7 @@ with lint_tab:
                     f"Fix: {finding['fix']}"
                 )
             if report["effective"]:
-                st.caption(f"{report['engine']} will run: {report['effective']}")
+                st.caption(f"{report['engine']} will run: {md(report['effective'])}")
 
 with agreement_tab:
     st.markdown("Teacher-forced accuracy (what training reports) next to live accept length, per sample.")
@@ -220,7 +220,7 @@ with agreement_tab:
         try:
             training = parse_aux_indices(claimed)
         except BadInput as error:
-            st.error(f"Training wiring: {error}")
+            st.error(f"Training wiring: {md(error)}")
         else:
             st.session_state["agreement_task"] = tasks.start_agreement(
                 state.target_path(), state.draft_path(), samples, steps, max_new, training

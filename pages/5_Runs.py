@@ -7,6 +7,7 @@ import streamlit as st
 from backend import BadInput
 from backend.service import runs as stored_runs
 from ui import state
+from ui.html import md
 from ui.runs import ACCEPT_LENGTH_HELP, list_runs, runs_frame
 
 st.set_page_config(page_title="SpecLens · Runs", layout="wide")
@@ -44,7 +45,7 @@ if run is None:
     st.warning(f"Run {run_id} no longer exists.")
     st.stop()
 if run.error:
-    st.error(f"Run {run.id} {run.status}: {run.error.splitlines()[0]}")
+    st.error(f"Run {run.id} {run.status}: {md(run.error.splitlines()[0])}")
     with st.expander("Full error"):
         st.code(run.error)
 st.json(

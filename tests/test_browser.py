@@ -39,7 +39,7 @@ def hostile_dataset(tmp_path_factory) -> Path:
         "seq_len": len(ids),
         "n_prompt_tokens": len(prompt),
         "n_response_tokens": len(response),
-        "source": "hostile",
+        "source": "hostile` [phish](https://evil.example/login) `x",  # Markdown must stay text
     }
     path = tmp_path_factory.mktemp("browser") / "hostile.jsonl"
     path.write_text(json.dumps(record) + "\n{broken json\n")
@@ -90,6 +90,8 @@ def test_dashboard_in_chromium(tmp_path, hostile_dataset):
         shown = page.locator(".sl-text").first.inner_text()
         assert "<script>alert(1)</script>" in shown and "<img src=x onerror=alert(1)>" in shown
         assert page.locator("img[src='x']").count() == 0 and page.locator("script:text('alert')").count() == 0
+        assert page.locator("a[href*='evil.example']").count() == 0  # the source's Markdown is inert
+        assert page.get_by_text("[phish]").count() >= 1
 
         # Decode: a replay of the demo pair in the background, then step through it
         page.goto(f"{url}/Decode")

@@ -155,3 +155,15 @@ def mismatch_html(input_ids: list[int], rows: list[dict], piece_of, is_mismatch)
         cls = "sl-rej" if bad else "sl-acc"
         spans.append(f'<span class="sl-t {cls}" title="{title}">{show(piece_of(token))}</span>')
     return f'<div class="sl-text">{"".join(spans)}</div>'
+
+
+MARKDOWN_SPECIALS = set("\\`*_{}[]()#+-.!|<>~$&:")
+
+
+def md(text) -> str:
+    """A user-controlled string made inert in Streamlit Markdown (captions, messages): every
+    Markdown, HTML and math character is backslash-escaped, so a backtick cannot end a code span
+    and `[phish](https://…)` stays text; bare URLs and e-mail addresses are not linked."""
+    text = str(text).replace("://", ":\u200b//").replace("www.", "www\u200b.").replace("@", "@\u200b")
+    # (a zero-width space breaks GitHub-flavoured autolinks, which escaping alone does not stop)
+    return "".join("\\" + c if c in MARKDOWN_SPECIALS else c for c in text).replace("\n", " ")

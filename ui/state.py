@@ -11,6 +11,7 @@ import streamlit as st
 from backend.defaults import default_draft, default_target, demo_drafts
 from backend.service import datasets
 from backend.service.database import database_url
+from ui.html import md
 
 KEYS = {
     "db_url": "global_db_url",
@@ -103,7 +104,7 @@ def sidebar() -> None:
         if target != target_path():
             set_value("target", target)
         if not Path(target, "config.json").is_file():
-            st.error(f"No config.json in {target}: pick a local Hugging Face model directory.")
+            st.error(f"No config.json in {md(target)}: pick a local Hugging Face model directory.")
         names = list(drafts())
         current = draft_name(draft_path())
         choice = st.selectbox(
@@ -118,7 +119,7 @@ def sidebar() -> None:
                     add_draft(new)
                     st.rerun()
                 else:
-                    st.error(f"No config.json in {new}")
+                    st.error(f"No config.json in {md(new)}")
 
 
 def follow(widget_key: str, value, options) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from ui.html import md
+
 
 def engine_readings(readings: dict, key: str) -> None:
     """How each engine reads the draft (backend/engine/readings.py) and where they disagree."""
@@ -27,6 +29,6 @@ def engine_readings(readings: dict, key: str) -> None:
     st.dataframe(pd.DataFrame(rows), hide_index=True, key=key)
     st.caption(f"The draft was most likely trained as **{readings['training_engine']}** reads it.")
     for finding in readings["disagreements"]:
-        st.warning(finding["message"])
+        st.warning(md(finding["message"]))
     if not readings["disagreements"]:
         st.success("The serving engines and the training reading agree on this draft.")

@@ -10,6 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from backend.service import tasks
+from ui.html import md
 
 
 def task_panel(
@@ -37,7 +38,7 @@ def task_panel(
     if task is None or task.active:
         return
     if task.status == "failed":
-        st.error(f"{failure}{task.error.splitlines()[0] if task.error else 'failed'}")
+        st.error(f"{failure}{md(task.error.splitlines()[0]) if task.error else 'failed'}")
         if task.details.get("preflight"):
             st.dataframe(
                 pd.DataFrame(task.details["preflight"]["checks"]), hide_index=True, key=f"{key}_preflight"

@@ -73,3 +73,13 @@ def test_context_window_and_legend():
     html = context_html(list(range(100)), piece, limit=60)
     assert html.count("sl-prompt") == 60 and "… 40 earlier" in html
     assert all(cls in legend() for cls in ("sl-acc", "sl-rej", "sl-nr", "sl-bonus"))
+
+
+def test_markdown_escaping_leaves_user_strings_inert():
+    from ui.html import md
+
+    hostile = "a` [phish](https://evil.example/login) `b *x* $y$ <b>z</b>"
+    escaped = md(hostile)
+    assert "[phish]" not in escaped and "\\[phish\\]" in escaped
+    assert "`" not in escaped.replace("\\`", "") and "\\*x\\*" in escaped and "\\$y\\$" in escaped
+    assert "<b>" not in escaped.replace("\\<b\\>", "")
