@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
-
 import pandas as pd
 import streamlit as st
 
@@ -20,15 +17,19 @@ state.sidebar()
 st.title("Samples")
 
 
-def do_import(path: str, name: str, format_choice: str) -> None:
+def do_import(
+    path: str | None, name: str, format_choice: str, upload: tuple[str, bytes] | None = None
+) -> None:
+    format = None if format_choice == "detect" else format_choice
     try:
-        dataset_id, result = stored_datasets.import_dataset(
-            state.db(),
-            path,
-            name or None,
-            state.target_path(),
-            None if format_choice == "detect" else format_choice,
-        )
+        if upload is not None:
+            dataset_id, result = stored_datasets.import_upload(
+                state.db(), upload[0], upload[1], name or None, state.target_path(), format
+            )
+        else:
+            dataset_id, result = stored_datasets.import_dataset(
+                state.db(), path, name or None, state.target_path(), format
+            )
     except BadInput as error:
         st.session_state["samples_import_report"] = {"error": str(error)}
         return
@@ -63,10 +64,7 @@ with st.expander("Import a dataset", expanded=False):
     else:
         upload = st.file_uploader("File", key="samples_upload", type=["jsonl", "json", "txt", "ckpt"])
         if st.button("Import upload", key="samples_import_upload") and upload is not None:
-            folder = Path(tempfile.mkdtemp(prefix="speclens-upload-"))
-            target = folder / Path(upload.name).name
-            target.write_bytes(upload.getvalue())
-            do_import(str(target), name or upload.name, format_choice)
+            do_import(None, name or upload.name, format_choice, upload=(upload.name, upload.getvalue()))
     report = st.session_state.get("samples_import_report")
     if report:
         if "error" in report:

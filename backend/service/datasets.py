@@ -71,3 +71,31 @@ def list_datasets(db_url: str | None) -> list[DatasetInfo]:
 def get_samples(db_url: str | None, dataset_id: int) -> list[Sample]:
     with store.session_scope(open_database(db_url).factory) as session:
         return store.get_samples(session, dataset_id)
+
+
+def import_upload(
+    db_url: str | None,
+    filename: str,
+    data: bytes,
+    name: str | None = None,
+    target_path: str | None = None,
+    format: str | None = None,
+) -> tuple[int, ImportResult]:
+    """An uploaded file, imported from the data folder (beside the database's artifacts, not a
+    temporary folder that nobody cleans): removed after the import, except SpecForge feature files,
+    whose samples keep pointing at them for the train-vs-serve diff."""
+    import shutil
+    import uuid
+
+    folder = open_database(db_url).artifact_dir.parent / "uploads" / uuid.uuid4().hex
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / (Path(filename).name or "upload")
+    path.write_bytes(data)
+    keep = False
+    try:
+        dataset_id, result = import_dataset(db_url, path, name or Path(filename).name, target_path, format)
+        keep = result.format == "specforge"
+        return dataset_id, result
+    finally:
+        if not keep:
+            shutil.rmtree(folder, ignore_errors=True)

@@ -53,7 +53,8 @@ def run_replay(
     target, draft, report = models.pair(request.target, request.draft, request.device, request.dtype)
     view, wiring = request.reading_for(draft, target.num_layers)
     prompt_ids = request.prompt_for(target.tokenizer)
-    warnings = preflight_warnings(report, draft, len(prompt_ids) + request.max_new_tokens) + list(view.notes)
+    length = len(prompt_ids) + request.max_new_tokens
+    warnings = preflight_warnings(report, draft, length) + target_context(target, length) + list(view.notes)
     return run_replay_job(
         open_database(db_url), target, draft, request, wiring, prompt_ids, progress, warnings, view
     )
@@ -74,6 +75,18 @@ def check_tree_mask_supported(target: Target, sequence_length: int) -> None:
             f"this target's sliding-window layers (window {window}) would apply as full attention; "
             f"keep prompt + max new tokens <= {window} (asked {sequence_length})"
         )
+
+
+def target_context(target: Target, sequence_length: int) -> list[str]:
+    """The target's own context, checked like the draft's: positions past max_position_embeddings
+    were never trained (RoPE runs on, the numbers are not the model's)."""
+    limit = getattr(target.model.config, "max_position_embeddings", None)
+    if isinstance(limit, int) and sequence_length > limit:
+        return [
+            f"target context: prompt + max new tokens = {sequence_length} exceeds the target's "
+            f"max_position_embeddings {limit}; positions past it were never trained"
+        ]
+    return []
 
 
 def preflight_warnings(report: PreflightReport, draft: Eagle3Draft, sequence_length: int) -> list[str]:

@@ -91,3 +91,16 @@ def test_demo_dataset_is_registered_once_on_a_fresh_database(db_url):
     )
     assert len(get_samples(db_url, dataset_id)) == dataset.sample_count > 0
     assert ensure_demo_dataset(db_url) is None and len(list_datasets(db_url)) == 1
+
+
+def test_an_upload_is_imported_from_the_data_folder_and_removed(tmp_path, vocab_target):
+    from backend.service.database import open_database
+    from backend.service.datasets import get_samples, import_upload
+
+    db_url = f"sqlite:///{tmp_path / 'up.db'}"
+    data = mixed_jsonl(tmp_path / "mixed.jsonl").read_bytes()
+    dataset_id, result = import_upload(db_url, "../../evil/mixed.jsonl", data, None, vocab_target)
+    assert len(result.samples) == 2 and len(get_samples(db_url, dataset_id)) == 2
+    uploads = open_database(db_url).artifact_dir.parent / "uploads"
+    assert uploads.is_dir() and not any(uploads.iterdir())  # nothing left behind, nothing outside it
+    assert not (tmp_path / "evil").exists()
