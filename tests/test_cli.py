@@ -325,13 +325,13 @@ def test_cli_import_contract(tmp_path):
         str(path),
         "--name",
         "mine",
-        "--target",
-        str(tmp_path / "none"),
         "--db",
         url,
         "--json",
     )
     assert done.returncode == 0, done.stderr
+    unreadable = cli("import", "--samples", str(path), "--target", str(tmp_path / "none"), "--db", url)
+    assert unreadable.returncode == 2 and unreadable.stderr.count("\n") == 1 and "none" in unreadable.stderr
     out = json.loads(done.stdout)
     assert (
         out["imported"] == 1

@@ -138,21 +138,32 @@ def _flatten(raw: dict) -> dict:
     return merged
 
 
+MAX_CONFIG_BYTES = 16 * 1024 * 1024
+
+
+def read_json_object(file: Path) -> dict:
+    """A JSON object from a config file: a regular file of bounded size, UTF-8, an object. Every
+    failure is a BadInput naming the file."""
+    if not file.is_file():
+        raise BadInput(f"{file}: not a regular file")
+    if file.stat().st_size > MAX_CONFIG_BYTES:
+        raise BadInput(f"{file}: {file.stat().st_size} bytes is too large for a config file")
+    try:
+        raw = json.loads(file.read_bytes().decode("utf-8-sig"))
+    except UnicodeDecodeError:
+        raise BadInput(f"{file}: not UTF-8 text") from None
+    except (json.JSONDecodeError, RecursionError) as error:
+        raise BadInput(f"{file}: not valid JSON ({str(error).splitlines()[0]})") from None
+    if not isinstance(raw, dict):
+        raise BadInput(f"{file}: expected a JSON object")
+    return raw
+
+
 def read_config_file(draft_dir: Path) -> dict:
     path = Path(draft_dir) / "config.json"
     if not path.is_file():
         raise BadInput(f"{draft_dir}: no config.json (is this an EAGLE-3 draft directory?)")
-    if path.stat().st_size > 16 * 1024 * 1024:
-        raise BadInput(f"{path}: too large for a config file")
-    try:
-        raw = json.loads(path.read_bytes().decode("utf-8-sig"))
-    except UnicodeDecodeError:
-        raise BadInput(f"{path}: not UTF-8 text") from None
-    except (json.JSONDecodeError, RecursionError) as error:
-        raise BadInput(f"{path}: not valid JSON ({str(error).splitlines()[0]})") from None
-    if not isinstance(raw, dict):
-        raise BadInput(f"{path}: expected a JSON object")
-    return raw
+    return read_json_object(path)
 
 
 def parse_draft_config(raw: dict) -> DraftConfig:

@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from backend import BadInput
-from backend.engine.draft_config import DraftConfig, parse_draft_config, read_config_file
+from backend.engine.draft_config import DraftConfig, parse_draft_config, read_config_file, read_json_object
 from backend.engine.draft_model import Eagle3Draft
 from backend.engine.layouts import file_name, to_internal_names
 from backend.engine.readings import read_as
@@ -85,26 +85,6 @@ def read_target_config(path: str | Path):
         return AutoConfig.from_pretrained(path, local_files_only=True)
     except Exception as error:  # noqa: BLE001 - transformers' many config errors: the file is the cause
         raise BadInput(f"{file}: transformers cannot read it ({str(error).splitlines()[0]})") from None
-
-
-MAX_CONFIG_BYTES = 16 * 1024 * 1024
-
-
-def read_json_object(file: Path) -> dict:
-    """A JSON object from a config file: a regular file of bounded size, UTF-8, an object."""
-    if not file.is_file():
-        raise BadInput(f"{file}: not a regular file")
-    if file.stat().st_size > MAX_CONFIG_BYTES:
-        raise BadInput(f"{file}: {file.stat().st_size} bytes is too large for a config file")
-    try:
-        raw = json.loads(file.read_bytes().decode("utf-8-sig"))
-    except UnicodeDecodeError:
-        raise BadInput(f"{file}: not UTF-8 text") from None
-    except (json.JSONDecodeError, RecursionError) as error:
-        raise BadInput(f"{file}: not valid JSON ({str(error).splitlines()[0]})") from None
-    if not isinstance(raw, dict):
-        raise BadInput(f"{file}: expected a JSON object")
-    return raw
 
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")

@@ -38,6 +38,7 @@ from backend.engine.kv_cache import (
     target_forward,
 )
 from backend.engine.loading import Target
+from backend.engine.metrics import simulated_accept_length
 from backend.engine.readings import DraftMath
 from backend.engine.records import PrefillRecord, StepRecord
 from backend.engine.sampling import GREEDY, Sampling, exponential_race, inverse_cdf, target_distribution
@@ -272,17 +273,11 @@ def chain_tree(proposal: Proposal, verdict: Verdict, argmax_probs: list[float] |
             scores.append(running)
         tree.update(scores=scores, draft_probs=list(proposal.probs))
         tree["accept_probs"] = [float(d == a) for d, a in zip(drafted, verdict.target_argmax, strict=False)]
-        tree["expected_accepted"] = float(_running_products(tree["accept_probs"]))
+        tree["expected_accepted"] = float(
+            simulated_accept_length(tree["accept_probs"])
+        )  # sum of path products
         tree["argmax"], tree["argmax_probs"] = list(verdict.target_argmax), list(argmax_probs or [])
     return tree
-
-
-def _running_products(values: list[float]) -> float:
-    total, running = 0.0, 1.0
-    for value in values:
-        running *= value
-        total += running
-    return total
 
 
 def replay(

@@ -21,15 +21,20 @@ def plain_greedy(target, prompt: list[int], max_new_tokens: int) -> list[int]:
     return out[0, len(prompt) :].tolist()
 
 
+def _full_forward(target, wiring, tokens: list[int]):
+    """(logits [T, V], fused aux features) of one cache-free forward over `tokens`."""
+    with AuxCapture(target.model, wiring.aux_hf_indices) as capture:
+        logits = target.model(input_ids=torch.tensor([tokens])).logits[0]
+        return logits, capture.features()
+
+
 @torch.inference_mode()
 def oracle_replay(target, draft, prompt: list[int], wiring, num_steps: int, max_new_tokens: int):
     """Returns (output_ids, [(drafted_ids, accepted_count), ...])."""
     eos = set(target.eos_token_ids)
 
     def full(tokens):
-        with AuxCapture(target.model, wiring.aux_hf_indices) as capture:
-            logits = target.model(input_ids=torch.tensor([tokens])).logits[0]
-            return logits, capture.features()
+        return _full_forward(target, wiring, tokens)
 
     logits, _ = full(prompt)
     tokens = list(prompt) + [int(logits[-1].argmax())]
@@ -80,9 +85,7 @@ def oracle_tree_replay(
     eos = set(target.eos_token_ids)
 
     def full(tokens):
-        with AuxCapture(target.model, wiring.aux_hf_indices) as capture:
-            logits = target.model(input_ids=torch.tensor([tokens])).logits[0]
-            return logits, capture.features()
+        return _full_forward(target, wiring, tokens)
 
     logits, _ = full(prompt)
     tokens = list(prompt) + [int(logits[-1].argmax())]
