@@ -1,9 +1,10 @@
-"""Background tasks for the dashboard: long work (a replay, a probe, a batch) runs in a thread while
-the page polls its progress; the user can leave the page and come back.
+"""Background tasks for the dashboard: long work (a replay, a probe, a batch) is tracked by a thread
+while the page polls its progress; the user can leave the page and come back.
 
-One process-wide manager. Model work is serialised by one lock: the target is shared between
-tasks, and a replay's forward hooks must not see another task's forwards. Models stay loaded
-between tasks (`backend.service.models`). Every job a page can start is a `start_*` function here:
+One process-wide manager. Model work runs in the worker process (backend/service/worker.py), one
+job at a time: the target is shared between tasks, and a replay's forward hooks must not see
+another task's forwards. Models stay loaded between tasks in the worker (`backend.service.models`).
+A job that kills its worker fails alone; the dashboard stays up. Every job a page can start is a `start_*` function here:
 pages pass plain values and requests, never code. This module imports torch lazily.
 """
 
@@ -21,6 +22,15 @@ from backend import BadInput
 from backend.engine.records import Progress
 from backend.service import models
 from backend.service.requests import ReplayRequest
+from backend.service.worker import WORKER, JobFailed
+
+
+class WorkerBadInput(BadInput):
+    """A BadInput raised in the worker, with the details (a refused draft's report) it carried."""
+
+    def __init__(self, message: str, details: dict):
+        super().__init__(message)
+        self.details = details
 
 
 @dataclass
@@ -66,13 +76,29 @@ class TaskManager:
                 except BadInput as error:  # PreflightRefused carries the whole report for the page
                     report = getattr(error, "report", None)
                     task.details = {"preflight": report.to_dict()} if report is not None else {}
+                    task.details = getattr(error, "details", None) or task.details
                     task.error, task.finished, task.status = str(error), time.time(), "failed"
+                except JobFailed as failed:  # the worker already formatted it (type, message, trace)
+                    task.error, task.finished, task.status = str(failed), time.time(), "failed"
                 except Exception as error:  # noqa: BLE001 - shown on the page, never crashes it
                     task.error = f"{type(error).__name__}: {error}\n{traceback.format_exc(limit=4)}"
                     task.finished, task.status = time.time(), "failed"
 
         threading.Thread(target=run, name=f"speclens-{kind}-{task.id}", daemon=True).start()
         return task.id
+
+    def submit_job(self, kind: str, label: str, job: Callable, *args) -> str:
+        """A model job run in the worker process (backend/service/worker.py): job(*args, progress=...)."""
+
+        def work(progress: Progress) -> Any:
+            try:
+                return WORKER.run(job, args, {}, progress)
+            except JobFailed as failed:
+                if failed.bad_input:
+                    raise WorkerBadInput(str(failed), failed.details) from None
+                raise
+
+        return self.submit(kind, label, work)
 
     def get(self, task_id: str | None) -> Task | None:
         with self._guard:
@@ -98,20 +124,64 @@ MANAGER = TaskManager()
 
 
 # ----------------------------------------------------------------------------- the jobs pages start
+# Each job is a top-level function of plain arguments (it runs in the worker process, see
+# backend/service/worker.py); each start_* validates what it can here and submits the job.
+
+
+def replay_job(db_url: str | None, request: ReplayRequest, *, progress: Progress) -> dict:
+    from backend.service.jobs import run_replay
+
+    outcome = run_replay(request, db_url, progress)
+    return {
+        "run_id": outcome.run_id,
+        "mean_accept_length": outcome.metrics.get("mean_accept_length"),
+        "warnings": outcome.warnings,
+    }
 
 
 def start_replay(db_url: str | None, request: ReplayRequest, label: str | None = None) -> str:
-    def work(progress: Progress) -> dict:
-        from backend.service.jobs import run_replay
+    return MANAGER.submit_job("replay", label or request.label, replay_job, db_url, request)
 
-        outcome = run_replay(request, db_url, progress)
-        return {
-            "run_id": outcome.run_id,
-            "mean_accept_length": outcome.metrics.get("mean_accept_length"),
-            "warnings": outcome.warnings,
-        }
 
-    return MANAGER.submit("replay", label or request.label, work)
+def compare_job(
+    db_url: str | None,
+    target: str,
+    sides: tuple,
+    samples: list,
+    num_steps: int,
+    max_new_tokens: int,
+    dataset_id: int,
+    *,
+    progress: Progress,
+) -> list[dict]:
+    from backend.service.jobs import run_replay
+
+    rows = []
+    for number, sample in enumerate(samples):
+        row = {"sample #": sample.index, "source": sample.source}
+        for side, draft, decoding in sides:
+            progress(
+                (2 * number + (side == "B")) / (2 * len(samples)),
+                f"sample {number + 1}/{len(samples)}, draft {side}",
+            )
+            request = ReplayRequest(
+                target,
+                draft,
+                prompt_ids=tuple(sample.prompt_ids),
+                num_steps=num_steps,
+                max_new_tokens=max_new_tokens,
+                sample_id=sample.id,
+                sample_ref=f"dataset {dataset_id} #{sample.index}",
+                **decoding,
+            )
+            outcome = run_replay(request, db_url)
+            row[f"run {side}"], row[f"AL {side}"] = (
+                outcome.run_id,
+                outcome.metrics.get("mean_accept_length"),
+            )
+        row["AL delta (B - A)"] = (row["AL B"] or 0) - (row["AL A"] or 0)
+        rows.append(row)
+    return sorted(rows, key=lambda r: -abs(r["AL delta (B - A)"]))
 
 
 def start_compare(
@@ -132,97 +202,117 @@ def start_compare(
     sides = (("A", draft_a, dict(decoding_a or {})), ("B", draft_b, dict(decoding_b or {})))
     for _, draft, decoding in sides:  # a bad setting is refused before the job starts
         ReplayRequest(target, draft, prompt_ids=(0,), num_steps=num_steps, **decoding)
-
-    def work(progress: Progress) -> list[dict]:
-        from backend.service.jobs import run_replay
-
-        rows = []
-        for number, sample in enumerate(samples):
-            row = {"sample #": sample.index, "source": sample.source}
-            for side, draft, decoding in sides:
-                progress(
-                    (2 * number + (side == "B")) / (2 * len(samples)),
-                    f"sample {number + 1}/{len(samples)}, draft {side}",
-                )
-                request = ReplayRequest(
-                    target,
-                    draft,
-                    prompt_ids=tuple(sample.prompt_ids),
-                    num_steps=num_steps,
-                    max_new_tokens=max_new_tokens,
-                    sample_id=sample.id,
-                    sample_ref=f"dataset {dataset_id} #{sample.index}",
-                    **decoding,
-                )
-                outcome = run_replay(request, db_url)
-                row[f"run {side}"], row[f"AL {side}"] = (
-                    outcome.run_id,
-                    outcome.metrics.get("mean_accept_length"),
-                )
-            row["AL delta (B - A)"] = (row["AL B"] or 0) - (row["AL A"] or 0)
-            rows.append(row)
-        return sorted(rows, key=lambda r: -abs(r["AL delta (B - A)"]))
-
-    return MANAGER.submit(
-        "compare", f"{_name(draft_a)} vs {_name(draft_b)} on {len(samples)} sample(s)", work
+    label = f"{_name(draft_a)} vs {_name(draft_b)} on {len(samples)} sample(s)"
+    return MANAGER.submit_job(
+        "compare", label, compare_job, db_url, target, sides, samples, num_steps, max_new_tokens, dataset_id
     )
+
+
+def probe_job(target_path, draft_path, samples, num_steps, budget, live, *, progress: Progress) -> dict:
+    from backend.diagnostics.probe import run_probe
+
+    progress(0.0, "loading models")
+    target, draft, report = models.pair(target_path, draft_path)
+    return run_probe(
+        target, draft, report.wiring, samples, num_steps, budget, live, progress=progress
+    ).to_dict()
 
 
 def start_probe(
     target_path: str, draft_path: str, samples: list, num_steps: int, budget: int, live: int
 ) -> str:
-    def work(progress: Progress) -> dict:
-        from backend.diagnostics.probe import run_probe
+    return MANAGER.submit_job(
+        "probe",
+        f"probe {_name(draft_path)}",
+        probe_job,
+        target_path,
+        draft_path,
+        samples,
+        num_steps,
+        budget,
+        live,
+    )
 
-        progress(0.0, "loading models")
-        target, draft, report = models.pair(target_path, draft_path)
-        return run_probe(
-            target, draft, report.wiring, samples, num_steps, budget, live, progress=progress
-        ).to_dict()
 
-    return MANAGER.submit("probe", f"probe {_name(draft_path)}", work)
+def reference_job(db_url: str | None, run_id: int, reference: dict, *, progress: Progress) -> dict:
+    from backend.service.references import compute_reference
+
+    return compute_reference(db_url, run_id, reference, progress)
 
 
 def start_reference(db_url: str | None, run_id: int, reference: dict) -> str:
     """Compare a run's fed features with a reference and store the rows (backend.service.references)."""
+    return MANAGER.submit_job(
+        "reference", f"run {run_id} vs {reference.get('kind')}", reference_job, db_url, run_id, reference
+    )
 
-    def work(progress: Progress) -> dict:
-        from backend.service.references import compute_reference
 
-        return compute_reference(db_url, run_id, reference, progress)
+def doctor_job(target_path, draft_path, samples, other_draft, *, progress: Progress) -> dict:
+    from backend.diagnostics.doctor import doctor
 
-    return MANAGER.submit("reference", f"run {run_id} vs {reference.get('kind')}", work)
+    progress(0.1, "reading the checkpoint")
+    return doctor(draft_path, target_path, samples, other_draft)
 
 
 def start_doctor(target_path: str, draft_path: str, samples: list, other_draft: str | None) -> str:
-    def work(progress: Progress) -> dict:
-        from backend.diagnostics.doctor import doctor
+    return MANAGER.submit_job(
+        "doctor",
+        f"checkpoint doctor {_name(draft_path)}",
+        doctor_job,
+        target_path,
+        draft_path,
+        samples,
+        other_draft,
+    )
 
-        progress(0.1, "reading the checkpoint")
-        return doctor(draft_path, target_path, samples, other_draft)
 
-    return MANAGER.submit("doctor", f"checkpoint doctor {_name(draft_path)}", work)
+def train_vs_serve_job(target_path: str, draft_path: str, feature_path: str, *, progress: Progress) -> dict:
+    from backend.data.features import load_feature_file
+    from backend.diagnostics.hidden_diff import train_vs_serve
+
+    progress(0.1, "loading models")
+    target, _, report = models.pair(target_path, draft_path)
+    features = load_feature_file(feature_path, target.hidden_size)
+    progress(0.4, "recomputing serving features")
+    diff = train_vs_serve(target, features, list(report.wiring.aux_hf_indices))
+    return {
+        **diff.to_dict(),
+        "rows": diff.rows,
+        "chunk_names": diff.chunk_names,
+        "input_ids": features.input_ids,
+        "target": target_path,
+    }
 
 
 def start_train_vs_serve(target_path: str, draft_path: str, feature_path: str) -> str:
-    def work(progress: Progress) -> dict:
-        from backend.data.features import load_feature_file
-        from backend.diagnostics.hidden_diff import train_vs_serve
+    return MANAGER.submit_job(
+        "diff", f"train vs serve {feature_path}", train_vs_serve_job, target_path, draft_path, feature_path
+    )
 
-        progress(0.1, "loading models")
-        target, _, report = models.pair(target_path, draft_path)
-        features = load_feature_file(feature_path, target.hidden_size)
-        progress(0.4, "recomputing serving features")
-        diff = train_vs_serve(target, features, list(report.wiring.aux_hf_indices))
-        return {
-            **diff.to_dict(),
-            "rows": diff.rows,
-            "chunk_names": diff.chunk_names,
-            "input_ids": features.input_ids,
-            "target": target_path,
-        }
 
-    return MANAGER.submit("diff", f"train vs serve {feature_path}", work)
+def agreement_job(
+    target_path,
+    draft_path,
+    samples,
+    num_steps,
+    max_new_tokens,
+    training_aux_hf_indices,
+    *,
+    progress: Progress,
+) -> dict:
+    from backend.diagnostics.agreement import DEFINITION, teacher_vs_live
+    from backend.engine.wiring import Wiring, check_indices
+
+    progress(0.0, "loading models")
+    target, draft, report = models.pair(target_path, draft_path)
+    claimed = None
+    if training_aux_hf_indices:
+        check_indices(training_aux_hf_indices, target.num_layers)
+        claimed = Wiring(tuple(training_aux_hf_indices), "claimed training wiring")
+    rows = teacher_vs_live(
+        target, draft, report.wiring, samples, num_steps, max_new_tokens, progress, claimed
+    )
+    return {"rows": rows, "definition": DEFINITION}
 
 
 def start_agreement(
@@ -234,23 +324,17 @@ def start_agreement(
     training_aux_hf_indices: tuple[int, ...] | None,
 ) -> str:
     """Teacher-forced accuracy (under the claimed training wiring) next to live acceptance."""
-
-    def work(progress: Progress) -> dict:
-        from backend.diagnostics.agreement import DEFINITION, teacher_vs_live
-        from backend.engine.wiring import Wiring, check_indices
-
-        progress(0.0, "loading models")
-        target, draft, report = models.pair(target_path, draft_path)
-        claimed = None
-        if training_aux_hf_indices:
-            check_indices(training_aux_hf_indices, target.num_layers)
-            claimed = Wiring(tuple(training_aux_hf_indices), "claimed training wiring")
-        rows = teacher_vs_live(
-            target, draft, report.wiring, samples, num_steps, max_new_tokens, progress, claimed
-        )
-        return {"rows": rows, "definition": DEFINITION}
-
-    return MANAGER.submit("agreement", "accuracy vs live", work)
+    return MANAGER.submit_job(
+        "agreement",
+        "accuracy vs live",
+        agreement_job,
+        target_path,
+        draft_path,
+        samples,
+        num_steps,
+        max_new_tokens,
+        training_aux_hf_indices,
+    )
 
 
 def _name(path: str) -> str:

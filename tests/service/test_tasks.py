@@ -179,3 +179,21 @@ def test_doctor_and_train_vs_serve_tasks(bigram_setup, tmp_path):
         and diff.result["training_aux_hf_indices"] == TRAINED
     )
     assert diff.result["input_ids"] == ids and diff.result["first_mismatch"]["position"] == 0
+
+
+def test_a_job_that_kills_or_starves_its_worker_fails_alone():
+    """Model jobs run in a worker process: a job that dies (SIGKILL, like the kernel's OOM killer) or
+    exhausts a memory limit fails with a message, and the next job runs in a fresh or the same worker."""
+    from backend.service.worker import WORKER
+    from tests.support import jobs
+
+    first = MANAGER.wait(MANAGER.submit_job("test", "answer", jobs.answer, 41), 120)
+    assert (first.status, first.result) == ("done", 41)
+    worker = WORKER.pid
+    assert worker is not None and worker != __import__("os").getpid()
+    died = MANAGER.wait(MANAGER.submit_job("test", "die", jobs.die), 120)
+    assert died.status == "failed" and "died with exit code -9" in died.error and "out of memory?" in died.error
+    starved = MANAGER.wait(MANAGER.submit_job("test", "memory", jobs.exhaust_memory, 2 * 1024**3), 120)
+    assert starved.status == "failed" and starved.error.startswith("MemoryError")
+    after = MANAGER.wait(MANAGER.submit_job("test", "answer again", jobs.answer, 42), 120)
+    assert (after.status, after.result) == ("done", 42) and WORKER.pid not in (None, worker)

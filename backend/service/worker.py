@@ -1,0 +1,112 @@
+"""The dashboard's model work runs in a worker process, not in the Streamlit server: a job that
+crashes the interpreter or runs out of memory ends that job (its task fails, its run is reaped as
+interrupted) and the server keeps serving.
+
+One long-lived worker, started with `spawn` (never `fork`: the server is multithreaded), keeps the
+loaded models between jobs (`backend.service.models` lives in it). A job is a top-level function
+and plain arguments, so it pickles by reference; it reports progress through a queue. A worker
+that dies is replaced at the next job. SPECLENS_JOBS_IN_PROCESS=1 runs jobs in the calling thread
+instead (debugging).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import queue
+import threading
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from backend import BadInput
+from backend.engine.records import Progress
+
+POLL_S = 0.5
+
+
+class WorkerDied(RuntimeError):
+    pass
+
+
+class JobFailed(Exception):
+    """A job that raised in the worker: its message and, for a refused draft, the preflight report."""
+
+    def __init__(self, message: str, details: dict, bad_input: bool):
+        super().__init__(message)
+        self.details, self.bad_input = details, bad_input
+
+
+def _serve(requests, responses) -> None:
+    """The worker's loop: run each job, stream its progress, send its result or its error."""
+    while True:
+        job, args, kwargs = requests.get()
+
+        def progress(fraction: float, message: str) -> None:
+            responses.put(("progress", float(fraction), str(message)))
+
+        try:
+            responses.put(("done", job(*args, progress=progress, **kwargs)))
+        except BadInput as error:
+            report = getattr(error, "report", None)
+            details = {"preflight": report.to_dict()} if report is not None else {}
+            responses.put(("failed", str(error), details, True))
+        except BaseException as error:  # noqa: BLE001 - reported to the page; the worker lives on
+            message = f"{type(error).__name__}: {error}\n{traceback.format_exc(limit=4)}"
+            responses.put(("failed", message, {}, False))
+
+
+class Worker:
+    def __init__(self) -> None:
+        self._context = multiprocessing.get_context("spawn")
+        self._process = None
+        self._lock = threading.Lock()  # one job at a time (the models are shared inside)
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None and self._process.is_alive() else None
+
+    def _start(self) -> None:
+        self._requests, self._responses = self._context.Queue(), self._context.Queue()
+        self._process = self._context.Process(
+            target=_serve, args=(self._requests, self._responses), name="speclens-worker", daemon=True
+        )
+        self._process.start()
+
+    def run(self, job: Callable, args: tuple, kwargs: dict, progress: Progress) -> Any:
+        """Run job(*args, progress=..., **kwargs) in the worker; its result, or JobFailed / WorkerDied."""
+        if os.environ.get("SPECLENS_JOBS_IN_PROCESS") == "1":
+            return job(*args, progress=progress, **kwargs)
+        with self._lock:
+            if self._process is None or not self._process.is_alive():
+                self._start()
+            self._requests.put((job, args, kwargs))
+            while True:
+                try:
+                    message = self._responses.get(timeout=POLL_S)
+                except queue.Empty:
+                    if not self._process.is_alive():
+                        code = self._process.exitcode
+                        self._process = None
+                        hint = " (killed: out of memory?)" if code is not None and code < 0 else ""
+                        raise WorkerDied(
+                            f"the worker process running this job died with exit code {code}{hint}; "
+                            "the dashboard is fine, and a new worker starts with the next job"
+                        ) from None
+                    continue
+                if message[0] == "progress":
+                    progress(message[1], message[2])
+                elif message[0] == "done":
+                    return message[1]
+                else:
+                    raise JobFailed(message[1], message[2], message[3])
+
+    def stop(self) -> None:
+        with self._lock:
+            if self._process is not None and self._process.is_alive():
+                self._process.kill()
+                self._process.join(5)
+            self._process = None
+
+
+WORKER = Worker()
