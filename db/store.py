@@ -226,6 +226,12 @@ def reap_stale_runs(session: Session, stale_after_s: float = STALE_AFTER_S) -> l
     return reaped
 
 
+def set_artifact(session: Session, run_id: int, artifact_path: str, artifact_sha256: str) -> None:
+    run = session.get(Run, run_id)
+    if run is not None:
+        run.artifact_path, run.artifact_sha256 = artifact_path, artifact_sha256
+
+
 def finish_run(
     session: Session,
     run_id: int,

@@ -510,6 +510,14 @@ def test_a_killed_replay_keeps_every_committed_step(tmp_path):
     (run,) = list_runs(f"sqlite:///{db_path}")
     assert run.status == "interrupted" and "is gone" in run.error and run.finished_at is not None
     assert len(run.output_ids) >= 40 and get_run(f"sqlite:///{db_path}", run.id).step_count >= 40
+    # the hidden states written with each commit were merged when the run was reaped
+    from db.artifacts import read_artifact
+
+    assert run.artifact_path and Path(run.artifact_path).is_file()
+    tensors = read_artifact(run.artifact_path, run.artifact_sha256)
+    stored_positions = tensors["aux_positions"].tolist()
+    assert stored_positions == sorted(set(stored_positions)) and len(tensors["draft_hidden"]) >= 30
+    assert tensors["aux_features"].shape[0] == len(stored_positions) and "prompt_aux_features" in tensors
     with sqlite3.connect(db_path) as connection:
         rows = connection.execute(
             "SELECT step_index, position, committed_ids FROM steps ORDER BY step_index"

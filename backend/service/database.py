@@ -40,9 +40,18 @@ def reap(database: Database) -> list[int]:
     steps and partial output; a read-only database is left as it is."""
     try:
         with store.session_scope(database.factory) as session:
-            return store.reap_stale_runs(session)
+            reaped = store.reap_stale_runs(session)
     except OperationalError:
         return []
+    if reaped and database.artifact_dir is not None:
+        from backend.service.jobs import recover_artifact  # torch, only when there is something to merge
+
+        for run_id in reaped:
+            artifact = recover_artifact(database.artifact_dir, run_id)
+            if artifact["artifact_path"]:
+                with store.session_scope(database.factory) as session:
+                    store.set_artifact(session, run_id, **artifact)
+    return reaped
 
 
 def database_url(url: str | None = None) -> str:

@@ -28,7 +28,7 @@ from backend.service import models
 from backend.service.database import Database, open_database
 from backend.service.requests import ReplayRequest
 from db import store
-from db.artifacts import write_artifact
+from db.artifacts import read_artifact, write_artifact
 
 
 @dataclass
@@ -168,8 +168,8 @@ def run_replay_job(
             sample_id=request.sample_id,
         )
     outcome = ReplayOutcome(run_id, [], [], {}, wiring, list(warnings or []), view.engine, params=params)
-    tensors = RunTensors()
-    writer = RunWriter(database, run_id)
+    tensors = RunTensors(database.artifact_dir, run_id)
+    writer = RunWriter(database, run_id, tensors)
     try:
         for record in replay(target, draft, prompt_ids, wiring, config):
             if isinstance(record, PrefillRecord):
@@ -230,8 +230,8 @@ class RunWriter:
     COMMIT_EVERY_S = 0.25
     COMMIT_EVERY_STEPS = 32
 
-    def __init__(self, database: Database, run_id: int):
-        self.database, self.run_id = database, run_id
+    def __init__(self, database: Database, run_id: int, tensors: RunTensors | None = None):
+        self.database, self.run_id, self.tensors = database, run_id, tensors
         self.steps: list[StepRecord] = []
         self.stats: list[dict] = []
         self.output_ids: list[int] = []  # everything emitted so far, stored with each batch
@@ -256,6 +256,8 @@ class RunWriter:
                 raise store.RunGone(self.run_id)
             store.add_steps(session, self.run_id, self.steps)
             store.add_token_stats(session, self.run_id, self.stats)
+        if self.tensors is not None:  # the committed steps' tensors reach the disk too
+            self.tensors.flush()
         self.steps, self.stats = [], []
         self.last_commit = time.perf_counter()
 
@@ -264,38 +266,89 @@ class RunWriter:
 
 
 class RunTensors:
-    """A run's recorded tensors, gathered as records arrive and written to one artifact at the end."""
+    """A run's recorded tensors, written as they arrive: each writer commit also writes the tensors
+    gathered since the last one as a part file (`<artifacts>/<run>/parts/NNNNN.safetensors`), and
+    the end of the run merges the parts into one artifact. A run whose process was killed keeps
+    every part written, and `recover_artifact` merges them when the run is reaped."""
 
-    def __init__(self):
-        self.parts: dict[str, list[torch.Tensor]] = {
-            "aux_features": [],
-            "aux_positions": [],
-            "draft_hidden": [],
-        }
+    NAMES = ("aux_features", "aux_positions", "draft_hidden")
+
+    def __init__(self, artifact_dir: Path | None = None, run_id: int | None = None):
+        self.folder = (
+            None if artifact_dir is None or run_id is None else Path(artifact_dir) / str(run_id) / "parts"
+        )
+        self.pending: dict[str, list[torch.Tensor]] = {name: [] for name in self.NAMES}
+        self.prompt: torch.Tensor | None = None
+        self.written = 0
 
     def add(self, record: PrefillRecord | StepRecord, indices) -> list[dict]:
         """Keep the record's tensors; return the token_stats rows (norm per position and chunk)."""
         if record.aux_features is None:
             return []
         if isinstance(record, PrefillRecord):
-            self.parts["prompt_aux_features"] = [record.aux_features]
+            self.prompt = record.aux_features
             return chunk_norms(record.aux_features, 0, indices)
         rows = record.aux_features.shape[0]
-        self.parts["aux_features"].append(record.aux_features)
-        self.parts["aux_positions"].append(torch.arange(record.position, record.position + rows))
-        self.parts["draft_hidden"].append(record.draft_hidden)
+        self.pending["aux_features"].append(record.aux_features)
+        self.pending["aux_positions"].append(torch.arange(record.position, record.position + rows))
+        self.pending["draft_hidden"].append(record.draft_hidden)
         return chunk_norms(record.aux_features, record.position, indices)
 
-    def save(self, artifact_dir, run_id: int) -> dict:
-        present = {
+    def _batch(self) -> dict[str, torch.Tensor]:
+        batch = {
             name: torch.cat(parts) if name != "draft_hidden" else torch.stack(parts)
-            for name, parts in self.parts.items()
+            for name, parts in self.pending.items()
             if parts
         }
-        if not present or artifact_dir is None:
-            return {"artifact_path": None, "artifact_sha256": None}
-        path, sha = write_artifact(Path(artifact_dir) / str(run_id), "hidden_states", present)
-        return {"artifact_path": path, "artifact_sha256": sha}
+        if self.prompt is not None:
+            batch["prompt_aux_features"] = self.prompt
+        return batch
+
+    def flush(self) -> None:
+        """Write what arrived since the last flush as the next part file."""
+        batch = self._batch()
+        if not batch or self.folder is None:
+            return
+        write_artifact(self.folder, f"{self.written:05d}", batch)
+        self.written += 1
+        self.pending = {name: [] for name in self.NAMES}
+        self.prompt = None
+
+    def save(self, artifact_dir=None, run_id: int | None = None) -> dict:
+        """The run's artifact: every part and what is still pending, merged into one file."""
+        if self.folder is None:
+            if artifact_dir is None or run_id is None:
+                return {"artifact_path": None, "artifact_sha256": None}
+            self.folder = Path(artifact_dir) / str(run_id) / "parts"
+        self.flush()
+        return merge_parts(self.folder)
+
+
+def merge_parts(folder: Path) -> dict:
+    """Merge a run's part files (in order) into `<run>/hidden_states.safetensors`; the parts go."""
+    import shutil
+
+    parts = sorted(folder.glob("*.safetensors")) if folder.is_dir() else []
+    loaded = [read_artifact(str(p)) for p in parts]
+    merged: dict[str, torch.Tensor] = {}
+    for name in RunTensors.NAMES:
+        pieces = [part[name] for part in loaded if name in part]
+        if pieces:
+            merged[name] = torch.cat(pieces)
+    prompt = next((part["prompt_aux_features"] for part in loaded if "prompt_aux_features" in part), None)
+    if prompt is not None:
+        merged["prompt_aux_features"] = prompt
+    if not merged:
+        shutil.rmtree(folder, ignore_errors=True)
+        return {"artifact_path": None, "artifact_sha256": None}
+    path, sha = write_artifact(folder.parent, "hidden_states", merged)
+    shutil.rmtree(folder, ignore_errors=True)
+    return {"artifact_path": path, "artifact_sha256": sha}
+
+
+def recover_artifact(artifact_dir: Path, run_id: int) -> dict:
+    """The artifact of a run whose writer died: its part files merged (None when there are none)."""
+    return merge_parts(Path(artifact_dir) / str(run_id) / "parts")
 
 
 def chunk_norms(features: torch.Tensor, first_position: int, indices) -> list[dict]:

@@ -181,6 +181,7 @@ def test_doctor_and_train_vs_serve_tasks(bigram_setup, tmp_path):
     assert diff.result["input_ids"] == ids and diff.result["first_mismatch"]["position"] == 0
 
 
+@pytest.mark.slow  # spawns and kills worker processes
 def test_a_job_that_kills_or_starves_its_worker_fails_alone():
     """Model jobs run in a worker process: a job that dies (SIGKILL, like the kernel's OOM killer) or
     exhausts a memory limit fails with a message, and the next job runs in a fresh or the same worker."""
@@ -192,7 +193,9 @@ def test_a_job_that_kills_or_starves_its_worker_fails_alone():
     worker = WORKER.pid
     assert worker is not None and worker != __import__("os").getpid()
     died = MANAGER.wait(MANAGER.submit_job("test", "die", jobs.die), 120)
-    assert died.status == "failed" and "died with exit code -9" in died.error and "out of memory?" in died.error
+    assert (
+        died.status == "failed" and "died with exit code -9" in died.error and "out of memory?" in died.error
+    )
     starved = MANAGER.wait(MANAGER.submit_job("test", "memory", jobs.exhaust_memory, 2 * 1024**3), 120)
     assert starved.status == "failed" and starved.error.startswith("MemoryError")
     after = MANAGER.wait(MANAGER.submit_job("test", "answer again", jobs.answer, 42), 120)
