@@ -153,7 +153,61 @@ def conversation_messages(record) -> list[dict]:
 
 
 def render_conversation(tokenizer, messages: list[dict], line: int, source: str) -> Sample:
-    """Token ids of the whole conversation; loss_mask 1 on the tokens each assistant turn adds."""
+    """Token ids of the whole conversation; loss_mask 1 on the tokens each assistant turn adds.
+
+    Linear in the conversation: each turn's new text is tokenized once (prefix texts come from the
+    template, which is cheap), and the pieces are checked against one tokenization of the whole
+    text. Where a template or tokenizer is not additive (a merge across a turn boundary), the exact
+    prefix-by-prefix rendering below decides, as before."""
+    fast = _render_linear(tokenizer, messages, line, source)
+    return fast if fast is not None else _render_by_prefixes(tokenizer, messages, line, source)
+
+
+def _render_linear(tokenizer, messages: list[dict], line: int, source: str) -> Sample | None:
+    def text_of(upto: int, generation_prompt: bool = False) -> str:
+        if upto == 0:
+            return ""
+        return tokenizer.apply_chat_template(
+            messages[:upto], tokenize=False, add_generation_prompt=generation_prompt
+        )
+
+    def tokens(text: str) -> list[int]:
+        return tokenizer(text, add_special_tokens=False)["input_ids"] if text else []
+
+    input_ids: list[int] = []
+    loss_mask: list[int] = []
+    prompt_len = None
+    previous = ""
+    for upto in range(1, len(messages) + 1):
+        current = text_of(upto)
+        if messages[upto - 1]["role"] == "assistant":
+            head = text_of(upto - 1, generation_prompt=True)
+            if not (head.startswith(previous) and current.startswith(head)):
+                return None
+            piece = tokens(head[len(previous) :])
+            input_ids += piece
+            loss_mask += [0] * len(piece)
+            if prompt_len is None:
+                prompt_len = len(input_ids)
+            piece = tokens(current[len(head) :])
+            input_ids += piece
+            loss_mask += [1] * len(piece)
+        else:
+            if not current.startswith(previous):
+                return None
+            piece = tokens(current[len(previous) :])
+            input_ids += piece
+            loss_mask += [0] * len(piece)
+        previous = current
+    if prompt_len is None or input_ids != tokens(previous):
+        return None  # no assistant turn (a prompt: the exact path renders it), or not additive
+    if not input_ids or prompt_len == 0:
+        raise ValueError("the conversation renders to no tokens")
+    return Sample(input_ids, loss_mask, prompt_len, source, line, {"text": previous[:20000]})
+
+
+def _render_by_prefixes(tokenizer, messages: list[dict], line: int, source: str) -> Sample:
+    """Every prefix rendered and tokenized whole (quadratic; exact for any template)."""
 
     def ids_of(upto: int, generation_prompt: bool = False) -> list[int]:
         if upto == 0:
