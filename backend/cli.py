@@ -479,12 +479,11 @@ def cmd_import(args) -> tuple[dict, str]:
     dataset_id, result = import_dataset(args.db, args.samples, args.name, args.target, args.format)
     rejected = [{"line": r.line, "reason": r.reason} for r in result.rejected]
     lines = [
-        f"dataset {dataset_id}: imported {len(result.samples)} {result.format} samples, "
-        f"rejected {len(rejected)}"
+        f"dataset {dataset_id}: imported {result.imported} {result.format} samples, rejected {len(rejected)}"
     ] + [f"  line {r['line']}: {r['reason']}" for r in rejected[:50]]
     return {
         "dataset_id": dataset_id,
-        "imported": len(result.samples),
+        "imported": result.imported,
         "rejected": rejected,
         "format": result.format,
     }, "\n".join(lines)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import socket
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -327,31 +327,42 @@ class DatasetInfo:
 
 
 def create_dataset(
-    session: Session, *, name: str, path: str | None, format: str, samples: list[Sample]
+    session: Session, *, name: str, path: str | None, format: str, samples: Iterable[Sample]
 ) -> int:
     """The dataset and all its samples in the caller's transaction: all land or none."""
+    return create_dataset_streaming(session, name=name, path=path, format=format, samples=samples)[0]
+
+
+def create_dataset_streaming(
+    session: Session, *, name: str, path: str | None, format: str, samples: Iterable[Sample], batch: int = 256
+) -> tuple[int, int]:
+    """(dataset id, samples stored): the samples are inserted in batches as the iterator yields
+    them, inside the caller's one transaction (all land or none; memory: one batch)."""
     dataset = Dataset(name=name, path=path, format=format)
     session.add(dataset)
     session.flush()
-    if samples:
-        session.execute(
-            insert(SampleRow),
-            [
-                {
-                    "dataset_id": dataset.id,
-                    "index": number,
-                    "line": s.line,
-                    "source": s.source or "",
-                    "input_ids": list(s.input_ids),
-                    "loss_mask": list(s.loss_mask),
-                    "prompt_len": s.prompt_len,
-                    "seq_len": len(s.input_ids),
-                    "extra": dict(s.extra or {}),
-                }
-                for number, s in enumerate(samples)
-            ],
+    rows, count = [], 0
+    for s in samples:
+        rows.append(
+            {
+                "dataset_id": dataset.id,
+                "index": count,
+                "line": s.line,
+                "source": s.source or "",
+                "input_ids": list(s.input_ids),
+                "loss_mask": list(s.loss_mask),
+                "prompt_len": s.prompt_len,
+                "seq_len": len(s.input_ids),
+                "extra": dict(s.extra or {}),
+            }
         )
-    return dataset.id
+        count += 1
+        if len(rows) >= batch:
+            session.execute(insert(SampleRow), rows)
+            rows = []
+    if rows:
+        session.execute(insert(SampleRow), rows)
+    return dataset.id, count
 
 
 def list_datasets(session: Session) -> list[DatasetInfo]:

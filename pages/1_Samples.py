@@ -35,7 +35,7 @@ def do_import(
         return
     st.session_state["samples_import_report"] = {
         "dataset_id": dataset_id,
-        "imported": len(result.samples),
+        "imported": result.imported,
         "format": result.format,
         "rejected": [{"line": r.line, "reason": r.reason} for r in result.rejected],
     }

@@ -14,11 +14,12 @@ Formats:
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from backend import BadInput
-from backend.data.samples import Rejected, Sample, parse_record, read_jsonl, require_regular_file
+from backend.data.samples import Rejected, Sample, iter_jsonl, parse_record, read_jsonl, require_regular_file
 
 FORMATS = ("jsonl", "sharegpt", "specforge", "prompts")
 ROLES = {
@@ -39,6 +40,11 @@ class ImportResult:
     format: str
     samples: list[Sample]
     rejected: list[Rejected] = field(default_factory=list)
+    imported: int | None = None  # how many were stored (a streamed import keeps no sample list)
+
+    def __post_init__(self):
+        if self.imported is None:
+            self.imported = len(self.samples)
 
 
 def detect_format(path: Path) -> str:
@@ -46,7 +52,8 @@ def detect_format(path: Path) -> str:
         return "specforge"
     if path.suffix == ".txt":
         return "prompts"
-    head = path.read_bytes()[:4096].lstrip()
+    with path.open("rb") as handle:  # the first 4 KB only: never the whole file
+        head = handle.read(4096).lstrip().removeprefix(b"\xef\xbb\xbf").lstrip()
     if head.startswith(b"["):
         return "sharegpt"
     first = head.split(b"\n", 1)[0]
@@ -74,6 +81,25 @@ def read_dataset(
     if format == "specforge":
         return _read_feature_files(path, vocab_size)
     return _read_prompts(path, tokenizer)
+
+
+def stream_dataset(
+    path: str | Path, tokenizer=None, vocab_size: int | None = None, format: str | None = None
+) -> tuple[str, Iterator[Sample], list[Rejected]]:
+    """(format, the valid samples as an iterator, the rejected list filled as it is consumed).
+    Training JSONL streams one line at a time, so an import's memory does not grow with the file;
+    the other formats are read whole (their files hold one JSON document or a few feature files)."""
+    path = Path(path)
+    if not path.exists():
+        raise BadInput(f"{path}: no such file or directory")
+    if not path.is_dir():
+        require_regular_file(path)
+    format = format or detect_format(path)
+    if format == "jsonl":
+        rejected: list[Rejected] = []
+        return format, iter_jsonl(path, vocab_size, rejected), rejected
+    result = read_dataset(path, tokenizer, vocab_size, format)
+    return result.format, iter(result.samples), result.rejected
 
 
 def _records(path: Path) -> list[tuple[int, object]]:

@@ -8,6 +8,7 @@ good ones are kept.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -100,9 +101,15 @@ def require_regular_file(path: Path) -> None:
 
 
 def read_jsonl(path: str | Path, vocab_size: int | None = None) -> tuple[list[Sample], list[Rejected]]:
+    rejected: list[Rejected] = []
+    return list(iter_jsonl(path, vocab_size, rejected)), rejected
+
+
+def iter_jsonl(path: str | Path, vocab_size: int | None, rejected: list[Rejected]) -> Iterator[Sample]:
+    """The valid samples of a JSONL file, one line at a time (memory: one record); the rejected
+    lines are appended to `rejected` as they are met."""
     path = Path(path)
     require_regular_file(path)
-    samples, rejected = [], []
     with path.open("rb") as handle:
         for number, raw in enumerate(iter(lambda: handle.readline(MAX_LINE_BYTES + 1), b""), start=1):
             if len(raw) > MAX_LINE_BYTES:
@@ -130,8 +137,7 @@ def read_jsonl(path: str | Path, vocab_size: int | None = None) -> tuple[list[Sa
                 rejected.append(Rejected(number, str(error)))
                 continue
             sample.line = number
-            samples.append(sample)
-    return samples, rejected
+            yield sample
 
 
 def sample_at(path: str | Path, index: int, vocab_size: int | None = None) -> Sample:

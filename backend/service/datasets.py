@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from backend import BadInput
-from backend.data.importer import ImportResult, read_dataset
+from backend.data.importer import ImportResult, stream_dataset
 from backend.data.samples import Sample
 from backend.defaults import DEMO_EVAL
 from backend.service.database import open_database
@@ -39,19 +39,15 @@ def import_dataset(
     """Validate and store; the dataset and its good samples land in one transaction. A file with no
     good record is refused (BadInput) and nothing is stored."""
     tokenizer, vocab_size = target_vocabulary(target_path)
-    result = read_dataset(path, tokenizer, vocab_size, format)
-    if not result.samples:
-        reasons = "; ".join(f"line {r.line}: {r.reason}" for r in result.rejected[:3])
-        raise BadInput(f"{path}: no valid record" + (f" ({reasons})" if reasons else " (empty file)"))
+    format, samples, rejected = stream_dataset(path, tokenizer, vocab_size, format)
     with store.session_scope(open_database(db_url).factory) as session:
-        dataset_id = store.create_dataset(
-            session,
-            name=name or Path(path).name,
-            path=str(path),
-            format=result.format,
-            samples=result.samples,
+        dataset_id, count = store.create_dataset_streaming(
+            session, name=name or Path(path).name, path=str(path), format=format, samples=samples
         )
-    return dataset_id, result
+        if not count:  # raising here rolls the dataset back: nothing is stored
+            reasons = "; ".join(f"line {r.line}: {r.reason}" for r in rejected[:3])
+            raise BadInput(f"{path}: no valid record" + (f" ({reasons})" if reasons else " (empty file)"))
+    return dataset_id, ImportResult(format, [], rejected, imported=count)
 
 
 def ensure_demo_dataset(db_url: str | None) -> int | None:

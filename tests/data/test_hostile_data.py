@@ -63,3 +63,23 @@ def test_a_zip_bomb_feature_file_is_refused_before_unpacking(tmp_path):
     assert path.stat().st_size < 2 * 1024 * 1024
     with pytest.raises(BadInput, match="unpacks to 400 MB"):
         load_feature_file(path)
+
+
+def test_the_linear_conversation_rendering_equals_the_exact_one():
+    from backend.data.importer import _render_by_prefixes, render_conversation
+    from backend.defaults import DEMO_TARGET
+    from backend.engine.loading import load_tokenizer
+
+    tokenizer = load_tokenizer(DEMO_TARGET)
+    turns = [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": f"turn {i}: x = {i} * 2\n"}
+        for i in range(9)
+    ]
+    for messages in ([{"role": "system", "content": "be brief"}, *turns], turns[:2], turns[:5]):
+        fast = render_conversation(tokenizer, messages, 1, "unit")
+        exact = _render_by_prefixes(tokenizer, messages, 1, "unit")
+        assert (fast.input_ids, fast.loss_mask, fast.prompt_len) == (
+            exact.input_ids,
+            exact.loss_mask,
+            exact.prompt_len,
+        )

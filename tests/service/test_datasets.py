@@ -33,7 +33,8 @@ def test_jsonl_import_stores_the_good_records(tmp_path, db_url, vocab_target):
     dataset_id, result = import_dataset(
         db_url, mixed_jsonl(tmp_path / "mixed.jsonl"), target_path=vocab_target
     )
-    assert [s.line for s in result.samples] == [1, 14]
+    assert result.imported == 2  # streamed: the stored samples carry their lines
+    assert [s.line for s in get_samples(db_url, dataset_id)] == [1, 14]
     assert [r.line for r in result.rejected] == list(range(2, 14))
     assert (
         "outside the vocabulary" in {r.line: r.reason for r in result.rejected}[6]
@@ -100,7 +101,7 @@ def test_an_upload_is_imported_from_the_data_folder_and_removed(tmp_path, vocab_
     db_url = f"sqlite:///{tmp_path / 'up.db'}"
     data = mixed_jsonl(tmp_path / "mixed.jsonl").read_bytes()
     dataset_id, result = import_upload(db_url, "../../evil/mixed.jsonl", data, None, vocab_target)
-    assert len(result.samples) == 2 and len(get_samples(db_url, dataset_id)) == 2
+    assert result.imported == 2 and len(get_samples(db_url, dataset_id)) == 2
     uploads = open_database(db_url).artifact_dir.parent / "uploads"
     assert uploads.is_dir() and not any(uploads.iterdir())  # nothing left behind, nothing outside it
     assert not (tmp_path / "evil").exists()
