@@ -365,6 +365,17 @@ def create_dataset_streaming(
     return dataset.id, count
 
 
+def delete_dataset(session: Session, dataset_id: int) -> str | None:
+    """Delete a dataset and its samples (runs keep their prompts; their sample link is cleared).
+    Returns the dataset's source path, or None when there was no such dataset."""
+    dataset = session.get(Dataset, dataset_id)
+    if dataset is None:
+        return None
+    path = dataset.path or ""
+    session.delete(dataset)
+    return path
+
+
 def list_datasets(session: Session) -> list[DatasetInfo]:
     counts = dict(
         session.execute(select(SampleRow.dataset_id, func.count()).group_by(SampleRow.dataset_id)).all()

@@ -103,6 +103,15 @@ dataset_id = st.selectbox(
     key="samples_dataset_select",
 )
 st.session_state["samples_dataset"] = dataset_id
+with st.expander("Delete this dataset"):
+    st.caption(
+        "Its samples go; runs keep their prompts. An uploaded feature file kept for it is removed too."
+    )
+    if st.button(f"Delete dataset {dataset_id}", key="samples_delete"):
+        stored_datasets.delete_dataset(state.db(), dataset_id)
+        st.session_state.pop("samples_dataset", None)
+        samples_of.clear()
+        st.rerun()
 
 
 samples = samples_of(state.db(), dataset_id)

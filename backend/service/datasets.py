@@ -95,3 +95,20 @@ def import_upload(
     finally:
         if not keep:
             shutil.rmtree(folder, ignore_errors=True)
+
+
+def delete_dataset(db_url: str | None, dataset_id: int) -> bool:
+    """Delete a dataset and its samples; an uploaded file kept for it (a feature file under the
+    data folder's uploads/) goes with it. Files the user imported by path are never touched."""
+    import shutil
+
+    database = open_database(db_url)
+    with store.session_scope(database.factory) as session:
+        path = store.delete_dataset(session, dataset_id)
+    if path is None:
+        return False
+    uploads = (database.artifact_dir.parent / "uploads").resolve()
+    folder = Path(path).resolve().parent
+    if folder.parent == uploads:
+        shutil.rmtree(folder, ignore_errors=True)
+    return True
