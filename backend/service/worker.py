@@ -14,8 +14,10 @@ from __future__ import annotations
 import multiprocessing
 import os
 import queue
+import sys
 import threading
 import traceback
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -71,7 +73,16 @@ class Worker:
         self._process = self._context.Process(
             target=_serve, args=(self._requests, self._responses), name="speclens-worker", daemon=True
         )
-        self._process.start()
+        # `spawn` re-imports the parent's __main__ in the child. Under Streamlit (and its AppTest)
+        # __main__ can be a page script, which must not run there: the worker needs only importable
+        # modules, so it starts with an empty __main__.
+        main = sys.modules.get("__main__")
+        sys.modules["__main__"] = types.ModuleType("__main__")
+        try:
+            self._process.start()
+        finally:
+            if main is not None:
+                sys.modules["__main__"] = main
 
     def run(self, job: Callable, args: tuple, kwargs: dict, progress: Progress) -> Any:
         """Run job(*args, progress=..., **kwargs) in the worker; its result, or JobFailed / WorkerDied."""
