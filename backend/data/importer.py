@@ -60,9 +60,8 @@ def detect_format(path: Path) -> str:
     return "sharegpt" if b'"conversations"' in first or b'"messages"' in first else "jsonl"
 
 
-def read_dataset(
-    path: str | Path, tokenizer=None, vocab_size: int | None = None, format: str | None = None
-) -> ImportResult:
+def _source(path: str | Path, format: str | None, tokenizer) -> tuple[Path, str]:
+    """The checked path (a folder, or a regular file) and its format (given, else detected)."""
     path = Path(path)
     if not path.exists():
         raise BadInput(f"{path}: no such file or directory")
@@ -73,6 +72,13 @@ def read_dataset(
         raise BadInput(f"unknown format {format!r}; use one of {', '.join(FORMATS)}")
     if format in ("sharegpt", "prompts") and tokenizer is None:
         raise BadInput(f"{format} import needs the target's tokenizer (the target directory has none)")
+    return path, format
+
+
+def read_dataset(
+    path: str | Path, tokenizer=None, vocab_size: int | None = None, format: str | None = None
+) -> ImportResult:
+    path, format = _source(path, format, tokenizer)
     if format == "jsonl":
         samples, rejected = read_jsonl(path, vocab_size)
         return ImportResult(format, samples, rejected)
@@ -89,12 +95,7 @@ def stream_dataset(
     """(format, the valid samples as an iterator, the rejected list filled as it is consumed).
     Training JSONL streams one line at a time, so an import's memory does not grow with the file;
     the other formats are read whole (their files hold one JSON document or a few feature files)."""
-    path = Path(path)
-    if not path.exists():
-        raise BadInput(f"{path}: no such file or directory")
-    if not path.is_dir():
-        require_regular_file(path)
-    format = format or detect_format(path)
+    path, format = _source(path, format, tokenizer)
     if format == "jsonl":
         rejected: list[Rejected] = []
         return format, iter_jsonl(path, vocab_size, rejected), rejected
