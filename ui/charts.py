@@ -48,6 +48,17 @@ def step_times(draft_ms: list[float], verify_ms: list[float]) -> go.Figure:
     return figure
 
 
+# Colour scales that do not rescale to the data: identical features (cosine 1.0000000 everywhere)
+# must not show stripes, and cosines near 0 must not look vivid. Cosine spans its whole range with
+# white at 0; differences and errors start at 0.
+FIXED_SCALES = {
+    "cosine": {"zmin": -1.0, "zmax": 1.0, "zmid": 0.0},
+    "max_abs_diff": {"zmin": 0.0},
+    "relative_error": {"zmin": 0.0},
+    "norm_ratio": {"zmin": 0.0},
+}
+
+
 def heatmap(rows: list[dict], value: str, title: str, chunk_order: list[str] | None = None) -> go.Figure:
     chunks = chunk_order or sorted({r["chunk"] for r in rows})
     positions = sorted({r["position"] for r in rows})
@@ -63,6 +74,7 @@ def heatmap(rows: list[dict], value: str, title: str, chunk_order: list[str] | N
             y=chunks,
             colorscale="RdBu" if value == "cosine" else "Viridis",
             colorbar=dict(title=value),
+            **FIXED_SCALES.get(value, {}),
         )
     )
     figure.update_layout(title=title, xaxis_title="position", height=260, margin=dict(l=10, r=10, t=40, b=10))

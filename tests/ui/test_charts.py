@@ -17,3 +17,15 @@ def test_figures_carry_their_data():
         [{"num_steps": 1, "predicted_accept_length": 1.5, "predicted_speedup": 1.2}], {1: 1.6}
     )
     assert len(whatif.data) == 3
+
+
+def test_cosine_and_difference_scales_do_not_rescale_to_the_data():
+    """Identical features (cosine 1 everywhere, difference 0) must not paint stripes on a
+    0.9999998..1.0000002 scale, and cosines near 0 must not look vivid."""
+    same = [
+        {"position": p, "chunk": "hf0", "cosine": 1.0 - 1e-7 * (p % 2), "max_abs_diff": 0.0} for p in range(4)
+    ]
+    cosine = charts.heatmap(same, "cosine", "cos").data[0]
+    assert (cosine.zmin, cosine.zmax, cosine.zmid) == (-1.0, 1.0, 0.0)
+    assert charts.heatmap(same, "max_abs_diff", "diff").data[0].zmin == 0.0
+    assert charts.heatmap(same, "norm", "norm").data[0].zmin is None  # norms keep the data's range
