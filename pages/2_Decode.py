@@ -363,7 +363,12 @@ def hidden_panel(step) -> None:
             st.session_state["decode_reference_task"] = tasks.start_reference(state.db(), run.id, spec)
 
         def show_reference(result: dict) -> None:
-            st.success(f"{result['rows']} rows stored as '{md(result['reference'])}'")
+            st.success(
+                f"{result['rows']} rows stored as '{md(result['reference'])}' "
+                f"({result.get('positions', '?')} positions compared)"
+            )
+            if result.get("warning"):
+                st.warning(md(result["warning"]))
 
         def pick_up_reference(result: dict) -> None:
             st.session_state["decode_stats_version"] = st.session_state.get("decode_stats_version", 0) + 1

@@ -80,6 +80,7 @@ def compute_reference(db_url: str | None, run_id: int, reference: dict, progress
     sequence = run.prompt_ids + run.output_ids
     chunk_names = [f"hf{i}" for i in run.aux_hf_indices]
     kind = reference["kind"]
+    warning = None
     if kind == "target_hidden":
         rows = _draft_vs_target(run, steps, sequence, label, progress)
     else:
@@ -103,6 +104,7 @@ def compute_reference(db_url: str | None, run_id: int, reference: dict, progress
                     f"{Path(reference['path']).name}: its tokens differ from the run's from position 0"
                 )
             reference_features = stored.aux_hidden_state.float()
+            warning = _divergence(agree, sequence, stored.input_ids, Path(reference["path"]).name)
         elif kind == "run":
             with store.session_scope(factory) as session:
                 other = store.get_run(session, int(reference["run_id"]))
@@ -117,6 +119,7 @@ def compute_reference(db_url: str | None, run_id: int, reference: dict, progress
                 reference_features[p] = other_fed[index_of[p]]
             if other_fed.shape[1] != fed.shape[1]:
                 raise BadInput(f"runs {run.id} and {other.id} used targets of different widths")
+            warning = _divergence(agree, sequence, other.prompt_ids + other.output_ids, f"run {other.id}")
         else:
             raise BadInput(f"unknown reference kind {kind!r}")
         if not usable:
@@ -129,7 +132,25 @@ def compute_reference(db_url: str | None, run_id: int, reference: dict, progress
     with store.session_scope(factory) as session:
         store.delete_token_stats(session, run_id, label)
         store.add_token_stats(session, run_id, rows)
-    return {"run_id": run_id, "reference": label, "rows": len(rows)}
+    positions_compared = len({r["position"] for r in rows})
+    return {
+        "run_id": run_id,
+        "reference": label,
+        "rows": len(rows),
+        "positions": positions_compared,
+        "warning": warning,
+    }
+
+
+def _divergence(agree: int, sequence: list[int], other: list[int], name: str) -> str | None:
+    """A warning when the reference's tokens part from the run's before either ends: it is then
+    another sequence (or another sample), and only the agreeing prefix was compared."""
+    if agree >= min(len(sequence), len(other)):
+        return None
+    return (
+        f"{name} holds another sequence: its tokens agree with the run's only for the first {agree} of "
+        f"{len(sequence)} positions, so only those were compared"
+    )
 
 
 def _draft_vs_target(run, steps, sequence, label, progress: Progress) -> list[dict]:

@@ -84,6 +84,16 @@ def test_training_features_as_a_reference(runs, bigram_setup, tmp_path):
     assert result["reference"] == "features data_0.ckpt"
     rows = token_stats(url, run_ids[0], result["reference"])
     assert rows and all(r["cosine"] > 0.9999 for r in rows)  # the same states the run fed
+    assert result["warning"] is None and result["positions"] == len(sequence) - 1
+    # the features of another sequence: compared only where the tokens agree, and said so
+    other = sequence[:3] + [(t + 1) % 40 for t in sequence[3:]]
+    torch.save(
+        {"input_ids": torch.tensor(other), "aux_hidden_state": passed.features(run.aux_hf_indices)[None]},
+        path,
+    )
+    mismatched = compute_reference(url, run_ids[0], {"kind": "features", "path": str(path)}, no_progress)
+    assert mismatched["positions"] == 3 and "holds another sequence" in mismatched["warning"]
+    assert "first 3 of" in mismatched["warning"]
 
 
 def test_bad_references_are_bad_input(runs):
