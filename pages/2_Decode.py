@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 
 import pandas as pd
@@ -235,7 +236,9 @@ def move(delta: int | None = None, to_rejection: bool = False) -> None:
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
-def token_stats(db_url: str, run_id: int, reference: str | None, version: int) -> list[dict]:
+def token_stats(db_url: str, run_id: int, reference: str | None, version: int, freshness) -> list[dict]:
+    """Cached per run state: `freshness` (finish time, stored steps) changes while a run records and
+    when it ends, so rows read mid-run are never shown for the finished run."""
     return stored_runs.token_stats(db_url, run_id, reference)
 
 
@@ -317,7 +320,8 @@ def hidden_panel(step) -> None:
         st.session_state["decode_reference"] = pending
     reference = st.selectbox("Reference", options, key="decode_reference")
     version = st.session_state.get("decode_stats_version", 0)
-    rows = token_stats(state.db(), run.id, None if reference == options[0] else reference, version)
+    freshness = (run.finished_at, run.step_count, len(steps))
+    rows = token_stats(state.db(), run.id, None if reference == options[0] else reference, version, freshness)
     window = set(range(step.position, step.position + step.accepted_count + 1))
     here = [r for r in rows if r["position"] in window]
     if here:
@@ -406,3 +410,9 @@ st.caption(
     f"{ACCEPT_LENGTH_HELP}. Marginal: {DEFINITIONS.get('per_position_marginal', '')}. "
     f"Conditional: {DEFINITIONS.get('per_position_conditional', '')}."
 )
+
+if run.status == "running" and not tasks.MANAGER.get(st.session_state.get("decode_task")):
+    # A run recording elsewhere (the CLI, or a job this browser session lost on reload): the page
+    # re-reads it every 2 s until it ends, so its numbers are never a stale snapshot.
+    time.sleep(2.0)
+    st.rerun()
