@@ -20,3 +20,7 @@ they build requests and call `backend.service`. The reference the code cites is 
 
 class BadInput(ValueError):
     """The user's input (paths, files, flags, checkpoints) cannot be used; the message says why."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (timeout, systemd, docker stop): a replay ends as interrupted, like Ctrl-C."""

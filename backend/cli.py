@@ -14,7 +14,7 @@ import sys
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from backend import BadInput
+from backend import BadInput, Terminated
 from backend.defaults import DEMO_EVAL, default_draft, default_target
 
 GATE_FAILED = 3  # exit code: --min-accept-length not met
@@ -592,11 +592,13 @@ COMMANDS = {
 }
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM (timeout, systemd, docker stop): the run ends as interrupted, like Ctrl-C."""
-
-
 def _terminate(_signum, _frame):
+    """SIGTERM: a recording replay stops at its next record (never inside a database write), as
+    interrupted; anything else stops at once."""
+    jobs = sys.modules.get("backend.service.jobs")
+    if jobs is not None and jobs.RECORDING.is_set():
+        jobs.STOP.set()
+        return
     raise Terminated()
 
 

@@ -6,6 +6,7 @@ verify step is committed when it arrives, so a crash leaves a run marked failed 
 
 from __future__ import annotations
 
+import threading
 import time
 import traceback
 from dataclasses import asdict, dataclass, field
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from backend import BadInput
+from backend import BadInput, Terminated
 from backend.diagnostics.precision import self_disagreement
 from backend.engine.draft_model import Eagle3Draft
 from backend.engine.loading import Target
@@ -29,6 +30,11 @@ from backend.service.database import Database, open_database
 from backend.service.requests import ReplayRequest
 from db import store
 from db.artifacts import read_artifact, write_artifact
+
+# SIGTERM during a recording is honoured between records, never inside a database write: the CLI's
+# handler sets STOP while RECORDING is set, and the replay loop raises Terminated at the next record.
+STOP = threading.Event()
+RECORDING = threading.Event()
 
 
 @dataclass
@@ -170,6 +176,7 @@ def run_replay_job(
     outcome = ReplayOutcome(run_id, [], [], {}, wiring, list(warnings or []), view.engine, params=params)
     tensors = RunTensors(database.artifact_dir, run_id)
     writer = RunWriter(database, run_id, tensors)
+    RECORDING.set()
     try:
         for record in replay(target, draft, prompt_ids, wiring, config):
             if isinstance(record, PrefillRecord):
@@ -181,9 +188,14 @@ def run_replay_job(
             writer.add(record, tensors.add(record, wiring.aux_hf_indices))
             done = len(outcome.output_ids)
             progress(done / config.max_new_tokens, f"{done}/{config.max_new_tokens} tokens")
+            if STOP.is_set():
+                STOP.clear()
+                raise Terminated()
     except store.RunGone as gone:
+        RECORDING.clear()
         raise BadInput(str(gone)) from None
     except BaseException as error:
+        RECORDING.clear()
         try:
             writer.close()  # every record that arrived whole is written before the run is marked
         except store.RunGone as gone:
@@ -201,6 +213,7 @@ def run_replay_job(
                 **artifact,
             )
         raise
+    RECORDING.clear()
     try:
         writer.close()
     except store.RunGone as gone:
