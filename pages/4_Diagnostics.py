@@ -24,6 +24,12 @@ from ui.tables import engine_readings as engine_table
 from ui.taskview import task_panel
 from ui.tokens import Pieces
 
+PROBE_HINT = (
+    "This check takes the draft's declared wiring as true. It cannot tell which target layers the draft "
+    "was trained on: a draft declared with the wrong layers passes it. The Wiring probe tab checks that."
+)
+
+
 st.set_page_config(page_title="SpecLens · Diagnostics", layout="wide")
 state.sidebar()
 st.title("Diagnostics")
@@ -58,8 +64,9 @@ with doctor_tab:
         report = result["preflight"]
         (st.success if report["ok"] else st.error)(
             f"Preflight {'passed' if report['ok'] else 'FAILED'}; aux HF indices {report['aux_hf_indices']} "
-            f"({report.get('wiring_source', '')})"
+            f"({md(report.get('wiring_source', ''))})"
         )
+        st.info(PROBE_HINT)
         st.dataframe(pd.DataFrame(report["checks"]), hide_index=True, key="doctor_checks")
         if report.get("engines"):
             st.markdown("**How each engine reads this draft**")
@@ -186,12 +193,14 @@ with lint_tab:
         else f"vllm serve {state.target_path()} --speculative-config "
         f'\'{{"method": "eagle3", "model": "{state.draft_path()}", "num_speculative_tokens": 3}}\''
     )
-    command = st.text_area("Command line", example, key=f"lint_command_{engine}", height=100)
+    command = st.text_area(  # keyed by the active draft: switching drafts shows its own example
+        "Command line", example, key=f"lint_command_{engine}_{abs(hash(state.draft_path()))}", height=100
+    )
     if st.button("Lint", key="lint_run"):
         try:
             report = checks.lint(state.draft_path(), command, engine, state.target_path())
         except BadInput as error:
-            st.error(str(error))
+            st.error(md(error))
         else:
             if not report["findings"]:
                 st.success("No findings.")
@@ -203,6 +212,10 @@ with lint_tab:
                 )
             if report["effective"]:
                 st.caption(f"{report['engine']} will run: {md(report['effective'])}")
+            st.caption(
+                "Wiring suggestions here (aux layer ids) follow the draft's declared wiring. If the "
+                "declaration is wrong, so are they: the Wiring probe tab checks it."
+            )
 
 with agreement_tab:
     st.markdown("Teacher-forced accuracy (what training reports) next to live accept length, per sample.")
@@ -233,6 +246,11 @@ with agreement_tab:
         (st.warning if flagged else st.success)(
             f"{flagged} of {len(frame)} samples flagged. {result['definition']}."
         )
+        if not flagged:
+            st.info(
+                "Without a claimed training wiring, teacher-forced and live acceptance both use the declared "
+                "wiring, so a wrong declaration shows in neither. " + PROBE_HINT
+            )
 
     task_panel("agreement_task", render_agreement)
 
