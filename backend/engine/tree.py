@@ -39,7 +39,13 @@ import torch
 from backend.engine.draft_model import Eagle3Draft
 from backend.engine.kv_cache import DraftKVCache
 from backend.engine.readings import DraftMath
-from backend.engine.sampling import Sampling, exponential_race, inverse_cdf, sibling_accept_probability
+from backend.engine.sampling import (
+    Sampling,
+    exponential_race,
+    inverse_cdf,
+    sibling_accept_probability,
+    target_distribution,
+)
 from backend.engine.shapes import TreeShape
 
 
@@ -260,7 +266,7 @@ def accept_tree(
     argmax = top.indices.tolist()
     children = tree.children()
     greedy = sampling.greedy or sampling.top_k == 1  # SGLang: top_k <= 1 is greedy (is_all_greedy)
-    probs = plain if greedy else _distribution(logits, sampling)
+    probs = plain if greedy else target_distribution(logits, sampling)
     node_rows = torch.tensor([p + 1 for p in tree.parents], dtype=torch.long)
     token_index = torch.tensor(tree.tokens, dtype=torch.long)
     at_parent = (
@@ -290,12 +296,6 @@ def accept_tree(
     else:
         _walk_sglang(tree, children, probs, sampling, generator, verdict)
     return verdict
-
-
-def _distribution(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
-    from backend.engine.sampling import target_distribution
-
-    return target_distribution(logits, sampling)
 
 
 def _walk_greedy(tree: DraftTree, children, argmax: list[int], verdict: TreeVerdict) -> None:
