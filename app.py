@@ -7,38 +7,33 @@ import streamlit as st
 
 from ui import state
 from ui.runs import ACCEPT_LENGTH_HELP, list_runs, runs_frame
+from ui.state import PAGES
 
 st.set_page_config(page_title="SpecLens", layout="wide")
 state.sidebar()
-
 st.title("SpecLens")
 st.write(
-    "What really happens inside EAGLE-3 speculative decoding, token by token. SpecLens loads a Hugging Face "
-    "target and an EAGLE-3 draft, replays speculative decoding on a sample, records every draft proposal, "
-    "acceptance, rejection point, bonus token and the hidden states involved, and helps you find why a "
-    "draft that trains well is rejected when served: wrong aux-layer wiring, a broken vocab mapping, "
-    "serving flags silently rewritten."
+    "What really happens inside EAGLE-3 speculative decoding, token by token. SpecLens loads a Hugging "
+    "Face target and an EAGLE-3 draft, replays speculative decoding on a sample, records every draft "
+    "proposal, acceptance, rejection point, bonus token and the hidden states involved, and helps you "
+    "find why a draft that trains well is rejected when served: wrong aux-layer wiring, a broken vocab "
+    "mapping, serving flags silently rewritten."
 )
-
 left, right = st.columns(2)
 with left:
     st.subheader("Active setup")
     st.markdown(
-        f"- **Database:** `{state.db_url()}`\n- **Target:** `{state.target_path()}`\n"
+        f"- **Database:** `{state.db_url()}` ({state.db_backend()})\n- **Target:** `{state.target_path()}`\n"
         f"- **Draft:** `{state.draft_path()}` ({state.draft_name(state.draft_path())})"
     )
     st.caption(
-        "The bundled demo pair (demo/target, demo/drafts/final) is active until you choose another in the "
-        "sidebar or set SPECLENS_TARGET / SPECLENS_DRAFT / SPECLENS_DB_URL."
+        "The bundled demo pair (demo/target, demo/drafts/final) is active until you choose another in "
+        "the sidebar or set SPECLENS_TARGET / SPECLENS_DRAFT / SPECLENS_DB_URL."
     )
 with right:
     st.subheader("Pages")
-    st.page_link("pages/1_Samples.py", label="Samples: browse and import datasets")
-    st.page_link("pages/2_Decode.py", label="Decode: run a replay and step through it")
-    st.page_link("pages/3_Compare.py", label="Compare: two drafts or two runs side by side")
-    st.page_link("pages/4_Diagnostics.py", label="Diagnostics: probe, train-vs-serve diff, lint, doctor")
-    st.page_link("pages/5_Runs.py", label="Runs: history, delete, export")
-
+    for path, _, label in PAGES[1:]:
+        st.page_link(path, label=label)
 st.subheader("Recent runs")
 runs = list_runs(limit=20)
 if not runs:

@@ -92,19 +92,20 @@ def apptest_timing(url: str, run_id: int) -> tuple[float, float]:
 
 def browser_timing(url: str, run_id: int) -> float:
     from playwright.sync_api import sync_playwright
-    from tests.browser import CHROMIUM, CHROMIUM_ARGS, streamlit_server
+
+    from tests.support.browser import CHROMIUM, CHROMIUM_ARGS, streamlit_server
 
     clicks = []
     with streamlit_server({"SPECLENS_DB_URL": url}) as server, sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 1500, "height": 1100})
         page.goto(f"{server}/Decode")
-        page.get_by_text(re.compile(r"^Step 0 of")).wait_for(timeout=120_000)
+        page.get_by_text(re.compile(r"^Step 1 of")).wait_for(timeout=120_000)
         page.get_by_label("Run").first.wait_for()
         for step in range(1, 6):
             started = time.perf_counter()
             page.get_by_role("button", name="Next ▶").click()
-            page.get_by_text(re.compile(rf"^Step {step} of")).wait_for(timeout=60_000)
+            page.get_by_text(re.compile(rf"^Step {step + 1} of")).wait_for(timeout=60_000)
             clicks.append(time.perf_counter() - started)
         browser.close()
     return statistics.median(clicks)

@@ -17,6 +17,8 @@ from backend.service import tasks
 from backend.service.checks import engine_readings
 from backend.service.requests import ENGINE_CHOICES, ReplayRequest
 from ui import charts, state
+from ui.charts import chunk_labels
+from ui.clickable import clickable_steps
 from ui.html import CSS, chips_html, context_html, legend, md, output_html, step_statuses
 from ui.pickers import dataset_picker, run_label
 from ui.runs import ACCEPT_LENGTH_HELP, get_run, list_runs
@@ -159,11 +161,16 @@ if run.status != "finished":
 pieces = Pieces(run.target_path)
 metrics = run.metrics or {}
 summary = st.columns(6)
-summary[0].metric("Accept length", f"{metrics.get('mean_accept_length') or 0:.2f}", help=ACCEPT_LENGTH_HELP)
+
+
+def number(value, digits: int = 2) -> str:
+    """A metric, or a dash where it is undefined (no verify step ran)."""
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+summary[0].metric("Accept length", number(metrics.get("mean_accept_length")), help=ACCEPT_LENGTH_HELP)
 summary[1].metric(
-    "Acceptance rate",
-    f"{metrics.get('acceptance_rate') or 0:.2f}",
-    help=DEFINITIONS.get("acceptance_rate", ""),
+    "Acceptance rate", number(metrics.get("acceptance_rate")), help=DEFINITIONS.get("acceptance_rate", "")
 )
 summary[2].metric("Verify steps", len(steps))
 summary[3].metric("Tokens", len(run.output_ids))
@@ -192,7 +199,7 @@ st.markdown(
     f"Decoding: **{decoding_mode(run.params)}**"
     + (
         f" · expected accept length **{expected:.2f}** beside the realised "
-        f"{metrics.get('mean_accept_length') or 0:.2f}"
+        f"{number(metrics.get('mean_accept_length'))}"
         if expected is not None and run.params.get("sampling_rule")
         else ""
     ),
@@ -217,6 +224,18 @@ with st.expander("How engines read this draft (wiring, feedback, embedding): whe
     else:
         engine_table(readings, key="decode_engines")
 if not steps:
+    if run.status == "finished":
+        limit = run.params.get("max_new_tokens")
+        why = (
+            f"the run's limit of {limit} new token(s) was reached"
+            if limit is not None and len(run.output_ids) >= limit
+            else "the target ended at its end-of-sequence token"
+        )
+        st.info(
+            f"No verify step ran: the output is {len(run.output_ids)} token(s), the target's own first "
+            f"token from the prefill, and then {why}. There is no draft to judge, so accept length is "
+            "undefined (—). Raise Max new tokens or pick a longer prompt or a dataset sample."
+        )
     st.stop()
 
 # ----------------------------------------------------------------------------- step-through viewer
@@ -232,7 +251,7 @@ def move(delta: int | None = None, to_rejection: bool = False) -> None:
     else:
         current = min(max(0, current + delta), len(steps) - 1)
     st.session_state["decode_step"] = current
-    st.session_state["decode_slider"] = current
+    st.session_state["decode_slider"] = current + 1
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
@@ -249,7 +268,7 @@ def references() -> list[str]:
 @st.fragment
 def viewer() -> None:
     current = min(st.session_state.get("decode_step", 0), len(steps) - 1)
-    st.session_state["decode_slider"] = current  # one source of truth: decode_step
+    st.session_state["decode_slider"] = current + 1  # one source of truth: decode_step (0-based)
     buttons = st.columns([1, 1, 2, 6])
     buttons[0].button("◀ Previous", key="decode_prev", on_click=move, args=(-1,), disabled=current == 0)
     buttons[1].button(
@@ -261,11 +280,12 @@ def viewer() -> None:
     if len(steps) > 1:
         st.slider(
             "Verify step",
-            0,
-            len(steps) - 1,
+            1,
+            len(steps),
             key="decode_slider",
-            on_change=lambda: st.session_state.update(decode_step=st.session_state["decode_slider"]),
-            help="Arrow keys move the slider once it has focus; Tab reaches the buttons.",
+            on_change=lambda: st.session_state.update(decode_step=st.session_state["decode_slider"] - 1),
+            help="Steps count from 1 to the run's verify steps. Arrow keys move the slider once it has "
+            "focus; Tab reaches the buttons; clicking a token of the output below jumps to its step.",
         )
     step = steps[current]
     statuses = step_statuses(step.drafted_ids, step.accepted_count)
@@ -274,7 +294,7 @@ def viewer() -> None:
     left, right = st.columns([3, 2])
     with left:
         st.markdown(
-            f"**Step {current}** of {len(steps) - 1}: pending token at position {step.position}; "
+            f"**Step {current + 1}** of {len(steps)}: pending token at position {step.position}; "
             + (
                 f"accepted a path of {step.accepted_count} of the tree's {len(step.tree['tokens'])} nodes "
                 f"(main path: {len(step.drafted_ids)} deep, {rejected}); "
@@ -305,9 +325,17 @@ def viewer() -> None:
                 )
             )
             st.plotly_chart(tree_figure(tree, step.pending_token, pieces), key="decode_tree")
-        st.caption("Output (step boundaries marked, current step outlined; a window of steps around it)")
+        st.caption(
+            "Output (step boundaries marked, current step outlined; a window of steps around it). "
+            "Click a token to open the step that produced it."
+        )
         first = run.output_ids[0] if run.output_ids else None
-        st.html(CSS + output_html(first, steps, pieces, current, window=30))
+        clicked = clickable_steps(
+            CSS + output_html(first, steps, pieces, current, window=30), "decode_output"
+        )
+        if clicked is not None and clicked != current and 0 <= clicked < len(steps):
+            st.session_state["decode_step"] = clicked
+            st.rerun(scope="fragment")
     with right:
         hidden_panel(step)
 
@@ -325,14 +353,35 @@ def hidden_panel(step) -> None:
     window = set(range(step.position, step.position + step.accepted_count + 1))
     here = [r for r in rows if r["position"] in window]
     if here:
-        frame = pd.DataFrame(here).drop(columns=["reference"])
-        st.dataframe(frame, hide_index=True, key="decode_hidden_table", height=200)
+        frame = pd.DataFrame(here).drop(columns=["reference"]).dropna(axis="columns", how="all")
+        frame["chunk"] = frame["chunk"].map(chunk_labels(frame["chunk"]))
+        st.dataframe(frame, hide_index=True, key="decode_hidden_table", height=36 + 35 * len(frame))
+        if reference == options[0]:
+            st.caption("Norms of the features the draft was fed; add a reference below to compare them.")
+    elif rows:
+        st.caption(
+            f"No rows for positions {step.position}..{step.position + step.accepted_count} under this "
+            f"reference: it covers positions {min(r['position'] for r in rows)}.."
+            f"{max(r['position'] for r in rows)}."
+        )
     else:
-        st.caption("No rows for these positions under this reference.")
+        st.caption("No rows stored under this reference.")
     if rows:
         value = "norm" if reference == options[0] else "cosine"
+        auto = st.toggle(
+            "Auto colour range", key="decode_heatmap_auto", help="Off: the scale is fixed by meaning."
+        )
+        positions = [r["position"] for r in rows]
         st.plotly_chart(
-            charts.heatmap(rows, value, f"{value}: positions x chunks, whole run"), key="decode_heatmap"
+            charts.heatmap(
+                rows,
+                value,
+                f"{value}: positions {min(positions)}..{max(positions)} x chunks, whole run "
+                f"(outlined: step {st.session_state.get('decode_step', 0) + 1})",
+                mark=(step.position, step.position + step.accepted_count),
+                auto_range=auto,
+            ),
+            key="decode_heatmap",
         )
     with st.expander("Add a reference"):
         kind = st.radio(

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import re
+
 import plotly.graph_objects as go
+
+# Legends above the plot area, right-aligned: below it they sit on the x-axis tick labels.
+LEGEND_ABOVE = dict(orientation="h", yanchor="bottom", y=1.02, xanchor="right", x=1)
 
 
 def acceptance_bars(series: dict[str, list[float]], title: str) -> go.Figure:
@@ -15,7 +20,7 @@ def acceptance_bars(series: dict[str, list[float]], title: str) -> go.Figure:
         barmode="group",
         height=300,
         margin=dict(l=10, r=10, t=40, b=10),
-        legend=dict(orientation="h"),
+        legend=LEGEND_ABOVE,
     )
     return figure
 
@@ -43,7 +48,7 @@ def step_times(draft_ms: list[float], verify_ms: list[float]) -> go.Figure:
         xaxis_title="step",
         height=300,
         margin=dict(l=10, r=10, t=40, b=10),
-        legend=dict(orientation="h"),
+        legend=LEGEND_ABOVE,
     )
     return figure
 
@@ -59,8 +64,51 @@ FIXED_SCALES = {
 }
 
 
-def heatmap(rows: list[dict], value: str, title: str, chunk_order: list[str] | None = None) -> go.Figure:
-    chunks = chunk_order or sorted({r["chunk"] for r in rows})
+def scale_note(value: str, auto_range: bool) -> str:
+    scale = FIXED_SCALES.get(value)
+    if auto_range or not scale:
+        return "(data range)"
+    return (
+        f"(fixed {scale['zmin']:g}..{scale['zmax']:g})"
+        if "zmax" in scale
+        else f"(fixed from {scale['zmin']:g})"
+    )
+
+
+ROLES = ("low", "mid", "high")
+
+
+def chunk_sort_key(chunk: str):
+    """Stored chunk names in reading order: hf2 < hf16 < hf29 (numeric, not alphabetical)."""
+    found = re.fullmatch(r"hf(\d+)", chunk)
+    return (0, int(found.group(1)), "") if found else (1, 0, chunk)
+
+
+def chunk_labels(chunks) -> dict[str, str]:
+    """Readable names for stored chunk names: 'hf4' (the draft's fed hidden_states[4]) reads
+    'mid · hidden_states[4]' when three aux chunks are fed (EAGLE-3's low, mid, high)."""
+    ordered = sorted(set(chunks), key=chunk_sort_key)
+    aux = [c for c in ordered if re.fullmatch(r"hf\d+", c)]
+    labels = {c: c for c in ordered}
+    for i, chunk in enumerate(aux):
+        role = f"{ROLES[i]} · " if len(aux) == len(ROLES) else ""
+        labels[chunk] = f"{role}hidden_states[{chunk[2:]}]"
+    return labels
+
+
+def heatmap(
+    rows: list[dict],
+    value: str,
+    title: str,
+    chunk_order: list[str] | None = None,
+    mark: tuple[int, int] | None = None,
+    auto_range: bool = False,
+) -> go.Figure:
+    """Positions x chunks; `mark` outlines the positions [first, last] of the current step. The colour
+    scale is fixed by meaning (FIXED_SCALES, named in the colour bar) unless `auto_range` asks for the
+    data's own range."""
+    chunks = chunk_order or sorted({r["chunk"] for r in rows}, key=chunk_sort_key)
+    labels = chunk_labels(chunks)
     positions = sorted({r["position"] for r in rows})
     column = {p: i for i, p in enumerate(positions)}
     grid = [[None] * len(positions) for _ in chunks]
@@ -71,13 +119,17 @@ def heatmap(rows: list[dict], value: str, title: str, chunk_order: list[str] | N
         go.Heatmap(
             z=grid,
             x=positions,
-            y=chunks,
+            y=[labels[c] for c in chunks],
             colorscale="RdBu" if value == "cosine" else "Viridis",
-            colorbar=dict(title=value),
-            **FIXED_SCALES.get(value, {}),
+            colorbar=dict(title=f"{value}<br>{scale_note(value, auto_range)}"),
+            **({} if auto_range else FIXED_SCALES.get(value, {})),
         )
     )
     figure.update_layout(title=title, xaxis_title="position", height=260, margin=dict(l=10, r=10, t=40, b=10))
+    if mark is not None:
+        figure.add_vrect(
+            x0=mark[0] - 0.5, x1=mark[1] + 0.5, line=dict(color="#ff9800", width=2), fillcolor="rgba(0,0,0,0)"
+        )
     return figure
 
 
@@ -112,6 +164,6 @@ def whatif(rows: list[dict], measured: dict | None = None) -> go.Figure:
         yaxis2=dict(title="speed-up", overlaying="y", side="right"),
         height=320,
         margin=dict(l=10, r=10, t=40, b=10),
-        legend=dict(orientation="h"),
+        legend=LEGEND_ABOVE,
     )
     return figure

@@ -127,7 +127,9 @@ def output_html(first_token: int | None, steps, piece_of, current: int, window: 
             title = escape(f"step {number}  pos {step.position + 1 + k}  id {token}", quote=True)
             tokens.append(f'<span class="sl-t {cls}" title="{title}">{show(piece_of(token))}</span>')
         outline = " sl-cur" if number == current else ""
-        parts.append(f'<span class="sl-step{outline}" id="step-{number}">{"".join(tokens)}</span>')
+        parts.append(
+            f'<span class="sl-step{outline}" id="step-{number}" data-step="{number}">{"".join(tokens)}</span>'
+        )
     if stop < len(steps):
         parts.append(f'<span class="sl-boundary">{len(steps) - stop} later steps …</span>')
     return f'<div class="sl-text">{"".join(parts)}</div>'

@@ -23,6 +23,7 @@ def runs_frame(runs: list[stored_runs.RunInfo]) -> pd.DataFrame:
                 "mode": decoding_mode(r.params),
                 "engine": r.params.get("engine", ""),
                 "tokens": len(r.output_ids),
+                "verify steps": r.step_count,
                 "accept length": r.metrics.get("mean_accept_length"),
                 "acceptance rate": r.metrics.get("acceptance_rate"),
                 "aux HF indices": str(r.aux_hf_indices),
@@ -41,6 +42,7 @@ def runs_frame(runs: list[stored_runs.RunInfo]) -> pd.DataFrame:
             "mode",
             "engine",
             "tokens",
+            "verify steps",
             "accept length",
             "acceptance rate",
             "aux HF indices",
@@ -68,4 +70,7 @@ def get_run(run_id: int) -> tuple:
     return load_run(state.db(), run_id, run.finished_at or run.step_count)
 
 
-ACCEPT_LENGTH_HELP = "accept length = mean over verify steps of (accepted drafts + 1), bonus included"
+ACCEPT_LENGTH_HELP = (
+    "accept length = mean over verify steps of (accepted drafts + 1), bonus included; empty (None) for a "
+    "run with no verify step"
+)

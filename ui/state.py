@@ -7,11 +7,23 @@ import os
 from pathlib import Path
 
 import streamlit as st
+from streamlit.errors import StreamlitPageNotFoundError
 
 from backend.defaults import default_draft, default_target, demo_drafts
 from backend.service import datasets
 from backend.service.database import database_url
 from ui.html import md
+
+# The navigation, drawn by `sidebar` (Streamlit's own list is hidden: it names the home page after
+# its file, "app"). Paths are relative to the app's folder; URLs stay /Samples, /Decode, ...
+PAGES = [
+    ("app.py", "Home", "Home"),
+    ("pages/1_Samples.py", "Samples", "Samples: browse and import datasets"),
+    ("pages/2_Decode.py", "Decode", "Decode: run a replay and step through it"),
+    ("pages/3_Compare.py", "Compare", "Compare: two drafts or two runs side by side"),
+    ("pages/4_Diagnostics.py", "Diagnostics", "Diagnostics: probe, train-vs-serve diff, lint, doctor"),
+    ("pages/5_Runs.py", "Runs", "Runs: history, delete, export"),
+]
 
 KEYS = {
     "db_url": "global_db_url",
@@ -48,6 +60,12 @@ def db_url() -> str:
 def _opened(url: str) -> bool:
     datasets.ensure_demo_dataset(url)
     return True
+
+
+def db_backend() -> str:
+    """The kind of store the active URL names, in words (shown beside the URL)."""
+    scheme = db_url().split(":", 1)[0].split("+", 1)[0].lower()
+    return {"sqlite": "SQLite", "postgresql": "PostgreSQL", "postgres": "PostgreSQL"}.get(scheme, scheme)
 
 
 def db() -> str:
@@ -98,8 +116,14 @@ def sidebar() -> None:
     """The active database, target and draft, on every page."""
     _init()
     with st.sidebar:
+        try:
+            for path, title, _ in PAGES:
+                st.page_link(path, label=title)
+            st.divider()
+        except StreamlitPageNotFoundError:
+            pass  # a page script run on its own (AppTest of one file) has no other pages to link
         st.caption("Active setup (shared by all pages)")
-        st.text(f"database: {db_url()}")
+        st.text(f"database ({db_backend()}): {db_url()}")
         target = st.text_input("Target model directory", value=target_path(), key="sidebar_target")
         if target != target_path():
             set_value("target", target)

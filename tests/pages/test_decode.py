@@ -54,3 +54,20 @@ def test_decode_bad_override_and_refused_draft(db, tmp_path):
     assert task.status == "failed"
     app = ok(app.run())
     assert "failed" in app.error[0].value
+
+
+def test_a_run_without_verify_steps_is_explained_not_shown_as_zero(db):
+    """A prompt whose first (prefill) token is already the end: no verify step, accept length
+    undefined: a dash and a sentence, never 0.00 beside 'Verify steps 0'."""
+    from backend.service.runs import get_run_with_steps
+
+    app = ok(page("2_Decode").run())
+    app.radio(key="decode_mode").set_value("Typed prompt").run()
+    app.number_input(key="decode_max_new").set_value(1).run()
+    app.button(key="decode_start").click().run()
+    app = ok(finish(app, "decode_task"))
+    run, steps = get_run_with_steps(db, app.session_state["global_run_id"])
+    assert steps == [] and len(run.output_ids) == 1
+    assert app.metric[0].value == "—" and app.metric[2].value == "0"
+    assert "No verify step ran" in app.info[0].value and "accept length is undefined" in app.info[0].value
+    assert "limit of 1 new token(s) was reached" in app.info[0].value

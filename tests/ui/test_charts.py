@@ -29,3 +29,28 @@ def test_cosine_and_difference_scales_do_not_rescale_to_the_data():
     assert (cosine.zmin, cosine.zmax, cosine.zmid) == (-1.0, 1.0, 0.0)
     assert charts.heatmap(same, "max_abs_diff", "diff").data[0].zmin == 0.0
     assert charts.heatmap(same, "norm", "norm").data[0].zmin is None  # norms keep the data's range
+
+
+def test_chunks_read_in_layer_order_with_their_role_and_the_current_step_is_outlined():
+    rows = [{"position": p, "chunk": c, "norm": 1.0} for p in range(3) for c in ("hf29", "hf2", "hf16")]
+    heat = charts.heatmap(rows, "norm", "norm", mark=(1, 2))
+    assert list(heat.data[0].y) == [
+        "low · hidden_states[2]",
+        "mid · hidden_states[16]",
+        "high · hidden_states[29]",
+    ]
+    (box,) = heat.layout.shapes
+    assert (box.x0, box.x1) == (0.5, 2.5)
+    assert charts.chunk_labels(["hf0", "hf3"]) == {"hf0": "hidden_states[0]", "hf3": "hidden_states[3]"}
+    assert charts.chunk_labels(["draft_out"]) == {"draft_out": "draft_out"}
+
+
+def test_auto_range_is_a_choice_and_the_scale_is_named():
+    rows = [{"position": 0, "chunk": "hf0", "cosine": 0.01}, {"position": 1, "chunk": "hf0", "cosine": 0.02}]
+    fixed = charts.heatmap(rows, "cosine", "cos").data[0]
+    auto = charts.heatmap(rows, "cosine", "cos", auto_range=True).data[0]
+    assert (
+        "fixed -1..1" in fixed.colorbar.title.text
+        and auto.zmin is None
+        and "data range" in auto.colorbar.title.text
+    )
