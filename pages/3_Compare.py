@@ -9,8 +9,15 @@ from backend import BadInput
 from backend.engine.records import decoding_mode
 from backend.service import tasks
 from ui import charts, state
-from ui.compare import committed_positions, first_divergence, timeline_html
-from ui.html import CSS, legend
+from ui.compare import (
+    batch_summary,
+    committed_positions,
+    difference_html,
+    first_divergence,
+    timeline_html,
+    timeline_legend,
+)
+from ui.html import CSS, md
 from ui.pickers import dataset_picker, run_label
 from ui.runs import ACCEPT_LENGTH_HELP, get_run, list_runs
 from ui.taskview import task_panel
@@ -21,6 +28,8 @@ state.sidebar()
 st.title("Compare")
 
 names = list(state.drafts())
+compare_task = tasks.MANAGER.get(st.session_state.get("compare_task"))
+running = compare_task is not None and compare_task.active
 with st.expander("Run two drafts", expanded=not state.get_value("compare")):
     c1, c2, c3, c4 = st.columns(4)
     draft_a = c1.selectbox(
@@ -40,6 +49,14 @@ with st.expander("Run two drafts", expanded=not state.get_value("compare")):
     tokens_a = int(d2.number_input("Draft tokens N A (0: K+1)", 0, 256, 0, key="compare_tokens_a"))
     topk_b = int(d3.number_input("topk B", 1, 16, 1, key="compare_topk_b"))
     tokens_b = int(d4.number_input("Draft tokens N B (0: K+1)", 0, 256, 0, key="compare_tokens_b"))
+    reuse = st.checkbox(
+        "Reuse finished runs of the same draft, sample and settings",
+        value=True,
+        key="compare_reuse",
+        help="A finished run of the same target, draft, prompt, K, topk, N, max new tokens, sampling, "
+        "engine reading and wiring override (on this machine's device and dtype) stands in for a new "
+        "replay. Untick it after changing a draft's files in place.",
+    )
     dataset_id, samples = dataset_picker("compare_dataset")
     if samples:
         single, batch = st.columns(2)
@@ -48,10 +65,12 @@ with st.expander("Run two drafts", expanded=not state.get_value("compare")):
             "Batch: first N samples", 1, len(samples), min(6, len(samples)), key="compare_batch_n"
         )
         chosen = None
-        if single.button("Compare on this sample", key="compare_start_one"):
+        if single.button("Compare on this sample", key="compare_start_one", disabled=running):
             chosen = [samples[int(index)]]
-        if batch.button("Compare on N samples", key="compare_start_batch"):
+        if batch.button("Compare on N samples", key="compare_start_batch", disabled=running):
             chosen = samples[: int(count)]
+        if running:
+            st.caption("A comparison is running (progress below); start the next one when it ends.")
         if chosen:
             try:
                 st.session_state["compare_task"] = tasks.start_compare(
@@ -65,29 +84,64 @@ with st.expander("Run two drafts", expanded=not state.get_value("compare")):
                     dataset_id,
                     {"topk": topk_a, "num_draft_tokens": tokens_a or None},
                     {"topk": topk_b, "num_draft_tokens": tokens_b or None},
+                    reuse=reuse,
                 )
             except BadInput as error:
-                st.error(str(error))
+                st.error(md(error))
+            else:
+                st.rerun()  # drawn again as running: buttons off, the previous table hidden, progress
 
 
-def pick_up_rows(rows: list[dict]) -> None:
+def pick_up(result: dict) -> None:
+    """A finished comparison: its table replaces the previous one and its first row (the largest
+    |delta|; the only one for a single sample) is opened below."""
+    rows = result["rows"]
     state.set_value("compare", (rows[0]["run A"], rows[0]["run B"]))
-    st.session_state["compare_rows"] = rows
+    st.session_state["compare_result"] = {**result, "task": st.session_state.get("compare_task")}
 
 
-task_panel("compare_task", on_finish=pick_up_rows)
-rows = st.session_state.get("compare_rows")
-if rows:
-    st.subheader("Samples where the drafts differ most")
-    table = pd.DataFrame(rows)
-    picked = st.dataframe(
-        table, hide_index=True, key="compare_table", on_select="rerun", selection_mode="single-row"
+task_panel("compare_task", on_finish=pick_up)
+result = st.session_state.get("compare_result")
+if result and running:
+    st.info(
+        f"The previous comparison's table ({len(result['rows'])} sample(s)) is hidden while a new "
+        "comparison runs; the new table shows here when it ends."
     )
-    st.caption(f"{ACCEPT_LENGTH_HELP}. Click a row to open both runs below.")
+elif result:
+    rows = result["rows"]
+    st.subheader("Samples where the drafts differ most")
+    summary = batch_summary(rows)
+    if summary["samples"]:
+        s = st.columns(5)
+        s[0].metric("Mean AL A", f"{summary['mean AL A']:.2f}", help=ACCEPT_LENGTH_HELP)
+        s[1].metric("Mean AL B", f"{summary['mean AL B']:.2f}", help=ACCEPT_LENGTH_HELP)
+        s[2].metric("Mean delta (B - A)", f"{summary['mean delta']:+.2f}")
+        s[3].metric("Wins A / B / ties", f"{summary['wins A']} / {summary['wins B']} / {summary['ties']}")
+        s[4].metric("Samples", summary["samples"])
+    reused, replayed = result.get("reused", 0), result.get("replayed", 0)
+    st.caption(
+        f"Over {summary['samples']} sample(s): the mean of each run's accept length ({ACCEPT_LENGTH_HELP}); "
+        "a win is a sample where that draft's accept length is higher. "
+        + (
+            f"{summary['without AL']} sample(s) without an accept length are left out. "
+            if summary["without AL"]
+            else ""
+        )
+        + f"{reused} run(s) reused (finished runs of the same draft, sample and settings), {replayed} replayed."
+    )
+    table = pd.DataFrame(rows)
+    table_key = f"compare_table_{result.get('task')}"  # a new batch starts with no row ticked
+    picked = st.dataframe(
+        table, hide_index=True, key=table_key, on_select="rerun", selection_mode="single-row"
+    )
+    st.caption("Click a row to open both of its runs below.")
     selection = picked.selection.rows if picked is not None else []
-    if selection:
+    if selection and st.session_state.get("compare_table_applied") != (table_key, selection[0]):
+        st.session_state["compare_table_applied"] = (table_key, selection[0])
         row = table.iloc[selection[0]]
         state.set_value("compare", (int(row["run A"]), int(row["run B"])))
+    elif not selection:
+        st.session_state.pop("compare_table_applied", None)
 
 st.subheader("Two runs side by side")
 runs = list_runs(limit=300)
@@ -98,6 +152,17 @@ run_ids = [r.id for r in runs]
 preset = state.get_value("compare") or (run_ids[1], run_ids[0])
 label = {r.id: run_label(r) for r in runs}
 c1, c2 = st.columns(2)
+
+
+def picked_here() -> None:
+    """The user picked a run in a select box: that pair is the shared choice now, so a row clicked
+    later (even the one clicked before) opens its pair again."""
+    chosen = (st.session_state["compare_run_a"], st.session_state["compare_run_b"])
+    state.set_value("compare", chosen)
+    state.followed("compare_run_a", chosen[0])
+    state.followed("compare_run_b", chosen[1])
+
+
 state.follow("compare_run_a", preset[0], run_ids)  # a finished comparison or a ticked row is shown
 state.follow("compare_run_b", preset[1], run_ids)
 run_a_id = c1.selectbox(
@@ -106,6 +171,7 @@ run_a_id = c1.selectbox(
     index=run_ids.index(preset[0]) if preset[0] in run_ids else 0,
     format_func=label.get,
     key="compare_run_a",
+    on_change=picked_here,
 )
 run_b_id = c2.selectbox(
     "Run B",
@@ -113,6 +179,7 @@ run_b_id = c2.selectbox(
     index=run_ids.index(preset[1]) if preset[1] in run_ids else 1,
     format_func=label.get,
     key="compare_run_b",
+    on_change=picked_here,
 )
 (run_a, steps_a), (run_b, steps_b) = get_run(run_a_id), get_run(run_b_id)
 if run_a is None or run_b is None:
@@ -129,7 +196,12 @@ m[2].metric("Steps A / B", f"{len(steps_a)} / {len(steps_b)}")
 st.caption(f"A: {decoding_mode(run_a.params)} · B: {decoding_mode(run_b.params)}")
 positions_a, positions_b = committed_positions(run_a, steps_a), committed_positions(run_b, steps_b)
 divergence = first_divergence(positions_a, positions_b)
-m[3].metric("First differing proposal", "none" if divergence is None else f"position {divergence}")
+m[3].metric(
+    "Drafts first differ at",
+    "nowhere" if divergence is None else f"output {divergence - len(run_a.prompt_ids)}",
+    help="The first output position (0 = the first output token) where the two drafts proposed "
+    "different tokens: outlined below, and said in words under the timelines",
+)
 pieces = Pieces(run_a.target_path)
 length = max(len(run_a.output_ids), len(run_b.output_ids))
 start_at = len(run_a.prompt_ids)
@@ -140,15 +212,16 @@ else:
 window = (start_at + offset, start_at + offset + 300)
 st.html(
     CSS
-    + legend()
+    + timeline_legend()
     + "<b>A</b>"
     + timeline_html(run_a, positions_a, pieces, *window, divergence)
     + "<b>B</b>"
     + timeline_html(run_b, positions_b, pieces, *window, divergence)
+    + difference_html(run_a, run_b, positions_a, positions_b, pieces)
 )
 st.caption(
-    "Each token is coloured by how its run produced it (accepted draft or bonus); a left border starts a "
-    "verify step; the outlined token is the first position where the two drafts proposed different tokens."
+    "Each token is coloured by how its run produced it; hover a token for its output position, "
+    "verify step and what the draft proposed there. Tokens in quotes show whitespace: ␣ is a space."
 )
 st.plotly_chart(
     charts.acceptance_bars(

@@ -1,4 +1,5 @@
-"""Aligning two runs by output position (pure functions, no Streamlit)."""
+"""Aligning two runs by output position, saying in words where they differ, and summarising a batch
+(pure functions, no Streamlit). Every token string is escaped here."""
 
 from __future__ import annotations
 
@@ -6,18 +7,45 @@ from html import escape
 
 from ui.html import show
 
+# What the timelines draw, and nothing else: the legend is built from these.
+KIND_CLASS = {"accepted": "sl-acc", "bonus": "sl-bonus", "prefill": "sl-bonus"}
+TIMELINE_LEGEND = (
+    ("sl-t sl-acc", "accepted draft token"),
+    ("sl-t sl-bonus", "target's own token (the bonus of a verify step, or the first token after the prompt)"),
+    ("sl-t sl-step", "a verify step starts (left border)"),
+    ("sl-t sl-cur", "first position where the two drafts proposed different tokens (outline)"),
+)
+LEGEND_CSS = (
+    "<style>.sl-legend .sl-t{display:inline-block;padding:1px 6px;margin:0 6px 4px 0;font-size:12px}"
+    ".sl-said{font-size:14px;line-height:1.7;margin:6px 0}.sl-said code{background:#fff3e0;"
+    "border:1px solid #ffcc80;border-radius:3px;padding:0 4px;white-space:pre}</style>"
+)
+
 
 def committed_positions(run, steps) -> dict[int, dict]:
-    """Absolute position -> {step, kind (accepted|bonus|prefill), proposal (the draft's guess there)}."""
-    out = {len(run.prompt_ids): {"step": None, "kind": "prefill", "proposal": None}}
+    """Absolute position -> {step (0-based index; the pages count verify steps from 1), kind (accepted|bonus|prefill), token (the committed id), proposal
+    (the draft's guess there, None where it drafted none), proposal_accepted}."""
+    sequence = list(run.prompt_ids) + list(run.output_ids)
+    start = len(run.prompt_ids)
+    out = {
+        start: {
+            "step": None,
+            "kind": "prefill",
+            "token": sequence[start] if start < len(sequence) else None,
+            "proposal": None,
+            "proposal_accepted": None,
+        }
+    }
     for number, step in enumerate(steps):
-        for k, _ in enumerate(step.committed_ids):
+        for k, token in enumerate(step.committed_ids):
             position = step.position + 1 + k
             proposal = step.drafted_ids[k] if k < len(step.drafted_ids) else None
             out[position] = {
                 "step": number,
                 "kind": "accepted" if k < step.accepted_count else "bonus",
+                "token": token,
                 "proposal": proposal,
+                "proposal_accepted": None if proposal is None else k < step.accepted_count,
             }
     return out
 
@@ -30,21 +58,114 @@ def first_divergence(a: dict[int, dict], b: dict[int, dict]) -> int | None:
     return None
 
 
+def first_output_difference(output_a: list[int], output_b: list[int]) -> int | None:
+    """The first output index where the two outputs hold different tokens (None where one is a
+    prefix of the other)."""
+    for index, (x, y) in enumerate(zip(output_a, output_b, strict=False)):
+        if x != y:
+            return index
+    return None
+
+
+def visible(piece: str) -> str:
+    """A token piece quoted so that whitespace shows: 'x␣y', '\\n' (plain text, not yet escaped)."""
+    return repr(piece).replace(" ", "␣")
+
+
+def _token(piece: str) -> str:
+    return f"<code>{escape(visible(piece))}</code>"
+
+
+def difference_html(run_a, run_b, positions_a: dict, positions_b: dict, piece_of) -> str:
+    """In words: the first position where the drafts proposed different tokens (what each proposed,
+    whether it was accepted, the target's token there), then where the outputs themselves differ."""
+    start = len(run_a.prompt_ids)
+    divergence = first_divergence(positions_a, positions_b)
+    said = []
+    if divergence is None:
+        said.append("The two drafts proposed the same token at every position where both drafted.")
+    else:
+        a, b = positions_a[divergence], positions_b[divergence]
+
+        def verdict(info: dict) -> str:
+            return "accepted" if info["proposal_accepted"] else "rejected"
+
+        if a["token"] == b["token"]:
+            target = f"the target's token there is {_token(piece_of(a['token']))}"
+        else:
+            target = (
+                f"the target's token there is {_token(piece_of(a['token']))} in A and "
+                f"{_token(piece_of(b['token']))} in B"
+            )
+        said.append(
+            f"At output position <b>{divergence - start}</b> (sequence position {divergence}; "
+            f"verify step {a['step'] + 1} of A / step {b['step'] + 1} of B): A's draft proposed "
+            f"{_token(piece_of(a['proposal']))} ({verdict(a)}), B's draft proposed "
+            f"{_token(piece_of(b['proposal']))} ({verdict(b)}); {target}."
+        )
+    output_a, output_b = list(run_a.output_ids), list(run_b.output_ids)
+    index = first_output_difference(output_a, output_b)
+    if index is not None:
+        said.append(
+            f"The outputs themselves diverge at output position <b>{index}</b>: A has "
+            f"{_token(piece_of(output_a[index]))}, B has {_token(piece_of(output_b[index]))}; "
+            "later positions hold different text in each run."
+        )
+    elif len(output_a) != len(output_b):
+        longer = "A" if len(output_a) > len(output_b) else "B"
+        said.append(
+            f"The outputs agree over their first {min(len(output_a), len(output_b))} tokens; "
+            f"{longer} goes on for {abs(len(output_a) - len(output_b))} more."
+        )
+    else:
+        said.append(f"Both runs produced the same {len(output_a)} output tokens.")
+    return "".join(f'<div class="sl-said">{sentence}</div>' for sentence in said)
+
+
+def timeline_legend() -> str:
+    items = "".join(f'<span class="{cls}">{escape(name)}</span>' for cls, name in TIMELINE_LEGEND)
+    return f'{LEGEND_CSS}<div class="sl-legend">{items}</div>'
+
+
 def timeline_html(
     run, positions: dict[int, dict], piece_of, start: int, stop: int, divergence: int | None
 ) -> str:
     sequence = run.prompt_ids + run.output_ids
+    prompt = len(run.prompt_ids)
     spans, last_step = [], None
     for position in range(start, min(stop, len(sequence))):
         info = positions.get(position)
         if info is None:
             continue
-        cls = {"accepted": "sl-acc", "bonus": "sl-bonus", "prefill": "sl-bonus"}[info["kind"]]
+        cls = KIND_CLASS[info["kind"]]
         border = " sl-step" if info["step"] != last_step else ""
         last_step = info["step"]
         mark = " sl-cur" if position == divergence else ""
-        title = escape(f"pos {position}  step {info['step']}  {info['kind']}", quote=True)
+        step = "prefill" if info["step"] is None else f"verify step {info['step'] + 1}"
+        about = f"output position {position - prompt}  {step}  {info['kind']}"
+        if info.get("proposal") is not None:
+            verdict = "accepted" if info.get("proposal_accepted") else "rejected"
+            about += f"  draft proposed {visible(piece_of(info['proposal']))} ({verdict})"
+        title = escape(about, quote=True)
         spans.append(
             f'<span class="sl-t {cls}{border}{mark}" title="{title}">{show(piece_of(sequence[position]))}</span>'
         )
     return f'<div class="sl-text">{"".join(spans)}</div>'
+
+
+def batch_summary(rows: list[dict]) -> dict:
+    """Over the samples where both runs have an accept length: the mean accept length of each side
+    (the mean over samples of each run's own mean), the mean delta B - A, and who won how often."""
+    pairs = [(r["AL A"], r["AL B"]) for r in rows if r.get("AL A") is not None and r.get("AL B") is not None]
+    n = len(pairs)
+    deltas = [b - a for a, b in pairs]
+    return {
+        "samples": n,
+        "mean AL A": sum(a for a, _ in pairs) / n if n else None,
+        "mean AL B": sum(b for _, b in pairs) / n if n else None,
+        "mean delta": sum(deltas) / n if n else None,
+        "wins A": sum(d < -1e-9 for d in deltas),
+        "wins B": sum(d > 1e-9 for d in deltas),
+        "ties": sum(abs(d) <= 1e-9 for d in deltas),
+        "without AL": len(rows) - n,
+    }

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from sqlalchemy import select
+
 from backend import BadInput
 from backend.engine.records import StepRecord
 from backend.service.database import open_database, reap
+from backend.service.requests import ReplayRequest
 from db import store
 from db.export import ExportError, export_bytes, export_run
+from db.models import Run
 
 RunInfo = store.RunInfo
 
@@ -25,6 +29,83 @@ def get_run(db_url: str | None, run_id: int) -> RunInfo | None:
     reap(database)
     with store.session_scope(database.factory) as session:
         return store.get_run(session, run_id)
+
+
+def replay_settings(request: ReplayRequest) -> dict:
+    """What a finished run's stored params must say for it to answer `request` (besides its target,
+    draft and prompt): K, the effective tree shape, max new tokens, sampling, the engine reading
+    asked for and the wiring override. Device and dtype are matched by `find_finished_run`."""
+    shape = request.decoding().shape  # num_steps is always given, so the architecture plays no part
+    return {
+        "num_steps": shape.num_steps,
+        "topk": shape.topk,
+        "num_draft_tokens": shape.num_draft_tokens,
+        "max_new_tokens": request.max_new_tokens,
+        "engine_requested": request.engine,
+        "wiring_override": list(request.aux_hf_indices) if request.aux_hf_indices else None,
+        "temperature": float(request.temperature),
+        "top_p": float(request.top_p),
+        "top_k": int(request.top_k),
+        "seed": int(request.seed),
+        "draft_attention": request.draft_attention if shape.topk > 1 else None,
+    }
+
+
+def _same_settings(params: dict, wanted: dict) -> bool:
+    for name, value in wanted.items():
+        stored = params.get(name)
+        if name == "wiring_override":
+            stored = list(stored) if stored else None
+        elif isinstance(value, float):
+            try:
+                stored = float(stored)
+            except (TypeError, ValueError):
+                return False
+        if stored != value:
+            return False
+    return True
+
+
+def find_finished_run(
+    db_url: str | None, request: ReplayRequest, device: str | None = None, dtype: str | None = None
+) -> RunInfo | None:
+    """The newest finished replay of the same target, draft and prompt with the same settings
+    (`replay_settings`), one of the same sample first; None when there is none. `device` and `dtype`
+    are the ones the request would run on (None: any); a recorded request needs a recorded run."""
+    if request.prompt_ids is None:
+        return None  # a text prompt's ids depend on the tokenizer: replay it
+    wanted = replay_settings(request)
+    prompt = list(request.prompt_ids)
+
+    def variants(path: str) -> list[str]:
+        return sorted({path, str(Path(path).resolve())})
+
+    database = open_database(db_url)
+    reap(database)
+    with store.session_scope(database.factory) as session:
+        candidates = session.scalars(
+            select(Run)
+            .where(
+                Run.kind == "replay",
+                Run.status == "finished",
+                Run.target_path.in_(variants(request.target)),
+                Run.draft_path.in_(variants(request.draft)),
+            )
+            .order_by(Run.id.desc())
+        ).all()
+        matches = [
+            run
+            for run in candidates
+            if list(run.prompt_ids or []) == prompt
+            and _same_settings(run.params or {}, wanted)
+            and (device is None or (run.params or {}).get("device") == device)
+            and (dtype is None or (run.params or {}).get("dtype") == dtype)
+            and ((run.params or {}).get("record", True) or not request.record)
+        ]
+        if not matches:
+            return None
+        same_sample = [run for run in matches if run.sample_id == request.sample_id]
+        return store.get_run(session, (same_sample or matches)[0].id)
 
 
 def get_run_with_steps(db_url: str | None, run_id: int) -> tuple[RunInfo | None, list[StepRecord]]:

@@ -151,19 +151,23 @@ def compare_job(
     num_steps: int,
     max_new_tokens: int,
     dataset_id: int,
+    reuse: bool = True,
     *,
     progress: Progress,
-) -> list[dict]:
+) -> dict:
+    from backend.engine.loading import pick_device, pick_dtype
     from backend.service.jobs import run_replay
+    from backend.service.runs import find_finished_run
 
-    rows = []
+    device = pick_device(None)  # where a replay of these requests would run (they name none)
+    dtype = str(pick_dtype(device, None)).replace("torch.", "")
+    rows, reused, replayed = [], 0, 0
+    total = 2 * len(samples)
     for number, sample in enumerate(samples):
         row = {"sample #": sample.index, "source": sample.source}
         for side, draft, decoding in sides:
-            progress(
-                (2 * number + (side == "B")) / (2 * len(samples)),
-                f"sample {number + 1}/{len(samples)}, draft {side}",
-            )
+            done = 2 * number + (side == "B")
+            where = f"sample {number + 1}/{len(samples)}, draft {side}"
             request = ReplayRequest(
                 target,
                 draft,
@@ -174,14 +178,29 @@ def compare_job(
                 sample_ref=f"dataset {dataset_id} #{sample.index}",
                 **decoding,
             )
-            outcome = run_replay(request, db_url)
-            row[f"run {side}"], row[f"AL {side}"] = (
-                outcome.run_id,
-                outcome.metrics.get("mean_accept_length"),
-            )
+            existing = find_finished_run(db_url, request, str(device), dtype) if reuse else None
+            if existing is not None:
+                reused += 1
+                row[f"run {side}"] = existing.id
+                row[f"AL {side}"] = existing.metrics.get("mean_accept_length")
+            else:
+                tally = f"{reused} reused, {replayed} replayed so far"
+
+                def inner(fraction: float, message: str, done=done, where=where, tally=tally) -> None:
+                    progress((done + min(1.0, max(0.0, fraction))) / total, f"{where}: {message} ({tally})")
+
+                outcome = run_replay(request, db_url, inner)
+                replayed += 1
+                row[f"run {side}"] = outcome.run_id
+                row[f"AL {side}"] = outcome.metrics.get("mean_accept_length")
+            progress((done + 1) / total, f"{where} done ({reused} reused, {replayed} replayed)")
         row["AL delta (B - A)"] = (row["AL B"] or 0) - (row["AL A"] or 0)
         rows.append(row)
-    return sorted(rows, key=lambda r: -abs(r["AL delta (B - A)"]))
+    return {
+        "rows": sorted(rows, key=lambda r: -abs(r["AL delta (B - A)"])),
+        "reused": reused,
+        "replayed": replayed,
+    }
 
 
 def start_compare(
@@ -195,16 +214,29 @@ def start_compare(
     dataset_id: int,
     decoding_a: dict | None = None,
     decoding_b: dict | None = None,
+    reuse: bool = True,
 ) -> str:
-    """Replay both drafts on each sample (stored as runs); rows for the table, largest |delta| first.
-    `decoding_a` / `decoding_b`: ReplayRequest fields per side (topk, num_draft_tokens, temperature,
-    ...), so a chain and a tree of the same draft can be compared."""
+    """Replay both drafts on each sample (stored as runs): {"rows": one per sample, largest |delta|
+    first, "reused": runs found finished, "replayed": runs replayed now}. `decoding_a` / `decoding_b`:
+    ReplayRequest fields per side (topk, num_draft_tokens, temperature, ...), so a chain and a tree
+    of the same draft can be compared. With `reuse`, a finished run of the same target, draft,
+    prompt and settings (`runs.find_finished_run`) stands in for a replay."""
     sides = (("A", draft_a, dict(decoding_a or {})), ("B", draft_b, dict(decoding_b or {})))
     for _, draft, decoding in sides:  # a bad setting is refused before the job starts
         ReplayRequest(target, draft, prompt_ids=(0,), num_steps=num_steps, **decoding)
     label = f"{_name(draft_a)} vs {_name(draft_b)} on {len(samples)} sample(s)"
     return MANAGER.submit_job(
-        "compare", label, compare_job, db_url, target, sides, samples, num_steps, max_new_tokens, dataset_id
+        "compare",
+        label,
+        compare_job,
+        db_url,
+        target,
+        sides,
+        samples,
+        num_steps,
+        max_new_tokens,
+        dataset_id,
+        reuse,
     )
 
 
@@ -213,9 +245,8 @@ def probe_job(target_path, draft_path, samples, num_steps, budget, live, *, prog
 
     progress(0.0, "loading models")
     target, draft, report = models.pair(target_path, draft_path)
-    return run_probe(
-        target, draft, report.wiring, samples, num_steps, budget, live, progress=progress
-    ).to_dict()
+    found = run_probe(target, draft, report.wiring, samples, num_steps, budget, live, progress=progress)
+    return {**found.to_dict(), "target": target_path, "draft": draft_path}
 
 
 def start_probe(
@@ -247,14 +278,22 @@ def start_reference(db_url: str | None, run_id: int, reference: dict) -> str:
     )
 
 
-def doctor_job(target_path, draft_path, samples, other_draft, *, progress: Progress) -> dict:
+def doctor_job(
+    target_path, draft_path, samples, other_draft, feature_path=None, *, progress: Progress
+) -> dict:
     from backend.diagnostics.doctor import doctor
 
     progress(0.1, "reading the checkpoint")
-    return doctor(draft_path, target_path, samples, other_draft)
+    result = doctor(draft_path, target_path, samples, other_draft)
+    result["signals"] = signals_job(
+        target_path, draft_path, feature_path, preflight=result["preflight"], progress=progress
+    )
+    return result
 
 
-def start_doctor(target_path: str, draft_path: str, samples: list, other_draft: str | None) -> str:
+def start_doctor(
+    target_path: str, draft_path: str, samples: list, other_draft: str | None, feature_path: str | None = None
+) -> str:
     return MANAGER.submit_job(
         "doctor",
         f"checkpoint doctor {_name(draft_path)}",
@@ -263,6 +302,51 @@ def start_doctor(target_path: str, draft_path: str, samples: list, other_draft: 
         draft_path,
         samples,
         other_draft,
+        feature_path,
+    )
+
+
+def signals_job(
+    target_path: str, draft_path: str, feature_path: str | None, preflight: dict | None = None, *, progress
+) -> dict:
+    """The cheap signals of the shared verdict (backend.service.checks.verdict): preflight, the lint of
+    the draft's own config under each engine, and the train-vs-serve diff when a feature file exists."""
+    from pathlib import Path
+
+    from backend import BadInput
+    from backend.engine.preflight import preflight as run_preflight
+    from backend.service.checks import draft_lint
+
+    progress(0.2, "preflight and lint")
+    report = preflight if preflight is not None else run_preflight(draft_path, target_path).to_dict()
+    signals = {
+        "target": target_path,
+        "draft": draft_path,
+        "preflight": report,
+        "lint": draft_lint(draft_path, target_path),
+        "diff": None,
+    }
+    if not report.get("ok"):
+        signals["diff_note"] = "not run (preflight failed)"
+    elif not feature_path or not Path(feature_path).is_file():
+        signals["diff_note"] = "no training feature file" + (f" at {feature_path}" if feature_path else "")
+    else:
+        progress(0.5, "train vs serve diff")
+        try:
+            diff = train_vs_serve_job(target_path, draft_path, feature_path, progress=lambda *_: None)
+        except BadInput as error:
+            signals["diff_note"] = f"not comparable: {error}"
+        else:
+            signals["diff"] = {
+                k: diff[k] for k in ("serving_aux_hf_indices", "first_mismatch", "training_aux_hf_indices")
+            }
+            signals["diff_note"] = feature_path
+    return signals
+
+
+def start_signals(target_path: str, draft_path: str, feature_path: str | None) -> str:
+    return MANAGER.submit_job(
+        "signals", f"cheap checks {_name(draft_path)}", signals_job, target_path, draft_path, feature_path
     )
 
 
@@ -300,7 +384,7 @@ def agreement_job(
     *,
     progress: Progress,
 ) -> dict:
-    from backend.diagnostics.agreement import DEFINITION, teacher_vs_live
+    from backend.diagnostics.agreement import DEFINITION, draft_summary, teacher_vs_live
     from backend.engine.wiring import Wiring, check_indices
 
     progress(0.0, "loading models")
@@ -312,7 +396,7 @@ def agreement_job(
     rows = teacher_vs_live(
         target, draft, report.wiring, samples, num_steps, max_new_tokens, progress, claimed
     )
-    return {"rows": rows, "definition": DEFINITION}
+    return {"rows": rows, "summary": draft_summary(rows), "definition": DEFINITION}
 
 
 def start_agreement(

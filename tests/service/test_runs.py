@@ -33,3 +33,91 @@ def test_list_read_export_and_delete(stored_run, tmp_path):
         runs.export(url, run_id, "xml", tmp_path / "x.xml")
     assert runs.delete_run(url, run_id) and not runs.delete_run(url, run_id)
     assert runs.get_run(url, run_id) is None and runs.get_run_with_steps(url, run_id) == (None, [])
+
+
+def test_find_finished_run_matches_target_draft_prompt_and_every_setting(stored_run, pairs):
+    from dataclasses import replace
+
+    from backend.service import runs
+    from backend.service.requests import ReplayRequest
+
+    url, run_id = stored_run
+    pair = pairs["copy-L4-bigram"]
+    same = ReplayRequest(
+        str(pair.target_dir), str(pair.draft_dir), prompt_ids=(1, 5, 9), num_steps=3, max_new_tokens=12
+    )
+    stored = runs.get_run(url, run_id)
+    assert runs.find_finished_run(url, same).id == run_id
+    assert runs.find_finished_run(url, same, stored.params["device"], stored.params["dtype"]).id == run_id
+    assert runs.find_finished_run(url, replace(same, sample_ref="elsewhere")).id == run_id  # a label only
+    assert (
+        runs.find_finished_run(url, replace(same, topk=1, num_draft_tokens=4)).id == run_id
+    )  # SGLang's chain
+    different = [
+        replace(same, prompt_ids=(1, 5, 8)),
+        replace(same, draft=str(pairs["random-L2"].draft_dir)),
+        replace(same, target=str(pairs["random-L2"].target_dir)),
+        replace(same, num_steps=2),
+        replace(same, max_new_tokens=13),
+        replace(same, topk=2, num_draft_tokens=4),
+        replace(same, temperature=0.7),
+        replace(same, seed=1),
+        replace(same, top_p=0.9),
+        replace(same, engine="vllm"),
+        replace(same, aux_hf_indices=(0, 1, 2)),
+    ]
+    assert [runs.find_finished_run(url, request) for request in different] == [None] * len(different)
+    assert runs.find_finished_run(url, same, device="cuda:7") is None
+    assert runs.find_finished_run(url, same, dtype="float16") is None
+    assert runs.find_finished_run(url, replace(same, prompt_ids=None, prompt_text="hi")) is None
+    runs.delete_run(url, run_id)
+    assert runs.find_finished_run(url, same) is None
+
+
+def test_find_finished_run_skips_unfinished_runs_and_prefers_the_same_sample(db_url):
+    from dataclasses import replace
+
+    from backend.data.samples import Sample
+    from backend.service import runs
+    from backend.service.requests import ReplayRequest
+    from db import store
+
+    request = ReplayRequest("t", "d", prompt_ids=(1, 2), num_steps=2, max_new_tokens=8)
+    params = {**runs.replay_settings(request), "record": True, "device": "cpu", "dtype": "float32"}
+    factory = store.session_factory(store.make_engine(db_url))
+    with store.session_scope(factory) as session:
+        dataset = store.create_dataset(
+            session, name="two", path=None, format="jsonl", samples=[Sample([1, 2, 3], [0, 0, 1], 2)] * 2
+        )
+        first, second = (s.id for s in store.get_samples(session, dataset))
+
+        def make(status: str, sample_id=None, **changes) -> int:
+            run_id = store.create_run(
+                session,
+                kind="replay",
+                target_path="t",
+                draft_path="d",
+                params={**params, **changes},
+                aux_hf_indices=[0, 1, 2],
+                prompt_ids=[1, 2],
+                sample_id=sample_id,
+            )
+            if status == "finished":
+                store.finish_run(session, run_id, output_ids=[3], metrics={})
+            elif status == "failed":
+                store.fail_run(session, run_id, error="boom")
+            return run_id
+
+        of_first = make("finished", first)
+        make("failed", second)
+        not_recorded = make("finished", second, record=False)
+        of_second = make("finished", second)
+        newest = make("finished")
+    assert runs.find_finished_run(db_url, request).id == newest  # no sample asked: the newest
+    assert runs.find_finished_run(db_url, replace(request, sample_id=first)).id == of_first
+    assert runs.find_finished_run(db_url, replace(request, sample_id=second)).id == of_second
+    # a recorded request needs a recorded run; an unrecorded one takes either
+    assert runs.find_finished_run(db_url, replace(request, sample_id=second, record=False)).id == of_second
+    runs.delete_run(db_url, of_second)
+    assert runs.find_finished_run(db_url, replace(request, sample_id=second)).id == newest
+    assert runs.find_finished_run(db_url, replace(request, sample_id=second, record=False)).id == not_recorded

@@ -118,12 +118,68 @@ def test_compare_puts_a_chain_and_a_tree_of_the_same_draft_side_by_side(pairs, d
         120,
     )
     assert task.status == "done", task.error
-    (row,) = task.result
+    (row,) = task.result["rows"]
+    assert (task.result["reused"], task.result["replayed"]) == (0, 2)
     chain, tree = get_run(db_url, row["run A"]), get_run(db_url, row["run B"])
     assert (chain.params["topk"], tree.params["topk"], tree.params["num_draft_tokens"]) == (1, 4, 8)
     assert chain.output_ids == tree.output_ids  # both equal the target's greedy output
     with pytest.raises(BadInput, match="topk > 1 needs"):
         start_compare(db_url, "t", "a", "b", [sample], 3, 12, 1, {"topk": 4})
+
+
+def compare_on(pairs, db_url, samples, max_new=10, reuse=True, decoding_b=None) -> dict:
+    """start_compare of copy-L4-bigram's draft against itself (K=3), waited for."""
+    from backend.service.tasks import start_compare
+
+    pair = pairs["copy-L4-bigram"]
+    target, draft = str(pair.target_dir), str(pair.draft_dir)
+    task = MANAGER.wait(
+        start_compare(db_url, target, draft, draft, samples, 3, max_new, 1, None, decoding_b, reuse=reuse),
+        120,
+    )
+    assert task.status == "done", task.error
+    return task.result
+
+
+def unit_samples():
+    from backend.data.samples import Sample
+
+    return (
+        Sample(input_ids=[1, 5, 9, 3], loss_mask=[0, 0, 1, 1], prompt_len=2, index=0, source="unit"),
+        Sample(input_ids=[2, 7, 4, 3], loss_mask=[0, 0, 1, 1], prompt_len=2, index=1, source="unit"),
+    )
+
+
+def test_compare_reuses_a_finished_run_instead_of_replaying_it(pairs, db_url):
+    from backend.service.runs import list_runs
+
+    one, _ = unit_samples()
+    first = compare_on(pairs, db_url, [one], max_new=6)
+    assert (first["reused"], first["replayed"]) == (1, 1)  # B asks for the run A just stored
+    (row,) = first["rows"]
+    assert row["run A"] == row["run B"] and row["AL delta (B - A)"] == 0
+    again = compare_on(pairs, db_url, [one], max_new=6)
+    assert (again["reused"], again["replayed"]) == (2, 0) and again["rows"] == first["rows"]
+    assert len(list_runs(db_url)) == 1
+
+
+def test_compare_reuses_only_runs_of_the_same_sample_and_settings(pairs, db_url):
+    from backend.service.runs import list_runs
+
+    one, two = unit_samples()
+    tree = {"topk": 2, "num_draft_tokens": 4}
+    first = compare_on(pairs, db_url, [one], decoding_b=tree)
+    assert (first["reused"], first["replayed"]) == (0, 2)
+    again = compare_on(pairs, db_url, [one, two], decoding_b=tree)
+    assert (again["reused"], again["replayed"]) == (2, 2)  # sample one's pair is reused, two's replayed
+    (row_one,) = [r for r in again["rows"] if r["sample #"] == 0]
+    assert (row_one["run A"], row_one["run B"]) == (first["rows"][0]["run A"], first["rows"][0]["run B"])
+    chains = compare_on(pairs, db_url, [two])  # A and B both ask for the chain already stored
+    assert (chains["reused"], chains["replayed"]) == (2, 0)
+    longer = compare_on(pairs, db_url, [two], max_new=11)  # another limit is another run (B reuses A's)
+    assert (longer["reused"], longer["replayed"]) == (1, 1)
+    assert compare_on(pairs, db_url, [two], reuse=False)["replayed"] == 2  # asked not to reuse
+    assert len(list_runs(db_url)) == 4 + 1 + 2
 
 
 def test_diagnostic_tasks_use_the_declared_wiring_after_an_override(bigram_setup, db_url):
@@ -151,7 +207,7 @@ def test_diagnostic_tasks_use_the_declared_wiring_after_an_override(bigram_setup
     assert probe.result["declared"]["aux_hf_indices"] == [2, 4, 5] and not probe.result["confirmed"]
     agreement = MANAGER.wait(start_agreement(target, draft, samples[:1], 2, 16, (0, 2, 4)), 120)
     assert agreement.status == "done", agreement.error
-    assert set(agreement.result) == {"rows", "definition"}
+    assert set(agreement.result) == {"rows", "summary", "definition"}
     (row,) = agreement.result["rows"]
     assert row["flagged"]  # trained on (0, 2, 4), served the declared (2, 4, 5)
     refused = MANAGER.wait(start_agreement(target, draft, samples[:1], 2, 16, (0, 2, 40)), 120)
