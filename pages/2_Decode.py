@@ -122,7 +122,7 @@ def pick_up_run(result: dict) -> None:
     st.session_state["decode_step"] = 0
 
 
-task_panel("decode_task", on_finish=pick_up_run, failure="The replay failed: ")
+task_panel("decode_task", on_finish=pick_up_run, failure="The replay failed: ", adopt="replay")
 
 # ----------------------------------------------------------------------------- choose a run
 
@@ -383,7 +383,12 @@ def hidden_panel(step) -> None:
             ),
             key="decode_heatmap",
         )
-    with st.expander("Add a reference"):
+
+
+def reference_adder() -> None:
+    """Outside the step viewer's fragment: the reference job's progress polls on its own, and its end
+    reruns the whole page, which then shows the new reference selected."""
+    with st.expander("Add a hidden-state reference (compare the fed features with another source)"):
         kind = st.radio(
             "Compare the fed features with",
             ["another wiring", "training features (.ckpt)", "a second run", "target hidden vs draft output"],
@@ -415,22 +420,23 @@ def hidden_panel(step) -> None:
         if st.button("Compute", key="decode_reference_compute", disabled=spec is None):
             st.session_state["decode_reference_task"] = tasks.start_reference(state.db(), run.id, spec)
 
-        def show_reference(result: dict) -> None:
-            st.success(
-                f"{result['rows']} rows stored as '{md(result['reference'])}' "
-                f"({result.get('positions', '?')} positions compared)"
-            )
-            if result.get("warning"):
-                st.warning(md(result["warning"]))
+    def show_reference(result: dict) -> None:
+        st.success(
+            f"{result['rows']} rows stored as '{md(result['reference'])}' "
+            f"({result.get('positions', '?')} positions compared)"
+        )
+        if result.get("warning"):
+            st.warning(md(result["warning"]))
 
-        def pick_up_reference(result: dict) -> None:
-            st.session_state["decode_stats_version"] = st.session_state.get("decode_stats_version", 0) + 1
-            st.session_state["decode_reference_pending"] = result["reference"]  # selected on the next run
+    def pick_up_reference(result: dict) -> None:
+        st.session_state["decode_stats_version"] = st.session_state.get("decode_stats_version", 0) + 1
+        st.session_state["decode_reference_pending"] = result["reference"]  # selected on the next run
 
-        task_panel("decode_reference_task", show_reference, on_finish=pick_up_reference)
+    task_panel("decode_reference_task", show_reference, on_finish=pick_up_reference, adopt="reference")
 
 
 viewer()
+reference_adder()
 
 # ----------------------------------------------------------------------------- run summary
 

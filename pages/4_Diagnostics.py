@@ -23,6 +23,7 @@ from ui.runs import ACCEPT_LENGTH_HELP, get_run, list_runs
 from ui.tables import engine_readings as engine_table
 from ui.taskview import task_panel
 from ui.tokens import Pieces
+from ui.verdict import show_verdict
 
 PROBE_HINT = (
     "This check takes the draft's declared wiring as true. It cannot tell which target layers the draft "
@@ -34,6 +35,46 @@ st.set_page_config(page_title="SpecLens · Diagnostics", layout="wide")
 state.sidebar()
 st.title("Diagnostics")
 st.caption(f"Target {md(state.target_path())} · draft {md(state.draft_path())} (change them in the sidebar)")
+
+
+def feature_path() -> str | None:
+    """The training feature file the user named for the active draft (the verdict's input), if any:
+    a feature file says what one training run fed, so it is never assumed to belong to a draft."""
+    return (st.session_state.get("verdict_features") or "").strip() or None
+
+
+def stale_note(signals: dict) -> str | None:
+    pair = (signals.get("target"), signals.get("draft"))
+    if pair != (state.target_path(), state.draft_path()):
+        return f"Stale: these signals are for draft {pair[1]} on {pair[0]}, not the active pair."
+    return None
+
+
+st.subheader("Verdict")
+st.caption(
+    "One verdict from every signal: preflight, the serving-flag lint of the draft's own config, the "
+    "train-vs-serve diff when a training feature file exists, and the wiring probe once it has run. "
+    "Cheap checks load the target once; the probe is the expensive one."
+)
+st.text_input(
+    "Training feature file of this draft (optional .ckpt)",
+    "",
+    key="verdict_features",
+    help="A SpecForge feature file from the run that trained the active draft (the bundled miswired draft's "
+    "are demo/data/features/data_0.ckpt). With it the verdict compares what serving feeds with what "
+    "training fed; without it only the probe can see the wiring.",
+)
+if st.button("Run the cheap checks", key="verdict_run"):
+    st.session_state["verdict_task"] = tasks.start_signals(
+        state.target_path(), state.draft_path(), feature_path()
+    )
+
+
+def render_signals(signals: dict) -> None:
+    show_verdict(checks.verdict(signals, signals["target"], signals["draft"]), stale_note(signals))
+
+
+task_panel("verdict_task", render_signals)
 
 doctor_tab, probe_tab, diff_tab, lint_tab, agreement_tab, whatif_tab, server_tab = st.tabs(
     [
@@ -57,16 +98,17 @@ with doctor_tab:
     other = st.selectbox("Compare d2t with", others, key="doctor_other")
     if st.button("Run the doctor", key="doctor_run"):
         st.session_state["doctor_task"] = tasks.start_doctor(
-            state.target_path(), state.draft_path(), samples, state.drafts().get(other)
+            state.target_path(), state.draft_path(), samples, state.drafts().get(other), feature_path()
         )
 
     def render_doctor(result):
         report = result["preflight"]
-        (st.success if report["ok"] else st.error)(
-            f"Preflight {'passed' if report['ok'] else 'FAILED'}; aux HF indices {report['aux_hf_indices']} "
-            f"({md(report.get('wiring_source', ''))})"
+        signals = result["signals"]
+        show_verdict(checks.verdict(signals, signals["target"], signals["draft"]), stale_note(signals))
+        st.markdown(
+            f"Preflight: **{'passed' if report['ok'] else 'FAILED'}** · declared aux HF indices "
+            f"{report['aux_hf_indices']} ({md(report.get('wiring_source', ''))})"
         )
-        st.info(PROBE_HINT)
         st.dataframe(pd.DataFrame(report["checks"]), hide_index=True, key="doctor_checks")
         if report.get("engines"):
             st.markdown("**How each engine reads this draft**")
@@ -127,7 +169,10 @@ with probe_tab:
             language="json",
         )
 
-    task_panel("probe_task", render_probe)
+    def remember(report):
+        checks.remember_probe(report["target"], report["draft"], report)
+
+    task_panel("probe_task", render_probe, on_finish=remember)
 
 with diff_tab:
     st.markdown(
@@ -165,14 +210,21 @@ with diff_tab:
         )
         st.dataframe(pd.DataFrame(result["training_chunk_matches"]), hide_index=True, key="diff_matches")
         st.dataframe(pd.DataFrame(result["summary"]), hide_index=True, key="diff_summary")
+        auto = st.toggle("Auto colour range", key="diff_auto", help="Off: the scales are fixed by meaning.")
         left, right = st.columns(2)
         left.plotly_chart(
-            charts.heatmap(result["rows"], "cosine", "cosine (serve vs train)", result["chunk_names"]),
+            charts.heatmap(
+                result["rows"], "cosine", "cosine (serve vs train)", result["chunk_names"], auto_range=auto
+            ),
             key="diff_cosine",
         )
         right.plotly_chart(
             charts.heatmap(
-                result["rows"], "norm_ratio", "norm ratio |serve| / |train|", result["chunk_names"]
+                result["rows"],
+                "norm_ratio",
+                "norm ratio |serve| / |train|",
+                result["chunk_names"],
+                auto_range=auto,
             ),
             key="diff_ratio",
         )
@@ -198,7 +250,8 @@ with lint_tab:
     )
     if st.button("Lint", key="lint_run"):
         try:
-            report = checks.lint(state.draft_path(), command, engine, state.target_path())
+            trained = checks.trained_wiring(state.target_path(), state.draft_path())
+            report = checks.lint(state.draft_path(), command, engine, state.target_path(), trained)
         except BadInput as error:
             st.error(md(error))
         else:
@@ -212,10 +265,16 @@ with lint_tab:
                 )
             if report["effective"]:
                 st.caption(f"{report['engine']} will run: {md(report['effective'])}")
-            st.caption(
-                "Wiring suggestions here (aux layer ids) follow the draft's declared wiring. If the "
-                "declaration is wrong, so are they: the Wiring probe tab checks it."
-            )
+            if trained is not None:
+                st.caption(
+                    f"Wiring findings use the layers the wiring probe found this draft trained on: HF {trained} "
+                    "(the declared wiring was rejected)."
+                )
+            else:
+                st.caption(
+                    "Wiring suggestions here (aux layer ids) follow the draft's declared wiring. If the "
+                    "declaration is wrong, so are they: the Wiring probe tab checks it."
+                )
 
 with agreement_tab:
     st.markdown("Teacher-forced accuracy (what training reports) next to live accept length, per sample.")
@@ -241,9 +300,25 @@ with agreement_tab:
 
     def render_agreement(result):
         frame = pd.DataFrame(result["rows"]).drop(columns=["acc_per_step"])
+        summary = result["summary"]
+        if summary["samples"]:
+            m = st.columns(4)
+            m[0].metric("Mean teacher acc_0", f"{summary['mean acc_0']:.3f}")
+            m[1].metric("Mean predicted accept length", f"{summary['mean predicted accept length']:.2f}")
+            m[2].metric("Mean live accept length", f"{summary['mean live accept length']:.2f}")
+            m[3].metric("Live / predicted", f"{summary['live / predicted']:.2f}")
+            if summary["flagged"]:
+                st.error(
+                    f"This draft's live accept length is far below what its teacher accuracy predicts "
+                    f"(mean live < {summary['flag_ratio']} x mean predicted): served, it does not see what it "
+                    "was trained on. Check the wiring (Wiring probe tab) and the vocab mapping (doctor)."
+                )
+            st.plotly_chart(
+                charts.predicted_vs_live(result["rows"], summary["flag_ratio"]), key="agreement_scatter"
+            )
         st.dataframe(frame, hide_index=True, key="agreement_table")
         flagged = int(frame["flagged"].sum())
-        (st.warning if flagged else st.success)(
+        (st.warning if flagged else st.info)(
             f"{flagged} of {len(frame)} samples flagged. {result['definition']}."
         )
         if not flagged:

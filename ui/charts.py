@@ -167,3 +167,42 @@ def whatif(rows: list[dict], measured: dict | None = None) -> go.Figure:
         legend=LEGEND_ABOVE,
     )
     return figure
+
+
+def predicted_vs_live(rows: list[dict], flag_ratio: float) -> go.Figure:
+    """Per sample: teacher-forced predicted accept length (x) against the live one (y), with the line
+    where they agree and the flag line live = flag_ratio x predicted."""
+    points = [
+        r for r in rows if r["predicted accept length"] is not None and r["live accept length"] is not None
+    ]
+    top = max([1.0] + [max(r["predicted accept length"], r["live accept length"]) for r in points]) * 1.05
+    figure = go.Figure()
+    figure.add_scatter(
+        x=[r["predicted accept length"] for r in points],
+        y=[r["live accept length"] for r in points],
+        mode="markers",
+        marker=dict(size=10, color=["#c62828" if r["flagged"] else "#1565c0" for r in points]),
+        text=[f"sample {r['sample #']}" for r in points],
+        name="samples (red: flagged)",
+    )
+    figure.add_scatter(
+        x=[1, top], y=[1, top], mode="lines", line=dict(dash="dot", color="#607d8b"), name="live = predicted"
+    )
+    figure.add_scatter(
+        x=[1, top],
+        y=[flag_ratio, flag_ratio * top],
+        mode="lines",
+        line=dict(dash="dash", color="#c62828"),
+        name=f"flag: live = {flag_ratio} x predicted",
+    )
+    figure.update_layout(
+        title="Predicted (teacher-forced) vs live accept length",
+        xaxis_title="predicted accept length",
+        yaxis_title="live accept length",
+        xaxis_range=[1, top],
+        yaxis_range=[0, top],
+        height=340,
+        margin=dict(l=10, r=10, t=60, b=10),
+        legend=LEGEND_ABOVE,
+    )
+    return figure

@@ -14,8 +14,19 @@ from ui.html import md
 
 
 def task_panel(
-    key: str, render: Callable | None = None, on_finish: Callable | None = None, failure: str = ""
+    key: str,
+    render: Callable | None = None,
+    on_finish: Callable | None = None,
+    failure: str = "",
+    adopt: str | None = None,
 ) -> None:
+    """`adopt`: a task kind. A browser session that has never started a task under `key` (a reload, a
+    second tab) takes over the newest one of that kind still running in this server, so its progress
+    stays on screen and its result is picked up when it ends."""
+    if adopt is not None and key not in st.session_state:
+        running = [t for t in tasks.MANAGER.list(adopt) if t.active]
+        if running:
+            st.session_state[key] = running[0].id
     current = tasks.MANAGER.get(st.session_state.get(key))
     unseen = current is not None and st.session_state.get(f"{key}_seen") != (current.id, current.status)
 

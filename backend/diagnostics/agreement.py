@@ -58,3 +58,25 @@ def teacher_vs_live(
             }
         )
     return rows
+
+
+def draft_summary(rows: list[dict]) -> dict:
+    """The draft as a whole: mean teacher acc_0, mean predicted and live accept length over the samples
+    that have both, and whether live falls far below what teacher accuracy predicts (same FLAG_RATIO
+    as per sample, applied to the means)."""
+    both = [
+        r for r in rows if r["predicted accept length"] is not None and r["live accept length"] is not None
+    ]
+    if not both:
+        return {"samples": 0, "flagged": False}
+    mean = lambda key: sum(r[key] for r in both) / len(both)  # noqa: E731
+    predicted, live = mean("predicted accept length"), mean("live accept length")
+    return {
+        "samples": len(both),
+        "mean acc_0": mean("acc_0"),
+        "mean predicted accept length": predicted,
+        "mean live accept length": live,
+        "live / predicted": live / predicted,
+        "flag_ratio": FLAG_RATIO,
+        "flagged": live < FLAG_RATIO * predicted,
+    }

@@ -191,7 +191,11 @@ class DraftFacts:
         )
 
 
-def lint(settings: ServingSettings, draft: DraftFacts, target: TargetFacts) -> LintReport:
+def lint(
+    settings: ServingSettings, draft: DraftFacts, target: TargetFacts, trained_hf: list[int] | None = None
+) -> LintReport:
+    """`trained_hf`: the HF indices the draft was trained on, when a check found them (the wiring probe).
+    Without it the wiring findings take the declared wiring as the trained one."""
     config = draft.config
     findings: list[Finding] = []
     add = lambda *args: findings.append(Finding(*args))  # noqa: E731
@@ -237,7 +241,10 @@ def lint(settings: ServingSettings, draft: DraftFacts, target: TargetFacts) -> L
         )
     _vocab_mapping(config, draft.has_d2t, add)
     _context(settings, config, target, add)
-    _aux_ids(settings.engine, config, target, add)
+    if trained_hf is None:
+        _aux_ids(settings.engine, config, target, add)
+    else:
+        _aux_ids_against(settings.engine, config, target, list(trained_hf), add)
     return LintReport(findings, settings, effective)
 
 
@@ -437,6 +444,42 @@ def _aux_ids(engine: str, config: DraftConfig, target: TargetFacts, add) -> None
             )
 
 
+def served_hf(engine: str, config: DraftConfig, num_layers: int | None) -> list[int] | None:
+    """The HF indices an engine feeds this draft (docs/reference.md §2): SGLang reads the nested
+    output-of-layer ids (+1), vLLM the top-level HF ids; either falls back to the defaults."""
+    nested, top = config.nested_aux_ids, config.top_level_aux_ids
+    if engine == "sglang" and nested is not None:
+        return [i + 1 for i in nested]
+    if engine != "sglang" and top is not None:
+        return list(top)
+    return default_hf_indices(num_layers) if num_layers else None
+
+
+def _aux_ids_against(engine: str, config: DraftConfig, target: TargetFacts, trained: list[int], add) -> None:
+    """The wiring findings once the trained layers are known: never suggest the declared wiring when
+    the probe rejected it; say what to write so that this engine feeds the trained layers."""
+    served = served_hf(engine, config, target.num_layers)
+    name = "SGLang" if engine == "sglang" else "vLLM"
+    nested = [i - 1 for i in trained]
+    if served != trained:
+        add(
+            "error",
+            "aux-ids-not-trained",
+            f"The wiring probe found this draft trained on HF {trained}, but {name} will feed HF {served} "
+            "(from the draft's config): the draft sees layers it was never trained on.",
+            f'Write the trained wiring in both fields: "eagle_config": {{"eagle_aux_hidden_state_layer_ids": '
+            f"{nested}}} (SGLang, output-of-layer ids = HF - 1) and top-level "
+            f'"eagle_aux_hidden_state_layer_ids": {trained} (vLLM, HF indices).',
+        )
+    else:
+        add(
+            "info",
+            "aux-ids-trained",
+            f"{name} feeds HF {served}, the layers the wiring probe found this draft trained on.",
+            "Nothing to change for the wiring.",
+        )
+
+
 # ----------------------------------------------------------------------------- entry point
 
 
@@ -445,6 +488,7 @@ def lint_command(
     sglang: str | None = None,
     vllm: str | None = None,
     target_dir: str | Path | None = None,
+    trained_hf: list[int] | None = None,
 ) -> LintReport:
     if (sglang is None) == (vllm is None):
         raise BadInput("give exactly one of an SGLang launch command or vLLM arguments")
@@ -452,7 +496,9 @@ def lint_command(
     draft_dir = draft_dir or settings.draft_path
     if not draft_dir:
         raise BadInput("no draft directory: pass --draft DIR (the command names none)")
-    report = lint(settings, draft_facts(Path(draft_dir)), target_facts(target_dir or settings.target_path))
+    report = lint(
+        settings, draft_facts(Path(draft_dir)), target_facts(target_dir or settings.target_path), trained_hf
+    )
     if settings.draft_path and Path(settings.draft_path) != Path(draft_dir):
         report.findings.append(
             Finding(

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 
-def lint(draft_path: str, command: str, engine: str, target_path: str | None) -> dict:
-    """Findings for an SGLang launch command (engine 'SGLang') or vLLM arguments ('vLLM')."""
+def lint(
+    draft_path: str, command: str, engine: str, target_path: str | None, trained_hf: list[int] | None = None
+) -> dict:
+    """Findings for an SGLang launch command (engine 'SGLang') or vLLM arguments ('vLLM');
+    `trained_hf`: the wiring the probe found (then no finding suggests another one)."""
     from backend.diagnostics.lint import lint_command
 
     sglang, vllm = (command, None) if engine.lower() == "sglang" else (None, command)
-    return lint_command(draft_path, sglang, vllm, target_path).to_dict()
+    return lint_command(draft_path, sglang, vllm, target_path, trained_hf).to_dict()
 
 
 def engine_readings(draft_path: str, target_path: str) -> dict:
@@ -17,3 +20,61 @@ def engine_readings(draft_path: str, target_path: str) -> dict:
 
     report = preflight(draft_path, target_path).to_dict()
     return {key: report[key] for key in ("ok", "engines", "disagreements", "training_engine")}
+
+
+# ----------------------------------------------------------------------------- the shared verdict
+# Codes of the lint findings about the draft itself (not about flags): the verdict lints the draft's
+# own config under a plain chain command for each engine, so only these can fire for a reason.
+DRAFT_CODES = ("aux-ids", "missing-d2t", "eagle-algorithm", "eagle3-algorithm", "not-eagle")
+
+_PROBES: dict[tuple[str, str], dict] = {}  # (target, draft) -> the last wiring probe report (this server)
+
+
+def remember_probe(target_path: str, draft_path: str, report: dict) -> None:
+    """Keep a finished probe's report so the lint and the verdict use what it found."""
+    _PROBES[(str(target_path), str(draft_path))] = report
+
+
+def known_probe(target_path: str, draft_path: str) -> dict | None:
+    return _PROBES.get((str(target_path), str(draft_path)))
+
+
+def trained_wiring(target_path: str, draft_path: str) -> list[int] | None:
+    """The HF indices the probe found this draft trained on, when it rejected the declared wiring."""
+    probe = known_probe(target_path, draft_path)
+    if probe is None or probe.get("confirmed"):
+        return None
+    return list(probe["best"]["aux_hf_indices"])
+
+
+def draft_lint(draft_path: str, target_path: str) -> list[dict]:
+    """The lint's findings about the draft itself under each engine, for a plain chain command."""
+    import json
+
+    trained = trained_wiring(target_path, draft_path)
+    sglang = (
+        f"python -m sglang.launch_server --model-path {target_path} --speculative-algorithm EAGLE3 "
+        f"--speculative-draft-model-path {draft_path} --speculative-num-steps 3 --speculative-eagle-topk 1 "
+        "--speculative-num-draft-tokens 4"
+    )
+    config = json.dumps({"method": "eagle3", "model": str(draft_path), "num_speculative_tokens": 3})
+    vllm = f"vllm serve {target_path} --speculative-config '{config}'"
+    found = []
+    for engine, command in (("SGLang", sglang), ("vLLM", vllm)):
+        for finding in lint(draft_path, command, engine, target_path, trained)["findings"]:
+            if finding["code"].startswith(DRAFT_CODES):
+                found.append({**finding, "engine": engine})
+    return found
+
+
+def verdict(signals: dict, target_path: str, draft_path: str) -> dict:
+    """The one verdict (backend.diagnostics.verdict) from cheap signals and the probe, if it ran."""
+    from backend.diagnostics.verdict import summarise
+
+    return summarise(
+        signals.get("preflight"),
+        signals.get("lint"),
+        signals.get("diff"),
+        signals.get("diff_note"),
+        known_probe(target_path, draft_path),
+    ).to_dict()

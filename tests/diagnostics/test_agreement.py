@@ -6,7 +6,7 @@ from tests.support.models import TRAINED
 
 
 def test_accuracy_vs_live_flags_the_miswired_draft(bigram_setup):
-    from backend.diagnostics.agreement import teacher_vs_live
+    from backend.diagnostics.agreement import draft_summary, teacher_vs_live
     from backend.engine.wiring import Wiring
     from tests.support.models import load_draft
 
@@ -25,6 +25,11 @@ def test_accuracy_vs_live_flags_the_miswired_draft(bigram_setup):
     )
     assert all(r["flagged"] and r["acc_0"] > 0.5 and r["live accept length"] < 1.2 for r in rows)
     assert seen == [(0.0, "sample 1/2"), (0.5, "sample 2/2")]
+    summary = draft_summary(rows)
+    assert (
+        summary["flagged"] and summary["samples"] == 2 and summary["live / predicted"] < summary["flag_ratio"]
+    )
+    assert summary["mean acc_0"] == sum(r["acc_0"] for r in rows) / 2
     right, right_wiring = load_draft(bigram_setup.root / "right", target)
     rows = teacher_vs_live(target, right, right_wiring, samples[:2], 3, 24)
-    assert not any(r["flagged"] for r in rows)
+    assert not any(r["flagged"] for r in rows) and not draft_summary(rows)["flagged"]

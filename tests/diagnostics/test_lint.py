@@ -233,3 +233,32 @@ def test_bad_sglang_commands(command, reason):
 def test_bad_vllm_arguments(arguments, reason):
     with pytest.raises(BadInput, match=reason):
         parse_vllm(arguments)
+
+
+def test_a_wiring_the_probe_rejected_is_never_suggested(drafts, target_dir):
+    """Once the trained layers are known (the probe's answer), no finding recommends the declared
+    wiring: each engine's fix writes the trained one, and a draft served with it passes."""
+    trained = [0, 2, 4]  # the seed story's shift: trained on the embedding output and early layers
+    for engine, report in (
+        (
+            "vLLM",
+            lint_command(
+                drafts["good"], vllm=vllm(drafts["good"]), target_dir=target_dir, trained_hf=trained
+            ),
+        ),
+        (
+            "SGLang",
+            lint_command(
+                drafts["good"], sglang=sglang(drafts["good"], CHAIN, target=target_dir), trained_hf=trained
+            ),
+        ),
+    ):
+        aux = [f for f in report.findings if f.code.startswith("aux-ids")]
+        assert [f.code for f in aux] == ["aux-ids-not-trained"] and aux[0].severity == "error", engine
+        assert "[2, 16, 29]" in aux[0].message and "trained on HF [0, 2, 4]" in aux[0].message
+        assert "[-1, 1, 3]" in aux[0].fix and "[0, 2, 4]" in aux[0].fix and "16" not in aux[0].fix
+    # the declared wiring confirmed by the probe: no wiring error
+    report = lint_command(
+        drafts["good"], vllm=vllm(drafts["good"]), target_dir=target_dir, trained_hf=[2, 16, 29]
+    )
+    assert codes(report)["aux-ids-trained"] == "info" and "aux-ids-not-trained" not in codes(report)

@@ -27,3 +27,33 @@ def test_lint_for_either_engine(tmp_path):
     assert {"eagle-algorithm-eagle3-draft", "single-draft-step"} <= {f["code"] for f in report["findings"]}
     with pytest.raises(BadInput, match="no --speculative-algorithm"):
         lint(str(draft), "python -m sglang.launch_server --model-path x", "SGLang", None)
+
+
+def test_the_verdict_on_the_bundled_miswired_draft():
+    """Without training features the cheap checks cannot see the wiring and say so; with the draft's
+    own training features, or once the probe has rejected the declared wiring, the verdict names the
+    trained layers, and the lint then never suggests the declared ones."""
+    from backend.defaults import DEMO_DRAFTS, DEMO_TARGET
+    from backend.service import checks
+    from backend.service.tasks import signals_job
+
+    target, draft = str(DEMO_TARGET), str(DEMO_DRAFTS / "miswired")
+    quiet = lambda *_: None  # noqa: E731
+    blind = checks.verdict(signals_job(target, draft, None, progress=quiet), target, draft)
+    assert blind["level"] == "unverified" and blind["next_check"] == "wiring probe"
+    features = str(DEMO_TARGET.parent / "data" / "features" / "data_0.ckpt")
+    seen = checks.verdict(signals_job(target, draft, features, progress=quiet), target, draft)
+    assert seen["level"] == "error" and "trained on HF [0, 2, 4]" in seen["headline"]
+    vllm = f'vllm serve {target} --speculative-config \'{{"method": "eagle3", "model": "{draft}"}}\''
+    assert "[2, 4, 5]" in " ".join(f["fix"] for f in checks.lint(draft, vllm, "vLLM", target)["findings"])
+    checks.remember_probe(
+        target, draft, {"confirmed": False, "best": {"aux_hf_indices": [0, 2, 4]}, "verdict": "x"}
+    )
+    try:
+        assert checks.trained_wiring(target, draft) == [0, 2, 4]
+        after = checks.verdict(signals_job(target, draft, None, progress=quiet), target, draft)
+        assert after["level"] == "error" and after["next_check"] is None
+        fixes = " ".join(f["fix"] for f in checks.lint(draft, vllm, "vLLM", target, [0, 2, 4])["findings"])
+        assert "[0, 2, 4]" in fixes and "[2, 4, 5]" not in fixes
+    finally:
+        checks._PROBES.clear()

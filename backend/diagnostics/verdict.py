@@ -1,0 +1,173 @@
+"""One verdict from every signal the diagnostics have, cheapest first, with the next check to run.
+
+Signals (each a dict as its own check returns it; any may be missing):
+- preflight: backend.engine.preflight's report (does the checkpoint load, which wiring is declared);
+- lint: serving-flag lint findings for the draft's own config under each engine (no model loaded);
+- diff: the train-vs-serve hidden-state diff (backend.diagnostics.hidden_diff), when training
+  features exist: whether the features serving feeds equal those training stored, per chunk;
+- probe: the wiring probe's report (backend.diagnostics.probe), the only check that can tell which
+  layers a draft was trained on without its training features, and the most expensive one.
+
+Preflight and the lint take the declared wiring as the trained one, so they can pass a mis-wired
+draft: the verdict never calls a draft healthy on their word alone; it says "unverified" and points
+at the check that can see the wiring.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+LEVELS = ("ok", "unverified", "warning", "error")  # worst last
+
+
+@dataclass
+class Verdict:
+    level: str
+    headline: str
+    reasons: list[str] = field(default_factory=list)
+    next_check: str | None = None
+    next_why: str | None = None
+    signals: dict = field(default_factory=dict)  # signal -> "passed" | "failed" | "not run" | ...
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _worse(a: str, b: str) -> str:
+    return max(a, b, key=LEVELS.index)
+
+
+def summarise(
+    preflight: dict | None,
+    lint_findings: list[dict] | None = None,
+    diff: dict | None = None,
+    diff_note: str | None = None,
+    probe: dict | None = None,
+) -> Verdict:
+    level, reasons, signals = "ok", [], {}
+    if preflight is None:
+        signals["preflight"] = "not run"
+    elif not preflight.get("ok"):
+        failed = [c for c in preflight.get("checks", []) if c.get("status") == "fail"]
+        first = failed[0] if failed else {}
+        signals["preflight"] = "failed"
+        return Verdict(
+            "error",
+            "The checkpoint does not load as served: "
+            + (
+                f"{first.get('name', 'a check')}: {first.get('message', '')}" if first else "preflight failed"
+            ),
+            [f"preflight: {c.get('name')}: {c.get('message', '')}" for c in failed],
+            "fix the checkpoint",
+            "no other check means anything until the draft loads against this target",
+            signals,
+        )
+    else:
+        signals["preflight"] = "passed"
+        reasons.append(f"preflight passed; declared wiring HF {preflight.get('aux_hf_indices')}")
+
+    wiring_errors = []
+    for finding in lint_findings or []:
+        if finding.get("severity") == "error":
+            level = _worse(level, "error")
+            reasons.append(
+                f"lint ({finding.get('engine', '')}): {finding.get('code')}: {finding.get('message')}"
+            )
+            if finding.get("code", "").startswith("aux-ids"):
+                wiring_errors.append(finding)
+        elif finding.get("severity") == "warning":
+            level = _worse(level, "warning")
+            reasons.append(
+                f"lint ({finding.get('engine', '')}): {finding.get('code')}: {finding.get('message')}"
+            )
+    signals["lint"] = "not run" if lint_findings is None else ("findings" if wiring_errors else "passed")
+
+    trained = None  # the HF indices some check found the draft trained on
+    if probe is not None:
+        best = probe.get("best", {}).get("aux_hf_indices")
+        if probe.get("confirmed"):
+            signals["wiring probe"] = "confirmed"
+            reasons.append(f"wiring probe: the declared wiring is the trained one (HF {best})")
+        else:
+            signals["wiring probe"] = "rejected the declared wiring"
+            trained = best
+            level = _worse(level, "error")
+            reasons.append(f"wiring probe: {probe.get('verdict', '')}")
+    else:
+        signals["wiring probe"] = "not run"
+
+    if diff is not None:
+        mismatch = diff.get("first_mismatch")
+        found = diff.get("training_aux_hf_indices") or []
+        if mismatch:
+            signals["train vs serve"] = "mismatch"
+            level = _worse(level, "error")
+            reasons.append(
+                f"train vs serve: the features serving feeds (HF {diff.get('serving_aux_hf_indices')}) differ "
+                f"from training's from {mismatch.get('chunk')} at position {mismatch.get('position')}; the "
+                f"training chunks equal HF {found} (None: no layer matches)"
+            )
+            if trained is None and found and all(i is not None for i in found):
+                trained = found
+        else:
+            signals["train vs serve"] = "equal"
+            reasons.append("train vs serve: the features serving feeds equal training's")
+    else:
+        signals["train vs serve"] = diff_note or "not run"
+
+    if trained is not None:
+        return Verdict(
+            "error",
+            f"Mis-wired: this draft was trained on HF {trained}, but it is declared (and served) with HF "
+            f"{preflight.get('aux_hf_indices') if preflight else '?'}.",
+            reasons,
+            None if probe is not None else "wiring probe",
+            None
+            if probe is not None
+            else "to confirm the trained layers by acceptance (the diff compared one training file)",
+            signals,
+        )
+    if diff is not None and diff.get("first_mismatch"):
+        return Verdict(
+            "error",
+            "The features serving feeds are not the ones the draft was trained on.",
+            reasons,
+            "wiring probe",
+            "the training chunks match no single target layer here, so only acceptance under candidate "
+            "wirings can tell which layers the draft needs",
+            signals,
+        )
+    if level == "error":
+        return Verdict(
+            "error",
+            "The serving configuration breaks this draft (see the lint).",
+            reasons,
+            None,
+            None,
+            signals,
+        )
+    if probe is None and diff is None:
+        return Verdict(
+            "unverified" if level == "ok" else level,
+            "Nothing cheap found a fault, but nothing cheap can see the wiring: preflight and the lint take the "
+            "declared layers as the trained ones"
+            + ("" if diff is not None else ", and no training features were compared")
+            + ".",
+            reasons,
+            "wiring probe",
+            "a draft declared with the wrong layers passes every check above; the probe measures acceptance "
+            "under candidate wirings (minutes on a large target)",
+            signals,
+        )
+    if level == "warning":
+        return Verdict(
+            "warning",
+            "Healthy wiring, with serving-flag warnings (see the lint).",
+            reasons,
+            None,
+            None,
+            signals,
+        )
+    return Verdict(
+        "ok", "The draft is served with the layers it was trained on.", reasons, None, None, signals
+    )
