@@ -100,7 +100,7 @@ def pick_up(result: dict) -> None:
     st.session_state["compare_result"] = {**result, "task": st.session_state.get("compare_task")}
 
 
-task_panel("compare_task", on_finish=pick_up)
+task_panel("compare_task", on_finish=pick_up, adopt="compare")
 result = st.session_state.get("compare_result")
 if result and running:
     st.info(

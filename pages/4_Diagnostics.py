@@ -74,7 +74,7 @@ def render_signals(signals: dict) -> None:
     show_verdict(checks.verdict(signals, signals["target"], signals["draft"]), stale_note(signals))
 
 
-task_panel("verdict_task", render_signals)
+task_panel("verdict_task", render_signals, adopt="signals")
 
 doctor_tab, probe_tab, diff_tab, lint_tab, agreement_tab, whatif_tab, server_tab = st.tabs(
     [
@@ -126,7 +126,7 @@ with doctor_tab:
             comparison = result["mapping_comparison"]
             (st.warning if comparison.get("regenerated") else st.info)(comparison["message"])
 
-    task_panel("doctor_task", render_doctor)
+    task_panel("doctor_task", render_doctor, adopt="doctor")
 
 with probe_tab:
     st.markdown(
@@ -172,7 +172,7 @@ with probe_tab:
     def remember(report):
         checks.remember_probe(report["target"], report["draft"], report)
 
-    task_panel("probe_task", render_probe, on_finish=remember)
+    task_panel("probe_task", render_probe, on_finish=remember, adopt="probe")
 
 with diff_tab:
     st.markdown(
@@ -230,7 +230,7 @@ with diff_tab:
         )
         st.caption("; ".join(f"{k}: {v}" for k, v in result["definitions"].items()))
 
-    task_panel("diff_task", render_diff)
+    task_panel("diff_task", render_diff, adopt="diff")
 
 with lint_tab:
     st.markdown(
@@ -327,7 +327,7 @@ with agreement_tab:
                 "wiring, so a wrong declaration shows in neither. " + PROBE_HINT
             )
 
-    task_panel("agreement_task", render_agreement)
+    task_panel("agreement_task", render_agreement, adopt="agreement")
 
 with whatif_tab:
     st.markdown(

@@ -69,6 +69,12 @@ def get_samples(db_url: str | None, dataset_id: int) -> list[Sample]:
         return store.get_samples(session, dataset_id)
 
 
+def uploads_dir(db_url: str | None) -> Path:
+    """Where uploaded files are kept: uploads/ beside the database's artifacts (data/uploads for the
+    default database), one folder per upload."""
+    return open_database(db_url).artifact_dir.parent / "uploads"
+
+
 def import_upload(
     db_url: str | None,
     filename: str,
@@ -77,29 +83,85 @@ def import_upload(
     target_path: str | None = None,
     format: str | None = None,
 ) -> tuple[int, ImportResult]:
-    """An uploaded file, imported from the data folder (beside the database's artifacts, not a
-    temporary folder that nobody cleans): removed after the import, except SpecForge feature files,
-    whose samples keep pointing at them for the train-vs-serve diff."""
+    """An uploaded file, saved under the data folder's uploads/<random>/<its own file name> (never a
+    temporary folder) and imported from there: the dataset's path is that saved copy, so the dataset
+    says where it came from, and a SpecForge feature file's samples keep pointing at it for the
+    train-vs-serve diff. A refused import removes the copy; deleting the dataset removes it too."""
     import shutil
     import uuid
 
-    folder = open_database(db_url).artifact_dir.parent / "uploads" / uuid.uuid4().hex
+    folder = uploads_dir(db_url) / uuid.uuid4().hex
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / (Path(filename).name or "upload")
+    path = (folder / (Path(filename).name or "upload")).resolve()
     path.write_bytes(data)
-    keep = False
     try:
-        dataset_id, result = import_dataset(db_url, path, name or Path(filename).name, target_path, format)
-        keep = result.format == "specforge"
-        return dataset_id, result
-    finally:
-        if not keep:
-            shutil.rmtree(folder, ignore_errors=True)
+        return import_dataset(db_url, path, name or Path(filename).name, target_path, format)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+
+
+def uploaded_as(db_url: str | None, path: str | None) -> str | None:
+    """The original file name of an uploaded dataset (its saved copy under uploads/<folder>/), or
+    None for a dataset imported by path."""
+    if not path:
+        return None
+    uploads = uploads_dir(db_url).resolve()
+    saved = Path(path).resolve()
+    return saved.name if saved.parent.parent == uploads else None
+
+
+FEATURE_MEANING = {
+    "input_ids": "token ids",
+    "loss_mask": "1 where the draft was trained",
+    "hidden_state": "target's last hidden state (post-norm), per token",
+    "aux_hidden_state": "3 target layers' hidden states side by side (the draft's input), per token",
+}
+
+
+def feature_tensors(path: str | None) -> list[dict]:
+    """Name, shape and dtype of each tensor a SpecForge feature file holds (hidden_state,
+    aux_hidden_state, ...), read memory-mapped with weights_only=True: the tensors' data is not read.
+    A missing or unreadable file is BadInput with a one-line reason."""
+    if not path:
+        raise BadInput("this sample names no feature file")
+    file = Path(path)
+    if not file.is_file():
+        raise BadInput(f"{file.name}: the feature file is no longer at {file}")
+    import torch
+
+    from backend.data.features import check_archive_size
+
+    check_archive_size(file)
+    data, error = None, None
+    for mapped in (True, False):  # a legacy (non-zip) torch file cannot be memory-mapped
+        try:
+            data = torch.load(file, map_location="cpu", weights_only=True, mmap=mapped)
+            break
+        except Exception as refused:  # noqa: BLE001 - any unpickling refusal is the file's
+            error = refused
+    else:
+        first = (str(error).splitlines() or [""])[0][:200]
+        raise BadInput(f"{file.name}: not a tensor-only torch file ({type(error).__name__}: {first})")
+    if not isinstance(data, dict):
+        raise BadInput(f"{file.name}: holds a {type(data).__name__}, not a dict of tensors")
+    rows = []
+    for key, value in data.items():
+        tensor = isinstance(value, torch.Tensor)
+        rows.append(
+            {
+                "tensor": str(key),
+                "shape": str(list(value.shape)) if tensor else "",
+                "dtype": str(value.dtype).removeprefix("torch.") if tensor else type(value).__name__,
+                "holds": FEATURE_MEANING.get(str(key), ""),
+            }
+        )
+    return rows
 
 
 def delete_dataset(db_url: str | None, dataset_id: int) -> bool:
-    """Delete a dataset and its samples; an uploaded file kept for it (a feature file under the
-    data folder's uploads/) goes with it. Files the user imported by path are never touched."""
+    """Delete a dataset and its samples; the uploaded file kept for it (under the data folder's
+    uploads/) goes with it. Files the user imported by path are never touched."""
     import shutil
 
     database = open_database(db_url)

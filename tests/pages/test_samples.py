@@ -17,12 +17,12 @@ def test_samples_filters_view_and_import(db, tmp_path):
 
     app = ok(page("1_Samples").run())
     total = len(frame_with(app, "loss-mask coverage"))
-    sources = app.multiselect(key="samples_filter_source_1").value
+    sources = app.multiselect(key="samples_filter_source_1").options
     app.multiselect(key="samples_filter_source_1").set_value(sources[:1]).run()
     assert 0 < len(frame_with(app, "loss-mask coverage")) < total
-    app.text_input(key="samples_filter_text").set_value("zzzz-not-there").run()
+    app.text_input(key="samples_filter_text_1").set_value("zzzz-not-there").run()
     assert any(c.value.startswith("0 of") for c in app.caption)
-    app.text_input(key="samples_filter_text").set_value("").run()
+    app.text_input(key="samples_filter_text_1").set_value("").run()
     bad = tmp_path / "mixed.jsonl"
     bad.write_text(
         json.dumps({"input_ids": [5, 6, 7], "loss_mask": [0, 1, 1], "source": "<b>x</b>"}) + "\n{oops\n"

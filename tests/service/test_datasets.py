@@ -4,6 +4,7 @@ no good record stores nothing, and the demo's eval set is registered on a fresh 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -94,14 +95,64 @@ def test_demo_dataset_is_registered_once_on_a_fresh_database(db_url):
     assert ensure_demo_dataset(db_url) is None and len(list_datasets(db_url)) == 1
 
 
-def test_an_upload_is_imported_from_the_data_folder_and_removed(tmp_path, vocab_target):
+def test_an_upload_is_kept_under_the_data_folder_as_the_datasets_path(tmp_path, vocab_target):
     from backend.service.database import open_database
-    from backend.service.datasets import get_samples, import_upload
+    from backend.service.datasets import (
+        delete_dataset,
+        get_samples,
+        import_dataset,
+        import_upload,
+        list_datasets,
+        uploaded_as,
+    )
 
     db_url = f"sqlite:///{tmp_path / 'up.db'}"
     data = mixed_jsonl(tmp_path / "mixed.jsonl").read_bytes()
     dataset_id, result = import_upload(db_url, "../../evil/mixed.jsonl", data, None, vocab_target)
     assert result.imported == 2 and len(get_samples(db_url, dataset_id)) == 2
-    uploads = open_database(db_url).artifact_dir.parent / "uploads"
-    assert uploads.is_dir() and not any(uploads.iterdir())  # nothing left behind, nothing outside it
-    assert not (tmp_path / "evil").exists()
+    uploads = (open_database(db_url).artifact_dir.parent / "uploads").resolve()
+    (dataset,) = list_datasets(db_url)
+    saved = Path(dataset.path)  # the saved copy, not a temporary file removed after the import
+    assert saved.is_absolute() and saved.parent.parent == uploads and saved.read_bytes() == data
+    assert dataset.name == "mixed.jsonl" and uploaded_as(db_url, dataset.path) == "mixed.jsonl"
+    assert not (tmp_path / "evil").exists()  # nothing outside uploads/
+    by_path, _ = import_dataset(db_url, tmp_path / "mixed.jsonl")
+    assert uploaded_as(db_url, str(tmp_path / "mixed.jsonl")) is None and uploaded_as(db_url, None) is None
+
+    with pytest.raises(BadInput, match="no valid record"):  # a refused upload leaves nothing behind
+        import_upload(db_url, "bad.jsonl", b"{oops\n")
+    assert [p.name for p in uploads.iterdir()] == [saved.parent.name]
+    assert delete_dataset(db_url, dataset_id) and not saved.parent.exists() and not any(uploads.iterdir())
+    assert delete_dataset(db_url, by_path) and (tmp_path / "mixed.jsonl").is_file()  # never a user's file
+
+
+def test_feature_tensors_lists_what_a_feature_file_holds(tmp_path):
+    import torch
+
+    from backend.defaults import DEMO_EVAL
+    from backend.service.datasets import feature_tensors
+
+    rows = {r["tensor"]: r for r in feature_tensors(str(DEMO_EVAL.parent / "features" / "data_0.ckpt"))}
+    assert list(rows) == ["input_ids", "loss_mask", "hidden_state", "aux_hidden_state"]
+    assert (rows["hidden_state"]["shape"], rows["hidden_state"]["dtype"]) == ("[1, 224, 192]", "bfloat16")
+    assert (
+        rows["aux_hidden_state"]["shape"] == "[1, 224, 576]"
+        and "3 target layers" in rows["aux_hidden_state"]["holds"]
+    )
+    legacy = tmp_path / "legacy.ckpt"  # not memory-mappable: read the ordinary way
+    torch.save({"input_ids": torch.arange(3), "note": "x"}, legacy, _use_new_zipfile_serialization=False)
+    assert feature_tensors(str(legacy)) == [
+        {"tensor": "input_ids", "shape": "[3]", "dtype": "int64", "holds": "token ids"},
+        {"tensor": "note", "shape": "", "dtype": "str", "holds": ""},
+    ]
+    for path, reason in [
+        (tmp_path / "gone.ckpt", "no longer at"),
+        (DEMO_EVAL, "not a tensor-only torch file"),
+        (None, "names no feature file"),
+    ]:
+        with pytest.raises(BadInput, match=reason) as refused:
+            feature_tensors(path and str(path))
+        assert "\n" not in str(refused.value)
+    torch.save([torch.zeros(2)], tmp_path / "list.ckpt")
+    with pytest.raises(BadInput, match="not a dict"):
+        feature_tensors(str(tmp_path / "list.ckpt"))
