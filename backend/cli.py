@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 
@@ -46,24 +47,63 @@ def _number(text: str) -> float:
     return value
 
 
+def decoding_flags(sub) -> None:
+    """K, trees and sampling: the flags every replaying command shares."""
+    sub.add_argument("--steps", type=_positive, default=4, help="K: draft tokens per verify step")
+    sub.add_argument("--max-new-tokens", type=_positive, default=128)
+
+    tree = sub.add_argument_group("trees and sampling (SGLang's flags and rules, docs/reference.md §12)")
+    tree.add_argument(
+        "--topk",
+        type=_positive,
+        help="children per frontier node (SGLang --speculative-eagle-topk; default 1: a chain)",
+    )
+    tree.add_argument(
+        "--num-draft-tokens",
+        type=_positive,
+        help="tokens verified per step, the root included (SGLang --speculative-num-draft-tokens; "
+        "topk 1 forces steps + 1)",
+    )
+    tree.add_argument("--temperature", type=_number, default=0.0, help="0 (default): greedy")
+    tree.add_argument("--top-p", type=_number, default=1.0)
+    tree.add_argument("--top-k", type=int, default=0, help="0 or -1: every token; 1 is greedy")
+    tree.add_argument(
+        "--seed", type=int, default=0, help="seeds every random draw: a run replays bit for bit"
+    )
+    tree.add_argument(
+        "--draft-attention",
+        choices=["ancestors", "sglang-slots"],
+        default="ancestors",
+        help="trees: draft nodes attend to their true ancestors, or to SGLang's per-rank KV slots",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m backend", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
-    def common(sub):
+    def common(sub, several_drafts: bool = False):
         sub.add_argument(
             "--target",
             default=default_target(),
             help="local Hugging Face target model directory (default: SPECLENS_TARGET or demo/target)",
         )
-        sub.add_argument(
-            "--draft",
-            default=default_draft(),
-            help="EAGLE-3 draft directory, config.json + weights "
-            "(default: SPECLENS_DRAFT or demo/drafts/final)",
-        )
+        if several_drafts:
+            sub.add_argument(
+                "--draft",
+                action="append",
+                help="EAGLE-3 draft directory; repeat the flag for each draft to judge "
+                "(default: SPECLENS_DRAFT or demo/drafts/final)",
+            )
+        else:
+            sub.add_argument(
+                "--draft",
+                default=default_draft(),
+                help="EAGLE-3 draft directory, config.json + weights "
+                "(default: SPECLENS_DRAFT or demo/drafts/final)",
+            )
         sub.add_argument("--json", action="store_true", help="print one JSON object on stdout")
         sub.add_argument("--device", help="cuda, cpu, ... (default: cuda when available)")
         sub.add_argument("--dtype", help="fp32, bf16 or fp16 (default: bf16 on GPU, fp32 on CPU)")
@@ -90,35 +130,30 @@ def build_parser() -> argparse.ArgumentParser:
         "--samples", help="JSONL samples file; the prompt is a sample's first n_prompt_tokens"
     )
     rep.add_argument("--index", type=int, default=0, help="which valid sample of --samples (0-based)")
-    rep.add_argument("--steps", type=_positive, default=4, help="K: draft tokens per verify step")
-    rep.add_argument("--max-new-tokens", type=_positive, default=128)
     rep.add_argument("--db", help="SQLAlchemy URL (default: SPECLENS_DB_URL or sqlite:///data/speclens.db)")
     rep.add_argument("--no-record", action="store_true", help="skip probabilities and hidden states")
-    tree = rep.add_argument_group("trees and sampling (SGLang's flags and rules, docs/reference.md §12)")
-    tree.add_argument(
-        "--topk",
-        type=_positive,
-        help="children per frontier node (SGLang --speculative-eagle-topk; default 1: a chain)",
-    )
-    tree.add_argument(
-        "--num-draft-tokens",
-        type=_positive,
-        help="tokens verified per step, the root included (SGLang --speculative-num-draft-tokens; "
-        "topk 1 forces steps + 1)",
-    )
-    tree.add_argument("--temperature", type=_number, default=0.0, help="0 (default): greedy")
-    tree.add_argument("--top-p", type=_number, default=1.0)
-    tree.add_argument("--top-k", type=int, default=0, help="0 or -1: every token; 1 is greedy")
-    tree.add_argument(
-        "--seed", type=int, default=0, help="seeds every random draw: a run replays bit for bit"
-    )
-    tree.add_argument(
-        "--draft-attention",
-        choices=["ancestors", "sglang-slots"],
-        default="ancestors",
-        help="trees: draft nodes attend to their true ancestors, or to SGLang's per-rank KV slots",
-    )
+    decoding_flags(rep)
     gate(rep)
+
+    ev = commands.add_parser(
+        "evaluate", help="replay a whole dataset for one or more drafts; per-draft accept length table"
+    )
+    common(ev, several_drafts=True)
+    ev.add_argument("--samples", required=True, help="dataset file or folder (any importable format)")
+    ev.add_argument("--format", choices=["jsonl", "sharegpt", "specforge", "prompts"], help="default: detect")
+    ev.add_argument("--limit", type=_positive, help="only the first N valid samples")
+    ev.add_argument("--source", help="only samples whose source contains this text")
+    decoding_flags(ev)
+    ev.add_argument("--db", help="SQLAlchemy URL (default: SPECLENS_DB_URL or sqlite:///data/speclens.db)")
+    ev.add_argument("--no-resume", action="store_true", help="replay every pair, even those already stored")
+    ev.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        default=os.environ.get("SPECLENS_RAY_ADDRESS"),
+        help="fan out to a Ray cluster (address, or 'local'; default: SPECLENS_RAY_ADDRESS); "
+        "one actor per GPU, or per CPU slot on a CPU cluster",
+    )
+    ev.add_argument("--workers", type=_positive, help="Ray actors to start (default: one per GPU / CPU)")
 
     tea = commands.add_parser("teacher", help="teacher-forced acc_k and simulated accept length")
     common(tea)
@@ -231,10 +266,10 @@ def gate(sub) -> None:
     )
 
 
-def progress_bar(total: int, description: str):
+def progress_bar(total: int, description: str, unit: str = "tok"):
     from tqdm import tqdm
 
-    return tqdm(total=total, desc=description, file=sys.stderr, unit="tok", leave=False)
+    return tqdm(total=total, desc=description, file=sys.stderr, unit=unit, leave=False)
 
 
 def cmd_preflight(args) -> tuple[dict, str]:
@@ -579,11 +614,76 @@ def cmd_serve_check(args) -> tuple[dict, str]:
     return result, "\n".join(lines)
 
 
+def cmd_evaluate(args) -> tuple[dict, str]:
+    from pathlib import Path
+
+    from backend.data.importer import read_dataset
+    from backend.engine.loading import read_target_config
+    from backend.service import evaluate
+
+    drafts = args.draft or [default_draft()]
+    tokenizer = None
+    if args.format in (None, "sharegpt", "prompts"):
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(args.target, local_files_only=True)
+    vocab = read_target_config(args.target).vocab_size
+    dataset = read_dataset(args.samples, tokenizer, vocab, args.format)
+    samples = [s for s in dataset.samples if not args.source or args.source in (s.source or "")]
+    for index, sample in enumerate(dataset.samples):
+        sample.index = index  # the position in the file's valid samples, as replay --index counts
+    samples = samples[: args.limit] if args.limit else samples
+    if not samples:
+        raise BadInput(f"{args.samples}: no sample to evaluate (after --source / --limit)")
+    settings = {
+        "num_steps": args.steps,
+        "max_new_tokens": args.max_new_tokens,
+        "aux_hf_indices": args.aux_hf_indices,
+        "engine": args.engine,
+        "device": args.device,
+        "dtype": args.dtype,
+        "topk": args.topk,
+        "num_draft_tokens": args.num_draft_tokens,
+        "temperature": args.temperature,
+        "top_p": args.top_p,
+        "top_k": args.top_k,
+        "seed": args.seed,
+        "draft_attention": args.draft_attention,
+    }
+    plan = evaluate.Plan(
+        args.target, drafts, samples, settings, str(args.samples), {d: Path(d).name or d for d in drafts}
+    )
+    total = len(drafts) * len(samples)
+    bar = progress_bar(total, "evaluate", unit="run")
+
+    def report(fraction: float, message: str) -> None:
+        bar.update(round(fraction * total) - bar.n)
+        bar.set_postfix_str(message[-60:], refresh=False)
+
+    try:
+        if args.ray:
+            from backend.service import ray_eval
+
+            result = ray_eval.evaluate_on_ray(
+                args.db, plan, args.ray, workers=args.workers, resume=not args.no_resume, progress=report
+            )
+        else:
+            result = evaluate.evaluate_local(args.db, plan, resume=not args.no_resume, progress=report)
+    finally:
+        bar.close()
+    text = (
+        f"{len(samples)} samples x {len(drafts)} drafts: {result['replayed']} replayed, {result['reused']} "
+        f"already stored\n" + evaluate.table(result)
+    )
+    return result, text
+
+
 COMMANDS = {
     "observe": cmd_observe,
     "serve-check": cmd_serve_check,
     "preflight": cmd_preflight,
     "replay": cmd_replay,
+    "evaluate": cmd_evaluate,
     "teacher": cmd_teacher,
     "lint": cmd_lint,
     "probe": cmd_probe,

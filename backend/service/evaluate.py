@@ -1,0 +1,220 @@
+"""Judge drafts on a dataset, not a sample: replay every (draft, sample) pair with the same settings,
+store each as a run, and sum them up per draft.
+
+Resumable: a pair whose finished run already exists with the same target, draft, prompt and settings
+(`runs.find_finished_run`) is read back, not replayed, so an interrupted evaluation continues where
+it stopped. Locally the pairs run one after another in this process (models loaded once, by
+backend.service.models); `backend.service.ray_eval` fans the same pairs out to Ray actors that write
+to the same database, and this module's `summarise` reads the runs back either way, so both paths
+print the same table for the same runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from backend.engine.records import Progress, no_progress
+from backend.service.requests import ReplayRequest
+
+WORST = 5  # samples listed per draft, lowest accept length first
+
+DEFINITIONS = {
+    "mean_accept_length": "mean over the draft's runs of each run's accept length (mean over its verify "
+    "steps of accepted drafts + 1, bonus included); runs without a verify step are left out",
+    "pooled_accept_length": "over all verify steps of all the draft's runs: accepted drafts + 1",
+    "per_position_marginal": "P(a >= i) over all verify steps of all the draft's runs",
+    "tokens_per_s": "output tokens / decode time (draft + verify, prefill excluded), summed over runs",
+}
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One replay to do: a draft on a sample, with the shared settings."""
+
+    draft: str
+    sample_index: int
+    sample_id: int | None
+    sample_ref: str
+    prompt_ids: tuple[int, ...]
+
+    def request(self, target: str, settings: dict) -> ReplayRequest:
+        return ReplayRequest(
+            target,
+            self.draft,
+            prompt_ids=self.prompt_ids,
+            sample_id=self.sample_id,
+            sample_ref=self.sample_ref,
+            **settings,
+        )
+
+
+@dataclass
+class Plan:
+    target: str
+    drafts: list[str]
+    samples: list  # backend.data.samples.Sample (index, prompt_ids, source, optional id)
+    settings: dict  # ReplayRequest fields shared by every pair: num_steps, max_new_tokens, topk, ...
+    dataset_ref: str  # how a run names its sample: f"{dataset_ref}#{index}"
+    names: dict[str, str] = field(default_factory=dict)  # draft path -> short name for the table
+
+    def pairs(self) -> list[Pair]:
+        return [
+            Pair(
+                draft,
+                sample.index,
+                getattr(sample, "id", None),
+                f"{self.dataset_ref}#{sample.index}",
+                tuple(sample.prompt_ids),
+            )
+            for draft in self.drafts
+            for sample in self.samples
+        ]
+
+    def check(self) -> None:
+        """Refuse bad settings before any model loads (ReplayRequest validates each field)."""
+        for draft in self.drafts:
+            ReplayRequest(self.target, draft, prompt_ids=(0,), **self.settings)
+
+
+def existing_run(db_url: str | None, plan: Plan, pair: Pair):
+    """The finished run that already answers this pair, if any (resume)."""
+    from backend.engine.loading import pick_device, pick_dtype
+    from backend.service.runs import find_finished_run
+
+    device = pick_device(plan.settings.get("device"))
+    dtype = str(pick_dtype(device, plan.settings.get("dtype"))).replace("torch.", "")
+    return find_finished_run(db_url, pair.request(plan.target, plan.settings), str(device), dtype)
+
+
+def run_pair(db_url: str | None, plan: Plan, pair: Pair, progress: Progress = no_progress) -> int:
+    """Replay one pair into the store (or find it there): its run id."""
+    from backend.service.jobs import run_replay
+
+    found = existing_run(db_url, plan, pair)
+    if found is not None:
+        return found.id
+    return run_replay(pair.request(plan.target, plan.settings), db_url, progress).run_id
+
+
+def evaluate_local(
+    db_url: str | None, plan: Plan, resume: bool = True, progress: Progress = no_progress
+) -> dict:
+    """Every pair in this process, one after another; then the per-draft summary."""
+    from backend.service.jobs import run_replay
+
+    plan.check()
+    pairs = plan.pairs()
+    run_ids, reused = {}, 0
+    for number, pair in enumerate(pairs):
+        where = (
+            f"{plan.names.get(pair.draft, pair.draft)} sample {pair.sample_index} ({number + 1}/{len(pairs)})"
+        )
+        found = existing_run(db_url, plan, pair) if resume else None
+        if found is not None:
+            run_ids[pair], reused = found.id, reused + 1
+        else:
+
+            def inner(fraction: float, message: str, number=number, where=where) -> None:
+                progress((number + min(1.0, max(0.0, fraction))) / len(pairs), f"{where}: {message}")
+
+            run_ids[pair] = run_replay(pair.request(plan.target, plan.settings), db_url, inner).run_id
+        progress((number + 1) / len(pairs), f"{where}: done")
+    return summarise(db_url, plan, run_ids, reused=reused, replayed=len(pairs) - reused)
+
+
+def summarise(db_url: str | None, plan: Plan, run_ids: dict, reused: int, replayed: int) -> dict:
+    """Per draft: mean and pooled accept length, per-position acceptance, tokens/s and the worst
+    samples, read back from the stored runs (so a local and a Ray evaluation agree)."""
+    from backend.service.runs import get_run
+
+    drafts = []
+    for draft in plan.drafts:
+        rows, histogram, tokens, decode_ms = [], [], 0, 0.0
+        for pair, run_id in run_ids.items():
+            if pair.draft != draft:
+                continue
+            run = get_run(db_url, run_id)
+            metrics = run.metrics or {}
+            hist = metrics.get("accept_histogram") or []
+            histogram = [a + b for a, b in zip_longest0(histogram, hist)]
+            tokens += len(run.output_ids)
+            decode_ms += (metrics.get("draft_ms_total") or 0.0) + (metrics.get("verify_ms_total") or 0.0)
+            rows.append(
+                {
+                    "sample": pair.sample_index,
+                    "run_id": run_id,
+                    "accept_length": metrics.get("mean_accept_length"),
+                    "verify_steps": sum(hist),
+                    "tokens": len(run.output_ids),
+                }
+            )
+        rows.sort(key=lambda r: r["sample"])
+        drafts.append(draft_row(draft, plan.names.get(draft, draft), rows, histogram, tokens, decode_ms))
+    return {
+        "target": plan.target,
+        "settings": plan.settings,
+        "samples": len(plan.samples),
+        "drafts": drafts,
+        "reused": reused,
+        "replayed": replayed,
+        "definitions": DEFINITIONS,
+    }
+
+
+def zip_longest0(a: list[int], b: list[int]):
+    from itertools import zip_longest
+
+    return zip_longest(a, b, fillvalue=0)
+
+
+def draft_row(
+    draft: str, name: str, rows: list[dict], histogram: list[int], tokens: int, decode_ms: float
+) -> dict:
+    lengths = [r["accept_length"] for r in rows if r["accept_length"] is not None]
+    steps = sum(histogram)
+    reached = [sum(histogram[i:]) for i in range(len(histogram))]
+    return {
+        "draft": draft,
+        "name": name,
+        "runs": len(rows),
+        "mean_accept_length": sum(lengths) / len(lengths) if lengths else None,
+        "pooled_accept_length": (sum(a * n for a, n in enumerate(histogram)) / steps + 1.0)
+        if steps
+        else None,
+        "per_position_marginal": [reached[i] / steps for i in range(1, len(histogram))] if steps else [],
+        "verify_steps": steps,
+        "tokens": tokens,
+        "tokens_per_s": tokens / (decode_ms / 1000.0) if decode_ms > 0 else None,
+        "worst": sorted(
+            [r for r in rows if r["accept_length"] is not None],
+            key=lambda r: (r["accept_length"], r["sample"]),
+        )[:WORST],
+        "per_sample": rows,
+    }
+
+
+def table(result: dict) -> str:
+    """The per-draft table the CLI prints."""
+    k = max((len(d["per_position_marginal"]) for d in result["drafts"]), default=0)
+    head = [
+        "draft",
+        "runs",
+        "mean AL",
+        "pooled AL",
+        *[f"P(a>={i})" for i in range(1, k + 1)],
+        "tok/s",
+        "worst samples (AL)",
+    ]
+    lines = [" | ".join(head), " | ".join("---" for _ in head)]
+    fmt = lambda v, d=2: "-" if v is None else f"{v:.{d}f}"  # noqa: E731
+    for d in result["drafts"]:
+        marginal = d["per_position_marginal"] + [None] * (k - len(d["per_position_marginal"]))
+        worst = ", ".join(f"#{w['sample']} ({w['accept_length']:.2f})" for w in d["worst"])
+        lines.append(
+            " | ".join(
+                [d["name"], str(d["runs"]), fmt(d["mean_accept_length"]), fmt(d["pooled_accept_length"])]
+                + [fmt(m, 3) for m in marginal]
+                + [fmt(d["tokens_per_s"], 1), worst]
+            )
+        )
+    return "\n".join(lines)

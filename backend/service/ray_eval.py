@@ -1,0 +1,135 @@
+"""`evaluate` fanned out to Ray: one actor per GPU (or per CPU slot on a CPU-only cluster), each
+loading the target and drafts once (backend.service.models caches them per process) and taking
+(draft, sample) pairs from the driver's queue; every run goes to the shared database.
+
+A worker that dies (its node lost, the process killed) costs only its current pair: the driver
+sees the actor error, puts the pair back in the queue for another actor (MAX_ATTEMPTS in all), and
+starts a replacement actor when the cluster still has room. Its half-written run is left to the
+store's reaper (it shows as interrupted), and the pair's finished run comes from the retry.
+
+The summary is read back from the stored runs (evaluate.summarise), so a Ray evaluation prints the
+same table as a local one of the same runs.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from backend import BadInput
+from backend.engine.records import Progress, no_progress
+from backend.service.evaluate import Pair, Plan, existing_run, run_pair, summarise
+
+MAX_ATTEMPTS = 3  # tries per pair before the evaluation fails
+REPO = Path(__file__).resolve().parents[2]  # workers import backend from here (same path on every node)
+
+
+class EvalWorker:
+    """One Ray actor: replays pairs into the database, models loaded once for its lifetime."""
+
+    def __init__(self, db_url: str | None, plan: Plan):
+        self.db_url, self.plan = db_url, plan
+
+    def run(self, pair: Pair) -> int:
+        return run_pair(self.db_url, self.plan, pair)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+def connect(address: str):
+    try:
+        import ray
+    except ImportError:
+        raise BadInput("--ray needs the ray package: pip install ray") from None
+    if not ray.is_initialized():
+        try:
+            ray.init(
+                address=None if address in ("local", "") else address,
+                include_dashboard=False,
+                log_to_driver=False,
+                ignore_reinit_error=True,
+                runtime_env={
+                    "env_vars": {
+                        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+                    }
+                },
+            )
+        except ConnectionError as error:
+            raise BadInput(f"Ray cluster {address}: {error}") from None
+    return ray
+
+
+def evaluate_on_ray(
+    db_url: str | None,
+    plan: Plan,
+    address: str = "local",
+    workers: int | None = None,
+    resume: bool = True,
+    progress: Progress = no_progress,
+    hook: Callable[[dict], None] | None = None,
+) -> dict:
+    """`hook(state)` is called after each finished pair with {"done": n, "busy": {actor: pair}}
+    (tests use it to kill a busy worker mid-way)."""
+    from backend.service.database import database_url
+
+    plan.check()
+    db_url = database_url(db_url)  # every worker writes where the driver reads
+    ray = connect(address)
+    pairs = plan.pairs()
+    run_ids: dict[Pair, int] = {}
+    if resume:
+        for pair in pairs:
+            found = existing_run(db_url, plan, pair)
+            if found is not None:
+                run_ids[pair] = found.id
+    reused = len(run_ids)
+    queue = [pair for pair in pairs if pair not in run_ids]
+    resources = ray.cluster_resources()
+    gpus = int(resources.get("GPU", 0))
+    slots = gpus if gpus else max(1, int(resources.get("CPU", 1)))
+    count = max(1, min(workers or slots, len(queue) or 1))
+    actor_class = ray.remote(num_gpus=1 if gpus else 0, num_cpus=0 if gpus else 1, max_restarts=0)(EvalWorker)
+    actors = [actor_class.remote(db_url, plan) for _ in range(count)] if queue else []
+    idle, busy, attempts = list(actors), {}, {}  # busy: object ref -> (actor, pair)
+    total = len(pairs)
+    progress(reused / total, f"{reused} already stored, {len(queue)} to replay on {count} Ray worker(s)")
+    while queue or busy:
+        while queue and idle:
+            actor, pair = idle.pop(), queue.pop(0)
+            attempts[pair] = attempts.get(pair, 0) + 1
+            busy[actor.run.remote(pair)] = (actor, pair)
+        if not busy:
+            raise RuntimeError("no Ray worker is left to replay the remaining pairs")
+        ready, _ = ray.wait(list(busy), num_returns=1)
+        actor, pair = busy.pop(ready[0])
+        try:
+            run_ids[pair] = ray.get(ready[0])
+        except ray.exceptions.RayActorError:
+            if attempts[pair] >= MAX_ATTEMPTS:
+                raise RuntimeError(
+                    f"{pair.draft} sample {pair.sample_index}: {MAX_ATTEMPTS} workers died on it"
+                ) from None
+            queue.insert(0, pair)  # retried first, on another worker
+            if len(busy) + len(idle) < count:
+                actors.append(actor_class.remote(db_url, plan))
+                idle.append(actors[-1])
+            continue
+        except ray.exceptions.RayTaskError as error:
+            cause = getattr(error, "cause", None) or error
+            message = (str(cause).splitlines() or [type(cause).__name__])[0]
+            if isinstance(cause, BadInput):
+                raise BadInput(message) from None
+            raise RuntimeError(f"{pair.draft} sample {pair.sample_index}: {message}") from None
+        idle.append(actor)
+        done = len(run_ids)
+        progress(
+            done / total,
+            f"{plan.names.get(pair.draft, pair.draft)} sample {pair.sample_index} done ({done}/{total})",
+        )
+        if hook is not None:
+            hook({"done": done - reused, "busy": {a: p for a, p in busy.values()}})
+    for actor in actors:
+        ray.kill(actor)
+    return {**summarise(db_url, plan, run_ids, reused, total - reused), "workers": count, "ray": address}

@@ -1,0 +1,106 @@
+"""`evaluate`: a dataset replayed for several drafts, resumable, summed up per draft; the same on
+a local Ray cluster, with a worker killed mid-way."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from backend.defaults import DEMO_DRAFTS, DEMO_EVAL, DEMO_TARGET
+from tests.support.pages import REPO
+
+pytestmark = pytest.mark.slow  # each replays the demo pair several times
+
+SETTINGS = {"num_steps": 2, "max_new_tokens": 12}
+COMPARED = (
+    "runs",
+    "mean_accept_length",
+    "pooled_accept_length",
+    "per_position_marginal",
+    "verify_steps",
+    "tokens",
+)
+
+
+def plan(samples: int = 2):
+    from backend.data.samples import read_jsonl
+    from backend.service.evaluate import Plan
+
+    valid, _ = read_jsonl(DEMO_EVAL)
+    for index, sample in enumerate(valid):
+        sample.index = index
+    drafts = [str(DEMO_DRAFTS / "final"), str(DEMO_DRAFTS / "epoch1")]
+    return Plan(
+        str(DEMO_TARGET), drafts, valid[:samples], dict(SETTINGS), str(DEMO_EVAL), {d: d[-6:] for d in drafts}
+    )
+
+
+def numbers(result: dict) -> list[dict]:
+    return [
+        {k: d[k] for k in COMPARED} | {"worst": [(w["sample"], w["accept_length"]) for w in d["worst"]]}
+        for d in result["drafts"]
+    ]
+
+
+def test_local_evaluation_stores_every_pair_and_resumes(tmp_path):
+    from backend.service.evaluate import evaluate_local, table
+    from backend.service.runs import list_runs
+
+    db = f"sqlite:///{tmp_path / 'eval.db'}"
+    first = evaluate_local(db, plan())
+    assert (first["replayed"], first["reused"]) == (4, 0) and len(list_runs(db)) == 4
+    final, epoch1 = first["drafts"]
+    assert final["runs"] == 2 and final["mean_accept_length"] > epoch1["mean_accept_length"] >= 1.0
+    for draft in first["drafts"]:
+        lengths = [r["accept_length"] for r in draft["per_sample"]]
+        assert draft["mean_accept_length"] == pytest.approx(sum(lengths) / len(lengths))
+        assert draft["worst"][0]["accept_length"] == min(lengths) and len(draft["per_position_marginal"]) == 2
+    again = evaluate_local(db, plan())  # resumed: nothing replayed, the same table
+    assert (again["replayed"], again["reused"]) == (0, 4) and len(list_runs(db)) == 4
+    assert numbers(again) == numbers(first)
+    assert "mean AL" in table(first).splitlines()[0] and len(table(first).splitlines()) == 4
+
+
+def test_evaluate_cli(tmp_path):
+    db = f"sqlite:///{tmp_path / 'cli.db'}"
+    command = [sys.executable, "-m", "backend", "evaluate", "--samples", str(DEMO_EVAL), "--limit", "1"]
+    command += ["--draft", str(DEMO_DRAFTS / "final"), "--steps", "2", "--max-new-tokens", "8", "--db", db]
+    done = subprocess.run([*command, "--json"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["samples"] == 1 and result["drafts"][0]["runs"] == 1 and result["replayed"] == 1
+    bad = subprocess.run(
+        [*command[:5], str(tmp_path / "missing.jsonl"), "--db", db], cwd=REPO, capture_output=True, text=True
+    )
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "missing.jsonl" in bad.stderr
+
+
+def test_ray_gives_the_local_numbers_and_a_killed_worker_loses_nothing(tmp_path):
+    ray = pytest.importorskip("ray")
+    from backend.service.evaluate import evaluate_local
+    from backend.service.ray_eval import evaluate_on_ray
+    from backend.service.runs import list_runs
+
+    local = evaluate_local(f"sqlite:///{tmp_path / 'local.db'}", plan(3))
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    killed = []
+
+    def kill_a_busy_worker(state):
+        if not killed and state["busy"]:
+            actor = next(iter(state["busy"]))
+            ray.kill(actor)
+            killed.append(state["busy"][actor])
+
+    try:
+        db = f"sqlite:///{tmp_path / 'ray.db'}"
+        spread = evaluate_on_ray(db, plan(3), "local", hook=kill_a_busy_worker)
+    finally:
+        ray.shutdown()
+    assert killed, "no worker was busy after the first pair: nothing was killed"
+    assert spread["workers"] == 2 and spread["replayed"] == 6
+    assert numbers(spread) == numbers(local)
+    finished = [r for r in list_runs(db) if r.status == "finished"]
+    assert len(finished) == 6  # every pair, the killed worker's one included (retried elsewhere)
