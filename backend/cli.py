@@ -47,6 +47,19 @@ def _number(text: str) -> float:
     return value
 
 
+def dispatch_flags(sub) -> None:
+    """A target split across devices (accelerate's big-model dispatch, backend/engine/dispatch.py)."""
+    group = sub.add_argument_group("targets across devices")
+    group.add_argument(
+        "--device-map",
+        help="auto, balanced, sequential, or a JSON object / file of module -> device (0, cuda:1, cpu, "
+        "disk): load the target split across devices with accelerate",
+    )
+    group.add_argument(
+        "--max-memory", help="per-device limits for --device-map, e.g. 0=20GiB,1=20GiB,cpu=64GiB"
+    )
+
+
 def decoding_flags(sub) -> None:
     """K, trees and sampling: the flags every replaying command shares."""
     sub.add_argument("--steps", type=_positive, default=4, help="K: draft tokens per verify step")
@@ -133,6 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--db", help="SQLAlchemy URL (default: SPECLENS_DB_URL or sqlite:///data/speclens.db)")
     rep.add_argument("--no-record", action="store_true", help="skip probabilities and hidden states")
     decoding_flags(rep)
+    dispatch_flags(rep)
     gate(rep)
 
     ev = commands.add_parser(
@@ -144,6 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--limit", type=_positive, help="only the first N valid samples")
     ev.add_argument("--source", help="only samples whose source contains this text")
     decoding_flags(ev)
+    dispatch_flags(ev)
     ev.add_argument("--db", help="SQLAlchemy URL (default: SPECLENS_DB_URL or sqlite:///data/speclens.db)")
     ev.add_argument("--no-resume", action="store_true", help="replay every pair, even those already stored")
     ev.add_argument(
@@ -326,7 +341,7 @@ def cmd_replay(args) -> tuple[dict, str]:
     from backend.service.jobs import run_replay
     from backend.service.requests import ReplayRequest
 
-    target = models.target(args.target, args.device, args.dtype)
+    target = models.target(args.target, args.device, args.dtype, args.device_map, args.max_memory)
     if args.samples:
         sample = sample_at(args.samples, args.index, target.vocab_size)
         source = {"prompt_ids": tuple(sample.prompt_ids), "sample_ref": f"{args.samples}#{args.index}"}
@@ -349,6 +364,8 @@ def cmd_replay(args) -> tuple[dict, str]:
         top_k=args.top_k,
         seed=args.seed,
         draft_attention=args.draft_attention,
+        device_map=args.device_map,
+        max_memory=args.max_memory,
         **source,
     )
     bar = progress_bar(args.max_new_tokens, "replay")
@@ -649,6 +666,8 @@ def cmd_evaluate(args) -> tuple[dict, str]:
         "top_k": args.top_k,
         "seed": args.seed,
         "draft_attention": args.draft_attention,
+        "device_map": args.device_map,
+        "max_memory": args.max_memory,
     }
     plan = evaluate.Plan(
         args.target, drafts, samples, settings, str(args.samples), {d: Path(d).name or d for d in drafts}

@@ -14,6 +14,9 @@ What it checks:
              divergence accepted. Each target's self-disagreement per 1,000 positions is reported.
   bigram     a context-free target whose greedy text cycles through its vocabulary, with a draft that
              knows 80% of the next-token map (accept length ~2.3): replay+record vs `generate`.
+  dispatch   (--device-map auto|JSON, multi-GPU machines) the std-0.02 random target loaded split
+             across the devices by accelerate (backend/engine/dispatch.py) next to the same target on
+             one device: the replays must be equal; ms per token of each, and the placement.
   8b         (--eight-b) an 8B-shaped Llama (32 layers, hidden 4096, intermediate 14336, vocab
              128256, GQA 8), random std 0.02, built directly on the device in the chosen dtype, with a
              random draft: ms per emitted token of replay+record, a plain cached greedy loop and
@@ -84,6 +87,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     parser.add_argument("--eight-b-hidden", type=int, default=EIGHT_B["hidden_size"])
     parser.add_argument("--eight-b-vocab", type=int, default=EIGHT_B["vocab_size"])
+    parser.add_argument(
+        "--device-map",
+        help="also replay a target split across devices (auto on a multi-GPU machine; a JSON map with "
+        "'disk' entries forces a split on one device)",
+    )
+    parser.add_argument("--max-memory", help="per-device limits for --device-map, e.g. 0=2GiB,1=40GiB")
     parser.add_argument("--out", type=Path, default=Path("bench/results/gpu_check.json"))
     return parser.parse_args(argv)
 
@@ -178,6 +187,40 @@ def exactness(root: Path, args, init_std: float) -> dict:
             {"first_divergence": first, "replay_token": ours[first], "generate_token": theirs[first], **check}
         )
     return result
+
+
+def dispatched(root: Path, args) -> dict:
+    """The std-0.02 random target (built by `exactness`) on one device and split by --device-map."""
+    from backend.engine.dispatch import placement
+
+    prompt = list(range(1, 17))
+    runs = {}
+    for name, extra in (
+        ("one device", {}),
+        ("dispatched", {"device_map": args.device_map, "max_memory": args.max_memory}),
+    ):
+        target = load_target(root / "random-std0.02", device=args.device, dtype=args.dtype, **extra)
+        draft, report = load_checked_draft(root / "random-std0.02-draft", target)
+        config = ReplayConfig(args.steps, args.new_tokens, record=False)
+        records, seconds = timed(
+            lambda t=target, d=draft, r=report, c=config: list(replay(t, d, prompt, r.wiring, c)), target.device
+        )
+        steps = [r for r in records if isinstance(r, StepRecord)]
+        output = [records[0].first_token] + [t for s in steps for t in s.committed_ids]
+        runs[name] = {
+            "output": output,
+            "ms_per_token": 1000 * seconds / len(output),
+            "placement": placement(target.model),
+        }
+        del target, draft
+    return {
+        "device_map": args.device_map,
+        "equal": runs["one device"]["output"] == runs["dispatched"]["output"],
+        "placement": runs["dispatched"]["placement"],
+        "ms_per_token_one_device": runs["one device"]["ms_per_token"],
+        "ms_per_token_dispatched": runs["dispatched"]["ms_per_token"],
+        "gpus": torch.cuda.device_count(),
+    }
 
 
 # --------------------------------------------------------------------------------------- timing
@@ -344,6 +387,8 @@ def main(argv=None) -> int:
             "exactness": [exactness(root, args, std) for std in (0.25, 0.02)],
             "bigram": bigram(root, args),
         }
+        if args.device_map:
+            result["dispatch"] = dispatched(root, args)
         if args.eight_b:
             result["8b"] = eight_b(root, args)
     result["seconds"] = time.perf_counter() - started
@@ -385,6 +430,14 @@ def main(argv=None) -> int:
             f"{row['greedy_loop_ms_per_token']:>11.2f} {row['replay_record_ms_per_token']:>13.2f} "
             f"{row['replay_vs_generate']:>6.2f} {row['draft_ms_per_step']:>11.2f} {row['verify_ms_per_step']:>12.2f} "
             f"{row.get('peak_memory_gib', float('nan')):>8.2f} {row['replay_equals_generate']}"
+        )
+    if "dispatch" in result:
+        split = result["dispatch"]
+        ok &= split["equal"] or args.dtype != "fp32"
+        print(
+            f"{'dispatch':<12} {split['device_map']}: placement {split['placement']}, equal to one device: "
+            f"{split['equal']}, ms/token {split['ms_per_token_one_device']:.2f} on one device vs "
+            f"{split['ms_per_token_dispatched']:.2f} dispatched ({split['gpus']} GPU(s) visible)"
         )
     print(f"{result['seconds']:.0f} s in all. JSON: {args.out}")
     return 0 if ok else 1

@@ -46,8 +46,10 @@ class AuxCapture:
         return store
 
     def features(self) -> torch.Tensor:
-        """The last forward's fused input for the draft: [T, 3*Ht], chunks in wiring order."""
-        return torch.cat([self.captured[i][0] for i in self.indices], dim=-1)
+        """The last forward's fused input for the draft: [T, 3*Ht], chunks in wiring order (on the
+        first chunk's device: a target split across devices captures each where its layer ran)."""
+        chunks = [self.captured[i][0] for i in self.indices]
+        return torch.cat([c.to(chunks[0].device) for c in chunks], dim=-1)
 
     def remove(self) -> None:
         for handle in self.handles:

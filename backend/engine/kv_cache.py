@@ -87,16 +87,26 @@ def target_forward(
         mask = torch.zeros(seen.shape, dtype=dtype, device=input_ids.device)
         extra["attention_mask"] = mask.masked_fill(~seen, torch.finfo(dtype).min)[None, None]
     if cache is None:
-        return model(input_ids=input_ids, position_ids=positions, use_cache=False, **extra)
+        return _on(
+            model(input_ids=input_ids, position_ids=positions, use_cache=False, **extra), input_ids.device
+        )
     before = cache_length(cache)
     argument = cache_argument(type(model))
     output = model(input_ids=input_ids, position_ids=positions, use_cache=True, **{argument: cache}, **extra)
+    output = _on(output, input_ids.device)
     if cache_length(cache) != before + length:
         raise RuntimeError(
             f"the target's KV cache did not grow by the {length} tokens fed ({before} -> {cache_length(cache)}): "
             f"transformers {transformers.__version__} ignored the '{argument}' argument of "
             f"{type(model).__name__}.forward"
         )
+    return output
+
+
+def _on(output, device: torch.device):
+    """Logits where the inputs are: a target split across devices computes them on its last one."""
+    if output.logits.device != device:
+        output.logits = output.logits.to(device)
     return output
 
 

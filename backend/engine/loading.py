@@ -101,17 +101,36 @@ def load_tokenizer(path: str | Path):
         return None
 
 
-def load_target(path: str | Path, device: str | None = None, dtype: str | None = None) -> Target:
+def load_target(
+    path: str | Path,
+    device: str | None = None,
+    dtype: str | None = None,
+    device_map: str | None = None,
+    max_memory: str | None = None,
+) -> Target:
+    """`device_map` / `max_memory`: split the target across devices with accelerate's dispatch
+    (backend/engine/dispatch.py); the Target's device is then where its forward starts."""
+    from backend.engine.dispatch import dispatch_kwargs, execution_device
+
     config = read_target_config(path)
     torch_device = pick_device(device)
     torch_dtype = pick_dtype(torch_device, dtype)
+    dispatch = dispatch_kwargs(device_map, max_memory)
     for weights in sorted(Path(path).glob("*.safetensors")):
         check_safetensors(weights)
     try:
-        model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch_dtype)
+        model = AutoModelForCausalLM.from_pretrained(
+            path, local_files_only=True, dtype=torch_dtype, **dispatch
+        )
+    except ImportError as error:  # device_map needs accelerate
+        raise BadInput(f"target {path}: --device-map needs the accelerate package ({error})") from None
     except (OSError, ValueError, KeyError, RuntimeError) as error:
         raise BadInput(f"target {path}: cannot load the model ({str(error).splitlines()[0]})") from None
-    model.to(torch_device).eval()
+    if dispatch:
+        torch_device = execution_device(model, torch_device)
+        model.eval()
+    else:
+        model.to(torch_device).eval()
     return Target(
         model,
         load_tokenizer(path),

@@ -16,6 +16,7 @@ import torch
 
 from backend import BadInput, Terminated
 from backend.diagnostics.precision import self_disagreement
+from backend.engine.dispatch import placement
 from backend.engine.draft_model import Eagle3Draft
 from backend.engine.loading import Target
 from backend.engine.metrics import acceptance_metrics, expected_accept_length
@@ -56,7 +57,9 @@ def run_replay(
 ) -> ReplayOutcome:
     """Load (or reuse) the pair, resolve the wiring once, replay and store the run."""
     progress(0.0, "loading models")
-    target, draft, report = models.pair(request.target, request.draft, request.device, request.dtype)
+    target, draft, report = models.pair(
+        request.target, request.draft, request.device, request.dtype, request.device_map, request.max_memory
+    )
     view, wiring = request.reading_for(draft, target.num_layers)
     prompt_ids = request.prompt_for(target.tokenizer)
     length = len(prompt_ids) + request.max_new_tokens
@@ -144,6 +147,7 @@ def run_replay_job(
         "record": config.record,
         "device": str(target.device),
         "dtype": str(target.dtype).replace("torch.", ""),
+        "target_placement": placement(target.model),
         "wiring_source": wiring.source,
         "wiring_override": list(request.aux_hf_indices or []) or None,
         "engine": view.engine,

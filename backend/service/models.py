@@ -34,10 +34,19 @@ _targets = LRU(2)
 _drafts = LRU(4)
 
 
-def target(path: str, device: str | None = None, dtype: str | None = None):
+def target(
+    path: str,
+    device: str | None = None,
+    dtype: str | None = None,
+    device_map: str | None = None,
+    max_memory: str | None = None,
+):
     from backend.engine.loading import load_target
 
-    return _targets.get((str(path), device, dtype), lambda: load_target(path, device, dtype))
+    return _targets.get(
+        (str(path), device, dtype, device_map, max_memory),
+        lambda: load_target(path, device, dtype, device_map, max_memory),
+    )
 
 
 def draft(target, path: str):
@@ -46,13 +55,13 @@ def draft(target, path: str):
     (`ReplayRequest.wiring_for`), so `report.wiring` is always what the draft declares."""
     from backend.engine.preflight import load_checked_draft
 
-    key = (target.path, str(target.device), str(target.dtype), str(path))
+    key = (target.path, str(target.device), str(target.dtype), id(target.model), str(path))
     return _drafts.get(key, lambda: load_checked_draft(path, target))
 
 
-def pair(target_path: str, draft_path: str, device=None, dtype=None):
+def pair(target_path: str, draft_path: str, device=None, dtype=None, device_map=None, max_memory=None):
     """(target, draft, preflight report of the declared wiring)."""
-    loaded = target(target_path, device, dtype)
+    loaded = target(target_path, device, dtype, device_map, max_memory)
     module, report = draft(loaded, draft_path)
     return loaded, module, report
 

@@ -54,6 +54,8 @@ class ReplayRequest:
     top_k: int = 0  # 0 or -1: every token
     seed: int = 0
     draft_attention: str = "ancestors"  # trees: true ancestors, or SGLang's per-rank KV slots
+    device_map: str | None = None  # split the target across devices (backend/engine/dispatch.py)
+    max_memory: str | None = None  # per-device limits for device_map, e.g. "0=20GiB,cpu=64GiB"
 
     def __post_init__(self):
         if (self.prompt_ids is None) == (self.prompt_text is None):
