@@ -680,14 +680,7 @@ def cmd_evaluate(args) -> tuple[dict, str]:
         bar.set_postfix_str(message[-60:], refresh=False)
 
     try:
-        if args.ray:
-            from backend.service import ray_eval
-
-            result = ray_eval.evaluate_on_ray(
-                args.db, plan, args.ray, workers=args.workers, resume=not args.no_resume, progress=report
-            )
-        else:
-            result = evaluate.evaluate_local(args.db, plan, resume=not args.no_resume, progress=report)
+        result = evaluate.evaluate(args.db, plan, not args.no_resume, report, args.ray, args.workers)
     finally:
         bar.close()
     text = (

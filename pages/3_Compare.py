@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pandas as pd
 import streamlit as st
 
@@ -64,11 +66,19 @@ with st.expander("Run two drafts", expanded=not state.get_value("compare")):
         count = batch.number_input(
             "Batch: first N samples", 1, len(samples), min(6, len(samples)), key="compare_batch_n"
         )
+        ray_address = batch.text_input(
+            "Run the batch on Ray (address, 'local', or empty: here)",
+            os.environ.get("SPECLENS_RAY_ADDRESS", ""),
+            key="compare_ray",
+            help="As python -m backend evaluate --ray: one worker per GPU (or CPU slot), each loading the "
+            "models once; every run goes to this database, which the workers must reach.",
+        ).strip()
         chosen = None
         if single.button("Compare on this sample", key="compare_start_one", disabled=running):
             chosen = [samples[int(index)]]
+        ray = None
         if batch.button("Compare on N samples", key="compare_start_batch", disabled=running):
-            chosen = samples[: int(count)]
+            chosen, ray = samples[: int(count)], ray_address or None
         if running:
             st.caption("A comparison is running (progress below); start the next one when it ends.")
         if chosen:
@@ -85,6 +95,7 @@ with st.expander("Run two drafts", expanded=not state.get_value("compare")):
                     {"topk": topk_a, "num_draft_tokens": tokens_a or None},
                     {"topk": topk_b, "num_draft_tokens": tokens_b or None},
                     reuse=reuse,
+                    ray=ray,
                 )
             except BadInput as error:
                 st.error(md(error))

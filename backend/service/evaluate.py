@@ -29,22 +29,26 @@ DEFINITIONS = {
 
 @dataclass(frozen=True)
 class Pair:
-    """One replay to do: a draft on a sample, with the shared settings."""
+    """One replay to do: a draft on a sample, with its settings (ReplayRequest fields, as sorted
+    items so a pair can key a dict)."""
 
+    target: str
     draft: str
     sample_index: int
     sample_id: int | None
     sample_ref: str
     prompt_ids: tuple[int, ...]
+    settings: tuple = ()
+    label: str = ""  # how progress messages name it
 
-    def request(self, target: str, settings: dict) -> ReplayRequest:
+    def request(self) -> ReplayRequest:
         return ReplayRequest(
-            target,
+            self.target,
             self.draft,
             prompt_ids=self.prompt_ids,
             sample_id=self.sample_id,
             sample_ref=self.sample_ref,
-            **settings,
+            **dict(self.settings),
         )
 
 
@@ -60,11 +64,14 @@ class Plan:
     def pairs(self) -> list[Pair]:
         return [
             Pair(
+                self.target,
                 draft,
                 sample.index,
                 getattr(sample, "id", None),
                 f"{self.dataset_ref}#{sample.index}",
                 tuple(sample.prompt_ids),
+                tuple(sorted(self.settings.items())),
+                f"{self.names.get(draft, draft)} sample {sample.index}",
             )
             for draft in self.drafts
             for sample in self.samples
@@ -76,40 +83,47 @@ class Plan:
             ReplayRequest(self.target, draft, prompt_ids=(0,), **self.settings)
 
 
-def existing_run(db_url: str | None, plan: Plan, pair: Pair):
+def existing_run(db_url: str | None, pair: Pair):
     """The finished run that already answers this pair, if any (resume)."""
     from backend.engine.loading import pick_device, pick_dtype
     from backend.service.runs import find_finished_run
 
-    device = pick_device(plan.settings.get("device"))
-    dtype = str(pick_dtype(device, plan.settings.get("dtype"))).replace("torch.", "")
-    return find_finished_run(db_url, pair.request(plan.target, plan.settings), str(device), dtype)
+    settings = dict(pair.settings)
+    device = pick_device(settings.get("device"))
+    dtype = str(pick_dtype(device, settings.get("dtype"))).replace("torch.", "")
+    return find_finished_run(db_url, pair.request(), str(device), dtype)
 
 
-def run_pair(db_url: str | None, plan: Plan, pair: Pair, progress: Progress = no_progress) -> int:
+def run_pair(db_url: str | None, pair: Pair, progress: Progress = no_progress) -> int:
     """Replay one pair into the store (or find it there): its run id."""
     from backend.service.jobs import run_replay
 
-    found = existing_run(db_url, plan, pair)
+    found = existing_run(db_url, pair)
     if found is not None:
         return found.id
-    return run_replay(pair.request(plan.target, plan.settings), db_url, progress).run_id
+    return run_replay(pair.request(), db_url, progress).run_id
 
 
-def evaluate_local(
-    db_url: str | None, plan: Plan, resume: bool = True, progress: Progress = no_progress
-) -> dict:
-    """Every pair in this process, one after another; then the per-draft summary."""
+def run_pairs(
+    db_url: str | None,
+    pairs: list[Pair],
+    resume: bool = True,
+    progress: Progress = no_progress,
+    ray: str | None = None,
+    workers: int | None = None,
+) -> tuple[dict[Pair, int], int]:
+    """Every pair's run id (replayed now, or found stored when `resume`) and how many were found:
+    in this process one after another, or on Ray (`ray`: an address or 'local')."""
+    if ray:
+        from backend.service.ray_eval import run_pairs_on_ray
+
+        return run_pairs_on_ray(db_url, pairs, ray, workers, resume, progress)
     from backend.service.jobs import run_replay
 
-    plan.check()
-    pairs = plan.pairs()
     run_ids, reused = {}, 0
     for number, pair in enumerate(pairs):
-        where = (
-            f"{plan.names.get(pair.draft, pair.draft)} sample {pair.sample_index} ({number + 1}/{len(pairs)})"
-        )
-        found = existing_run(db_url, plan, pair) if resume else None
+        where = f"{pair.label} ({number + 1}/{len(pairs)})"
+        found = existing_run(db_url, pair) if resume else None
         if found is not None:
             run_ids[pair], reused = found.id, reused + 1
         else:
@@ -117,9 +131,24 @@ def evaluate_local(
             def inner(fraction: float, message: str, number=number, where=where) -> None:
                 progress((number + min(1.0, max(0.0, fraction))) / len(pairs), f"{where}: {message}")
 
-            run_ids[pair] = run_replay(pair.request(plan.target, plan.settings), db_url, inner).run_id
-        progress((number + 1) / len(pairs), f"{where}: done")
-    return summarise(db_url, plan, run_ids, reused=reused, replayed=len(pairs) - reused)
+            run_ids[pair] = run_replay(pair.request(), db_url, inner).run_id
+        progress((number + 1) / len(pairs), f"{where}: done ({reused} already stored)")
+    return run_ids, reused
+
+
+def evaluate(
+    db_url: str | None,
+    plan: Plan,
+    resume: bool = True,
+    progress: Progress = no_progress,
+    ray: str | None = None,
+    workers: int | None = None,
+) -> dict:
+    """Every pair of the plan (in this process, or on Ray), then the per-draft summary."""
+    plan.check()
+    pairs = plan.pairs()
+    run_ids, reused = run_pairs(db_url, pairs, resume, progress, ray, workers)
+    return {**summarise(db_url, plan, run_ids, reused, len(pairs) - reused), "ray": ray or None}
 
 
 def summarise(db_url: str | None, plan: Plan, run_ids: dict, reused: int, replayed: int) -> dict:

@@ -28,11 +28,11 @@ REPO = Path(__file__).resolve().parents[2]  # workers import backend from here (
 class EvalWorker:
     """One Ray actor: replays pairs into the database, models loaded once for its lifetime."""
 
-    def __init__(self, db_url: str | None, plan: Plan):
-        self.db_url, self.plan = db_url, plan
+    def __init__(self, db_url: str | None):
+        self.db_url = db_url
 
     def run(self, pair: Pair) -> int:
-        return run_pair(self.db_url, self.plan, pair)
+        return run_pair(self.db_url, pair)
 
     def pid(self) -> int:
         return os.getpid()
@@ -61,27 +61,27 @@ def connect(address: str):
     return ray
 
 
-def evaluate_on_ray(
+def run_pairs_on_ray(
     db_url: str | None,
-    plan: Plan,
+    pairs: list[Pair],
     address: str = "local",
     workers: int | None = None,
     resume: bool = True,
     progress: Progress = no_progress,
     hook: Callable[[dict], None] | None = None,
-) -> dict:
-    """`hook(state)` is called after each finished pair with {"done": n, "busy": {actor: pair}}
-    (tests use it to kill a busy worker mid-way)."""
+    stats: dict | None = None,
+) -> tuple[dict[Pair, int], int]:
+    """Each pair's run id and how many were found stored (as evaluate.run_pairs). `hook(state)` is
+    called after each finished pair with {"done": n, "busy": {actor: pair}} (tests use it to kill
+    a busy worker mid-way); `stats` receives {"workers": actors started, "retried": pairs retried}."""
     from backend.service.database import database_url
 
-    plan.check()
     db_url = database_url(db_url)  # every worker writes where the driver reads
     ray = connect(address)
-    pairs = plan.pairs()
     run_ids: dict[Pair, int] = {}
     if resume:
         for pair in pairs:
-            found = existing_run(db_url, plan, pair)
+            found = existing_run(db_url, pair)
             if found is not None:
                 run_ids[pair] = found.id
     reused = len(run_ids)
@@ -91,45 +91,61 @@ def evaluate_on_ray(
     slots = gpus if gpus else max(1, int(resources.get("CPU", 1)))
     count = max(1, min(workers or slots, len(queue) or 1))
     actor_class = ray.remote(num_gpus=1 if gpus else 0, num_cpus=0 if gpus else 1, max_restarts=0)(EvalWorker)
-    actors = [actor_class.remote(db_url, plan) for _ in range(count)] if queue else []
+    actors = [actor_class.remote(db_url) for _ in range(count)] if queue else []
     idle, busy, attempts = list(actors), {}, {}  # busy: object ref -> (actor, pair)
+    stats = stats if stats is not None else {}
+    stats.update(workers=len(actors), retried=0)
     total = len(pairs)
-    progress(reused / total, f"{reused} already stored, {len(queue)} to replay on {count} Ray worker(s)")
-    while queue or busy:
-        while queue and idle:
-            actor, pair = idle.pop(), queue.pop(0)
-            attempts[pair] = attempts.get(pair, 0) + 1
-            busy[actor.run.remote(pair)] = (actor, pair)
-        if not busy:
-            raise RuntimeError("no Ray worker is left to replay the remaining pairs")
-        ready, _ = ray.wait(list(busy), num_returns=1)
-        actor, pair = busy.pop(ready[0])
-        try:
-            run_ids[pair] = ray.get(ready[0])
-        except ray.exceptions.RayActorError:
-            if attempts[pair] >= MAX_ATTEMPTS:
-                raise RuntimeError(
-                    f"{pair.draft} sample {pair.sample_index}: {MAX_ATTEMPTS} workers died on it"
-                ) from None
-            queue.insert(0, pair)  # retried first, on another worker
-            if len(busy) + len(idle) < count:
-                actors.append(actor_class.remote(db_url, plan))
+    progress(
+        reused / total, f"{reused} already stored, {len(queue)} to replay on {len(actors)} Ray worker(s)"
+    )
+    try:
+        while queue or busy:
+            while queue and idle:
+                actor, pair = idle.pop(), queue.pop(0)
+                attempts[pair] = attempts.get(pair, 0) + 1
+                busy[actor.run.remote(pair)] = (actor, pair)
+            ready, _ = ray.wait(list(busy), num_returns=1)
+            actor, pair = busy.pop(ready[0])
+            try:
+                run_ids[pair] = ray.get(ready[0])
+            except ray.exceptions.RayActorError:
+                if attempts[pair] >= MAX_ATTEMPTS:
+                    raise RuntimeError(f"{pair.label}: {MAX_ATTEMPTS} workers died on it") from None
+                queue.insert(0, pair)  # retried first, on another worker
+                stats["retried"] += 1
+                actors.append(actor_class.remote(db_url))  # the dead one's replacement
                 idle.append(actors[-1])
-            continue
-        except ray.exceptions.RayTaskError as error:
-            cause = getattr(error, "cause", None) or error
-            message = (str(cause).splitlines() or [type(cause).__name__])[0]
-            if isinstance(cause, BadInput):
-                raise BadInput(message) from None
-            raise RuntimeError(f"{pair.draft} sample {pair.sample_index}: {message}") from None
-        idle.append(actor)
-        done = len(run_ids)
-        progress(
-            done / total,
-            f"{plan.names.get(pair.draft, pair.draft)} sample {pair.sample_index} done ({done}/{total})",
-        )
-        if hook is not None:
-            hook({"done": done - reused, "busy": {a: p for a, p in busy.values()}})
-    for actor in actors:
-        ray.kill(actor)
-    return {**summarise(db_url, plan, run_ids, reused, total - reused), "workers": count, "ray": address}
+                continue
+            except ray.exceptions.RayTaskError as error:
+                cause = getattr(error, "cause", None) or error
+                message = (str(cause).splitlines() or [type(cause).__name__])[0]
+                if isinstance(cause, BadInput):
+                    raise BadInput(message) from None
+                raise RuntimeError(f"{pair.label}: {message}") from None
+            idle.append(actor)
+            done = len(run_ids)
+            progress(done / total, f"{pair.label} done ({done}/{total}, {reused} already stored)")
+            if hook is not None:
+                hook({"done": done - reused, "busy": {a: p for a, p in busy.values()}})
+    finally:
+        for actor in actors:
+            ray.kill(actor)
+    return run_ids, reused
+
+
+def evaluate_on_ray(
+    db_url: str | None,
+    plan: Plan,
+    address: str = "local",
+    workers: int | None = None,
+    resume: bool = True,
+    progress: Progress = no_progress,
+    hook: Callable[[dict], None] | None = None,
+) -> dict:
+    """evaluate.evaluate with its pairs on Ray (`hook`: see run_pairs_on_ray)."""
+    plan.check()
+    pairs = plan.pairs()
+    stats: dict = {}
+    run_ids, reused = run_pairs_on_ray(db_url, pairs, address, workers, resume, progress, hook, stats)
+    return {**summarise(db_url, plan, run_ids, reused, len(pairs) - reused), "ray": address, **stats}

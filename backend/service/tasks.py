@@ -152,54 +152,44 @@ def compare_job(
     max_new_tokens: int,
     dataset_id: int,
     reuse: bool = True,
+    ray: str | None = None,
     *,
     progress: Progress,
 ) -> dict:
-    from backend.engine.loading import pick_device, pick_dtype
-    from backend.service.jobs import run_replay
-    from backend.service.runs import find_finished_run
+    """The pairs of both sides run as `evaluate` runs them (backend.service.evaluate.run_pairs):
+    here one after another, or on Ray when `ray` names a cluster."""
+    from backend.service.evaluate import Pair, run_pairs
+    from backend.service.runs import get_run
 
-    device = pick_device(None)  # where a replay of these requests would run (they name none)
-    dtype = str(pick_dtype(device, None)).replace("torch.", "")
-    rows, reused, replayed = [], 0, 0
-    total = 2 * len(samples)
+    pairs = {}
     for number, sample in enumerate(samples):
-        row = {"sample #": sample.index, "source": sample.source}
         for side, draft, decoding in sides:
-            done = 2 * number + (side == "B")
-            where = f"sample {number + 1}/{len(samples)}, draft {side}"
-            request = ReplayRequest(
+            settings = {"num_steps": num_steps, "max_new_tokens": max_new_tokens, **decoding}
+            pairs[(sample.index, side)] = Pair(
                 target,
                 draft,
-                prompt_ids=tuple(sample.prompt_ids),
-                num_steps=num_steps,
-                max_new_tokens=max_new_tokens,
-                sample_id=sample.id,
-                sample_ref=f"dataset {dataset_id} #{sample.index}",
-                **decoding,
+                sample.index,
+                sample.id,
+                f"dataset {dataset_id} #{sample.index}",
+                tuple(sample.prompt_ids),
+                tuple(sorted(settings.items())),
+                f"sample {number + 1}/{len(samples)}, draft {side}",
             )
-            existing = find_finished_run(db_url, request, str(device), dtype) if reuse else None
-            if existing is not None:
-                reused += 1
-                row[f"run {side}"] = existing.id
-                row[f"AL {side}"] = existing.metrics.get("mean_accept_length")
-            else:
-                tally = f"{reused} reused, {replayed} replayed so far"
-
-                def inner(fraction: float, message: str, done=done, where=where, tally=tally) -> None:
-                    progress((done + min(1.0, max(0.0, fraction))) / total, f"{where}: {message} ({tally})")
-
-                outcome = run_replay(request, db_url, inner)
-                replayed += 1
-                row[f"run {side}"] = outcome.run_id
-                row[f"AL {side}"] = outcome.metrics.get("mean_accept_length")
-            progress((done + 1) / total, f"{where} done ({reused} reused, {replayed} replayed)")
+    run_ids, reused = run_pairs(db_url, list(pairs.values()), reuse, progress, ray)
+    rows = []
+    for sample in samples:
+        row = {"sample #": sample.index, "source": sample.source}
+        for side, _, _ in sides:
+            run_id = run_ids[pairs[(sample.index, side)]]
+            row[f"run {side}"] = run_id
+            row[f"AL {side}"] = (get_run(db_url, run_id).metrics or {}).get("mean_accept_length")
         row["AL delta (B - A)"] = (row["AL B"] or 0) - (row["AL A"] or 0)
         rows.append(row)
     return {
         "rows": sorted(rows, key=lambda r: -abs(r["AL delta (B - A)"])),
         "reused": reused,
-        "replayed": replayed,
+        "replayed": len(pairs) - reused,
+        "ray": ray or None,
     }
 
 
@@ -215,12 +205,14 @@ def start_compare(
     decoding_a: dict | None = None,
     decoding_b: dict | None = None,
     reuse: bool = True,
+    ray: str | None = None,
 ) -> str:
     """Replay both drafts on each sample (stored as runs): {"rows": one per sample, largest |delta|
     first, "reused": runs found finished, "replayed": runs replayed now}. `decoding_a` / `decoding_b`:
     ReplayRequest fields per side (topk, num_draft_tokens, temperature, ...), so a chain and a tree
     of the same draft can be compared. With `reuse`, a finished run of the same target, draft,
-    prompt and settings (`runs.find_finished_run`) stands in for a replay."""
+    prompt and settings (`runs.find_finished_run`) stands in for a replay. `ray`: a Ray address
+    (or 'local') to fan the replays out to, as `python -m backend evaluate --ray` does."""
     sides = (("A", draft_a, dict(decoding_a or {})), ("B", draft_b, dict(decoding_b or {})))
     for _, draft, decoding in sides:  # a bad setting is refused before the job starts
         ReplayRequest(target, draft, prompt_ids=(0,), num_steps=num_steps, **decoding)
@@ -237,6 +229,7 @@ def start_compare(
         max_new_tokens,
         dataset_id,
         reuse,
+        ray,
     )
 
 

@@ -46,11 +46,11 @@ def numbers(result: dict) -> list[dict]:
 
 
 def test_local_evaluation_stores_every_pair_and_resumes(tmp_path):
-    from backend.service.evaluate import evaluate_local, table
+    from backend.service.evaluate import evaluate, table
     from backend.service.runs import list_runs
 
     db = f"sqlite:///{tmp_path / 'eval.db'}"
-    first = evaluate_local(db, plan())
+    first = evaluate(db, plan())
     assert (first["replayed"], first["reused"]) == (4, 0) and len(list_runs(db)) == 4
     final, epoch1 = first["drafts"]
     assert final["runs"] == 2 and final["mean_accept_length"] > epoch1["mean_accept_length"] >= 1.0
@@ -58,7 +58,7 @@ def test_local_evaluation_stores_every_pair_and_resumes(tmp_path):
         lengths = [r["accept_length"] for r in draft["per_sample"]]
         assert draft["mean_accept_length"] == pytest.approx(sum(lengths) / len(lengths))
         assert draft["worst"][0]["accept_length"] == min(lengths) and len(draft["per_position_marginal"]) == 2
-    again = evaluate_local(db, plan())  # resumed: nothing replayed, the same table
+    again = evaluate(db, plan())  # resumed: nothing replayed, the same table
     assert (again["replayed"], again["reused"]) == (0, 4) and len(list_runs(db)) == 4
     assert numbers(again) == numbers(first)
     assert "mean AL" in table(first).splitlines()[0] and len(table(first).splitlines()) == 4
@@ -80,11 +80,11 @@ def test_evaluate_cli(tmp_path):
 
 def test_ray_gives_the_local_numbers_and_a_killed_worker_loses_nothing(tmp_path):
     ray = pytest.importorskip("ray")
-    from backend.service.evaluate import evaluate_local
+    from backend.service.evaluate import evaluate
     from backend.service.ray_eval import evaluate_on_ray
     from backend.service.runs import list_runs
 
-    local = evaluate_local(f"sqlite:///{tmp_path / 'local.db'}", plan(3))
+    local = evaluate(f"sqlite:///{tmp_path / 'local.db'}", plan(3))
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     killed = []
 
