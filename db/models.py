@@ -1,4 +1,6 @@
-"""Every ORM table of SpecLens (SQLAlchemy 2.0 typed style). Lists and dicts are JSON columns."""
+"""Every ORM table of SpecLens (SQLAlchemy 2.0 typed style). Lists and dicts are JSON columns; text
+from users or their files is unbounded Text (PostgreSQL enforces a VARCHAR length, SQLite does not).
+A change here needs a revision in db/migrations/versions (tests/db/test_schema.py compares them)."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ class Base(DeclarativeBase):
 class Dataset(Base):
     __tablename__ = "datasets"
     id: Mapped[int] = mapped_column(primary_key=True)
-    name: Mapped[str] = mapped_column(String(200))
+    name: Mapped[str] = mapped_column(Text)
     path: Mapped[str | None] = mapped_column(Text)
     format: Mapped[str] = mapped_column(String(40))
     created_at: Mapped[datetime] = mapped_column(default=utc_now)
@@ -32,7 +34,7 @@ class SampleRow(Base):
     dataset_id: Mapped[int] = mapped_column(ForeignKey("datasets.id", ondelete="CASCADE"), index=True)
     index: Mapped[int] = mapped_column(Integer)  # order within the dataset
     line: Mapped[int | None] = mapped_column(Integer)  # line in the source file
-    source: Mapped[str] = mapped_column(String(200), default="")
+    source: Mapped[str] = mapped_column(Text, default="")
     input_ids: Mapped[list] = mapped_column(JSON)
     loss_mask: Mapped[list] = mapped_column(JSON)
     prompt_len: Mapped[int] = mapped_column(Integer)
@@ -114,7 +116,7 @@ class TokenStat(Base):
         String(40)
     )  # "hf<k>" for aux chunks, "draft_out" for the draft's hidden
     norm: Mapped[float] = mapped_column(Float)
-    reference: Mapped[str | None] = mapped_column(String(200))  # what the diff columns compare against
+    reference: Mapped[str | None] = mapped_column(Text)  # what the diff columns compare against
     cosine: Mapped[float | None] = mapped_column(Float)
     norm_ratio: Mapped[float | None] = mapped_column(Float)
     max_abs_diff: Mapped[float | None] = mapped_column(Float)
@@ -128,7 +130,7 @@ class ServingObservationRow(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     created_at: Mapped[datetime] = mapped_column(default=utc_now)
     engine: Mapped[str] = mapped_column(String(20))
-    version: Mapped[str | None] = mapped_column(String(40))
+    version: Mapped[str | None] = mapped_column(Text)
     source: Mapped[str] = mapped_column(Text)
     draft_path: Mapped[str | None] = mapped_column(Text)
     accept_length: Mapped[float | None] = mapped_column(Float)

@@ -1,30 +1,42 @@
-"""The database schema under control: created and upgraded once, by one opener at a time, with its
-version recorded; a database newer than this code is refused.
+"""The database schema under control: created and upgraded once, by one opener at a time, by the
+Alembic revisions in db/migrations (the same ones on SQLite and PostgreSQL); a database newer than
+this code is refused.
 
-Versions: 1 = the tables before versioning (no version row); 2 = the steps' `tree` column and the
-runs' writer heartbeat (`writer_host`, `writer_pid`, `heartbeat_at`). An upgrade adds what a version
-lacks (new tables, new nullable columns), so it is safe on any older database. Concurrent first
-openers (8 processes on one new SQLite file) serialise on a lock file beside the database, or on a
-transaction-scoped advisory lock on PostgreSQL, so `create_all` never races ("table already exists").
+Versions (revision ids `0001`, `0002`, ...): 1 = the tables before versioning; 2 = the steps' `tree`
+column and the runs' writer heartbeat (`writer_host`, `writer_pid`, `heartbeat_at`); 3 = text from
+users (dataset names, sample sources, reference labels) unbounded on PostgreSQL. Two records
+sit side by side: Alembic's `alembic_version` (the revision) and `speclens_schema` (the integer
+version, which SpecLens builds from before Alembic read to refuse a newer database). A database
+made before Alembic has no `alembic_version`: it is upgraded from the first revision, whose
+tolerant steps add only what it lacks, and keeps every row.
+
+Concurrent first openers (8 processes on one new database) serialise on a lock file beside a
+SQLite database, or on a transaction-scoped advisory lock on PostgreSQL, where the whole upgrade is
+one transaction (PostgreSQL's DDL is transactional: a failed upgrade leaves nothing half done).
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import lru_cache
 from pathlib import Path
 
 from sqlalchemy import Integer, inspect, select, text
-from sqlalchemy.engine import Engine
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.engine import Connection, Engine, make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError
 from sqlalchemy.orm import Mapped, mapped_column
 
 from backend import BadInput
 from db.models import Base
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
+HEAD_REVISION = "0003"  # the revision in db/migrations/versions that makes SCHEMA_VERSION
+MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 ADVISORY_LOCK_KEY = 0x5EC1E25  # PostgreSQL pg_advisory_xact_lock key for schema changes
+ALEMBIC_TABLE = "alembic_version"
 
 
 class SchemaVersion(Base):
@@ -39,66 +51,124 @@ def sqlite_path(url: str) -> Path | None:
     return None
 
 
+def engine_url(url: str) -> str:
+    """The URL SQLAlchemy opens: a plain `postgresql://` (or `postgres://`) URL goes through
+    psycopg 3, whatever SQLAlchemy's default PostgreSQL driver is; others are left as they are."""
+    for scheme in ("postgresql://", "postgres://"):
+        if url.startswith(scheme):
+            return "postgresql+psycopg://" + url[len(scheme) :]
+    return url
+
+
+def display_name(url: str) -> str:
+    """How messages name the database: a SQLite file's path, else the URL without its password."""
+    path = sqlite_path(url)
+    if path is not None:
+        return str(path)
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return url
+
+
 def prepare(engine: Engine, url: str) -> None:
     """Create or upgrade the schema to SCHEMA_VERSION; BadInput naming the database when it is not
     a database, or is newer than this code."""
-    where = sqlite_path(url) or url
+    where = display_name(url)
     try:
-        with _first_open_lock(engine, url):
-            found = stored_version(engine)
-            if found is not None and found > SCHEMA_VERSION:
-                raise BadInput(
-                    f"{where}: the database has schema version {found}, newer than this SpecLens "
-                    f"({SCHEMA_VERSION}); upgrade SpecLens or use another database"
-                )
-            if found != SCHEMA_VERSION:
-                Base.metadata.create_all(engine)
-                _add_missing_columns(engine)
-                _record(engine)
+        with _schema_lock(engine, url) as connection:
+            _upgrade(connection, where)
     except DBAPIError as error:
         reason = str(error.orig).splitlines()[0] if error.orig is not None else type(error).__name__
         raise BadInput(f"{where}: cannot open the database ({reason})") from None
 
 
-def stored_version(engine: Engine) -> int | None:
-    """The recorded version; 1 for SpeclLens tables without one; None for an empty database."""
-    tables = set(inspect(engine).get_table_names())
+def _upgrade(connection: Connection, where: str) -> None:
+    tables = set(inspect(connection).get_table_names())
+    found = _stored_version(connection, tables)
+    if found is not None and found > SCHEMA_VERSION:
+        raise BadInput(
+            f"{where}: the database has schema version {found}, newer than this SpecLens "
+            f"({SCHEMA_VERSION}); upgrade SpecLens or use another database"
+        )
+    revision = alembic_revision(connection, tables)
+    if found == SCHEMA_VERSION and revision == HEAD_REVISION:
+        return
+    if revision is not None and revision not in known_revisions():
+        raise BadInput(
+            f"{where}: the database is at schema revision {revision!r}, which this SpecLens does not "
+            f"know (its newest is {HEAD_REVISION!r}); it was made by a newer SpecLens: upgrade SpecLens "
+            "or use another database"
+        )
+    migrate(connection)
+    connection.execute(SchemaVersion.__table__.delete())
+    connection.execute(SchemaVersion.__table__.insert().values(id=1, version=SCHEMA_VERSION))
+
+
+def stored_version(bind: Engine | Connection) -> int | None:
+    """The recorded version; 1 for SpecLens tables without one; None for an empty database."""
+    if isinstance(bind, Engine):
+        with bind.connect() as connection:
+            return stored_version(connection)
+    return _stored_version(bind, set(inspect(bind).get_table_names()))
+
+
+def _stored_version(connection: Connection, tables: set[str]) -> int | None:
     if SchemaVersion.__tablename__ in tables:
-        with engine.connect() as connection:
-            return connection.scalar(select(SchemaVersion.version).order_by(SchemaVersion.id.desc()))
+        found = connection.scalar(select(SchemaVersion.version).order_by(SchemaVersion.id.desc()))
+        if found is not None:
+            return found
     return 1 if "runs" in tables else None
 
 
-def _record(engine: Engine) -> None:
-    with engine.begin() as connection:
-        connection.execute(SchemaVersion.__table__.delete())
-        connection.execute(SchemaVersion.__table__.insert().values(id=1, version=SCHEMA_VERSION))
+def alembic_revision(bind: Engine | Connection, tables: set[str] | None = None) -> str | None:
+    """The Alembic revision the database is at; None before Alembic (or when empty)."""
+    if isinstance(bind, Engine):
+        with bind.connect() as connection:
+            return alembic_revision(connection)
+    if ALEMBIC_TABLE not in (tables if tables is not None else set(inspect(bind).get_table_names())):
+        return None
+    heads = bind.scalars(text(f"SELECT version_num FROM {ALEMBIC_TABLE}")).all()
+    return heads[0] if len(heads) == 1 else (",".join(sorted(heads)) or None)
 
 
-def _add_missing_columns(engine: Engine) -> None:
-    """Databases made by earlier versions lack newer nullable columns; add them in place."""
-    inspector = inspect(engine)
-    for table in Base.metadata.sorted_tables:
-        have = {c["name"] for c in inspector.get_columns(table.name)}
-        for column in table.columns:
-            if column.name not in have and column.nullable:
-                with engine.begin() as connection:
-                    kind = column.type.compile(engine.dialect)
-                    connection.execute(text(f'ALTER TABLE {table.name} ADD COLUMN "{column.name}" {kind}'))
+@lru_cache(maxsize=1)
+def _script():
+    from alembic.script import ScriptDirectory
+
+    return ScriptDirectory(str(MIGRATIONS))
+
+
+def known_revisions() -> set[str]:
+    return {script.revision for script in _script().walk_revisions()}
+
+
+def migrate(connection: Connection, revision: str = "head") -> None:
+    """Run the Alembic revisions up to `revision` on the caller's connection (and transaction)."""
+    from alembic import command
+    from alembic.config import Config
+
+    config = Config(attributes={"connection": connection})
+    config.set_main_option("script_location", str(MIGRATIONS).replace("%", "%%"))
+    command.upgrade(config, revision)
 
 
 @contextmanager
-def _first_open_lock(engine: Engine, url: str):
-    """One opener at a time changes the schema."""
-    path = sqlite_path(url)
+def _schema_lock(engine: Engine, url: str) -> Iterator[Connection]:
+    """A connection on which one opener at a time reads and changes the schema; committed at the end."""
     if engine.dialect.name == "postgresql":
         with engine.connect() as connection:
-            connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": ADVISORY_LOCK_KEY})
-            try:
-                yield
-            finally:
-                connection.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": ADVISORY_LOCK_KEY})
+            connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": ADVISORY_LOCK_KEY})
+            yield connection
+            connection.commit()  # releases the lock
         return
+    with _lock_file(sqlite_path(url)), engine.connect() as connection:
+        yield connection
+        connection.commit()
+
+
+@contextmanager
+def _lock_file(path: Path | None) -> Iterator[None]:
     if path is None:
         yield
         return

@@ -6,6 +6,8 @@ objects, so callers (pages included) never meet a detached-instance error.
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import socket
 import sqlite3
@@ -33,10 +35,17 @@ def database_url(url: str | None = None) -> str:
 
 
 def make_engine(url: str | None = None) -> Engine:
+    """An engine on `url` with its schema created or upgraded (db/schema.py). SQLite: WAL, foreign
+    keys, writers wait for each other. PostgreSQL (psycopg 3): connections checked before use (a
+    shared server restarts), JSON written strictly (PostgreSQL refuses NaN and Infinity)."""
     url = database_url(url)
     if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
         Path(url[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
-    engine = create_engine(url)
+    opened = schema.engine_url(url)
+    if opened.startswith("postgresql"):
+        engine = create_engine(opened, pool_pre_ping=True, json_serializer=strict_json)
+    else:
+        engine = create_engine(opened)
     if engine.dialect.name == "sqlite":
 
         @event.listens_for(engine, "connect")
@@ -52,6 +61,25 @@ def make_engine(url: str | None = None) -> Engine:
 
     schema.prepare(engine, url)
     return engine
+
+
+def strict_json(value) -> str:
+    """JSON that PostgreSQL's json type accepts: a non-finite float (NaN, Infinity) is written as
+    null instead of failing the whole write (SQLite keeps them as Python's json writes them)."""
+    try:
+        return json.dumps(value, allow_nan=False)
+    except ValueError:
+        return json.dumps(_finite(value), allow_nan=False)
+
+
+def _finite(value):
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value
 
 
 def artifact_root(url: str | None = None) -> Path:
@@ -187,7 +215,7 @@ STALE_AFTER_S = 600  # a run whose writer (on another host) has not written for 
 def heartbeat(session: Session, run_id: int, output_ids: list[int] | None = None) -> bool:
     """The writer is alive: stamp the run (and keep its partial output current). False when the
     run is gone (deleted while it recorded)."""
-    run = session.get(Run, run_id)
+    run = _locked_run(session, run_id)
     if run is None:
         return False
     run.heartbeat_at = utc_now()
@@ -226,8 +254,16 @@ def reap_stale_runs(session: Session, stale_after_s: float = STALE_AFTER_S) -> l
     return reaped
 
 
+def _locked_run(session: Session, run_id: int) -> Run | None:
+    """The run, its row locked until the caller's transaction ends (SELECT ... FOR UPDATE on
+    PostgreSQL): a concurrent delete_run waits for the writer's batch to commit, or the writer finds
+    the run gone, instead of a foreign-key error or a lost update. SQLite ignores it (its writers
+    are serialised by the database lock)."""
+    return session.get(Run, run_id, with_for_update=True)
+
+
 def set_artifact(session: Session, run_id: int, artifact_path: str, artifact_sha256: str) -> None:
-    run = session.get(Run, run_id)
+    run = _locked_run(session, run_id)
     if run is not None:
         run.artifact_path, run.artifact_sha256 = artifact_path, artifact_sha256
 
@@ -241,7 +277,7 @@ def finish_run(
     artifact_path: str | None = None,
     artifact_sha256: str | None = None,
 ) -> None:
-    run = session.get(Run, run_id)
+    run = _locked_run(session, run_id)
     if run is None:
         raise RunGone(run_id)
     run.status, run.output_ids, run.metrics = "finished", list(output_ids), metrics
@@ -259,7 +295,7 @@ def fail_run(
     artifact_path: str | None = None,
     artifact_sha256: str | None = None,
 ) -> None:
-    run = session.get(Run, run_id)
+    run = _locked_run(session, run_id)
     if run is None:
         return  # deleted while it ran: nothing to mark
     run.status, run.error, run.finished_at = status, error, utc_now()
@@ -422,7 +458,8 @@ def get_token_stats(session: Session, run_id: int, reference: str | None = None)
         "relative_error",
     )
     return [
-        {c: getattr(row, c) for c in columns} for row in session.scalars(query.order_by(TokenStat.position))
+        {c: getattr(row, c) for c in columns}
+        for row in session.scalars(query.order_by(TokenStat.position, TokenStat.id))
     ]
 
 

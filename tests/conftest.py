@@ -54,3 +54,38 @@ def stored_run(pairs, db_url) -> tuple[str, int]:
         str(pair.target_dir), str(pair.draft_dir), prompt_ids=(1, 5, 9), num_steps=3, max_new_tokens=12
     )
     return db_url, run_replay(request, db_url).run_id
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """A throwaway PostgreSQL server for the whole session (tests/support/postgres.py), started on
+    first use and stopped at the end; skipped only when the server binaries are absent (a failure
+    instead under SPECLENS_REQUIRE_POSTGRES=1, which tests/run.sh sets after installing them)."""
+    import os
+
+    from tests.support.postgres import PostgresServer, missing_reason
+
+    reason = missing_reason()
+    if reason and os.environ.get("SPECLENS_REQUIRE_POSTGRES") == "1":
+        pytest.fail(f"SPECLENS_REQUIRE_POSTGRES=1 but {reason}")
+    if reason:
+        pytest.skip(reason)
+    server = PostgresServer.start_new()
+    yield server
+    server.stop()
+
+
+@pytest.fixture()
+def postgres_url(postgres_server, tmp_path, monkeypatch) -> str:
+    """A fresh database on the session's PostgreSQL server; artifacts go to the test's folder."""
+    monkeypatch.setenv("SPECLENS_ARTIFACT_DIR", str(tmp_path / "artifacts"))
+    return postgres_server.create_database()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.slow)])
+def any_db_url(request, tmp_path) -> str:
+    """A fresh database on each backend: a SQLite file, then a PostgreSQL database (slow: it starts
+    the session's server; `-k postgresql` runs only those)."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'speclens.db'}"
+    return request.getfixturevalue("postgres_url")

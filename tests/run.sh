@@ -1,18 +1,24 @@
 #!/usr/bin/env bash
 # Install everything the tests need on a fresh Debian machine, then run them (what .ci/run calls).
 # Debian's chromium is for the real-browser test (tests/test_browser.py); Playwright drives it.
-# Extra arguments go to pytest (e.g. -m "not slow" for the fast part).
+# Debian's postgresql is the server the store, job and import tests also run against: each test
+# session starts its own throwaway cluster on a free local port and stops it at the end
+# (tests/support/postgres.py); the package's own cluster is not used.
+# Extra arguments go to pytest (e.g. -m "not slow" for the fast part, which is SQLite only).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if ! command -v chromium >/dev/null 2>&1; then
+MISSING=()
+command -v chromium >/dev/null 2>&1 || MISSING+=(chromium)
+compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || MISSING+=(postgresql)
+if [ ${#MISSING[@]} -gt 0 ]; then
     SUDO=$([ "$(id -u)" = 0 ] && echo "" || echo sudo)
-    $SUDO apt-get update -q && $SUDO apt-get install -y -q chromium
+    $SUDO apt-get update -q && $SUDO apt-get install -y -q "${MISSING[@]}"
 fi
 python3 -m venv .venv
 .venv/bin/pip install -q -r requirements.txt
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
-.venv/bin/python -m pytest -q "$@"
+SPECLENS_REQUIRE_POSTGRES=1 .venv/bin/python -m pytest -q "$@"  # no silent skip of the PostgreSQL tests
 # The engine on the floor of the supported transformers range (tests/requirements-floor.txt).
 python3 -m venv .venv-floor
 .venv-floor/bin/pip install -q -r tests/requirements-floor.txt

@@ -34,3 +34,65 @@ def test_export_formats_round_trip(stored_run, tmp_path):
         export_run(factory, 999, "csv", tmp_path / "x.csv")
     with pytest.raises(ExportError, match="unknown format"):
         export_run(factory, run_id, "xlsx", tmp_path / "x.xlsx")
+
+
+def test_export_to_a_file_from_either_backend(any_db_url, tmp_path):
+    """A run written to SQLite or PostgreSQL exports the same files (its JSON columns, a step's
+    tree, the timestamps)."""
+    import pandas as pd
+
+    from db import store
+    from db.export import export_run
+    from tests.db.test_store import step
+
+    factory = store.session_factory(store.make_engine(any_db_url))
+    with store.session_scope(factory) as session:
+        run_id = store.create_run(
+            session,
+            kind="replay",
+            target_path="t",
+            draft_path="d",
+            params={"num_steps": 2, "wiring": {"aux": [0, 2, 4]}},
+            aux_hf_indices=[0, 2, 4],
+            prompt_ids=[1, 2, 3],
+        )
+        store.add_steps(session, run_id, [step(i, a) for i, a in enumerate([2, 0, 1])])
+        store.finish_run(session, run_id, output_ids=[12, 9, 9, 11], metrics={"mean_accept_length": 2.0})
+    document = json.loads(export_run(factory, run_id, "json", tmp_path / "r.json").read_text())
+    assert document["params"] == {"num_steps": 2, "wiring": {"aux": [0, 2, 4]}} and document["finished_at"]
+    assert [s["tree"]["decisions"] for s in document["steps"]] == [step(0, 2).tree["decisions"]] * 3
+    csv = pd.read_csv(export_run(factory, run_id, "csv", tmp_path / "r.csv"))
+    assert [json.loads(v) for v in csv["draft_top_ids"]] == [[[1, 2], [3, 4]]] * 3
+    parquet = pd.read_parquet(export_run(factory, run_id, "parquet", tmp_path / "r.parquet"))
+    assert parquet["accepted_count"].tolist() == [2, 0, 1]
+    assert json.loads(parquet["tree"][0])["parents"] == [-1, 0, -1]
+    factory.kw["bind"].dispose()
+
+
+@pytest.mark.slow
+def test_the_cli_exports_a_run_from_postgresql(postgres_url, tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from db import store
+
+    factory = store.session_factory(store.make_engine(postgres_url))
+    with store.session_scope(factory) as session:
+        run_id = store.create_run(
+            session, kind="replay", target_path="t", draft_path="d", params={}, aux_hf_indices=[0]
+        )
+        store.finish_run(session, run_id, output_ids=[4], metrics={"mean_accept_length": 1.0})
+    factory.kw["bind"].dispose()
+    out = tmp_path / "run.json"
+    plain = postgres_url.replace("postgresql+psycopg://", "postgresql://")  # as a user writes it
+    result = subprocess.run(
+        [sys.executable, "-m", "backend", "export", "--run", str(run_id), "--format", "json"]
+        + ["--out", str(out), "--db", plain],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(out.read_text())["output_ids"] == [4]

@@ -1,17 +1,23 @@
-"""The store: runs, steps (as StepRecord), datasets (as Sample), token stats; the database URL."""
+"""The store: runs, steps (as StepRecord), datasets (as Sample), token stats; the database URL.
+Every store test runs on SQLite and on a real PostgreSQL server (`any_db_url`)."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
+from backend import BadInput
 from backend.data.samples import Sample
 from backend.engine.records import StepRecord
-from db import store
+from db import schema, store
 
 
 @pytest.fixture()
-def factory(db_url):
-    return store.session_factory(store.make_engine(db_url))
+def factory(any_db_url):
+    engine = store.make_engine(any_db_url)
+    yield store.session_factory(engine)
+    engine.dispose()
 
 
 def step(index: int, accepted: int) -> StepRecord:
@@ -172,3 +178,101 @@ def test_token_stats_by_reference(factory):
     with store.session_scope(factory) as session:
         assert store.token_stat_references(session, run_id) == ["wiring HF [0, 1, 2]"]
         assert store.get_token_stats(session, run_id) == []  # reference None: the fed features' own norms
+
+
+def test_bulk_inserts_land_whole_and_in_order(factory):
+    """Samples in batches (600 > one batch of 256), hundreds of steps and thousands of token stats
+    in one statement each; read back in order."""
+    samples = (
+        Sample([i, i + 1, i + 2], [0, 1, 1], 1, f"s{i % 7}", i + 1, {"text": f"t{i}"}) for i in range(600)
+    )
+    with store.session_scope(factory) as session:
+        dataset_id, stored = store.create_dataset_streaming(
+            session, name="bulk", path=None, format="jsonl", samples=samples
+        )
+        run_id = store.create_run(
+            session, kind="replay", target_path="t", draft_path="d", params={"k": 2}, aux_hf_indices=[0]
+        )
+        store.add_steps(session, run_id, [step(i, i % 3) for i in range(300)])
+        store.add_token_stats(
+            session,
+            run_id,
+            [
+                {"position": p, "chunk": f"hf{c}", "norm": float(p + c)}
+                for p in range(1000)
+                for c in (2, 4, 5)
+            ],
+        )
+    assert stored == 600
+    with store.session_scope(factory) as session:
+        back = store.get_samples(session, dataset_id)
+        steps = store.get_steps(session, run_id)
+        stats = store.get_token_stats(session, run_id)
+        (listed,) = store.list_datasets(session)
+    assert listed.sample_count == 600 and [s.index for s in back] == list(range(600))
+    assert back[599].input_ids == [599, 600, 601] and back[599].extra == {"text": "t599"}
+    assert steps == [step(i, i % 3) for i in range(300)]
+    assert len(stats) == 3000 and [(r["position"], r["chunk"]) for r in stats[:3]] == [
+        (0, "hf2"),
+        (0, "hf4"),
+        (0, "hf5"),
+    ]
+
+
+def test_json_columns_keep_nesting_unicode_and_non_finite_floats(factory, any_db_url):
+    """JSON round-trips nested lists and dicts and any text; NaN and infinities, which PostgreSQL's
+    json refuses, are stored as null there instead of failing the run (SQLite keeps them)."""
+    params = {"wiring": {"aux": [0, 2, 4], "source": "config ✓ «ü»"}, "none": None, "flag": True}
+    metrics = {"mean_accept_length": 2.5, "nan": float("nan"), "inf": [float("inf"), 1.0]}
+    with store.session_scope(factory) as session:
+        run_id = store.create_run(
+            session, kind="replay", target_path="t", draft_path="d", params=params, aux_hf_indices=[0]
+        )
+        store.finish_run(session, run_id, output_ids=[1, 2], metrics=metrics)
+    with store.session_scope(factory) as session:
+        run = store.get_run(session, run_id)
+    assert run.params == params and run.metrics["mean_accept_length"] == 2.5
+    if any_db_url.startswith("sqlite"):
+        assert math.isnan(run.metrics["nan"]) and run.metrics["inf"] == [float("inf"), 1.0]
+    else:
+        assert run.metrics["nan"] is None and run.metrics["inf"] == [None, 1.0]
+
+
+def test_postgresql_urls_open_through_psycopg_and_errors_hide_the_password():
+    assert (
+        schema.engine_url("postgresql://me@db.example/speclens")
+        == "postgresql+psycopg://me@db.example/speclens"
+    )
+    assert schema.engine_url("postgres://me@db/s") == "postgresql+psycopg://me@db/s"
+    assert schema.engine_url("postgresql+psycopg://me@db/s") == "postgresql+psycopg://me@db/s"
+    assert schema.engine_url("sqlite:///x.db") == "sqlite:///x.db"
+    from tests.support.postgres import free_port
+
+    url = f"postgresql://me:s3cret@127.0.0.1:{free_port()}/speclens"  # nothing listens there
+    with pytest.raises(
+        BadInput, match=r"postgresql://me:\*\*\*@127.0.0.1:\d+/speclens: cannot open"
+    ) as error:
+        store.make_engine(url)
+    assert "s3cret" not in str(error.value)
+
+
+def test_text_from_users_has_no_length_limit(factory):
+    """A dataset's name, a sample's source, a reference label and a server's version string are as
+    long as their users make them (PostgreSQL enforces VARCHAR lengths; revision 0003)."""
+    name, source, reference, version = "n" * 300, "s" * 500, "r" * 400, "v" * 100
+    with store.session_scope(factory) as session:
+        dataset_id = store.create_dataset(
+            session, name=name, path=None, format="jsonl", samples=[Sample([1, 2], [0, 1], 1, source)]
+        )
+        run_id = store.create_run(
+            session, kind="replay", target_path="t", draft_path="d", params={}, aux_hf_indices=[0]
+        )
+        store.add_token_stats(
+            session, run_id, [{"position": 0, "chunk": "hf0", "norm": 1.0, "reference": reference}]
+        )
+        store.add_observation(session, {"engine": "sglang", "source": "log", "version": version}, None, [])
+    with store.session_scope(factory) as session:
+        assert [d.name for d in store.list_datasets(session)] == [name]
+        assert store.get_samples(session, dataset_id)[0].source == source
+        assert store.token_stat_references(session, run_id) == [reference]
+        assert store.list_observations(session)[0]["version"] == version
