@@ -116,6 +116,7 @@ def run_pairs_on_ray(
                 stats["retried"] += 1
                 actors.append(actor_class.remote(db_url))  # the dead one's replacement
                 idle.append(actors[-1])
+                stats["workers"] = len(actors)
                 continue
             except ray.exceptions.RayTaskError as error:
                 cause = getattr(error, "cause", None) or error

@@ -78,7 +78,9 @@ def test_evaluate_cli(tmp_path):
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "missing.jsonl" in bad.stderr
 
 
-def test_ray_gives_the_local_numbers_and_a_killed_worker_loses_nothing(tmp_path):
+def test_ray_gives_the_local_numbers_and_a_killed_worker_loses_nothing(tmp_path, postgres_url):
+    """Two Ray workers (ray.init(num_cpus=2)) writing to one PostgreSQL database, one of them killed
+    while it replays: every pair still ends as a finished run, with the single-process numbers."""
     ray = pytest.importorskip("ray")
     from backend.service.evaluate import evaluate
     from backend.service.ray_eval import evaluate_on_ray
@@ -95,12 +97,12 @@ def test_ray_gives_the_local_numbers_and_a_killed_worker_loses_nothing(tmp_path)
             killed.append(state["busy"][actor])
 
     try:
-        db = f"sqlite:///{tmp_path / 'ray.db'}"
+        db = postgres_url
         spread = evaluate_on_ray(db, plan(3), "local", hook=kill_a_busy_worker)
     finally:
         ray.shutdown()
     assert killed, "no worker was busy after the first pair: nothing was killed"
-    assert spread["workers"] == 2 and spread["replayed"] == 6
+    assert spread["workers"] == 3 and spread["retried"] == 1 and spread["replayed"] == 6  # 2 + 1 replacement
     assert numbers(spread) == numbers(local)
     finished = [r for r in list_runs(db) if r.status == "finished"]
     assert len(finished) == 6  # every pair, the killed worker's one included (retried elsewhere)
