@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import zlib
 from datetime import UTC, datetime
 
 import pandas as pd
@@ -135,11 +136,14 @@ selected = state.get_value("run") or run_ids[0]
 if selected not in run_ids:
     selected = run_ids[0]
 labels = {r.id: run_label(r) for r in runs}
-state.follow("decode_run", selected, run_ids)  # a replay that just finished is shown, not the old run
-run_id = st.selectbox("Run", run_ids, index=run_ids.index(selected), key="decode_run", format_func=labels.get)
+# The browser keeps showing a select box's old text when only the chosen option's label changes
+# (a run that was "running" finishes): the widget's key follows that label, so it is drawn anew.
+run_key = f"decode_run_{zlib.crc32(labels[selected].encode())}"
+state.follow(run_key, selected, run_ids)  # a replay that just finished is shown, not the old run
+run_id = st.selectbox("Run", run_ids, index=run_ids.index(selected), key=run_key, format_func=labels.get)
 if run_id != state.get_value("run"):
     state.set_value("run", run_id)
-    state.followed("decode_run", run_id)
+    state.followed(run_key, run_id)
     st.session_state["decode_step"] = 0
 run, steps = get_run(run_id)
 if run is None:
@@ -149,10 +153,17 @@ if run.status != "finished":
     if run.status == "running":
         beat = run.heartbeat_at or run.created_at
         age = (datetime.now(UTC).replace(tzinfo=None) - beat).total_seconds() if beat else None
+        owned = tasks.MANAGER.get(st.session_state.get("decode_task")) is not None
         st.warning(
-            f"Run {run.id} is **running**: {len(steps)} steps stored so far"
-            + ("" if age is None else f", last written {age:.0f} s ago")
-            + ". The numbers below cover those steps only and grow as it records."
+            f"Run {run.id} is **running**: {len(steps)} steps stored when this was read at "
+            f"{datetime.now().strftime('%H:%M:%S')}"
+            + ("" if age is None else f" (its writer wrote {age:.0f} s before)")
+            + ". The numbers below cover those steps only: "
+            + (
+                "the progress bar above is live, and the whole page is read again when the job ends."
+                if owned
+                else "the page reads the run again every 2 s until it ends."
+            )
         )
     else:
         st.warning(f"Run {run.id} is **{run.status}** with {len(steps)} stored steps.")
@@ -376,8 +387,8 @@ def hidden_panel(step) -> None:
             charts.heatmap(
                 rows,
                 value,
-                f"{value}: positions {min(positions)}..{max(positions)} x chunks, whole run "
-                f"(outlined: step {st.session_state.get('decode_step', 0) + 1})",
+                f"{value} · positions {min(positions)}..{max(positions)} · step "
+                f"{st.session_state.get('decode_step', 0) + 1} outlined",
                 mark=(step.position, step.position + step.accepted_count),
                 auto_range=auto,
             ),

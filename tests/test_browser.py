@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -44,6 +45,27 @@ def hostile_dataset(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("browser") / "hostile.jsonl"
     path.write_text(json.dumps(record) + "\n{broken json\n")
     return path
+
+
+def selected(page, label: str) -> str:
+    """The option a select box labelled exactly `label` shows (the value of its combobox input)."""
+    return page.get_by_role("combobox", name=label, exact=True).first.input_value()
+
+
+def open_expander(page, title: str) -> None:
+    """Open a Streamlit expander (a <details>) unless it is open already: a click would close it."""
+    summary = page.locator("summary").filter(has_text=title).first
+    if summary.locator("xpath=..").get_attribute("open") is None:
+        summary.click()
+    page.wait_for_timeout(300)
+
+
+def heatmap_span(page) -> tuple[int, int]:
+    """The positions the Decode heatmap covers, from its title ("norm · positions A..B · ...")."""
+    title = page.locator(".stPlotlyChart").filter(has_text="outlined").first.inner_text()
+    found = re.search(r"positions (\d+)\.\.(\d+)", title)
+    assert found, title
+    return int(found.group(1)), int(found.group(2))
 
 
 def wait_idle(page, timeout=120_000):
@@ -102,16 +124,28 @@ def test_dashboard_in_chromium(tmp_path, hostile_dataset):
         page.get_by_role("button", name="Start").click()
         page.get_by_text(re.compile(r"^Step 1 of")).wait_for(timeout=180_000)
         wait_idle(page)
+        assert selected(page, "Run").startswith("run 1 · finished")  # the finished replay is shown
         page.get_by_role("button", name="Next ▶").click()
         page.get_by_text(re.compile(r"^Step 2 of")).wait_for(timeout=30_000)
         wait_idle(page)
         page.get_by_role("button", name="Jump to next rejection »").click()
         wait_idle(page)
-        assert page.locator(".sl-chip").count() >= 2 and page.locator(".sl-cur").count() == 1
+        assert page.locator(".sl-chip").count() >= 2 and page.locator(".sl-cur").count() >= 1
+        page.locator("[data-step='3']").first.click()  # a token of the output opens its step
+        page.get_by_text(re.compile(r"^Step 4 of")).wait_for(timeout=30_000)
+        wait_idle(page)
         page.screenshot(path=str(SHOTS / "3_decode.png"), full_page=True)
 
+        # Decode: a hidden-state reference finishes on screen (no refresh) and is selected
+        open_expander(page, "Add a hidden-state reference")
+        page.get_by_role("button", name="Compute").click()
+        page.get_by_text(re.compile(r"rows stored as 'wiring HF \[0, 2, 4\]'")).wait_for(timeout=120_000)
+        wait_idle(page)
+        assert "wiring HF [0, 2, 4]" in selected(page, "Reference")
+        assert "cosine" in page.locator(".stPlotlyChart").filter(has_text="outlined").first.inner_text()
+
         # Decode: a tree (SGLang's topk 4, 8 draft tokens); the step viewer draws the step's tree
-        page.get_by_text("Start a replay").click()
+        open_expander(page, "Start a replay")
         page.get_by_label("topk").fill("4")
         page.get_by_label("topk").press("Enter")
         page.get_by_label("Draft tokens N").fill("8")
@@ -122,7 +156,37 @@ def test_dashboard_in_chromium(tmp_path, hostile_dataset):
         page.get_by_text(re.compile(r"The step's draft tree: 7 nodes")).wait_for(timeout=60_000)
         wait_idle(page)
         assert page.locator(".stPlotlyChart").count() >= 1
+        assert selected(page, "Run").startswith("run 2 · finished")
         page.screenshot(path=str(SHOTS / "3b_decode_tree.png"), full_page=True)
+
+        # Decode: a long replay survives a reload (its progress stays on screen), then it is shown
+        # whole: the heatmap of the finished run covers every position
+        open_expander(page, "Start a replay")
+        page.get_by_label("topk").fill("1")
+        page.get_by_label("topk").press("Enter")
+        page.get_by_label("Draft tokens N").fill("0")
+        page.get_by_label("Draft tokens N").press("Enter")
+        page.get_by_label("Max new tokens").fill("600")
+        page.get_by_label("Max new tokens").press("Enter")
+        wait_idle(page)
+        page.get_by_role("button", name="Start").click()
+        page.locator('[data-testid="stProgress"]').first.wait_for(timeout=60_000)
+        page.reload()
+        page.locator('[data-testid="stProgress"]').first.wait_for(timeout=30_000)
+        page.screenshot(path=str(SHOTS / "3c_decode_reloaded_running.png"), full_page=True)
+        deadline = time.time() + 600  # no click from here on: the page must show the end by itself
+        while not selected(page, "Run").startswith("run 3 · finished") and time.time() < deadline:
+            page.wait_for_timeout(1000)
+        assert selected(page, "Run").startswith("run 3 · finished")
+        assert page.locator('[data-testid="stProgress"]').count() == 0
+        page.get_by_text(re.compile(r"^Step 1 of")).wait_for(timeout=60_000)
+        wait_idle(page)
+        tokens = int(
+            page.locator('[data-testid="stMetric"]').filter(has_text="Tokens").inner_text().split()[-1]
+        )
+        first, last = heatmap_span(page)
+        assert first == 0 and last >= tokens, (first, last, tokens)  # prompt + output, all of it
+        page.screenshot(path=str(SHOTS / "3d_decode_long_run.png"), full_page=True)
 
         # Compare: epoch1 vs final on the first sample of the demo dataset
         page.goto(f"{url}/Compare")
@@ -130,7 +194,30 @@ def test_dashboard_in_chromium(tmp_path, hostile_dataset):
         page.get_by_text("Two runs side by side").wait_for(timeout=60_000)
         page.get_by_text("Samples where the drafts differ most").wait_for(timeout=180_000)
         wait_idle(page)
+        # the new pair is opened and what differed is said in words
+        assert selected(page, "Run A").startswith("run 4 ") and selected(page, "Run B").startswith("run 5 ")
+        assert page.get_by_text(re.compile(r"^At output position \d+")).count() == 1
         page.screenshot(path=str(SHOTS / "4_compare.png"), full_page=True)
+        # a batch of two samples: the first pair is reused, its summary shown; each row opens its pair
+        open_expander(page, "Run two drafts")
+        page.get_by_label("Batch: first N samples").fill("2")
+        page.get_by_label("Batch: first N samples").press("Enter")
+        wait_idle(page)
+        page.get_by_role("button", name="Compare on N samples").click()
+        page.get_by_text(re.compile(r"1 run\(s\) reused|2 run\(s\) reused")).wait_for(timeout=240_000)
+        wait_idle(page)
+        assert page.get_by_text("Wins A / B / ties").count() == 1
+        grid = page.locator('[data-testid="stDataFrame"]').first
+        grid.scroll_into_view_if_needed()
+        box = grid.bounding_box()
+        pairs = []
+        for row in (0, 1):
+            page.mouse.click(box["x"] + 18, box["y"] + 35 + 35 * row + 17)  # the row's selection box
+            wait_idle(page)
+            page.wait_for_timeout(500)
+            pairs.append((selected(page, "Run A").split(" · ")[0], selected(page, "Run B").split(" · ")[0]))
+        assert sorted(pairs) == [("run 4", "run 5"), ("run 6", "run 7")], pairs
+        page.screenshot(path=str(SHOTS / "4b_compare_batch.png"), full_page=True)
 
         # Diagnostics: the lint on the seed story's flags
         page.goto(f"{url}/Diagnostics")
@@ -144,15 +231,35 @@ def test_dashboard_in_chromium(tmp_path, hostile_dataset):
         page.get_by_text(re.compile(r"First mismatch: chunk0")).wait_for(timeout=120_000)
         wait_idle(page)
         page.screenshot(path=str(SHOTS / "5b_diagnostics_train_vs_serve.png"), full_page=True)
+        # the mis-wired draft: the doctor points at the probe (never a bare "passed"); after the probe
+        # has found the trained layers, the vLLM lint no longer recommends the declared ones
+        page.get_by_label("Draft").first.click()
+        page.get_by_role("option", name="miswired").click()
+        wait_idle(page)
+        page.get_by_role("tab", name="Checkpoint doctor").click()
+        page.get_by_role("button", name="Run the doctor").click()
+        page.get_by_text(re.compile(r"Next: run the wiring probe")).first.wait_for(timeout=180_000)
+        wait_idle(page)
+        assert page.locator('[data-testid="stAlertContentSuccess"]').filter(has_text="passed").count() == 0
+        page.screenshot(path=str(SHOTS / "5d_diagnostics_doctor_miswired.png"), full_page=True)
         page.get_by_role("tab", name="Wiring probe").click()
         page.get_by_role("button", name="Run the probe").click()
-        page.get_by_text(re.compile(r"The declared wiring HF \[2, 4, 5\]")).wait_for(timeout=180_000)
+        page.get_by_text(re.compile(r"^The draft was trained on HF \[0, 2, 4\]")).wait_for(timeout=300_000)
         wait_idle(page)
         page.screenshot(path=str(SHOTS / "5c_diagnostics_probe.png"), full_page=True)
+        page.get_by_role("tab", name="Serving-flag lint").click()
+        page.get_by_text("vLLM", exact=True).first.click()
+        wait_idle(page)
+        page.get_by_role("button", name="Lint").click()
+        page.get_by_text("aux-ids-not-trained").first.wait_for(timeout=60_000)
+        wait_idle(page)
+        fixes = " ".join(page.locator('[data-testid="stAlert"]').all_inner_texts())
+        assert "[2, 4, 5]" not in fixes.replace("HF [2, 4, 5] (from the draft's config)", "")
+        page.screenshot(path=str(SHOTS / "5e_diagnostics_lint_after_probe.png"), full_page=True)
 
         # Runs: the history lists the decode and both compare runs
         page.goto(f"{url}/Runs")
-        page.get_by_text(re.compile(r"4 of 4 runs")).wait_for(timeout=60_000)
+        page.get_by_text(re.compile(r"7 of 7 runs")).wait_for(timeout=60_000)
         wait_idle(page)
         page.screenshot(path=str(SHOTS / "6_runs.png"), full_page=True)
         browser.close()
