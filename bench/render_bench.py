@@ -8,8 +8,8 @@ database, then:
   page s       a full Decode page script run under Streamlit's AppTest (first load, incl. charts);
   next s       AppTest: click Next and rerun (AppTest reruns the whole script, so this is an upper
                bound on the fragment rerun a browser sees);
-  browser s    (--browser) real Chromium: click "Next ▶" until the page shows the next step's header,
-               median over 5 clicks.
+  browser s    (--browser) real Chromium: click "Next ▶" until the page shows the next step's header
+               and Streamlit's running indicator is gone (the page has settled), median over 5 clicks.
 
     python -m bench.render_bench [--browser] [--json bench/results/render.json]
 """
@@ -101,11 +101,14 @@ def browser_timing(url: str, run_id: int) -> float:
         page = browser.new_page(viewport={"width": 1500, "height": 1100})
         page.goto(f"{server}/Decode")
         page.get_by_text(re.compile(r"^Step 1 of")).wait_for(timeout=120_000)
-        page.get_by_label("Run").first.wait_for()
+        page.get_by_role("combobox", name="Run", exact=True).wait_for()
+        settled = "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')"
+        page.wait_for_function(settled, timeout=60_000)
         for step in range(1, 6):
             started = time.perf_counter()
             page.get_by_role("button", name="Next ▶").click()
             page.get_by_text(re.compile(rf"^Step {step + 1} of")).wait_for(timeout=60_000)
+            page.wait_for_function(settled, timeout=60_000)  # the fragment's rerun has ended
             clicks.append(time.perf_counter() - started)
         browser.close()
     return statistics.median(clicks)
