@@ -96,6 +96,17 @@ def chunk_labels(chunks) -> dict[str, str]:
     return labels
 
 
+# A long run's heatmap keeps every position but bins them into at most MAX_COLUMNS columns, so a
+# step-viewer click re-sends a small figure; each bin shows its worst value for the value's meaning.
+MAX_COLUMNS = 400
+BIN_AGGREGATE = {
+    "cosine": min,
+    "norm": lambda v: sum(v) / len(v),
+    "norm_ratio": lambda v: max(v, key=lambda x: abs(x - 1)),
+}
+BIN_WORDS = {"cosine": "lowest", "norm": "mean", "norm_ratio": "farthest from 1"}
+
+
 def heatmap(
     rows: list[dict],
     value: str,
@@ -110,15 +121,21 @@ def heatmap(
     chunks = chunk_order or sorted({r["chunk"] for r in rows}, key=chunk_sort_key)
     labels = chunk_labels(chunks)
     positions = sorted({r["position"] for r in rows})
-    column = {p: i for i, p in enumerate(positions)}
-    grid = [[None] * len(positions) for _ in chunks]
+    width = -(-len(positions) // MAX_COLUMNS)  # positions per column: 1 up to MAX_COLUMNS positions
+    starts = positions[::width]
+    column = {p: i // width for i, p in enumerate(positions)}
+    cells: list[list[list[float]]] = [[[] for _ in starts] for _ in chunks]
     for r in rows:
         if r["chunk"] in chunks and r.get(value) is not None:
-            grid[chunks.index(r["chunk"])][column[r["position"]]] = r[value]
+            cells[chunks.index(r["chunk"])][column[r["position"]]].append(r[value])
+    pick = BIN_AGGREGATE.get(value, max)
+    grid = [[pick(cell) if cell else None for cell in row] for row in cells]
+    if width > 1:
+        title = f"{title} · {width} positions per column ({BIN_WORDS.get(value, 'max')})"
     figure = go.Figure(
         go.Heatmap(
             z=grid,
-            x=positions,
+            x=[start + (width - 1) / 2 for start in starts],  # each column centred on its positions
             y=[labels[c] for c in chunks],
             colorscale="RdBu" if value == "cosine" else "Viridis",
             colorbar=dict(title=f"{value}<br>{scale_note(value, auto_range)}"),

@@ -54,3 +54,14 @@ def test_auto_range_is_a_choice_and_the_scale_is_named():
         and auto.zmin is None
         and "data range" in auto.colorbar.title.text
     )
+
+
+def test_a_long_run_is_binned_not_cut_and_each_bin_shows_its_worst():
+    rows = [{"position": p, "chunk": "hf2", "cosine": 0.1 if p == 1234 else 1.0} for p in range(2000)]
+    heat = charts.heatmap(rows, "cosine", "cos", mark=(1230, 1234))
+    (trace,) = heat.data
+    assert len(trace.x) == charts.MAX_COLUMNS and trace.x[0] == 2.0 and trace.x[-1] == 1997.0  # 5 per column
+    assert min(trace.z[0]) == 0.1 and trace.z[0][1234 // 5] == 0.1  # the bad position is not averaged away
+    assert "5 positions per column (lowest)" in heat.layout.title.text
+    short = charts.heatmap(rows[:300], "cosine", "cos")
+    assert list(short.data[0].x) == list(range(300))
