@@ -265,10 +265,11 @@ def move(delta: int | None = None, to_rejection: bool = False) -> None:
     st.session_state["decode_slider"] = current + 1
 
 
-@st.cache_data(show_spinner=False, max_entries=16)
+@st.cache_resource(show_spinner=False, max_entries=16)
 def token_stats(db_url: str, run_id: int, reference: str | None, version: int, freshness) -> list[dict]:
     """Cached per run state: `freshness` (finish time, stored steps) changes while a run records and
-    when it ends, so rows read mid-run are never shown for the finished run."""
+    when it ends, so rows read mid-run are never shown for the finished run. A shared resource, not
+    a copy per call (cache_data unpickles thousands of rows at every step click): read-only here."""
     return stored_runs.token_stats(db_url, run_id, reference)
 
 
