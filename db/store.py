@@ -508,3 +508,37 @@ def list_observations(session: Session, limit: int = 100) -> list[dict]:
         }
         for r in rows
     ]
+
+
+# ---------------------------------------------------------------- batched writes of a recording run
+
+
+def write_run_batch(
+    session: Session,
+    run_id: int,
+    steps: list[StepRecord],
+    token_stats: list[dict],
+    output_ids: list[int] | None = None,
+) -> bool:
+    """One batch of a recording run, in the caller's transaction, as plain SQL statements (no ORM
+    objects: a fast replay writes dozens of batches a second): the run's heartbeat and partial
+    output first, an UPDATE that also locks its row until the commit (as `heartbeat`'s SELECT ...
+    FOR UPDATE does), then the steps and token stats as bulk inserts. Stores what `heartbeat`,
+    `add_steps` and `add_token_stats` store. False, with nothing written, when the run is gone
+    (deleted while it recorded)."""
+    from sqlalchemy import update
+
+    values: dict = {"heartbeat_at": utc_now()}
+    if output_ids is not None:
+        values["output_ids"] = list(output_ids)
+    runs = Run.__table__
+    if session.execute(update(runs).where(runs.c.id == run_id).values(values)).rowcount == 0:
+        return False
+    if steps:
+        session.execute(
+            insert(Step.__table__),
+            [{"run_id": run_id, **{n: getattr(s, n) for n in STORED_STEP_FIELDS}} for s in steps],
+        )
+    if token_stats:
+        session.execute(insert(TokenStat.__table__), [{"run_id": run_id, **row} for row in token_stats])
+    return True

@@ -37,12 +37,14 @@ class AuxCapture:
         def store(_module, _inputs, output):
             self.captured[index] = output[0] if isinstance(output, tuple) else output
 
+        store.speclens_capture = True  # backend/engine/lean_target.py calls these hooks itself
         return store
 
     def _input_hook(self):
         def store(_module, args, kwargs):
             self.captured[0] = args[0] if args else kwargs["hidden_states"]
 
+        store.speclens_capture = True
         return store
 
     def features(self) -> torch.Tensor:

@@ -30,6 +30,39 @@ from backend.engine.kv_cache import DraftKVCache
 from backend.engine.readings import DraftMath
 
 
+def rms_norm(norm: LlamaRMSNorm, hidden: torch.Tensor) -> torch.Tensor:
+    """`norm(hidden)`, as one call in fp32: `F.rms_norm` is composed of the same operations as
+    LlamaRMSNorm there (pow, mean, add eps, rsqrt, two products), so every bit is the same."""
+    if hidden.dtype == torch.float32 and norm.weight.dtype == torch.float32:
+        return F.rms_norm(hidden, norm.weight.shape, norm.weight, norm.variance_epsilon)
+    return norm(hidden)
+
+
+def linear(layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    return F.linear(x, layer.weight, layer.bias)
+
+
+def rotate(states: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    """RoPE as transformers computes it, `x*cos + rotate_half(x)*sin`, with rotate_half(x)*sin
+    written as roll(x)*signed_sin (signed_sin = [-sin_1, sin_2]): (-x2)*s and x2*(-s) are the same
+    number, so every bit is the same, in fewer operations."""
+    return states * cos + states.roll(cos.shape[-1] // 2, -1) * signed_sin
+
+
+def signed(sin: torch.Tensor) -> torch.Tensor:
+    half = sin.shape[-1] // 2
+    return torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
+
+
+def attend(q, keys, values, mask, gqa: bool) -> torch.Tensor:
+    """SDPA over [heads, m, head_dim] as one batch of 4-D inputs: 3-D inputs fall back to SDPA's
+    unfused math kernel on the CPU (2-3x slower per call, and more with the context)."""
+    batched = F.scaled_dot_product_attention(
+        q[None], keys[None], values[None], attn_mask=mask, enable_gqa=gqa
+    )
+    return batched[0]
+
+
 class DraftAttention(nn.Module):
     def __init__(self, config: DraftConfig, input_width: int):
         super().__init__()
@@ -76,10 +109,23 @@ class DraftAttention(nn.Module):
             keys, values = torch.cat([past[0], k], dim=-2), torch.cat([past[1], v], dim=-2)
         else:
             keys, values = k, v
-        attended = F.scaled_dot_product_attention(
-            q, keys, values, attn_mask=mask, enable_gqa=self.num_heads != self.num_kv_heads
-        )
+        attended = attend(q, keys, values, mask, self.num_heads != self.num_kv_heads)
         return self.o_proj(attended.transpose(0, 1).reshape(m, -1)), (k, v)
+
+    def lean(self, x, cos, signed_sin, mask, cache: DraftKVCache | None, layer: int, qk_norm: bool):
+        """`forward` without module calls (no `past`): the same operations on the same numbers.
+        q and k are rotated together; cos/signed_sin are [m, head_dim]."""
+        m = x.shape[0]
+        q = linear(self.q_proj, x).view(m, self.num_heads, self.head_dim)
+        k = linear(self.k_proj, x).view(m, self.num_kv_heads, self.head_dim)
+        if qk_norm:
+            q, k = rms_norm(self.q_norm, q), rms_norm(self.k_norm, k)
+        v = linear(self.v_proj, x).view(m, self.num_kv_heads, self.head_dim).transpose(0, 1)
+        qk = rotate(torch.cat((q, k), dim=1).transpose(0, 1), cos, signed_sin)
+        q, k = qk[: self.num_heads], qk[self.num_heads :]
+        keys, values = cache.append(layer, k, v) if cache is not None else (k, v)
+        attended = attend(q, keys, values, mask, self.num_heads != self.num_kv_heads)
+        return linear(self.o_proj, attended.transpose(0, 1).reshape(m, -1)), (k, v)
 
 
 class DraftLayer(nn.Module):
@@ -107,6 +153,22 @@ class DraftLayer(nn.Module):
         attended, new_kv = self.self_attn(attn_in, rope, mask, past, cache, layer, math.qk_norm)
         hidden = residual + attended
         hidden = hidden + self.mlp(self.post_attention_layernorm(hidden))
+        return hidden, new_kv
+
+    def lean(self, hidden, embeds, cos, signed_sin, mask, math: DraftMath, cache, layer):
+        """`forward` without module calls (no `past`): the same operations on the same numbers."""
+        if self.first:
+            normed_hidden = rms_norm(self.hidden_norm, hidden)
+            attn_in = torch.cat([rms_norm(self.input_layernorm, embeds), normed_hidden], dim=-1)
+            residual = normed_hidden if math.norm_before_residual else hidden
+        else:
+            attn_in = rms_norm(self.input_layernorm, hidden)
+            residual = hidden
+        attended, new_kv = self.self_attn.lean(attn_in, cos, signed_sin, mask, cache, layer, math.qk_norm)
+        hidden = residual + attended
+        x = rms_norm(self.post_attention_layernorm, hidden)
+        mlp = self.mlp
+        hidden = hidden + linear(mlp.down_proj, mlp.act_fn(linear(mlp.gate_proj, x)) * linear(mlp.up_proj, x))
         return hidden, new_kv
 
 
@@ -191,17 +253,34 @@ class Eagle3Draft(nn.Module):
         if mask is None and hidden.shape[0] > 1:  # one new query may attend to every entry
             mask = causal_mask(num_past, hidden.shape[0], hidden.device)
         new_kvs = []
+        if past_override is None and not self._hooked():  # the same numbers without module calls
+            cos, signed_sin = rope[0][0], signed(rope[1][0])
+            for index, layer in enumerate(self.layers):
+                hidden, new_kv = layer.lean(hidden, embeds, cos, signed_sin, mask, math, cache, index)
+                new_kvs.append(new_kv)
+            return hidden, new_kvs
         for index, layer in enumerate(self.layers):
             past = past_override[index] if past_override is not None else None
             hidden, new_kv = layer(hidden, embeds, rope, mask, math, past, cache, index)
             new_kvs.append(new_kv)
         return hidden, new_kvs
 
+    def _hooked(self) -> bool:
+        """Whether any hook would see the draft's submodules run (then they run as modules)."""
+        from torch.nn.modules import module as torch_module
+
+        if torch_module._global_forward_hooks or torch_module._global_forward_pre_hooks:
+            return True
+        modules = self.__dict__.get("_layer_modules")
+        if modules is None:
+            modules = self.__dict__["_layer_modules"] = list(self.layers.modules())
+        return any(m._forward_hooks or m._forward_pre_hooks for m in modules)
+
     def logits(self, hidden: torch.Tensor, math: DraftMath | None = None) -> torch.Tensor:
         """Draft-vocab logits [m, Vd] in fp32."""
         if (math or self.default_math).norm_before_lm_head:
-            hidden = self.norm(hidden)
-        return self.lm_head(hidden).float()
+            hidden = rms_norm(self.norm, hidden)
+        return linear(self.lm_head, hidden).float()
 
     def feedback(self, hidden: torch.Tensor, math: DraftMath | None = None) -> torch.Tensor:
         """What the next draft step is fed: the output hidden, or norm(out) under EAGLE 3.1 readings."""

@@ -26,6 +26,20 @@ def new_target_cache(model) -> DynamicCache:
     return DynamicCache()
 
 
+def new_replay_cache(model):
+    """The cache a replay runs on: a `TargetKVCache` driven by the lean forward when the model has
+    one that reproduces transformers' own bit for bit (backend/engine/lean_target.py: Llama on the
+    CPU), else `new_target_cache`. `target_forward`, `crop_target_cache` and `keep_rows` take either."""
+    from backend.engine.lean_target import lean_target
+
+    lean = lean_target(model)
+    if lean is None:
+        return new_target_cache(model)
+    cache = lean.new_cache()
+    cache.lean = lean
+    return cache
+
+
 def cache_length(cache: DynamicCache) -> int:
     return int(cache.get_seq_length())
 
@@ -53,6 +67,9 @@ def keep_rows(cache: DynamicCache, start: int, rows: list[int]) -> None:
     if rows == list(range(len(rows))):
         crop_target_cache(cache, start + len(rows))
         return
+    if hasattr(cache, "keep_rows"):  # a TargetKVCache (lean forward)
+        cache.keep_rows(start, rows)
+        return
     for layer in cache.layers:
         index = torch.tensor(rows, device=layer.keys.device) + start
         layer.keys = torch.cat([layer.keys[..., :start, :], layer.keys.index_select(-2, index)], dim=-2)
@@ -74,6 +91,9 @@ def target_forward(
     the tree tokens it sees (itself and its ancestors). The mask is additive (0 / dtype min), the
     form both eager and SDPA attention take as a custom 4D mask.
     """
+    lean = getattr(cache, "lean", None)
+    if lean is not None and lean.model_ref() is model:  # a TargetKVCache: the lean forward (it always grows)
+        return lean.forward(input_ids, cache, start_position, tree)
     length = input_ids.shape[1]
     positions = torch.arange(start_position, start_position + length, device=input_ids.device)[None]
     extra = {}

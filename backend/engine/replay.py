@@ -34,7 +34,7 @@ from backend.engine.kv_cache import (
     DraftKVCache,
     crop_target_cache,
     keep_rows,
-    new_target_cache,
+    new_replay_cache,
     target_forward,
 )
 from backend.engine.loading import Target
@@ -162,26 +162,33 @@ def draft_chain(
     draft: Eagle3Draft, cache: DraftKVCache, hidden: torch.Tensor, position: int, config: ReplayConfig
 ) -> Proposal:
     """2. Propose d_1..d_K. `hidden` is the catch-up output at `position` (= n-1); step j feeds
-    (out_{j-1}, d_j) at RoPE position n-1+j."""
+    (out_{j-1}, d_j) at RoPE position n-1+j.
+
+    The chain stays on the device: each d_j is fed back as the tensor it was computed as, and the
+    host reads the K proposals once, at the end (on a GPU, no synchronisation per draft step). When
+    recording, the probabilities and top-k alternatives of all K steps come from one softmax and one
+    top-k over the K logit rows, read with one copy."""
     proposal = Proposal()
+    device = hidden.device
+    positions = torch.arange(position + 1, position + config.num_steps, device=device)
+    drafted, rows = [], []
     for j in range(1, config.num_steps + 1):
         logits = draft.logits(hidden, config.math)[-1]
-        draft_index = logits.argmax()
-        target_id = int(draft.to_target_ids(draft_index))
-        proposal.drafted_ids.append(target_id)
+        target_id = draft.to_target_ids(logits.argmax())
+        drafted.append(target_id)
         if config.record:
-            probs = torch.softmax(logits, dim=-1)
-            top = probs.topk(min(config.top_alternatives, probs.shape[-1]))
-            proposal.probs.append(float(probs[draft_index]))
-            proposal.top_ids.append(draft.to_target_ids(top.indices).tolist())
-            proposal.top_probs.append(top.values.tolist())
+            rows.append(logits)
             proposal.hidden.append(hidden[-1].detach().to("cpu"))
         if j < config.num_steps:
-            token = torch.tensor([target_id], device=hidden.device)
             fed = draft.feedback(hidden, config.math)  # out, or norm(out) under EAGLE 3.1 readings
-            hidden, _ = draft(
-                fed, token, torch.tensor([position + j], device=hidden.device), cache, math=config.math
-            )
+            hidden, _ = draft(fed, target_id.view(1), positions[j - 1 : j], cache, math=config.math)
+    proposal.drafted_ids = torch.stack(drafted).tolist()
+    if config.record:
+        probs = torch.softmax(torch.stack(rows), dim=-1)
+        top = probs.topk(min(config.top_alternatives, probs.shape[-1]))
+        proposal.probs = top.values[:, 0].tolist()  # the argmax's probability: d_j's own
+        proposal.top_ids = draft.to_target_ids(top.indices).tolist()
+        proposal.top_probs = top.values.tolist()
     return proposal
 
 
@@ -291,7 +298,7 @@ def replay(
     generator = None if config.sampling.greedy else torch.Generator().manual_seed(config.sampling.seed)
     with torch.inference_mode(), AuxCapture(model, wiring.aux_hf_indices) as capture:
         started = time.perf_counter()
-        target_cache = new_target_cache(model)
+        target_cache = new_replay_cache(model)
         logits = target_forward(model, torch.tensor([prompt_ids], device=device), target_cache, 0).logits
         first = first_token(logits[0, -1], config.sampling, generator)
         features = capture.features()

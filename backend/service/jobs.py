@@ -1,11 +1,13 @@
 """The job runner: drives the engine and persists what it yields, step by step.
 
-The CLI and the dashboard both run replays through `run_replay`. A run is written as it goes: each
-verify step is committed when it arrives, so a crash leaves a run marked failed with the steps it had.
+The CLI and the dashboard both run replays through `run_replay`. A run is written as it goes, in
+batches (`RunWriter`: a commit every half second or 128 steps, with the run's heartbeat), so a crash
+leaves a run marked failed (or, after SIGKILL, interrupted when reaped) with every step committed.
 """
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 import traceback
@@ -178,7 +180,8 @@ def run_replay_job(
             sample_id=request.sample_id,
         )
     outcome = ReplayOutcome(run_id, [], [], {}, wiring, list(warnings or []), view.engine, params=params)
-    tensors = RunTensors(database.artifact_dir, run_id)
+    freeze_long_lived_objects()
+    tensors = RunTensors(database.artifact_dir, run_id, wiring.aux_hf_indices)
     writer = RunWriter(database, run_id, tensors)
     RECORDING.set()
     try:
@@ -239,13 +242,30 @@ def run_replay_job(
     return outcome
 
 
-class RunWriter:
-    """Writes a run's steps and token statistics as they arrive, in batches: one bulk insert and one
-    commit every COMMIT_EVERY_S seconds (or COMMIT_EVERY_STEPS steps), so a crash keeps everything up
-    to the last commit while a fast replay does not pay a commit per step."""
+_FROZEN = threading.Event()
 
-    COMMIT_EVERY_S = 0.25
-    COMMIT_EVERY_STEPS = 32
+
+def freeze_long_lived_objects() -> None:
+    """Once per process, before its first replay: move every object alive now (the loaded models,
+    transformers' and torch's module-level objects: millions) out of the cyclic garbage collector's
+    reach (`gc.freeze`). Otherwise a full collection, which scans them all, lands in the middle of a
+    replay every few hundred steps and stalls it for ~0.2 s on the demo pair. Later objects are
+    collected as usual; what is frozen lives as long as the process (it was alive anyway)."""
+    if not _FROZEN.is_set():
+        _FROZEN.set()
+        gc.freeze()
+
+
+class RunWriter:
+    """Writes a run's steps and token statistics as they arrive, in batches: one transaction every
+    COMMIT_EVERY_S seconds (or COMMIT_EVERY_STEPS steps) that stamps the run's heartbeat and partial
+    output and bulk-inserts the batch (`store.write_run_batch`: plain statements, no ORM objects),
+    so a crash keeps everything up to the last commit while a fast replay does not pay a commit
+    per step. The heartbeat is stamped by every commit, and commits follow the steps: while the
+    replay advances, it is never older than COMMIT_EVERY_S plus one step."""
+
+    COMMIT_EVERY_S = 0.5
+    COMMIT_EVERY_STEPS = 128
 
     def __init__(self, database: Database, run_id: int, tensors: RunTensors | None = None):
         self.database, self.run_id, self.tensors = database, run_id, tensors
@@ -268,11 +288,10 @@ class RunWriter:
     def flush(self) -> None:
         """One transaction: the batch, the run's partial output and its heartbeat. RunGone when
         the run was deleted meanwhile (nothing is written then)."""
+        stats = self.stats + (self.tensors.pending_stats() if self.tensors is not None else [])
         with store.session_scope(self.database.factory) as session:
-            if not store.heartbeat(session, self.run_id, self.output_ids):
+            if not store.write_run_batch(session, self.run_id, self.steps, stats, self.output_ids):
                 raise store.RunGone(self.run_id)
-            store.add_steps(session, self.run_id, self.steps)
-            store.add_token_stats(session, self.run_id, self.stats)
         if self.tensors is not None:  # the committed steps' tensors reach the disk too
             self.tensors.flush()
         self.steps, self.stats = [], []
@@ -285,31 +304,58 @@ class RunWriter:
 class RunTensors:
     """A run's recorded tensors, written as they arrive: each writer commit also writes the tensors
     gathered since the last one as a part file (`<artifacts>/<run>/parts/NNNNN.safetensors`), and
-    the end of the run merges the parts into one artifact. A run whose process was killed keeps
-    every part written, and `recover_artifact` merges them when the run is reaped."""
+    the end of the run writes the artifact from the tensors it holds (the parts go). A run whose
+    process was killed keeps every part written, and `recover_artifact` merges them when the run is
+    reaped. Token statistics (`chunk_norms`) are computed per batch, in one operation, when the
+    writer commits (`pending_stats`)."""
 
     NAMES = ("aux_features", "aux_positions", "draft_hidden")
 
-    def __init__(self, artifact_dir: Path | None = None, run_id: int | None = None):
+    def __init__(self, artifact_dir: Path | None = None, run_id: int | None = None, indices=None):
         self.folder = (
             None if artifact_dir is None or run_id is None else Path(artifact_dir) / str(run_id) / "parts"
         )
+        self.indices = None if indices is None else tuple(indices)
         self.pending: dict[str, list[torch.Tensor]] = {name: [] for name in self.NAMES}
         self.prompt: torch.Tensor | None = None
+        self.kept: dict[str, list[torch.Tensor]] = {name: [] for name in self.NAMES}  # the artifact's
+        self.kept_prompt: torch.Tensor | None = None  # (the records' own tensors: no copies)
+        self.unmeasured: list[tuple[torch.Tensor, int]] = []  # (features, first position) to norm
         self.written = 0
 
     def add(self, record: PrefillRecord | StepRecord, indices) -> list[dict]:
-        """Keep the record's tensors; return the token_stats rows (norm per position and chunk)."""
+        """Keep the record's tensors; return the token_stats rows (norm per position and chunk),
+        or [] when this RunTensors computes them per batch (`indices` given at construction)."""
         if record.aux_features is None:
             return []
         if isinstance(record, PrefillRecord):
-            self.prompt = record.aux_features
-            return chunk_norms(record.aux_features, 0, indices)
+            self.prompt = self.kept_prompt = record.aux_features
+            return self._stats(record.aux_features, 0, indices)
         rows = record.aux_features.shape[0]
-        self.pending["aux_features"].append(record.aux_features)
-        self.pending["aux_positions"].append(torch.arange(record.position, record.position + rows))
-        self.pending["draft_hidden"].append(record.draft_hidden)
-        return chunk_norms(record.aux_features, record.position, indices)
+        pieces = {
+            "aux_features": record.aux_features,
+            "aux_positions": torch.arange(record.position, record.position + rows),
+            "draft_hidden": record.draft_hidden,
+        }
+        for name, piece in pieces.items():
+            self.pending[name].append(piece)
+            self.kept[name].append(piece)
+        return self._stats(record.aux_features, record.position, indices)
+
+    def _stats(self, features: torch.Tensor, first_position: int, indices) -> list[dict]:
+        if self.indices is None:
+            return chunk_norms(features, first_position, indices)
+        self.unmeasured.append((features, first_position))
+        return []
+
+    def pending_stats(self) -> list[dict]:
+        """The token_stats rows of every record added since the last call: one norm over the batch."""
+        if not self.unmeasured:
+            return []
+        positions = [p + row for features, p in self.unmeasured for row in range(features.shape[0])]
+        features = torch.cat([features for features, _ in self.unmeasured])
+        self.unmeasured = []
+        return chunk_norms(features, positions, self.indices)
 
     def _batch(self) -> dict[str, torch.Tensor]:
         batch = {
@@ -326,19 +372,60 @@ class RunTensors:
         batch = self._batch()
         if not batch or self.folder is None:
             return
-        write_artifact(self.folder, f"{self.written:05d}", batch)
+        write_part(self.folder, f"{self.written:05d}", batch)
         self.written += 1
         self.pending = {name: [] for name in self.NAMES}
         self.prompt = None
 
     def save(self, artifact_dir=None, run_id: int | None = None) -> dict:
-        """The run's artifact: every part and what is still pending, merged into one file."""
+        """The run's artifact, written as one file from the tensors the run holds (the same file
+        `merge_parts` makes of the parts, without reading them back); the parts go."""
+        import shutil
+
         if self.folder is None:
             if artifact_dir is None or run_id is None:
                 return {"artifact_path": None, "artifact_sha256": None}
             self.folder = Path(artifact_dir) / str(run_id) / "parts"
-        self.flush()
-        return merge_parts(self.folder)
+        merged = {
+            name: torch.stack(parts) if name == "draft_hidden" else torch.cat(parts)
+            for name, parts in self.kept.items()
+            if parts
+        }
+        if self.kept_prompt is not None:
+            merged["prompt_aux_features"] = self.kept_prompt
+        self.kept = {name: [] for name in self.NAMES}
+        self.pending = {name: [] for name in self.NAMES}
+        self.prompt = self.kept_prompt = None
+        if not merged:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            return {"artifact_path": None, "artifact_sha256": None}
+        path, sha = write_artifact(self.folder.parent, "hidden_states", merged)
+        shutil.rmtree(self.folder, ignore_errors=True)
+        return {"artifact_path": path, "artifact_sha256": sha}
+
+
+def write_part(folder: Path, name: str, tensors: dict[str, torch.Tensor]) -> None:
+    """One part file, written whole or not at all (no digest: parts only live until the merge)."""
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.safetensors"
+    partial = path.with_suffix(".partial")
+    save_file({k: v.contiguous() for k, v in tensors.items()}, str(partial))
+    partial.replace(path)
+
+
+def merged_tensors(batches: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """Batches (or part files' contents), in order, as one artifact's tensors."""
+    merged: dict[str, torch.Tensor] = {}
+    for name in RunTensors.NAMES:
+        pieces = [batch[name] for batch in batches if name in batch]
+        if pieces:
+            merged[name] = torch.cat(pieces)
+    prompt = next((batch["prompt_aux_features"] for batch in batches if "prompt_aux_features" in batch), None)
+    if prompt is not None:
+        merged["prompt_aux_features"] = prompt
+    return merged
 
 
 def merge_parts(folder: Path) -> dict:
@@ -346,15 +433,7 @@ def merge_parts(folder: Path) -> dict:
     import shutil
 
     parts = sorted(folder.glob("*.safetensors")) if folder.is_dir() else []
-    loaded = [read_artifact(str(p)) for p in parts]
-    merged: dict[str, torch.Tensor] = {}
-    for name in RunTensors.NAMES:
-        pieces = [part[name] for part in loaded if name in part]
-        if pieces:
-            merged[name] = torch.cat(pieces)
-    prompt = next((part["prompt_aux_features"] for part in loaded if "prompt_aux_features" in part), None)
-    if prompt is not None:
-        merged["prompt_aux_features"] = prompt
+    merged = merged_tensors([read_artifact(str(p)) for p in parts])
     if not merged:
         shutil.rmtree(folder, ignore_errors=True)
         return {"artifact_path": None, "artifact_sha256": None}
@@ -368,15 +447,20 @@ def recover_artifact(artifact_dir: Path, run_id: int) -> dict:
     return merge_parts(Path(artifact_dir) / str(run_id) / "parts")
 
 
-def chunk_norms(features: torch.Tensor, first_position: int, indices) -> list[dict]:
-    """Per position and per aux chunk L2 norm of the fused features the draft received."""
-    norms = torch.stack(
-        [c.float().norm(dim=-1) for c in features.chunk(len(indices), dim=-1)], dim=-1
-    ).tolist()
+def chunk_norms(features: torch.Tensor, first_position, indices) -> list[dict]:
+    """Per position and per aux chunk L2 norm of the fused features the draft received (one norm
+    over [rows, chunks, Ht]: the same numbers as chunk by chunk). `first_position` is the first
+    row's position, or a list with each row's."""
+    rows, chunks = features.shape[0], len(indices)
+    norms = features.float().reshape(rows, chunks, -1).norm(dim=-1).tolist()
+    positions = (
+        range(first_position, first_position + rows) if isinstance(first_position, int) else first_position
+    )
+    names = [f"hf{index}" for index in indices]
     return [
-        {"position": first_position + row, "chunk": f"hf{index}", "norm": value}
-        for row, values in enumerate(norms)
-        for index, value in zip(indices, values, strict=True)
+        {"position": position, "chunk": name, "norm": value}
+        for position, values in zip(positions, norms, strict=True)
+        for name, value in zip(names, values, strict=True)
     ]
 
 
