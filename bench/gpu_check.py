@@ -203,7 +203,8 @@ def dispatched(root: Path, args) -> dict:
         draft, report = load_checked_draft(root / "random-std0.02-draft", target)
         config = ReplayConfig(args.steps, args.new_tokens, record=False)
         records, seconds = timed(
-            lambda t=target, d=draft, r=report, c=config: list(replay(t, d, prompt, r.wiring, c)), target.device
+            lambda t=target, d=draft, r=report, c=config: list(replay(t, d, prompt, r.wiring, c)),
+            target.device,
         )
         steps = [r for r in records if isinstance(r, StepRecord)]
         output = [records[0].first_token] + [t for s in steps for t in s.committed_ids]
