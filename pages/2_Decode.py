@@ -367,7 +367,8 @@ def hidden_panel(step) -> None:
     if here:
         frame = pd.DataFrame(here).drop(columns=["reference"]).dropna(axis="columns", how="all")
         frame["chunk"] = frame["chunk"].map(chunk_labels(frame["chunk"]))
-        st.dataframe(frame, hide_index=True, key="decode_hidden_table", height=36 + 35 * len(frame))
+        # a static table: a step click redraws it, and a grid widget costs more to mount than to read
+        st.table(frame.set_index("position").style.format(precision=4, na_rep="—"))
         if reference == options[0]:
             st.caption("Norms of the features the draft was fed; add a reference below to compare them.")
     elif rows:
