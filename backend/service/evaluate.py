@@ -111,13 +111,14 @@ def run_pairs(
     progress: Progress = no_progress,
     ray: str | None = None,
     workers: int | None = None,
+    stats: dict | None = None,
 ) -> tuple[dict[Pair, int], int]:
     """Every pair's run id (replayed now, or found stored when `resume`) and how many were found:
     in this process one after another, or on Ray (`ray`: an address or 'local')."""
     if ray:
         from backend.service.ray_eval import run_pairs_on_ray
 
-        return run_pairs_on_ray(db_url, pairs, ray, workers, resume, progress)
+        return run_pairs_on_ray(db_url, pairs, ray, workers, resume, progress, stats=stats)
     from backend.service.jobs import run_replay
 
     run_ids, reused = {}, 0
@@ -147,8 +148,9 @@ def evaluate(
     """Every pair of the plan (in this process, or on Ray), then the per-draft summary."""
     plan.check()
     pairs = plan.pairs()
-    run_ids, reused = run_pairs(db_url, pairs, resume, progress, ray, workers)
-    return {**summarise(db_url, plan, run_ids, reused, len(pairs) - reused), "ray": ray or None}
+    stats: dict = {}  # on Ray: workers started, pairs retried
+    run_ids, reused = run_pairs(db_url, pairs, resume, progress, ray, workers, stats)
+    return {**summarise(db_url, plan, run_ids, reused, len(pairs) - reused), "ray": ray or None, **stats}
 
 
 def summarise(db_url: str | None, plan: Plan, run_ids: dict, reused: int, replayed: int) -> dict:

@@ -99,6 +99,7 @@ def test_ray_gives_the_local_numbers_and_a_killed_worker_loses_nothing(tmp_path,
     try:
         db = postgres_url
         spread = evaluate_on_ray(db, plan(3), "local", hook=kill_a_busy_worker)
+        again = evaluate(db, plan(3), ray="local")  # the CLI path: all stored, nothing to replay
     finally:
         ray.shutdown()
     assert killed, "no worker was busy after the first pair: nothing was killed"
@@ -106,3 +107,6 @@ def test_ray_gives_the_local_numbers_and_a_killed_worker_loses_nothing(tmp_path,
     assert numbers(spread) == numbers(local)
     finished = [r for r in list_runs(db) if r.status == "finished"]
     assert len(finished) == 6  # every pair, the killed worker's one included (retried elsewhere)
+    assert (again["replayed"], again["reused"], again["ray"]) == (0, 6, "local") and numbers(
+        again
+    ) == numbers(local)
