@@ -12,6 +12,7 @@ print the same table for the same runs.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import zip_longest
 
 from backend.engine.records import Progress, no_progress
 from backend.service.requests import ReplayRequest
@@ -167,7 +168,7 @@ def summarise(db_url: str | None, plan: Plan, run_ids: dict, reused: int, replay
             run = get_run(db_url, run_id)
             metrics = run.metrics or {}
             hist = metrics.get("accept_histogram") or []
-            histogram = [a + b for a, b in zip_longest0(histogram, hist)]
+            histogram = [a + b for a, b in zip_longest(histogram, hist, fillvalue=0)]
             tokens += len(run.output_ids)
             decode_ms += (metrics.get("draft_ms_total") or 0.0) + (metrics.get("verify_ms_total") or 0.0)
             rows.append(
@@ -190,12 +191,6 @@ def summarise(db_url: str | None, plan: Plan, run_ids: dict, reused: int, replay
         "replayed": replayed,
         "definitions": DEFINITIONS,
     }
-
-
-def zip_longest0(a: list[int], b: list[int]):
-    from itertools import zip_longest
-
-    return zip_longest(a, b, fillvalue=0)
 
 
 def draft_row(

@@ -34,9 +34,6 @@ class EvalWorker:
     def run(self, pair: Pair) -> int:
         return run_pair(self.db_url, pair)
 
-    def pid(self) -> int:
-        return os.getpid()
-
 
 def connect(address: str):
     try:
