@@ -1,12 +1,19 @@
-"""Build the bundled offline demo: a small Llama target trained on the standard library's source, a
-dataset sampled from it, and three EAGLE-3 drafts (final, epoch1, and the seed story's mis-wired one).
+"""Build the bundled offline demo: a small Llama target trained on Python source already on the machine
+(demo/corpus.py), a dataset sampled from it, and three EAGLE-3 drafts (final, epoch1, and the seed
+story's mis-wired one).
 
-    python -m demo.build                 # everything, ~40 min on 2 CPU cores; writes demo/
+    python -m demo.build                 # everything, ~70 min on 2 CPU cores; writes demo/
     python -m demo.build --quick --out /tmp/demo_quick   # a minutes-long smoke run of every stage
 
-Seeded and deterministic on one machine (the corpus is this Python's standard library, so another
-Python version gives other text). Stages reuse finished work in --work, so an interrupted build
+Seeded and deterministic on one machine (the corpus is this Python's standard library and the
+installed packages, so other versions give other text). Stages reuse finished work in --work, so an interrupted build
 resumes. Numbers the build aims at are measured by `python -m demo.measure` into demo/MEASURED.md.
+
+Measured for the committed demo (2026-12-01, this 2-core machine, stages timed from the log; other
+work shared the CPU during the first): corpus and tokenizer 0.5 min, likelihood training of the
+target 44 min (2,000 steps, ~3,100 tok/s; ~40 min alone), unlikelihood fine-tuning 3.8 min,
+1,536 + 48 sampled responses 2.8 min, target features 1 min, two TTT drafts of 6 epochs 8.3 and
+8.7 min: 69 min in all, over the hour the demo was meant to take (fewer target steps is the knob).
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from transformers import AutoTokenizer, LlamaForCausalLM
 
 from backend.engine.synthetic import draft_config_dict, save_draft
 from backend.engine.wiring import default_hf_indices
-from demo import corpus, make_data, train_draft, train_target
+from demo import corpus, make_data, repetition, train_draft, train_target
 
 DEMO_DIR = Path(__file__).resolve().parent
 
@@ -32,17 +39,22 @@ DEMO_DIR = Path(__file__).resolve().parent
 @dataclass(frozen=True)
 class Plan:
     vocab_size: int = 2048
-    text_chars: int = 8_000_000
-    target_layers: int = 8
-    target_steps: int = 1400
-    target_batch: int = 8
+    text_chars: int = 40_000_000
+    tokenizer_chars: int = 8_000_000
+    target_layers: int = 12
+    target_hidden: int = 160
+    target_intermediate: int = 448
+    target_steps: int = 2000
+    target_batch: int = 16
     seq_len: int = 256
-    train_samples: int = 1024
+    unlikelihood_updates: int = 200
+    train_samples: int = 1536
     eval_samples: int = 48
     max_new_tokens: int = 128
     draft_vocab: int = 1024
     ttt_steps: int = 4
-    epochs: int = 3
+    epochs: int = 6
+    draft_lr: float = 3e-3
     feature_files: int = 4
     sharegpt: int = 6
 
@@ -50,7 +62,12 @@ class Plan:
 QUICK = Plan(
     vocab_size=512,
     text_chars=300_000,
+    tokenizer_chars=300_000,
+    target_layers=6,
+    target_hidden=64,
+    target_intermediate=128,
     target_steps=30,
+    unlikelihood_updates=6,
     train_samples=48,
     eval_samples=8,
     max_new_tokens=32,
@@ -75,30 +92,71 @@ def wirings(num_layers: int) -> dict[str, list[int]]:
 def build(out: Path, work: Path, plan: Plan) -> None:
     torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
     work.mkdir(parents=True, exist_ok=True)
-    train_files, held_files = corpus.split_files(corpus.stdlib_files())
-    log(
-        f"corpus: {len(train_files)} training files, {len(held_files)} held-out files ({', '.join(corpus.HELD_OUT)})"
-    )
+    train_files, held_files = corpus.split_files(corpus.source_files(), SEED)
+    log(f"corpus: {len(train_files)} training files, {len(held_files)} held-out files")
 
     tokenizer_dir = work / "tokenizer"
     tokens_file = work / "tokens.pt"
     if not tokens_file.exists():
         texts = corpus.training_text(train_files, plan.text_chars, SEED)
-        tokenizer = corpus.train_tokenizer(texts, plan.vocab_size)
+        sample, used = [], 0
+        for text in texts:  # the tokenizer learns from the first tokenizer_chars of the shuffled files
+            if used < plan.tokenizer_chars:
+                sample.append(text)
+                used += len(text)
+        tokenizer = corpus.train_tokenizer(sample, plan.vocab_size)
         tokenizer.save_pretrained(tokenizer_dir)
-        stream = [t for text in texts for t in tokenizer(text, add_special_tokens=False)["input_ids"]]
+        encoded = tokenizer(texts, add_special_tokens=False)["input_ids"]
+        stream = [t for ids in encoded for t in ids]
         torch.save(torch.tensor(stream), tokens_file)
-        log(f"tokenizer: {len(tokenizer)} tokens; training stream {len(stream):,} tokens")
+        log(
+            f"tokenizer: {len(tokenizer)} tokens; training text {sum(map(len, texts)):,} characters, "
+            f"{len(stream):,} tokens"
+        )
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir, local_files_only=True)
     eos = tokenizer.convert_tokens_to_ids(corpus.END_OF_TEXT)
 
+    prompt_sets = {
+        "train": (held_files[0::2], plan.train_samples, SEED + 1),
+        "eval": (held_files[1::2], plan.eval_samples, SEED + 2),
+    }
+    watched = make_data.tokenize_prompts(
+        tokenizer, corpus.prompt_snippets(held_files[1::2], 8, SEED + 5), SEED
+    )
+    corpus_share = repetition.mean_share([c for _, _, c in watched])
+
+    def monitor(model) -> str:
+        outputs = make_data.greedy_outputs(model, [p for _, p, _ in watched], make_data.CONTINUATION_TOKENS)
+        return (
+            f"repeated 4-gram share of {len(watched)} greedy outputs {repetition.mean_share(outputs):.3f} "
+            f"(their files' own continuations: {corpus_share:.3f})"
+        )
+
     target_dir = out / "target"
     if not (target_dir / "model.safetensors").exists():
-        config = train_target.target_config(len(tokenizer), eos, plan.target_layers)
         stream = torch.load(tokens_file, weights_only=True)
-        model = train_target.train_target(
-            config, stream, plan.target_steps, plan.target_batch, plan.seq_len, SEED, log=log
+        likelihood_dir = work / "target_likelihood"  # kept so that a resumed build skips the long stage
+        if not (likelihood_dir / "model.safetensors").exists():
+            config = train_target.target_config(
+                len(tokenizer), eos, plan.target_layers, plan.target_hidden, plan.target_intermediate
+            )
+            model = train_target.train_target(
+                config,
+                stream,
+                plan.target_steps,
+                plan.target_batch,
+                plan.seq_len,
+                SEED,
+                log=log,
+                monitor=monitor,
+            )
+            model.to(torch.bfloat16).save_pretrained(likelihood_dir)
+        model = LlamaForCausalLM.from_pretrained(likelihood_dir, local_files_only=True, dtype=torch.float32)
+        log(f"target after likelihood training: {monitor(model.eval())}")
+        model = train_target.unlikelihood_finetune(
+            model, stream, plan.unlikelihood_updates, 8, plan.seq_len, SEED + 6, log=log, monitor=monitor
         )
+        log(f"target: {monitor(model)}")
         model.to(torch.bfloat16).save_pretrained(target_dir)
         tokenizer.save_pretrained(target_dir)
     # Everything below uses the target exactly as the tool loads it: bf16 weights, run in fp32.
@@ -108,16 +166,16 @@ def build(out: Path, work: Path, plan: Plan) -> None:
 
     data_dir = out / "data"
     if not (data_dir / "eval.jsonl").exists():
-        train_prompt_files, eval_prompt_files = held_files[0::2], held_files[1::2]
-        sets = {
-            "train": (train_prompt_files, plan.train_samples, SEED + 1),
-            "eval": (eval_prompt_files, plan.eval_samples, SEED + 2),
-        }
-        for name, (files, count, seed) in sets.items():
+        for name, (files, count, seed) in prompt_sets.items():
             prompts = make_data.tokenize_prompts(tokenizer, corpus.prompt_snippets(files, count, seed), seed)
             records = make_data.sample_responses(target, prompts, plan.max_new_tokens, seed, eos, log=log)
             make_data.write_jsonl(data_dir / f"{name}.jsonl", records)
             log(f"{name}.jsonl: {len(records)} samples")
+            if name == "eval":  # the corpus side of the repetition measure (demo.measure)
+                make_data.write_jsonl(
+                    data_dir / "eval_continuations.jsonl",
+                    [{"index": i, "source": f, "ids": c} for i, (f, _, c) in enumerate(prompts)],
+                )
         evaluation = make_data.read_jsonl(data_dir / "eval.jsonl")
         conversations = make_data.sharegpt_conversations(tokenizer, evaluation[: plan.sharegpt])
         (data_dir / "sharegpt.json").write_text(json.dumps(conversations, indent=1))
@@ -164,6 +222,7 @@ def build(out: Path, work: Path, plan: Plan) -> None:
             plan.epochs,
             plan.ttt_steps,
             SEED + 3,
+            peak_lr=plan.draft_lr,
             on_epoch=lambda e, d: export("epoch1", d) if e == 1 else None,
             log=log,
         )
@@ -171,7 +230,16 @@ def build(out: Path, work: Path, plan: Plan) -> None:
     if not (drafts_dir / "miswired" / "model.safetensors").exists():
         draft = train_draft.new_draft(config_dict, target, used, SEED + 4)
         train_draft.train_draft(
-            draft, target, used, features, miswired_columns, plan.epochs, plan.ttt_steps, SEED + 4, log=log
+            draft,
+            target,
+            used,
+            features,
+            miswired_columns,
+            plan.epochs,
+            plan.ttt_steps,
+            SEED + 4,
+            peak_lr=plan.draft_lr,
+            log=log,
         )
         export("miswired", draft)
         (drafts_dir / "miswired" / "TRAINED_WIRING.json").write_text(

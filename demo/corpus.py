@@ -1,19 +1,37 @@
-"""The demo's text: the Python standard library's own source, which is on every machine, without
-comments and docstrings and in ast.unparse's canonical layout.
+"""The demo's text: Python source already on the machine -- the standard library and the pure-Python
+packages the project's own requirements install (PACKAGES) -- without comments and docstrings and
+in ast.unparse's canonical layout. About 22 M characters: the old stdlib-only corpus (5 M) was read
+two and a half times during training and the target's greedy output looped.
 
-Module families listed in HELD_OUT never reach the target's training text; the demo datasets take
-their prompts from them, so every prompt is text the target has not seen.
+A seeded share of the files (HELD_OUT_SHARE, drawn from every source) never reaches the target's
+training text; the demo datasets take their prompts from them, so every prompt is text the target
+has not seen, in code of a kind it has.
 """
 
 from __future__ import annotations
 
 import ast
+import importlib.util
 import random
 import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
-HELD_OUT = ("asyncio", "email", "json", "http", "logging", "xml", "unittest", "concurrent")
+PACKAGES = (
+    "sqlalchemy",
+    "pandas",
+    "numpy",
+    "networkx",
+    "huggingface_hub",
+    "_pytest",
+    "PIL",
+    "alembic",
+    "anyio",
+    "jinja2",
+    "packaging",
+    "click",
+)
+HELD_OUT_SHARE = 0.08
 SKIPPED = {
     "test",
     "tests",
@@ -39,7 +57,7 @@ CHAT_TEMPLATE = (
 @dataclass(frozen=True)
 class SourceFile:
     path: Path
-    family: str  # top-level module or package name: the dataset's `source` value
+    family: str  # the stdlib's top-level module or package, or the installed package's name: `source`
 
     def text(self) -> str:
         return clean_source(self.path.read_text(encoding="utf-8", errors="replace"))
@@ -69,23 +87,39 @@ def clean_source(text: str) -> str:
         return ""
 
 
-def stdlib_files(root: Path | None = None) -> list[SourceFile]:
-    """Every .py file of the standard library outside tests and bundled tools, sorted by path."""
-    root = Path(root or sysconfig.get_paths()["stdlib"])
+def python_files(root: Path, family_of) -> list[SourceFile]:
+    """Every .py file under `root` outside tests and bundled tools, sorted by path."""
     files = []
     for path in sorted(root.rglob("*.py")):
         parts = path.relative_to(root).parts
         if any(part in SKIPPED or part.startswith("test") for part in parts):
             continue
-        family = parts[0][:-3] if len(parts) == 1 else parts[0]
-        files.append(SourceFile(path, family))
+        files.append(SourceFile(path, family_of(parts)))
     return files
 
 
-def split_files(files: list[SourceFile]) -> tuple[list[SourceFile], list[SourceFile]]:
-    """(training text for the target, held-out files for prompts)."""
-    held = [f for f in files if f.family in HELD_OUT]
-    return [f for f in files if f.family not in HELD_OUT], held
+def stdlib_files(root: Path | None = None) -> list[SourceFile]:
+    root = Path(root or sysconfig.get_paths()["stdlib"])
+    return python_files(root, lambda parts: parts[0][:-3] if len(parts) == 1 else parts[0])
+
+
+def source_files() -> list[SourceFile]:
+    """The standard library, then each of PACKAGES that is installed (a missing one is skipped)."""
+    files = stdlib_files()
+    for name in PACKAGES:
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.origin:
+            files += python_files(Path(spec.origin).parent, lambda _parts, name=name: name)
+    return files
+
+
+def split_files(files: list[SourceFile], seed: int) -> tuple[list[SourceFile], list[SourceFile]]:
+    """(training text for the target, held-out files for prompts): a seeded HELD_OUT_SHARE of them."""
+    order = list(files)
+    random.Random(seed).shuffle(order)
+    cut = max(1, int(len(order) * HELD_OUT_SHARE))
+    held = {f.path for f in order[:cut]}
+    return [f for f in files if f.path not in held], [f for f in files if f.path in held]
 
 
 def training_text(files: list[SourceFile], budget_chars: int, seed: int) -> list[str]:
@@ -103,21 +137,24 @@ def training_text(files: list[SourceFile], budget_chars: int, seed: int) -> list
 
 
 def prompt_snippets(
-    files: list[SourceFile], count: int, seed: int, chars: int = 700
+    files: list[SourceFile], count: int, seed: int, chars: int = 2200
 ) -> list[tuple[str, str]]:
-    """`count` (family, text) snippets starting at a line start in a random held-out file, spread
-    evenly over the families so that filtering by source means something."""
+    """`count` (family, text) snippets of `chars` characters starting at a line start in a random
+    held-out file, spread evenly over the families (those with a file long enough) so that filtering
+    by source means something. The text runs past the prompt: what follows it is the file's own
+    continuation, the corpus side of the repetition measure."""
     rng = random.Random(seed)
-    by_family: dict[str, list[SourceFile]] = {}
+    by_family: dict[str, list[tuple[SourceFile, str]]] = {}
     for source in files:
-        by_family.setdefault(source.family, []).append(source)
+        text = source.text()
+        if len(text) >= 2 * chars:
+            by_family.setdefault(source.family, []).append((source, text))
     families = sorted(by_family)
+    rng.shuffle(families)
     snippets = []
-    while len(snippets) < count:
+    while len(snippets) < count and families:
         family = families[len(snippets) % len(families)]
-        text = rng.choice(by_family[family]).text()
-        if len(text) < 2 * chars:
-            continue
+        _, text = rng.choice(by_family[family])
         start = text.find("\n", rng.randrange(0, len(text) - chars)) + 1
         snippet = text[start : start + chars]
         if snippet.strip():

@@ -10,25 +10,31 @@ import torch
 
 from backend.engine.capture import AuxCapture
 
-SAMPLING_TEMPERATURE = 0.8
+SAMPLING_TEMPERATURE = 0.5  # responses near what the target writes greedily, as a served draft sees
 PROMPT_LENGTHS = (48, 64, 80, 96)
 
 
-def tokenize_prompts(tokenizer, snippets: list[tuple[str, str]], seed: int) -> list[tuple[str, list[int]]]:
+CONTINUATION_TOKENS = 96
+
+
+def tokenize_prompts(
+    tokenizer, snippets: list[tuple[str, str]], seed: int
+) -> list[tuple[str, list[int], list[int]]]:
+    """(family, prompt ids, the file's own next CONTINUATION_TOKENS ids) per snippet long enough."""
     generator = torch.Generator().manual_seed(seed)
     prompts = []
     for family, text in snippets:
         ids = tokenizer(text, add_special_tokens=False)["input_ids"]
         length = PROMPT_LENGTHS[int(torch.randint(len(PROMPT_LENGTHS), (1,), generator=generator))]
-        if len(ids) >= length:
-            prompts.append((family, ids[:length]))
+        if len(ids) >= length + CONTINUATION_TOKENS:
+            prompts.append((family, ids[:length], ids[length : length + CONTINUATION_TOKENS]))
     return prompts
 
 
 @torch.no_grad()
 def sample_responses(
     model,
-    prompts: list[tuple[str, list[int]]],
+    prompts: list[tuple[str, list[int], list[int]]],
     max_new_tokens: int,
     seed: int,
     eos: int,
@@ -38,7 +44,7 @@ def sample_responses(
     """Records in the seed's JSONL format; loss_mask is 1 on the response (incl. a final EOS)."""
     records: list[dict | None] = [None] * len(prompts)
     by_length: dict[int, list[int]] = {}
-    for index, (_, ids) in enumerate(prompts):
+    for index, (_, ids, _) in enumerate(prompts):
         by_length.setdefault(len(ids), []).append(index)
     done = 0
     for length in sorted(by_length):
@@ -60,7 +66,7 @@ def sample_responses(
             )
             for row, index in zip(out[:, length:].tolist(), chunk, strict=True):
                 response = row[: row.index(eos) + 1] if eos in row else row
-                family, prompt = prompts[index]
+                family, prompt, _ = prompts[index]
                 ids = prompt + response
                 records[index] = {
                     "input_ids": ids,
@@ -73,6 +79,23 @@ def sample_responses(
             done += len(chunk)
             log(f"sampled {done}/{len(prompts)} responses")
     return [r for r in records if r is not None]
+
+
+@torch.no_grad()
+def greedy_outputs(model, prompts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
+    """The model's plain greedy continuation of each prompt (transformers `generate`, no sampling)."""
+    outputs = []
+    for ids in prompts:
+        prompt = torch.tensor([ids])
+        out = model.generate(
+            input_ids=prompt,
+            attention_mask=torch.ones_like(prompt),
+            do_sample=False,
+            max_new_tokens=max_new_tokens,
+            pad_token_id=model.config.eos_token_id,
+        )
+        outputs.append(out[0, len(ids) :].tolist())
+    return outputs
 
 
 def write_jsonl(path: Path, records: list[dict]) -> None:

@@ -10,11 +10,13 @@ import torch
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
 
-def target_config(vocab_size: int, eos_token_id: int, num_layers: int = 8, hidden: int = 192) -> LlamaConfig:
+def target_config(
+    vocab_size: int, eos_token_id: int, num_layers: int = 12, hidden: int = 160, intermediate: int = 448
+) -> LlamaConfig:
     return LlamaConfig(
         vocab_size=vocab_size,
         hidden_size=hidden,
-        intermediate_size=512,
+        intermediate_size=intermediate,
         num_hidden_layers=num_layers,
         num_attention_heads=4,
         num_key_value_heads=2,
@@ -44,8 +46,11 @@ def train_target(
     seed: int,
     peak_lr: float = 2e-3,
     log=print,
+    monitor=None,
+    monitor_every: int = 400,
 ) -> LlamaForCausalLM:
-    """Next-token training on random windows of one long token stream; the last 2% is validation."""
+    """Next-token training on random windows of one long token stream; the last 2% is validation.
+    `monitor(model)` (eval mode, no grad) returns a line to log every `monitor_every` steps."""
     torch.manual_seed(seed)
     model = LlamaForCausalLM(config)
     split = int(len(tokens) * 0.98)
@@ -77,6 +82,11 @@ def train_target(
                 f"target step {step + 1}/{steps}  loss {loss.item():.3f}  {rate:,.0f} tok/s  "
                 f"eta {elapsed / (step + 1) * (steps - step - 1) / 60:.1f} min"
             )
+        if monitor is not None and (step + 1) % monitor_every == 0 and step + 1 < steps:
+            model.eval()
+            with torch.no_grad():
+                log(f"target step {step + 1}: {monitor(model)}")
+            model.train()
     model.eval()
     log(f"target validation perplexity {validation_perplexity(model, valid, seq_len):.1f}")
     model.generation_config = GenerationConfig(
@@ -90,3 +100,95 @@ def validation_perplexity(model: LlamaForCausalLM, valid: torch.Tensor, seq_len:
     windows = valid[: len(valid) // seq_len * seq_len].view(-1, seq_len)[:32]
     losses = [model(input_ids=w[None], labels=w[None]).loss.item() for w in windows]
     return math.exp(sum(losses) / max(1, len(losses)))
+
+
+def repeated_positions(ids: list[int], start: int, n: int = 4) -> list[int]:
+    """Positions t >= start whose token completes an n-gram seen earlier in `ids` (every token of such
+    an n-gram is marked, as in sequence-level unlikelihood training)."""
+    seen: set[tuple[int, ...]] = set()
+    marked: set[int] = set()
+    for end in range(n, len(ids) + 1):
+        gram = tuple(ids[end - n : end])
+        if gram in seen and end - 1 >= start:
+            marked.update(range(max(start, end - n), end))
+        seen.add(gram)
+    return sorted(marked)
+
+
+def unlikelihood_finetune(
+    model: LlamaForCausalLM,
+    tokens: torch.Tensor,
+    updates: int,
+    batch: int,
+    seq_len: int,
+    seed: int,
+    prompt_len: int = 64,
+    continuation: int = 96,
+    lr: float = 3e-4,
+    log=print,
+    monitor=None,
+    monitor_every: int = 50,
+) -> LlamaForCausalLM:
+    """Sequence-level unlikelihood fine-tuning (Welleck et al. 2019, "Neural Text Generation with
+    Unlikelihood Training", §5.2): the model continues training windows greedily; every token of a
+    4-gram its own continuation repeats gets the loss -log(1 - p(token)); alternate updates are plain
+    next-token training on the corpus so the language model is kept. A target trained only by
+    likelihood loops under greedy decoding (its outputs repeat most 4-grams); this teaches it not to."""
+    generator = torch.Generator().manual_seed(seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
+    split = int(len(tokens) * 0.98)
+    train = tokens[:split]
+    start = time.time()
+    for update in range(updates):
+        if update % 2 == 0:
+            model.eval()
+            offsets = torch.randint(0, len(train) - prompt_len - 1, (batch,), generator=generator)
+            prompts = torch.stack([train[o : o + prompt_len] for o in offsets.tolist()])
+            with torch.no_grad():
+                out = model.generate(
+                    input_ids=prompts,
+                    attention_mask=torch.ones_like(prompts),
+                    do_sample=False,
+                    max_new_tokens=continuation,
+                    min_new_tokens=continuation,
+                    pad_token_id=model.config.eos_token_id,
+                )
+            model.train()
+            rows = out.tolist()
+            mask = torch.zeros(out.shape, dtype=torch.bool)
+            for row, ids in enumerate(rows):
+                for t in repeated_positions(ids, prompt_len):
+                    mask[row, t] = True
+            logits = model(input_ids=out).logits[:, :-1]
+            probs = torch.softmax(logits.float(), dim=-1).gather(-1, out[:, 1:, None])[..., 0]
+            marked = mask[:, 1:]
+            if not marked.any():
+                continue
+            loss = -torch.log((1 - probs[marked]).clamp(min=1e-5)).mean()
+            kind = (
+                f"unlikelihood over {int(marked.sum())} repeated tokens ({float(marked.float().mean()):.2f})"
+            )
+        else:
+            offsets = torch.randint(0, len(train) - seq_len - 1, (batch,), generator=generator)
+            window = torch.stack([train[o : o + seq_len] for o in offsets.tolist()])
+            loss = model(input_ids=window, labels=window).loss
+            kind = "likelihood"
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if update % 10 == 0 or update == updates - 1:
+            log(
+                f"unlikelihood update {update + 1}/{updates}  {kind} loss {loss.item():.3f}  "
+                f"{(time.time() - start) / 60:.1f} min"
+            )
+        if monitor is not None and (update + 1) % monitor_every == 0 and update + 1 < updates:
+            model.eval()
+            with torch.no_grad():
+                log(f"unlikelihood update {update + 1}: {monitor(model)}")
+            model.train()
+    model.eval()
+    log(
+        f"target validation perplexity after unlikelihood training {validation_perplexity(model, tokens[split:], seq_len):.1f}"
+    )
+    return model

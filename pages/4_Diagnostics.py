@@ -447,7 +447,9 @@ with server_tab:
     st.markdown(
         "Put the server's own numbers beside the replay: paste an SGLang server log or a vLLM `/metrics` scrape "
         "(or give a file path or URL). The accept length, the settings the server ran with, the flag findings and "
-        "the offline replay of the active draft at the same K are shown together."
+        "the offline replay of the active draft at the same K are shown together. The bundled demo has a log in "
+        "the seed story's situation to try: `demo/data/serving/sglang_seed.log` (constructed from SpecLens's "
+        "replay of `miswired`, as its first line says; give it as the path below with `miswired` active)."
     )
     engine_name = st.radio("Engine", ["SGLang log", "vLLM metrics"], horizontal=True, key="server_engine")
     pasted = st.text_area("Paste the log or the scrape", "", height=160, key="server_text")

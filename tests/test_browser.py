@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.browser import CHROMIUM, CHROMIUM_ARGS, REPO, streamlit_server
+from tests.support.demo import demo_wiring
 
 SHOTS = REPO / "tests" / "artifacts" / "browser"
 HOSTILE = "x = '<script>alert(1)</script>' + '<img src=x onerror=alert(1)>'\n"
@@ -244,7 +245,10 @@ def test_dashboard_in_chromium(tmp_path, hostile_dataset):
         page.screenshot(path=str(SHOTS / "5d_diagnostics_doctor_miswired.png"), full_page=True)
         page.get_by_role("tab", name="Wiring probe").click()
         page.get_by_role("button", name="Run the probe").click()
-        page.get_by_text(re.compile(r"^The draft was trained on HF \[0, 2, 4\]")).wait_for(timeout=300_000)
+        trained, declared = demo_wiring()
+        page.get_by_text(re.compile("^The draft was trained on HF " + re.escape(str(trained)))).wait_for(
+            timeout=300_000
+        )
         wait_idle(page)
         page.screenshot(path=str(SHOTS / "5c_diagnostics_probe.png"), full_page=True)
         page.get_by_role("tab", name="Serving-flag lint").click()
@@ -254,8 +258,8 @@ def test_dashboard_in_chromium(tmp_path, hostile_dataset):
         page.get_by_text("aux-ids-not-trained").first.wait_for(timeout=60_000)
         wait_idle(page)
         findings = [t for t in page.locator('[data-testid="stAlert"]').all_inner_texts() if "Fix:" in t]
-        assert findings and all("[2, 4, 5]" not in t.split("Fix:")[1] for t in findings), findings
-        assert any("[0, 2, 4]" in t.split("Fix:")[1] for t in findings)
+        assert findings and all(str(declared) not in t.split("Fix:")[1] for t in findings), findings
+        assert any(str(trained) in t.split("Fix:")[1] for t in findings)
         page.screenshot(path=str(SHOTS / "5e_diagnostics_lint_after_probe.png"), full_page=True)
 
         # Runs: the history lists the decode and both compare runs

@@ -69,11 +69,31 @@ def test_committed_files_load_offline():
         )
     conversations = json.loads((DEMO / "data" / "sharegpt.json").read_text())
     assert conversations and all(c["conversations"][0]["from"] == "human" for c in conversations)
+    continuations = [json.loads(line) for line in (DEMO / "data" / "eval_continuations.jsonl").open()]
+    assert [c["index"] for c in continuations[:16]] == list(range(16))
+    assert all(len(c["ids"]) == 96 for c in continuations)
     files = sorted((DEMO / "data" / "features").glob("*.ckpt"))
     assert files
     data = torch.load(files[0], weights_only=True)
     assert data["aux_hidden_state"].shape[-1] == 3 * model.config.hidden_size
     assert data["hidden_state"].shape[1] == len(data["input_ids"])
+
+
+def test_the_serving_log_reads_as_the_seed_story():
+    """The constructed SGLang log: the draft-token reset notice, the effective settings after it,
+    and the mis-wired draft's replayed accept lengths."""
+    from backend.data.serving import parse_sglang_log
+
+    path = DEMO / "data" / "serving" / "sglang_seed.log"
+    seen = parse_sglang_log(path.read_text(), str(path))
+    assert seen.rewrites and "adjusted" in seen.rewrites[0]
+    assert seen.settings["speculative_draft_model_path"] == "demo/drafts/miswired"
+    steps = seen.settings["speculative_num_steps"]
+    assert (
+        seen.settings["speculative_eagle_topk"] == 1
+        and seen.settings["speculative_num_draft_tokens"] == steps + 1
+    )
+    assert seen.samples >= 16 and 1.0 <= seen.accept_length <= steps + 1
 
 
 def test_demo_fits_in_40_megabytes():
@@ -121,7 +141,7 @@ def test_headline_numbers(target, evaluation):
     trained = json.loads((DEMO_DRAFTS / "miswired" / "TRAINED_WIRING.json").read_text())["aux_hf_indices"]
     true_al, _ = live(target, "miswired", prompts, wiring=trained)
     declared_al, _ = live(target, "miswired", prompts)
-    assert true_al >= 2.3 and declared_al <= 0.9 * true_al
+    assert true_al >= 2.3 and declared_al <= 0.75 * true_al
 
 
 def test_probe_ranks_the_demo_drafts(target, evaluation):

@@ -5,6 +5,9 @@ next to cosine; a 50x scale bug still shows cosine 1.000003):
 - cosine: cos(a, b);  norm_ratio: |a| / |b|;  max_abs_diff: max_i |a_i - b_i|;
 - relative_error: |a - b| / |b|.
 A chunk mismatches when cosine < 0.999 or relative_error > 0.05 (bf16 rounding stays far inside).
+Two all-zero vectors are equal (cosine 1, norm ratio 1, errors 0): the embedding output of a padding
+token (nn.Embedding's padding_idx row, e.g. a Llama whose pad id is its EOS) is exactly zero on both
+sides, and an undefined cosine there would call the embedding chunk a mismatch.
 """
 
 from __future__ import annotations
@@ -46,6 +49,10 @@ def compare_chunks(
     ratio = norm_a / norm_b.clamp_min(tiny)
     max_abs = difference.abs().amax(dim=-1)
     relative = difference.norm(dim=-1) / norm_b.clamp_min(tiny)
+    both_zero = (norm_a == 0) & (norm_b == 0)
+    cosine = cosine.masked_fill(both_zero, 1.0)
+    ratio = ratio.masked_fill(both_zero, 1.0)
+    relative = relative.masked_fill(both_zero, 0.0)
     rows = []
     for row, position in enumerate(positions):
         for chunk, name in enumerate(chunk_names):
@@ -101,9 +108,10 @@ def train_vs_serve(target: Target, features: FeatureFile, serving_indices) -> Tr
         scores = []
         for index in every:
             state = passed.states[index].float().cpu()
-            cosine = torch.nn.functional.cosine_similarity(state, stored, dim=-1).mean().item()
-            ratio = (state.norm(dim=-1) / stored.norm(dim=-1).clamp_min(1e-12)).mean().item()
-            scores.append((cosine, ratio, index))
+            both_zero = (state.norm(dim=-1) == 0) & (stored.norm(dim=-1) == 0)  # a padding token's embedding
+            cosine = torch.nn.functional.cosine_similarity(state, stored, dim=-1).masked_fill(both_zero, 1.0)
+            ratio = (state.norm(dim=-1) / stored.norm(dim=-1).clamp_min(1e-12)).masked_fill(both_zero, 1.0)
+            scores.append((cosine.mean().item(), ratio.mean().item(), index))
         cosine, ratio, index = max(scores)
         equal = cosine >= COSINE_THRESHOLD and abs(ratio - 1) < RELATIVE_ERROR_THRESHOLD
         matches.append(

@@ -25,6 +25,22 @@ def test_compare_chunks_metrics():
     assert {r["position"] for r in rows} == {7} and {r["reference"] for r in rows} == {"ref"}
 
 
+def test_two_zero_vectors_are_equal_and_one_zero_vector_is_not():
+    """A padding token's embedding output is exactly zero on both sides (padding_idx): equal, not a
+    mismatch with an undefined cosine; zero on one side only stays a mismatch."""
+    import torch
+
+    from backend.diagnostics.hidden_diff import compare_chunks
+    from backend.diagnostics.mismatch import first_mismatch
+
+    fed = torch.tensor([[0.0, 0.0, 1.0, 2.0], [0.0, 0.0, 1.0, 2.0]])
+    reference = torch.tensor([[0.0, 0.0, 1.0, 2.0], [3.0, 0.0, 1.0, 2.0]])
+    rows = compare_chunks(fed, reference, [0, 1], ["emb", "mid"], "ref")
+    assert rows[0]["cosine"] == 1 and rows[0]["norm_ratio"] == 1 and rows[0]["relative_error"] == 0
+    assert rows[2]["cosine"] == 0 and rows[2]["relative_error"] == 1
+    assert first_mismatch(rows, ["emb", "mid"])["position"] == 1
+
+
 def test_compare_chunks_refuses_other_shapes():
     import torch
 

@@ -34,8 +34,10 @@ def test_server_vs_replay_tab_reads_a_pasted_log_and_refuses_garbage(db):
 def test_the_verdict_on_miswired_points_at_the_probe_and_then_names_the_trained_layers(db):
     from backend.defaults import DEMO_DRAFTS
     from backend.service import checks
+    from tests.support.demo import demo_wiring
     from tests.support.pages import finish
 
+    trained, declared = demo_wiring()
     diagnostics = ok(page("4_Diagnostics").run())
     ok(diagnostics.selectbox(key="sidebar_draft").set_value("miswired").run())
     assert diagnostics.session_state["global_draft"] == str(DEMO_DRAFTS / "miswired")
@@ -48,14 +50,14 @@ def test_the_verdict_on_miswired_points_at_the_probe_and_then_names_the_trained_
     checks.remember_probe(
         target,
         str(DEMO_DRAFTS / "miswired"),
-        {"confirmed": False, "best": {"aux_hf_indices": [0, 2, 4]}, "verdict": "x"},
+        {"confirmed": False, "best": {"aux_hf_indices": trained}, "verdict": "x"},
     )
     try:
         diagnostics = ok(diagnostics.run())
-        assert any("trained on HF [0, 2, 4]" in e.value.replace("\\", "") for e in diagnostics.error)
+        assert any(f"trained on HF {trained}" in e.value.replace("\\", "") for e in diagnostics.error)
         ok(diagnostics.radio(key="lint_engine").set_value("vLLM").run())
         ok(diagnostics.button(key="lint_run").click().run())
         findings = " ".join(e.value for e in diagnostics.error)
-        assert "aux-ids-not-trained" in findings and "[2, 4, 5]" not in findings.split("Fix:")[-1]
+        assert "aux-ids-not-trained" in findings and str(declared) not in findings.split("Fix:")[-1]
     finally:
         checks._PROBES.clear()

@@ -36,24 +36,26 @@ def test_the_verdict_on_the_bundled_miswired_draft():
     from backend.defaults import DEMO_DRAFTS, DEMO_TARGET
     from backend.service import checks
     from backend.service.tasks import signals_job
+    from tests.support.demo import demo_wiring
 
+    trained, declared = demo_wiring()
     target, draft = str(DEMO_TARGET), str(DEMO_DRAFTS / "miswired")
     quiet = lambda *_: None  # noqa: E731
     blind = checks.verdict(signals_job(target, draft, None, progress=quiet), target, draft)
     assert blind["level"] == "unverified" and blind["next_check"] == "wiring probe"
     features = str(DEMO_TARGET.parent / "data" / "features" / "data_0.ckpt")
     seen = checks.verdict(signals_job(target, draft, features, progress=quiet), target, draft)
-    assert seen["level"] == "error" and "trained on HF [0, 2, 4]" in seen["headline"]
+    assert seen["level"] == "error" and f"trained on HF {trained}" in seen["headline"]
     vllm = f'vllm serve {target} --speculative-config \'{{"method": "eagle3", "model": "{draft}"}}\''
-    assert "[2, 4, 5]" in " ".join(f["fix"] for f in checks.lint(draft, vllm, "vLLM", target)["findings"])
+    assert str(declared) in " ".join(f["fix"] for f in checks.lint(draft, vllm, "vLLM", target)["findings"])
     checks.remember_probe(
-        target, draft, {"confirmed": False, "best": {"aux_hf_indices": [0, 2, 4]}, "verdict": "x"}
+        target, draft, {"confirmed": False, "best": {"aux_hf_indices": trained}, "verdict": "x"}
     )
     try:
-        assert checks.trained_wiring(target, draft) == [0, 2, 4]
+        assert checks.trained_wiring(target, draft) == trained
         after = checks.verdict(signals_job(target, draft, None, progress=quiet), target, draft)
         assert after["level"] == "error" and after["next_check"] is None
-        fixes = " ".join(f["fix"] for f in checks.lint(draft, vllm, "vLLM", target, [0, 2, 4])["findings"])
-        assert "[0, 2, 4]" in fixes and "[2, 4, 5]" not in fixes
+        fixes = " ".join(f["fix"] for f in checks.lint(draft, vllm, "vLLM", target, trained)["findings"])
+        assert str(trained) in fixes and str(declared) not in fixes
     finally:
         checks._PROBES.clear()

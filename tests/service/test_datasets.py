@@ -132,11 +132,18 @@ def test_feature_tensors_lists_what_a_feature_file_holds(tmp_path):
     from backend.defaults import DEMO_EVAL
     from backend.service.datasets import feature_tensors
 
-    rows = {r["tensor"]: r for r in feature_tensors(str(DEMO_EVAL.parent / "features" / "data_0.ckpt"))}
+    path = DEMO_EVAL.parent / "features" / "data_0.ckpt"
+    tokens = len(torch.load(path, weights_only=True)["input_ids"])
+    hidden = json.loads((DEMO_EVAL.parent.parent / "target" / "config.json").read_text())["hidden_size"]
+    rows = {r["tensor"]: r for r in feature_tensors(str(path))}
     assert list(rows) == ["input_ids", "loss_mask", "hidden_state", "aux_hidden_state"]
-    assert (rows["hidden_state"]["shape"], rows["hidden_state"]["dtype"]) == ("[1, 224, 192]", "bfloat16")
+    assert rows["input_ids"]["shape"] == f"[{tokens}]"
+    assert (rows["hidden_state"]["shape"], rows["hidden_state"]["dtype"]) == (
+        f"[1, {tokens}, {hidden}]",
+        "bfloat16",
+    )
     assert (
-        rows["aux_hidden_state"]["shape"] == "[1, 224, 576]"
+        rows["aux_hidden_state"]["shape"] == f"[1, {tokens}, {3 * hidden}]"
         and "3 target layers" in rows["aux_hidden_state"]["holds"]
     )
     legacy = tmp_path / "legacy.ckpt"  # not memory-mappable: read the ordinary way

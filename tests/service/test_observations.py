@@ -87,7 +87,7 @@ class FakeSGLang(BaseHTTPRequestHandler):
             "text": "x",
             "meta_info": {
                 "completion_tokens": tokens,
-                "spec_verify_ct": tokens // 2,
+                "spec_verify_ct": tokens * 3 // 4,  # accept length 4/3 at 32 tokens: far below the replay's
                 "prompt_tokens": len(body["input_ids"]),
             },
         }
@@ -115,10 +115,12 @@ def test_serve_check_puts_each_samples_server_accept_length_beside_its_replay(db
         result = serve_check(db_url, url, samples, str(DEMO_TARGET), str(DEMO_DRAFTS / "final"), 4, 32)
     finally:
         server.shutdown()
-    assert [r["server_accept_length"] for r in result["rows"]] == [2.0, 2.0]
-    assert result["server_mean_accept_length"] == 2.0
+    assert [r["server_accept_length"] for r in result["rows"]] == pytest.approx([4 / 3, 4 / 3])
+    assert result["server_mean_accept_length"] == pytest.approx(4 / 3)
     replays = [r["replay_accept_length"] for r in result["rows"]]
-    assert result["replay_mean_accept_length"] == pytest.approx(sum(replays) / 2) and min(replays) > 2.5
+    assert (
+        result["replay_mean_accept_length"] == pytest.approx(sum(replays) / 2) and min(replays) > 4 / 3 / 0.85
+    )
     assert "the serving side is the suspect" in result["verdict"]
 
 

@@ -1,0 +1,15 @@
+"""Facts of the bundled demo that tests assert on, read from its files rather than written down twice."""
+
+from __future__ import annotations
+
+import json
+
+from backend.defaults import DEMO_DRAFTS, DEMO_TARGET
+from backend.engine.wiring import default_hf_indices
+
+
+def demo_wiring() -> tuple[list[int], list[int]]:
+    """(HF indices `miswired` was trained on, HF indices its config declares: the defaults)."""
+    trained = json.loads((DEMO_DRAFTS / "miswired" / "TRAINED_WIRING.json").read_text())["aux_hf_indices"]
+    layers = json.loads((DEMO_TARGET / "config.json").read_text())["num_hidden_layers"]
+    return trained, default_hf_indices(layers)
