@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.demo import feature_file_size
 from tests.support.pages import REPO, frame_with, ok, page
 
 pytestmark = pytest.mark.slow  # each test runs the whole page several times
@@ -51,15 +52,16 @@ def test_filters_start_fresh_on_each_dataset(db):
     assert match_caption(app).startswith("0 of") and "clear the search" in match_caption(app)
     assert not [f for f in app.dataframe if f.key and f.key.startswith("samples_table_")]  # no empty grid
 
+    tokens, hidden = feature_file_size("data_0.ckpt")
     import_path(app, FEATURES / "data_0.ckpt")  # the import selects the new dataset
     assert app.selectbox(key="samples_dataset_select").value == 2
     assert match_caption(app).startswith("1 of 1")  # the first dataset's search did not follow it
     assert app.text_input(key="samples_filter_text_2").value == ""
     assert not [s for s in app.slider if s.key == "samples_filter_length_2"]  # one length: no slider
-    assert any("every sample has 224 tokens" in c.value for c in app.caption)
+    assert any(f"every sample has {tokens} tokens" in c.value for c in app.caption)
     tensors = frame_with(app, "shape").set_index("tensor")
-    assert tensors.loc["hidden_state", "shape"] == "[1, 224, 192]"
-    assert tensors.loc["aux_hidden_state", "shape"] == "[1, 224, 576]"
+    assert tensors.loc["hidden_state", "shape"] == f"[1, {tokens}, {hidden}]"
+    assert tensors.loc["aux_hidden_state", "shape"] == f"[1, {tokens}, {3 * hidden}]"
     assert tensors.loc["aux_hidden_state", "dtype"] == "bfloat16"
 
     app.text_input(key="samples_filter_text_2").set_value("zzzz-not-there").run()
@@ -115,7 +117,11 @@ def test_an_upload_is_kept_and_says_what_it_was(db):
     assert saved.parent.parent == uploads and saved.name == "data_1.ckpt" and saved.read_bytes() == data
     assert any(c.value.startswith("Uploaded as data\\_1\\.ckpt") for c in app.caption)
     assert "uploaded as data_1.ckpt" in frame_with(app, "origin")["origin"].tolist()
-    assert frame_with(app, "shape").set_index("tensor").loc["hidden_state", "shape"] == "[1, 208, 192]"
+    tokens, hidden = feature_file_size("data_1.ckpt")
+    assert (
+        frame_with(app, "shape").set_index("tensor").loc["hidden_state", "shape"]
+        == f"[1, {tokens}, {hidden}]"
+    )
 
     saved.unlink()  # a feature file gone: a one-line note, no traceback
     ok(app.run())
