@@ -30,6 +30,23 @@ def target_config(
     )
 
 
+def update_weights(model, optimizer, loss: torch.Tensor) -> None:
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def watch(model, monitor, every: int, done: int, total: int, log, label: str) -> None:
+    """Log monitor(model) (eval mode, no grad) after every `every` of `total` updates, but the last."""
+    if monitor is None or done % every or done >= total:
+        return
+    model.eval()
+    with torch.no_grad():
+        log(f"{label} {done}: {monitor(model)}")
+    model.train()
+
+
 def cosine_lr(step: int, total: int, peak: float, warmup: int) -> float:
     if step < warmup:
         return peak * (step + 1) / warmup
@@ -71,10 +88,7 @@ def train_target(
         offsets = torch.randint(0, len(train) - seq_len - 1, (batch,), generator=generator)
         window = torch.stack([train[o : o + seq_len] for o in offsets.tolist()])
         loss = model(input_ids=window, labels=window).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        update_weights(model, optimizer, loss)
         if step % 25 == 0 or step == steps - 1:
             elapsed = time.time() - start
             rate = (step + 1) * batch * seq_len / elapsed
@@ -82,11 +96,7 @@ def train_target(
                 f"target step {step + 1}/{steps}  loss {loss.item():.3f}  {rate:,.0f} tok/s  "
                 f"eta {elapsed / (step + 1) * (steps - step - 1) / 60:.1f} min"
             )
-        if monitor is not None and (step + 1) % monitor_every == 0 and step + 1 < steps:
-            model.eval()
-            with torch.no_grad():
-                log(f"target step {step + 1}: {monitor(model)}")
-            model.train()
+        watch(model, monitor, monitor_every, step + 1, steps, log, "target step")
     model.eval()
     log(f"target validation perplexity {validation_perplexity(model, valid, seq_len):.1f}")
     model.generation_config = GenerationConfig(
@@ -173,20 +183,13 @@ def unlikelihood_finetune(
             window = torch.stack([train[o : o + seq_len] for o in offsets.tolist()])
             loss = model(input_ids=window, labels=window).loss
             kind = "likelihood"
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        update_weights(model, optimizer, loss)
         if update % 10 == 0 or update == updates - 1:
             log(
                 f"unlikelihood update {update + 1}/{updates}  {kind} loss {loss.item():.3f}  "
                 f"{(time.time() - start) / 60:.1f} min"
             )
-        if monitor is not None and (update + 1) % monitor_every == 0 and update + 1 < updates:
-            model.eval()
-            with torch.no_grad():
-                log(f"unlikelihood update {update + 1}: {monitor(model)}")
-            model.train()
+        watch(model, monitor, monitor_every, update + 1, updates, log, "unlikelihood update")
     model.eval()
     log(
         f"target validation perplexity after unlikelihood training {validation_perplexity(model, tokens[split:], seq_len):.1f}"
