@@ -89,6 +89,22 @@ def wirings(num_layers: int) -> dict[str, list[int]]:
     return {"declared": declared, "miswired": [0, declared[0], declared[1]]}
 
 
+def repetition_monitor(tokenizer, files):
+    """monitor(model) -> a log line: the repeated-4-gram share of the model's greedy continuations of 8
+    held-out prompts, beside their files' own continuations (demo/repetition.py)."""
+    watched = make_data.tokenize_prompts(tokenizer, corpus.prompt_snippets(files, 8, SEED + 5), SEED)
+    corpus_share = repetition.mean_share([c for _, _, c in watched])
+
+    def monitor(model) -> str:
+        outputs = make_data.greedy_outputs(model, [p for _, p, _ in watched], make_data.CONTINUATION_TOKENS)
+        return (
+            f"repeated 4-gram share of {len(watched)} greedy outputs {repetition.mean_share(outputs):.3f} "
+            f"(their files' own continuations: {corpus_share:.3f})"
+        )
+
+    return monitor
+
+
 def build(out: Path, work: Path, plan: Plan) -> None:
     torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
     work.mkdir(parents=True, exist_ok=True)
@@ -120,20 +136,9 @@ def build(out: Path, work: Path, plan: Plan) -> None:
         "train": (held_files[0::2], plan.train_samples, SEED + 1),
         "eval": (held_files[1::2], plan.eval_samples, SEED + 2),
     }
-    watched = make_data.tokenize_prompts(
-        tokenizer, corpus.prompt_snippets(held_files[1::2], 8, SEED + 5), SEED
-    )
-    corpus_share = repetition.mean_share([c for _, _, c in watched])
-
-    def monitor(model) -> str:
-        outputs = make_data.greedy_outputs(model, [p for _, p, _ in watched], make_data.CONTINUATION_TOKENS)
-        return (
-            f"repeated 4-gram share of {len(watched)} greedy outputs {repetition.mean_share(outputs):.3f} "
-            f"(their files' own continuations: {corpus_share:.3f})"
-        )
-
     target_dir = out / "target"
     if not (target_dir / "model.safetensors").exists():
+        monitor = repetition_monitor(tokenizer, held_files[1::2])
         stream = torch.load(tokens_file, weights_only=True)
         likelihood_dir = work / "target_likelihood"  # kept so that a resumed build skips the long stage
         if not (likelihood_dir / "model.safetensors").exists():

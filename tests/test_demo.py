@@ -12,6 +12,7 @@ import pytest
 from backend.data.samples import read_jsonl
 from backend.defaults import DEMO, DEMO_DRAFTS, DEMO_EVAL, DEMO_TARGET
 from backend.engine.wiring import default_hf_indices
+from tests.support.demo import demo_wiring
 
 pytestmark = pytest.mark.slow
 
@@ -138,7 +139,7 @@ def test_headline_numbers(target, evaluation):
     assert final_al >= 2.3 and epoch1_al < final_al
     for sample, output in zip(prompts, outputs, strict=True):
         assert output == plain_greedy(target, sample.prompt_ids, len(output))  # exactness on the demo pair
-    trained = json.loads((DEMO_DRAFTS / "miswired" / "TRAINED_WIRING.json").read_text())["aux_hf_indices"]
+    trained, _ = demo_wiring()
     true_al, _ = live(target, "miswired", prompts, wiring=trained)
     declared_al, _ = live(target, "miswired", prompts)
     assert true_al >= 2.3 and declared_al <= 0.75 * true_al
@@ -147,7 +148,7 @@ def test_headline_numbers(target, evaluation):
 def test_probe_ranks_the_demo_drafts(target, evaluation):
     from backend.diagnostics.probe import run_probe
 
-    trained = json.loads((DEMO_DRAFTS / "miswired" / "TRAINED_WIRING.json").read_text())["aux_hf_indices"]
+    trained, _ = demo_wiring()
     miswired, declared = load_draft(target, "miswired")
     report = run_probe(target, miswired, declared, evaluation[:6], num_steps=K, search_budget=20)
     assert not report.confirmed and list(report.best.aux_hf_indices) == trained

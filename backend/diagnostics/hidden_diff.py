@@ -29,6 +29,15 @@ from backend.engine.loading import Target
 from backend.engine.teacher import target_pass
 
 
+def cosine_and_norm_ratio(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row (last dim the vector): cos(a, b) and |a| / |b|, two all-zero rows counting as equal."""
+    norm_a, norm_b = a.norm(dim=-1), b.norm(dim=-1)
+    both_zero = (norm_a == 0) & (norm_b == 0)
+    cosine = torch.nn.functional.cosine_similarity(a, b, dim=-1, eps=1e-12).masked_fill(both_zero, 1.0)
+    ratio = (norm_a / norm_b.clamp_min(torch.finfo(torch.float32).tiny)).masked_fill(both_zero, 1.0)
+    return cosine, ratio
+
+
 def compare_chunks(
     fed: torch.Tensor,
     reference: torch.Tensor,
@@ -43,16 +52,12 @@ def compare_chunks(
     a = fed.float().reshape(fed.shape[0], n, -1)
     b = reference.float().reshape(reference.shape[0], n, -1)
     norm_a, norm_b = a.norm(dim=-1), b.norm(dim=-1)
-    cosine = torch.nn.functional.cosine_similarity(a, b, dim=-1, eps=1e-12)
+    cosine, ratio = cosine_and_norm_ratio(a, b)
     difference = a - b
-    tiny = torch.finfo(torch.float32).tiny
-    ratio = norm_a / norm_b.clamp_min(tiny)
     max_abs = difference.abs().amax(dim=-1)
-    relative = difference.norm(dim=-1) / norm_b.clamp_min(tiny)
-    both_zero = (norm_a == 0) & (norm_b == 0)
-    cosine = cosine.masked_fill(both_zero, 1.0)
-    ratio = ratio.masked_fill(both_zero, 1.0)
-    relative = relative.masked_fill(both_zero, 0.0)
+    relative = difference.norm(dim=-1) / norm_b.clamp_min(
+        torch.finfo(torch.float32).tiny
+    )  # 0 when both are 0
     rows = []
     for row, position in enumerate(positions):
         for chunk, name in enumerate(chunk_names):
@@ -108,9 +113,7 @@ def train_vs_serve(target: Target, features: FeatureFile, serving_indices) -> Tr
         scores = []
         for index in every:
             state = passed.states[index].float().cpu()
-            both_zero = (state.norm(dim=-1) == 0) & (stored.norm(dim=-1) == 0)  # a padding token's embedding
-            cosine = torch.nn.functional.cosine_similarity(state, stored, dim=-1).masked_fill(both_zero, 1.0)
-            ratio = (state.norm(dim=-1) / stored.norm(dim=-1).clamp_min(1e-12)).masked_fill(both_zero, 1.0)
+            cosine, ratio = cosine_and_norm_ratio(state, stored)
             scores.append((cosine.mean().item(), ratio.mean().item(), index))
         cosine, ratio, index = max(scores)
         equal = cosine >= COSINE_THRESHOLD and abs(ratio - 1) < RELATIVE_ERROR_THRESHOLD

@@ -131,10 +131,10 @@ def test_feature_tensors_lists_what_a_feature_file_holds(tmp_path):
 
     from backend.defaults import DEMO_EVAL
     from backend.service.datasets import feature_tensors
+    from tests.support.demo import feature_file_size
 
     path = DEMO_EVAL.parent / "features" / "data_0.ckpt"
-    tokens = len(torch.load(path, weights_only=True)["input_ids"])
-    hidden = json.loads((DEMO_EVAL.parent.parent / "target" / "config.json").read_text())["hidden_size"]
+    tokens, hidden = feature_file_size("data_0.ckpt")
     rows = {r["tensor"]: r for r in feature_tensors(str(path))}
     assert list(rows) == ["input_ids", "loss_mask", "hidden_state", "aux_hidden_state"]
     assert rows["input_ids"]["shape"] == f"[{tokens}]"

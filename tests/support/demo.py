@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from backend.defaults import DEMO_DRAFTS, DEMO_TARGET
+from backend.defaults import DEMO, DEMO_DRAFTS, DEMO_TARGET
 from backend.engine.wiring import default_hf_indices
 
 
@@ -18,8 +18,6 @@ def demo_wiring() -> tuple[list[int], list[int]]:
 def feature_file_size(name: str) -> tuple[int, int]:
     """(tokens, target hidden size) of the bundled feature file demo/data/features/`name`."""
     import torch
-
-    from backend.defaults import DEMO
 
     tokens = len(torch.load(DEMO / "data" / "features" / name, weights_only=True)["input_ids"])
     return tokens, json.loads((DEMO_TARGET / "config.json").read_text())["hidden_size"]
