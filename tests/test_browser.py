@@ -179,6 +179,7 @@ def test_dashboard_in_chromium(tmp_path, hostile_dataset):
         while not selected(page, "Run").startswith("run 3 · finished") and time.time() < deadline:
             page.wait_for_timeout(1000)
         assert selected(page, "Run").startswith("run 3 · finished")
+        wait_idle(page)  # the rerun that shows the end may still be replacing the last poll's elements
         assert page.locator('[data-testid="stProgress"]').count() == 0
         page.get_by_text(re.compile(r"^Step 1 of")).wait_for(timeout=60_000)
         wait_idle(page)
