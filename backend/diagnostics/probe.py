@@ -100,6 +100,15 @@ class ProbeReport:
             or self.declared.acc_step0 >= self.best.acc_step0 - confirm_margin(self.best)
         )
 
+    @property
+    def as_good(self) -> list[Candidate]:
+        """Candidates other than the best whose acc_0 lies within the noise of the best's
+        (confirm_margin): on these samples they cannot be told from it. In a deep target two
+        neighbouring layers (HF 1 and 2, say) can carry nearly the same state, so a draft trained on
+        one is served as well by the other."""
+        floor = self.best.acc_step0 - confirm_margin(self.best)
+        return [c for c in self.candidates[1:] if c.acc_step0 >= floor]
+
     def to_dict(self) -> dict:
         return {
             "declared": {**self.declared.to_dict(), "source": self.declared_source},
@@ -108,6 +117,7 @@ class ProbeReport:
             "verdict": self.verdict,
             "confirmed": self.confirmed,
             "confirm_margin": confirm_margin(self.best),
+            "as_good_as_best": [list(c.aux_hf_indices) for c in self.as_good],
             "config": {
                 "sglang": {"eagle_config": {"eagle_aux_hidden_state_layer_ids": self.sglang_ids}},
                 "vllm": {"eagle_aux_hidden_state_layer_ids": self.vllm_ids},
@@ -310,8 +320,20 @@ def verdict(report: ProbeReport, num_layers: int) -> str:
     live = ""
     if best.live_accept_length is not None and declared.live_accept_length is not None:
         live = f"; live accept length {declared.live_accept_length:.2f} vs {best.live_accept_length:.2f}"
+    tied = [c for c in report.as_good if c is not declared]
+    if not tied:
+        return (
+            f"The draft was trained on {describe(best.aux_hf_indices, num_layers)}, not on the declared "
+            f"{describe(declared.aux_hf_indices, num_layers)}: acc_0 {best.acc_step0:.3f} vs "
+            f"{declared.acc_step0:.3f} with the declared wiring{loss}{live}. {config}"
+        )
+    others = ", ".join(f"HF {list(c.aux_hf_indices)} ({c.acc_step0:.3f})" for c in tied[:3])
+    more = f" and {len(tied) - 3} more" if len(tied) > 3 else ""
     return (
-        f"The draft was trained on {describe(best.aux_hf_indices, num_layers)}, not on the declared "
-        f"{describe(declared.aux_hf_indices, num_layers)}: acc_0 {best.acc_step0:.3f} vs "
-        f"{declared.acc_step0:.3f} with the declared wiring{loss}{live}. {config}"
+        f"The draft was not trained on the declared {describe(declared.aux_hf_indices, num_layers)}: "
+        f"the best wiring, {describe(best.aux_hf_indices, num_layers)}, scores acc_0 {best.acc_step0:.3f} vs "
+        f"{declared.acc_step0:.3f} with the declared wiring{loss}{live}. {report.n_samples} samples cannot tell "
+        f"it from {others}{more}: within the noise (±{confirm_margin(best):.3f}, two standard errors over "
+        f"{best.n_positions} positions), so the trained wiring may be any of them; each serves the draft "
+        f"about as well. {config}"
     )

@@ -83,6 +83,7 @@ def summarise(
     signals["lint"] = "not run" if lint_findings is None else ("findings" if wiring_errors else "passed")
 
     trained = None  # the HF indices some check found the draft trained on
+    as_good: list = []  # wirings the probe could not tell from `trained` (backend/diagnostics/probe.py)
     if probe is not None:
         best = probe.get("best", {}).get("aux_hf_indices")
         if probe.get("confirmed"):
@@ -90,7 +91,7 @@ def summarise(
             reasons.append(f"wiring probe: the declared wiring is the trained one (HF {best})")
         else:
             signals["wiring probe"] = "rejected the declared wiring"
-            trained = best
+            trained, as_good = best, list(probe.get("as_good_as_best") or [])
             level = _worse(level, "error")
             reasons.append(f"wiring probe: {probe.get('verdict', '')}")
     else:
@@ -107,8 +108,11 @@ def summarise(
                 f"from training's from {mismatch.get('chunk')} at position {mismatch.get('position')}; the "
                 f"training chunks equal HF {found} (None: no layer matches)"
             )
-            if trained is None and found and all(i is not None for i in found):
-                trained = found
+            # the diff compares the features themselves: where it names one of the wirings the probe
+            # could not tell apart, it settles which
+            exact = bool(found) and all(i is not None for i in found)
+            if exact and (trained is None or list(found) in [list(trained), *map(list, as_good)]):
+                trained, as_good = found, []
         else:
             signals["train vs serve"] = "equal"
             reasons.append("train vs serve: the features serving feeds equal training's")
@@ -118,7 +122,13 @@ def summarise(
     if trained is not None:
         return Verdict(
             "error",
-            f"Mis-wired: this draft was trained on HF {trained}, but it is declared (and served) with HF "
+            f"Mis-wired: this draft was trained on HF {trained}"
+            + (
+                f" (or HF {', HF '.join(map(str, as_good[:3]))}, as good on the probe's samples)"
+                if as_good
+                else ""
+            )
+            + ", but it is declared (and served) with HF "
             f"{preflight.get('aux_hf_indices') if preflight else '?'}.",
             reasons,
             None if probe is not None else "wiring probe",

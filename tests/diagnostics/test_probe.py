@@ -55,3 +55,26 @@ def test_initial_candidates_read_the_declared_ids_in_both_conventions(bigram_set
     assert candidates[(2, 4, 5)][0] == "declared" and "nested ids read as HF indices" in candidates[(1, 3, 4)]
     assert "embedding output for the low layer" in candidates[(0, 4, 5)]
     assert all(len(set(c)) == 3 and all(0 <= i <= 8 for i in c) for c in candidates)
+
+
+def test_wirings_inside_the_noise_of_the_best_are_named_as_good():
+    """Two neighbouring layers of a deep target can serve a draft equally: the probe names every wiring
+    within two standard errors of the best instead of claiming the best is the trained one."""
+    from backend.diagnostics.probe import Candidate, ProbeReport, verdict
+
+    declared = Candidate((2, 6, 9), ["declared"], [0.143, 0.1], 762)
+    best = Candidate((0, 1, 6), ["search"], [0.592, 0.5], 762)
+    tie = Candidate((0, 2, 6), ["seed shift"], [0.584, 0.5], 762)
+    far = Candidate((0, 4, 6), ["search"], [0.40, 0.3], 762)
+
+    def report(candidates):
+        return ProbeReport(declared, "config", candidates, "", [-1, 0, 5], [0, 1, 6], 1.0, 2, 6)
+
+    tied = report([best, tie, far, declared])
+    assert not tied.confirmed and tied.as_good == [tie]  # margin 2 * sqrt(.592 * .408 / 762) = 0.036
+    text = verdict(tied, 12)
+    assert text.startswith("The draft was not trained on the declared HF [2, 6, 9]")
+    assert "cannot tell it from HF [0, 2, 6] (0.584)" in text and "[0, 4, 6]" not in text
+    assert tied.to_dict()["as_good_as_best"] == [[0, 2, 6]]
+    alone = report([best, far, declared])
+    assert alone.as_good == [] and verdict(alone, 12).startswith("The draft was trained on HF [0, 1, 6]")

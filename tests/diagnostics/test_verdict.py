@@ -74,3 +74,20 @@ def test_lint_errors_and_warnings_count():
     assert summarise(PASSED, [error], None, None, PROBE_CONFIRMED).level == "error"
     verdict = summarise(PASSED, [warning], None, None, PROBE_CONFIRMED)
     assert verdict.level == "warning" and any("aux-ids-convention" in r for r in verdict.reasons)
+
+
+def test_wirings_the_probe_cannot_tell_apart_are_named_and_the_diff_settles_them():
+    tied = {**PROBE_REJECTED, "as_good_as_best": [[0, 1, 4]]}
+    verdict = summarise(PASSED, [], None, None, tied)
+    assert (
+        "trained on HF [0, 2, 4] (or HF [0, 1, 4], as good on the probe's samples), but" in verdict.headline
+    )
+    diff = {
+        "serving_aux_hf_indices": [2, 4, 5],
+        "first_mismatch": {"chunk": "chunk0 (serve HF 2)", "position": 0},
+        "training_aux_hf_indices": [0, 1, 4],
+    }
+    settled = summarise(PASSED, [], diff, "f.ckpt", tied)
+    assert "trained on HF [0, 1, 4], but" in settled.headline  # the features themselves decide
+    elsewhere = summarise(PASSED, [], {**diff, "training_aux_hf_indices": [0, 3, 4]}, "f.ckpt", tied)
+    assert "trained on HF [0, 2, 4] (or HF [0, 1, 4]" in elsewhere.headline
