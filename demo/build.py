@@ -2,18 +2,19 @@
 (demo/corpus.py), a dataset sampled from it, and three EAGLE-3 drafts (final, epoch1, and the seed
 story's mis-wired one).
 
-    python -m demo.build                 # everything, ~70 min on 2 CPU cores; writes demo/
+    python -m demo.build                 # everything, ~56 min on 2 CPU cores; writes demo/
     python -m demo.build --quick --out /tmp/demo_quick   # a minutes-long smoke run of every stage
 
 Seeded and deterministic on one machine (the corpus is this Python's standard library and the
 installed packages, so other versions give other text). Stages reuse finished work in --work, so an interrupted build
 resumes. Numbers the build aims at are measured by `python -m demo.measure` into demo/MEASURED.md.
 
-Measured for the committed demo (2026-12-01, this 2-core machine, stages timed from the log; other
-work shared the CPU during the first): corpus and tokenizer 0.5 min, likelihood training of the
-target 44 min (2,000 steps, ~3,100 tok/s; ~40 min alone), unlikelihood fine-tuning 3.8 min,
-1,536 + 48 sampled responses 2.8 min, target features 1 min, two TTT drafts of 6 epochs 8.3 and
-8.7 min: 69 min in all, over the hour the demo was meant to take (fewer target steps is the knob).
+Measured for the committed demo (2026-12-01, this 2-core machine, nothing else running, stages timed
+from the log): corpus and tokenizer 0.4 min, likelihood training of the target 26.4 min (1,500 steps,
+~3,900 tok/s), unlikelihood fine-tuning 6.9 min (400 updates), 1,536 + 48 sampled responses 2.1 min,
+target features 0.7 min, two TTT drafts of 8 epochs 9.6 + 9.7 min: 55.8 min in all (the build ran as
+three resumable invocations; each kept stage counted once). Run alone on a quiet machine the draft
+stage took 53 s an epoch (7.1 min a draft), so the whole build fits in about 50 min.
 """
 
 from __future__ import annotations
@@ -44,17 +45,19 @@ class Plan:
     target_layers: int = 12
     target_hidden: int = 160
     target_intermediate: int = 448
-    target_steps: int = 2000
+    target_steps: int = 1500
     target_batch: int = 16
     seq_len: int = 256
-    unlikelihood_updates: int = 200
+    unlikelihood_updates: int = 400
+    unlikelihood_lr: float = 1e-3
     train_samples: int = 1536
     eval_samples: int = 48
     max_new_tokens: int = 128
     draft_vocab: int = 1024
     ttt_steps: int = 4
-    epochs: int = 6
+    epochs: int = 8
     draft_lr: float = 3e-3
+    pack_tokens: int = 512
     feature_files: int = 4
     sharegpt: int = 6
 
@@ -111,9 +114,12 @@ def build(out: Path, work: Path, plan: Plan) -> None:
     train_files, held_files = corpus.split_files(corpus.source_files(), SEED)
     log(f"corpus: {len(train_files)} training files, {len(held_files)} held-out files")
 
-    tokenizer_dir = work / "tokenizer"
+    target_dir = out / "target"
+    # A finished target carries its tokenizer: a resumed build reads it from there rather than
+    # re-tokenizing a corpus whose installed packages may have changed since.
+    tokenizer_dir = target_dir if (target_dir / "model.safetensors").exists() else work / "tokenizer"
     tokens_file = work / "tokens.pt"
-    if not tokens_file.exists():
+    if tokenizer_dir != target_dir and not tokens_file.exists():
         texts = corpus.training_text(train_files, plan.text_chars, SEED)
         sample, used = [], 0
         for text in texts:  # the tokenizer learns from the first tokenizer_chars of the shuffled files
@@ -136,7 +142,6 @@ def build(out: Path, work: Path, plan: Plan) -> None:
         "train": (held_files[0::2], plan.train_samples, SEED + 1),
         "eval": (held_files[1::2], plan.eval_samples, SEED + 2),
     }
-    target_dir = out / "target"
     if not (target_dir / "model.safetensors").exists():
         monitor = repetition_monitor(tokenizer, held_files[1::2])
         stream = torch.load(tokens_file, weights_only=True)
@@ -159,7 +164,15 @@ def build(out: Path, work: Path, plan: Plan) -> None:
         model = LlamaForCausalLM.from_pretrained(likelihood_dir, local_files_only=True, dtype=torch.float32)
         log(f"target after likelihood training: {monitor(model.eval())}")
         model = train_target.unlikelihood_finetune(
-            model, stream, plan.unlikelihood_updates, 8, plan.seq_len, SEED + 6, log=log, monitor=monitor
+            model,
+            stream,
+            plan.unlikelihood_updates,
+            8,
+            plan.seq_len,
+            SEED + 6,
+            lr=plan.unlikelihood_lr,
+            log=log,
+            monitor=monitor,
         )
         log(f"target: {monitor(model)}")
         model.to(torch.bfloat16).save_pretrained(target_dir)
@@ -228,6 +241,7 @@ def build(out: Path, work: Path, plan: Plan) -> None:
             plan.ttt_steps,
             SEED + 3,
             peak_lr=plan.draft_lr,
+            pack_tokens=plan.pack_tokens,
             on_epoch=lambda e, d: export("epoch1", d) if e == 1 else None,
             log=log,
         )
@@ -244,6 +258,7 @@ def build(out: Path, work: Path, plan: Plan) -> None:
             plan.ttt_steps,
             SEED + 4,
             peak_lr=plan.draft_lr,
+            pack_tokens=plan.pack_tokens,
             log=log,
         )
         export("miswired", draft)

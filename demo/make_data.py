@@ -10,7 +10,7 @@ import torch
 
 from backend.engine.capture import AuxCapture
 
-SAMPLING_TEMPERATURE = 0.5  # responses near what the target writes greedily, as a served draft sees
+SAMPLING_TEMPERATURE = 0.4  # responses near what the target writes greedily, as a served draft sees
 PROMPT_LENGTHS = (48, 64, 80, 96)
 
 

@@ -150,6 +150,8 @@ def unlikelihood_finetune(
     train = tokens[:split]
     start = time.time()
     for update in range(updates):
+        for group in optimizer.param_groups:  # decays to lr/10: the last updates settle, not bounce
+            group["lr"] = cosine_lr(update, updates, lr, warmup=max(1, updates // 20))
         if update % 2 == 0:
             model.eval()
             offsets = torch.randint(0, len(train) - prompt_len - 1, (batch,), generator=generator)
