@@ -6,7 +6,8 @@ Modes, each on the same eval prompts, rotated in order across rounds (medians, m
   replay     engine replay, recording off (`backend.engine.replay.replay`)
   record     engine replay, recording on, no database
   job        the job runner into SQLite (`backend.service.jobs.run_replay_job`): what the CLI and the
-             dashboard run
+             dashboard run (the target's lean forward, backend/engine/lean_target.py, the default)
+  job_hf     the same with SPECLENS_LEAN_TARGET=0: transformers' own forward on a DynamicCache
   tree       tree replay (SGLang's steps / topk / draft tokens, default 3 / 4 / 8), recording off
   tree_record  tree replay, recording on, no database
   tree_job   the job runner into SQLite with the tree
@@ -16,6 +17,7 @@ Run with `PYTHONPATH=. python bench/replay_bench.py --demo` (this module does th
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import tempfile
 import time
@@ -24,6 +26,7 @@ from pathlib import Path
 import torch
 
 from backend.defaults import DEMO_DRAFTS, DEMO_EVAL, DEMO_TARGET
+from backend.engine.lean_target import OPT_OUT
 from backend.engine.loading import load_target
 from backend.engine.preflight import load_checked_draft
 from backend.engine.replay import ReplayConfig, output_ids_of, replay
@@ -32,7 +35,7 @@ from backend.service.jobs import run_replay_job
 from backend.service.requests import ReplayRequest
 from bench.gpu_check import generate, greedy_loop
 
-MODES = ("generate", "loop", "replay", "record", "job", "tree", "tree_record", "tree_job")
+MODES = ("generate", "loop", "replay", "record", "job", "job_hf", "tree", "tree_record", "tree_job")
 TREE = (3, 4, 8)  # steps, topk, num_draft_tokens
 
 
@@ -71,12 +74,24 @@ def run_demo(
         records = list(replay(target, draft, prompt, report.wiring, config))
         return output_ids_of(records), len(records) - 1
 
+    def transformers_forward(prompt, tokens):
+        previous = os.environ.get(OPT_OUT)
+        os.environ[OPT_OUT] = "0"
+        try:
+            return job(prompt, tokens)
+        finally:
+            if previous is None:
+                os.environ.pop(OPT_OUT)
+            else:
+                os.environ[OPT_OUT] = previous
+
     run = {
         "generate": lambda p, n: (generate(target, p, n), None),
         "loop": lambda p, n: (greedy_loop(target, p, n), None),
         "replay": lambda p, n: engine(p, n, False),
         "record": lambda p, n: engine(p, n, True),
         "job": job,
+        "job_hf": transformers_forward,
         "tree": lambda p, n: engine(p, n, False, tree),
         "tree_record": lambda p, n: engine(p, n, True, tree),
         "tree_job": lambda p, n: job(p, n, tree),

@@ -124,12 +124,14 @@ def generate(target: Target, prompt: list[int], new_tokens: int) -> list[int]:
 
 
 def greedy_loop(target: Target, prompt: list[int], new_tokens: int) -> list[int]:
-    """A plain cached greedy loop: prefill, then one 1-token forward per token (no generate overhead)."""
+    """A plain cached greedy loop: prefill, then one 1-token forward per token (no generate overhead),
+    ending at an EOS as `generate` does."""
+    eos = set(target.eos_token_ids)
     with torch.inference_mode():
         cache = new_target_cache(target.model)
         logits = target_forward(target.model, torch.tensor([prompt], device=target.device), cache, 0).logits
         output = [int(logits[0, -1].argmax())]
-        while len(output) < new_tokens:
+        while len(output) < new_tokens and output[-1] not in eos:
             ids = torch.tensor([[output[-1]]], device=target.device)
             logits = target_forward(target.model, ids, cache, len(prompt) + len(output) - 1).logits
             output.append(int(logits[0, -1].argmax()))

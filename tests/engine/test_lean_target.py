@@ -7,18 +7,18 @@ import pytest
 
 
 @pytest.fixture(autouse=True)
-def opted_in(monkeypatch):
-    """The lean target forward is opt-in (SPECLENS_LEAN_TARGET=1); these tests exercise it."""
-    monkeypatch.setenv("SPECLENS_LEAN_TARGET", "1")
+def default_environment(monkeypatch):
+    """The lean target forward is the default (SPECLENS_LEAN_TARGET unset); these tests exercise it."""
+    monkeypatch.delenv("SPECLENS_LEAN_TARGET", raising=False)
 
 
-def test_the_lean_target_forward_is_off_unless_asked_for(pairs, monkeypatch):
+def test_the_lean_target_forward_is_on_unless_turned_off(pairs, monkeypatch):
     from backend.engine.kv_cache import new_replay_cache, new_target_cache
-    from backend.engine.lean_target import lean_target
+    from backend.engine.lean_target import TargetKVCache, lean_target
 
     model = pairs["random-L2"].target.model
-    assert lean_target(model) is not None
-    monkeypatch.delenv("SPECLENS_LEAN_TARGET")
+    assert lean_target(model) is not None and isinstance(new_replay_cache(model), TargetKVCache)
+    monkeypatch.setenv("SPECLENS_LEAN_TARGET", "0")
     assert lean_target(model) is None
     assert type(new_replay_cache(model)) is type(new_target_cache(model))  # transformers' own forward
 

@@ -72,6 +72,25 @@ def test_replay_equals_greedy_and_oracle(exactness, name, num_steps):
             )
 
 
+@pytest.mark.parametrize("name", ["random-L2", "copy-L5-context"])
+def test_transformers_own_forward_replays_exactly_too(pairs, name, monkeypatch):
+    """Llama targets on the CPU take the lean forward by default (backend/engine/lean_target.py);
+    with SPECLENS_LEAN_TARGET=0 they run transformers' forward on a DynamicCache, as every other
+    target does, and the replay is exact there as well."""
+    from transformers import DynamicCache
+
+    from backend.engine.kv_cache import new_replay_cache
+    from backend.engine.replay import ReplayConfig, output_ids_of, replay
+    from tests.support.oracle import plain_greedy
+
+    monkeypatch.setenv("SPECLENS_LEAN_TARGET", "0")
+    pair = pairs[name]
+    assert isinstance(new_replay_cache(pair.target.model), DynamicCache)
+    for prompt in PROMPTS[name]:
+        records = list(replay(pair.target, pair.draft, prompt, pair.wiring, ReplayConfig(3, MAX_NEW)))
+        assert output_ids_of(records) == plain_greedy(pair.target, prompt, MAX_NEW), prompt
+
+
 def test_accept_patterns_cover_rejection_partial_and_full(exactness):
     """The exactness matrix above must exercise every rollback path, or it proves little."""
     from backend.engine.replay import StepRecord
