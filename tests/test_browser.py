@@ -251,7 +251,9 @@ def test_dashboard_in_chromium(tmp_path, hostile_dataset):
             re.compile("^The draft was (trained on HF|not trained on the declared)")
         ).first
         found.wait_for(timeout=300_000)
-        assert str(trained) in found.inner_text()  # the best, or a wiring it cannot be told from
+        probe_text = found.inner_text()
+        assert str(trained) in probe_text  # the best, or a wiring it cannot be told from
+        named = set(re.findall(r"HF (\[\d+, \d+, \d+\])", probe_text)) - {str(declared)}
         wait_idle(page)
         page.screenshot(path=str(SHOTS / "5c_diagnostics_probe.png"), full_page=True)
         page.get_by_role("tab", name="Serving-flag lint").click()
@@ -262,7 +264,7 @@ def test_dashboard_in_chromium(tmp_path, hostile_dataset):
         wait_idle(page)
         findings = [t for t in page.locator('[data-testid="stAlert"]').all_inner_texts() if "Fix:" in t]
         assert findings and all(str(declared) not in t.split("Fix:")[1] for t in findings), findings
-        assert any(str(trained) in t.split("Fix:")[1] for t in findings)
+        assert any(w in t.split("Fix:")[1] for t in findings for w in named)  # a wiring the probe named
         page.screenshot(path=str(SHOTS / "5e_diagnostics_lint_after_probe.png"), full_page=True)
 
         # Runs: the history lists the decode and both compare runs
