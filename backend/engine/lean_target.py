@@ -18,7 +18,7 @@ On the CPU none of these changes a bit, and `lean_target` checks it: the first t
 asked for, its lean forward must reproduce transformers' own forward (logits and every layer's
 output, bit for bit) over a prefill, a verify chunk, a one-token step, a tree and a one-token
 prefill; a model that fails any of it keeps transformers' forward. It is the default on the CPU
-(on the demo pair it takes the job runner from 1.17x to 1.82x `generate()`, bench/replay_bench.py
+(on the demo pair it takes the job runner from 1.19x to 1.89x `generate()`, bench/replay_bench.py
 --demo); SPECLENS_LEAN_TARGET=0 turns it off. Only exact `LlamaForCausalLM`
 models with SDPA attention, on the CPU, with no forward hooks but SpecLens's own captures, take this
 path; everything else runs transformers' forward on a `DynamicCache`, as before.

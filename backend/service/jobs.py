@@ -20,6 +20,7 @@ from backend import BadInput, Terminated
 from backend.diagnostics.precision import self_disagreement
 from backend.engine.dispatch import placement
 from backend.engine.draft_model import Eagle3Draft
+from backend.engine.lean_target import lean_target
 from backend.engine.loading import Target
 from backend.engine.metrics import acceptance_metrics, expected_accept_length
 from backend.engine.preflight import PreflightReport, context_check
@@ -150,6 +151,9 @@ def run_replay_job(
         "device": str(target.device),
         "dtype": str(target.dtype).replace("torch.", ""),
         "target_placement": placement(target.model),
+        # whose arithmetic ran the target: SpecLens's lean forward (checked bit for bit against
+        # transformers' at first use, backend/engine/lean_target.py) or transformers' own
+        "target_forward": "transformers" if lean_target(target.model) is None else "lean",
         "wiring_source": wiring.source,
         "wiring_override": list(request.aux_hf_indices or []) or None,
         "engine": view.engine,

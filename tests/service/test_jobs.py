@@ -80,6 +80,32 @@ def test_replay_round_trip(pairs, tmp_path):
         assert session.execute(text("select count(*) from steps")).scalar() == 0
 
 
+def test_a_run_records_whose_forward_ran_the_target(pairs, tmp_path, monkeypatch):
+    """A Llama target on the CPU runs SpecLens's lean forward unless SPECLENS_LEAN_TARGET=0; each
+    run says which, and both give the same output."""
+    from backend.service.database import open_database
+    from backend.service.jobs import run_replay_job
+    from db import store
+
+    database = open_database(f"sqlite:///{tmp_path / 'speclens.db'}")
+    pair = pairs["copy-L5-context"]
+    seen = {}
+    for setting in (None, "0"):
+        if setting is None:
+            monkeypatch.delenv("SPECLENS_LEAN_TARGET", raising=False)
+        else:
+            monkeypatch.setenv("SPECLENS_LEAN_TARGET", setting)
+        request = request_for(pair, [1, 5, 9, 3], 3, 30)
+        outcome = run_replay_job(database, pair.target, pair.draft, request, pair.wiring, [1, 5, 9, 3])
+        with store.session_scope(database.factory) as session:
+            seen[setting] = (
+                store.get_run(session, outcome.run_id).params["target_forward"],
+                outcome.output_ids,
+            )
+    assert seen[None][0] == "lean" and seen["0"][0] == "transformers"
+    assert seen[None][1] == seen["0"][1]
+
+
 def test_a_run_that_raises_is_stored_as_failed_with_its_steps(pairs, tmp_path):
     from backend.service.database import open_database
     from backend.service.jobs import run_replay_job
