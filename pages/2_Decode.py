@@ -187,6 +187,10 @@ summary[2].metric("Verify steps", len(steps))
 summary[3].metric("Tokens", len(run.output_ids))
 summary[4].metric("Aux HF indices", str(run.aux_hf_indices), help=run.params.get("wiring_source", ""))
 SHORT_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+TARGET_FORWARDS = {  # params.target_forward (backend/engine/lean_target.py)
+    "lean": "; target forward: SpecLens's lean Llama forward (checked bit for bit against transformers')",
+    "transformers": "; target forward: transformers'",
+}
 precision = f"{run.params.get('device', '?')} {SHORT_DTYPES.get(run.params.get('dtype'), run.params.get('dtype', '?'))}"
 disagreement = metrics.get("self_disagreement_per_1000")
 summary[5].metric(
@@ -204,6 +208,7 @@ st.caption(
         else ""
     )
     + f"; wiring: {run.params.get('wiring_source', '')}"
+    + TARGET_FORWARDS.get(run.params.get("target_forward"), "")
 )
 expected = metrics.get("expected_accept_length")
 st.markdown(
