@@ -22,5 +22,14 @@ class BadInput(ValueError):
     """The user's input (paths, files, flags, checkpoints) cannot be used; the message says why."""
 
 
+def first_line(error: BaseException | str) -> str:
+    """The first non-blank line of an error's message, else its type's name (an EOFError or a
+    KeyError may carry no message at all)."""
+    for line in str(error).splitlines():
+        if line.strip():
+            return line.strip()
+    return type(error).__name__ if isinstance(error, BaseException) else ""
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM (timeout, systemd, docker stop): a replay ends as interrupted, like Ctrl-C."""

@@ -15,7 +15,7 @@ import sys
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from backend import BadInput, Terminated
+from backend import BadInput, Terminated, first_line
 from backend.defaults import DEMO_EVAL, default_draft, default_target
 
 GATE_FAILED = 3  # exit code: --min-accept-length not met
@@ -35,6 +35,26 @@ def _positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
     return value
+
+
+def _steps(text: str) -> int:
+    """K: 1..MAX_STEPS, as a replay request takes it (a teacher or probe run of K = 1000 would
+    run for minutes per sample before anything said so)."""
+    from backend.service.requests import MAX_STEPS
+
+    value = _positive(text)
+    if value > MAX_STEPS:
+        raise argparse.ArgumentTypeError(f"must be in 1..{MAX_STEPS}, got {value}")
+    return value
+
+
+def _text(text: str) -> str:
+    """Command-line text must be UTF-8 (bytes that are not arrive as lone surrogates)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise argparse.ArgumentTypeError("not UTF-8 text") from None
+    return text
 
 
 def _number(text: str) -> float:
@@ -62,7 +82,7 @@ def dispatch_flags(sub) -> None:
 
 def decoding_flags(sub) -> None:
     """K, trees and sampling: the flags every replaying command shares."""
-    sub.add_argument("--steps", type=_positive, default=4, help="K: draft tokens per verify step")
+    sub.add_argument("--steps", type=_steps, default=4, help="K: draft tokens per verify step")
     sub.add_argument("--max-new-tokens", type=_positive, default=128)
 
     tree = sub.add_argument_group("trees and sampling (SGLang's flags and rules, docs/reference.md §12)")
@@ -91,8 +111,15 @@ def decoding_flags(sub) -> None:
     )
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """Bad flags end as every bad input does: exit 2 and one line (the usage block is in --help)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="python -m backend", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     commands = parser.add_subparsers(dest="command", required=True)
@@ -133,12 +160,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     pre = commands.add_parser("preflight", help="check a draft against a target")
     common(pre)
-    pre.add_argument("--sample-length", type=int, help="check the draft's context against this length")
+    pre.add_argument("--sample-length", type=_positive, help="check the draft's context against this length")
 
     rep = commands.add_parser("replay", help="replay greedy speculative decoding and store it")
     common(rep)
     source = rep.add_mutually_exclusive_group(required=True)
-    source.add_argument("--prompt", help="prompt text (tokenized with the target's tokenizer)")
+    source.add_argument("--prompt", type=_text, help="prompt text (tokenized with the target's tokenizer)")
     source.add_argument(
         "--samples", help="JSONL samples file; the prompt is a sample's first n_prompt_tokens"
     )
@@ -174,7 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
     common(tea)
     tea.add_argument("--samples", required=True, help="JSONL samples file")
     tea.add_argument("--limit", type=_positive, help="use the first N valid samples")
-    tea.add_argument("--steps", type=_positive, default=4, help="K: TTT steps to evaluate")
+    tea.add_argument("--steps", type=_steps, default=4, help="K: TTT steps to evaluate")
     gate(tea)
 
     probe = commands.add_parser("probe", help="which aux-layer wiring was the draft trained on?")
@@ -183,7 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--samples", default=str(DEMO_EVAL), help="JSONL samples file (default: the demo's eval set)"
     )
     probe.add_argument("--limit", type=_positive, default=8, help="use the first N valid samples (default 8)")
-    probe.add_argument("--steps", type=_positive, default=4, help="K: TTT steps to score")
+    probe.add_argument("--steps", type=_steps, default=4, help="K: TTT steps to score")
     probe.add_argument("--budget", type=int, default=40, help="extra candidates the local search may try")
     probe.add_argument(
         "--live",
@@ -249,7 +276,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check.add_argument("--samples", required=True, help="JSONL samples file: their prompts are sent")
     check.add_argument("--limit", type=_positive, default=8, help="the first N valid samples (default 8)")
-    check.add_argument("--steps", type=_positive, default=4, help="K the server runs (chain: num_steps)")
+    check.add_argument("--steps", type=_steps, default=4, help="K the server runs (chain: num_steps)")
     check.add_argument("--topk", type=_positive, help="the server's --speculative-eagle-topk (default 1)")
     check.add_argument(
         "--num-draft-tokens", type=_positive, help="the server's --speculative-num-draft-tokens (trees)"
@@ -274,7 +301,7 @@ def build_parser() -> argparse.ArgumentParser:
 def gate(sub) -> None:
     sub.add_argument(
         "--min-accept-length",
-        type=float,
+        type=_number,
         metavar="X",
         help="CI gate: exit 3 when the accept length (incl. bonus) is below X; for teacher the "
         "predicted accept length 1 + simulated accept length is compared",
@@ -602,8 +629,9 @@ def cmd_observe(args) -> tuple[dict, str]:
 
 def cmd_serve_check(args) -> tuple[dict, str]:
     from backend.service import models
-    from backend.service.observations import serve_check
+    from backend.service.observations import check_server_url, serve_check
 
+    check_server_url(args.url)  # before the target loads
     samples, _ = load_samples(
         args.samples, models.target(args.target, args.device, args.dtype).vocab_size, args.limit
     )
@@ -641,9 +669,9 @@ def cmd_evaluate(args) -> tuple[dict, str]:
     drafts = args.draft or [default_draft()]
     tokenizer = None
     if args.format in (None, "sharegpt", "prompts"):
-        from transformers import AutoTokenizer
+        from backend.engine.loading import load_tokenizer
 
-        tokenizer = AutoTokenizer.from_pretrained(args.target, local_files_only=True)
+        tokenizer = load_tokenizer(args.target)  # None when it has none or it cannot be read
     vocab = read_target_config(args.target).vocab_size
     dataset = read_dataset(args.samples, tokenizer, vocab, args.format)
     samples = [s for s in dataset.samples if not args.source or args.source in (s.source or "")]
@@ -651,7 +679,12 @@ def cmd_evaluate(args) -> tuple[dict, str]:
         sample.index = index  # the position in the file's valid samples, as replay --index counts
     samples = samples[: args.limit] if args.limit else samples
     if not samples:
-        raise BadInput(f"{args.samples}: no sample to evaluate (after --source / --limit)")
+        why = (
+            f"; {len(dataset.rejected)} rejected, the first: line {dataset.rejected[0].line}: {dataset.rejected[0].reason}"
+            if dataset.rejected
+            else ""
+        )
+        raise BadInput(f"{args.samples}: no sample to evaluate (after --source / --limit){why}")
     settings = {
         "num_steps": args.steps,
         "max_new_tokens": args.max_new_tokens,
@@ -720,7 +753,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result, text = COMMANDS[args.command](args)
     except (BadInput, FileNotFoundError) as error:
-        print(f"error: {str(error).splitlines()[0]}", file=sys.stderr)
+        print(f"error: {first_line(error)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as stop:
         name = "SIGTERM" if isinstance(stop, Terminated) else "interrupt"
@@ -733,7 +766,7 @@ def main(argv: list[str] | None = None) -> int:
         from backend.service.database import database_url
 
         where = getattr(args, "db", None) or database_url()
-        reason = str(getattr(error, "orig", None) or error).splitlines()[0]
+        reason = first_line(getattr(error, "orig", None) or error)
         print(f"error: database {where}: {reason}", file=sys.stderr)
         return 2
     except Exception as error:  # noqa: BLE001 - the CLI contract: internal errors exit 1 with a reason

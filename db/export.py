@@ -50,8 +50,8 @@ def export_run(factory, run_id: int, format: str, out: str | Path) -> Path:
         steps = store.get_steps(session, run_id)
     out = Path(out)
     check_target(out, factory)
-    out.parent.mkdir(parents=True, exist_ok=True)
     try:
+        out.parent.mkdir(parents=True, exist_ok=True)
         out.write_bytes(export_bytes(run, steps, format))
     except OSError as error:
         raise ExportError(f"{out}: cannot write ({error.strerror or error})") from None

@@ -21,6 +21,7 @@ from sqlalchemy import create_engine, delete, event, func, insert, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from backend import BadInput
 from backend.data.samples import Sample
 from backend.engine.records import STORED_STEP_FIELDS, StepRecord
 from db import schema
@@ -42,10 +43,16 @@ def make_engine(url: str | None = None) -> Engine:
     if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
         Path(url[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
     opened = schema.engine_url(url)
-    if opened.startswith("postgresql"):
-        engine = create_engine(opened, pool_pre_ping=True, json_serializer=strict_json)
-    else:
-        engine = create_engine(opened)
+    try:
+        if opened.startswith("postgresql"):
+            engine = create_engine(opened, pool_pre_ping=True, json_serializer=strict_json)
+        else:
+            engine = create_engine(opened)
+    except ImportError as error:  # mysql://, oracle://...: a dialect whose driver is not installed
+        raise BadInput(
+            f"database {schema.display_name(url)}: its driver is not installed ({error.name or error}); "
+            "SpecLens ships drivers for SQLite and PostgreSQL (psycopg 3)"
+        ) from None
     if engine.dialect.name == "sqlite":
 
         @event.listens_for(engine, "connect")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from backend import BadInput
+from backend import BadInput, first_line
 
 FEATURE_KEYS = ("input_ids", "loss_mask", "hidden_state", "aux_hidden_state")
 
@@ -56,8 +56,7 @@ def load_feature_file(path: str | Path, hidden_size: int | None = None) -> Featu
         data = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # noqa: BLE001 - any unpickling refusal is the user's file
         raise BadInput(
-            f"{path}: not a tensor-only torch file ({type(error).__name__}: "
-            f"{str(error).splitlines()[0][:200]})"
+            f"{path}: not a tensor-only torch file ({type(error).__name__}: {first_line(error)[:200]})"
         ) from error
     if not isinstance(data, dict):
         raise BadInput(f"{path}: expected a dict with {', '.join(FEATURE_KEYS)}")

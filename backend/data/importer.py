@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from backend import BadInput
+from backend import BadInput, first_line
 from backend.data.samples import Rejected, Sample, iter_jsonl, parse_record, read_jsonl, require_regular_file
 
 FORMATS = ("jsonl", "sharegpt", "specforge", "prompts")
@@ -71,7 +71,9 @@ def _source(path: str | Path, format: str | None, tokenizer) -> tuple[Path, str]
     if format not in FORMATS:
         raise BadInput(f"unknown format {format!r}; use one of {', '.join(FORMATS)}")
     if format in ("sharegpt", "prompts") and tokenizer is None:
-        raise BadInput(f"{format} import needs the target's tokenizer (the target directory has none)")
+        raise BadInput(
+            f"{format} import needs the target's tokenizer (the target directory has none, or it cannot be loaded offline)"
+        )
     return path, format
 
 
@@ -139,6 +141,15 @@ def _read_sharegpt(path: Path, tokenizer) -> ImportResult:
         raise BadInput(
             "the target's tokenizer has no chat template; ShareGPT conversations cannot be rendered"
         )
+    from jinja2 import TemplateError, TemplateSyntaxError
+
+    try:  # a template that does not even compile fails every conversation: say so once
+        tokenizer.apply_chat_template([{"role": "user", "content": "x"}], tokenize=False)
+    except TemplateSyntaxError as error:
+        where = getattr(tokenizer, "name_or_path", "") or "the target"
+        raise BadInput(f"{where}: its chat template does not compile ({first_line(error)})") from None
+    except Exception:  # noqa: BLE001 - a template may refuse this probe; the conversations decide
+        pass
     result = ImportResult("sharegpt", [])
     for number, record in _records(path):
         try:
@@ -150,8 +161,8 @@ def _read_sharegpt(path: Path, tokenizer) -> ImportResult:
                     tokenizer, messages, number, str(record.get("source", record.get("id", "sharegpt")))
                 )
             )
-        except ValueError as error:
-            result.rejected.append(Rejected(number, str(error)))
+        except (ValueError, TemplateError) as error:  # TemplateError: the template's raise_exception
+            result.rejected.append(Rejected(number, first_line(error)))
     return result
 
 

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from backend import BadInput
-from backend.engine.draft_config import DraftConfig, parse_draft_config, read_config_file
+from backend.engine.draft_config import DraftConfig, read_draft_config, read_json_object
 from backend.engine.wiring import default_hf_indices
 
 SGLANG_MAX_RUNNING_REQUESTS = 48
@@ -98,11 +98,19 @@ def _split(command: str) -> list[str]:
         raise BadInput(f"cannot split the command line: {error}") from error
 
 
+MAX_FLAG_INT = 2**31 - 1  # the engines parse these into 32-bit fields (and no draft runs more)
+
+
 def _convert(flag: str, kind, value: str):
+    """A flag's value as the engine's argument parser types it; every integer these flags take
+    (steps, topk, draft tokens, context, running requests) is positive."""
     try:
-        return kind(value)
+        converted = kind(value)
     except ValueError as error:
         raise BadInput(f"{flag} expects an integer, got {value!r}") from error
+    if kind is int and not 1 <= converted <= MAX_FLAG_INT:
+        raise BadInput(f"{flag} must be a positive integer (1..{MAX_FLAG_INT}), got {value}")
+    return converted
 
 
 def parse_sglang(command: str) -> ServingSettings:
@@ -154,21 +162,45 @@ def parse_vllm(arguments: str) -> ServingSettings:
         raise BadInput("--speculative-config must be a JSON object")
     settings.algorithm = str(spec.get("method", "")).lower() or None
     settings.draft_path = spec.get("model")
+    if settings.draft_path is not None and not isinstance(settings.draft_path, str):
+        raise BadInput(
+            f"--speculative-config: model must be the draft's path, got {settings.draft_path!r:.60}"
+        )
     if spec.get("num_speculative_tokens") is not None:
         settings.num_steps = _convert("num_speculative_tokens", int, str(spec["num_speculative_tokens"]))
     return settings
 
 
-def target_facts(target_dir: str | Path | None) -> TargetFacts:
-    path = Path(target_dir) / "config.json" if target_dir else None
-    if path is None or not path.is_file():
+def target_facts(target_dir: str | Path | None, explicit: bool = False) -> TargetFacts:
+    """The target's architecture, depth and context from its config.json. A target the user named
+    (--target) must be a readable model directory; one the serving command names may be a hub id
+    (then nothing is known), but a local directory it names must be readable too."""
+    if not target_dir:
         return TargetFacts(None, None, None)
-    try:
-        raw = json.loads(path.read_text())
-    except json.JSONDecodeError:
+    directory = Path(target_dir)
+    path = directory / "config.json"
+    if not path.is_file():
+        if explicit:
+            raise BadInput(f"--target {target_dir}: not a local model directory (no config.json)")
         return TargetFacts(None, None, None)
+    raw = read_json_object(path)
     architectures = raw.get("architectures") or [None]
-    return TargetFacts(architectures[0], raw.get("num_hidden_layers"), raw.get("max_position_embeddings"))
+    if isinstance(architectures, str):
+        architectures = [architectures]
+    sizes = {}
+    for key in ("num_hidden_layers", "max_position_embeddings"):
+        value = raw.get(
+            key, (raw.get("text_config") or {}).get(key) if isinstance(raw.get("text_config"), dict) else None
+        )
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise BadInput(f"{path}: {key} must be a positive integer, got {value!r:.60}")
+        sizes[key] = value
+    first = architectures[0] if isinstance(architectures, list) and architectures else None
+    return TargetFacts(
+        first if isinstance(first, str) else None,
+        sizes["num_hidden_layers"],
+        sizes["max_position_embeddings"],
+    )
 
 
 # ----------------------------------------------------------------------------- rules
@@ -496,9 +528,8 @@ def lint_command(
     draft_dir = draft_dir or settings.draft_path
     if not draft_dir:
         raise BadInput("no draft directory: pass --draft DIR (the command names none)")
-    report = lint(
-        settings, draft_facts(Path(draft_dir)), target_facts(target_dir or settings.target_path), trained_hf
-    )
+    target = target_facts(target_dir, explicit=True) if target_dir else target_facts(settings.target_path)
+    report = lint(settings, draft_facts(Path(draft_dir)), target, trained_hf)
     if settings.draft_path and Path(settings.draft_path) != Path(draft_dir):
         report.findings.append(
             Finding(
@@ -516,7 +547,7 @@ def draft_facts(draft_dir: Path) -> DraftFacts:
     cannot be read leave both unknown (preflight reports why)."""
     from backend.engine.loading import read_draft
 
-    config = parse_draft_config(read_config_file(draft_dir))
+    config = read_draft_config(draft_dir)
     try:
         tensors = read_draft(draft_dir).tensors
     except BadInput:

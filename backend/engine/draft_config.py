@@ -11,9 +11,10 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
 from transformers import LlamaConfig
 
-from backend import BadInput
+from backend import BadInput, first_line
 from backend.engine.readings import VARIANT_FLAGS  # kept as declared here; readings decide their meaning
 
 # Every architecture string an engine accepts for an EAGLE-3 draft (docs/reference.md §10).
@@ -153,7 +154,7 @@ def read_json_object(file: Path) -> dict:
     except UnicodeDecodeError:
         raise BadInput(f"{file}: not UTF-8 text") from None
     except (json.JSONDecodeError, RecursionError) as error:
-        raise BadInput(f"{file}: not valid JSON ({str(error).splitlines()[0]})") from None
+        raise BadInput(f"{file}: not valid JSON ({first_line(error)})") from None
     if not isinstance(raw, dict):
         raise BadInput(f"{file}: expected a JSON object")
     return raw
@@ -166,6 +167,21 @@ def read_config_file(draft_dir: Path) -> dict:
     return read_json_object(path)
 
 
+def read_draft_config(draft_dir: str | Path) -> DraftConfig:
+    """The parsed config.json of a draft directory; a BadInput names the file by its path."""
+    path = Path(draft_dir) / "config.json"
+    try:
+        return parse_draft_config(read_config_file(Path(draft_dir)))
+    except BadInput as error:
+        message = str(error)
+        for prefix in ("draft config.json: ", "draft config.json "):
+            if message.startswith(prefix):
+                raise BadInput(f"{path}: {message[len(prefix) :]}") from None
+        if not message.startswith(str(draft_dir)):
+            raise BadInput(f"{path}: {message}") from None
+        raise
+
+
 def parse_draft_config(raw: dict) -> DraftConfig:
     flat = _flatten(raw)
     required = ("hidden_size", "num_attention_heads", "intermediate_size", "vocab_size")
@@ -173,9 +189,17 @@ def parse_draft_config(raw: dict) -> DraftConfig:
     if missing:
         raise BadInput(f"draft config.json lacks {', '.join(missing)}")
     eagle = flat.get("eagle_config") or {}
+    if not isinstance(eagle, dict):
+        raise BadInput(f"draft config.json: eagle_config must be a JSON object, got {eagle!r:.80}")
     hidden = _size(flat, "hidden_size")
     heads = _size(flat, "num_attention_heads")
     architectures = flat.get("architectures") or ["(none)"]
+    if isinstance(architectures, str):  # one name written bare: read it as the list it means
+        architectures = [architectures]
+    if not isinstance(architectures, list) or not all(isinstance(a, str) for a in architectures):
+        raise BadInput(
+            f"draft config.json: architectures must be a list of class names, got {architectures!r:.80}"
+        )
 
     explicit_head_dim = flat.get("head_dim")
     if not explicit_head_dim and hidden % heads:
@@ -210,6 +234,7 @@ def parse_draft_config(raw: dict) -> DraftConfig:
         llama_config = LlamaConfig(**llama_args)
     except Exception as error:  # noqa: BLE001 - transformers validates head counts, sizes, rope settings
         raise BadInput(f"draft config.json is inconsistent: {str(error).splitlines()[-1].strip()}") from error
+    _check_buildable(llama_config)
 
     ignored, refused, unknown = classify_keys(flat, eagle)
 
@@ -290,6 +315,33 @@ def classify_keys(flat: dict, eagle: dict) -> tuple[dict, list[str], list[str]]:
         if k not in llama_keys | EAGLE_KEYS | set(MLA_KEYS) | set(MOE_KEYS) and k not in ignored
     )
     return ignored, refused, unknown
+
+
+def _check_buildable(llama_config: LlamaConfig) -> None:
+    """The activation and the RoPE settings the draft layer is built from must exist: transformers
+    accepts any string in the config and fails only when the layer is built (KeyError, TypeError)."""
+    from transformers.activations import ACT2FN
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+    act = llama_config.hidden_act
+    if not isinstance(act, str) or act not in ACT2FN:
+        raise BadInput(f"draft config.json: hidden_act {act!r:.60} is not an activation transformers knows")
+    params = getattr(llama_config, "rope_parameters", None) or {}
+    theta = (
+        params.get("rope_theta", getattr(llama_config, "rope_theta", None))
+        if isinstance(params, dict)
+        else None
+    )
+    if theta is not None and (isinstance(theta, bool) or not isinstance(theta, int | float) or not theta > 0):
+        raise BadInput(f"draft config.json: rope_theta must be a positive number, got {theta!r:.60}")
+    try:
+        with torch.device("meta"):  # validation only: nothing is allocated, whatever the sizes
+            LlamaRotaryEmbedding(llama_config)
+    except Exception as error:  # noqa: BLE001 - a bad rope_theta / rope_scaling / rope_parameters
+        reason = first_line(error) if str(error) else type(error).__name__
+        if isinstance(error, KeyError):
+            reason = f"unknown rope type {reason}"
+        raise BadInput(f"draft config.json: its RoPE settings cannot be used ({reason:.200})") from None
 
 
 def _size(flat: dict, key: str, default: int | None = None) -> int:

@@ -16,8 +16,8 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-from backend import BadInput
-from backend.engine.draft_config import DraftConfig, parse_draft_config, read_config_file, read_json_object
+from backend import BadInput, first_line
+from backend.engine.draft_config import DraftConfig, read_draft_config, read_json_object
 from backend.engine.draft_model import Eagle3Draft
 from backend.engine.layouts import file_name, to_internal_names
 from backend.engine.readings import read_as
@@ -52,9 +52,26 @@ class Target:
 
 
 def pick_device(device: str | None = None) -> torch.device:
-    if device:
-        return torch.device(device)
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    """The device named (cpu, cuda, cuda:N, mps), checked to exist here; else CUDA when there is one."""
+    if not device:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        chosen = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise BadInput(f"--device {device!r}: not a device name (cpu, cuda, cuda:N, mps)") from None
+    if chosen.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise BadInput(
+                f"--device {device}: no CUDA device here (torch {torch.__version__}); use --device cpu"
+            )
+        if chosen.index is not None and chosen.index >= count:
+            raise BadInput(f"--device {device}: this machine has {count} CUDA device(s), 0..{count - 1}")
+    elif chosen.type == "mps" and not torch.backends.mps.is_available():
+        raise BadInput(f"--device {device}: MPS is not available here; use --device cpu")
+    elif chosen.type not in ("cpu", "cuda", "mps"):
+        raise BadInput(f"--device {device}: SpecLens runs on cpu, cuda or mps")
+    return chosen
 
 
 def pick_dtype(device: torch.device, dtype: str | None = None) -> torch.dtype:
@@ -84,7 +101,7 @@ def read_target_config(path: str | Path):
     try:
         return AutoConfig.from_pretrained(path, local_files_only=True)
     except Exception as error:  # noqa: BLE001 - transformers' many config errors: the file is the cause
-        raise BadInput(f"{file}: transformers cannot read it ({str(error).splitlines()[0]})") from None
+        raise BadInput(f"{file}: transformers cannot read it ({first_line(error)})") from None
 
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
@@ -125,7 +142,7 @@ def load_target(
     except ImportError as error:  # device_map needs accelerate
         raise BadInput(f"target {path}: --device-map needs the accelerate package ({error})") from None
     except (OSError, ValueError, KeyError, RuntimeError) as error:
-        raise BadInput(f"target {path}: cannot load the model ({str(error).splitlines()[0]})") from None
+        raise BadInput(f"target {path}: cannot load the model ({first_line(error)})") from None
     if dispatch:
         torch_device = execution_device(model, torch_device)
         model.eval()
@@ -188,14 +205,14 @@ def _read_weights_file(path: Path) -> dict[str, torch.Tensor]:
         try:
             return load_file(str(path))
         except Exception as error:  # noqa: BLE001 - safetensors' own errors: a corrupt file
-            raise BadInput(f"{path}: corrupt safetensors file ({str(error).splitlines()[0]})") from None
+            raise BadInput(f"{path}: corrupt safetensors file ({first_line(error)})") from None
     try:
         # A .bin is a pickle: only tensors and plain containers may come out of it.
         state = torch.load(path, map_location="cpu", weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, AttributeError, TypeError) as error:
         raise BadInput(
             f"{path.name} holds Python objects beyond tensors; refusing to unpickle it "
-            f"(loaded with weights_only=True): {str(error).splitlines()[0]}"
+            f"(loaded with weights_only=True): {first_line(error)}"
         ) from error
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise BadInput(f"{path.name} is not a flat dict of tensors")
@@ -228,7 +245,7 @@ def read_draft(draft_dir: str | Path) -> DraftFiles:
     draft_dir = Path(draft_dir)
     if not draft_dir.is_dir():
         raise BadInput(f"draft {draft_dir}: no such directory")
-    config = parse_draft_config(read_config_file(draft_dir))
+    config = read_draft_config(draft_dir)
     tensors, weights_file = read_draft_tensors(draft_dir)
     tensors, notes, original = to_internal_names(tensors)
     return DraftFiles(str(draft_dir), config, tensors, weights_file, notes, original)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from backend import BadInput
+from backend import BadInput, first_line
 from backend.engine.draft_config import KNOWN_ARCHITECTURES, VARIANT_FLAGS, DraftConfig
 from backend.engine.draft_model import Eagle3Draft
 from backend.engine.loading import (
@@ -300,14 +300,26 @@ def _check_vocab_mapping(config: DraftConfig, tensors, target_vocab: int, add) -
 
 
 def _expected_shapes(config: DraftConfig) -> dict[str, tuple]:
-    with torch.device("meta"):  # shapes only: no memory, no init cost
-        model = Eagle3Draft(config, target_embedding=None)
+    """The tensor shapes the config implies; BadInput when no tensor of those sizes can exist."""
+    try:
+        with torch.device("meta"):  # shapes only: no memory, no init cost
+            model = Eagle3Draft(config, target_embedding=None)
+    except (RuntimeError, ValueError, OverflowError) as error:  # sizes past what torch can describe
+        raise BadInput(
+            f"the config's sizes (hidden_size {config.hidden_size}, intermediate_size "
+            f"{config.intermediate_size}, draft vocab {config.draft_vocab_size}) describe no buildable draft: "
+            f"{first_line(error):.160}"
+        ) from None
     return {name: tuple(t.shape) for name, t in model.state_dict().items() if name != "d2t"}
 
 
 def _check_tensor_names(config: DraftConfig, files: DraftFiles, add) -> None:
     tensors, show = files.tensors, files.file_name
-    expected = _expected_shapes(config)
+    try:
+        expected = _expected_shapes(config)
+    except BadInput as error:
+        add("shapes", "fail", str(error))
+        return
     optional = {"d2t", "t2d", "own_embedding.weight"}
     names = set(tensors)
     missing = sorted(set(expected) - names)
@@ -363,7 +375,28 @@ def _check_tensor_names(config: DraftConfig, files: DraftFiles, add) -> None:
         )
 
 
+INTEGER_TENSORS = {"d2t", "t2d"}  # the vocab mapping: integers (or booleans) by design
+
+
 def _check_dtypes(tensors, add) -> None:
+    """Weights must be floating point (an int8 fc would be cast and run as garbage: quantized
+    checkpoints need their scales, which SpecLens does not read) and finite (a NaN or inf weight
+    makes every proposal the same token, silently)."""
+    not_float = sorted(
+        n for n, t in tensors.items() if n not in INTEGER_TENSORS and not t.is_floating_point()
+    )
+    if not_float:
+        add(
+            "dtype",
+            "fail",
+            "weights that are not floating point (quantized or corrupt; SpecLens reads float weights only): "
+            + ", ".join(f"{n} ({str(tensors[n].dtype).replace('torch.', '')})" for n in not_float[:6]),
+        )
+    not_finite = sorted(
+        n for n, t in tensors.items() if t.is_floating_point() and not bool(torch.isfinite(t).all())
+    )
+    if not_finite:
+        add("weights", "fail", "NaN or infinite values in " + ", ".join(not_finite[:6]))
     dtypes = sorted({str(t.dtype).replace("torch.", "") for n, t in tensors.items() if t.is_floating_point()})
     add(
         "dtype",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import shlex
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -224,21 +225,37 @@ def list_observations(db_url: str | None) -> list[dict]:
 # ------------------------------------------------------------------------------- serve-check
 
 
+def check_server_url(url: str) -> None:
+    """An http(s) URL with a host, checked before any model is loaded or request sent."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError on a port that is not a number
+    except ValueError as error:
+        raise BadInput(f"--url {url}: not a URL ({error})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise BadInput(f"--url {url}: expected http://HOST:PORT of the SGLang server")
+
+
 def request_accept_length(url: str, prompt_ids: list[int], max_new_tokens: int) -> dict:
     """One greedy request to SGLang's native /generate; accept length from its meta_info
     (tokenizer_manager.py: spec_accept_length = completion_tokens / spec_verify_ct)."""
     body = json.dumps(
         {"input_ids": prompt_ids, "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0.0}}
     ).encode()
-    request = urllib.request.Request(
-        url.rstrip("/") + "/generate", data=body, headers={"Content-Type": "application/json"}
-    )
     try:
+        request = urllib.request.Request(
+            url.rstrip("/") + "/generate", data=body, headers={"Content-Type": "application/json"}
+        )
         with urllib.request.urlopen(request, timeout=TIMEOUT_S * 6) as response:  # noqa: S310 - the user's URL
             answer = json.loads(response.read(MAX_TEXT_BYTES))
     except (urllib.error.URLError, OSError, ValueError) as error:
         raise BadInput(f"{url}: the request failed ({error})") from error
-    meta = (answer[0] if isinstance(answer, list) else answer).get("meta_info") or {}
+    answer = answer[0] if isinstance(answer, list) and answer else answer
+    if not isinstance(answer, dict):
+        raise BadInput(f"{url}: the answer to /generate is not a JSON object ({type(answer).__name__})")
+    meta = answer.get("meta_info") or {}
+    if not isinstance(meta, dict):
+        raise BadInput(f"{url}: the answer's meta_info is not a JSON object")
     tokens, verifies = meta.get("completion_tokens"), meta.get("spec_verify_ct")
     if not isinstance(tokens, int) or not isinstance(verifies, int):
         raise BadInput(
@@ -268,6 +285,7 @@ def serve_check(
     from backend.service.jobs import run_replay
     from backend.service.requests import ReplayRequest
 
+    check_server_url(url)
     rows = []
     for number, sample in enumerate(samples):
         if progress:

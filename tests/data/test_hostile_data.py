@@ -83,3 +83,31 @@ def test_the_linear_conversation_rendering_equals_the_exact_one():
             exact.loss_mask,
             exact.prompt_len,
         )
+
+
+def test_an_empty_feature_file_is_bad_input_with_a_reason(tmp_path):
+    from backend.data.features import load_feature_file
+
+    path = tmp_path / "empty.ckpt"
+    path.write_bytes(b"")
+    with pytest.raises(BadInput, match=r"empty.ckpt: not a tensor-only torch file \(EOFError"):
+        load_feature_file(path)
+
+
+def test_a_chat_template_that_does_not_compile_is_one_bad_input(tmp_path):
+    from transformers import AutoTokenizer
+
+    from backend.data.importer import read_dataset
+    from backend.defaults import DEMO_TARGET
+
+    tokenizer = AutoTokenizer.from_pretrained(DEMO_TARGET, local_files_only=True)
+    tokenizer.chat_template = "{% for %}"
+    path = tmp_path / "chat.json"
+    path.write_text(
+        json.dumps([{"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "x"}]}])
+    )
+    with pytest.raises(BadInput, match="its chat template does not compile"):
+        read_dataset(path, tokenizer, None, "sharegpt")
+    tokenizer.chat_template = "{{ raise_exception('roles must alternate') }}"  # the template's own refusal
+    result = read_dataset(path, tokenizer, None, "sharegpt")
+    assert not result.samples and result.rejected[0].reason == "roles must alternate"

@@ -262,3 +262,38 @@ def test_a_wiring_the_probe_rejected_is_never_suggested(drafts, target_dir):
         drafts["good"], vllm=vllm(drafts["good"]), target_dir=target_dir, trained_hf=[2, 16, 29]
     )
     assert codes(report)["aux-ids-trained"] == "info" and "aux-ids-not-trained" not in codes(report)
+
+
+@pytest.mark.parametrize(
+    "command, reason",
+    [
+        ("x --speculative-algorithm EAGLE3 --speculative-num-steps -4", "must be a positive integer"),
+        ("x --speculative-algorithm EAGLE3 --speculative-eagle-topk 0", "must be a positive integer"),
+        ("x --speculative-algorithm EAGLE3 --context-length 99999999999999", "must be a positive integer"),
+    ],
+)
+def test_impossible_flag_values_are_bad_input(command, reason):
+    with pytest.raises(BadInput, match=reason):
+        parse_sglang(command)
+
+
+def test_vllm_model_must_be_a_path():
+    with pytest.raises(BadInput, match="model must be the draft's path"):
+        parse_vllm("""vllm serve T --speculative-config '{"method": "eagle3", "model": 5}'""")
+    with pytest.raises(BadInput, match="must be a positive integer"):
+        parse_vllm(
+            """vllm serve T --speculative-config '{"method": "eagle3", "num_speculative_tokens": -2}'"""
+        )
+
+
+def test_a_named_target_must_be_readable(drafts, tmp_path):
+    command = sglang(drafts["good"])
+    with pytest.raises(BadInput, match="no config.json"):
+        lint_command(None, command, target_dir=tmp_path / "missing")
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "config.json").write_text(json.dumps({"num_hidden_layers": "x"}))
+    with pytest.raises(BadInput, match="num_hidden_layers must be a positive integer"):
+        lint_command(None, command, target_dir=tmp_path / "bad")
+    (tmp_path / "bad" / "config.json").write_text("[]")
+    with pytest.raises(BadInput, match="expected a JSON object"):
+        lint_command(None, command, target_dir=tmp_path / "bad")

@@ -191,3 +191,23 @@ def test_sharded_bin_weights_load_and_a_bad_index_is_bad_input(tmp_path, target_
         (draft_dir / "pytorch_model.bin.index.json").write_text(json.dumps({"weight_map": broken}))
         with pytest.raises(BadInput, match=reason):
             read_draft(draft_dir)
+
+
+@pytest.mark.parametrize(
+    "device, reason",
+    [
+        ("bogus", "not a device name"),
+        ("meta", "SpecLens runs on cpu, cuda or mps"),
+        pytest.param(
+            "cuda",
+            "no CUDA device here",
+            marks=pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="a GPU is here"),
+        ),
+    ],
+)
+def test_a_device_that_is_not_here_is_bad_input(device, reason):
+    from backend.engine.loading import pick_device
+
+    with pytest.raises(BadInput, match=reason):
+        pick_device(device)
+    assert pick_device("cpu").type == "cpu"

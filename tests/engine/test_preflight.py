@@ -164,3 +164,80 @@ def test_missing_target_or_draft_directory_is_bad_input(tmp_path, target_dirs):
         preflight(tmp_path, tmp_path / "nope")
     report = preflight(tmp_path / "nope", target_dirs[4])
     assert "no such directory" in failures(report)
+
+
+@pytest.mark.parametrize(
+    "edit, reason",
+    [
+        (lambda c: c.update(hidden_act="nope"), "hidden_act 'nope' is not an activation"),
+        (lambda c: c.update(eagle_config=[1, 2]), "eagle_config must be a JSON object"),
+        (lambda c: c.update(rope_theta="bad"), "rope_theta must be a positive number, got 'bad'"),
+        (lambda c: c.update(rope_theta=-1.0), "rope_theta must be a positive number, got -1.0"),
+        (
+            lambda c: c.update(rope_scaling={"rope_type": "yarn", "factor": "x"}),
+            "its RoPE settings cannot be used",
+        ),
+        (lambda c: c.update(architectures=7), "architectures must be a list of class names"),
+        (
+            lambda c: c.update(rope_scaling={"rope_type": "nonsense", "factor": 2.0}),
+            "unknown rope type 'nonsense'",
+        ),
+    ],
+)
+def test_config_values_transformers_only_rejects_when_building_fail_naming_the_file(
+    tmp_path, target_dirs, edit, reason
+):
+    """transformers takes any string for these and fails (KeyError, TypeError) only when the layer
+    is built: preflight fails first, naming the config file by its path."""
+    from backend.engine.loading import load_target
+    from backend.engine.preflight import load_checked_draft
+
+    draft_dir = write_draft(tmp_path / "d", target_dirs[4])
+    config = json.loads((draft_dir / "config.json").read_text())
+    edit(config)  # on disk only: the draft's tensors are those of a good config
+    (draft_dir / "config.json").write_text(json.dumps(config))
+    report = preflight(draft_dir, target_dirs[4])
+    assert not report.ok
+    assert reason in failures(report) and str(draft_dir / "config.json") in failures(report)
+    with pytest.raises(BadInput, match="config.json"):
+        load_checked_draft(draft_dir, load_target(target_dirs[4], device="cpu"))
+
+
+def test_sizes_no_tensor_can_have_fail_without_allocating(tmp_path, target_dirs):
+    draft_dir = write_draft(tmp_path / "d", target_dirs[4])
+    config = json.loads((draft_dir / "config.json").read_text())
+    config.update(hidden_size=10**12, intermediate_size=3 * 10**12)
+    (draft_dir / "config.json").write_text(json.dumps(config))
+    report = preflight(draft_dir, target_dirs[4])
+    assert not report.ok and "target_hidden_size 1000000000000 != target hidden_size 32" in failures(report)
+    assert "describe no buildable draft" in failures(report)
+
+
+def test_a_wrong_number_of_aux_ids_fails_the_wiring_check(tmp_path, target_dirs):
+    def two_ids(config):
+        config["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": [0, 1], "use_aux_hidden_state": True}
+
+    draft_dir = write_draft(tmp_path / "d", target_dirs[4])
+    config = json.loads((draft_dir / "config.json").read_text())
+    two_ids(config)
+    (draft_dir / "config.json").write_text(json.dumps(config))
+    report = preflight(draft_dir, target_dirs[4])
+    assert not report.ok and "EAGLE-3 fuses exactly three target states; got 2 indices" in failures(report)
+
+
+def test_integer_or_non_finite_weights_fail(tmp_path, target_dirs):
+    import torch
+
+    def quantized(tensors):
+        tensors["fc.weight"] = tensors["fc.weight"].to(torch.int8)
+
+    def poisoned(tensors):
+        tensors["norm.weight"] = tensors["norm.weight"] * float("nan")
+
+    report = preflight(write_draft(tmp_path / "q", target_dirs[4], edit_tensors=quantized), target_dirs[4])
+    assert "weights that are not floating point" in failures(report) and "fc.weight (int8)" in failures(
+        report
+    )
+    report = preflight(write_draft(tmp_path / "n", target_dirs[4], edit_tensors=poisoned), target_dirs[4])
+    assert "NaN or infinite values in norm.weight" in failures(report)
+    assert preflight(write_draft(tmp_path / "ok", target_dirs[4]), target_dirs[4]).ok  # d2t/t2d are integers

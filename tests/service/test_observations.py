@@ -180,3 +180,34 @@ def test_a_tree_server_is_compared_with_tree_replays_of_its_shape(db_url):
     assert result["replay"]["topk"] == 4 and result["replay"]["run_ids"] == [tree.run_id]
     assert chain.run_id not in result["replay"]["run_ids"]
     assert result["replay"]["accept_length"] == pytest.approx(tree.metrics["mean_accept_length"])
+
+
+class ListAnswer(BaseHTTPRequestHandler):
+    """A server that is not SGLang's /generate: it answers a JSON array of numbers."""
+
+    def do_POST(self):  # noqa: N802 - http.server's name
+        self.rfile.read(int(self.headers["Content-Length"]))
+        data = b"[1, 2, 3]"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *_args):
+        pass
+
+
+def test_a_bad_url_or_an_answer_that_is_not_sglangs_is_bad_input():
+    from backend import BadInput
+    from backend.service.observations import check_server_url, request_accept_length
+
+    for url, reason in (("garbage", "expected http://HOST:PORT"), ("http://[::1", "not a URL")):
+        with pytest.raises(BadInput, match=reason):
+            check_server_url(url)
+    server = HTTPServer(("127.0.0.1", 0), ListAnswer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(BadInput, match="not a JSON object"):
+            request_accept_length(f"http://127.0.0.1:{server.server_port}", [1, 2], 4)
+    finally:
+        server.shutdown()
