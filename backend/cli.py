@@ -368,9 +368,9 @@ def cmd_replay(args) -> tuple[dict, str]:
     from backend.service.jobs import run_replay
     from backend.service.requests import ReplayRequest
 
-    target = models.target(args.target, args.device, args.dtype, args.device_map, args.max_memory)
+    vocab_size = checked_vocab(args)
     if args.samples:
-        sample = sample_at(args.samples, args.index, target.vocab_size)
+        sample = sample_at(args.samples, args.index, vocab_size)
         source = {"prompt_ids": tuple(sample.prompt_ids), "sample_ref": f"{args.samples}#{args.index}"}
     else:
         source = {"prompt_text": args.prompt, "sample_ref": "prompt"}
@@ -406,6 +406,7 @@ def cmd_replay(args) -> tuple[dict, str]:
         bar.close()
     for warning in outcome.warnings:
         print(f"warning: {warning}", file=sys.stderr)
+    target = models.target(args.target, args.device, args.dtype, args.device_map, args.max_memory)  # cached
     metrics, wiring = outcome.metrics, outcome.wiring
     result = {
         "run_id": outcome.run_id,
@@ -463,11 +464,8 @@ def cmd_replay(args) -> tuple[dict, str]:
 
 def cmd_teacher(args) -> tuple[dict, str]:
     from backend.engine.teacher import TeacherCounts, teacher_forced_counts
-    from backend.service import models
 
-    samples, rejected = load_samples(
-        args.samples, models.target(args.target, args.device, args.dtype).vocab_size, args.limit
-    )
+    samples, rejected = load_samples(args.samples, checked_vocab(args), args.limit)
     target, draft, wiring, view = load_pair(args, max(len(s.input_ids) for s in samples))
     totals = TeacherCounts([0] * args.steps, [0] * args.steps)
     bar = progress_bar(len(samples), "teacher")
@@ -498,6 +496,19 @@ def cmd_teacher(args) -> tuple[dict, str]:
     return result, text
 
 
+def checked_vocab(args) -> int:
+    """The target's vocab size from its config, after both configs are checked: a bad target,
+    draft or flag is reported before any weights load (seconds, and progress bars, later)."""
+    from backend.engine.draft_config import read_draft_config
+    from backend.engine.loading import pick_device, read_target_config
+
+    config = read_target_config(args.target)
+    if getattr(args, "draft", None) and isinstance(args.draft, str):
+        read_draft_config(args.draft)
+    pick_device(getattr(args, "device", None))
+    return config.vocab_size
+
+
 def load_samples(path: str, vocab_size: int, limit: int | None):
     from backend.data.samples import read_jsonl
 
@@ -512,11 +523,8 @@ def load_samples(path: str, vocab_size: int, limit: int | None):
 
 def cmd_probe(args) -> tuple[dict, str]:
     from backend.diagnostics.probe import run_probe
-    from backend.service import models
 
-    samples, _ = load_samples(
-        args.samples, models.target(args.target, args.device, args.dtype).vocab_size, args.limit
-    )
+    samples, _ = load_samples(args.samples, checked_vocab(args), args.limit)
     target, draft, wiring, view = load_pair(args, max(len(s.input_ids) for s in samples))
     bar = progress_bar(100, "probe")
     bar.unit = "%"
@@ -628,13 +636,10 @@ def cmd_observe(args) -> tuple[dict, str]:
 
 
 def cmd_serve_check(args) -> tuple[dict, str]:
-    from backend.service import models
     from backend.service.observations import check_server_url, serve_check
 
     check_server_url(args.url)  # before the target loads
-    samples, _ = load_samples(
-        args.samples, models.target(args.target, args.device, args.dtype).vocab_size, args.limit
-    )
+    samples, _ = load_samples(args.samples, checked_vocab(args), args.limit)
     result = serve_check(
         args.db,
         args.url,

@@ -674,3 +674,16 @@ def test_a_corrupt_or_newer_database_is_one_line_and_exit_2(tmp_path):
         f"sqlite:///{newer}",
     )
     assert result.returncode == 2 and "schema version 99, newer than this SpecLens" in result.stderr
+
+
+def test_a_bad_draft_or_sample_file_is_reported_before_the_target_loads(checkpoints, tmp_path):
+    root, _, _ = checkpoints
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    for extra, reason in (
+        (["--draft", str(tmp_path / "missing"), "--prompt", "x"], "no config.json"),
+        (["--samples", str(empty), "--index", "0"], "no valid sample (the file has no records)"),
+    ):
+        result = cli("replay", "--target", str(root / "target"), *extra)
+        assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr  # no loading bars
+        assert reason in result.stderr

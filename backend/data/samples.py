@@ -145,7 +145,7 @@ def sample_at(path: str | Path, index: int, vocab_size: int | None = None) -> Sa
     samples, rejected = read_jsonl(path, vocab_size)
     if not samples:
         reasons = "; ".join(f"line {r.line}: {r.reason}" for r in rejected[:3])
-        raise BadInput(f"{path}: no valid sample ({reasons})")
+        raise BadInput(f"{path}: no valid sample ({reasons or 'the file has no records'})")
     if not 0 <= index < len(samples):
         raise BadInput(
             f"--index {index} out of range: {path} has {len(samples)} valid samples (0..{len(samples) - 1})"

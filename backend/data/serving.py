@@ -152,6 +152,8 @@ def read_metrics(text: str, source: str) -> dict:
             value = float(sample["value"])
         except ValueError as error:
             raise BadInput(f"{source}: {name} has no numeric value") from error
+        if not value >= 0 or value == float("inf"):  # NaN fails >= too
+            raise BadInput(f"{source}: {name} is {sample['value']}: a counter is finite and >= 0")
         key = (name.removesuffix("_total"), labels.get("position"))
         series[key] = series.get(key, 0.0) + value  # one series per engine/model label set: summed
         spec_lines += 1

@@ -102,3 +102,12 @@ def test_garbage_metrics_are_bad_input():
         parse_vllm_metrics([("{json: 1}\n", "x")])
     with pytest.raises(BadInput, match="no vllm:spec_decode"):
         parse_vllm_metrics([("vllm:num_requests_running 1\n", "x")])
+
+
+@pytest.mark.parametrize("value", ["-5", "NaN", "1e999"])
+def test_a_counter_that_is_negative_or_not_finite_is_bad_input(value):
+    from backend import BadInput
+    from backend.data.serving import parse_vllm_metrics
+
+    with pytest.raises(BadInput, match="a counter is finite and >= 0"):
+        parse_vllm_metrics([(f"vllm:spec_decode_num_drafts_total {value}\n", "metrics.txt")])
