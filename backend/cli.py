@@ -503,7 +503,7 @@ def checked_vocab(args) -> int:
     from backend.engine.loading import pick_device, read_target_config
 
     config = read_target_config(args.target)
-    if getattr(args, "draft", None) and isinstance(args.draft, str):
+    if isinstance(getattr(args, "draft", None), str):
         read_draft_config(args.draft)
     pick_device(getattr(args, "device", None))
     return config.vocab_size

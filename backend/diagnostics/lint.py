@@ -15,6 +15,7 @@ from pathlib import Path
 
 from backend import BadInput
 from backend.engine.draft_config import DraftConfig, read_draft_config, read_json_object
+from backend.engine.loading import config_sizes
 from backend.engine.wiring import default_hf_indices
 
 SGLANG_MAX_RUNNING_REQUESTS = 48
@@ -177,27 +178,18 @@ def target_facts(target_dir: str | Path | None, explicit: bool = False) -> Targe
     (then nothing is known), but a local directory it names must be readable too."""
     if not target_dir:
         return TargetFacts(None, None, None)
-    directory = Path(target_dir)
-    path = directory / "config.json"
+    path = Path(target_dir) / "config.json"
     if not path.is_file():
         if explicit:
             raise BadInput(f"--target {target_dir}: not a local model directory (no config.json)")
         return TargetFacts(None, None, None)
     raw = read_json_object(path)
-    architectures = raw.get("architectures") or [None]
-    if isinstance(architectures, str):
-        architectures = [architectures]
-    sizes = {}
-    for key in ("num_hidden_layers", "max_position_embeddings"):
-        value = raw.get(
-            key, (raw.get("text_config") or {}).get(key) if isinstance(raw.get("text_config"), dict) else None
-        )
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise BadInput(f"{path}: {key} must be a positive integer, got {value!r:.60}")
-        sizes[key] = value
-    first = architectures[0] if isinstance(architectures, list) and architectures else None
+    sizes = config_sizes(raw, path, ("num_hidden_layers", "max_position_embeddings"))
+    architectures = raw.get("architectures")
+    if isinstance(architectures, list):
+        architectures = architectures[0] if architectures else None
     return TargetFacts(
-        first if isinstance(first, str) else None,
+        architectures if isinstance(architectures, str) else None,
         sizes["num_hidden_layers"],
         sizes["max_position_embeddings"],
     )

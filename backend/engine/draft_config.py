@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -169,48 +170,38 @@ def read_config_file(draft_dir: Path) -> dict:
 
 def read_draft_config(draft_dir: str | Path) -> DraftConfig:
     """The parsed config.json of a draft directory; a BadInput names the file by its path."""
-    path = Path(draft_dir) / "config.json"
-    try:
-        return parse_draft_config(read_config_file(Path(draft_dir)))
-    except BadInput as error:
-        message = str(error)
-        for prefix in ("draft config.json: ", "draft config.json "):
-            if message.startswith(prefix):
-                raise BadInput(f"{path}: {message[len(prefix) :]}") from None
-        if not message.startswith(str(draft_dir)):
-            raise BadInput(f"{path}: {message}") from None
-        raise
+    return parse_draft_config(read_config_file(Path(draft_dir)), str(Path(draft_dir) / "config.json"))
 
 
-def parse_draft_config(raw: dict) -> DraftConfig:
+def parse_draft_config(raw: dict, where: str = "draft config.json") -> DraftConfig:
+    """`raw` read as a DraftConfig; `where` names the file in every BadInput."""
+    size = partial(_size, where=where)
     flat = _flatten(raw)
     required = ("hidden_size", "num_attention_heads", "intermediate_size", "vocab_size")
     missing = [key for key in required if key not in flat]
     if missing:
-        raise BadInput(f"draft config.json lacks {', '.join(missing)}")
+        raise BadInput(f"{where} lacks {', '.join(missing)}")
     eagle = flat.get("eagle_config") or {}
     if not isinstance(eagle, dict):
-        raise BadInput(f"draft config.json: eagle_config must be a JSON object, got {eagle!r:.80}")
-    hidden = _size(flat, "hidden_size")
-    heads = _size(flat, "num_attention_heads")
+        raise BadInput(f"{where}: eagle_config must be a JSON object, got {eagle!r:.80}")
+    hidden = size(flat, "hidden_size")
+    heads = size(flat, "num_attention_heads")
     architectures = flat.get("architectures") or ["(none)"]
     if isinstance(architectures, str):  # one name written bare: read it as the list it means
         architectures = [architectures]
     if not isinstance(architectures, list) or not all(isinstance(a, str) for a in architectures):
-        raise BadInput(
-            f"draft config.json: architectures must be a list of class names, got {architectures!r:.80}"
-        )
+        raise BadInput(f"{where}: architectures must be a list of class names, got {architectures!r:.80}")
 
     explicit_head_dim = flat.get("head_dim")
     if not explicit_head_dim and hidden % heads:
         raise BadInput(
-            f"draft config.json is inconsistent: hidden_size {hidden} is not divisible by num_attention_heads "
+            f"{where} is inconsistent: hidden_size {hidden} is not divisible by num_attention_heads "
             f"{heads} (and there is no head_dim)"
         )
-    kv_heads = _size(flat, "num_key_value_heads", heads)
+    kv_heads = size(flat, "num_key_value_heads", heads)
     if heads % kv_heads:
         raise BadInput(
-            f"draft config.json is inconsistent: num_attention_heads {heads} is not a multiple of "
+            f"{where} is inconsistent: num_attention_heads {heads} is not a multiple of "
             f"num_key_value_heads {kv_heads}"
         )
     llama_keys = set(LlamaConfig().to_dict()) | ROPE_KEYS
@@ -223,8 +214,8 @@ def parse_draft_config(raw: dict) -> DraftConfig:
         "max_position_embeddings",
         "draft_vocab_size",
     ):
-        _size(flat, key, None if key in ("intermediate_size", "vocab_size") else 1)  # a clear reason first
-    _epsilon(flat)
+        size(flat, key, None if key in ("intermediate_size", "vocab_size") else 1)  # a clear reason first
+    _epsilon(flat, where)
     # null means absent (export templates write nulls); token ids are the target's business
     llama_args = {k: v for k, v in flat.items() if k in llama_keys and k not in ignored and v is not None}
     # The draft's RoPE is its own: base 10000 when the config says nothing (never the target's).
@@ -233,8 +224,8 @@ def parse_draft_config(raw: dict) -> DraftConfig:
     try:
         llama_config = LlamaConfig(**llama_args)
     except Exception as error:  # noqa: BLE001 - transformers validates head counts, sizes, rope settings
-        raise BadInput(f"draft config.json is inconsistent: {str(error).splitlines()[-1].strip()}") from error
-    _check_buildable(llama_config)
+        raise BadInput(f"{where} is inconsistent: {str(error).splitlines()[-1].strip()}") from error
+    _check_buildable(llama_config, where)
 
     ignored, refused, unknown = classify_keys(flat, eagle)
 
@@ -247,24 +238,24 @@ def parse_draft_config(raw: dict) -> DraftConfig:
         raw=raw,
         architecture=str(architectures[0]),
         hidden_size=hidden,
-        target_hidden_size=_size(flat, "target_hidden_size", hidden),
-        num_layers=_size(flat, "num_hidden_layers", 1),
+        target_hidden_size=size(flat, "target_hidden_size", hidden),
+        num_layers=size(flat, "num_hidden_layers", 1),
         num_attention_heads=heads,
         num_key_value_heads=kv_heads,
-        head_dim=_size(flat, "head_dim", hidden // heads),
-        intermediate_size=_size(flat, "intermediate_size"),
-        rms_norm_eps=_epsilon(flat),
-        vocab_size=_size(flat, "vocab_size"),
-        draft_vocab_size=_size(flat, "draft_vocab_size", _size(flat, "vocab_size")),
-        max_position_embeddings=_size(flat, "max_position_embeddings", 2048),
+        head_dim=size(flat, "head_dim", hidden // heads),
+        intermediate_size=size(flat, "intermediate_size"),
+        rms_norm_eps=_epsilon(flat, where),
+        vocab_size=size(flat, "vocab_size"),
+        draft_vocab_size=size(flat, "draft_vocab_size", size(flat, "vocab_size")),
+        max_position_embeddings=size(flat, "max_position_embeddings", 2048),
         attention_bias=bool(flat.get("attention_bias", False)),
         use_aux_hidden_state=_use_aux(eagle, flat),
         fc_norm=flag("fc_norm"),
         norm_before_fc=flag("norm_before_fc"),
         norm_output=flag("norm_output"),
         norm_before_residual=flag("norm_before_residual"),
-        nested_aux_ids=_int_list(eagle.get("eagle_aux_hidden_state_layer_ids")),
-        top_level_aux_ids=_int_list(raw.get("eagle_aux_hidden_state_layer_ids")),
+        nested_aux_ids=_int_list(where, eagle.get("eagle_aux_hidden_state_layer_ids")),
+        top_level_aux_ids=_int_list(where, raw.get("eagle_aux_hidden_state_layer_ids")),
         llama_config=llama_config,
         explicit_head_dim=bool(explicit_head_dim),
         layer_model_type=str(layer.get("model_type") or flat.get("model_type") or "llama"),
@@ -317,7 +308,7 @@ def classify_keys(flat: dict, eagle: dict) -> tuple[dict, list[str], list[str]]:
     return ignored, refused, unknown
 
 
-def _check_buildable(llama_config: LlamaConfig) -> None:
+def _check_buildable(llama_config: LlamaConfig, where: str) -> None:
     """The activation and the RoPE settings the draft layer is built from must exist: transformers
     accepts any string in the config and fails only when the layer is built (KeyError, TypeError)."""
     from transformers.activations import ACT2FN
@@ -325,7 +316,7 @@ def _check_buildable(llama_config: LlamaConfig) -> None:
 
     act = llama_config.hidden_act
     if not isinstance(act, str) or act not in ACT2FN:
-        raise BadInput(f"draft config.json: hidden_act {act!r:.60} is not an activation transformers knows")
+        raise BadInput(f"{where}: hidden_act {act!r:.60} is not an activation transformers knows")
     params = getattr(llama_config, "rope_parameters", None) or {}
     theta = (
         params.get("rope_theta", getattr(llama_config, "rope_theta", None))
@@ -333,35 +324,35 @@ def _check_buildable(llama_config: LlamaConfig) -> None:
         else None
     )
     if theta is not None and (isinstance(theta, bool) or not isinstance(theta, int | float) or not theta > 0):
-        raise BadInput(f"draft config.json: rope_theta must be a positive number, got {theta!r:.60}")
+        raise BadInput(f"{where}: rope_theta must be a positive number, got {theta!r:.60}")
     try:
         with torch.device("meta"):  # validation only: nothing is allocated, whatever the sizes
             LlamaRotaryEmbedding(llama_config)
     except Exception as error:  # noqa: BLE001 - a bad rope_theta / rope_scaling / rope_parameters
-        reason = first_line(error) if str(error) else type(error).__name__
+        reason = first_line(error)
         if isinstance(error, KeyError):
             reason = f"unknown rope type {reason}"
-        raise BadInput(f"draft config.json: its RoPE settings cannot be used ({reason:.200})") from None
+        raise BadInput(f"{where}: its RoPE settings cannot be used ({reason:.200})") from None
 
 
-def _size(flat: dict, key: str, default: int | None = None) -> int:
+def _size(flat: dict, key: str, default: int | None = None, *, where: str) -> int:
     """A positive integer field; absent or null takes the default (required when None)."""
     value = flat.get(key)
     if value is None:
         if default is None:
-            raise BadInput(f"draft config.json: {key} is missing or null")
+            raise BadInput(f"{where}: {key} is missing or null")
         return default
     if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value) or value < 1:
-        raise BadInput(f"draft config.json: {key} must be a positive integer, got {value!r}")
+        raise BadInput(f"{where}: {key} must be a positive integer, got {value!r}")
     return int(value)
 
 
-def _epsilon(flat: dict) -> float:
+def _epsilon(flat: dict, where: str) -> float:
     value = flat.get("rms_norm_eps")
     if value is None:
         return 1e-6
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1:
-        raise BadInput(f"draft config.json: rms_norm_eps must be a small positive number, got {value!r}")
+        raise BadInput(f"{where}: rms_norm_eps must be a small positive number, got {value!r}")
     return float(value)
 
 
@@ -371,9 +362,14 @@ def _use_aux(eagle: dict, flat: dict) -> bool:
     return True if value is None else bool(value)
 
 
-def _int_list(value) -> list[int] | None:
+def _int_list(where: str, value) -> list[int] | None:
     if value is None:
         return None
     if not isinstance(value, list) or not all(isinstance(v, int) for v in value):
-        raise BadInput(f"eagle_aux_hidden_state_layer_ids must be a list of integers, got {value!r}")
+        raise BadInput(f"{where}: eagle_aux_hidden_state_layer_ids must be a list of integers, got {value!r}")
+    if len(value) != 3:
+        raise BadInput(
+            f"{where}: eagle_aux_hidden_state_layer_ids {value}: EAGLE-3 fuses exactly three target states; "
+            f"got {len(value)} indices"
+        )
     return list(value)

@@ -85,6 +85,19 @@ def pick_dtype(device: torch.device, dtype: str | None = None) -> torch.dtype:
 TARGET_SIZES = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads")
 
 
+def config_sizes(raw: dict, file: Path, keys) -> dict[str, int | None]:
+    """{key: value} of a model config's sizes (top level, else text_config), each absent (None) or a
+    positive integer; BadInput naming the file otherwise."""
+    text_config = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else {}
+    sizes = {}
+    for key in keys:
+        value = raw.get(key, text_config.get(key))
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            raise BadInput(f"{file}: {key} must be a positive integer, got {value!r}")
+        sizes[key] = value
+    return sizes
+
+
 def read_target_config(path: str | Path):
     """The target's config, checked: UTF-8 JSON, positive integer sizes, and a config transformers
     can build. Every failure is a BadInput naming the file."""
@@ -92,12 +105,7 @@ def read_target_config(path: str | Path):
     file = path / "config.json"
     if not file.is_file():
         raise BadInput(f"target {path}: not a local Hugging Face model directory (no config.json)")
-    raw = read_json_object(file)
-    text_config = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else {}
-    for key in TARGET_SIZES:
-        value = raw.get(key, text_config.get(key))
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-            raise BadInput(f"{file}: {key} must be a positive integer, got {value!r}")
+    config_sizes(read_json_object(file), file, TARGET_SIZES)
     try:
         return AutoConfig.from_pretrained(path, local_files_only=True)
     except Exception as error:  # noqa: BLE001 - transformers' many config errors: the file is the cause
