@@ -13,7 +13,7 @@ WORDS = {"ok": "Healthy", "unverified": "Unverified", "warning": "Warning", "err
 def show_verdict(verdict: dict, stale: str | None = None) -> None:
     text = f"**{WORDS[verdict['level']]}**: {md(verdict['headline'])}"
     if verdict.get("next_check"):
-        text += f"\n\n**Next: run the {md(verdict['next_check'])}**, because {md(verdict['next_why'])}."
+        text += f"\n\n**Next: {md(verdict['next_step'])}**, because {md(verdict['next_why'])}."
     if stale:
         text = f"*{md(stale)}*\n\n" + text
     SHOW[verdict["level"]](text)

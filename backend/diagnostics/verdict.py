@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 LEVELS = ("ok", "unverified", "warning", "error")  # worst last
+ACTIONS = ("fix the checkpoint",)  # next steps that are not a check to run
 
 
 @dataclass
@@ -29,8 +30,15 @@ class Verdict:
     next_why: str | None = None
     signals: dict = field(default_factory=dict)  # signal -> "passed" | "failed" | "not run" | ...
 
+    @property
+    def next_step(self) -> str | None:
+        """What to do next, as a sentence: run a check, or the action itself ("fix the checkpoint")."""
+        if self.next_check is None:
+            return None
+        return self.next_check if self.next_check in ACTIONS else f"run the {self.next_check}"
+
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), "next_step": self.next_step}
 
 
 def _worse(a: str, b: str) -> str:

@@ -91,3 +91,13 @@ def test_wirings_the_probe_cannot_tell_apart_are_named_and_the_diff_settles_them
     assert "trained on HF [0, 1, 4], but" in settled.headline  # the features themselves decide
     elsewhere = summarise(PASSED, [], {**diff, "training_aux_hf_indices": [0, 3, 4]}, "f.ckpt", tied)
     assert "trained on HF [0, 2, 4] (or HF [0, 1, 4]" in elsewhere.headline
+
+
+def test_the_next_step_reads_as_a_sentence():
+    from backend.diagnostics.verdict import Verdict
+
+    assert (
+        Verdict("error", "x", next_check="fix the checkpoint").to_dict()["next_step"] == "fix the checkpoint"
+    )
+    assert Verdict("unverified", "x", next_check="wiring probe").next_step == "run the wiring probe"
+    assert Verdict("ok", "x").to_dict()["next_step"] is None
