@@ -79,9 +79,9 @@ def ttt_loss(
     starts = torch.tensor([0, *lengths[:-1]]).cumsum(0)[doc]
     position = torch.arange(len(ids)) - starts
     last = torch.tensor(lengths)[doc] - 1
-    features = torch.cat([s["aux"][:, aux_columns].reshape(len(s["input_ids"]), -1) for s in samples])
+    features = torch.cat([s["aux"][:, aux_columns].reshape(len(s["input_ids"]), -1).float() for s in samples])
     with torch.no_grad():
-        final = torch.cat([s["final"] for s in samples])
+        final = torch.cat([s["final"].float() for s in samples])
         head = target.lm_head.weight
         target_argmax = (final @ head.T).argmax(-1)
         target_probs = torch.softmax(final @ head[used_ids].T, dim=-1)
