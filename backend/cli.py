@@ -37,6 +37,16 @@ def _positive(text: str) -> int:
     return value
 
 
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not (value > 0 and value < float("inf")):
+        raise argparse.ArgumentTypeError(f"must be a positive finite number, got {text}")
+    return value
+
+
 def _steps(text: str) -> int:
     """K: 1..MAX_STEPS, as a replay request takes it (a teacher or probe run of K = 1000 would
     run for minutes per sample before anything said so)."""
@@ -196,6 +206,13 @@ def build_parser() -> argparse.ArgumentParser:
         "one actor per GPU, or per CPU slot on a CPU cluster",
     )
     ev.add_argument("--workers", type=_positive, help="Ray actors to start (default: one per GPU / CPU)")
+    ev.add_argument(
+        "--ray-timeout",
+        type=_positive_float,
+        default=30.0,
+        metavar="S",
+        help="seconds to wait for the Ray cluster to answer before giving up (default 30)",
+    )
 
     tea = commands.add_parser("teacher", help="teacher-forced acc_k and simulated accept length")
     common(tea)
@@ -282,6 +299,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--num-draft-tokens", type=_positive, help="the server's --speculative-num-draft-tokens (trees)"
     )
     check.add_argument("--max-new-tokens", type=_positive, default=128)
+    check.add_argument(
+        "--timeout",
+        type=_positive_float,
+        default=60.0,
+        metavar="S",
+        help="seconds to wait for each answer; the first request without one ends the run (default 60)",
+    )
     check.add_argument("--db", help="SQLAlchemy URL (default: SPECLENS_DB_URL or sqlite:///data/speclens.db)")
 
     lint = commands.add_parser("lint", help="check SGLang/vLLM serving flags against a draft")
@@ -651,6 +675,7 @@ def cmd_serve_check(args) -> tuple[dict, str]:
         args.engine,
         topk=args.topk,
         num_draft_tokens=args.num_draft_tokens,
+        timeout=args.timeout,
     )
     lines = [f"{'sample':>6} {'server AL':>9} {'replay AL':>9}"]
     lines += [
@@ -718,7 +743,9 @@ def cmd_evaluate(args) -> tuple[dict, str]:
         bar.set_postfix_str(message[-60:], refresh=False)
 
     try:
-        result = evaluate.evaluate(args.db, plan, not args.no_resume, report, args.ray, args.workers)
+        result = evaluate.evaluate(
+            args.db, plan, not args.no_resume, report, args.ray, args.workers, args.ray_timeout
+        )
     finally:
         bar.close()
     text = (

@@ -25,7 +25,7 @@ from backend import BadInput
 from backend.data.samples import Sample
 from backend.engine.records import STORED_STEP_FIELDS, StepRecord
 from db import schema
-from db.models import Dataset, Run, SampleRow, ServingObservationRow, Step, TokenStat, utc_now
+from db.models import Checkpoint, Dataset, Run, SampleRow, ServingObservationRow, Step, TokenStat, utc_now
 
 DEFAULT_DB_PATH = Path("data") / "speclens.db"
 
@@ -549,3 +549,25 @@ def write_run_batch(
     if token_stats:
         session.execute(insert(TokenStat.__table__), [{"run_id": run_id, **row} for row in token_stats])
     return True
+
+
+# --------------------------------------------------------------------------- remembered checkpoints
+
+
+def remember_checkpoint(session: Session, role: str, path: str, name: str) -> None:
+    """A target or draft directory the user added (the dashboard's sidebar), kept across reloads.
+    Adding a path again renames it; nothing is duplicated."""
+    row = session.scalars(select(Checkpoint).where(Checkpoint.role == role, Checkpoint.path == path)).first()
+    if row is None:
+        session.add(Checkpoint(role=role, path=path, config={"name": name}))
+    else:
+        row.config = {**(row.config or {}), "name": name}
+        row.created_at = utc_now()  # the latest added is the one a reload selects
+
+
+def remembered_checkpoints(session: Session, role: str) -> list[tuple[str, str]]:
+    """(name, path) of the directories added for `role`, oldest first."""
+    rows = session.scalars(
+        select(Checkpoint).where(Checkpoint.role == role).order_by(Checkpoint.created_at, Checkpoint.id)
+    )
+    return [((r.config or {}).get("name") or Path(r.path).name or r.path, r.path) for r in rows]

@@ -47,3 +47,24 @@ def test_home_shows_the_demo_pair_and_registers_the_demo_dataset(db):
     text = " ".join(m.value for m in app.markdown)
     assert "demo/target" in text and "demo/drafts/final" in text
     assert [d.name for d in list_datasets(db)] == ["demo eval (bundled)"]
+
+
+def test_a_draft_added_in_the_sidebar_is_selected_and_survives_a_reload(db, tmp_path):
+    """Added drafts live in the database with the datasets: a new browser session (a reload) lists
+    the draft and has it selected; a path that is not a directory says so."""
+    import shutil
+
+    from backend.defaults import DEMO_DRAFTS
+
+    mine = tmp_path / "team" / "my-draft"
+    shutil.copytree(DEMO_DRAFTS / "final", mine)
+    app = ok(page("home").run())
+    app.sidebar.text_input(key="sidebar_new_draft").input(str(mine))
+    app = ok(app.sidebar.button(key="sidebar_add_draft").click().run())
+    assert app.sidebar.selectbox(key="sidebar_draft").value == "my-draft"
+    reloaded = ok(page("home").run())  # a fresh session on the same database
+    box = reloaded.sidebar.selectbox(key="sidebar_draft")
+    assert "my-draft" in box.options and box.value == "my-draft"
+    reloaded.sidebar.text_input(key="sidebar_new_draft").input(str(tmp_path / "nowhere"))
+    reloaded = reloaded.sidebar.button(key="sidebar_add_draft").click().run()
+    assert any("no such directory" in e.value for e in reloaded.sidebar.error)

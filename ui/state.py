@@ -9,8 +9,9 @@ from pathlib import Path
 import streamlit as st
 from streamlit.errors import StreamlitPageNotFoundError
 
+from backend import BadInput
 from backend.defaults import default_draft, default_target, demo_drafts
-from backend.service import datasets
+from backend.service import checkpoints, datasets
 from backend.service.database import database_url
 from ui.html import md
 
@@ -39,16 +40,44 @@ def _init() -> None:
     state = st.session_state
     if KEYS["db_url"] not in state:
         state[KEYS["db_url"]] = database_url(os.environ.get("SPECLENS_DB_URL"))
-    if KEYS["target"] not in state:
-        state[KEYS["target"]] = default_target()
     if KEYS["drafts"] not in state:
         drafts = demo_drafts()
         custom = os.environ.get("SPECLENS_DRAFT")
         if custom:
             drafts = {Path(custom).name: custom, **drafts}
-        state[KEYS["drafts"]] = drafts or {"(none)": default_draft()}
+        added = _remembered("draft")
+        state[KEYS["drafts"]] = _merge(drafts, added) or {"(none)": default_draft()}
+        if KEYS["draft"] not in state and added and not custom:
+            state[KEYS["draft"]] = added[-1][1]  # the draft added last survives a reload
     if KEYS["draft"] not in state:
         state[KEYS["draft"]] = default_draft()
+    if KEYS["target"] not in state:
+        targets = _remembered("target")
+        state[KEYS["target"]] = (
+            list(targets.values())[-1]
+            if targets and not os.environ.get("SPECLENS_TARGET")
+            else default_target()
+        )
+
+
+def _remembered(role: str) -> list[tuple[str, str]]:
+    """Directories added in earlier sessions (backend.service.checkpoints), those still on disk."""
+    try:
+        found = checkpoints.remembered(st.session_state[KEYS["db_url"]], role)
+    except Exception:  # noqa: BLE001 - an unreachable store must not take the sidebar down
+        return []
+    return [(name, path) for name, path in found if Path(path, "config.json").is_file()]
+
+
+def _merge(base: dict[str, str], added: list[tuple[str, str]]) -> dict[str, str]:
+    """`base` plus `added`, a name already taken by another path shown with its parent folder."""
+    merged = dict(base)
+    for name, path in added:
+        if path in merged.values():
+            continue
+        label = name if name not in merged else f"{Path(path).parent.name}/{name}"
+        merged[label] = path
+    return merged
 
 
 def db_url() -> str:
@@ -91,8 +120,11 @@ def draft_path() -> str:
 
 
 def add_draft(path: str) -> None:
+    """Keep the draft in the database (a reload finds it) and select it."""
     _init()
-    st.session_state[KEYS["drafts"]] = {**drafts(), Path(path).name or path: path}
+    name = checkpoints.remember(db(), "draft", path)
+    st.session_state[KEYS["drafts"]] = _merge(drafts(), [(name, str(Path(path).expanduser()))])
+    st.session_state[KEYS["draft"]] = str(Path(path).expanduser())
 
 
 def set_value(name: str, value) -> None:
@@ -127,23 +159,30 @@ def sidebar() -> None:
         target = st.text_input("Target model directory", value=target_path(), key="sidebar_target")
         if target != target_path():
             set_value("target", target)
-        if not Path(target, "config.json").is_file():
-            st.error(f"No config.json in {md(target)}: pick a local Hugging Face model directory.")
+            if Path(target, "config.json").is_file():
+                checkpoints.remember(db(), "target", target)
+        if not Path(target).is_dir():
+            st.error(f"{md(target)}: no such directory. Pick a local Hugging Face model directory.")
+        elif not Path(target, "config.json").is_file():
+            st.error(f"{md(target)} has no config.json: pick a local Hugging Face model directory.")
         names = list(drafts())
         current = draft_name(draft_path())
+        follow("sidebar_draft", current, names)  # a draft just added (or chosen elsewhere) is shown
         choice = st.selectbox(
             "Draft", names, index=names.index(current) if current in names else 0, key="sidebar_draft"
         )
         if drafts()[choice] != draft_path():
             set_value("draft", drafts()[choice])
+            followed("sidebar_draft", choice)
         with st.expander("Add a draft directory"):
             new = st.text_input("Path", key="sidebar_new_draft")
             if st.button("Add", key="sidebar_add_draft") and new:
-                if Path(new, "config.json").is_file():
+                try:
                     add_draft(new)
-                    st.rerun()
+                except BadInput as error:
+                    st.error(md(str(error)))
                 else:
-                    st.error(f"No config.json in {md(new)}")
+                    st.rerun()
 
 
 def follow(widget_key: str, value, options) -> None:

@@ -132,16 +132,19 @@ def initial_candidates(draft: Eagle3Draft, declared: Wiring, num_layers: int) ->
     """Candidate HF-index triples with why each is tried (several reasons may name the same triple)."""
     found: dict[tuple, list[str]] = {}
 
-    def add(indices, label):
+    def add(indices, label, as_given: bool = False):
+        # a declared wiring that repeats an index is run as given (engines allow it); the other
+        # candidates are distinct layers, as every trainer writes them
         indices = tuple(indices)
-        if len(indices) == 3 and all(0 <= i <= num_layers for i in indices) and len(set(indices)) == 3:
+        distinct = as_given or len(set(indices)) == 3
+        if len(indices) == 3 and all(0 <= i <= num_layers for i in indices) and distinct:
             found.setdefault(indices, [])
             if label not in found[indices]:
                 found[indices].append(label)
 
     config = draft.config
     hf = list(declared.aux_hf_indices)
-    add(hf, "declared")
+    add(hf, "declared", as_given=True)
     if config.nested_aux_ids is not None:
         add([i + 1 for i in config.nested_aux_ids], "nested ids as output-of-layer (SGLang)")
         add(config.nested_aux_ids, "nested ids read as HF indices")

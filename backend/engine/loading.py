@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import pickle
+import re
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -215,13 +217,20 @@ def _read_weights_file(path: Path) -> dict[str, torch.Tensor]:
         except Exception as error:  # noqa: BLE001 - safetensors' own errors: a corrupt file
             raise BadInput(f"{path}: corrupt safetensors file ({first_line(error)})") from None
     try:
-        # A .bin is a pickle: only tensors and plain containers may come out of it.
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        # A .bin is a pickle: only tensors and plain containers may come out of it. torch warns (two
+        # lines on stderr) before the refusal it raises; the refusal below is the one line a user reads.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            state = torch.load(path, map_location="cpu", weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, AttributeError, TypeError) as error:
+        # torch's message is a page of advice with terminal colours; the one fact a user needs is which
+        # object the file holds ("Unsupported global: GLOBAL module.Class")
+        found = re.search(r"GLOBAL ([\w.]+)", str(error))
+        what = f"a {found.group(1)} object" if found else "Python objects"
         raise BadInput(
-            f"{path.name} holds Python objects beyond tensors; refusing to unpickle it "
-            f"(loaded with weights_only=True): {first_line(error)}"
-        ) from error
+            f"{path.name} holds {what} beyond tensors; refusing to unpickle it (only weights are loaded, "
+            "torch.load weights_only=True): re-save its state dict as tensors, or as model.safetensors"
+        ) from None
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise BadInput(f"{path.name} is not a flat dict of tensors")
     return state

@@ -132,7 +132,10 @@ def check_draft(files: DraftFiles, target_config, aux_hf_indices=None) -> Prefli
         for name in ENGINES
     }
     training = training_engine(config)
-    wiring = _check_wiring(config, target_config.num_hidden_layers, aux_hf_indices, engines[training], add)
+    declared_view = read_as(
+        "auto", config, target_config.num_hidden_layers, "own_embedding.weight" in tensors
+    )
+    wiring = _check_wiring(config, target_config.num_hidden_layers, aux_hf_indices, declared_view, add)
     found = disagreements(engines, training)
     for finding in found:
         add("engines", "warn", finding["message"])

@@ -102,8 +102,78 @@ def read_as(
     """How `engine` reads this draft for a target of `num_target_layers` layers.
 
     `has_own_embedding`: the checkpoint carries embed_tokens.weight; `own_embedding_differs`: it
-    differs from the target's (None when unknown: then assumed to differ)."""
-    engine = resolve_engine(engine, config)
+    differs from the target's (None when unknown: then assumed to differ). `auto` (or None) is the
+    training engine's reading with nothing the config declares replaced by a default (`as_declared`)."""
+    if engine in (None, "", "auto"):
+        view = _read(
+            training_engine(config), config, num_target_layers, has_own_embedding, own_embedding_differs
+        )
+        return as_declared(view, config, num_target_layers)
+    return _read(
+        resolve_engine(engine, config), config, num_target_layers, has_own_embedding, own_embedding_differs
+    )
+
+
+def as_declared(view: EngineView, config: DraftConfig, num_target_layers: int) -> EngineView:
+    """The default reading never replaces a declared field with a default. A field the training engine
+    ignores was written for an engine that reads it (SpecForge never writes a top-level id list; EAGLE
+    reads no id at all), so that engine's meaning is taken and the reading says so:
+    - aux ids: top-level ids are HF indices (vLLM, speculators), nested ids output-of-layer ids (SGLang,
+      SpecForge: HF = id + 1);
+    - fc_norm / norm_before_fc / norm_before_residual: applied as vLLM and speculators apply them;
+    - norm_output on a draft EAGLE would read: the post-norm feedback, as vLLM and speculators read it.
+    rope_*, draft_vocab_size and max_position_embeddings are read by every engine from the draft's
+    config already (backend/engine/draft_config.py), so nothing is replaced there."""
+    nested, top = config.nested_aux_ids, config.top_level_aux_ids
+    name = DESCRIPTIONS[view.engine]
+    wiring, math, notes = view.wiring, view.math, list(view.notes)
+    reads_nested = view.engine in ("specforge", "sglang")
+    reads_top = view.engine in ("vllm", "speculators")
+    if top is not None and nested is None and not reads_top:
+        wiring = Wiring(
+            tuple(top),
+            f"declared top-level ids {top} (HF indices, as vLLM and speculators read them); "
+            f"{name} ignores a top-level list and would run {list(view.wiring.aux_hf_indices)}",
+        )
+    elif nested is not None and not reads_nested and (top is None or view.engine == "eagle"):
+        wiring = Wiring(
+            tuple(i + 1 for i in nested),
+            f"declared eagle_config ids {nested} (output-of-layer ids, HF = id + 1, as SGLang and SpecForge "
+            f"read them); {name} ignores them and would run {list(view.wiring.aux_hf_indices)}",
+        )
+    honoured = []
+    for flag in ("fc_norm", "norm_before_fc", "norm_before_residual"):
+        if getattr(config, flag) and not getattr(math, flag):
+            math = replace(math, **{flag: True})
+            honoured.append(flag)
+    if view.engine == "eagle" and config.norm_output and not math.post_norm_feedback:
+        math = replace(math, post_norm_feedback=True)
+        honoured.append("norm_output (post-norm feedback)")
+    if honoured:
+        notes = [n for n in notes if not any(f.split(" ")[0] in n for f in honoured)]
+        notes.append(
+            f"{', '.join(honoured)} declared: applied as vLLM and speculators apply "
+            f"{'it' if len(honoured) == 1 else 'them'} ({name} has no such module)"
+        )
+    if wiring is view.wiring and not honoured:
+        return view
+    refusal = view.refusal
+    if wiring is not view.wiring:
+        notes.append(f"wiring: {wiring.source}")
+        try:
+            check_indices(wiring.aux_hf_indices, num_target_layers)
+        except BadInput as error:
+            refusal = refusal or f"the declared wiring: {error}"
+    return replace(view, wiring=wiring, math=math, notes=tuple(notes), loads=refusal is None, refusal=refusal)
+
+
+def _read(
+    engine: str,
+    config: DraftConfig,
+    num_target_layers: int,
+    has_own_embedding: bool,
+    own_embedding_differs: bool | None,
+) -> EngineView:
     notes: list[str] = []
     refusal = None
     default = default_hf_indices(num_target_layers)
@@ -123,13 +193,24 @@ def read_as(
             wiring = Wiring(tuple(default), f"SGLang: default [2, L//2, L-3] for L={num_target_layers}")
             if top is not None:
                 notes.append(f"SGLang ignores the top-level ids {top} (it reads only eagle_config)")
-        # llama_eagle3.py LlamaModel.forward: logits from norm(h), pre-norm h fed back; no fc_norm,
-        # norm_before_fc, norm_before_residual or q/k norm modules: their weights are dropped.
-        for flag in ("fc_norm", "norm_before_fc", "norm_before_residual"):
-            if getattr(config, flag):
-                notes.append(f"SGLang drops {flag}: it runs the plain layer (its weights are skipped)")
-        if config.norm_output is False:
-            notes.append("SGLang ignores norm_output=false: it applies norm before lm_head")
+        # python/sglang/srt/models/llama_eagle3.py, as of PR #24663 ("Support newer EAGLE-3 drafters",
+        # merged 2026-05): LlamaModel.__init__ builds one RMSNorm per aux chunk when the config says
+        # fc_norm (or use_aux_norm) and forward applies them before fc; norm_output (default false)
+        # feeds the post-norm hidden back (hidden_states_to_logits vs hidden_states_to_aux), logits
+        # always from norm(h). norm_before_fc: honoured as of PR #32334 (input_norm before fc).
+        # norm_before_residual: no version has it (the layer always keeps the un-normed residual).
+        # Releases before #24663 have no fc_norm / norm_output and load_weights skips unknown tensors
+        # silently (`if param_name in params_dict`): fc_norm.* dropped, pre-norm feedback.
+        if config.norm_before_residual:
+            notes.append(
+                "SGLang drops norm_before_residual: its layer keeps the un-normed residual (no version has it)"
+            )
+        if config.fc_norm or config.norm_output or config.norm_before_fc:
+            notes.append(
+                "SGLang releases before PR #24663 (2026-05) drop fc_norm and norm_output, and before PR #32334 "
+                "(2026-07) norm_before_fc: their weights are skipped without a message; this reading is SGLang "
+                "after both"
+            )
         if config.qk_norm:
             notes.append("SGLang's llama_eagle3 layer has no q_norm/k_norm: those weights are skipped")
         # eagle_worker.py EAGLEWorker.init_lm_head -> set_embed: the target's embedding replaces the
@@ -137,7 +218,12 @@ def read_as(
         own = has_own_embedding and config.target_hidden_size != config.hidden_size
         if has_own_embedding and not own:
             notes.append("SGLang replaces the draft's embed_tokens with the target's")
-        math = DraftMath(own_embedding=own)
+        math = DraftMath(
+            fc_norm=declared(config.fc_norm),
+            norm_before_fc=declared(config.norm_before_fc),
+            post_norm_feedback=declared(config.norm_output),
+            own_embedding=own,
+        )
         # llama_eagle3.py LlamaForCausalLMEagle3.load_weights: hot_token_id = d2t + arange; t2d skipped
         mapping = (
             "d + d2t[d]" if config.draft_vocab_size < config.vocab_size else "identity (same vocabulary)"

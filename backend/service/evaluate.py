@@ -113,13 +113,15 @@ def run_pairs(
     ray: str | None = None,
     workers: int | None = None,
     stats: dict | None = None,
+    ray_timeout: float | None = None,
 ) -> tuple[dict[Pair, int], int]:
     """Every pair's run id (replayed now, or found stored when `resume`) and how many were found:
     in this process one after another, or on Ray (`ray`: an address or 'local')."""
     if ray:
-        from backend.service.ray_eval import run_pairs_on_ray
+        from backend.service.ray_eval import RAY_CONNECT_TIMEOUT_S, run_pairs_on_ray
 
-        return run_pairs_on_ray(db_url, pairs, ray, workers, resume, progress, stats=stats)
+        timeout = RAY_CONNECT_TIMEOUT_S if ray_timeout is None else ray_timeout
+        return run_pairs_on_ray(db_url, pairs, ray, workers, resume, progress, stats=stats, timeout=timeout)
     from backend.service.jobs import run_replay
 
     run_ids, reused = {}, 0
@@ -145,12 +147,14 @@ def evaluate(
     progress: Progress = no_progress,
     ray: str | None = None,
     workers: int | None = None,
+    ray_timeout: float | None = None,
 ) -> dict:
-    """Every pair of the plan (in this process, or on Ray), then the per-draft summary."""
+    """Every pair of the plan (in this process, or on Ray, waiting at most `ray_timeout` s for the
+    cluster), then the per-draft summary."""
     plan.check()
     pairs = plan.pairs()
     stats: dict = {}  # on Ray: workers started, pairs retried
-    run_ids, reused = run_pairs(db_url, pairs, resume, progress, ray, workers, stats)
+    run_ids, reused = run_pairs(db_url, pairs, resume, progress, ray, workers, stats, ray_timeout)
     return {**summarise(db_url, plan, run_ids, reused, len(pairs) - reused), "ray": ray or None, **stats}
 
 

@@ -236,7 +236,9 @@ def check_server_url(url: str) -> None:
         raise BadInput(f"--url {url}: expected http://HOST:PORT of the SGLang server")
 
 
-def request_accept_length(url: str, prompt_ids: list[int], max_new_tokens: int) -> dict:
+def request_accept_length(
+    url: str, prompt_ids: list[int], max_new_tokens: int, timeout: float = 60.0
+) -> dict:
     """One greedy request to SGLang's native /generate; accept length from its meta_info
     (tokenizer_manager.py: spec_accept_length = completion_tokens / spec_verify_ct)."""
     body = json.dumps(
@@ -246,9 +248,16 @@ def request_accept_length(url: str, prompt_ids: list[int], max_new_tokens: int) 
         request = urllib.request.Request(
             url.rstrip("/") + "/generate", data=body, headers={"Content-Type": "application/json"}
         )
-        with urllib.request.urlopen(request, timeout=TIMEOUT_S * 6) as response:  # noqa: S310 - the user's URL
+        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 - the user's URL
             answer = json.loads(response.read(MAX_TEXT_BYTES))
+    except TimeoutError:
+        raise BadInput(
+            f"{url}: no answer to /generate within {timeout:g} s; stopping at the first request that times "
+            "out (raise --timeout for a slow server)"
+        ) from None
     except (urllib.error.URLError, OSError, ValueError) as error:
+        if isinstance(getattr(error, "reason", None), TimeoutError):
+            raise BadInput(f"{url}: no answer to /generate within {timeout:g} s (raise --timeout)") from None
         raise BadInput(f"{url}: the request failed ({error})") from error
     answer = answer[0] if isinstance(answer, list) and answer else answer
     if not isinstance(answer, dict):
@@ -280,8 +289,10 @@ def serve_check(
     progress=None,
     topk: int | None = None,
     num_draft_tokens: int | None = None,
+    timeout: float = 60.0,
 ) -> dict:
-    """Each sample's prompt sent to the server and replayed offline with the same draft and settings."""
+    """Each sample's prompt sent to the server and replayed offline with the same draft and settings.
+    The first request the server leaves unanswered for `timeout` s ends the run (BadInput)."""
     from backend.service.jobs import run_replay
     from backend.service.requests import ReplayRequest
 
@@ -290,7 +301,7 @@ def serve_check(
     for number, sample in enumerate(samples):
         if progress:
             progress(number / len(samples), f"sample {number + 1}/{len(samples)}")
-        served = request_accept_length(url, list(sample.prompt_ids), max_new_tokens)
+        served = request_accept_length(url, list(sample.prompt_ids), max_new_tokens, timeout)
         request = ReplayRequest(
             target_path,
             draft_path,

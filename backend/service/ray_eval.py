@@ -14,6 +14,8 @@ same table as a local one of the same runs.
 from __future__ import annotations
 
 import os
+import socket
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -35,12 +37,37 @@ class EvalWorker:
         return run_pair(self.db_url, pair)
 
 
-def connect(address: str):
+RAY_CONNECT_TIMEOUT_S = 30.0
+
+
+def wait_for_listener(address: str, timeout: float) -> None:
+    """BadInput unless something accepts a TCP connection at a `host:port` (or `ray://host:port`) address
+    within `timeout` s. Ray's own connect retries an address with nothing listening without end."""
+    rest = address.split("://", 1)[-1]
+    host, _, port = rest.rpartition(":")
+    if not host or not port.isdigit():
+        return  # 'local', 'auto' or a form Ray resolves itself
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with socket.create_connection((host, int(port)), timeout=min(5.0, max(0.1, timeout))):
+                return
+        except OSError as error:
+            if time.monotonic() >= deadline:
+                raise BadInput(
+                    f"Ray cluster {address}: nothing answers at {host}:{port} after {timeout:g} s ({error}); "
+                    "start the cluster (ray start --head) or raise --ray-timeout"
+                ) from None
+            time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+
+
+def connect(address: str, timeout: float = RAY_CONNECT_TIMEOUT_S):
     try:
         import ray
     except ImportError:
         raise BadInput("--ray needs the ray package: pip install ray") from None
     if not ray.is_initialized():
+        wait_for_listener(address, timeout)
         try:
             ray.init(
                 address=None if address in ("local", "") else address,
@@ -67,6 +94,7 @@ def run_pairs_on_ray(
     progress: Progress = no_progress,
     hook: Callable[[dict], None] | None = None,
     stats: dict | None = None,
+    timeout: float = RAY_CONNECT_TIMEOUT_S,
 ) -> tuple[dict[Pair, int], int]:
     """Each pair's run id and how many were found stored (as evaluate.run_pairs). `hook(state)` is
     called after each finished pair with {"done": n, "busy": {actor: pair}} (tests use it to kill
@@ -74,7 +102,7 @@ def run_pairs_on_ray(
     from backend.service.database import database_url
 
     db_url = database_url(db_url)  # every worker writes where the driver reads
-    ray = connect(address)
+    ray = connect(address, timeout)
     run_ids: dict[Pair, int] = {}
     if resume:
         for pair in pairs:

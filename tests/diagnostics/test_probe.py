@@ -78,3 +78,49 @@ def test_wirings_inside_the_noise_of_the_best_are_named_as_good():
     assert tied.to_dict()["as_good_as_best"] == [[0, 2, 6]]
     alone = report([best, far, declared])
     assert alone.as_good == [] and verdict(alone, 12).startswith("The draft was trained on HF [0, 1, 6]")
+
+
+def _redeclared(setup, tmp_path, name: str, top_level_ids: list[int]):
+    """The `right` draft (trained on HF [0, 2, 4]) with its nested ids removed and a top-level list in
+    their place, `architectures` still SpecForge's LlamaForCausalLMEagle3 (issue 33's config)."""
+    import json
+    import shutil
+
+    directory = tmp_path / name
+    shutil.copytree(setup.root / "right", directory)
+    config = json.loads((directory / "config.json").read_text())
+    config.pop("eagle_config", None)
+    config["eagle_aux_hidden_state_layer_ids"] = top_level_ids
+    (directory / "config.json").write_text(json.dumps(config))
+    return directory
+
+
+def test_a_top_level_declaration_is_read_as_declared_and_the_probe_confirms_it(bigram_setup, tmp_path):
+    """SpecForge ignores a top-level list, but the default reading must not replace declared ids
+    with the defaults: the declared HF [0, 2, 4] is what the replay, teacher and probe run."""
+    from backend.diagnostics.probe import run_probe
+    from backend.engine.readings import read_as
+    from tests.support.models import load_draft
+
+    setup = bigram_setup
+    draft, wiring = load_draft(_redeclared(setup, tmp_path, "top", [0, 2, 4]), setup.target)
+    assert list(wiring.aux_hf_indices) == [0, 2, 4]
+    view = read_as("auto", draft.config, 8, has_own_embedding=False)
+    assert list(view.wiring.aux_hf_indices) == [0, 2, 4] and "top-level" in view.wiring.source
+    assert "SpecForge" in view.wiring.source and "[2, 4, 5]" in view.wiring.source  # what it would run
+    specforge = read_as("specforge", draft.config, 8, has_own_embedding=False)
+    assert list(specforge.wiring.aux_hf_indices) == [2, 4, 5]  # the engine itself still ignores it
+    report = run_probe(setup.target, draft, wiring, setup.samples, num_steps=3, search_budget=5)
+    assert report.confirmed and report.best.aux_hf_indices == (0, 2, 4)
+
+
+def test_a_declared_wiring_that_repeats_an_index_is_run_as_given(bigram_setup, tmp_path):
+    from backend.diagnostics.probe import run_probe
+    from tests.support.models import load_draft
+
+    setup = bigram_setup
+    draft, wiring = load_draft(_redeclared(setup, tmp_path, "repeat", [2, 3, 3]), setup.target)
+    assert list(wiring.aux_hf_indices) == [2, 3, 3]
+    report = run_probe(setup.target, draft, wiring, setup.samples, num_steps=3, search_budget=10)
+    assert report.declared.aux_hf_indices == (2, 3, 3)
+    assert not report.confirmed and report.best.aux_hf_indices[0] == 0  # the search finds the embedding

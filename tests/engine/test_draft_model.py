@@ -106,7 +106,8 @@ def test_post_norm_feedback_changes_the_next_draft_step(tmp_path, target_dirs):
     draft_dir = save_draft(tmp_path / "d", config, tensors, layout="speculators")
     draft, _ = load_checked_draft(draft_dir, load_target(target_dirs[4], device="cpu"))
     vllm = read_as("vllm", draft.config, 4, has_own_embedding=False).math
-    sglang = read_as("sglang", draft.config, 4, has_own_embedding=False).math
+    # SpecForge's TTT loop always feeds the pre-norm output back; vLLM reads norm_output as post-norm
+    sglang = read_as("specforge", draft.config, 4, has_own_embedding=False).math
     assert vllm.post_norm_feedback and not sglang.post_norm_feedback
     out = torch.randn(1, 32) * 3
     with torch.no_grad():

@@ -49,6 +49,7 @@ STYLES = {
         "specforge",
         dict.fromkeys(ENGINES, DEFAULT8),
         {
+            "sglang": {"fc_norm", "post_norm_feedback"},  # SGLang after PR #24663 (readings.py)
             "vllm": {"fc_norm", "post_norm_feedback"},
             "specforge": {"fc_norm"},
             "speculators": {"fc_norm", "post_norm_feedback"},
@@ -126,6 +127,7 @@ STYLES = {
             "eagle": DEFAULT8,
         },
         {
+            "sglang": {"norm_before_fc", "post_norm_feedback"},  # after PRs #24663 and #32334
             "vllm": {"norm_before_fc", "post_norm_feedback", "own_embedding", "qk_norm"},
             "speculators": {"norm_before_fc", "post_norm_feedback", "own_embedding", "qk_norm"},
             "eagle": {"own_embedding"},
@@ -365,3 +367,31 @@ def test_every_engine_reads_each_published_style(style, tmp_path):
                 target, prompt, greedy[0], raw, config, expected_aux[engine], set(), steps=4
             )
             assert plain != expected, f"{engine}: the variants do not change the drafts of this fixture"
+
+
+def test_the_default_reading_honours_declared_flags_the_training_engine_drops():
+    """A SpecForge-architecture config declaring norm_before_fc: SpecForge has no such module, so the
+    default reading applies it as vLLM does (and says so) instead of dropping it."""
+    from backend.engine.draft_config import parse_draft_config
+    from backend.engine.readings import read_as
+
+    config = parse_draft_config(
+        {
+            "architectures": ["LlamaForCausalLMEagle3"],
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "num_hidden_layers": 1,
+            "vocab_size": 100,
+            "norm_before_fc": True,
+            "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 3, 5]},
+        }
+    )
+    auto = read_as("auto", config, 8, has_own_embedding=False)
+    assert (
+        auto.math.norm_before_fc
+        and not read_as("specforge", config, 8, has_own_embedding=False).math.norm_before_fc
+    )
+    assert any("norm_before_fc declared" in note for note in auto.notes)
+    assert list(auto.wiring.aux_hf_indices) == [2, 4, 6]  # nested ids: the training reading's own

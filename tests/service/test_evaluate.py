@@ -110,3 +110,22 @@ def test_ray_gives_the_local_numbers_and_a_killed_worker_loses_nothing(tmp_path,
     assert (again["replayed"], again["reused"], again["ray"]) == (0, 6, "local") and numbers(
         again
     ) == numbers(local)
+
+
+def test_a_ray_address_with_nothing_listening_fails_in_bounded_time():
+    """Ray's own connect retries without end; the wait is bounded and names the address."""
+    import socket
+    import time
+
+    from backend import BadInput
+    from backend.service.ray_eval import wait_for_listener
+
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()  # a port nothing listens on
+    started = time.monotonic()
+    with pytest.raises(BadInput, match=rf"Ray cluster 127.0.0.1:{port}: nothing answers .* after 1 s"):
+        wait_for_listener(f"127.0.0.1:{port}", 1.0)
+    assert time.monotonic() - started < 8
+    wait_for_listener("local", 0.1)  # Ray's own forms are left to Ray

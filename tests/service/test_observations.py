@@ -211,3 +211,24 @@ def test_a_bad_url_or_an_answer_that_is_not_sglangs_is_bad_input():
             request_accept_length(f"http://127.0.0.1:{server.server_port}", [1, 2], 4)
     finally:
         server.shutdown()
+
+
+def test_serve_check_stops_at_the_first_request_the_server_leaves_unanswered():
+    """A server that accepts the connection and never answers costs one --timeout, not one per sample."""
+    import socket
+    import time
+
+    from backend import BadInput
+    from backend.service.observations import request_accept_length
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    port = listener.getsockname()[1]
+    started = time.monotonic()
+    try:
+        with pytest.raises(BadInput, match="no answer to /generate within 0.5 s"):
+            request_accept_length(f"http://127.0.0.1:{port}", [1, 2], 4, timeout=0.5)
+    finally:
+        listener.close()
+    assert time.monotonic() - started < 10
