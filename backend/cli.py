@@ -238,6 +238,25 @@ def build_parser() -> argparse.ArgumentParser:
     )
     probe.add_argument("--live-tokens", type=_positive, default=64)
 
+    diag = commands.add_parser(
+        "diagnose", help="why is this draft accepted less than it should be? one verdict"
+    )
+    common(diag)
+    diag.add_argument(
+        "--samples", help="JSONL samples: with them the probes, the template check and live replays run"
+    )
+    diag.add_argument("--limit", type=_positive, default=8, help="use the first N valid samples (default 8)")
+    diag.add_argument("--steps", type=_steps, default=4, help="K: draft tokens per verify step")
+    serving = diag.add_mutually_exclusive_group()
+    serving.add_argument("--sglang", metavar="CMD", help="the SGLang launch command the draft is served with")
+    serving.add_argument("--vllm", metavar="ARGS", help="the vLLM arguments the draft is served with")
+    diag.add_argument(
+        "--context", type=_positive, help="the served context length: checks and an accept-length curve"
+    )
+    diag.add_argument(
+        "--live", type=int, default=2, metavar="N", help="live replays on the first N samples (default 2)"
+    )
+
     imp = commands.add_parser("import", help="validate and store a dataset")
     imp.add_argument(
         "--samples", required=True, help="JSONL, ShareGPT JSON/JSONL, .ckpt file or folder, or .txt"
@@ -545,6 +564,45 @@ def load_samples(path: str, vocab_size: int, limit: int | None):
     return (samples[:limit] if limit else samples), rejected
 
 
+def cmd_diagnose(args) -> tuple[dict, str]:
+    from backend.service.diagnosis import diagnose, serving_engine
+
+    serving_engine(args.engine, args.sglang, args.vllm)  # contradictions before anything loads
+    vocab = checked_vocab(args)
+    samples = load_samples(args.samples, vocab, args.limit)[0] if args.samples else []
+    bar = progress_bar(100, "diagnose")
+    bar.unit = "%"
+
+    def progress(fraction: float, message: str) -> None:
+        bar.set_postfix_str(message[-60:], refresh=False)
+        bar.update(round(100 * fraction) - bar.n)
+
+    try:
+        result = diagnose(
+            args.target,
+            args.draft,
+            samples,
+            args.sglang,
+            args.vllm,
+            args.context,
+            args.engine,
+            args.steps,
+            max(0, args.live),
+            args.device,
+            args.dtype,
+            progress,
+        )
+    finally:
+        bar.close()
+    lines = [f"verdict: {result['verdict'].upper()}: {result['headline']}"]
+    for finding in result["findings"]:
+        lines.append(f"  {finding['severity'].upper():4} {finding['class']}: {finding['message']}")
+        if finding["fix"]:
+            lines.append(f"       fix: {finding['fix']}")
+    lines += [f"  ({check}: {what})" for check, what in result["checks"].items()]
+    return result, "\n".join(lines)
+
+
 def cmd_probe(args) -> tuple[dict, str]:
     from backend.diagnostics.probe import run_probe
 
@@ -764,6 +822,7 @@ COMMANDS = {
     "teacher": cmd_teacher,
     "lint": cmd_lint,
     "probe": cmd_probe,
+    "diagnose": cmd_diagnose,
     "import": cmd_import,
     "export": cmd_export,
 }

@@ -321,7 +321,14 @@ def get_run(session: Session, run_id: int) -> RunInfo | None:
 
 def list_runs(session: Session, limit: int = 100) -> list[RunInfo]:
     runs = session.scalars(select(Run).order_by(Run.id.desc()).limit(limit)).all()
-    return [_run_info(run) for run in runs]
+    counts = dict(
+        session.execute(
+            select(Step.run_id, func.count())
+            .where(Step.run_id.in_([r.id for r in runs]))
+            .group_by(Step.run_id)
+        ).all()
+    )
+    return [_run_info(run, counts.get(run.id, 0)) for run in runs]
 
 
 def get_steps(session: Session, run_id: int) -> list[StepRecord]:

@@ -200,7 +200,7 @@ if run_a.prompt_ids != run_b.prompt_ids:
     st.warning("The two runs have different prompts: positions are aligned, but the texts differ.")
 al_a = run_a.metrics.get("mean_accept_length") or 0
 al_b = run_b.metrics.get("mean_accept_length") or 0
-m = st.columns(4)
+m = st.columns(5)
 m[0].metric("Accept length A", f"{al_a:.2f}", help=ACCEPT_LENGTH_HELP)
 m[1].metric("Accept length B", f"{al_b:.2f}", delta=f"{al_b - al_a:+.2f}", help=ACCEPT_LENGTH_HELP)
 m[2].metric("Steps A / B", f"{len(steps_a)} / {len(steps_b)}")
@@ -212,6 +212,19 @@ m[3].metric(
     "nowhere" if divergence is None else f"output {divergence - len(run_a.prompt_ids)}",
     help="The first output position (0 = the first output token) where the two drafts proposed "
     "different tokens: outlined below, and said in words under the timelines",
+)
+output_divergence = next(
+    (i for i, (a, b) in enumerate(zip(run_a.output_ids, run_b.output_ids, strict=False)) if a != b),
+    None
+    if len(run_a.output_ids) == len(run_b.output_ids)
+    else min(len(run_a.output_ids), len(run_b.output_ids)),
+)
+m[4].metric(
+    "Outputs first differ at",
+    "nowhere (same output)" if output_divergence is None else f"output {output_divergence}",
+    help="The first output position where the two runs emitted different tokens (different prompts, "
+    "sampling, or a non-greedy run). In greedy mode both outputs are the target's own and never differ; "
+    "the drafts' proposals can.",
 )
 pieces = Pieces(run_a.target_path)
 length = max(len(run_a.output_ids), len(run_b.output_ids))

@@ -17,6 +17,7 @@ from backend.engine.wiring import parse_aux_indices
 from backend.service import checks, tasks
 from backend.service.requests import ReplayRequest
 from ui import charts, state
+from ui.diagnosis import show_diagnosis
 from ui.html import CSS, md, mismatch_html
 from ui.pickers import first_samples, run_label
 from ui.runs import ACCEPT_LENGTH_HELP, get_run, list_runs
@@ -52,29 +53,67 @@ def stale_note(signals: dict) -> str | None:
 
 st.subheader("Verdict")
 st.caption(
-    "One verdict from every signal: preflight, the serving-flag lint of the draft's own config, the "
-    "train-vs-serve diff when a training feature file exists, and the wiring probe once it has run. "
-    "Cheap checks load the target once; the probe is the expensive one."
+    "Why is this draft accepted less than it should be? One verdict over every failure class users report "
+    "(aux wiring, variant flags, vocab mapping, RoPE and context, position offset, chat template, repetition, "
+    "serving flags, precision, train-vs-serve gap): the same object as `python -m backend diagnose --json`. "
+    "With samples the wiring and reading probes, the template check and live replays run."
 )
-st.text_input(
-    "Training feature file of this draft (optional .ckpt)",
+diag_samples = first_samples("diagnose", default_n=8)
+left, middle, right = st.columns(3)
+diag_engine = left.selectbox(
+    "Read it as", ["auto", "sglang", "vllm", "specforge", "speculators", "eagle"], key="diagnose_engine"
+)
+diag_context = middle.number_input(
+    "Served context (0: skip the curve)", 0, 1_000_000, 0, step=256, key="diagnose_context"
+)
+diag_steps = right.number_input("K (draft tokens per step)", 1, 16, 4, key="diagnose_steps")
+diag_command = st.text_input(
+    "Serving command (optional): an SGLang launch command, or vLLM arguments starting with `vllm serve`",
     "",
-    key="verdict_features",
-    help="A SpecForge feature file from the run that trained the active draft (the bundled miswired draft's "
-    "are demo/data/features/data_0.ckpt). With it the verdict compares what serving feeds with what "
-    "training fed; without it only the probe can see the wiring.",
+    key="diagnose_command",
 )
-if st.button("Run the cheap checks", key="verdict_run"):
-    st.session_state["verdict_task"] = tasks.start_signals(
-        state.target_path(), state.draft_path(), feature_path()
+if st.button("Diagnose", key="diagnose_run", type="primary"):
+    command = diag_command.strip()
+    options = {
+        "engine": diag_engine,
+        "context": int(diag_context) or None,
+        "num_steps": int(diag_steps),
+        "sglang": command if command and "vllm" not in command.split()[:2] else None,
+        "vllm": command if command and "vllm" in command.split()[:2] else None,
+    }
+    if options["sglang"] or options["vllm"]:
+        options["engine"] = "auto"
+    st.session_state["diagnose_task"] = tasks.start_diagnose(
+        state.target_path(), state.draft_path(), diag_samples, options
     )
 
 
-def render_signals(signals: dict) -> None:
-    show_verdict(checks.verdict(signals, signals["target"], signals["draft"]), stale_note(signals))
+def render_diagnosis(result: dict) -> None:
+    show_diagnosis(result, stale_note(result))
 
 
-task_panel("verdict_task", render_signals, adopt="signals")
+task_panel("diagnose_task", render_diagnosis, adopt="diagnose")
+
+with st.expander(
+    "Cheap checks only (no samples): preflight, the lint of the draft's own config, train-vs-serve"
+):
+    st.text_input(
+        "Training feature file of this draft (optional .ckpt)",
+        "",
+        key="verdict_features",
+        help="A SpecForge feature file from the run that trained the active draft (the bundled miswired draft's "
+        "are demo/data/features/data_0.ckpt). With it the verdict compares what serving feeds with what "
+        "training fed; without it only the probe can see the wiring.",
+    )
+    if st.button("Run the cheap checks", key="verdict_run"):
+        st.session_state["verdict_task"] = tasks.start_signals(
+            state.target_path(), state.draft_path(), feature_path()
+        )
+
+    def render_signals(signals: dict) -> None:
+        show_verdict(checks.verdict(signals, signals["target"], signals["draft"]), stale_note(signals))
+
+    task_panel("verdict_task", render_signals, adopt="signals")
 
 doctor_tab, probe_tab, diff_tab, lint_tab, agreement_tab, whatif_tab, server_tab = st.tabs(
     [

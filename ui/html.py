@@ -87,6 +87,9 @@ def chips_html(step, piece_of) -> str:
                 f"target: {piece_of(argmax)!r}" + (f" p={argmax_prob:.2f}" if argmax_prob is not None else "")
             )
         )
+        sampled = sampled_decision(step, i)
+        if sampled:  # a sampled step: the target's argmax is not the rule, the draw is
+            target_line = target_line.replace("target:", "target argmax:") + "\n" + sampled
         meta = (
             f"draft p={prob:.2f}\n" if prob is not None else ""
         ) + f"{target_line}\ntop-5:\n  {alternatives}"
@@ -104,6 +107,27 @@ def chips_html(step, piece_of) -> str:
         + "</div></div>"
     )
     return f'<div class="sl-chips">{"".join(chips)}</div>'
+
+
+def sampled_decision(step, index: int) -> str | None:
+    """In a sampled chain, why draft `index` was accepted or rejected: the engines' rule compares a
+    uniform draw u with the target's probability of the drafted token (SGLang's
+    TreeSpeculativeSamplingTargetOnly and vLLM's rejection sampler without draft probs: accept when
+    u <= p_target(d); the draft's q is not used), so a rejected token can be the target's argmax.
+    None for greedy steps and for tree nodes off the chain."""
+    tree = step.tree or {}
+    draws, accepts = tree.get("draws") or [], tree.get("accept_probs") or []
+    decisions = tree.get("decisions") or []
+    chain = tree.get("parents") == list(range(-1, len(tree.get("tokens") or []) - 1))
+    if not draws or not chain or index >= min(len(draws), len(accepts), len(decisions)):
+        return None
+    draw, accept, decision = draws[index], accepts[index], decisions[index]
+    if draw is None:
+        return "sampled: not reached, no draw was made"
+    draft = (tree.get("draft_probs") or [None] * (index + 1))[index]
+    q = f", draft q={draft:.3f} (not used by the rule)" if draft is not None else ""
+    why = "u <= p" if decision == "accepted" else "u > p"
+    return f"sampled: accept prob p={accept:.3f}{q}, draw u={draw:.3f} -> {decision} ({why})"
 
 
 def output_html(first_token: int | None, steps, piece_of, current: int, window: int = 40) -> str:

@@ -198,7 +198,50 @@ def render_conversation(tokenizer, messages: list[dict], line: int, source: str)
     text. Where a template or tokenizer is not additive (a merge across a turn boundary), the exact
     prefix-by-prefix rendering below decides, as before."""
     fast = _render_linear(tokenizer, messages, line, source)
-    return fast if fast is not None else _render_by_prefixes(tokenizer, messages, line, source)
+    if fast is not None:
+        return fast
+    by_offsets = _render_by_offsets(tokenizer, messages, line, source)
+    return by_offsets if by_offsets is not None else _render_by_prefixes(tokenizer, messages, line, source)
+
+
+def _render_by_offsets(tokenizer, messages: list[dict], line: int, source: str) -> Sample | None:
+    """The whole conversation rendered and tokenized once; each assistant turn located as a character
+    span of that text, and the tokens overlapping a span masked (as SpecForge finds assistant spans).
+    A reply that starts with a newline or indentation merges with the template's newline into one
+    token: that token belongs to the reply. None when the template does not render turn by turn as
+    text prefixes or the tokenizer gives no offsets (the exact prefix rendering decides then)."""
+
+    def text_of(upto: int, generation_prompt: bool = False) -> str:
+        if upto == 0:
+            return ""
+        return tokenizer.apply_chat_template(
+            messages[:upto], tokenize=False, add_generation_prompt=generation_prompt
+        )
+
+    whole = text_of(len(messages))
+    spans = []
+    for upto in range(1, len(messages) + 1):
+        if messages[upto - 1]["role"] != "assistant":
+            continue
+        head, current = text_of(upto - 1, generation_prompt=True), text_of(upto)
+        if not (current.startswith(head) and whole.startswith(current)):
+            return None
+        spans.append((len(head), len(current)))
+    if not spans:
+        return None
+    try:
+        encoded = tokenizer(whole, add_special_tokens=False, return_offsets_mapping=True)
+    except (NotImplementedError, ValueError, TypeError):
+        return None
+    offsets = encoded.get("offset_mapping")
+    if not offsets:
+        return None
+    input_ids = list(encoded["input_ids"])
+    loss_mask = [int(any(start < stop and end > first for first, stop in spans)) for start, end in offsets]
+    prompt_len = next((i for i, m in enumerate(loss_mask) if m), len(input_ids))
+    if prompt_len == 0 or not any(loss_mask):
+        return None
+    return Sample(input_ids, loss_mask, prompt_len, source, line, {"text": whole[:20000]})
 
 
 def _render_linear(tokenizer, messages: list[dict], line: int, source: str) -> Sample | None:
@@ -265,7 +308,11 @@ def _render_by_prefixes(tokenizer, messages: list[dict], line: int, source: str)
                 prompt_len = len(head)
             full = ids_of(upto)
             if full[: len(head)] != head:
-                raise ValueError("the chat template does not render conversations incrementally")
+                raise ValueError(
+                    f"turn {upto - 1}: the chat template renders this conversation differently once the "
+                    "assistant's reply is added (the reply changes the tokens before it), so the reply's "
+                    "tokens cannot be told from the prompt's; check the template with this conversation"
+                )
             loss_mask += [0] * (len(head) - len(input_ids)) + [1] * (len(full) - len(head))
         else:
             full = ids_of(upto)

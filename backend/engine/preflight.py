@@ -285,7 +285,18 @@ def _check_vocab_mapping(config: DraftConfig, tensors, target_vocab: int, add) -
         "pass",
         f"d2t maps {draft_vocab} draft ids into target ids {int(target_ids[0])}..{int(target_ids[-1])}",
     )
-    if t2d is None:
+    identity = draft_vocab == target_vocab and not bool(d2t.any())
+    if identity and t2d is not None and t2d.shape[0] == target_vocab and not bool(t2d.bool().any()):
+        # EAGLE's inference class writes and loads this for a full-vocabulary draft (eagle/model/ea_model.py
+        # drops both maps when the vocabularies are equal); SGLang's hot_token_id = d2t + arange and vLLM's
+        # scatter to arange + d2t read the zeros as the identity; t2d is read by none of them at inference.
+        add(
+            "t2d",
+            "pass",
+            "all-zero d2t and all-False t2d under a full vocabulary: EAGLE's own placeholder maps; EAGLE drops "
+            "both, SGLang and vLLM read d2t as the identity and skip t2d (every engine runs the identity)",
+        )
+    elif t2d is None:
         add("t2d", "warn", "no t2d tensor (not used for replay; training tools need it)")
     elif (
         t2d.shape[0] != target_vocab

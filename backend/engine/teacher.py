@@ -105,14 +105,42 @@ def draft_counts(
     in_vocab: torch.Tensor,
     num_steps: int,
     math: DraftMath | None = None,
+    position_offset: int = 0,
 ) -> TeacherCounts:
-    """The draft's side of acc_k: the TTT chain over one target pass, fed `features` [T, 3*Ht]."""
+    """The draft's side of acc_k: the TTT chain over one target pass, fed `features` [T, 3*Ht].
+    The sums of `draft_hits`.
+    `position_offset` shifts the RoPE positions of the chain steps (k >= 1) against the context they
+    attend to (an engine that feeds the drafted tokens' positions one off: the reading probe's
+    position-offset candidates). A shift of every position changes nothing under RoPE, whose
+    attention sees only relative positions, so only this relative shift is a reading of its own."""
+    counts = TeacherCounts([0] * num_steps, [0] * num_steps)
+    for step, (counted, correct) in enumerate(
+        draft_hits(draft, passed, features, in_vocab, num_steps, math, position_offset)
+    ):
+        counts.counted[step] += int(counted.sum())
+        counts.correct[step] += int(correct.sum())
+    return counts
+
+
+def draft_hits(
+    draft: Eagle3Draft,
+    passed: TargetPass,
+    features: torch.Tensor,
+    in_vocab: torch.Tensor,
+    num_steps: int,
+    math: DraftMath | None = None,
+    position_offset: int = 0,
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Per TTT step, (counted, correct) bool masks over the indices t: which positions count and which
+    the draft got right. Two readings scored on one target pass count the same positions, so their
+    masks pair up (the reading probe's paired comparison)."""
     ids, mask, target_argmax = passed.ids, passed.loss_mask, passed.target_argmax
     device = ids.device
     total = len(ids)
-    counts = TeacherCounts([0] * num_steps, [0] * num_steps)
     if total < 3:
-        return counts
+        empty = torch.zeros(0, dtype=torch.bool, device=device)
+        return [(empty, empty)] * num_steps
+    hits = []
     with torch.inference_mode():
         length = total - 1  # index t = 0..T-2 has a next token x_{t+1}
         index = torch.arange(length, device=device)
@@ -120,7 +148,7 @@ def draft_counts(
         past: list[list[tuple]] = [[] for _ in draft.layers]  # per layer, each step's (keys, values)
         for step in range(num_steps):
             token_index = (index + 1 + step).clamp(max=total - 1)
-            positions = index + step
+            positions = index + step + (position_offset if step else 0)
             override = [_stack(layer_past) for layer_past in past] if step else None
             fed = draft.feedback(hidden, math) if step else hidden  # step 0 is fed the fused features
             hidden, new_kvs = draft(
@@ -137,10 +165,8 @@ def draft_counts(
             valid = index + 1 + step <= total - 1
             truth = target_argmax[token_index]
             counted = valid & mask[(index + step).clamp(max=total - 1)]
-            correct = counted & in_vocab[truth] & (predicted == truth)
-            counts.counted[step] += int(counted.sum())
-            counts.correct[step] += int(correct.sum())
-    return counts
+            hits.append((counted, counted & in_vocab[truth] & (predicted == truth)))
+    return hits
 
 
 def _stack(layer_past: list[tuple]) -> tuple[torch.Tensor, torch.Tensor]:

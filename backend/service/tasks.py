@@ -258,6 +258,19 @@ def start_probe(
     )
 
 
+def diagnose_job(target_path, draft_path, samples, options: dict, *, progress: Progress) -> dict:
+    from backend.service.diagnosis import diagnose
+
+    return diagnose(target_path, draft_path, samples, progress=progress, **options)
+
+
+def start_diagnose(target_path: str, draft_path: str, samples: list, options: dict) -> str:
+    """`options`: sglang, vllm, context, engine, num_steps, live_samples (the CLI's flags)."""
+    return MANAGER.submit_job(
+        "diagnose", f"diagnose {_name(draft_path)}", diagnose_job, target_path, draft_path, samples, options
+    )
+
+
 def reference_job(db_url: str | None, run_id: int, reference: dict, *, progress: Progress) -> dict:
     from backend.service.references import compute_reference
 

@@ -157,3 +157,63 @@ def test_plain_text_prompts(tmp_path, tokenizer):
     path.write_bytes(b"\xff\xfe\n")
     with pytest.raises(BadInput, match="UTF-8"):
         read_dataset(path, tokenizer, VOCAB)
+
+
+def realistic_conversations() -> list[dict]:
+    """20 ShareGPT conversations as people write them: code answers that begin with a newline or
+    indentation, fenced blocks, multi-turn exchanges and a system prompt."""
+    answers = [
+        "\ndef add(a, b):\n    return a + b\n",
+        "    return sorted(items, key=len)\n",
+        "\n\n```python\nfor i in range(3):\n    print(i)\n```\n",
+        "  x = [n * n for n in range(10)]",
+        "\n    if not values:\n        return None\n    return max(values)",
+        "Sure!\n\n```python\nimport json\nprint(json.dumps({'a': 1}))\n```",
+        "\tindented with a tab\n\tsecond line",
+        "\n# a comment first\nclass Stack:\n    def __init__(self):\n        self.items = []\n",
+    ]
+    conversations = []
+    for number in range(20):
+        turns = []
+        if number % 4 == 0:
+            turns.append({"from": "system", "value": "You write short Python."})
+        turns.append({"from": "human", "value": f"Question {number}: write some code"})
+        turns.append({"from": "gpt", "value": answers[number % len(answers)]})
+        if number % 3 == 0:
+            turns.append({"from": "human", "value": "And indented?\n    like this"})
+            turns.append({"from": "gpt", "value": answers[(number + 3) % len(answers)]})
+        conversations.append({"id": f"real-{number}", "conversations": turns})
+    return conversations
+
+
+def test_sharegpt_code_answers_import_with_masks_on_exactly_the_assistant_text(tmp_path):
+    """Replies that start with a newline or indentation merge with the template's newline into one
+    token; they import (0 rejections) and the loss mask covers each reply, nothing of the prompt."""
+    from backend.defaults import DEMO_TARGET
+    from backend.engine.loading import load_tokenizer
+
+    tokenizer = load_tokenizer(DEMO_TARGET)
+    conversations = realistic_conversations()
+    path = tmp_path / "real.json"
+    path.write_text(json.dumps(conversations))
+    result = read_dataset(path, tokenizer, tokenizer.vocab_size if hasattr(tokenizer, "vocab_size") else None)
+    assert result.rejected == [] and len(result.samples) == 20
+    roles = {"human": "user", "gpt": "assistant", "system": "system"}
+    for sample, record in zip(result.samples, conversations, strict=True):
+        messages = [{"role": roles[t["from"]], "content": t["value"]} for t in record["conversations"]]
+        whole = tokenizer.apply_chat_template(messages, tokenize=False)
+        assert tokenizer.decode(sample.input_ids) == whole  # the whole conversation, once
+        masked = tokenizer.decode([t for t, m in zip(sample.input_ids, sample.loss_mask, strict=True) if m])
+        unmasked = tokenizer.decode(
+            [t for t, m in zip(sample.input_ids, sample.loss_mask, strict=True) if not m]
+        )
+        replies = [m["content"] for m in messages if m["role"] == "assistant"]
+        rest = masked
+        for reply in replies:  # every reply is masked, in order; what is left is template newlines
+            assert reply in rest, (reply, masked)
+            rest = rest.replace(reply, "", 1)
+        assert set(rest) <= {"\n"}, repr(rest)
+        for message in messages:
+            if message["role"] != "assistant":
+                assert message["content"] in unmasked  # no prompt text is trained on
+        assert sample.prompt_len > 0 and not any(sample.loss_mask[: sample.prompt_len])

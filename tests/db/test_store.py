@@ -88,7 +88,7 @@ def test_runs_and_their_steps(factory):
         run.status == "finished" and run.output_ids == [5, 6] and run.metrics == {"mean_accept_length": 2.0}
     )
     assert run.prompt_ids == [1, 2, 3] and run.aux_hf_indices == [2, 4, 5] and run.finished_at is not None
-    assert [r.id for r in listed] == [run_id]
+    assert [(r.id, r.step_count) for r in listed] == [(run_id, 3)]  # Runs and Home show verify steps
     assert all(isinstance(s, StepRecord) for s in steps)
     assert steps == [step(i, a) for i, a in enumerate([2, 0, 1])]  # every stored field comes back
     assert steps[0].aux_features is None and steps[0].draft_hidden is None  # tensors live in the artifact

@@ -76,7 +76,9 @@ def test_pickle_that_is_not_weights_only_is_refused(tmp_path, target_dirs):
     state = torch.load(draft_dir / "pytorch_model.bin", weights_only=True)
     state["training_state"] = NotATensor()
     torch.save(state, draft_dir / "pytorch_model.bin")
-    expected = "pytorch_model.bin holds a tests.engine.test_loading.NotATensor object beyond tensors; refusing"
+    expected = (
+        "pytorch_model.bin holds a tests.engine.test_loading.NotATensor object beyond tensors; refusing"
+    )
     assert expected in failures(preflight(draft_dir, target_dirs[4]))
     import warnings
 

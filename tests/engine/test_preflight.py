@@ -241,3 +241,26 @@ def test_integer_or_non_finite_weights_fail(tmp_path, target_dirs):
     report = preflight(write_draft(tmp_path / "n", target_dirs[4], edit_tensors=poisoned), target_dirs[4])
     assert "NaN or infinite values in norm.weight" in failures(report)
     assert preflight(write_draft(tmp_path / "ok", target_dirs[4]), target_dirs[4]).ok  # d2t/t2d are integers
+
+
+def test_eagle_placeholder_maps_of_a_full_vocabulary_draft_load_as_the_identity(tmp_path, target_dirs):
+    """EAGLE's inference class saves a full-vocabulary draft with an all-zero d2t and an all-False t2d
+    (ea_model.py drops both when the vocabularies are equal): every engine runs it as the identity."""
+    import torch
+
+    from backend.engine.loading import load_target
+    from backend.engine.preflight import load_checked_draft
+    from backend.engine.synthetic import draft_config_dict
+
+    vocab = draft_config_dict(target_config(target_dirs[4]))["vocab_size"]
+
+    def placeholders(tensors):
+        tensors["d2t"] = torch.zeros(vocab, dtype=torch.long)
+        tensors["t2d"] = torch.zeros(vocab, dtype=torch.bool)
+
+    draft_dir = write_draft(tmp_path / "d", target_dirs[4], draft_vocab=vocab, edit_tensors=placeholders)
+    report = preflight(draft_dir, target_dirs[4])
+    assert report.ok and any("EAGLE's own placeholder maps" in m for m in statuses(report)["pass"])
+    draft, _ = load_checked_draft(draft_dir, load_target(target_dirs[4], device="cpu"))
+    ids = torch.arange(vocab)
+    assert torch.equal(draft.to_target_ids(ids), ids)

@@ -61,3 +61,47 @@ def test_the_verdict_on_miswired_points_at_the_probe_and_then_names_the_trained_
         assert "aux-ids-not-trained" in findings and str(declared) not in findings.split("Fix:")[-1]
     finally:
         checks._PROBES.clear()
+
+
+def test_diagnose_on_the_page_is_the_cli_s_verdict(db):
+    """The page's verdict is `diagnose`'s object: the same headline and findings as the CLI's JSON for
+    the same draft and samples (the demo's eval set, first 4)."""
+    import json
+    import subprocess
+    import sys
+
+    from backend.defaults import DEMO_DRAFTS, DEMO_EVAL, DEMO_TARGET
+    from tests.support.pages import finish
+
+    diagnostics = ok(page("4_Diagnostics").run())
+    ok(diagnostics.selectbox(key="sidebar_draft").set_value("miswired").run())
+    diagnostics.number_input(key="diagnose_n").set_value(4).run()
+    ok(diagnostics.button(key="diagnose_run").click().run())
+    diagnostics = ok(finish(diagnostics, "diagnose_task"))
+    cli = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "backend",
+            "diagnose",
+            "--target",
+            str(DEMO_TARGET),
+            "--draft",
+            str(DEMO_DRAFTS / "miswired"),
+            "--samples",
+            str(DEMO_EVAL),
+            "--limit",
+            "4",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    expected = json.loads(cli.stdout)
+    assert expected["verdict"] == "broken"
+    shown = " ".join(e.value for e in diagnostics.error)
+    assert f"**Broken**: {expected['headline'][:60]}" in shown.replace("\\", "")
+    labels = [x.label for x in diagnostics.expander]
+    for finding in expected["findings"]:
+        assert any(finding["class"] in label and finding["severity"] in label for label in labels), finding

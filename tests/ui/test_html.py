@@ -83,3 +83,25 @@ def test_markdown_escaping_leaves_user_strings_inert():
     assert "[phish]" not in escaped and "\\[phish\\]" in escaped
     assert "`" not in escaped.replace("\\`", "") and "\\*x\\*" in escaped and "\\$y\\$" in escaped
     assert "<b>" not in escaped.replace("\\<b\\>", "")
+
+
+def test_a_sampled_rejection_shows_the_draw_and_the_rule_not_the_argmax():
+    """Sampled chains: draft d2 is the target's argmax and still rejected by its draw; the chip says so."""
+    from ui.html import sampled_decision
+
+    sampled = step(drafted=(1, 4, 3), accepted=1)
+    sampled.tree = {
+        "tokens": [1, 4, 3],
+        "parents": [-1, 0, 1],
+        "draft_probs": [0.5, 0.4, 0.3],
+        "accept_probs": [0.9, 0.35, 0.2],
+        "draws": [0.12, 0.71, None],
+        "decisions": ["accepted", "rejected", "unreached"],
+    }
+    said = sampled_decision(sampled, 1)
+    assert "accept prob p=0.350" in said and "draw u=0.710" in said and "rejected (u > p)" in said
+    assert "accepted (u <= p)" in sampled_decision(sampled, 0)
+    assert "no draw" in sampled_decision(sampled, 2)
+    html = chips_html(sampled, piece)
+    assert "target argmax: &#x27;ok&#x27;" in html and "draw u=0.710" in html
+    assert sampled_decision(step(), 1) is None  # greedy: the argmax is the rule

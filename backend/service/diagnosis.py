@@ -1,0 +1,80 @@
+"""`diagnose`: one verdict over every failure class (backend/diagnostics/diagnose.py), loaded once.
+The CLI and the Diagnostics page both call `diagnose` here, so they print and show the same object."""
+
+from __future__ import annotations
+
+from backend import BadInput
+from backend.engine.records import Progress, no_progress
+from backend.service import models
+
+
+def serving_engine(engine: str, sglang: str | None, vllm: str | None) -> str:
+    """The reading under test: the engine of the serving command when one is given."""
+    if sglang and vllm:
+        raise BadInput("give one serving command: --sglang or --vllm, not both")
+    named = "sglang" if sglang else "vllm" if vllm else None
+    if named and engine not in (None, "", "auto", named):
+        raise BadInput(f"--engine {engine} contradicts the {named} command; drop one of them")
+    return named or engine or "auto"
+
+
+def diagnose(
+    target_path: str,
+    draft_path: str,
+    samples: list | None = None,
+    sglang: str | None = None,
+    vllm: str | None = None,
+    context: int | None = None,
+    engine: str = "auto",
+    num_steps: int = 4,
+    live_samples: int = 2,
+    device: str | None = None,
+    dtype: str | None = None,
+    progress: Progress = no_progress,
+) -> dict:
+    from backend.diagnostics.diagnose import Diagnosis, diagnose_loaded, preflight_findings
+    from backend.diagnostics.lint import lint_command
+    from backend.engine.preflight import preflight
+    from backend.engine.readings import read_as
+
+    engine = serving_engine(engine, sglang, vllm)
+    if context is not None and context < 1:
+        raise BadInput(f"--context {context}: must be a positive number of tokens")
+    progress(0.0, "preflight")
+    report = preflight(draft_path, target_path).to_dict()
+    head = {"target": str(target_path), "draft": str(draft_path), "engine": engine}
+    if not report["ok"]:  # nothing else means anything until the draft loads
+        diagnosis = Diagnosis(preflight_findings(report, engine), {"preflight": "ran: failed"})
+        return {**diagnosis.to_dict(), **head, "aux_hf_indices": report["aux_hf_indices"]}
+    lint_findings = None
+    if sglang or vllm:
+        lint_findings = lint_command(draft_path, sglang, vllm, target_path).to_dict()["findings"]
+    progress(0.02, "loading models")
+    target, draft, _ = models.pair(target_path, draft_path, device, dtype)
+    view = read_as(
+        engine, draft.config, target.num_layers, draft.own_embedding is not None, draft.own_embedding_differs
+    )
+    if not view.loads:
+        raise BadInput(view.refusal)
+    diagnosis = diagnose_loaded(
+        target,
+        draft,
+        draft_path,
+        view,
+        report,
+        list(samples or []),
+        lint_findings,
+        context,
+        num_steps,
+        live_samples,
+        progress=progress,
+        engine=engine,
+    )
+    return {
+        **diagnosis.to_dict(),
+        **head,
+        "engine": view.engine,
+        "aux_hf_indices": list(view.wiring.aux_hf_indices),
+        "wiring_source": view.wiring.source,
+        "n_samples": len(samples or []),
+    }
