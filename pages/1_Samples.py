@@ -73,9 +73,10 @@ with st.expander("Import a dataset", expanded=False):
         if "error" in report:
             st.error(f"Nothing imported: {md(report['error'])}")
         else:
-            st.success(
+            (st.warning if report["rejected"] else st.success)(
                 f"Dataset {report['dataset_id']}: imported {report['imported']} {report['format']} samples, "
-                f"rejected {len(report['rejected'])}."
+                f"rejected {len(report['rejected'])}"
+                + (" (each listed below with its record number and reason)." if report["rejected"] else ".")
             )
             if report["rejected"]:
                 st.dataframe(pd.DataFrame(report["rejected"]), hide_index=True, key="samples_rejected")

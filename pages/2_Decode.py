@@ -129,7 +129,12 @@ task_panel("decode_task", on_finish=pick_up_run, failure="The replay failed: ", 
 
 runs = list_runs(limit=200)
 if not runs:
-    st.info("No run yet: start one above.")
+    running = [t for t in tasks.MANAGER.list("replay") if t.active]
+    st.info(
+        "A replay is running: its run opens here when it ends (progress above)."
+        if running
+        else "No run yet: start one above."
+    )
     st.stop()
 run_ids = [r.id for r in runs]
 selected = state.get_value("run") or run_ids[0]
@@ -257,13 +262,19 @@ if not steps:
 # ----------------------------------------------------------------------------- step-through viewer
 
 
+def next_rejection(current: int) -> int | None:
+    """The first step after `current` that rejected a draft."""
+    return next(
+        (i for i in range(current + 1, len(steps)) if steps[i].accepted_count < len(steps[i].drafted_ids)),
+        None,
+    )
+
+
 def move(delta: int | None = None, to_rejection: bool = False) -> None:
     current = st.session_state.get("decode_step", 0)
     if to_rejection:
-        later = [
-            i for i in range(current + 1, len(steps)) if steps[i].accepted_count < len(steps[i].drafted_ids)
-        ]
-        current = later[0] if later else current
+        later = next_rejection(current)
+        current = current if later is None else later
     else:
         current = min(max(0, current + delta), len(steps) - 1)
     st.session_state["decode_step"] = current
@@ -286,13 +297,19 @@ def references() -> list[str]:
 def viewer() -> None:
     current = min(st.session_state.get("decode_step", 0), len(steps) - 1)
     st.session_state["decode_slider"] = current + 1  # one source of truth: decode_step (0-based)
-    buttons = st.columns([1, 1, 2, 6])
+    buttons = st.columns([1.4, 1.1, 2.6, 4.9])
     buttons[0].button("◀ Previous", key="decode_prev", on_click=move, args=(-1,), disabled=current == 0)
     buttons[1].button(
         "Next ▶", key="decode_next", on_click=move, args=(1,), disabled=current >= len(steps) - 1
     )
+    upcoming = next_rejection(current)
     buttons[2].button(
-        "Jump to next rejection »", key="decode_next_rejection", on_click=move, kwargs={"to_rejection": True}
+        "No later rejection" if upcoming is None else f"Next rejection: step {upcoming + 1} »",
+        key="decode_next_rejection",
+        on_click=move,
+        kwargs={"to_rejection": True},
+        disabled=upcoming is None,
+        help="The first step after this one where the target rejected a draft (it may be the next step).",
     )
     if len(steps) > 1:
         st.slider(

@@ -12,6 +12,7 @@ from backend.engine.records import decoding_mode
 from backend.service import tasks
 from ui import charts, state
 from ui.compare import (
+    batch_sentence,
     batch_summary,
     committed_positions,
     difference_html,
@@ -129,6 +130,16 @@ elif result:
         s[2].metric("Mean delta (B - A)", f"{summary['mean delta']:+.2f}")
         s[3].metric("Wins A / B / ties", f"{summary['wins A']} / {summary['wins B']} / {summary['ties']}")
         s[4].metric("Samples", summary["samples"])
+        names = result.get("drafts") or {}
+        st.markdown(
+            "**"
+            + md(
+                batch_sentence(
+                    summary, state.draft_name(names.get("A", "A")), state.draft_name(names.get("B", "B"))
+                )
+            )
+            + "**"
+        )
     reused, replayed = result.get("reused", 0), result.get("replayed", 0)
     st.caption(
         f"Over {summary['samples']} sample(s): the mean of each run's accept length ({ACCEPT_LENGTH_HELP}); "

@@ -129,7 +129,7 @@ def test_dashboard_in_chromium(tmp_path, hostile_dataset):
         page.get_by_role("button", name="Next ▶").click()
         page.get_by_text(re.compile(r"^Step 2 of")).wait_for(timeout=30_000)
         wait_idle(page)
-        page.get_by_role("button", name="Jump to next rejection »").click()
+        page.get_by_role("button", name=re.compile(r"^Next rejection: step \d+ »")).click()
         wait_idle(page)
         assert page.locator(".sl-chip").count() >= 2 and page.locator(".sl-cur").count() >= 1
         page.locator("[data-step='3']").first.click()  # a token of the output opens its step

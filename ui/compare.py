@@ -169,3 +169,23 @@ def batch_summary(rows: list[dict]) -> dict:
         "ties": sum(abs(d) <= 1e-9 for d in deltas),
         "without AL": len(rows) - n,
     }
+
+
+def batch_sentence(summary: dict, name_a: str, name_b: str) -> str:
+    """Which draft is better on the batch, in words, with the numbers behind it."""
+    n = summary["samples"]
+    if not n:
+        return "No sample has an accept length on both sides: nothing to compare."
+    delta = summary["mean delta"]
+    if abs(delta) < 1e-9 and summary["wins A"] == summary["wins B"]:
+        return f"{name_a} (A) and {name_b} (B) do equally well on these {n} samples."
+    better, worse = ("B", "A") if delta > 0 else ("A", "B")
+    names = {"A": name_a, "B": name_b}
+    wins = summary[f"wins {better}"]
+    return (
+        f"{names[better]} ({better}) is better on these {n} samples: mean accept length "
+        f"{summary[f'mean AL {better}']:.2f} vs {summary[f'mean AL {worse}']:.2f} ({abs(delta):+.2f}), "
+        f"higher on {wins} of {n} sample(s)"
+        + (f", lower on {summary[f'wins {worse}']}" if summary[f"wins {worse}"] else "")
+        + "."
+    )

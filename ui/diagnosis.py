@@ -11,7 +11,7 @@ from ui.html import md
 
 SHOW = {"ok": st.success, "suspect": st.warning, "broken": st.error}
 WORDS = {"ok": "OK", "suspect": "Suspect", "broken": "Broken"}
-ICONS = {"fail": "🔴 fail", "warn": "🟠 warn", "info": "⚪ info"}
+ICONS = {"fail": "**fail**", "warn": "**warn**", "info": "info"}
 
 
 def show_diagnosis(result: dict, stale: str | None = None) -> None:

@@ -190,6 +190,7 @@ def compare_job(
         "reused": reused,
         "replayed": len(pairs) - reused,
         "ray": ray or None,
+        "drafts": {side: draft for side, draft, _ in sides},
     }
 
 

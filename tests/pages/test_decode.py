@@ -26,12 +26,15 @@ def test_decode_runs_in_the_background_and_steps(db):
     assert app.session_state["decode_step"] == 1
     ok(app.button(key="decode_prev").click().run())
     assert app.session_state["decode_step"] == 0
-    ok(app.button(key="decode_next_rejection").click().run())
     run_id = app.session_state["global_run_id"]
     _, steps = get_run_with_steps(db, run_id)
-    current = app.session_state["decode_step"]
     rejecting = [i for i, s in enumerate(steps) if s.accepted_count < len(s.drafted_ids) and i > 0]
-    assert current == (rejecting[0] if rejecting else 0)
+    button = app.button(key="decode_next_rejection")
+    assert button.label == (
+        f"Next rejection: step {rejecting[0] + 1} »" if rejecting else "No later rejection"
+    )
+    ok(button.click().run())
+    assert app.session_state["decode_step"] == (rejecting[0] if rejecting else 0)
 
 
 def test_decode_bad_override_and_refused_draft(db, tmp_path):

@@ -35,3 +35,13 @@ def test_timeline_is_one_escaped_block_with_the_divergence_outlined():
     assert html.startswith('<div class="sl-text">') and html.count("<div") == 1
     assert "<b>" not in html and "&lt;b&gt;" in html
     assert html.count("sl-cur") == 1 and html.count("sl-t ") == 3  # positions 3 (prefill), 4, 5
+
+
+def test_the_batch_says_in_words_which_draft_is_better():
+    from ui.compare import batch_sentence, batch_summary
+
+    rows = [{"AL A": 1.5, "AL B": 2.5}, {"AL A": 2.0, "AL B": 1.9}, {"AL A": 1.0, "AL B": 3.0}]
+    said = batch_sentence(batch_summary(rows), "miswired", "final")
+    assert said.startswith("final (B) is better on these 3 samples: mean accept length 2.47 vs 1.50")
+    assert "higher on 2 of 3 sample(s), lower on 1." in said
+    assert "equally" in batch_sentence(batch_summary([{"AL A": 2.0, "AL B": 2.0}]), "a", "b")
