@@ -681,7 +681,7 @@ def test_a_bad_draft_or_sample_file_is_reported_before_the_target_loads(checkpoi
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     for extra, reason in (
-        (["--draft", str(tmp_path / "missing"), "--prompt", "x"], "no config.json"),
+        (["--draft", str(tmp_path / "missing"), "--prompt", "x"], "missing: no such directory"),
         (["--samples", str(empty), "--index", "0"], "no valid sample (the file has no records)"),
     ):
         result = cli("replay", "--target", str(root / "target"), *extra)

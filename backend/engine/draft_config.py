@@ -163,6 +163,10 @@ def read_json_object(file: Path) -> dict:
 
 def read_config_file(draft_dir: Path) -> dict:
     path = Path(draft_dir) / "config.json"
+    if not Path(draft_dir).is_dir():
+        raise BadInput(
+            f"{draft_dir}: no such directory (the draft is a directory with config.json and weights)"
+        )
     if not path.is_file():
         raise BadInput(f"{draft_dir}: no config.json (is this an EAGLE-3 draft directory?)")
     return read_json_object(path)
