@@ -544,10 +544,13 @@ def checked_vocab(args) -> int:
     draft or flag is reported before any weights load (seconds, and progress bars, later)."""
     from backend.engine.draft_config import read_draft_config
     from backend.engine.loading import pick_device, read_target_config
+    from backend.engine.wiring import check_indices
 
     config = read_target_config(args.target)
     if isinstance(getattr(args, "draft", None), str):
         read_draft_config(args.draft)
+    if getattr(args, "aux_hf_indices", None) is not None:  # a wiring the target cannot have, before loading
+        check_indices(args.aux_hf_indices, config.num_hidden_layers)
     pick_device(getattr(args, "device", None))
     return config.vocab_size
 
