@@ -68,3 +68,18 @@ def test_a_draft_added_in_the_sidebar_is_selected_and_survives_a_reload(db, tmp_
     reloaded.sidebar.text_input(key="sidebar_new_draft").input(str(tmp_path / "nowhere"))
     reloaded = reloaded.sidebar.button(key="sidebar_add_draft").click().run()
     assert any("no such directory" in e.value for e in reloaded.sidebar.error)
+
+
+def test_a_configured_draft_named_like_a_demo_draft_is_the_one_selected(db, tmp_path, monkeypatch):
+    """SPECLENS_DRAFT=.../final must not be shadowed by the bundled demo's own `final`."""
+    import shutil
+
+    from backend.defaults import DEMO_DRAFTS
+
+    mine = tmp_path / "other" / "final"
+    shutil.copytree(DEMO_DRAFTS / "final", mine)
+    monkeypatch.setenv("SPECLENS_DRAFT", str(mine))
+    app = ok(page("home").run())
+    assert app.session_state["global_draft"] == str(mine)
+    assert app.session_state["global_drafts"]["final"] == str(mine)
+    assert "drafts/final" in app.session_state["global_drafts"]  # the demo's, under its folder

@@ -43,8 +43,8 @@ def _init() -> None:
     if KEYS["drafts"] not in state:
         drafts = demo_drafts()
         custom = os.environ.get("SPECLENS_DRAFT")
-        if custom:
-            drafts = {Path(custom).name: custom, **drafts}
+        if custom:  # the configured draft keeps its name; a demo draft of the same name gets its folder
+            drafts = _merge({Path(custom).name: custom}, list(drafts.items()))
         added = _remembered("draft")
         state[KEYS["drafts"]] = _merge(drafts, added) or {"(none)": default_draft()}
         if KEYS["draft"] not in state and added and not custom:
