@@ -16,11 +16,17 @@ from dataclasses import dataclass, field
 import torch
 
 from backend.diagnostics.probe import describe, run_probe
-from backend.diagnostics.reading_probe import run_reading_probe
+from backend.diagnostics.reading_probe import rope_scaling, run_reading_probe
 from backend.engine.metrics import acceptance_metrics, simulated_accept_length
 from backend.engine.records import PrefillRecord, Progress, no_progress
 from backend.engine.replay import ReplayConfig, replay
-from backend.engine.teacher import TeacherCounts, draft_counts, draft_vocab_mask, target_pass
+from backend.engine.teacher import (
+    TeacherCounts,
+    draft_counts,
+    draft_vocab_mask,
+    target_pass,
+    teacher_forced_counts,
+)
 from backend.engine.wiring import Wiring
 
 CLASSES = (
@@ -223,8 +229,8 @@ def context_findings(draft_config, target_config, context: int | None) -> list[F
     limit = draft_config.max_position_embeddings
     target_limit = getattr(target_config, "max_position_embeddings", None)
     served = context or target_limit
-    draft_scaling = _scaling(draft_config.llama_config)
-    target_scaling = _scaling(target_config)
+    draft_scaling = rope_scaling(draft_config.llama_config)
+    target_scaling = rope_scaling(target_config)
     evidence = {
         "draft_max_position_embeddings": limit,
         "target_max_position_embeddings": target_limit,
@@ -280,12 +286,6 @@ def precision_findings(target, target_config) -> list[Finding]:
             {"replayed_in": str(target.dtype), "stored": stored},
         )
     ]
-
-
-def _scaling(config) -> dict | None:
-    from backend.diagnostics.reading_probe import _scaling as scaling
-
-    return scaling(config)
 
 
 # ------------------------------------------------------------------------------ with samples
@@ -615,12 +615,11 @@ def context_curve(
 
 
 def _predicted(target, draft, wiring, math, samples, num_steps) -> float | None:
-    in_vocab = draft_vocab_mask(draft, target.vocab_size, target.device)
+    """1 + the simulated accept length of teacher-forced accuracy on `samples` (the teacher's own sum)."""
     counts = TeacherCounts([0] * num_steps, [0] * num_steps)
     for sample in samples:
-        passed = target_pass(target, sample.input_ids, sample.loss_mask, wiring.aux_hf_indices)
         counts.add(
-            draft_counts(draft, passed, passed.features(wiring.aux_hf_indices), in_vocab, num_steps, math)
+            teacher_forced_counts(target, draft, wiring, sample.input_ids, sample.loss_mask, num_steps, math)
         )
     simulated = counts.simulated_accept_length
     return None if simulated is None else 1 + simulated

@@ -128,13 +128,13 @@ def paired_error(a: ReadingCandidate, b: ReadingCandidate) -> float:
     return maths.sqrt(variance) / n
 
 
-def _theta(config) -> float | None:
+def rope_theta(config) -> float | None:
     params = getattr(config, "rope_parameters", None) or {}
     theta = params.get("rope_theta", getattr(config, "rope_theta", None))
     return float(theta) if theta is not None else None
 
 
-def _scaling(config) -> dict | None:
+def rope_scaling(config) -> dict | None:
     params = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
     kind = params.get("rope_type", params.get("type", "default"))
     if kind in (None, "default"):
@@ -145,8 +145,8 @@ def _scaling(config) -> dict | None:
 def candidates_for(raw: dict, draft_config, target_config, tensors: dict) -> list[ReadingCandidate]:
     """One change at a time against the checkpoint as read."""
     found = [ReadingCandidate("the reading under test", "declared")]
-    own = _theta(draft_config.llama_config)
-    target_theta = _theta(target_config)
+    own = rope_theta(draft_config.llama_config)
+    target_theta = rope_theta(target_config)
     thetas = [target_theta] + [t for t in COMMON_THETAS]
     seen = {own}
     for theta in thetas:
@@ -154,8 +154,8 @@ def candidates_for(raw: dict, draft_config, target_config, tensors: dict) -> lis
             seen.add(theta)
             whose = " (the target's)" if theta == target_theta else ""
             found.append(ReadingCandidate(f"rope_theta {theta:g}{whose}", "rope", {"rope_theta": theta}))
-    target_scaling = _scaling(target_config)
-    if target_scaling and not _scaling(draft_config.llama_config):
+    target_scaling = rope_scaling(target_config)
+    if target_scaling and not rope_scaling(draft_config.llama_config):
         found.append(ReadingCandidate("the target's rope_scaling", "rope", {"rope_scaling": target_scaling}))
     for offset in (-1, 1):
         found.append(ReadingCandidate(f"drafted positions {offset:+d}", "offset", offset=offset))
@@ -176,7 +176,7 @@ def candidates_for(raw: dict, draft_config, target_config, tensors: dict) -> lis
     return found
 
 
-def _prepare(candidate, files, raw, target, engine, base_draft, base_math, view_of):
+def _prepare(candidate, files, raw, target, base_draft, base_math, view_of):
     """The draft module and math a candidate runs (None when its config cannot be built)."""
     if not candidate.patch:
         draft, math = base_draft, base_math
@@ -218,7 +218,7 @@ def run_reading_probe(
     candidates = candidates_for(raw, files.config, target.model.config, files.tensors)
     ready, seen_math = [], set()
     for candidate in candidates:
-        prepared = _prepare(candidate, files, raw, target, engine, base_draft, base_math, view_of)
+        prepared = _prepare(candidate, files, raw, target, base_draft, base_math, view_of)
         if prepared is None:
             continue
         candidate.draft, candidate.math = prepared
