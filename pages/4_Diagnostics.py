@@ -17,7 +17,7 @@ from backend.engine.wiring import parse_aux_indices
 from backend.service import checks, tasks
 from backend.service.requests import ReplayRequest
 from ui import charts, state
-from ui.diagnosis import show_diagnosis
+from ui.diagnosis import diagnose_form, show_diagnosis
 from ui.html import CSS, md, mismatch_html
 from ui.pickers import first_samples, run_label
 from ui.runs import ACCEPT_LENGTH_HELP, get_run, list_runs
@@ -58,33 +58,11 @@ st.caption(
     "serving flags, precision, train-vs-serve gap): the same object as `python -m backend diagnose --json`. "
     "With samples the wiring and reading probes, the template check and live replays run."
 )
-diag_samples = first_samples("diagnose", default_n=8)
-left, middle, right = st.columns(3)
-diag_engine = left.selectbox(
-    "Read it as", ["auto", "sglang", "vllm", "specforge", "speculators", "eagle"], key="diagnose_engine"
-)
-diag_context = middle.number_input(
-    "Served context (0: skip the curve)", 0, 1_000_000, 0, step=256, key="diagnose_context"
-)
-diag_steps = right.number_input("K (draft tokens per step)", 1, 16, 4, key="diagnose_steps")
-diag_command = st.text_input(
-    "Serving command (optional): an SGLang launch command, or vLLM arguments starting with `vllm serve`",
-    "",
-    key="diagnose_command",
-)
-if st.button("Diagnose", key="diagnose_run", type="primary"):
-    command = diag_command.strip()
-    options = {
-        "engine": diag_engine,
-        "context": int(diag_context) or None,
-        "num_steps": int(diag_steps),
-        "sglang": command if command and "vllm" not in command.split()[:2] else None,
-        "vllm": command if command and "vllm" in command.split()[:2] else None,
-    }
-    if options["sglang"] or options["vllm"]:
-        options["engine"] = "auto"
+asked = diagnose_form()
+if asked is not None:
+    samples, options = asked
     st.session_state["diagnose_task"] = tasks.start_diagnose(
-        state.target_path(), state.draft_path(), diag_samples, options
+        state.target_path(), state.draft_path(), samples, options
     )
 
 

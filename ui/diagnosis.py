@@ -7,7 +7,9 @@ import json
 
 import streamlit as st
 
+from backend.service.requests import ENGINE_CHOICES
 from ui.html import md
+from ui.pickers import first_samples
 
 SHOW = {"ok": st.success, "suspect": st.warning, "broken": st.error}
 WORDS = {"ok": "OK", "suspect": "Suspect", "broken": "Broken"}
@@ -31,3 +33,30 @@ def show_diagnosis(result: dict, stale: str | None = None) -> None:
             if finding["fix"]:
                 st.markdown(f"**Fix:** {md(finding['fix'])}")
             st.code(json.dumps(finding["evidence"], indent=1, default=str)[:4000], language="json")
+
+
+def diagnose_form() -> tuple[list, dict] | None:
+    """The samples and `diagnose` options the user asked for, when they pressed Diagnose (else None).
+    A serving command names its engine: it is read as that engine (backend.service.diagnosis)."""
+    samples = first_samples("diagnose", default_n=8)
+    left, middle, right = st.columns(3)
+    engine = left.selectbox("Read it as", ENGINE_CHOICES, key="diagnose_engine")
+    context = middle.number_input(
+        "Served context (0: skip the curve)", 0, 1_000_000, 0, step=256, key="diagnose_context"
+    )
+    steps = right.number_input("K (draft tokens per step)", 1, 16, 4, key="diagnose_steps")
+    command = st.text_input(
+        "Serving command (optional): an SGLang launch command, or vLLM arguments starting with `vllm serve`",
+        "",
+        key="diagnose_command",
+    ).strip()
+    if not st.button("Diagnose", key="diagnose_run", type="primary"):
+        return None
+    is_vllm = "vllm" in command.split()[:2]
+    return samples, {
+        "engine": "auto" if command else engine,
+        "context": int(context) or None,
+        "num_steps": int(steps),
+        "sglang": command if command and not is_vllm else None,
+        "vllm": command if command and is_vllm else None,
+    }
