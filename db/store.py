@@ -207,28 +207,12 @@ def add_steps(session: Session, run_id: int, steps: list[StepRecord]) -> None:
         )
 
 
-def add_step(session: Session, run_id: int, step: StepRecord) -> None:
-    add_steps(session, run_id, [step])
-
-
 def add_token_stats(session: Session, run_id: int, rows: list[dict]) -> None:
     if rows:  # bulk insert: thousands of small rows per run
         session.execute(insert(TokenStat), [{"run_id": run_id, **row} for row in rows])
 
 
 STALE_AFTER_S = 600  # a run whose writer (on another host) has not written for this long is gone
-
-
-def heartbeat(session: Session, run_id: int, output_ids: list[int] | None = None) -> bool:
-    """The writer is alive: stamp the run (and keep its partial output current). False when the
-    run is gone (deleted while it recorded)."""
-    run = _locked_run(session, run_id)
-    if run is None:
-        return False
-    run.heartbeat_at = utc_now()
-    if output_ids is not None:
-        run.output_ids = list(output_ids)
-    return True
 
 
 def _writer_alive(run: Run, now: datetime, stale_after_s: float) -> bool:
@@ -536,10 +520,10 @@ def write_run_batch(
 ) -> bool:
     """One batch of a recording run, in the caller's transaction, as plain SQL statements (no ORM
     objects: a fast replay writes dozens of batches a second): the run's heartbeat and partial
-    output first, an UPDATE that also locks its row until the commit (as `heartbeat`'s SELECT ...
-    FOR UPDATE does), then the steps and token stats as bulk inserts. Stores what `heartbeat`,
-    `add_steps` and `add_token_stats` store. False, with nothing written, when the run is gone
-    (deleted while it recorded)."""
+    output first, an UPDATE that also locks its row until the commit (as `_locked_run`'s SELECT ...
+    FOR UPDATE does), then the steps and token stats as bulk inserts. Stores what `add_steps` and
+    `add_token_stats` store. False, with nothing written, when the run is gone (deleted while it
+    recorded)."""
     from sqlalchemy import update
 
     values: dict = {"heartbeat_at": utc_now()}

@@ -22,10 +22,6 @@ class TreeShape:
     num_draft_tokens: int | None = None  # N: verified tokens, the root included
 
     @property
-    def is_chain(self) -> bool:
-        return self.topk == 1
-
-    @property
     def max_candidates(self) -> int:
         return self.topk + (self.num_steps - 1) * self.topk**2
 

@@ -96,7 +96,7 @@ def test_runs_whose_writer_is_gone_are_interrupted_and_a_recording_run_is_not_de
     with store.session_scope(factory) as session:
         statuses = {r.id: r.status for r in store.list_runs(session)}
         assert statuses == {mine: "running", remote: "running", far: "interrupted"}
-        assert not store.heartbeat(session, dead)  # deleted: the writer learns it is gone
+        assert not store.write_run_batch(session, dead, [], [])  # deleted: the writer learns it is gone
 
 
 def schema_differences(engine) -> list:
@@ -298,14 +298,9 @@ def _write_runs(url: str, barrier, writer: int, runs: int, steps: int) -> str:
                     StepRecord(i, i, 1, [i, i + 1], 1, 3, [i, 3], [i, 3], draft_ms=0.5, verify_ms=1.0)
                     for i in range(start, min(start + 5, steps))
                 ]
+                stats = [{"position": s.step_index, "chunk": "hf0", "norm": 1.0} for s in batch]
                 with store.session_scope(factory) as session:
-                    assert store.heartbeat(session, run_id, [writer] * start)
-                    store.add_steps(session, run_id, batch)
-                    store.add_token_stats(
-                        session,
-                        run_id,
-                        [{"position": s.step_index, "chunk": "hf0", "norm": 1.0} for s in batch],
-                    )
+                    assert store.write_run_batch(session, run_id, batch, stats, [writer] * start)
             with store.session_scope(factory) as session:
                 store.finish_run(session, run_id, output_ids=[writer] * steps, metrics={"writer": writer})
         engine.dispose()
@@ -348,10 +343,8 @@ def test_a_run_deleted_while_its_writer_commits_a_batch(any_db_url):
             session, kind="replay", target_path="t", draft_path="d", params={}, aux_hf_indices=[0]
         )
     writer = factory()
-    assert store.heartbeat(writer, run_id, [1, 2])
-    store.add_steps(
-        writer, run_id, [StepRecord(0, 3, 1, [4], 1, 5, [4, 5], [4, 5], draft_ms=1.0, verify_ms=1.0)]
-    )
+    batch = [StepRecord(0, 3, 1, [4], 1, 5, [4, 5], [4, 5], draft_ms=1.0, verify_ms=1.0)]
+    assert store.write_run_batch(writer, run_id, batch, [], [1, 2])
     deleted = []
 
     def delete() -> None:
@@ -365,7 +358,7 @@ def test_a_run_deleted_while_its_writer_commits_a_batch(any_db_url):
     writer.commit()
     deleter.join(30)
     assert deleted == [True]
-    assert not store.heartbeat(writer, run_id)  # the writer learns its run is gone
+    assert not store.write_run_batch(writer, run_id, [], [])  # the writer learns its run is gone
     writer.close()
     with store.session_scope(factory) as session:
         assert store.get_run(session, run_id) is None and store.get_steps(session, run_id) == []

@@ -72,8 +72,7 @@ def test_runs_and_their_steps(factory):
             prompt_ids=[1, 2, 3],
             sample_ref="prompt",
         )
-        for index, accepted in enumerate([2, 0, 1]):
-            store.add_step(session, run_id, step(index, accepted))
+        store.add_steps(session, run_id, [step(index, accepted) for index, accepted in enumerate([2, 0, 1])])
         store.add_token_stats(session, run_id, [{"position": 0, "chunk": "hf2", "norm": 1.0}])
     with store.session_scope(factory) as session:
         running = store.get_run(session, run_id)
