@@ -52,7 +52,7 @@ def target(
 def draft(target, path: str):
     """(Eagle3Draft, PreflightReport) for `path` on `target`; PreflightRefused when it fails. The
     report checks the draft's declared wiring: a request's override is resolved per request
-    (`ReplayRequest.wiring_for`), so `report.wiring` is always what the draft declares."""
+    (`ReplayRequest.reading_for`), so `report.wiring` is always what the draft declares."""
     from backend.engine.preflight import load_checked_draft
 
     key = (target.path, str(target.device), str(target.dtype), id(target.model), str(path))

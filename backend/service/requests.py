@@ -2,7 +2,7 @@
 
 A `ReplayRequest` is frozen and validated when it is made: a bad override, K or limit is a BadInput
 before any job starts. Its wiring is resolved once, against the loaded draft's config and the
-target's depth (`wiring_for`), and stored with the run.
+target's depth (`reading_for`), and stored with the run.
 """
 
 from __future__ import annotations
