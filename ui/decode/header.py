@@ -1,0 +1,152 @@
+"""The Decode page's run picker and the chosen run's header: status, summary metrics, how the run
+read the draft, and why a run without verify steps has no accept length."""
+
+from __future__ import annotations
+
+import zlib
+from datetime import UTC, datetime
+
+import streamlit as st
+
+from backend import BadInput
+from backend.engine.metrics import DEFINITIONS
+from backend.engine.records import StepRecord, decoding_mode
+from backend.service import tasks
+from backend.service.checks import engine_readings
+from backend.service.runs import RunInfo
+from ui import state
+from ui.html import md
+from ui.pickers import run_label
+from ui.runs import ACCEPT_LENGTH_HELP
+from ui.tables import engine_readings as engine_table
+
+SHORT_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+TARGET_FORWARDS = {  # params.target_forward (backend/engine/lean_target.py)
+    "lean": "; target forward: SpecLens's lean Llama forward (checked bit for bit against transformers')",
+    "transformers": "; target forward: transformers'",
+}
+
+
+def number(value, digits: int = 2) -> str:
+    """A metric, or a dash where it is undefined (no verify step ran)."""
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+def pick_run(runs: list[RunInfo]) -> int:
+    """The run select box: the selected run (a replay that just finished is followed)."""
+    run_ids = [r.id for r in runs]
+    selected = state.get_value("run") or run_ids[0]
+    if selected not in run_ids:
+        selected = run_ids[0]
+    labels = {r.id: run_label(r) for r in runs}
+    # The browser keeps showing a select box's old text when only the chosen option's label changes
+    # (a run that was "running" finishes): the widget's key follows that label, so it is drawn anew.
+    run_key = f"decode_run_{zlib.crc32(labels[selected].encode())}"
+    state.follow(run_key, selected, run_ids)
+    run_id = st.selectbox("Run", run_ids, index=run_ids.index(selected), key=run_key, format_func=labels.get)
+    if run_id != state.get_value("run"):
+        state.set_value("run", run_id)
+        state.followed(run_key, run_id)
+        st.session_state["decode_step"] = 0
+    return run_id
+
+
+def status(run: RunInfo, steps: list[StepRecord]) -> None:
+    """What a run that has not finished covers, said before any of its numbers."""
+    if run.status == "finished":
+        return
+    if run.status == "running":
+        beat = run.heartbeat_at or run.created_at
+        age = (datetime.now(UTC).replace(tzinfo=None) - beat).total_seconds() if beat else None
+        owned = tasks.MANAGER.get(st.session_state.get("decode_task")) is not None
+        st.warning(
+            f"Run {run.id} is **running**: {len(steps)} steps stored when this was read at "
+            f"{datetime.now().strftime('%H:%M:%S')}"
+            + ("" if age is None else f" (its writer wrote {age:.0f} s before)")
+            + ". The numbers below cover those steps only: "
+            + (
+                "the progress bar above is live, and the whole page is read again when the job ends."
+                if owned
+                else "the page reads the run again every 2 s until it ends."
+            )
+        )
+    else:
+        st.warning(f"Run {run.id} is **{run.status}** with {len(steps)} stored steps.")
+    if run.error:
+        st.code(run.error)
+
+
+def summary(run: RunInfo, steps: list[StepRecord]) -> None:
+    metrics = run.metrics or {}
+    params = run.params
+    cells = st.columns(6)
+    cells[0].metric("Accept length", number(metrics.get("mean_accept_length")), help=ACCEPT_LENGTH_HELP)
+    cells[1].metric(
+        "Acceptance rate", number(metrics.get("acceptance_rate")), help=DEFINITIONS.get("acceptance_rate", "")
+    )
+    cells[2].metric("Verify steps", len(steps))
+    cells[3].metric("Tokens", len(run.output_ids))
+    cells[4].metric("Aux HF indices", str(run.aux_hf_indices), help=params.get("wiring_source", ""))
+    dtype = params.get("dtype", "?")
+    disagreement = metrics.get("self_disagreement_per_1000")
+    cells[5].metric(
+        "Device · dtype",
+        f"{params.get('device', '?')} {SHORT_DTYPES.get(dtype, dtype)}",
+        delta=None if disagreement is None else f"target self-disagreement {disagreement:.1f} / 1k",
+        delta_color="off",
+        help=DEFINITIONS["self_disagreement_per_1000"],
+    )
+    requested = params.get("engine_requested")
+    st.caption(
+        f"Run as **{params.get('engine', 'specforge')}** reads the draft"
+        + (f" (requested: {requested})" if requested not in (None, params.get("engine")) else "")
+        + f"; wiring: {params.get('wiring_source', '')}"
+        + TARGET_FORWARDS.get(params.get("target_forward"), "")
+    )
+    expected = metrics.get("expected_accept_length")
+    st.markdown(
+        f"Decoding: **{decoding_mode(params)}**"
+        + (
+            f" · expected accept length **{expected:.2f}** beside the realised "
+            f"{number(metrics.get('mean_accept_length'))}"
+            if expected is not None and params.get("sampling_rule")
+            else ""
+        ),
+        help=DEFINITIONS["expected_accept_length"],
+    )
+    for note in params.get("decoding_notes") or []:
+        st.caption(f"Note: {md(note)}")
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def readings_of(draft_path: str, target_path: str) -> dict | None:
+    try:
+        return engine_readings(draft_path, target_path)
+    except BadInput:
+        return None
+
+
+def readings(run: RunInfo) -> None:
+    with st.expander("How engines read this draft (wiring, feedback, embedding): where they disagree"):
+        views = readings_of(run.draft_path, run.target_path)
+        if views is None:
+            st.info("The draft or target directory can no longer be read.")
+        else:
+            engine_table(views, key="decode_engines")
+
+
+def no_steps(run: RunInfo) -> None:
+    """Why a finished run has no verify step, and what to change."""
+    if run.status != "finished":
+        return
+    limit = run.params.get("max_new_tokens")
+    why = (
+        f"the run's limit of {limit} new token(s) was reached"
+        if limit is not None and len(run.output_ids) >= limit
+        else "the target ended at its end-of-sequence token"
+    )
+    st.info(
+        f"No verify step ran: the output is {len(run.output_ids)} token(s), the target's own first "
+        f"token from the prefill, and then {why}. There is no draft to judge, so accept length is "
+        "undefined (—). Raise Max new tokens or pick a longer prompt or a dataset sample."
+    )

@@ -1,0 +1,68 @@
+"""The Decode page's reference adder: compare the fed features with another source, as a
+background job whose end selects the new reference in the step viewer."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from backend import BadInput
+from backend.engine.wiring import parse_aux_indices
+from backend.service import tasks
+from backend.service.runs import RunInfo
+from ui import state
+from ui.html import md
+from ui.pickers import run_label
+from ui.runs import list_runs
+from ui.taskview import task_panel
+
+KINDS = ["another wiring", "training features (.ckpt)", "a second run", "target hidden vs draft output"]
+
+
+def _spec(kind: str, run: RunInfo) -> dict | None:
+    """The reference job's spec from the chosen kind's widgets (None: nothing to compute yet)."""
+    if kind == "another wiring":
+        text = st.text_input("HF indices", "0,2,4", key="decode_reference_wiring")
+        return {"kind": "wiring", "aux_hf_indices": list(parse_aux_indices(text) or ())}
+    if kind == "training features (.ckpt)":
+        path = st.text_input("Feature file", "demo/data/features/data_0.ckpt", key="decode_reference_ckpt")
+        return {"kind": "features", "path": path}
+    if kind == "a second run":
+        others = [r for r in list_runs(limit=200) if r.id != run.id]
+        if not others:
+            st.caption("No other run to compare with.")
+            return None
+        labels = {r.id: run_label(r) for r in others}
+        picked = st.selectbox("Run", list(labels), format_func=labels.get, key="decode_reference_run")
+        return {"kind": "run", "run_id": picked}
+    return {"kind": "target_hidden"}
+
+
+def _show(result: dict) -> None:
+    st.success(
+        f"{result['rows']} rows stored as '{md(result['reference'])}' "
+        f"({result.get('positions', '?')} positions compared)"
+    )
+    if result.get("warning"):
+        st.warning(md(result["warning"]))
+
+
+def _pick_up(result: dict) -> None:
+    st.session_state["decode_stats_version"] = st.session_state.get("decode_stats_version", 0) + 1
+    st.session_state["decode_reference_pending"] = result["reference"]  # selected on the next run
+
+
+def reference_adder(run: RunInfo, expanded: bool) -> None:
+    """Outside the step viewer's fragment: the reference job's progress polls on its own, and its end
+    reruns the whole page, which then shows the new reference selected."""
+    with st.expander(
+        "Add a hidden-state reference (compare the fed features with another source)", expanded=expanded
+    ):
+        kind = st.radio("Compare the fed features with", KINDS, key="decode_reference_kind")
+        try:
+            spec = _spec(kind, run)
+        except BadInput as error:
+            st.error(str(error))
+            spec = None
+        if st.button("Compute", key="decode_reference_compute", disabled=spec is None):
+            st.session_state["decode_reference_task"] = tasks.start_reference(state.db(), run.id, spec)
+    task_panel("decode_reference_task", _show, on_finish=_pick_up, adopt="reference")
