@@ -1,6 +1,6 @@
 """Build the bundled offline demo: a small Llama target trained on Python source already on the machine
-(demo/corpus.py), a dataset sampled from it, and three EAGLE-3 drafts (final, epoch1, and the seed
-story's mis-wired one).
+(demo/corpus.py), a dataset sampled from it, and three EAGLE-3 drafts (final, epoch1, and the mis-wired
+one of docs/seed-story.md).
 
     python -m demo.build                 # everything, ~56 min on 2 CPU cores; writes demo/
     python -m demo.build --quick --out /tmp/demo_quick   # a minutes-long smoke run of every stage
@@ -87,7 +87,7 @@ def log(message: str) -> None:
 def wirings(num_layers: int) -> dict[str, list[int]]:
     """HF indices: what the config declares (the defaults) and what the mis-wired draft was fed:
     [embedding output, output of layer a, output of layer b] where the defaults are outputs of
-    layers [a, b, c] — the seed story's shift."""
+    layers [a, b, c] — the shift of docs/seed-story.md."""
     declared = default_hf_indices(num_layers)
     return {"declared": declared, "miswired": [0, declared[0], declared[1]]}
 

@@ -1,5 +1,5 @@
 """The demo datasets: held-out prompts, responses sampled from the target itself (the "synthetic data
-from the served model" pattern of the seed story), and SpecForge-style offline feature files."""
+from the served model" pattern of docs/seed-story.md), and SpecForge-style offline feature files."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def sample_responses(
     batch: int = 32,
     log=print,
 ) -> list[dict]:
-    """Records in the seed's JSONL format; loss_mask is 1 on the response (incl. a final EOS)."""
+    """Records in the training JSONL format (docs/seed-story.md); loss_mask is 1 on the response (incl. a final EOS)."""
     records: list[dict | None] = [None] * len(prompts)
     by_length: dict[int, list[int]] = {}
     for index, (_, ids, _) in enumerate(prompts):

@@ -10,8 +10,8 @@ outputs and on the prompts' own continuations in their files (demo/data/eval_con
 with --old-target (e.g. the previous demo target, `git show` into a folder) the same measure is taken
 for that target on the same prompts' text, re-tokenized with its own tokenizer.
 
-It also writes demo/data/serving/sglang_seed.log: what an SGLang server log looks like in the seed
-story's situation -- the mis-wired draft served under its declared wiring, with
+It also writes demo/data/serving/sglang_seed.log: what an SGLang server log looks like in the situation
+of docs/seed-story.md -- the mis-wired draft served under its declared wiring, with
 `--speculative-num-draft-tokens 16` silently reset to num_steps + 1 -- carrying the replay's own
 per-prompt accept lengths. No SGLang server ran; the file says so in its first line.
 """
@@ -272,7 +272,7 @@ def render(report: dict, args) -> str:
     lines += [
         "",
         f"Mis-wired draft served with its declared wiring: mean per-prompt ratio miswired-declared / "
-        f"miswired-true-wiring **{mean_ratio:.2f}** (the seed story: 1.9 where ~2.95 was expected, 0.64); "
+        f"miswired-true-wiring **{mean_ratio:.2f}** (docs/seed-story.md: 1.9 where ~2.95 was expected, 0.64); "
         f"`final` beats it on **{wins} of {n}** prompts.",
         "",
         "What the declared wiring feeds instead of what training fed, per fc chunk (mean cosine similarity of "
@@ -334,7 +334,7 @@ def render(report: dict, args) -> str:
         )
     lines += [
         "",
-        f"Serving log in the seed's situation: `{SERVING_LOG}` (constructed from the replay of "
+        f"Serving log in the situation of docs/seed-story.md: `{SERVING_LOG}` (constructed from the replay of "
         "`miswired` under its declared wiring; see its first line). Open it in Diagnostics -> Server numbers.",
         "",
         "Commands:",

@@ -221,7 +221,7 @@ def test_dashboard_in_chromium(tmp_path, hostile_dataset):
         assert sorted(pairs) == [("run 4", "run 5"), ("run 6", "run 7")], pairs
         page.screenshot(path=str(SHOTS / "4b_compare_batch.png"), full_page=True)
 
-        # Diagnostics: the lint on the seed story's flags
+        # Diagnostics: the lint on the flags of docs/seed-story.md
         page.goto(f"{url}/Diagnostics")
         page.get_by_role("tab", name="Serving-flag lint").click()
         page.get_by_role("button", name="Lint").click()

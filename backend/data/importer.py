@@ -1,7 +1,7 @@
 """Dataset import: every supported format becomes validated samples; bad records are reported.
 
 Formats:
-- `jsonl`: the seed's training JSONL (input_ids, loss_mask, seq_len, n_prompt_tokens,
+- `jsonl`: the training JSONL of docs/seed-story.md (input_ids, loss_mask, seq_len, n_prompt_tokens,
   n_response_tokens, source), validated by backend.data.samples;
 - `sharegpt`: a JSON list (or JSONL) of {"conversations": [{"from": "human"|"gpt"|"system",
   "value": str}, ...]} (or "messages" with role/content), rendered with the target's chat template;

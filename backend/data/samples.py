@@ -1,4 +1,5 @@
-"""Samples in the seed's training JSONL format, validated record by record (docs/reference.md §5).
+"""Samples in the training JSONL format of docs/seed-story.md, validated record by record
+(docs/reference.md §5).
 
 One JSON object per line: input_ids (token ids), loss_mask (0/1, same length), seq_len,
 n_prompt_tokens, n_response_tokens, source. Bad records are reported by line number and reason;

@@ -1,5 +1,5 @@
 """Training accuracy vs live acceptance, per sample: teacher-forced acc_k and the accept length they
-predict next to the live greedy accept length (the seed story: 74.7% accuracy but 1.9 accept length).
+predict next to the live greedy accept length (docs/seed-story.md: 74.7% accuracy but 1.9 accept length).
 
 A sample is flagged when the live accept length is below FLAG_RATIO of the predicted one
 (predicted = 1 + simulated accept length, bonus included so both count the same thing).

@@ -6,7 +6,7 @@ sample capturing every HF index (0 = embedding output .. L = last layer, pre-nor
 is then only a draft TTT pass, so dozens of candidates cost seconds on small models.
 
 Candidates: the declared ids read in each convention, the defaults, +/-1 shifts of each declared
-id, the embedding output (HF 0) in place of the low layer, the seed story's [embedding, a, b] shift,
+id, the embedding output (HF 0) in place of the low layer, the [embedding, a, b] shift of docs/seed-story.md,
 then a bounded coordinate search around the best so far.
 """
 
@@ -160,7 +160,7 @@ def initial_candidates(draft: Eagle3Draft, declared: Wiring, num_layers: int) ->
             shifted[slot] += delta
             add(shifted, f"declared id {slot} {delta:+d}")
     add([0, hf[1], hf[2]], "embedding output for the low layer")
-    add([0, hf[0], hf[1]], "embedding, low, middle (the seed story's shift)")
+    add([0, hf[0], hf[1]], "embedding, low, middle (the shift in docs/seed-story.md)")
     return found
 
 

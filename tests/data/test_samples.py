@@ -1,4 +1,4 @@
-"""Seed-format JSONL samples: good records kept, bad ones reported by line and reason."""
+"""Training JSONL samples (the format of docs/seed-story.md): good records kept, bad ones reported by line and reason."""
 
 from __future__ import annotations
 

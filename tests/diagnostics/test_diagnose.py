@@ -86,7 +86,7 @@ PLANTED = {
         "variant-flags",
         "norm_before_residual: False",
     ),
-    # the seed's shift the other way round: [embedding output, output of layer 0, output of layer 1]
+    # the shift of docs/seed-story.md the other way round: [embedding output, output of layer 0, output of layer 1]
     "wiring": (
         lambda c, d: c["eagle_config"].update(eagle_aux_hidden_state_layer_ids=[-1, 0, 1]),
         "aux-wiring",

@@ -238,7 +238,7 @@ def test_bad_vllm_arguments(arguments, reason):
 def test_a_wiring_the_probe_rejected_is_never_suggested(drafts, target_dir):
     """Once the trained layers are known (the probe's answer), no finding recommends the declared
     wiring: each engine's fix writes the trained one, and a draft served with it passes."""
-    trained = [0, 2, 4]  # the seed story's shift: trained on the embedding output and early layers
+    trained = [0, 2, 4]  # the shift of docs/seed-story.md: trained on the embedding output and early layers
     for engine, report in (
         (
             "vLLM",
