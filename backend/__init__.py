@@ -1,14 +1,63 @@
 """SpecLens backend, in layers; each imports only the layers below it (tests/test_architecture.py
 checks this):
 
-    backend.engine       the algorithm (torch, transformers): records, draft_config, draft_model,
-                         kv_cache, wiring, capture, layouts, loading, preflight, replay, teacher, metrics
-    backend.data         files in, validated samples out: samples, features (.ckpt), importer
-    backend.diagnostics  one question per file, engine objects in, a report out: probe, hidden_diff,
-                         doctor, agreement, whatif, lint, mismatch
-    backend.service      the only layer that touches db/ and threads: requests, jobs, models,
-                         database, datasets, runs, references, checks, tasks
-    backend.cli          argparse over the service (`python -m backend`)
+    backend.engine       the algorithm (torch, transformers)
+      capture            forward hooks on the target capturing the residual stream at HF indices
+      dispatch           a target split across devices (accelerate's device_map, max_memory)
+      draft_config       a draft's config.json, whatever its layout, as one typed description
+      draft_model        the EAGLE-3 draft network, each step written out
+      kv_cache           the KV caches: one protocol, three kinds of entries
+      layouts            every draft format's tensor names, read and write
+      lean_target        a lean CPU forward for Llama targets, bit for bit transformers'
+      loading            a Hugging Face target and an EAGLE-3 draft loaded from local directories
+      metrics            acceptance metrics, each with the definition it is computed by
+      preflight          a draft checked against a target before anything runs
+      readings           how each engine (SGLang, vLLM, SpecForge, speculators, EAGLE) reads a draft
+      records            the records the engine yields, one type per concept (torch-free)
+      replay             greedy chain speculative decoding, one verify step at a time
+      safetensors_header a safetensors header checked before any tensor is read
+      sampling           temperature sampling and each engine's acceptance rule
+      shapes             a speculative step's shape and SGLang's rules for its flags (torch-free)
+      synthetic          random-init targets and drafts written in every published layout
+      target_runner      the target's forward behind one interface, chosen at load
+      teacher            teacher-forced accuracy acc_k (SpecForge's definition)
+      tree               tree drafting and verification as SGLang runs them
+      wiring             the one parser of an aux-index list: the HF indices that feed fc
+    backend.data         files in, validated records out
+      features           SpecForge offline feature files (.ckpt)
+      importer           every dataset format to validated samples, bad records by line
+      per_request        per-request numbers from what each serving engine returns
+      samples            the training JSONL, validated record by record
+      serving            what a serving engine reports (SGLang logs, vLLM metrics)
+    backend.diagnostics  one question per file, engine objects in, a report out
+      agreement          training accuracy vs live acceptance, per sample
+      diagnose           one verdict over every failure class users report
+      doctor             the preflight report plus vocab-mapping facts
+      hidden_diff        the features a draft is fed vs a reference, per token and chunk
+      lint               serving flags: what SGLang or vLLM will really run
+      mismatch           when a compared chunk is a mismatch; summaries over rows
+      precision          the target's own verify-vs-decode disagreement in a dtype
+      probe              which wiring a draft was trained on
+      reading_probe      which reading (RoPE, flags, positions) a draft was trained with
+      verdict            the cheap checks as one verdict, with the next check to run
+      whatif             accept length and speed-up for other K and for trees
+    backend.service      the only layer that touches db/ and threads
+      checkpoints        directories added in the dashboard, kept in the database
+      checks             quick checks the pages run inline (the lint)
+      database           one engine and session factory per URL
+      datasets           datasets: import, list, read samples
+      diagnosis          `diagnose` with its models loaded once (CLI and page alike)
+      evaluate           every (draft, sample) pair of a dataset, summed per draft
+      jobs               the job runner: engine records persisted step by step
+      models             loaded targets and drafts kept in small LRUs
+      observations       server numbers stored and compared with the replay
+      ray_eval           `evaluate` fanned out to Ray actors
+      references         hidden-state references for a stored run
+      requests           what a user asks for, validated once (ReplayRequest, ...)
+      runs               stored runs: list, read, delete, export
+      tasks              background tasks the dashboard polls
+      worker             model work in a worker process, not the Streamlit server
+    backend.cli          argparse over the service (`python -m backend`); backend.defaults the demo pair
 
 engine <- data <- diagnostics <- service <- cli / pages. Only `backend.service` and `backend.cli`
 import `db` (db itself imports only the torch-free record types `backend.engine.records` and
