@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from backend.engine.metrics import simulated_accept_length
+
 MODEL = (
     "AL(K) = 1 + sum_k prod_{i<=k} alpha_i (alpha_i: measured conditional acceptance); "
     "speed-up = AL(K) * t_verify / (K * t_draft_per_token + t_verify)"
@@ -56,10 +58,7 @@ def predict(
     rows = []
     for k in candidates:
         alphas = [measured[i] if i < len(measured) else fallback for i in range(k)]
-        total, running = 1.0, 1.0
-        for alpha in alphas:
-            running *= alpha
-            total += running
+        total = 1.0 + simulated_accept_length(alphas)  # the bonus token plus sum_k prod_{i<=k} alpha_i
         speedup = total * verify / (k * draft_per_token + verify) if verify > 0 else 0.0
         rows.append(WhatIfRow(k, total, speedup, k > len(measured)))
     return rows
@@ -116,15 +115,11 @@ def predict_tree(steps, num_steps: int, topk: int, num_draft_tokens: int) -> Tre
     if not measured:
         return None
     alphas = [measured[i] if i < len(measured) else measured[-1] for i in range(num_steps)]
-    total, running = 1.0, 1.0
-    for alpha in alphas:
-        running *= alpha
-        total += running
     return TreeWhatIf(
         num_steps,
         topk,
         num_draft_tokens,
-        total,
+        1.0 + simulated_accept_length(alphas),
         alphas,
         num_draft_tokens - 1 < topk * num_steps,
         num_steps > len(measured) or topk > width,
