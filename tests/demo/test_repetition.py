@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from demo.repetition import mean_share, repeated_ngram_share
-from demo.train_target import repeated_positions
 
 
 def test_a_loop_scores_near_one_and_fresh_text_zero():
@@ -22,6 +21,8 @@ def test_mean_share_skips_sequences_too_short_to_measure():
 
 
 def test_repeated_positions_mark_every_token_of_a_repeat_after_the_prompt():
+    from demo.train_target import repeated_positions  # imports torch: not at collection
+
     ids = [1, 2, 3, 4, 5, 1, 2, 3, 4, 6]
     assert repeated_positions(ids, start=0) == [5, 6, 7, 8]
     assert repeated_positions(ids, start=7) == [7, 8]  # the prompt's tokens are never pushed down

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import torch
-
-from demo.train_target import watch
-
 
 def test_the_monitor_runs_every_n_updates_but_not_after_the_last_and_restores_train_mode():
+    import torch  # here, not at collection (tests/conftest.py)
+
+    from demo.train_target import watch
+
     model = torch.nn.Linear(2, 2)
     model.train()
     seen, modes = [], []
