@@ -45,6 +45,15 @@ def _worse(a: str, b: str) -> str:
     return max(a, b, key=LEVELS.index)
 
 
+def _lint_signal(findings: list[dict] | None) -> str:
+    """The lint's state in the signals line: its errors and warnings counted, "passed" only with none."""
+    if findings is None:
+        return "not run"
+    counts = {severity: sum(f.get("severity") == severity for f in findings) for severity in ("error", "warning")}
+    found = [f"{n} {severity}{'s' if n > 1 else ''}" for severity, n in counts.items() if n]
+    return ", ".join(found) if found else "passed"
+
+
 def summarise(
     preflight: dict | None,
     lint_findings: list[dict] | None = None,
@@ -88,7 +97,7 @@ def summarise(
             reasons.append(
                 f"lint ({finding.get('engine', '')}): {finding.get('code')}: {finding.get('message')}"
             )
-    signals["lint"] = "not run" if lint_findings is None else ("findings" if wiring_errors else "passed")
+    signals["lint"] = _lint_signal(lint_findings)
 
     trained = None  # the HF indices some check found the draft trained on
     as_good: list = []  # wirings the probe could not tell from `trained` (backend/diagnostics/probe.py)

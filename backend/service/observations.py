@@ -168,7 +168,11 @@ def verdict(server: float | None, replay: float | None) -> str:
             f"({server:.2f} vs {replay:.2f}): the serving side is the suspect; check the engines table "
             "(preflight / Decode), the wiring probe and the flag findings"
         )
-    return f"the server and the offline replay agree ({server:.2f} vs {replay:.2f}, ratio {ratio:.2f})"
+    return (
+        f"the server and the offline replay agree ({server:.2f} vs {replay:.2f}, ratio {ratio:.2f}): the server "
+        "runs this draft as the replay does, so a low accept length is not a serving fault; its cause is in "
+        "the draft or its config, which both run: the verdict (Diagnose) names it"
+    )
 
 
 def observe(

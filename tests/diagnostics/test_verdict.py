@@ -101,3 +101,16 @@ def test_the_next_step_reads_as_a_sentence():
     )
     assert Verdict("unverified", "x", next_check="wiring probe").next_step == "run the wiring probe"
     assert Verdict("ok", "x").to_dict()["next_step"] is None
+
+
+def test_the_lint_signal_counts_its_errors_and_never_reads_passed_beside_them():
+    """Issue 31 item 5: 'lint: passed' was shown beside two lint errors (neither about aux ids)."""
+    findings = [
+        {"severity": "error", "code": "num-draft-tokens", "message": "x", "engine": "sglang"},
+        {"severity": "error", "code": "topk", "message": "y", "engine": "sglang"},
+        {"severity": "warning", "code": "dtype", "message": "z", "engine": "sglang"},
+    ]
+    verdict = summarise(PASSED, findings, None, None, None)
+    assert verdict.signals["lint"] == "2 errors, 1 warning" and verdict.level == "error"
+    assert summarise(PASSED, findings[2:], None, None, None).signals["lint"] == "1 warning"
+    assert summarise(PASSED, None, None, None, None).signals["lint"] == "not run"

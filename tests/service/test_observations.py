@@ -232,3 +232,13 @@ def test_serve_check_stops_at_the_first_request_the_server_leaves_unanswered():
     finally:
         listener.close()
     assert time.monotonic() - started < 10
+
+
+def test_agreement_says_what_it_means_for_the_verdict():
+    """Issue 31 item 5: 'agree' beside a Broken verdict read as 'all is well'. Agreement says the server
+    runs the draft as the replay does, so the cause lies in what both run, and points at the verdict."""
+    from backend.service.observations import verdict
+
+    said = verdict(1.25, 1.27)
+    assert "agree" in said and "not a serving fault" in said and "verdict" in said
+    assert "agree" not in verdict(1.0, 2.0)

@@ -1,0 +1,1 @@
+"""The Diagnostics page's render code, one module a tab (pages/4_Diagnostics.py wires them)."""

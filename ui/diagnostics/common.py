@@ -1,0 +1,31 @@
+"""What the Diagnostics tabs share: the active pair's stale note, the training feature file the user
+named, and a lint finding drawn by its severity."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from ui import state
+from ui.html import md
+
+SHOW_SEVERITY = {"error": st.error, "warning": st.warning, "info": st.info}
+
+
+def feature_path() -> str | None:
+    """The training feature file the user named for the active draft (the verdict's input), if any:
+    a feature file says what one training run fed, so it is never assumed to belong to a draft."""
+    return (st.session_state.get("verdict_features") or "").strip() or None
+
+
+def stale_note(signals: dict) -> str | None:
+    pair = (signals.get("target"), signals.get("draft"))
+    if pair != (state.target_path(), state.draft_path()):
+        return f"Stale: these signals are for draft {pair[1]} on {pair[0]}, not the active pair."
+    return None
+
+
+def show_finding(finding: dict, with_fix: bool = True) -> None:
+    text = f"**{finding['severity'].upper()} · {finding['code']}**: {md(finding['message'])}"
+    if with_fix and finding.get("fix"):
+        text += f"\n\nFix: {md(finding['fix'])}"
+    SHOW_SEVERITY[finding["severity"]](text)

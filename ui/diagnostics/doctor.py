@@ -1,0 +1,56 @@
+"""The checkpoint doctor tab: preflight with the resolved wiring, vocab coverage, a d2t comparison."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from backend.service import checks, tasks
+from ui import state
+from ui.diagnostics.common import feature_path, stale_note
+from ui.html import md
+from ui.pickers import first_samples
+from ui.tables import engine_readings as engine_table
+from ui.taskview import task_panel
+from ui.verdict import show_verdict
+
+
+def _render(result: dict) -> None:
+    report = result["preflight"]
+    signals = result["signals"]
+    show_verdict(checks.verdict(signals, signals["target"], signals["draft"]), stale_note(signals))
+    st.markdown(
+        f"Preflight: **{'passed' if report['ok'] else 'FAILED'}** · declared aux HF indices "
+        f"{report['aux_hf_indices']} ({md(report.get('wiring_source', ''))})"
+    )
+    st.dataframe(pd.DataFrame(report["checks"]), hide_index=True, key="doctor_checks")
+    if report.get("engines"):
+        st.markdown("**How each engine reads this draft**")
+        engine_table(report, key="doctor_engines")
+    if "coverage" in result:
+        cover = result["coverage"]
+        left, right = st.columns(2)
+        left.metric("Vocab coverage, all tokens", f"{cover['all_tokens']:.1%}", help=cover["definition"])
+        right.metric(
+            "Vocab coverage, loss-masked tokens",
+            f"{(cover['loss_masked_tokens'] or 0):.1%}",
+            help=cover["definition"],
+        )
+    if "mapping_comparison" in result:
+        comparison = result["mapping_comparison"]
+        (st.warning if comparison.get("regenerated") else st.info)(comparison["message"])
+
+
+def doctor_tab() -> None:
+    st.markdown(
+        "The preflight report with the resolved wiring, the share of a dataset's tokens the draft vocab can "
+        "reach, and a d2t comparison with a second draft (a regenerated mapping is flagged)."
+    )
+    samples = first_samples("doctor", default_n=48)
+    others = ["(none)"] + [n for n, p in state.drafts().items() if p != state.draft_path()]
+    other = st.selectbox("Compare d2t with", others, key="doctor_other")
+    if st.button("Run the doctor", key="doctor_run"):
+        st.session_state["doctor_task"] = tasks.start_doctor(
+            state.target_path(), state.draft_path(), samples, state.drafts().get(other), feature_path()
+        )
+    task_panel("doctor_task", _render, adopt="doctor")

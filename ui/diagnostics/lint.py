@@ -1,0 +1,64 @@
+"""The serving-flag lint tab: an SGLang launch command or vLLM arguments against the active draft."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from backend import BadInput
+from backend.service import checks
+from ui import state
+from ui.diagnostics.common import show_finding
+from ui.html import md
+
+
+def _example(engine: str) -> str:
+    if engine == "SGLang":
+        return (
+            f"python -m sglang.launch_server --model-path {state.target_path()} --speculative-algorithm EAGLE "
+            f"--speculative-draft-model-path {state.draft_path()} --speculative-num-steps 1 "
+            "--speculative-eagle-topk 1 --speculative-num-draft-tokens 16"
+        )
+    return (
+        f"vllm serve {state.target_path()} --speculative-config "
+        f'\'{{"method": "eagle3", "model": "{state.draft_path()}", "num_speculative_tokens": 3}}\''
+    )
+
+
+def _render(report: dict, trained) -> None:
+    if not report["findings"]:
+        st.success("No findings.")
+    for finding in report["findings"]:
+        show_finding(finding)
+    if report["effective"]:
+        st.caption(f"{report['engine']} will run: {md(report['effective'])}")
+    if trained is not None:
+        st.caption(
+            f"Wiring findings use the layers the wiring probe found this draft trained on: HF {trained} "
+            "(the declared wiring was rejected)."
+        )
+    else:
+        st.caption(
+            "Wiring suggestions here (aux layer ids) follow the draft's declared wiring. If the "
+            "declaration is wrong, so are they: the Wiring probe tab checks it."
+        )
+
+
+def lint_tab() -> None:
+    st.markdown(
+        "Paste an SGLang launch command or vLLM arguments; findings are checked against the active draft."
+    )
+    engine = st.radio("Engine", ["SGLang", "vLLM"], horizontal=True, key="lint_engine")
+    command = st.text_area(  # keyed by the active draft: switching drafts shows its own example
+        "Command line",
+        _example(engine),
+        key=f"lint_command_{engine}_{abs(hash(state.draft_path()))}",
+        height=100,
+    )
+    if st.button("Lint", key="lint_run"):
+        try:
+            trained = checks.trained_wiring(state.target_path(), state.draft_path())
+            report = checks.lint(state.draft_path(), command, engine, state.target_path(), trained)
+        except BadInput as error:
+            st.error(md(error))
+        else:
+            _render(report, trained)

@@ -1,0 +1,62 @@
+"""The wiring probe tab: teacher-forced accuracy under candidate wirings, the copy-paste config."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import streamlit as st
+
+from backend.service import checks, tasks
+from ui import state
+from ui.pickers import first_samples
+from ui.taskview import task_panel
+
+
+def _render(report: dict) -> None:
+    (st.success if report["confirmed"] else st.error)(report["verdict"])
+    table = pd.DataFrame(
+        [
+            {
+                "HF indices": str(c["aux_hf_indices"]),
+                "acc_0": c["acc_step0"],
+                "predicted accept length": c["predicted_accept_length"],
+                "live accept length": c["live_accept_length"],
+                "why tried": c["label"],
+            }
+            for c in report["candidates"]
+        ]
+    )
+    st.dataframe(table, hide_index=True, key="probe_table")
+    st.caption(
+        f"{len(report['candidates'])} candidates on {report['n_samples']} samples in "
+        f"{report['seconds']:.1f} s. acc_0: teacher-forced top-1 accuracy at TTT step 0; predicted accept "
+        "length = 1 + sum_k prod_(j<=k) acc_j."
+    )
+    st.code(
+        f"# SGLang (draft config.json)\n{json.dumps(report['config']['sglang'])}\n"
+        f"# vLLM (draft config.json)\n{json.dumps(report['config']['vllm'])}",
+        language="json",
+    )
+
+
+def probe_tab() -> None:
+    st.markdown(
+        "Which three target hidden states was this draft trained on? Teacher-forced accuracy under "
+        "candidate wirings (declared in each convention, defaults, ±1 shifts, embedding output, local search)."
+    )
+    samples = first_samples("probe", default_n=8)
+    c1, c2, c3 = st.columns(3)
+    steps = int(c1.number_input("K (TTT steps)", 1, 8, 4, key="probe_steps"))
+    budget = int(c2.number_input("Search budget (extra candidates)", 0, 200, 40, key="probe_budget"))
+    live = int(c3.number_input("Live replays on first N samples", 0, 5, 2, key="probe_live"))
+    if st.button("Run the probe", key="probe_run") and samples:
+        st.session_state["probe_task"] = tasks.start_probe(
+            state.target_path(), state.draft_path(), samples, steps, budget, live
+        )
+    task_panel(
+        "probe_task",
+        _render,
+        on_finish=lambda report: checks.remember_probe(report["target"], report["draft"], report),
+        adopt="probe",
+    )

@@ -1,0 +1,141 @@
+"""The speed-up what-if tab: accept length and speed-up at other K (or a tree) predicted from a run,
+and a real replay at those settings to check the prediction."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from backend import BadInput
+from backend.diagnostics.whatif import MODEL, TREE_MODEL, predict, predict_tree
+from backend.service import tasks
+from backend.service.requests import ReplayRequest
+from backend.service.runs import RunInfo
+from ui import charts, state
+from ui.pickers import run_label
+from ui.runs import ACCEPT_LENGTH_HELP, get_run, list_runs
+from ui.taskview import task_panel
+
+
+def _chain_runs() -> list[RunInfo]:
+    """Finished greedy chain runs: the model reads a chain's acceptance."""
+    return [
+        r
+        for r in list_runs(limit=200)
+        if r.status == "finished"
+        and r.metrics.get("accept_histogram")
+        and int(r.params.get("topk") or 1) == 1
+        and not r.params.get("sampling_rule")
+    ]
+
+
+def _tree_prediction(steps, shape: tuple[int, int, int], tokens_given: bool):
+    if shape[1] == 1:
+        return None
+    if not tokens_given:
+        st.info("Set the draft tokens N: SGLang needs --speculative-num-draft-tokens with topk > 1.")
+        return None
+    guess = predict_tree(steps, *shape)
+    if guess is None:
+        st.info("A tree prediction needs a recorded greedy run (its top alternatives).")
+        return None
+    st.markdown(
+        f"Tree (steps {shape[0]}, topk {shape[1]}, N {shape[2]}): predicted accept length "
+        f"**{guess.predicted_accept_length:.2f}**"
+        + (" (N - 1 < topk x steps: the budget may cut siblings)" if guess.budget_limited else "")
+        + (" (extrapolated past the recorded depth or alternatives)" if guess.extrapolated else ""),
+        help=TREE_MODEL,
+    )
+    return guess
+
+
+def _keep_measurement(result: dict) -> None:
+    checked_run, checked, _ = st.session_state.get("whatif_pending", (None, None, None))
+    if checked_run is not None and checked[1] == 1:  # chains join the chart at their K
+        st.session_state.setdefault("whatif_measured", {}).setdefault(checked_run, {})[checked[0]] = result[
+            "mean_accept_length"
+        ]
+
+
+def _check_replay(run: RunInfo, shape: tuple[int, int, int], tokens: int, predicted) -> None:
+    """Start the replay of the run's prompt at `shape` (steps, topk, N)."""
+    try:
+        request = ReplayRequest(
+            run.target_path,
+            run.draft_path,
+            prompt_ids=tuple(run.prompt_ids),
+            num_steps=shape[0],
+            max_new_tokens=max(1, len(run.output_ids)),
+            sample_ref=run.sample_ref,
+            sample_id=run.sample_id,
+            aux_hf_indices=run.params.get("wiring_override") or None,
+            engine=run.params.get("engine_requested") or "auto",
+            topk=shape[1],
+            num_draft_tokens=tokens or None,
+        )
+    except BadInput as error:
+        st.error(str(error))
+        return
+    st.session_state["whatif_pending"] = (run.id, shape, predicted)
+    st.session_state["whatif_task"] = tasks.start_replay(
+        state.db(), request, label=f"what-if check steps={shape[0]} topk={shape[1]} N={shape[2]}"
+    )
+
+
+def _checker(run: RunInfo, steps, rows: list[dict]) -> None:
+    st.markdown("**Check with a real replay** (SGLang's flags; topk 1 is a chain of K)")
+    num_steps = run.params.get("num_steps")
+    w1, w2, w3 = st.columns(3)
+    other_k = int(w1.number_input("K (steps)", 1, 8, 2 if num_steps != 2 else 3, key="whatif_k"))
+    other_topk = int(w2.number_input("topk", 1, 16, 1, key="whatif_topk"))
+    tokens = int(
+        w3.number_input("Draft tokens N (0: K+1)", 0, 256, 0 if other_topk == 1 else 8, key="whatif_tokens")
+    )
+    shape = (other_k, other_topk, tokens or other_k + 1)
+    guess = _tree_prediction(steps, shape, bool(tokens))
+    if st.button("Replay with these settings", key="whatif_replay"):
+        predicted = (
+            guess.predicted_accept_length
+            if guess is not None
+            else next((r["predicted_accept_length"] for r in rows if r["num_steps"] == other_k), None)
+        )
+        _check_replay(run, shape, tokens, predicted)
+
+    def show(result: dict) -> None:
+        checked_run, checked, predicted = st.session_state.get("whatif_pending", (None, None, None))
+        if checked_run == run.id and result["mean_accept_length"] is not None:
+            st.success(
+                f"steps {checked[0]}, topk {checked[1]}, N {checked[2]}: measured accept length "
+                f"{result['mean_accept_length']:.2f} (run {result['run_id']})"
+                + ("" if predicted is None else f", predicted {predicted:.2f}")
+            )
+
+    task_panel("whatif_task", show, on_finish=_keep_measurement)
+
+
+def whatif_tab() -> None:
+    st.markdown(
+        "Predict accept length and speed-up for other K from a run's measured per-position conditional "
+        "acceptance and draft/verify times; check the prediction against a real replay at another K."
+    )
+    runs = _chain_runs()
+    if not runs:
+        st.info(
+            "Needs a finished greedy chain run (the model reads a chain's acceptance): start one on Decode."
+        )
+        return
+    labels = {r.id: run_label(r) for r in runs}
+    run_id = st.selectbox("Run", list(labels), key="whatif_run", format_func=labels.get)
+    run, steps = get_run(run_id)
+    num_steps = run.params.get("num_steps")
+    counts = [s.accepted_count for s in steps]
+    draft_ms, verify_ms = run.metrics.get("draft_ms_total", 0), run.metrics.get("verify_ms_total", 0)
+    rows = [r.to_dict() for r in predict(counts, num_steps, draft_ms, verify_ms)]
+    measured = {
+        num_steps: run.metrics.get("mean_accept_length"),
+        **st.session_state.get("whatif_measured", {}).get(run_id, {}),
+    }
+    st.plotly_chart(charts.whatif(rows, measured), key="whatif_chart")
+    st.dataframe(pd.DataFrame(rows), hide_index=True, key="whatif_table")
+    st.caption(f"Model: {MODEL}. {ACCEPT_LENGTH_HELP}. 'extrapolated' rows reuse the last measured rate.")
+    _checker(run, steps, rows)
