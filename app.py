@@ -6,6 +6,7 @@ from __future__ import annotations
 import streamlit as st
 
 from ui import state
+from ui.home import show_demo_story
 from ui.runs import ACCEPT_LENGTH_HELP, list_runs, runs_frame
 from ui.state import PAGES
 
@@ -34,6 +35,7 @@ with right:
     st.subheader("Pages")
     for path, _, label in PAGES[1:]:
         st.page_link(path, label=label)
+show_demo_story(state.target_path())
 st.subheader("Recent runs")
 runs = list_runs(limit=20)
 if not runs:

@@ -35,12 +35,10 @@ compare_task = tasks.MANAGER.get(st.session_state.get("compare_task"))
 running = compare_task is not None and compare_task.active
 with st.expander("Run two drafts", expanded=not state.get_value("compare")):
     c1, c2, c3, c4 = st.columns(4)
-    draft_a = c1.selectbox(
-        "Draft A", names, index=names.index("epoch1") if "epoch1" in names else 0, key="compare_draft_a"
-    )
-    draft_b = c2.selectbox(
-        "Draft B", names, index=names.index("final") if "final" in names else 0, key="compare_draft_b"
-    )
+    index_a = state.linked_index("a", "compare_draft_a", names, "epoch1")  # Home: ?a=final&b=miswired
+    index_b = state.linked_index("b", "compare_draft_b", names, "final")
+    draft_a = c1.selectbox("Draft A", names, index=index_a, key="compare_draft_a")
+    draft_b = c2.selectbox("Draft B", names, index=index_b, key="compare_draft_b")
     steps = int(c3.number_input("K", 1, 16, 4, key="compare_steps"))
     max_new = int(c4.number_input("Max new tokens", 1, 2048, 96, key="compare_max_new"))
     st.caption(

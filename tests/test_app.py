@@ -83,3 +83,55 @@ def test_a_configured_draft_named_like_a_demo_draft_is_the_one_selected(db, tmp_
     assert app.session_state["global_draft"] == str(mine)
     assert app.session_state["global_drafts"]["final"] == str(mine)
     assert "drafts/final" in app.session_state["global_drafts"]  # the demo's, under its folder
+
+
+def test_home_tells_the_demo_s_story_from_the_demo_s_own_files(db):
+    """Issue 31 item 6: Home says which draft is broken and why, with the wirings read from the files
+    (the lab note and the config as read), and links the start-here path: Compare final vs miswired,
+    then Diagnostics with miswired active."""
+    import json
+
+    from backend.defaults import DEMO_DRAFTS
+
+    app = ok(page("home").run())
+    text = " ".join(m.value for m in app.markdown)
+    trained = json.loads((DEMO_DRAFTS / "miswired" / "TRAINED_WIRING.json").read_text())["aux_hf_indices"]
+    assert f"trained on HF hidden states **{trained}**" in text
+    assert "declares **[2, 6, 9]**" in text and "Start here" in text
+    links = {(link.proto.page, link.proto.label) for link in app.get("page_link")}
+    pages = {page for page, label in links if label.startswith(("1.", "2."))}
+    assert any("Compare" in p for p in pages) and any("Diagnostics" in p for p in pages)
+
+
+def test_a_link_s_draft_becomes_the_active_draft_once(db):
+    """?draft=miswired (Home's step 2) makes miswired active on arrival; the parameter is dropped, so a
+    later sidebar choice is not overridden; an unknown name keeps the active draft and says so."""
+    from backend.defaults import DEMO_DRAFTS
+
+    app = page("4_Diagnostics")
+    app.query_params["draft"] = "miswired"
+    app = ok(app.run())
+    assert app.sidebar.selectbox(key="sidebar_draft").value == "miswired"
+    assert str(DEMO_DRAFTS / "miswired") in " ".join(c.value for c in app.caption)
+    assert "draft" not in app.query_params
+    app.sidebar.selectbox(key="sidebar_draft").set_value("final")
+    app = ok(app.run())
+    assert app.sidebar.selectbox(key="sidebar_draft").value == "final"
+    other = page("home")
+    other.query_params["draft"] = "nope"
+    other = ok(other.run())
+    assert any("does not know" in w.value for w in other.warning)
+
+
+def test_compare_opens_on_the_drafts_a_link_names(db):
+    app = page("3_Compare")
+    app.query_params["a"] = "final"
+    app.query_params["b"] = "miswired"
+    app = ok(app.run())
+    assert app.selectbox(key="compare_draft_a").value == "final"
+    assert app.selectbox(key="compare_draft_b").value == "miswired"
+    plain = ok(page("3_Compare").run())
+    assert (plain.selectbox(key="compare_draft_a").value, plain.selectbox(key="compare_draft_b").value) == (
+        "epoch1",
+        "final",
+    )

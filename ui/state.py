@@ -144,9 +144,37 @@ def draft_name(path: str) -> str:
     return Path(path).name
 
 
+def follow_link() -> None:
+    """A link's `?draft=NAME` makes that draft active (Home's start-here links); read once, then
+    dropped from the address so a later choice in the sidebar is not overridden by it."""
+    name = st.query_params.get("draft")
+    if name is None:
+        return
+    del st.query_params["draft"]
+    if name in drafts():
+        set_value("draft", drafts()[name])
+    else:
+        st.warning(f"The link names a draft {md(name)!r} this session does not know; the active one is kept.")
+
+
+def linked_index(param: str, widget_key: str, options: list[str], default: str | None = None) -> int:
+    """The index a keyed select box opens on: a link's `?param=VALUE` (Compare's `?a=final&b=miswired`
+    from Home) when it names an option, else `default`, else the first. The parameter is read once and
+    dropped from the address, so the user's later choice stands."""
+    value = st.query_params.get(param)
+    if value is not None:
+        del st.query_params[param]
+        if value in options:
+            if widget_key in st.session_state:  # the widget already has state: its index would be ignored
+                st.session_state[widget_key] = value
+            return options.index(value)
+    return options.index(default) if default in options else 0
+
+
 def sidebar() -> None:
     """The active database, target and draft, on every page."""
     _init()
+    follow_link()
     with st.sidebar:
         try:
             for path, title, _ in PAGES:
