@@ -67,6 +67,16 @@ def _text(text: str) -> str:
     return text
 
 
+def _run_ids(text: str) -> list[int]:
+    try:
+        ids = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected run ids like 3,4,5, got {text!r}") from None
+    if not ids or any(i < 1 for i in ids):
+        raise argparse.ArgumentTypeError(f"expected run ids >= 1, got {text!r}")
+    return ids
+
+
 def _number(text: str) -> float:
     try:
         value = float(text)
@@ -295,12 +305,40 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE_OR_URL",
         help="a vLLM /metrics scrape (file or URL); give it twice (earlier, later) for a window",
     )
+    served.add_argument(
+        "--requests",
+        metavar="FILE_OR_URL",
+        help="per-request numbers: a JSONL of responses (or one JSON document) as an engine wrote them",
+    )
+    served.add_argument(
+        "--export-profile",
+        metavar="OUT",
+        help="write --runs (a run, or an evaluation's runs) as ModelOpt's speculation_profile.json",
+    )
+    obs.add_argument(
+        "--format",
+        default="auto",
+        choices=["auto", "vllm", "sglang", "sglext", "trtllm", "llamacpp", "modelopt", "sglang-server-info"],
+        help="the engine format of --requests (default: detected)",
+    )
+    obs.add_argument(
+        "--replay-worst",
+        type=_positive,
+        metavar="N",
+        help="with --requests: replay the prompts of the N worst requests with --draft at the served K",
+    )
+    obs.add_argument(
+        "--max-new-tokens", type=_positive, help="for --replay-worst (default: each request's length)"
+    )
+    obs.add_argument("--runs", type=_run_ids, help="with --export-profile: run ids, comma-separated")
     obs.add_argument(
         "--draft", help="the local copy of the draft the server ran (for the lint and the comparison)"
     )
-    obs.add_argument("--target", help="target directory (for the lint)")
+    obs.add_argument("--target", help="target directory (for the lint, text prompts and --replay-worst)")
     obs.add_argument(
-        "--num-speculative-tokens", type=_positive, help="K, for vLLM V0 metrics (no draft count)"
+        "--num-speculative-tokens",
+        type=_positive,
+        help="K, for vLLM V0 metrics (no draft count), llama.cpp timings (no step count) or SGLang",
     )
     obs.add_argument("--db", help="SQLAlchemy URL (default: SPECLENS_DB_URL or sqlite:///data/speclens.db)")
     obs.add_argument("--json", action="store_true", help="print one JSON object on stdout")
@@ -698,6 +736,9 @@ def _fmt(value) -> str:
 def cmd_observe(args) -> tuple[dict, str]:
     from backend.service.observations import observe
 
+    if args.requests or args.export_profile:
+        return cmd_observe_requests(args)
+
     engine, sources = ("sglang", [args.sglang_log]) if args.sglang_log else ("vllm", args.vllm_metrics)
     result = observe(args.db, engine, sources, args.draft, args.target, args.num_speculative_tokens)
     lines = [
@@ -814,6 +855,71 @@ def cmd_evaluate(args) -> tuple[dict, str]:
         f"already stored\n" + evaluate.table(result)
     )
     return result, text
+
+
+def cmd_observe_requests(args) -> tuple[dict, str]:
+    """observe --requests FILE [--replay-worst N] | --export-profile OUT --runs IDS"""
+    from backend.service import per_request
+
+    if args.export_profile:
+        path = per_request.export_profile(args.db, args.runs or [], args.export_profile)
+        profile = per_request.profile_from_runs(args.db, args.runs)
+        return {"out": str(path), "profile": profile}, (
+            f"wrote {path}: runs {args.runs}, K={profile['num_speculative_tokens']}, mean accept length "
+            f"{profile['mean_accept_length']:.3f} (step-weighted), {profile['mean_accept_length_per_request']:.3f} "
+            "per run"
+        )
+    if args.replay_worst and not args.draft:
+        raise BadInput("--replay-worst needs --draft (and --target) to replay with")
+    result = per_request.observe_requests(
+        args.db, args.requests, args.format, args.num_speculative_tokens, args.draft, args.target
+    )
+    if args.replay_worst:
+        bar = progress_bar(100, "replay-worst")
+        bar.unit = "%"
+
+        def progress(fraction: float, message: str) -> None:
+            bar.set_postfix_str(message[-60:], refresh=False)
+            bar.update(round(100 * fraction) - bar.n)
+
+        try:
+            result["replayed_worst"] = per_request.replay_worst(
+                args.db,
+                result,
+                args.replay_worst,
+                args.target or default_target(),
+                args.draft,
+                args.max_new_tokens,
+                progress,
+            )
+        finally:
+            bar.close()
+    pooled = result["pooled"]
+    lines = [
+        f"{result['source']}: {result['format']}, {pooled['requests']} requests "
+        + ", ".join(f"{n} {status}" for status, n in pooled["statuses"].items()),
+        f"pooled accept length {_fmt(pooled['accept_length'])} over {pooled['verify_steps']} verify steps "
+        f"(step-weighted, bonus included); per-request mean {_fmt(pooled['accept_length_per_request_mean'])}; "
+        f"acceptance rate {_fmt(pooled['acceptance_rate'])}",
+    ]
+    if pooled["per_position_marginal"]:
+        lines.append("per-position P(a >= i): " + ", ".join(_fmt(p) for p in pooled["per_position_marginal"]))
+    if result.get("window"):
+        lines.append(
+            f"window between the two reads: accept length {_fmt(result['window'].get('accept_length'))}"
+        )
+    lines.append(f"{'record':<22} {'status':<16} {'served AL':>9} {'replay AL':>9}  note")
+    for row in result["rows"][:50]:
+        lines.append(
+            f"{row['record'][:22]:<22} {row['status']:<16} {_fmt(row['served_accept_length']):>9} "
+            f"{_fmt(row['replay_accept_length']):>9}  {row['note'] or ''}"
+        )
+    for row in result.get("replayed_worst", []):
+        lines.append(
+            f"replayed {row['record']}: served {_fmt(row['served_accept_length'])}, replay "
+            f"{_fmt(row['replay_accept_length'])} (run {row['replay_run']})"
+        )
+    return result, "\n".join(lines)
 
 
 COMMANDS = {

@@ -428,6 +428,26 @@ def start_agreement(
     )
 
 
+def replay_worst_job(db_url, result: dict, n: int, target_path: str, draft_path: str, *, progress) -> dict:
+    from backend.service.per_request import replay_worst
+
+    return {"replayed_worst": replay_worst(db_url, result, n, target_path, draft_path, None, progress)}
+
+
+def start_replay_worst(db_url: str | None, result: dict, n: int, target_path: str, draft_path: str) -> str:
+    """Replay the prompts of the n worst served requests of an observe_requests result."""
+    return MANAGER.submit_job(
+        "replay-worst",
+        f"replay the {n} worst requests",
+        replay_worst_job,
+        db_url,
+        result,
+        n,
+        target_path,
+        draft_path,
+    )
+
+
 def _name(path: str) -> str:
     from pathlib import Path
 

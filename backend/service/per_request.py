@@ -1,0 +1,305 @@
+"""Per-request server numbers beside the replay: which requests accept badly, and a replay of
+exactly those prompts.
+
+Reads a file of engine responses (backend/data/per_request.py), pools it, matches each request whose
+prompt SpecLens can recover (prompt ids, or the prompt text with the target's tokenizer) to a
+finished replay of the same prompt with the same draft and K, and replays the N worst through the
+same job runner the `replay` command uses (backend/service/jobs.py run_replay). Also writes a run
+or an evaluation (a list of runs) as ModelOpt's speculation_profile.json; reading one back is
+`read_requests(..., format="modelopt")`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from backend import BadInput
+from backend.data.per_request import RequestsFile, read_requests
+from backend.service.database import open_database
+from backend.service.observations import read_source
+from db import store
+
+DEFAULT_MAX_NEW_TOKENS = 128  # a replay of a served request whose length the file does not give
+
+
+def same_path(a: str | None, b: str | None) -> bool:
+    return bool(a and b) and Path(a).resolve() == Path(b).resolve()
+
+
+def greedy_replays(db_url: str | None, draft_path: str | None, k: int | None) -> list:
+    """Finished greedy chain replays of the draft (at K when known), newest first."""
+    if not draft_path:
+        return []
+    with store.session_scope(open_database(db_url).factory) as session:
+        return [
+            r
+            for r in store.list_runs(session, limit=5000)
+            if r.kind == "replay"
+            and r.status == "finished"
+            and same_path(r.draft_path, draft_path)
+            and (k is None or r.params.get("num_steps") == k)
+            and int(r.params.get("topk") or 1) == 1
+            and not r.params.get("sampling_rule")
+            and not float(r.params.get("temperature") or 0)
+        ]
+
+
+def recover_prompts(parsed: RequestsFile, target_path: str | None) -> str | None:
+    """Fill prompt_ids from prompt text with the target's tokenizer (as ReplayRequest.prompt_for
+    does); returns why text prompts stay unmatched, if they do."""
+    texts = [r for r in parsed.requests if r.prompt_ids is None and r.prompt_text]
+    if not texts:
+        return None
+    if not target_path:
+        return f"{len(texts)} prompts are text: give --target so its tokenizer turns them into ids"
+    from backend.engine.loading import load_tokenizer
+
+    tokenizer = load_tokenizer(target_path)
+    if tokenizer is None:
+        return f"{len(texts)} prompts are text and {target_path} has no tokenizer"
+    for numbers in texts:
+        numbers.prompt_ids = list(tokenizer(numbers.prompt_text)["input_ids"]) or None
+    return None
+
+
+def match_replays(parsed: RequestsFile, runs: list) -> list[dict]:
+    """One row per request: served numbers, and the newest replay of the same prompt if any."""
+    by_prompt: dict[tuple, object] = {}
+    for run in runs:  # newest first: keep the first seen
+        by_prompt.setdefault(tuple(run.prompt_ids or ()), run)
+    rows = []
+    for number, r in enumerate(parsed.requests):
+        run = by_prompt.get(tuple(r.prompt_ids)) if r.prompt_ids else None
+        replayed = run.metrics.get("mean_accept_length") if run else None
+        rows.append(
+            {
+                "request": number,
+                "record": r.record,
+                "request_id": r.request_id,
+                "status": r.status,
+                "note": r.note,
+                "verify_steps": r.verify_steps,
+                "served_accept_length": r.accept_length,
+                "served_acceptance_rate": r.acceptance_rate,
+                "prompt_tokens": len(r.prompt_ids) if r.prompt_ids else None,
+                "replay_run": run.id if run else None,
+                "replay_accept_length": replayed,
+                "served_minus_replay": None
+                if replayed is None or r.accept_length is None
+                else r.accept_length - replayed,
+            }
+        )
+    return rows
+
+
+def worst(rows: list[dict], parsed: RequestsFile, n: int) -> list[int]:
+    """Indices of the n requests with the lowest served accept length that have a prompt."""
+    candidates = [
+        row["request"]
+        for row in rows
+        if row["served_accept_length"] is not None and parsed.requests[row["request"]].prompt_ids
+    ]
+    return sorted(candidates, key=lambda i: rows[i]["served_accept_length"])[:n]
+
+
+def served_k(parsed: RequestsFile) -> int | None:
+    return parsed.pooled.get("num_speculative_tokens")
+
+
+def observe_requests_text(
+    db_url: str | None,
+    text: str,
+    name: str,
+    format: str = "auto",
+    num_speculative_tokens: int | None = None,
+    draft_path: str | None = None,
+    target_path: str | None = None,
+) -> dict:
+    """Parse, pool, match to replays; the dict the CLI prints and the page draws."""
+    parsed = read_requests(text, name, format, num_speculative_tokens)
+    k = served_k(parsed) or num_speculative_tokens
+    unmatched = recover_prompts(parsed, target_path)
+    runs = greedy_replays(db_url, draft_path, k)
+    rows = match_replays(parsed, runs)
+    matched = [row["replay_accept_length"] for row in rows if row["replay_accept_length"] is not None]
+    replay_lengths = matched or [
+        r.metrics.get("mean_accept_length") for r in runs if r.metrics.get("mean_accept_length") is not None
+    ]
+    result = parsed.to_dict()
+    result.update(
+        {
+            "rows": rows,
+            "num_steps": k,
+            "draft": draft_path,
+            "replay": {
+                "runs": len(runs),
+                "matched": len(matched),
+                "accept_lengths": replay_lengths,
+                "which": "replays of the same prompts"
+                if matched
+                else "every finished greedy replay of the draft at this K (no prompt matched)",
+                "unmatched_text_prompts": unmatched,
+            },
+            "worst": worst(rows, parsed, 10),
+        }
+    )
+    return result
+
+
+def observe_requests(
+    db_url: str | None,
+    source: str,
+    format: str = "auto",
+    num_speculative_tokens: int | None = None,
+    draft_path: str | None = None,
+    target_path: str | None = None,
+) -> dict:
+    text, name = read_source(source)
+    return observe_requests_text(db_url, text, name, format, num_speculative_tokens, draft_path, target_path)
+
+
+def observe_requests_from(
+    db_url: str | None, asked: dict, draft_path: str | None, target_path: str | None
+) -> dict:
+    """The page's form (ui/server_requests.py requests_form): uploaded bytes or a path or URL; a
+    BadInput comes back as {"error": reason} so that the page shows a message."""
+    try:
+        if asked.get("error"):
+            raise BadInput(asked["error"])
+        if "data" in asked:
+            try:
+                text, name = asked["data"].decode("utf-8"), asked["name"]
+            except UnicodeDecodeError:
+                raise BadInput(f"{asked['name']}: not UTF-8 text") from None
+        else:
+            text, name = read_source(asked["source"])
+        return observe_requests_text(
+            db_url, text, name, asked["format"], asked["num_speculative_tokens"], draft_path, target_path
+        )
+    except BadInput as error:
+        return {"error": str(error)}
+
+
+def replay_worst(
+    db_url: str | None,
+    result: dict,
+    n: int,
+    target_path: str,
+    draft_path: str,
+    max_new_tokens: int | None = None,
+    progress=None,
+) -> list[dict]:
+    """Replay the prompts of the n worst requests with the draft at the served K, through the job
+    runner the `replay` command uses; served vs replayed for each."""
+    from backend.service.jobs import run_replay
+    from backend.service.requests import ReplayRequest
+
+    k = result["num_steps"]
+    if k is None:
+        raise BadInput(
+            f"{result['source']}: the file does not say K: give --num-speculative-tokens for the replay"
+        )
+    chosen = result["worst"][:n]
+    if not chosen:
+        raise BadInput(f"{result['source']}: no request has both an accept length and a prompt to replay")
+    out = []
+    for number, index in enumerate(chosen):
+        served = result["requests"][index]
+        if progress:
+            progress(number / len(chosen), f"request {index} ({number + 1}/{len(chosen)})")
+        tokens = served.get("completion_tokens")
+        request = ReplayRequest(
+            target_path,
+            draft_path,
+            prompt_ids=tuple(served["prompt_ids"]),
+            num_steps=k,
+            max_new_tokens=max_new_tokens or (tokens if tokens else DEFAULT_MAX_NEW_TOKENS),
+            sample_ref=f"{result['source']} {served['record']}",
+        )
+        outcome = run_replay(request, db_url)
+        replayed = outcome.metrics["mean_accept_length"]
+        out.append(
+            {
+                "request": index,
+                "record": served["record"],
+                "served_accept_length": served["accept_length"],
+                "replay_accept_length": replayed,
+                "served_minus_replay": None if replayed is None else served["accept_length"] - replayed,
+                "replay_run": outcome.run_id,
+            }
+        )
+        result["rows"][index].update(replay_run=outcome.run_id, replay_accept_length=replayed)
+    return out
+
+
+# ---------------------------------------------------------------------- ModelOpt profile
+
+
+def profile_from_runs(db_url: str | None, run_ids: list[int]) -> dict:
+    """speculation_profile.json (ModelOpt specdec_bench speculation_profile.py build_profile's schema)
+    for finished runs: the pooled accept histogram keyed by a + 1, the step-weighted mean and the
+    per-request (per-run) mean, marginal and conditional rates."""
+    from backend.engine.metrics import acceptance_metrics
+
+    if not run_ids:
+        raise BadInput("give the runs to export (--runs ID,ID,...)")
+    with store.session_scope(open_database(db_url).factory) as session:
+        runs = [store.get_run(session, run_id) for run_id in run_ids]
+    for run_id, run in zip(run_ids, runs, strict=True):
+        if run is None:
+            raise BadInput(f"run {run_id}: no such run")
+        if run.status != "finished":
+            raise BadInput(f"run {run_id}: {run.status}, not finished")
+    ks = {r.params.get("num_steps") for r in runs}
+    if len(ks) != 1:
+        raise BadInput(f"runs {run_ids} were replayed at different K ({sorted(ks)}): one profile is one K")
+    k = ks.pop()
+    if any(int(r.params.get("topk") or 1) != 1 for r in runs):
+        raise BadInput("a tree run's accepted count is not a longest-prefix length: export chain runs only")
+    pooled: list[int] = [0] * (k + 1)
+    per_run = []
+    for run in runs:
+        for a, count in enumerate(run.metrics.get("accept_histogram") or []):
+            pooled[a] += count
+        if run.metrics.get("mean_accept_length") is not None:
+            per_run.append(run.metrics["mean_accept_length"])
+    steps = [a for a, count in enumerate(pooled) for _ in range(count)]
+    if not steps:
+        raise BadInput(f"runs {run_ids} have no verify step")
+    metrics = acceptance_metrics(steps, k)
+    return {
+        "schema_version": "1.0",
+        "measured": True,
+        "producer": "speclens",
+        "method": "eagle3",
+        "draft_checkpoint": Path(runs[0].draft_path).name,
+        "target_model": Path(runs[0].target_path).name,
+        "num_speculative_tokens": k,
+        "verification_method": "longest_prefix",
+        "conditional_accept_rates": [round(x or 0.0, 6) for x in metrics.per_position_conditional],
+        "marginal_accept_rates": [round(x, 6) for x in metrics.per_position_marginal],
+        "mean_accept_length": round(metrics.mean_accept_length, 6),
+        "mean_accept_length_per_request": round(sum(per_run) / len(per_run), 6),
+        "accept_length_by_k": {str(k): round(metrics.mean_accept_length, 6)},
+        "acceptance_length_histogram": {str(a + 1): c for a, c in enumerate(pooled) if c},
+        "per_category": None,
+        "measurement_conditions": {
+            "engine": "speclens replay (greedy)",
+            "runs": run_ids,
+            "num_samples": len(runs),
+            "max_new_tokens": sorted({r.params.get("max_new_tokens") for r in runs}),
+        },
+    }
+
+
+def export_profile(db_url: str | None, run_ids: list[int], out: str) -> Path:
+    profile = profile_from_runs(db_url, run_ids)
+    path = Path(out)
+    if path.is_dir():
+        path = path / "speculation_profile.json"
+    try:
+        path.write_text(json.dumps(profile, indent=2) + "\n")
+    except OSError as error:
+        raise BadInput(f"{out}: cannot write ({error.strerror})") from None
+    return path

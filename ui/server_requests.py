@@ -1,0 +1,191 @@
+"""Per-request server numbers on the Diagnostics page: the file form, the served vs replayed
+accept-length distribution, the per-request table (worst first) and the replay of the worst
+requests as a background task. The numbers are the service's (backend/service/per_request.py)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from backend.service import tasks
+from ui.charts import LEGEND_ABOVE
+from ui.html import md
+from ui.taskview import task_panel
+
+FORMATS = ["auto", "vllm", "sglang", "sglext", "trtllm", "llamacpp", "modelopt", "sglang-server-info"]
+KEY = "server_requests"
+
+
+def requests_form() -> dict | None:
+    """What the user asked to read ({"text", "name"} or {"source"}, with format and K), on click."""
+    st.markdown(
+        "**Per-request numbers**: a JSONL of responses (or one JSON document) as the engine returned them: "
+        "vLLM `metrics.speculative_decoding`, SGLang `meta_info` or `sglext.spec_tokens_details`, "
+        "TensorRT-LLM `choices[].speculative_decoding`, llama.cpp `timings`, a ModelOpt "
+        "`speculation_profile.json`, or two SGLang `/server_info` reads."
+    )
+    upload = st.file_uploader("Upload the responses", type=["jsonl", "json", "txt"], key=f"{KEY}_upload")
+    location = st.text_input("...or a file path or URL", "", key=f"{KEY}_location")
+    left, right = st.columns(2)
+    format = left.selectbox("Format", FORMATS, key=f"{KEY}_format")
+    k = right.number_input(
+        "K (num speculative tokens), where the file does not say (0 = unknown)",
+        min_value=0,
+        max_value=64,
+        value=0,
+        key=f"{KEY}_k",
+    )
+    if not st.button("Read the requests", key=f"{KEY}_read"):
+        return None
+    asked = {"format": format, "num_speculative_tokens": int(k) or None}
+    if location.strip():
+        return {**asked, "source": location.strip()}
+    if upload is not None:
+        return {**asked, "data": upload.getvalue(), "name": upload.name}
+    return {**asked, "error": "upload a file of responses or give a path or URL"}
+
+
+def distribution(served: list[float], replayed: list[float], k: int | None) -> go.Figure:
+    figure = go.Figure()
+    bins = dict(start=1.0, end=float((k or 8) + 1) + 0.25, size=0.25)
+    figure.add_histogram(x=served, name=f"served ({len(served)} requests)", xbins=bins, opacity=0.7)
+    if replayed:
+        figure.add_histogram(x=replayed, name=f"replayed ({len(replayed)} runs)", xbins=bins, opacity=0.7)
+    figure.update_layout(
+        title="Accept length per request, served vs replayed",
+        barmode="overlay",
+        xaxis_title="accept length (mean of a + 1 over the request's verify steps)",
+        yaxis_title="requests",
+        height=320,
+        margin=dict(l=10, r=10, t=40, b=10),
+        legend=LEGEND_ABOVE,
+    )
+    return figure
+
+
+def table(rows: list[dict]) -> pd.DataFrame:
+    frame = pd.DataFrame(rows)
+    frame = frame.sort_values("served_accept_length", na_position="last", kind="stable")
+    return frame[
+        [
+            "record",
+            "status",
+            "served_accept_length",
+            "replay_accept_length",
+            "served_minus_replay",
+            "verify_steps",
+            "served_acceptance_rate",
+            "replay_run",
+            "note",
+        ]
+    ].rename(
+        columns={
+            "served_accept_length": "served AL",
+            "replay_accept_length": "replay AL",
+            "served_minus_replay": "served - replay",
+            "verify_steps": "verify steps",
+            "served_acceptance_rate": "acceptance rate",
+            "replay_run": "replay run",
+        }
+    )
+
+
+def merge_replays(result: dict) -> None:
+    shown = st.session_state.get(KEY)
+    if not shown or "rows" not in shown:
+        return
+    for row in result["replayed_worst"]:
+        shown["rows"][row["request"]].update(
+            replay_run=row["replay_run"],
+            replay_accept_length=row["replay_accept_length"],
+            served_minus_replay=row["served_minus_replay"],
+        )
+    shown["replay"]["accept_lengths"] = [
+        r["replay_accept_length"] for r in shown["rows"] if r["replay_accept_length"] is not None
+    ]
+    shown["replay"]["matched"] = len(shown["replay"]["accept_lengths"])
+    shown["replay"]["which"] = "replays of the same prompts"
+
+
+def show_requests(result: dict | None, db_url: str | None, target_path: str, draft_path: str) -> None:
+    if not result:
+        return
+    if "error" in result:
+        st.error(result["error"])
+        return
+    pooled = result["pooled"]
+    st.caption(
+        f"{md(result['source'])}: {result['format']}, {pooled['requests']} requests ("
+        + ", ".join(f"{n} {status}" for status, n in pooled["statuses"].items())
+        + ")"
+    )
+    c1, c2, c3, c4 = st.columns(4)
+    fmt = lambda v: "n/a" if v is None else f"{v:.2f}"  # noqa: E731
+    definitions = pooled["definitions"]
+    c1.metric(
+        "Served accept length (pooled)",
+        fmt(pooled["accept_length"]),
+        help=definitions["pooled_accept_length"],
+    )
+    c2.metric(
+        "Per-request mean",
+        fmt(pooled["accept_length_per_request_mean"]),
+        help=definitions["accept_length_per_request_mean"],
+    )
+    c3.metric("Acceptance rate", fmt(pooled["acceptance_rate"]), help=definitions["acceptance_rate"])
+    c4.metric("Verify steps", f"{pooled['verify_steps']:g}", help="over the requests with an accept length")
+    if result.get("window") is not None:
+        window = result["window"]
+        st.info(
+            f"Window between the two reads: accept length {fmt(window.get('accept_length'))}"
+            + (f" ({window['note']})" if window.get("note") else "")
+        )
+    if result.get("profile"):
+        st.caption(
+            "ModelOpt profile, pooled: per-request mean as ModelOpt measured it "
+            f"{fmt(result['profile']['mean_accept_length_per_request'])}"
+        )
+    converted = sorted({r["converted_from"] for r in result["requests"] if r["converted_from"]})
+    with st.expander("How these numbers were converted"):
+        for line in converted:
+            st.caption(md(line))
+    replay = result["replay"]
+    served = [
+        row["served_accept_length"] for row in result["rows"] if row["served_accept_length"] is not None
+    ]
+    if served:
+        st.plotly_chart(
+            distribution(served, replay["accept_lengths"], result["num_steps"]), key=f"{KEY}_chart"
+        )
+    st.caption(
+        f"Replayed: {md(replay['which'])}; {replay['matched']} of {len(result['rows'])} requests matched by "
+        "prompt to a finished greedy replay of the active draft"
+        + (f" at K={result['num_steps']}" if result["num_steps"] else "")
+        + (f". {md(replay['unmatched_text_prompts'])}" if replay.get("unmatched_text_prompts") else "")
+    )
+    st.dataframe(table(result["rows"]), hide_index=True, key=f"{KEY}_table")
+    if result["worst"]:
+        left, right = st.columns([1, 3])
+        n = left.number_input(
+            "Worst requests",
+            min_value=1,
+            max_value=len(result["worst"]),
+            value=min(3, len(result["worst"])),
+            key=f"{KEY}_n",
+        )
+        if right.button(f"Replay the {int(n)} worst with the active draft", key=f"{KEY}_replay"):
+            st.session_state[f"{KEY}_task"] = tasks.start_replay_worst(
+                db_url, result, int(n), target_path, draft_path
+            )
+        task_panel(f"{KEY}_task", on_finish=merge_replays, failure="The replay failed: ")
+
+
+def requests_section(db_url: str | None, target_path: str, draft_path: str) -> None:
+    """The form, one service call, the render: what the Diagnostics page's server tab calls."""
+    from backend.service import per_request
+
+    asked = requests_form()
+    if asked is not None:
+        st.session_state[KEY] = per_request.observe_requests_from(db_url, asked, draft_path, target_path)
+    show_requests(st.session_state.get(KEY), db_url, target_path, draft_path)
