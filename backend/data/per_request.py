@@ -840,6 +840,11 @@ def parse_one(value: dict, where: Where, kind: str, k: int | None) -> list[Reque
         where.fail(f"{kind} is a whole-file format, not one response per line")
     if not out:
         where.fail(f"no {kind} statistics in the response")
+    usage = response.get("usage") if isinstance(response.get("usage"), dict) else {}
+    tokens = usage.get("completion_tokens")
+    for numbers in out:  # the OpenAI usage block says how long the answer was (a replay of it runs as long)
+        if numbers.completion_tokens is None and len(out) == 1 and isinstance(tokens, int) and tokens > 0:
+            numbers.completion_tokens = tokens
     for numbers in out:  # a K the user gave fills in what the engine did not say, never overrides it
         if numbers.num_speculative_tokens is None and k is not None:
             numbers.num_speculative_tokens = k
