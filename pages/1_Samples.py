@@ -25,14 +25,15 @@ def do_import(
 ) -> None:
     format = None if format_choice == "detect" else format_choice
     try:
-        if upload is not None:
-            dataset_id, result = stored_datasets.import_upload(
-                state.db(), upload[0], upload[1], name or None, state.target_path(), format
-            )
-        else:
-            dataset_id, result = stored_datasets.import_dataset(
-                state.db(), path, name or None, state.target_path(), format
-            )
+        with st.spinner(f"Importing {upload[0] if upload is not None else path}: validating every record..."):
+            if upload is not None:
+                dataset_id, result = stored_datasets.import_upload(
+                    state.db(), upload[0], upload[1], name or None, state.target_path(), format
+                )
+            else:
+                dataset_id, result = stored_datasets.import_dataset(
+                    state.db(), path, name or None, state.target_path(), format
+                )
     except BadInput as error:
         st.session_state["samples_import_report"] = {"error": str(error)}
         return

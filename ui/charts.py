@@ -7,7 +7,9 @@ import re
 import plotly.graph_objects as go
 
 # Legends above the plot area, right-aligned: below it they sit on the x-axis tick labels.
-LEGEND_ABOVE = dict(orientation="h", yanchor="bottom", y=1.02, xanchor="right", x=1)
+# Below the plot: above it, a legend collides with the title in a half-width column (issue 31 item 9);
+# plotly widens the bottom margin to fit it.
+LEGEND_BELOW = dict(orientation="h", yanchor="top", y=-0.18, xanchor="left", x=0)
 
 
 def acceptance_bars(series: dict[str, list[float]], title: str) -> go.Figure:
@@ -20,7 +22,7 @@ def acceptance_bars(series: dict[str, list[float]], title: str) -> go.Figure:
         barmode="group",
         height=300,
         margin=dict(l=10, r=10, t=40, b=10),
-        legend=LEGEND_ABOVE,
+        legend=LEGEND_BELOW,
     )
     return figure
 
@@ -48,7 +50,7 @@ def step_times(draft_ms: list[float], verify_ms: list[float]) -> go.Figure:
         xaxis_title="step",
         height=300,
         margin=dict(l=10, r=10, t=40, b=10),
-        legend=LEGEND_ABOVE,
+        legend=LEGEND_BELOW,
     )
     return figure
 
@@ -181,7 +183,7 @@ def whatif(rows: list[dict], measured: dict | None = None) -> go.Figure:
         yaxis2=dict(title="speed-up", overlaying="y", side="right"),
         height=320,
         margin=dict(l=10, r=10, t=40, b=10),
-        legend=LEGEND_ABOVE,
+        legend=LEGEND_BELOW,
     )
     return figure
 
@@ -220,6 +222,6 @@ def predicted_vs_live(rows: list[dict], flag_ratio: float) -> go.Figure:
         yaxis_range=[0, top],
         height=340,
         margin=dict(l=10, r=10, t=60, b=10),
-        legend=LEGEND_ABOVE,
+        legend=LEGEND_BELOW,
     )
     return figure

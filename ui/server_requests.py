@@ -9,7 +9,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from backend.service import tasks
-from ui.charts import LEGEND_ABOVE
+from ui.charts import LEGEND_BELOW
 from ui.html import md
 from ui.taskview import task_panel
 
@@ -59,7 +59,7 @@ def distribution(served: list[float], replayed: list[float], k: int | None) -> g
         yaxis_title="requests",
         height=320,
         margin=dict(l=10, r=10, t=40, b=10),
-        legend=LEGEND_ABOVE,
+        legend=LEGEND_BELOW,
     )
     return figure
 

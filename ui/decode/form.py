@@ -57,11 +57,12 @@ def replay_request(expanded: bool) -> ReplayRequest | None:
         current = state.draft_name(state.draft_path())
         c1, c0, c2, c3, c4 = st.columns(5)
         draft_choice = c1.selectbox(
-            "Draft",
+            "Draft to replay",
             names,
             index=names.index(current) if current in names else 0,
             key="decode_draft",
-            help="The draft this replay runs (it starts on the sidebar's choice).",
+            help="The draft this replay runs. It starts on the sidebar's active draft; choosing another "
+            "here changes this replay only.",
         )
         engine = c0.selectbox("Run it as", ENGINE_CHOICES, key="decode_engine", help=ENGINE_HELP)
         steps = c2.number_input("K (draft steps)", 1, 16, 4, key="decode_steps")
