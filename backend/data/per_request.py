@@ -279,7 +279,7 @@ def response_id(response: dict) -> str | None:
 
 
 def parse_vllm(response: dict, where: Where, base: dict) -> list[RequestNumbers]:
-    # vllm/v1/spec_decode/metrics.py RequestSpecDecodeMetrics.to_dict (PR #48915) and
+    # vllm/v1/metrics/stats.py RequestSpecDecodeMetrics (observe / to_dict; PR #48915) and
     # docs/features/speculative_decoding/acceptance_metrics.md: top-level metrics.speculative_decoding,
     # null for n > 1, riding the final usage chunk when streaming.
     metrics = response.get("metrics")
@@ -384,7 +384,8 @@ def parse_sglang_counts(
     name_p, proposed = first_key(meta, SGLANG_PROPOSED)
     proposed = where.count(proposed, f"{prefix}.{name_p}", optional=True)
     name_h, histogram = first_key(meta, SGLANG_HISTOGRAM)
-    # SGLang grows the histogram to max(a) + 1 (Req.update_spec_correct_drafts_histogram), not K + 1;
+    # SGLang grows the histogram to max(a) + 1, not K + 1 (managers/schedule_batch.py
+    # Req.update_spec_correct_drafts_histogram, index = correct drafts, bonus excluded);
     # sglext fills an absent one with [] (entrypoints/openai/utils.py spec_tokens_details_from_meta_info)
     histogram = dense(histogram, where, f"{prefix}.{name_h}") if histogram else None
     converted = CONVERTED[engine]
@@ -525,7 +526,7 @@ def parse_trtllm(response: dict, where: Where, base: dict) -> list[RequestNumber
 
 
 def parse_llamacpp(response: dict, where: Where, base: dict, k: int | None) -> list[RequestNumbers]:
-    # llama.cpp tools/server (server-task.cpp result_timings::to_json, #12603): timings.draft_n and
+    # llama.cpp tools/server/server-task.cpp result_timings::to_json (#12603): timings.draft_n and
     # timings.draft_n_accepted, present only when draft_n > 0; no verify-step count
     timings = where.obj(response.get("timings"), "timings")
     if timings.get("draft_n") is None:
