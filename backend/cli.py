@@ -16,6 +16,7 @@ import sys
 from sqlalchemy.exc import SQLAlchemyError
 
 from backend import BadInput, Terminated, first_line
+from backend.data.per_request import FORMATS as REQUEST_FORMATS
 from backend.defaults import DEMO_EVAL, default_draft, default_target
 
 GATE_FAILED = 3  # exit code: --min-accept-length not met
@@ -318,7 +319,7 @@ def build_parser() -> argparse.ArgumentParser:
     obs.add_argument(
         "--format",
         default="auto",
-        choices=["auto", "vllm", "sglang", "sglext", "trtllm", "llamacpp", "modelopt", "sglang-server-info"],
+        choices=["auto", *REQUEST_FORMATS],
         help="the engine format of --requests (default: detected)",
     )
     obs.add_argument(

@@ -9,11 +9,11 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from backend.service import tasks
+from backend.service.per_request import FORMATS
 from ui.charts import LEGEND_BELOW
 from ui.html import md
 from ui.taskview import task_panel
 
-FORMATS = ["auto", "vllm", "sglang", "sglext", "trtllm", "llamacpp", "modelopt", "sglang-server-info"]
 KEY = "server_requests"
 
 
@@ -28,7 +28,7 @@ def requests_form() -> dict | None:
     upload = st.file_uploader("Upload the responses", type=["jsonl", "json", "txt"], key=f"{KEY}_upload")
     location = st.text_input("...or a file path or URL", "", key=f"{KEY}_location")
     left, right = st.columns(2)
-    format = left.selectbox("Format", FORMATS, key=f"{KEY}_format")
+    format = left.selectbox("Format", ["auto", *FORMATS], key=f"{KEY}_format")
     k = right.number_input(
         "K (num speculative tokens), where the file does not say (0 = unknown)",
         min_value=0,

@@ -8,7 +8,7 @@ the definition each was converted from. What cannot be a number is reported as w
 request without a verify step, a response with n > 1 that the engine does not break down, a
 cumulative average since the server started.
 
-Formats (docs/reference.md §12 has the fields and the engines' source files):
+Formats (docs/reference.md §14 has the fields and the engines' source files):
 vllm, sglang, sglext, trtllm, llamacpp, modelopt (pooled, not per request), sglang-server-info.
 Plain Python: no torch, no database.
 """
@@ -718,6 +718,8 @@ def is_stream_chunk(record: dict) -> bool:
     response = record.get("response") if isinstance(record.get("response"), dict) else record
     if str(response.get("object", "")).endswith("chunk"):
         return True
+    if response.get("stop") is False and "timings" not in response:  # llama.cpp's native stream
+        return True
     choices = response.get("choices")
     return isinstance(choices, list) and any(
         isinstance(c, dict) and ("delta" in c or c.get("finish_reason", "") is None) for c in choices
@@ -809,6 +811,13 @@ def read_requests(
                 )
         else:
             parsed.extend(parse_one(value, where, found, num_speculative_tokens))
+    if found == "sglang":
+        # /generate streamed: every chunk carries the meta_info so far, under the same id; the last is
+        # the request's (tokenizer_manager.py builds meta_info for each output it sends)
+        last = {r.request_id: i for i, r in enumerate(parsed) if r.request_id is not None}
+        kept = [r for i, r in enumerate(parsed) if r.request_id is None or last[r.request_id] == i]
+        skipped += len(parsed) - len(kept)
+        parsed = kept
     extra: dict = {}
     if server_reads:
         parsed, extra = parse_server_info(server_reads, source)

@@ -15,11 +15,12 @@ import json
 from pathlib import Path
 
 from backend import BadInput
-from backend.data.per_request import RequestsFile, read_requests
+from backend.data.per_request import FORMATS, RequestsFile, read_requests
 from backend.service.database import open_database
 from backend.service.observations import read_source
 from db import store
 
+__all__ = ["FORMATS", "observe_requests", "observe_requests_from", "replay_worst", "export_profile"]
 DEFAULT_MAX_NEW_TOKENS = 128  # a replay of a served request whose length the file does not give
 
 

@@ -58,6 +58,7 @@ def test_vllm_summary_as_one_json_document():
 def test_sglang_meta_info_with_max_a_histograms_old_names_and_a_batch_list():
     parsed = read_requests(P.sglang(old_names_for=()), "sglang.jsonl", num_speculative_tokens=P.K)
     check_against(parsed, P.REQUESTS + N2)
+    assert parsed.skipped_chunks == 2  # the streamed request's earlier chunks: its last one counts
     first = parsed.requests[0]
     assert first.accept_histogram == [2, 1]  # SGLang's length max(a) + 1, read as is
     # spec_accept_length = completion / verify counts the prefill's token: never the accept length

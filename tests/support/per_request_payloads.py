@@ -1,6 +1,6 @@
 """Engine responses built from a known truth: per-request lists of accepted drafts a per verify step.
 
-Each writer lays the counts out as that engine does (docs/reference.md §12): vLLM's histogram has
+Each writer lays the counts out as that engine does (docs/reference.md §14): vLLM's histogram has
 K+1 entries, SGLang's grows to max(a)+1, TensorRT-LLM's is padded to K+1, llama.cpp gives totals
 only, ModelOpt's profile is pooled and keyed by a+1. The truth's own numbers (`truth`) come from
 the lists directly, so a parser that reads a file back can be checked against them.
@@ -118,11 +118,11 @@ def vllm(requests=REQUESTS, k=K, detailed=True, n_gt_1=True, stream_last=True) -
 # ------------------------------------------------------------------------------------ SGLang
 
 
-def sglang_meta(a_list: list[int], k: int, old_names: bool = False) -> dict:
+def sglang_meta(a_list: list[int], k: int, old_names: bool = False, rid: str = "r") -> dict:
     steps, accepted = len(a_list), sum(a_list)
     completion = 1 + steps + accepted  # the prefill emits the first token
     meta = {
-        "id": "r",
+        "id": rid,
         "prompt_tokens": 3,
         "completion_tokens": completion,
         "finish_reason": {"type": "length"},
@@ -149,16 +149,21 @@ def sglang_meta(a_list: list[int], k: int, old_names: bool = False) -> dict:
     return meta
 
 
-def sglang(requests=REQUESTS, k=K, n_gt_1=True, old_names_for=(4,)) -> str:
+def sglang(requests=REQUESTS, k=K, n_gt_1=True, old_names_for=(4,), stream_last=True) -> str:
     records = []
     for i, a_list in enumerate(requests):
-        response = {"text": "x", "output_ids": [1], "meta_info": sglang_meta(a_list, k, i in old_names_for)}
-        records.append({"request": {"input_ids": PROMPTS[i]}, "response": response})
+        if stream_last and i == len(requests) - 1 and a_list:
+            # streamed /generate: each chunk carries the meta_info so far under the same id
+            for upto in range(1, len(a_list)):
+                chunk = sglang_meta(a_list[:upto], k, rid=f"req-{i}")
+                records.append({"text": "x", "meta_info": chunk})
+        meta = sglang_meta(a_list, k, i in old_names_for, rid=f"req-{i}")
+        records.append({"request": {"input_ids": PROMPTS[i]}, "response": {"text": "x", "meta_info": meta}})
     if n_gt_1:  # a native /generate with n = 2 answers a list, one meta_info per sequence
         records.append(
             [
-                {"text": "a", "meta_info": sglang_meta([1, 2], k)},
-                {"text": "b", "meta_info": sglang_meta([0], k)},
+                {"text": "a", "meta_info": sglang_meta([1, 2], k, rid="n2-0")},
+                {"text": "b", "meta_info": sglang_meta([0], k, rid="n2-1")},
             ]
         )
     return jsonl(records)
