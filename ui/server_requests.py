@@ -76,6 +76,8 @@ def table(rows: list[dict]) -> pd.DataFrame:
             "served_minus_replay",
             "verify_steps",
             "served_acceptance_rate",
+            "served_tokens",
+            "replay_tokens",
             "replay_run",
             "note",
         ]
@@ -86,6 +88,8 @@ def table(rows: list[dict]) -> pd.DataFrame:
             "served_minus_replay": "served - replay",
             "verify_steps": "verify steps",
             "served_acceptance_rate": "acceptance rate",
+            "served_tokens": "served tokens",
+            "replay_tokens": "replay tokens",
             "replay_run": "replay run",
         }
     )
@@ -99,6 +103,7 @@ def merge_replays(result: dict) -> None:
         shown["rows"][row["request"]].update(
             replay_run=row["replay_run"],
             replay_accept_length=row["replay_accept_length"],
+            replay_tokens=row["replay_tokens"],
             served_minus_replay=row["served_minus_replay"],
         )
     shown["replay"]["accept_lengths"] = [

@@ -65,13 +65,18 @@ def recover_prompts(parsed: RequestsFile, target_path: str | None) -> str | None
 
 
 def match_replays(parsed: RequestsFile, runs: list) -> list[dict]:
-    """One row per request: served numbers, and the newest replay of the same prompt if any."""
-    by_prompt: dict[tuple, object] = {}
-    for run in runs:  # newest first: keep the first seen
-        by_prompt.setdefault(tuple(run.prompt_ids or ()), run)
+    """One row per request: served numbers, and a replay of the same prompt if any: the newest of
+    the served length (max new tokens = the tokens the server generated), else the newest."""
+    by_prompt: dict[tuple, list] = {}
+    for run in runs:  # newest first
+        by_prompt.setdefault(tuple(run.prompt_ids or ()), []).append(run)
     rows = []
     for number, r in enumerate(parsed.requests):
-        run = by_prompt.get(tuple(r.prompt_ids)) if r.prompt_ids else None
+        same = by_prompt.get(tuple(r.prompt_ids), []) if r.prompt_ids else []
+        as_long = [
+            x for x in same if r.completion_tokens and x.params.get("max_new_tokens") == r.completion_tokens
+        ]
+        run = (as_long or same or [None])[0]
         replayed = run.metrics.get("mean_accept_length") if run else None
         rows.append(
             {
@@ -84,6 +89,8 @@ def match_replays(parsed: RequestsFile, runs: list) -> list[dict]:
                 "served_accept_length": r.accept_length,
                 "served_acceptance_rate": r.acceptance_rate,
                 "prompt_tokens": len(r.prompt_ids) if r.prompt_ids else None,
+                "served_tokens": r.completion_tokens,  # a replay of another length is a different run
+                "replay_tokens": len(run.output_ids) if run else None,
                 "replay_run": run.id if run else None,
                 "replay_accept_length": replayed,
                 "served_minus_replay": None
@@ -227,10 +234,13 @@ def replay_worst(
                 "served_accept_length": served["accept_length"],
                 "replay_accept_length": replayed,
                 "served_minus_replay": None if replayed is None else served["accept_length"] - replayed,
+                "replay_tokens": len(outcome.output_ids),
                 "replay_run": outcome.run_id,
             }
         )
-        result["rows"][index].update(replay_run=outcome.run_id, replay_accept_length=replayed)
+        result["rows"][index].update(
+            replay_run=outcome.run_id, replay_accept_length=replayed, replay_tokens=len(outcome.output_ids)
+        )
     return out
 
 
