@@ -123,7 +123,7 @@ def test_words_for_diverging_outputs_and_hostile_tokens():
     import html
 
     from backend.engine.records import StepRecord
-    from ui.compare import committed_positions, difference_html, visible
+    from ui.compare.timeline import committed_positions, difference_html, visible
 
     class A:
         prompt_ids, output_ids = [7], [1, 2, 3]
@@ -150,7 +150,7 @@ def test_words_for_diverging_outputs_and_hostile_tokens():
 
 
 def test_batch_summary_counts_wins_and_leaves_out_samples_without_an_accept_length():
-    from ui.compare import batch_summary
+    from ui.compare.batch import BatchSummary, batch_summary
 
     rows = [
         {"AL A": 2.0, "AL B": 3.0},
@@ -160,17 +160,17 @@ def test_batch_summary_counts_wins_and_leaves_out_samples_without_an_accept_leng
         {"AL A": None, "AL B": 2.0},
     ]
     summary = batch_summary(rows)
-    assert summary == {
-        "samples": 4,
-        "mean AL A": 2.125,
-        "mean AL B": 2.625,
-        "mean delta": 0.5,
-        "wins A": 1,
-        "wins B": 2,
-        "ties": 1,
-        "without AL": 1,
-    }
-    assert batch_summary([])["mean AL A"] is None
+    assert summary == BatchSummary(
+        samples=4,
+        mean_a=2.125,
+        mean_b=2.625,
+        mean_delta=0.5,
+        wins_a=1,
+        wins_b=2,
+        ties=1,
+        without_accept_length=1,
+    )
+    assert batch_summary([]).mean_a is None
 
 
 def batch_rows(pairs: list[tuple[int, int]], als: list[tuple[float, float]]) -> list[dict]:

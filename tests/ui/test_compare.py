@@ -4,7 +4,7 @@ where the drafts proposed different tokens."""
 from __future__ import annotations
 
 from tests.ui.test_html import step
-from ui.compare import committed_positions, first_divergence, timeline_html
+from ui.compare.timeline import committed_positions, first_divergence, timeline_html
 
 
 class Run:
@@ -38,7 +38,7 @@ def test_timeline_is_one_escaped_block_with_the_divergence_outlined():
 
 
 def test_the_batch_says_in_words_which_draft_is_better():
-    from ui.compare import batch_sentence, batch_summary
+    from ui.compare.batch import batch_sentence, batch_summary
 
     rows = [{"AL A": 1.5, "AL B": 2.5}, {"AL A": 2.0, "AL B": 1.9}, {"AL A": 1.0, "AL B": 3.0}]
     said = batch_sentence(batch_summary(rows), "miswired", "final")

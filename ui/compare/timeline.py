@@ -1,5 +1,5 @@
-"""Aligning two runs by output position, saying in words where they differ, and summarising a batch
-(pure functions, no Streamlit). Every token string is escaped here."""
+"""Aligning two runs by output position and saying in words where they differ (pure functions, no
+Streamlit). Every token string is escaped here."""
 
 from __future__ import annotations
 
@@ -58,12 +58,14 @@ def first_divergence(a: dict[int, dict], b: dict[int, dict]) -> int | None:
     return None
 
 
-def first_output_difference(output_a: list[int], output_b: list[int]) -> int | None:
-    """The first output index where the two outputs hold different tokens (None where one is a
-    prefix of the other)."""
+def first_output_difference(output_a: list[int], output_b: list[int], lengths: bool = False) -> int | None:
+    """The first output index where the two outputs hold different tokens. Where one is a prefix of
+    the other: None, or with `lengths` the index where the shorter one ends (they differ there)."""
     for index, (x, y) in enumerate(zip(output_a, output_b, strict=False)):
         if x != y:
             return index
+    if lengths and len(output_a) != len(output_b):
+        return min(len(output_a), len(output_b))
     return None
 
 
@@ -151,41 +153,3 @@ def timeline_html(
             f'<span class="sl-t {cls}{border}{mark}" title="{title}">{show(piece_of(sequence[position]))}</span>'
         )
     return f'<div class="sl-text">{"".join(spans)}</div>'
-
-
-def batch_summary(rows: list[dict]) -> dict:
-    """Over the samples where both runs have an accept length: the mean accept length of each side
-    (the mean over samples of each run's own mean), the mean delta B - A, and who won how often."""
-    pairs = [(r["AL A"], r["AL B"]) for r in rows if r.get("AL A") is not None and r.get("AL B") is not None]
-    n = len(pairs)
-    deltas = [b - a for a, b in pairs]
-    return {
-        "samples": n,
-        "mean AL A": sum(a for a, _ in pairs) / n if n else None,
-        "mean AL B": sum(b for _, b in pairs) / n if n else None,
-        "mean delta": sum(deltas) / n if n else None,
-        "wins A": sum(d < -1e-9 for d in deltas),
-        "wins B": sum(d > 1e-9 for d in deltas),
-        "ties": sum(abs(d) <= 1e-9 for d in deltas),
-        "without AL": len(rows) - n,
-    }
-
-
-def batch_sentence(summary: dict, name_a: str, name_b: str) -> str:
-    """Which draft is better on the batch, in words, with the numbers behind it."""
-    n = summary["samples"]
-    if not n:
-        return "No sample has an accept length on both sides: nothing to compare."
-    delta = summary["mean delta"]
-    if abs(delta) < 1e-9 and summary["wins A"] == summary["wins B"]:
-        return f"{name_a} (A) and {name_b} (B) do equally well on these {n} samples."
-    better, worse = ("B", "A") if delta > 0 else ("A", "B")
-    names = {"A": name_a, "B": name_b}
-    wins = summary[f"wins {better}"]
-    return (
-        f"{names[better]} ({better}) is better on these {n} samples: mean accept length "
-        f"{summary[f'mean AL {better}']:.2f} vs {summary[f'mean AL {worse}']:.2f} ({abs(delta):+.2f}), "
-        f"higher on {wins} of {n} sample(s)"
-        + (f", lower on {summary[f'wins {worse}']}" if summary[f"wins {worse}"] else "")
-        + "."
-    )

@@ -1,0 +1,112 @@
+"""A comparison batch: its summary (a dataclass, pure), the sentence saying which draft is better,
+and the table whose rows open their pair of runs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+import streamlit as st
+
+from ui import state
+from ui.html import md
+from ui.runs import ACCEPT_LENGTH_HELP
+
+TIE = 1e-9
+
+
+@dataclass(frozen=True)
+class BatchSummary:
+    """Over the samples where both runs have an accept length: each side's mean accept length (the
+    mean over samples of each run's own mean), the mean delta B - A, and who won how often."""
+
+    samples: int
+    mean_a: float | None
+    mean_b: float | None
+    mean_delta: float | None
+    wins_a: int
+    wins_b: int
+    ties: int
+    without_accept_length: int  # samples left out: a side had no verify step
+
+    def mean(self, side: str) -> float | None:
+        return self.mean_a if side == "A" else self.mean_b
+
+    def wins(self, side: str) -> int:
+        return self.wins_a if side == "A" else self.wins_b
+
+
+def batch_summary(rows: list[dict]) -> BatchSummary:
+    pairs = [(r["AL A"], r["AL B"]) for r in rows if r.get("AL A") is not None and r.get("AL B") is not None]
+    n = len(pairs)
+    deltas = [b - a for a, b in pairs]
+    return BatchSummary(
+        samples=n,
+        mean_a=sum(a for a, _ in pairs) / n if n else None,
+        mean_b=sum(b for _, b in pairs) / n if n else None,
+        mean_delta=sum(deltas) / n if n else None,
+        wins_a=sum(d < -TIE for d in deltas),
+        wins_b=sum(d > TIE for d in deltas),
+        ties=sum(abs(d) <= TIE for d in deltas),
+        without_accept_length=len(rows) - n,
+    )
+
+
+def batch_sentence(summary: BatchSummary, name_a: str, name_b: str) -> str:
+    """Which draft is better on the batch, in words, with the numbers behind it."""
+    n = summary.samples
+    if not n:
+        return "No sample has an accept length on both sides: nothing to compare."
+    delta = summary.mean_delta
+    if abs(delta) < TIE and summary.wins_a == summary.wins_b:
+        return f"{name_a} (A) and {name_b} (B) do equally well on these {n} samples."
+    better, worse = ("B", "A") if delta > 0 else ("A", "B")
+    names = {"A": name_a, "B": name_b}
+    return (
+        f"{names[better]} ({better}) is better on these {n} samples: mean accept length "
+        f"{summary.mean(better):.2f} vs {summary.mean(worse):.2f} ({abs(delta):+.2f}), "
+        f"higher on {summary.wins(better)} of {n} sample(s)"
+        + (f", lower on {summary.wins(worse)}" if summary.wins(worse) else "")
+        + "."
+    )
+
+
+def _metrics(summary: BatchSummary, drafts: dict) -> None:
+    cells = st.columns(5)
+    cells[0].metric("Mean AL A", f"{summary.mean_a:.2f}", help=ACCEPT_LENGTH_HELP)
+    cells[1].metric("Mean AL B", f"{summary.mean_b:.2f}", help=ACCEPT_LENGTH_HELP)
+    cells[2].metric("Mean delta (B - A)", f"{summary.mean_delta:+.2f}")
+    cells[3].metric("Wins A / B / ties", f"{summary.wins_a} / {summary.wins_b} / {summary.ties}")
+    cells[4].metric("Samples", summary.samples)
+    name_a, name_b = (state.draft_name(drafts.get(side, side)) for side in ("A", "B"))
+    st.markdown("**" + md(batch_sentence(summary, name_a, name_b)) + "**")
+
+
+def show_batch(result: dict) -> None:
+    """The batch's summary and table; a clicked row makes its pair the shared choice."""
+    rows = result["rows"]
+    st.subheader("Samples where the drafts differ most")
+    summary = batch_summary(rows)
+    if summary.samples:
+        _metrics(summary, result.get("drafts") or {})
+    left_out = summary.without_accept_length
+    st.caption(
+        f"Over {summary.samples} sample(s): the mean of each run's accept length ({ACCEPT_LENGTH_HELP}); "
+        "a win is a sample where that draft's accept length is higher. "
+        + (f"{left_out} sample(s) without an accept length are left out. " if left_out else "")
+        + f"{result.get('reused', 0)} run(s) reused (finished runs of the same draft, sample and settings), "
+        f"{result.get('replayed', 0)} replayed."
+    )
+    table = pd.DataFrame(rows)
+    table_key = f"compare_table_{result.get('task')}"  # a new batch starts with no row ticked
+    picked = st.dataframe(
+        table, hide_index=True, key=table_key, on_select="rerun", selection_mode="single-row"
+    )
+    st.caption("Click a row to open both of its runs below.")
+    selection = picked.selection.rows if picked is not None else []
+    if selection and st.session_state.get("compare_table_applied") != (table_key, selection[0]):
+        st.session_state["compare_table_applied"] = (table_key, selection[0])
+        row = table.iloc[selection[0]]
+        state.set_value("compare", (int(row["run A"]), int(row["run B"])))
+    elif not selection:
+        st.session_state.pop("compare_table_applied", None)

@@ -1,0 +1,113 @@
+"""The Compare page's form: two drafts, K, the decoding of each side, and one sample or the first N."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import streamlit as st
+
+from ui import state
+from ui.pickers import dataset_picker
+
+REUSE_HELP = (
+    "A finished run of the same target, draft, prompt, K, topk, N, max new tokens, sampling, engine "
+    "reading and wiring override (on this machine's device and dtype) stands in for a new replay. "
+    "Untick it after changing a draft's files in place."
+)
+RAY_HELP = (
+    "As python -m backend evaluate --ray: one worker per GPU (or CPU slot), each loading the models "
+    "once; every run goes to this database, which the workers must reach."
+)
+
+
+@dataclass(frozen=True)
+class CompareAsk:
+    """What the form asks tasks.start_compare for."""
+
+    draft_a: str  # directories
+    draft_b: str
+    samples: list
+    num_steps: int
+    max_new_tokens: int
+    dataset_id: int
+    decoding_a: dict  # ReplayRequest fields of each side (topk, num_draft_tokens)
+    decoding_b: dict
+    reuse: bool
+    ray: str | None
+
+
+def _decoding() -> tuple[dict, dict]:
+    st.caption(
+        "Decoding per side (SGLang's flags): topk 1 is a chain; topk > 1 drafts a tree of N verified "
+        "tokens. Pick the same draft twice to compare a chain and a tree of it."
+    )
+    d1, d2, d3, d4 = st.columns(4)
+    topk_a = int(d1.number_input("topk A", 1, 16, 1, key="compare_topk_a"))
+    tokens_a = int(d2.number_input("Draft tokens N A (0: K+1)", 0, 256, 0, key="compare_tokens_a"))
+    topk_b = int(d3.number_input("topk B", 1, 16, 1, key="compare_topk_b"))
+    tokens_b = int(d4.number_input("Draft tokens N B (0: K+1)", 0, 256, 0, key="compare_tokens_b"))
+    return (
+        {"topk": topk_a, "num_draft_tokens": tokens_a or None},
+        {"topk": topk_b, "num_draft_tokens": tokens_b or None},
+    )
+
+
+def _which_samples(samples: list, running: bool) -> tuple[list | None, str | None]:
+    """(the samples a button asked for, the Ray address for a batch), or (None, None)."""
+    single, batch = st.columns(2)
+    index = single.number_input("Sample #", 0, len(samples) - 1, 0, key="compare_index")
+    count = batch.number_input(
+        "Batch: first N samples", 1, len(samples), min(6, len(samples)), key="compare_batch_n"
+    )
+    ray_address = batch.text_input(
+        "Run the batch on Ray (address, 'local', or empty: here)",
+        os.environ.get("SPECLENS_RAY_ADDRESS", ""),
+        key="compare_ray",
+        help=RAY_HELP,
+    ).strip()
+    if single.button("Compare on this sample", key="compare_start_one", disabled=running):
+        return [samples[int(index)]], None
+    if batch.button("Compare on N samples", key="compare_start_batch", disabled=running):
+        return samples[: int(count)], ray_address or None
+    if running:
+        st.caption("A comparison is running (progress below); start the next one when it ends.")
+    return None, None
+
+
+def compare_ask(running: bool) -> CompareAsk | None:
+    """The form (its buttons off while a comparison runs); what a button asked for, else None."""
+    names = list(state.drafts())
+    with st.expander("Run two drafts", expanded=not state.get_value("compare")):
+        c1, c2, c3, c4 = st.columns(4)
+        index_a = state.linked_index("a", "compare_draft_a", names, "epoch1")  # Home: ?a=final&b=miswired
+        index_b = state.linked_index("b", "compare_draft_b", names, "final")
+        draft_a = c1.selectbox("Draft A", names, index=index_a, key="compare_draft_a")
+        draft_b = c2.selectbox("Draft B", names, index=index_b, key="compare_draft_b")
+        steps = int(c3.number_input("K", 1, 16, 4, key="compare_steps"))
+        max_new = int(c4.number_input("Max new tokens", 1, 2048, 96, key="compare_max_new"))
+        decoding_a, decoding_b = _decoding()
+        reuse = st.checkbox(
+            "Reuse finished runs of the same draft, sample and settings",
+            value=True,
+            key="compare_reuse",
+            help=REUSE_HELP,
+        )
+        dataset_id, samples = dataset_picker("compare_dataset")
+        if not samples:
+            return None
+        chosen, ray = _which_samples(samples, running)
+        if not chosen:
+            return None
+        return CompareAsk(
+            state.drafts()[draft_a],
+            state.drafts()[draft_b],
+            chosen,
+            steps,
+            max_new,
+            dataset_id,
+            decoding_a,
+            decoding_b,
+            reuse,
+            ray,
+        )

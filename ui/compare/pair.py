@@ -1,0 +1,122 @@
+"""Two runs side by side: the pair picker, their accept lengths and where they first differ, the
+aligned timelines and the overlaid per-position acceptance."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from backend.engine.records import StepRecord, decoding_mode
+from backend.service.runs import RunInfo
+from ui import charts, state
+from ui.compare.timeline import (
+    committed_positions,
+    difference_html,
+    first_divergence,
+    first_output_difference,
+    timeline_html,
+    timeline_legend,
+)
+from ui.html import CSS
+from ui.pickers import run_label
+from ui.runs import ACCEPT_LENGTH_HELP
+from ui.tokens import Pieces
+
+WINDOW = 300  # output tokens drawn at once
+DRAFTS_HELP = (
+    "The first output position (0 = the first output token) where the two drafts proposed different "
+    "tokens: outlined below, and said in words under the timelines"
+)
+OUTPUTS_HELP = (
+    "The first output position where the two runs emitted different tokens (different prompts, sampling, "
+    "or a non-greedy run); nowhere: the same output token for token. In greedy mode both outputs are the "
+    "target's own and never differ; the drafts' proposals can."
+)
+
+
+def _picked_here() -> None:
+    """The user picked a run in a select box: that pair is the shared choice now, so a row clicked
+    later (even the one clicked before) opens its pair again."""
+    chosen = (st.session_state["compare_run_a"], st.session_state["compare_run_b"])
+    state.set_value("compare", chosen)
+    state.followed("compare_run_a", chosen[0])
+    state.followed("compare_run_b", chosen[1])
+
+
+def pick_pair(runs: list[RunInfo]) -> tuple[int, int]:
+    run_ids = [r.id for r in runs]
+    preset = state.get_value("compare") or (run_ids[1], run_ids[0])
+    label = {r.id: run_label(r) for r in runs}
+    left, right = st.columns(2)
+    chosen = []
+    for column, side, key, fallback in ((left, 0, "compare_run_a", 0), (right, 1, "compare_run_b", 1)):
+        state.follow(key, preset[side], run_ids)  # a finished comparison or a ticked row is shown
+        chosen.append(
+            column.selectbox(
+                f"Run {'AB'[side]}",
+                run_ids,
+                index=run_ids.index(preset[side]) if preset[side] in run_ids else fallback,
+                format_func=label.get,
+                key=key,
+                on_change=_picked_here,
+            )
+        )
+    return chosen[0], chosen[1]
+
+
+def _metrics(run_a: RunInfo, steps_a, run_b: RunInfo, steps_b, divergence: int | None) -> None:
+    al_a = run_a.metrics.get("mean_accept_length") or 0
+    al_b = run_b.metrics.get("mean_accept_length") or 0
+    cells = st.columns(5)
+    cells[0].metric("Accept length A", f"{al_a:.2f}", help=ACCEPT_LENGTH_HELP)
+    cells[1].metric("Accept length B", f"{al_b:.2f}", delta=f"{al_b - al_a:+.2f}", help=ACCEPT_LENGTH_HELP)
+    cells[2].metric("Steps A / B", f"{len(steps_a)} / {len(steps_b)}")
+    cells[3].metric(
+        "Drafts first differ at",
+        "nowhere" if divergence is None else f"output {divergence - len(run_a.prompt_ids)}",
+        help=DRAFTS_HELP,
+    )
+    outputs = first_output_difference(run_a.output_ids, run_b.output_ids, lengths=True)
+    cells[4].metric(
+        "Outputs first differ at", "nowhere" if outputs is None else f"output {outputs}", help=OUTPUTS_HELP
+    )
+    st.caption(f"A: {decoding_mode(run_a.params)} · B: {decoding_mode(run_b.params)}")
+
+
+def show_pair(run_a: RunInfo, steps_a: list[StepRecord], run_b: RunInfo, steps_b: list[StepRecord]) -> None:
+    if run_a.prompt_ids != run_b.prompt_ids:
+        st.warning("The two runs have different prompts: positions are aligned, but the texts differ.")
+    positions_a, positions_b = committed_positions(run_a, steps_a), committed_positions(run_b, steps_b)
+    divergence = first_divergence(positions_a, positions_b)
+    _metrics(run_a, steps_a, run_b, steps_b, divergence)
+    pieces = Pieces(run_a.target_path)
+    length = max(len(run_a.output_ids), len(run_b.output_ids))
+    offset = (
+        st.slider("Output window start", 0, length - 1, 0, step=50, key="compare_offset")
+        if length > WINDOW
+        else 0
+    )
+    start = len(run_a.prompt_ids) + offset
+    window = (start, start + WINDOW)
+    st.html(
+        CSS
+        + timeline_legend()
+        + "<b>A</b>"
+        + timeline_html(run_a, positions_a, pieces, *window, divergence)
+        + "<b>B</b>"
+        + timeline_html(run_b, positions_b, pieces, *window, divergence)
+        + difference_html(run_a, run_b, positions_a, positions_b, pieces)
+    )
+    st.caption(
+        "Each token is coloured by how its run produced it; hover a token for its output position, "
+        "verify step and what the draft proposed there. Tokens in quotes show whitespace: ␣ is a space."
+    )
+    st.plotly_chart(
+        charts.acceptance_bars(
+            {
+                "A marginal": run_a.metrics.get("per_position_marginal") or [],
+                "B marginal": run_b.metrics.get("per_position_marginal") or [],
+            },
+            "Per-position acceptance P(a >= i), overlaid",
+        ),
+        key="compare_bars",
+    )
