@@ -896,9 +896,14 @@ def cmd_observe_requests(args) -> tuple[dict, str]:
         finally:
             bar.close()
     pooled = result["pooled"]
+    counted = ", ".join(f"{n} {status}" for status, n in pooled["statuses"].items())
     lines = [
-        f"{result['source']}: {result['format']}, {pooled['requests']} requests "
-        + ", ".join(f"{n} {status}" for status, n in pooled["statuses"].items()),
+        f"{result['source']}: {result['format']}, "
+        + (
+            "a pooled profile, not per request"
+            if pooled.get("pooled_only")
+            else f"{pooled['requests']} requests ({counted})"
+        ),
         f"pooled accept length {_fmt(pooled['accept_length'])} over {pooled['verify_steps']} verify steps "
         f"(step-weighted, bonus included); per-request mean {_fmt(pooled['accept_length_per_request_mean'])}; "
         f"acceptance rate {_fmt(pooled['acceptance_rate'])}",

@@ -57,9 +57,9 @@ def distribution(served: list[float], replayed: list[float], k: int | None) -> g
         barmode="overlay",
         xaxis_title="accept length (mean of a + 1 over the request's verify steps)",
         yaxis_title="requests",
-        height=320,
-        margin=dict(l=10, r=10, t=40, b=10),
-        legend=LEGEND_BELOW,
+        height=360,
+        margin=dict(l=10, r=10, t=40, b=70),
+        legend={**LEGEND_BELOW, "y": -0.3},  # below the x-axis title, not on it
     )
     return figure
 
@@ -67,6 +67,14 @@ def distribution(served: list[float], replayed: list[float], k: int | None) -> g
 def table(rows: list[dict]) -> pd.DataFrame:
     frame = pd.DataFrame(rows)
     frame = frame.sort_values("served_accept_length", na_position="last", kind="stable")
+    frame["note"] = frame["note"].fillna("")
+    for column in (
+        "served_accept_length",
+        "replay_accept_length",
+        "served_minus_replay",
+        "served_acceptance_rate",
+    ):
+        frame[column] = frame[column].astype(float).round(3)
     return frame[
         [
             "record",

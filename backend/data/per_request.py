@@ -785,7 +785,14 @@ def read_requests(
         if len(records) != 1:
             raise BadInput(f"{source}: a speculation_profile.json is one JSON document")
         parsed, extra = parse_modelopt(records[0][1], Where(source, records[0][0]))
-        return RequestsFile(source, found, parsed, pooled(parsed), 0, extra)
+        summary = pooled(parsed)
+        # one pooled histogram, not requests: the per-request mean is the profile's own (ModelOpt's
+        # Average_AL over requests), not the mean over this file's one "request"
+        summary["accept_length_per_request_mean"] = (extra.get("profile") or {}).get(
+            "mean_accept_length_per_request"
+        )
+        summary["pooled_only"] = True
+        return RequestsFile(source, found, parsed, summary, 0, extra)
     parsed: list[RequestNumbers] = []
     skipped = 0
     server_reads = []

@@ -104,6 +104,7 @@ def test_modelopt_profile_is_pooled_and_keyed_by_emitted_length():
         close(a, b) for a, b in zip(parsed.pooled["per_position_marginal"], t["marginal"], strict=True)
     )
     assert close(parsed.extra["profile"]["mean_accept_length_per_request"], t["per_request_mean"])
+    assert close(parsed.pooled["accept_length_per_request_mean"], t["per_request_mean"])
     assert parsed.extra["profile"]["disagreements"] == []
 
 
