@@ -296,7 +296,9 @@ def parse_vllm(response: dict, where: Where, base: dict) -> list[RequestNumbers]
     spec = where.obj(spec, field_name)
     k = where.count(spec.get("num_spec_tokens"), f"{field_name}.num_spec_tokens", optional=True)
     histogram = dense(spec.get("acceptance_histogram", []), where, f"{field_name}.acceptance_histogram")
-    if k is not None and len(histogram) != k + 1:
+    if k is not None and len(histogram) < k + 1:
+        histogram = histogram + [0] * (k + 1 - len(histogram))  # vLLM writes K+1; a short one is read padded
+    if k is not None and len(histogram) > k + 1:
         where.fail(
             f"{field_name}.acceptance_histogram has {len(histogram)} entries, vLLM writes K+1 = {k + 1}"
         )
@@ -625,6 +627,7 @@ def parse_modelopt(doc: dict, where: Where) -> tuple[list[RequestNumbers], dict]
 SERVER_INFO_COUNTS = (
     ("cum_spec_accept_length", "cum_spec_accept_count"),
     ("spec_total_num_accept_tokens", "spec_total_num_forward_ct"),
+    (None, "spec_verify_ct"),  # a verify count saved beside the read: tokens = average x count
 )
 
 
@@ -641,13 +644,17 @@ def parse_server_info(reads: list[tuple[str, dict]], source: str) -> tuple[list[
         )
         tokens = steps = None
         for tokens_key, steps_key in SERVER_INFO_COUNTS:
-            if state.get(steps_key) is not None:
-                tokens = where.number(
-                    state.get(tokens_key), f"internal_states[0].{tokens_key}", optional=False
-                )
-                steps = where.count(state.get(steps_key), f"internal_states[0].{steps_key}")
-        if average is not None and steps and abs(tokens / steps - average) > MEAN_TOLERANCE:
-            where.fail(f"avg_spec_accept_length {average:g} is not {tokens_key} / {steps_key}")
+            holder = state if state.get(steps_key) is not None else read
+            if holder.get(steps_key) is None:
+                continue
+            steps = where.count(holder.get(steps_key), steps_key)
+            if tokens_key is not None and holder.get(tokens_key) is not None:
+                tokens = where.number(holder.get(tokens_key), tokens_key, optional=False)
+                if average is not None and steps and abs(tokens / steps - average) > MEAN_TOLERANCE:
+                    where.fail(f"avg_spec_accept_length {average:g} is not {tokens_key} / {steps_key}")
+            else:
+                tokens = (average or 0.0) * steps
+            break
         states.append((where, average, tokens, steps))
         numbers.append(
             RequestNumbers(

@@ -55,6 +55,13 @@ def test_vllm_summary_as_one_json_document():
     assert parsed.requests[0].per_step_accepted is None
 
 
+def test_a_short_vllm_histogram_is_read_padded_to_k_plus_one():
+    short = edit(P.vllm(), 0, lambda r: spec(r).update(acceptance_histogram=[2, 1]))
+    parsed = read_requests(short, "v.jsonl")
+    assert parsed.requests[0].accept_histogram == [2, 1, 0, 0]
+    check_against(parsed, P.REQUESTS)
+
+
 def test_sglang_meta_info_with_max_a_histograms_old_names_and_a_batch_list():
     parsed = read_requests(P.sglang(old_names_for=()), "sglang.jsonl", num_speculative_tokens=P.K)
     check_against(parsed, P.REQUESTS + N2)
@@ -114,6 +121,8 @@ def test_server_info_reads_are_differenced_into_a_window():
     assert [r.status for r in parsed.requests] == ["cumulative", "cumulative"]
     assert all(r.accept_length is None for r in parsed.requests)  # a cumulative average is not a window's
     assert close(parsed.extra["window"]["accept_length"], P.truth(window)["pooled_accept_length"])
+    counted = read_requests(P.server_info_reads(before, window, sums=False), "server_info.jsonl")
+    assert close(counted.extra["window"]["accept_length"], P.truth(window)["pooled_accept_length"])
     one = read_requests(P.server_info_reads(before, window).splitlines()[1], "one.json")
     assert one.extra["window"] is None and one.requests[0].status == "cumulative"
 
@@ -149,7 +158,14 @@ def spec(record):
         (lambda r: spec(r).update(num_spec_steps="3"), r'num_spec_steps is "3", expected an integer'),
         (lambda r: spec(r).update(num_accepted_draft_tokens=-1), "num_accepted_draft_tokens is -1"),
         (lambda r: spec(r).update(num_spec_steps=5), "sums to 3 steps but the verify step count is 5"),
-        (lambda r: spec(r).update(acceptance_histogram=[1, 1, 1]), "has 3 entries, vLLM writes K\\+1 = 4"),
+        (
+            lambda r: spec(r).update(acceptance_histogram=[2, 1, 0, 0, 0]),
+            "has 5 entries, vLLM writes K\\+1 = 4",
+        ),
+        (
+            lambda r: spec(r).update(acceptance_histogram=[1, 1, 1]),
+            "by_draft_length does not sum to acceptance_histogram",
+        ),
         (
             lambda r: spec(r).update(mean_acceptance_length=2.9),
             "mean_acceptance_length is 2.9 but the counts",

@@ -224,22 +224,19 @@ def sglext(requests=REQUESTS, k=K, n_gt_1=True) -> str:
     return jsonl(records)
 
 
-def server_info_reads(before: list[list[int]], window: list[list[int]]) -> str:
-    """Two /server_info reads: the cumulative counts before a window and after it."""
+def server_info_reads(before: list[list[int]], window: list[list[int]], sums: bool = True) -> str:
+    """Two /server_info reads: the cumulative counts before a window and after it. `sums`: the
+    scheduler's own cum_spec_accept_length / cum_spec_accept_count; else only a verify count saved
+    beside each read (spec_verify_ct), the tokens then being the average times the count."""
 
     def read(requests):
         steps = [a for r in requests for a in r]
         tokens = sum(a + 1 for a in steps)
-        return {
-            "internal_states": [
-                {
-                    "last_gen_throughput": 10.0,
-                    "avg_spec_accept_length": tokens / len(steps),
-                    "cum_spec_accept_length": tokens,
-                    "cum_spec_accept_count": len(steps),
-                }
-            ]
-        }
+        state = {"last_gen_throughput": 10.0, "avg_spec_accept_length": tokens / len(steps)}
+        if sums:
+            state.update({"cum_spec_accept_length": tokens, "cum_spec_accept_count": len(steps)})
+            return {"internal_states": [state]}
+        return {"internal_states": [state], "spec_verify_ct": len(steps)}
 
     return jsonl([read(before), read(before + window)])
 
