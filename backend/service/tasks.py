@@ -123,6 +123,22 @@ class TaskManager:
 MANAGER = TaskManager()
 
 
+def job(kind: str, label: Callable[..., str]):
+    """Make `fn` a job pages can start: `fn.start(*args)` submits `fn(*args)` to the worker as a task
+    of `kind`, labelled `label(*args)`. The job's parameters are written once, on the job itself;
+    `fn` stays a plain top-level function (the worker process imports it by name)."""
+
+    def register(fn: Callable) -> Callable:
+        def start(*args) -> str:
+            return MANAGER.submit_job(kind, label(*args), fn, *args)
+
+        start.__doc__ = fn.__doc__
+        fn.start = start
+        return fn
+
+    return register
+
+
 # ----------------------------------------------------------------------------- the jobs pages start
 # Each job is a top-level function of plain arguments (it runs in the worker process, see
 # backend/service/worker.py); each start_* validates what it can here and submits the job.
@@ -234,6 +250,7 @@ def start_compare(
     )
 
 
+@job("probe", lambda target_path, draft_path, *_: f"probe {_name(draft_path)}")
 def probe_job(target_path, draft_path, samples, num_steps, budget, live, *, progress: Progress) -> dict:
     from backend.diagnostics.probe import run_probe
 
@@ -243,48 +260,23 @@ def probe_job(target_path, draft_path, samples, num_steps, budget, live, *, prog
     return {**found.to_dict(), "target": target_path, "draft": draft_path}
 
 
-def start_probe(
-    target_path: str, draft_path: str, samples: list, num_steps: int, budget: int, live: int
-) -> str:
-    return MANAGER.submit_job(
-        "probe",
-        f"probe {_name(draft_path)}",
-        probe_job,
-        target_path,
-        draft_path,
-        samples,
-        num_steps,
-        budget,
-        live,
-    )
-
-
+@job("diagnose", lambda target_path, draft_path, *_: f"diagnose {_name(draft_path)}")
 def diagnose_job(target_path, draft_path, samples, options: dict, *, progress: Progress) -> dict:
+    """`options`: sglang, vllm, context, engine, num_steps, live_samples (the CLI's flags)."""
     from backend.service.diagnosis import diagnose
 
     return diagnose(target_path, draft_path, samples, progress=progress, **options)
 
 
-def start_diagnose(target_path: str, draft_path: str, samples: list, options: dict) -> str:
-    """`options`: sglang, vllm, context, engine, num_steps, live_samples (the CLI's flags)."""
-    return MANAGER.submit_job(
-        "diagnose", f"diagnose {_name(draft_path)}", diagnose_job, target_path, draft_path, samples, options
-    )
-
-
+@job("reference", lambda db_url, run_id, reference: f"run {run_id} vs {reference.get('kind')}")
 def reference_job(db_url: str | None, run_id: int, reference: dict, *, progress: Progress) -> dict:
+    """Compare a run's fed features with a reference and store the rows (backend.service.references)."""
     from backend.service.references import compute_reference
 
     return compute_reference(db_url, run_id, reference, progress)
 
 
-def start_reference(db_url: str | None, run_id: int, reference: dict) -> str:
-    """Compare a run's fed features with a reference and store the rows (backend.service.references)."""
-    return MANAGER.submit_job(
-        "reference", f"run {run_id} vs {reference.get('kind')}", reference_job, db_url, run_id, reference
-    )
-
-
+@job("doctor", lambda target_path, draft_path, *_: f"checkpoint doctor {_name(draft_path)}")
 def doctor_job(
     target_path, draft_path, samples, other_draft, feature_path=None, *, progress: Progress
 ) -> dict:
@@ -298,21 +290,7 @@ def doctor_job(
     return result
 
 
-def start_doctor(
-    target_path: str, draft_path: str, samples: list, other_draft: str | None, feature_path: str | None = None
-) -> str:
-    return MANAGER.submit_job(
-        "doctor",
-        f"checkpoint doctor {_name(draft_path)}",
-        doctor_job,
-        target_path,
-        draft_path,
-        samples,
-        other_draft,
-        feature_path,
-    )
-
-
+@job("signals", lambda target_path, draft_path, *_: f"cheap checks {_name(draft_path)}")
 def signals_job(
     target_path: str, draft_path: str, feature_path: str | None, preflight: dict | None = None, *, progress
 ) -> dict:
@@ -351,12 +329,7 @@ def signals_job(
     return signals
 
 
-def start_signals(target_path: str, draft_path: str, feature_path: str | None) -> str:
-    return MANAGER.submit_job(
-        "signals", f"cheap checks {_name(draft_path)}", signals_job, target_path, draft_path, feature_path
-    )
-
-
+@job("diff", lambda target_path, draft_path, feature_path: f"train vs serve {feature_path}")
 def train_vs_serve_job(target_path: str, draft_path: str, feature_path: str, *, progress: Progress) -> dict:
     from backend.data.features import load_feature_file
     from backend.diagnostics.hidden_diff import train_vs_serve
@@ -375,12 +348,7 @@ def train_vs_serve_job(target_path: str, draft_path: str, feature_path: str, *, 
     }
 
 
-def start_train_vs_serve(target_path: str, draft_path: str, feature_path: str) -> str:
-    return MANAGER.submit_job(
-        "diff", f"train vs serve {feature_path}", train_vs_serve_job, target_path, draft_path, feature_path
-    )
-
-
+@job("agreement", lambda *_: "accuracy vs live")
 def agreement_job(
     target_path,
     draft_path,
@@ -406,49 +374,25 @@ def agreement_job(
     return {"rows": rows, "summary": draft_summary(rows), "definition": DEFINITION}
 
 
-def start_agreement(
-    target_path: str,
-    draft_path: str,
-    samples: list,
-    num_steps: int,
-    max_new_tokens: int,
-    training_aux_hf_indices: tuple[int, ...] | None,
-) -> str:
-    """Teacher-forced accuracy (under the claimed training wiring) next to live acceptance."""
-    return MANAGER.submit_job(
-        "agreement",
-        "accuracy vs live",
-        agreement_job,
-        target_path,
-        draft_path,
-        samples,
-        num_steps,
-        max_new_tokens,
-        training_aux_hf_indices,
-    )
-
-
+@job("replay-worst", lambda db_url, result, n, *_: f"replay the {n} worst requests")
 def replay_worst_job(db_url, result: dict, n: int, target_path: str, draft_path: str, *, progress) -> dict:
     from backend.service.per_request import replay_worst
 
     return {"replayed_worst": replay_worst(db_url, result, n, target_path, draft_path, None, progress)}
 
 
-def start_replay_worst(db_url: str | None, result: dict, n: int, target_path: str, draft_path: str) -> str:
-    """Replay the prompts of the n worst served requests of an observe_requests result."""
-    return MANAGER.submit_job(
-        "replay-worst",
-        f"replay the {n} worst requests",
-        replay_worst_job,
-        db_url,
-        result,
-        n,
-        target_path,
-        draft_path,
-    )
-
-
 def _name(path: str) -> str:
     from pathlib import Path
 
     return Path(path).name
+
+
+# The start functions pages call (each job's parameters are written once, on the job above).
+start_probe = probe_job.start
+start_diagnose = diagnose_job.start
+start_reference = reference_job.start
+start_doctor = doctor_job.start
+start_signals = signals_job.start
+start_train_vs_serve = train_vs_serve_job.start
+start_agreement = agreement_job.start
+start_replay_worst = replay_worst_job.start
