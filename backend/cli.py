@@ -737,6 +737,10 @@ def _fmt(value) -> str:
 def cmd_observe(args) -> tuple[dict, str]:
     from backend.service.observations import observe
 
+    if args.runs and not args.export_profile:
+        raise BadInput("--runs goes with --export-profile OUT")
+    if args.replay_worst and not args.requests:
+        raise BadInput("--replay-worst goes with --requests FILE")
     if args.requests or args.export_profile:
         return cmd_observe_requests(args)
 
@@ -863,8 +867,7 @@ def cmd_observe_requests(args) -> tuple[dict, str]:
     from backend.service import per_request
 
     if args.export_profile:
-        path = per_request.export_profile(args.db, args.runs or [], args.export_profile)
-        profile = per_request.profile_from_runs(args.db, args.runs)
+        path, profile = per_request.export_profile(args.db, args.runs or [], args.export_profile)
         return {"out": str(path), "profile": profile}, (
             f"wrote {path}: runs {args.runs}, K={profile['num_speculative_tokens']}, mean accept length "
             f"{profile['mean_accept_length']:.3f} (step-weighted), {profile['mean_accept_length_per_request']:.3f} "
@@ -876,6 +879,7 @@ def cmd_observe_requests(args) -> tuple[dict, str]:
         args.db, args.requests, args.format, args.num_speculative_tokens, args.draft, args.target
     )
     if args.replay_worst:
+        per_request.replay_plan(result, args.replay_worst)  # refused before a model loads
         bar = progress_bar(100, "replay-worst")
         bar.unit = "%"
 

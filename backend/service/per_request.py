@@ -149,7 +149,7 @@ def observe_requests_text(
                 else "every finished greedy replay of the draft at this K (no prompt matched)",
                 "unmatched_text_prompts": unmatched,
             },
-            "worst": worst(rows, parsed, 10),
+            "worst": worst(rows, parsed, len(rows)),
         }
     )
     return result
@@ -189,6 +189,19 @@ def observe_requests_from(
         return {"error": str(error)}
 
 
+def replay_plan(result: dict, n: int) -> tuple[int, list[int]]:
+    """(K, the requests to replay) for replay_worst, refused before anything loads."""
+    k = result["num_steps"]
+    if k is None:
+        raise BadInput(
+            f"{result['source']}: the file does not say K: give --num-speculative-tokens for the replay"
+        )
+    chosen = result["worst"][:n]
+    if not chosen:
+        raise BadInput(f"{result['source']}: no request has both an accept length and a prompt to replay")
+    return k, chosen
+
+
 def replay_worst(
     db_url: str | None,
     result: dict,
@@ -203,14 +216,7 @@ def replay_worst(
     from backend.service.jobs import run_replay
     from backend.service.requests import ReplayRequest
 
-    k = result["num_steps"]
-    if k is None:
-        raise BadInput(
-            f"{result['source']}: the file does not say K: give --num-speculative-tokens for the replay"
-        )
-    chosen = result["worst"][:n]
-    if not chosen:
-        raise BadInput(f"{result['source']}: no request has both an accept length and a prompt to replay")
+    k, chosen = replay_plan(result, n)
     out = []
     for number, index in enumerate(chosen):
         served = result["requests"][index]
@@ -262,6 +268,9 @@ def profile_from_runs(db_url: str | None, run_ids: list[int]) -> dict:
             raise BadInput(f"run {run_id}: no such run")
         if run.status != "finished":
             raise BadInput(f"run {run_id}: {run.status}, not finished")
+    pairs = {(Path(r.target_path).resolve(), Path(r.draft_path).resolve()) for r in runs}
+    if len(pairs) != 1:
+        raise BadInput(f"runs {run_ids} are of different drafts or targets: one profile describes one draft")
     ks = {r.params.get("num_steps") for r in runs}
     if len(ks) != 1:
         raise BadInput(f"runs {run_ids} were replayed at different K ({sorted(ks)}): one profile is one K")
@@ -304,7 +313,8 @@ def profile_from_runs(db_url: str | None, run_ids: list[int]) -> dict:
     }
 
 
-def export_profile(db_url: str | None, run_ids: list[int], out: str) -> Path:
+def export_profile(db_url: str | None, run_ids: list[int], out: str) -> tuple[Path, dict]:
+    """Write the runs' profile to OUT (a file, or speculation_profile.json in a folder)."""
     profile = profile_from_runs(db_url, run_ids)
     path = Path(out)
     if path.is_dir():
@@ -313,4 +323,4 @@ def export_profile(db_url: str | None, run_ids: list[int], out: str) -> Path:
         path.write_text(json.dumps(profile, indent=2) + "\n")
     except OSError as error:
         raise BadInput(f"{out}: cannot write ({error.strerror})") from None
-    return path
+    return path, profile

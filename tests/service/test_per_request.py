@@ -112,9 +112,10 @@ def test_a_run_pair_exports_as_a_modelopt_profile_and_reads_back(replayed, tmp_p
     from backend.service.per_request import export_profile
 
     db, _, runs = replayed
-    path = export_profile(db, [r.run_id for r in runs], str(tmp_path))
+    path, written = export_profile(db, [r.run_id for r in runs], str(tmp_path))
     assert path.name == "speculation_profile.json"
     profile = json.loads(path.read_text())
+    assert profile == written
     steps = [s.accepted_count for r in runs for s in r.steps]
     pooled = 1 + sum(steps) / len(steps)
     per_run = sum(r.metrics["mean_accept_length"] for r in runs) / len(runs)
@@ -178,3 +179,5 @@ def test_every_format_through_the_cli(tmp_path):
     assert "bad.jsonl: line 1:" in refused.stderr and "num_spec_steps is -3" in refused.stderr
     worst = cli("observe", "--requests", str(tmp_path / "vllm.jsonl"), "--replay-worst", "1", "--db", db)
     assert worst.returncode == 2 and "--replay-worst needs --draft" in worst.stderr
+    stray = cli("observe", "--requests", str(tmp_path / "vllm.jsonl"), "--runs", "1", "--db", db)
+    assert stray.returncode == 2 and "--runs goes with --export-profile" in stray.stderr
