@@ -24,38 +24,54 @@ def task_panel(
     second tab) takes over the newest one of that kind still running in this server, so its progress
     stays on screen and its result is picked up when it ends."""
     if adopt is not None and key not in st.session_state:
-        running = [t for t in tasks.MANAGER.list(adopt) if t.active]
-        if running:
-            st.session_state[key] = running[0].id
+        _adopt(key, adopt)
     current = tasks.MANAGER.get(st.session_state.get(key))
     unseen = current is not None and st.session_state.get(f"{key}_seen") != (current.id, current.status)
 
     # Poll only while there is something to wait for: every poll is a script run on the server.
     @st.fragment(run_every=1.0 if current is not None and (current.active or unseen) else None)
     def poll() -> None:
-        task = tasks.MANAGER.get(st.session_state.get(key))
-        if task is None:
-            return
-        if task.active:
-            st.progress(task.progress, text=f"{task.label}: {task.message or task.status}")
-        elif st.session_state.get(f"{key}_seen") != (task.id, task.status):
-            st.session_state[f"{key}_seen"] = (task.id, task.status)
-            if task.status == "done" and on_finish is not None:
-                on_finish(task.result)
-            st.rerun()
+        _poll(key, on_finish)
 
     poll()
     task = tasks.MANAGER.get(st.session_state.get(key))
     if task is None or task.active:
         return
     if task.status == "failed":
-        st.error(f"{failure}{md(task.error.splitlines()[0]) if task.error else 'failed'}")
-        if task.details.get("preflight"):
-            st.dataframe(
-                pd.DataFrame(task.details["preflight"]["checks"]), hide_index=True, key=f"{key}_preflight"
-            )
-        elif task.error and "\n" in task.error:
-            with st.expander("Details"):
-                st.code(task.error)
+        _show_failure(key, task, failure)
     elif render is not None:
         render(task.result)
+
+
+def _adopt(key: str, kind: str) -> None:
+    """Take over the newest running task of `kind` under `key`."""
+    running = [t for t in tasks.MANAGER.list(kind) if t.active]
+    if running:
+        st.session_state[key] = running[0].id
+
+
+def _poll(key: str, on_finish: Callable | None) -> None:
+    """One poll: the progress bar while the task runs; once it has ended, the finish hook (when it is
+    done) and one full rerun, the first time this session sees that end."""
+    task = tasks.MANAGER.get(st.session_state.get(key))
+    if task is None:
+        return
+    if task.active:
+        st.progress(task.progress, text=f"{task.label}: {task.message or task.status}")
+    elif st.session_state.get(f"{key}_seen") != (task.id, task.status):
+        st.session_state[f"{key}_seen"] = (task.id, task.status)
+        if task.status == "done" and on_finish is not None:
+            on_finish(task.result)
+        st.rerun()
+
+
+def _show_failure(key: str, task, failure: str) -> None:
+    """The error's first line, then the refused draft's preflight checks or the full error."""
+    st.error(f"{failure}{md(task.error.splitlines()[0]) if task.error else 'failed'}")
+    if task.details.get("preflight"):
+        st.dataframe(
+            pd.DataFrame(task.details["preflight"]["checks"]), hide_index=True, key=f"{key}_preflight"
+        )
+    elif task.error and "\n" in task.error:
+        with st.expander("Details"):
+            st.code(task.error)

@@ -22,6 +22,23 @@ ITEM_BYTES = {
 def check_safetensors(path: str | Path) -> dict[str, dict]:
     """{name: {"dtype", "shape"}} of a well-formed file; BadInput naming the file otherwise."""
     path = Path(path)
+    header, data_bytes = _read_header(path)
+    described, ranges = {}, []
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        dtype, shape, offsets = _checked_entry(path, name, entry, data_bytes)
+        ranges.append((offsets[0], offsets[1], name))
+        described[name] = {"dtype": dtype, "shape": shape}
+    ranges.sort()
+    for (_, end, first), (start, _, second) in zip(ranges, ranges[1:], strict=False):
+        if start < end:
+            raise BadInput(f"{path}: tensors {first!r} and {second!r} overlap")
+    return described
+
+
+def _read_header(path: Path) -> tuple[dict, int]:
+    """The header's JSON object and the number of data bytes after it."""
     if not path.is_file():
         raise BadInput(f"{path}: not a regular file")
     size = path.stat().st_size
@@ -41,38 +58,33 @@ def check_safetensors(path: str | Path) -> dict[str, dict]:
         raise BadInput(f"{path}: corrupt safetensors header ({type(error).__name__})") from None
     if not isinstance(header, dict):
         raise BadInput(f"{path}: corrupt safetensors header (not an object)")
-    data_bytes = size - 8 - length
-    described, ranges = {}, []
-    for name, entry in header.items():
-        if name == "__metadata__":
-            continue
-        if not isinstance(entry, dict):
-            raise BadInput(f"{path}: tensor {name!r}: malformed header entry")
-        dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
-        if dtype not in ITEM_BYTES:
-            raise BadInput(f"{path}: tensor {name!r}: unknown dtype {dtype!r}")
-        if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
-            raise BadInput(f"{path}: tensor {name!r}: bad shape {shape!r}")
-        if (
-            not isinstance(offsets, list)
-            or len(offsets) != 2
-            or not all(isinstance(o, int) for o in offsets)
-            or not 0 <= offsets[0] <= offsets[1] <= data_bytes
-        ):
-            raise BadInput(
-                f"{path}: tensor {name!r}: byte range {offsets!r} lies outside the file's {data_bytes} data "
-                "bytes (truncated, or the header claims more than the file holds)"
-            )
-        expected = math.prod(shape) * ITEM_BYTES[dtype]
-        if offsets[1] - offsets[0] != expected:
-            raise BadInput(
-                f"{path}: tensor {name!r}: {dtype} {shape} needs {expected} bytes, the header gives "
-                f"{offsets[1] - offsets[0]}"
-            )
-        ranges.append((offsets[0], offsets[1], name))
-        described[name] = {"dtype": dtype, "shape": shape}
-    ranges.sort()
-    for (_, end, first), (start, _, second) in zip(ranges, ranges[1:], strict=False):
-        if start < end:
-            raise BadInput(f"{path}: tensors {first!r} and {second!r} overlap")
-    return described
+    return header, size - 8 - length
+
+
+def _checked_entry(path: Path, name: str, entry, data_bytes: int) -> tuple[str, list[int], list[int]]:
+    """(dtype, shape, data_offsets) of one tensor's header entry, each checked against the format and
+    the file's `data_bytes`."""
+    if not isinstance(entry, dict):
+        raise BadInput(f"{path}: tensor {name!r}: malformed header entry")
+    dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
+    if dtype not in ITEM_BYTES:
+        raise BadInput(f"{path}: tensor {name!r}: unknown dtype {dtype!r}")
+    if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
+        raise BadInput(f"{path}: tensor {name!r}: bad shape {shape!r}")
+    if (
+        not isinstance(offsets, list)
+        or len(offsets) != 2
+        or not all(isinstance(o, int) for o in offsets)
+        or not 0 <= offsets[0] <= offsets[1] <= data_bytes
+    ):
+        raise BadInput(
+            f"{path}: tensor {name!r}: byte range {offsets!r} lies outside the file's {data_bytes} data "
+            "bytes (truncated, or the header claims more than the file holds)"
+        )
+    expected = math.prod(shape) * ITEM_BYTES[dtype]
+    if offsets[1] - offsets[0] != expected:
+        raise BadInput(
+            f"{path}: tensor {name!r}: {dtype} {shape} needs {expected} bytes, the header gives "
+            f"{offsets[1] - offsets[0]}"
+        )
+    return dtype, shape, offsets
