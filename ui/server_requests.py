@@ -10,7 +10,7 @@ import streamlit as st
 
 from backend.service import tasks
 from backend.service.per_request import FORMATS
-from ui.charts import LEGEND_BELOW
+from ui.charts import LEGEND_BELOW, histogram
 from ui.html import md
 from ui.taskview import task_panel
 
@@ -167,7 +167,13 @@ def show_requests(result: dict | None, db_url: str | None, target_path: str, dra
     served = [
         row["served_accept_length"] for row in result["rows"] if row["served_accept_length"] is not None
     ]
-    if served:
+    if pooled.get("pooled_only") and pooled.get("accept_histogram"):
+        # a profile has no requests to distribute: its pooled histogram is what it holds
+        st.plotly_chart(
+            histogram(pooled["accept_histogram"], "Pooled verify steps by accepted drafts (the profile)"),
+            key=f"{KEY}_chart",
+        )
+    elif served:
         st.plotly_chart(
             distribution(served, replay["accept_lengths"], result["num_steps"]), key=f"{KEY}_chart"
         )
