@@ -81,6 +81,7 @@ class RequestNumbers:
     completion_tokens: int | None = None
     prompt_ids: list[int] | None = None
     prompt_text: str | None = None
+    prompt_messages: list | None = None  # a chat request's messages (the target's template renders them)
     engine_accept_length: float | None = None  # the engine's own figure, under its own definition
     accept_length: float | None = None
     acceptance_rate: float | None = None
@@ -246,9 +247,11 @@ def check_engine_mean(numbers: RequestNumbers, where: Where, name: str) -> None:
 # ------------------------------------------------------------------------------- the engines
 
 
-def prompt_of(record: dict, response: dict) -> tuple[list[int] | None, str | None]:
-    """The prompt when the file has it: ids (prompt_token_ids / input_ids) or text (prompt / text),
-    from the response or from a saved request beside it ({"request": ..., "response": ...})."""
+def prompt_of(record: dict, response: dict) -> tuple[list[int] | None, str | None, list | None]:
+    """The prompt when the file has it: ids (prompt_token_ids / input_ids), text (a saved request's
+    prompt or text; llama.cpp echoes `prompt` in its response) or a chat request's messages, from the
+    response or from a saved request beside it ({"request": ..., "response": ...}). A response's own
+    `text` is its output, never read as the prompt."""
     request = record.get("request") if isinstance(record.get("request"), dict) else {}
     choices = response.get("choices") if isinstance(response.get("choices"), list) else []
     first = choices[0] if choices and isinstance(choices[0], dict) else {}
@@ -260,15 +263,18 @@ def prompt_of(record: dict, response: dict) -> tuple[list[int] | None, str | Non
                 and ids
                 and all(isinstance(i, int) and not isinstance(i, bool) for i in ids)
             ):
-                return list(ids), None
-    for holder in (request, record):
-        for key in ("prompt", "text"):
+                return list(ids), None, None
+    for holder, keys in ((request, ("prompt", "text")), (response, ("prompt",))):
+        for key in keys:
             value = holder.get(key)
             if isinstance(value, list) and value and all(isinstance(i, int) for i in value):
-                return list(value), None
+                return list(value), None, None
             if isinstance(value, str) and value:
-                return None, value
-    return None, None
+                return None, value, None
+    messages = request.get("messages")
+    if isinstance(messages, list) and messages and all(isinstance(m, dict) and "role" in m for m in messages):
+        return None, None, messages
+    return None, None, None
 
 
 def response_id(response: dict) -> str | None:
@@ -842,13 +848,14 @@ def read_requests(
 
 def parse_one(value: dict, where: Where, kind: str, k: int | None) -> list[RequestNumbers]:
     response = value.get("response") if isinstance(value.get("response"), dict) else value
-    prompt_ids, prompt_text = prompt_of(value, response)
+    prompt_ids, prompt_text, messages = prompt_of(value, response)
     base = {
         "record": where.record,
         "engine": kind,
         "request_id": response_id(response),
         "prompt_ids": prompt_ids,
         "prompt_text": prompt_text,
+        "prompt_messages": messages,
     }
     if kind == "vllm":
         out = parse_vllm(response, where, base)

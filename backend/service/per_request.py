@@ -47,20 +47,35 @@ def greedy_replays(db_url: str | None, draft_path: str | None, k: int | None) ->
 
 
 def recover_prompts(parsed: RequestsFile, target_path: str | None) -> str | None:
-    """Fill prompt_ids from prompt text with the target's tokenizer (as ReplayRequest.prompt_for
-    does); returns why text prompts stay unmatched, if they do."""
-    texts = [r for r in parsed.requests if r.prompt_ids is None and r.prompt_text]
-    if not texts:
+    """Fill prompt_ids from prompt text (as ReplayRequest.prompt_for tokenizes it) or from a chat
+    request's messages (the target's chat template with the generation prompt, as vLLM and SGLang
+    render a chat request) with the target's tokenizer; returns why some stay unmatched, if any."""
+    pending = [r for r in parsed.requests if r.prompt_ids is None and (r.prompt_text or r.prompt_messages)]
+    if not pending:
         return None
     if not target_path:
-        return f"{len(texts)} prompts are text: give --target so its tokenizer turns them into ids"
+        return f"{len(pending)} prompts are text or chat messages: give --target so its tokenizer turns them into ids"
     from backend.engine.loading import load_tokenizer
 
     tokenizer = load_tokenizer(target_path)
     if tokenizer is None:
-        return f"{len(texts)} prompts are text and {target_path} has no tokenizer"
-    for numbers in texts:
-        numbers.prompt_ids = list(tokenizer(numbers.prompt_text)["input_ids"]) or None
+        return f"{len(pending)} prompts are text or chat messages and {target_path} has no tokenizer"
+    unrendered = 0
+    for numbers in pending:
+        if numbers.prompt_text:
+            numbers.prompt_ids = list(tokenizer(numbers.prompt_text)["input_ids"]) or None
+            continue
+        try:
+            ids = tokenizer.apply_chat_template(
+                numbers.prompt_messages, add_generation_prompt=True, tokenize=True
+            )
+        except Exception:  # noqa: BLE001 - no template, or messages it cannot render: the prompt stays unknown
+            unrendered += 1
+            continue
+        ids = ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids
+        numbers.prompt_ids = [int(i) for i in ids] or None
+    if unrendered:
+        return f"{unrendered} chat requests could not be rendered with {target_path}'s chat template"
     return None
 
 

@@ -57,6 +57,22 @@ def test_text_prompts_need_the_target_tokenizer(tmp_path):
     )
 
 
+def test_chat_messages_are_rendered_with_the_target_template(tmp_path):
+    from backend.engine.loading import load_tokenizer
+    from backend.service.per_request import observe_requests_text
+
+    response = json.loads(P.vllm().splitlines()[0])
+    del response["choices"][0]["prompt_token_ids"]
+    messages = [{"role": "user", "content": "def f(x):"}]
+    text = P.jsonl([{"request": {"messages": messages}, "response": response}])
+    result = observe_requests_text(
+        f"sqlite:///{tmp_path / 'x.db'}", text, "c.jsonl", target_path=str(DEMO_TARGET)
+    )
+    rendered = "<|user|>\ndef f(x):\n<|assistant|>\n"  # demo/target/chat_template.jinja, generation prompt on
+    expected = load_tokenizer(DEMO_TARGET)(rendered, add_special_tokens=False)["input_ids"]
+    assert result["requests"][0]["prompt_ids"] == expected
+
+
 def test_export_needs_finished_runs(tmp_path):
     from backend.service.per_request import profile_from_runs
 
