@@ -11,6 +11,7 @@ Rows go to token_stats with `reference` naming the comparison; the page reads th
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -78,56 +79,22 @@ def compute_reference(db_url: str | None, run_id: int, reference: dict, progress
     label = reference_label(reference)
     progress(0.05, "loading the run's features")
     sequence = run.prompt_ids + run.output_ids
-    chunk_names = [f"hf{i}" for i in run.aux_hf_indices]
     kind = reference["kind"]
     warning = None
     if kind == "target_hidden":
         rows = _draft_vs_target(run, steps, sequence, label, progress)
-    else:
+    elif kind in REFERENCE_KINDS:
         positions, fed = fed_features(run)
-        if kind == "wiring":
-            progress(0.2, "loading the target")
-            target = models.target(run.target_path)
-            indices = [int(i) for i in reference["aux_hf_indices"]]
-            if len(indices) != 3 or not all(0 <= i <= target.num_layers for i in indices):
-                raise BadInput(f"a wiring needs three HF indices in 0..{target.num_layers}, got {indices}")
-            progress(0.4, "recomputing the target's states")
-            passed = target_pass(target, sequence, [0] * len(sequence), indices)
-            reference_features = passed.features(indices).float().cpu()
-            usable = [p for p in positions if p < len(sequence)]
-        elif kind == "features":
-            stored = load_feature_file(reference["path"])
-            agree = _agreeing_prefix(sequence, stored.input_ids)
-            usable = [p for p in positions if p < agree]
-            if not usable:
-                raise BadInput(
-                    f"{Path(reference['path']).name}: its tokens differ from the run's from position 0"
-                )
-            reference_features = stored.aux_hidden_state.float()
-            warning = _divergence(agree, sequence, stored.input_ids, Path(reference["path"]).name)
-        elif kind == "run":
-            with store.session_scope(factory) as session:
-                other = store.get_run(session, int(reference["run_id"]))
-            if other is None:
-                raise BadInput(f"no run {reference['run_id']}")
-            other_positions, other_fed = fed_features(other)
-            agree = _agreeing_prefix(sequence, other.prompt_ids + other.output_ids)
-            index_of = {p: row for row, p in enumerate(other_positions)}
-            usable = [p for p in positions if p < agree and p in index_of]
-            reference_features = torch.zeros(max(usable, default=0) + 1, other_fed.shape[1])
-            for p in usable:
-                reference_features[p] = other_fed[index_of[p]]
-            if other_fed.shape[1] != fed.shape[1]:
-                raise BadInput(f"runs {run.id} and {other.id} used targets of different widths")
-            warning = _divergence(agree, sequence, other.prompt_ids + other.output_ids, f"run {other.id}")
-        else:
-            raise BadInput(f"unknown reference kind {kind!r}")
-        if not usable:
+        found = REFERENCE_KINDS[kind](Compared(run, sequence, positions, fed, factory), reference, progress)
+        if not found.usable:
             raise BadInput("no position where the run and the reference can be compared")
         row_of = {p: row for row, p in enumerate(positions)}
-        mine = fed[[row_of[p] for p in usable]]
-        theirs = reference_features[usable]
-        rows = compare_chunks(mine, theirs, usable, chunk_names, label)
+        mine = fed[[row_of[p] for p in found.usable]]
+        chunk_names = [f"hf{i}" for i in run.aux_hf_indices]
+        rows = compare_chunks(mine, found.features[found.usable], found.usable, chunk_names, label)
+        warning = found.warning
+    else:
+        raise BadInput(f"unknown reference kind {kind!r}")
     progress(0.9, f"storing {len(rows)} rows")
     with store.session_scope(factory) as session:
         store.delete_token_stats(session, run_id, label)
@@ -140,6 +107,74 @@ def compute_reference(db_url: str | None, run_id: int, reference: dict, progress
         "positions": positions_compared,
         "warning": warning,
     }
+
+
+@dataclass
+class Compared:
+    """The stored run a reference is compared with: its tokens and the features it was fed."""
+
+    run: object  # db.store.RunInfo
+    sequence: list[int]  # prompt + output
+    positions: list[int]  # the positions of `fed`'s rows
+    fed: torch.Tensor
+    factory: object  # the database's session factory
+
+
+@dataclass
+class Found:
+    """A reference's features (indexed by position), the positions both sides have, and a warning."""
+
+    features: torch.Tensor
+    usable: list[int]
+    warning: str | None = None
+
+
+def _wiring_reference(compared: Compared, reference: dict, progress: Progress) -> Found:
+    """The target recomputed over the run's tokens at other HF indices."""
+    progress(0.2, "loading the target")
+    target = models.target(compared.run.target_path)
+    indices = [int(i) for i in reference["aux_hf_indices"]]
+    if len(indices) != 3 or not all(0 <= i <= target.num_layers for i in indices):
+        raise BadInput(f"a wiring needs three HF indices in 0..{target.num_layers}, got {indices}")
+    progress(0.4, "recomputing the target's states")
+    sequence = compared.sequence
+    passed = target_pass(target, sequence, [0] * len(sequence), indices)
+    usable = [p for p in compared.positions if p < len(sequence)]
+    return Found(passed.features(indices).float().cpu(), usable)
+
+
+def _feature_reference(compared: Compared, reference: dict, progress: Progress) -> Found:
+    """Stored training features (a SpecForge .ckpt) over the prefix whose tokens agree with the run's."""
+    stored = load_feature_file(reference["path"])
+    name = Path(reference["path"]).name
+    agree = _agreeing_prefix(compared.sequence, stored.input_ids)
+    usable = [p for p in compared.positions if p < agree]
+    if not usable:
+        raise BadInput(f"{name}: its tokens differ from the run's from position 0")
+    warning = _divergence(agree, compared.sequence, stored.input_ids, name)
+    return Found(stored.aux_hidden_state.float(), usable, warning)
+
+
+def _run_reference(compared: Compared, reference: dict, progress: Progress) -> Found:
+    """A second stored run, where both runs have features and their tokens agree so far."""
+    with store.session_scope(compared.factory) as session:
+        other = store.get_run(session, int(reference["run_id"]))
+    if other is None:
+        raise BadInput(f"no run {reference['run_id']}")
+    other_positions, other_fed = fed_features(other)
+    other_sequence = other.prompt_ids + other.output_ids
+    agree = _agreeing_prefix(compared.sequence, other_sequence)
+    index_of = {p: row for row, p in enumerate(other_positions)}
+    usable = [p for p in compared.positions if p < agree and p in index_of]
+    features = torch.zeros(max(usable, default=0) + 1, other_fed.shape[1])
+    for p in usable:
+        features[p] = other_fed[index_of[p]]
+    if other_fed.shape[1] != compared.fed.shape[1]:
+        raise BadInput(f"runs {compared.run.id} and {other.id} used targets of different widths")
+    return Found(features, usable, _divergence(agree, compared.sequence, other_sequence, f"run {other.id}"))
+
+
+REFERENCE_KINDS = {"wiring": _wiring_reference, "features": _feature_reference, "run": _run_reference}
 
 
 def _divergence(agree: int, sequence: list[int], other: list[int], name: str) -> str | None:
