@@ -118,10 +118,10 @@ def run_pairs(
     """Every pair's run id (replayed now, or found stored when `resume`) and how many were found:
     in this process one after another, or on Ray (`ray`: an address or 'local')."""
     if ray:
-        from backend.service.ray_eval import RAY_CONNECT_TIMEOUT_S, run_pairs_on_ray
+        from backend.service.ray_eval import RAY_CONNECT_TIMEOUT_S, Cluster, run_pairs_on_ray
 
-        timeout = RAY_CONNECT_TIMEOUT_S if ray_timeout is None else ray_timeout
-        return run_pairs_on_ray(db_url, pairs, ray, workers, resume, progress, stats=stats, timeout=timeout)
+        cluster = Cluster(ray, workers, RAY_CONNECT_TIMEOUT_S if ray_timeout is None else ray_timeout)
+        return run_pairs_on_ray(db_url, pairs, cluster, resume, progress, stats=stats)
     from backend.service.jobs import run_replay
 
     run_ids, reused = {}, 0

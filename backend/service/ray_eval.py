@@ -17,6 +17,7 @@ import os
 import socket
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from backend import BadInput
@@ -38,6 +39,16 @@ class EvalWorker:
 
 
 RAY_CONNECT_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """Where the pairs run: a Ray address ('local' starts a cluster on this machine), how many workers
+    to start (None: one per GPU, else one per CPU slot) and how long to wait for the cluster."""
+
+    address: str = "local"
+    workers: int | None = None
+    timeout: float = RAY_CONNECT_TIMEOUT_S
 
 
 def wait_for_listener(address: str, timeout: float) -> None:
@@ -88,21 +99,20 @@ def connect(address: str, timeout: float = RAY_CONNECT_TIMEOUT_S):
 def run_pairs_on_ray(
     db_url: str | None,
     pairs: list[Pair],
-    address: str = "local",
-    workers: int | None = None,
+    cluster: Cluster | None = None,
     resume: bool = True,
     progress: Progress = no_progress,
     hook: Callable[[dict], None] | None = None,
     stats: dict | None = None,
-    timeout: float = RAY_CONNECT_TIMEOUT_S,
 ) -> tuple[dict[Pair, int], int]:
     """Each pair's run id and how many were found stored (as evaluate.run_pairs). `hook(state)` is
     called after each finished pair with {"done": n, "busy": {actor: pair}} (tests use it to kill
     a busy worker mid-way); `stats` receives {"workers": actors started, "retried": pairs retried}."""
     from backend.service.database import database_url
 
+    cluster = cluster or Cluster()
     db_url = database_url(db_url)  # every worker writes where the driver reads
-    ray = connect(address, timeout)
+    ray = connect(cluster.address, cluster.timeout)
     run_ids: dict[Pair, int] = {}
     if resume:
         for pair in pairs:
@@ -114,7 +124,7 @@ def run_pairs_on_ray(
     resources = ray.cluster_resources()
     gpus = int(resources.get("GPU", 0))
     slots = gpus if gpus else max(1, int(resources.get("CPU", 1)))
-    count = max(1, min(workers or slots, len(queue) or 1))
+    count = max(1, min(cluster.workers or slots, len(queue) or 1))
     actor_class = ray.remote(num_gpus=1 if gpus else 0, num_cpus=0 if gpus else 1, max_restarts=0)(EvalWorker)
     actors = [actor_class.remote(db_url) for _ in range(count)] if queue else []
     idle, busy, attempts = list(actors), {}, {}  # busy: object ref -> (actor, pair)
@@ -163,15 +173,15 @@ def run_pairs_on_ray(
 def evaluate_on_ray(
     db_url: str | None,
     plan: Plan,
-    address: str = "local",
-    workers: int | None = None,
+    cluster: Cluster | None = None,
     resume: bool = True,
     progress: Progress = no_progress,
     hook: Callable[[dict], None] | None = None,
 ) -> dict:
     """evaluate.evaluate with its pairs on Ray (`hook`: see run_pairs_on_ray)."""
+    cluster = cluster or Cluster()
     plan.check()
     pairs = plan.pairs()
     stats: dict = {}
-    run_ids, reused = run_pairs_on_ray(db_url, pairs, address, workers, resume, progress, hook, stats)
-    return {**summarise(db_url, plan, run_ids, reused, len(pairs) - reused), "ray": address, **stats}
+    run_ids, reused = run_pairs_on_ray(db_url, pairs, cluster, resume, progress, hook, stats)
+    return {**summarise(db_url, plan, run_ids, reused, len(pairs) - reused), "ray": cluster.address, **stats}

@@ -83,7 +83,7 @@ def test_ray_gives_the_local_numbers_and_a_killed_worker_loses_nothing(tmp_path,
     while it replays: every pair still ends as a finished run, with the single-process numbers."""
     ray = pytest.importorskip("ray")
     from backend.service.evaluate import evaluate
-    from backend.service.ray_eval import evaluate_on_ray
+    from backend.service.ray_eval import Cluster, evaluate_on_ray
     from backend.service.runs import list_runs
 
     local = evaluate(f"sqlite:///{tmp_path / 'local.db'}", plan(3))
@@ -98,7 +98,7 @@ def test_ray_gives_the_local_numbers_and_a_killed_worker_loses_nothing(tmp_path,
 
     try:
         db = postgres_url
-        spread = evaluate_on_ray(db, plan(3), "local", hook=kill_a_busy_worker)
+        spread = evaluate_on_ray(db, plan(3), Cluster("local"), hook=kill_a_busy_worker)
         again = evaluate(db, plan(3), ray="local")  # the CLI path: all stored, nothing to replay
     finally:
         ray.shutdown()
