@@ -216,10 +216,15 @@ class DraftFacts:
 
 
 def lint(
-    settings: ServingSettings, draft: DraftFacts, target: TargetFacts, trained_hf: list[int] | None = None
+    settings: ServingSettings,
+    draft: DraftFacts,
+    target: TargetFacts,
+    trained_hf: list[int] | None = None,
+    trained_ties: list[list[int]] | None = None,
 ) -> LintReport:
-    """`trained_hf`: the HF indices the draft was trained on, when a check found them (the wiring probe).
-    Without it the wiring findings take the declared wiring as the trained one."""
+    """`trained_hf`: the HF indices the draft was trained on, when a check found them (the wiring probe's
+    best); `trained_ties`: wirings the probe could not tell from it on its samples. Without them the
+    wiring findings take the declared wiring as the trained one."""
     config = draft.config
     findings: list[Finding] = []
     add = lambda *args: findings.append(Finding(*args))  # noqa: E731
@@ -268,7 +273,9 @@ def lint(
     if trained_hf is None:
         _aux_ids(settings.engine, config, target, add)
     else:
-        _aux_ids_against(settings.engine, config, target, list(trained_hf), add)
+        _aux_ids_against(
+            settings.engine, config, target, [list(trained_hf), *map(list, trained_ties or [])], add
+        )
     return LintReport(findings, settings, effective)
 
 
@@ -479,29 +486,50 @@ def served_hf(engine: str, config: DraftConfig, num_layers: int | None) -> list[
     return default_hf_indices(num_layers) if num_layers else None
 
 
-def _aux_ids_against(engine: str, config: DraftConfig, target: TargetFacts, trained: list[int], add) -> None:
-    """The wiring findings once the trained layers are known: never suggest the declared wiring when
-    the probe rejected it; say what to write so that this engine feeds the trained layers."""
+def _aux_ids_against(
+    engine: str, config: DraftConfig, target: TargetFacts, trained: list[list[int]], add
+) -> None:
+    """The wiring findings once the trained layers are known (`trained`: the probe's best, then the
+    wirings it could not tell from the best): never suggest the declared wiring when the probe rejected
+    it; say what to write so that this engine feeds the trained layers, and when several wirings are
+    within the probe's noise, name them all and say which check settles it."""
     served = served_hf(engine, config, target.num_layers)
     name = "SGLang" if engine == "sglang" else "vLLM"
-    nested = [i - 1 for i in trained]
-    if served != trained:
-        add(
-            "error",
-            "aux-ids-not-trained",
-            f"The wiring probe found this draft trained on HF {trained}, but {name} will feed HF {served} "
-            "(from the draft's config): the draft sees layers it was never trained on.",
-            f'Write the trained wiring in both fields: "eagle_config": {{"eagle_aux_hidden_state_layer_ids": '
-            f"{nested}}} (SGLang, output-of-layer ids = HF - 1) and top-level "
-            f'"eagle_aux_hidden_state_layer_ids": {trained} (vLLM, HF indices).',
-        )
-    else:
+    best = trained[0]
+    found = " or ".join(f"HF {w}" for w in trained)
+    if served in trained:
         add(
             "info",
             "aux-ids-trained",
-            f"{name} feeds HF {served}, the layers the wiring probe found this draft trained on.",
+            f"{name} feeds HF {served}, "
+            + (
+                "the layers the wiring probe found this draft trained on."
+                if len(trained) == 1
+                else f"one of the wirings the probe found this draft trained on ({found}: it cannot tell them apart)."
+            ),
             "Nothing to change for the wiring.",
         )
+        return
+    ties = (
+        ""
+        if len(trained) == 1
+        else f" The probe cannot tell {found} apart on its samples: the train-vs-serve diff against the draft's "
+        "training features, or the training run's own config, settles which; the fix below writes its best."
+    )
+    add(
+        "error",
+        "aux-ids-not-trained",
+        f"The wiring probe found this draft trained on {found}, but {name} will feed HF {served} "
+        f"(from the draft's config): the draft sees layers it was never trained on.{ties}",
+        f'Write the trained wiring in both fields: "eagle_config": {{"eagle_aux_hidden_state_layer_ids": '
+        f"{[i - 1 for i in best]}}} (SGLang, output-of-layer ids = HF - 1) and top-level "
+        f'"eagle_aux_hidden_state_layer_ids": {best} (vLLM, HF indices)'
+        + (
+            "."
+            if len(trained) == 1
+            else f", the probe's best; or another of {found} once a check settles it."
+        ),
+    )
 
 
 # ----------------------------------------------------------------------------- entry point
@@ -513,6 +541,7 @@ def lint_command(
     vllm: str | None = None,
     target_dir: str | Path | None = None,
     trained_hf: list[int] | None = None,
+    trained_ties: list[list[int]] | None = None,
 ) -> LintReport:
     if (sglang is None) == (vllm is None):
         raise BadInput("give exactly one of an SGLang launch command or vLLM arguments")
@@ -521,7 +550,7 @@ def lint_command(
     if not draft_dir:
         raise BadInput("no draft directory: pass --draft DIR (the command names none)")
     target = target_facts(target_dir, explicit=True) if target_dir else target_facts(settings.target_path)
-    report = lint(settings, draft_facts(Path(draft_dir)), target, trained_hf)
+    report = lint(settings, draft_facts(Path(draft_dir)), target, trained_hf, trained_ties)
     if settings.draft_path and Path(settings.draft_path) != Path(draft_dir):
         report.findings.append(
             Finding(

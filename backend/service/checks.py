@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 
-def lint(
-    draft_path: str, command: str, engine: str, target_path: str | None, trained_hf: list[int] | None = None
-) -> dict:
-    """Findings for an SGLang launch command (engine 'SGLang') or vLLM arguments ('vLLM');
-    `trained_hf`: the wiring the probe found (then no finding suggests another one)."""
+def lint(draft_path: str, command: str, engine: str, target_path: str | None) -> dict:
+    """Findings for an SGLang launch command (engine 'SGLang') or vLLM arguments ('vLLM'). Once the
+    wiring probe ran on this pair and rejected the declared wiring, the findings use what it found (its
+    best and the wirings it could not tell from it), so none suggests the declared wiring again."""
     from backend.diagnostics.lint import lint_command
 
     sglang, vllm = (command, None) if engine.lower() == "sglang" else (None, command)
-    return lint_command(draft_path, sglang, vllm, target_path, trained_hf).to_dict()
+    trained = trained_wiring(target_path, draft_path) if target_path else None
+    ties = trained_ties(target_path, draft_path) if trained else None
+    return lint_command(draft_path, sglang, vllm, target_path, trained, ties).to_dict()
 
 
 def engine_readings(draft_path: str, target_path: str) -> dict:
@@ -47,11 +48,19 @@ def trained_wiring(target_path: str, draft_path: str) -> list[int] | None:
     return list(probe["best"]["aux_hf_indices"])
 
 
+def trained_ties(target_path: str, draft_path: str) -> list[list[int]]:
+    """The wirings the probe could not tell from its best (within its noise on its samples)."""
+    probe = known_probe(target_path, draft_path)
+    if probe is None or probe.get("confirmed"):
+        return []
+    best = list(probe["best"]["aux_hf_indices"])
+    return [list(w) for w in probe.get("as_good_as_best") or [] if list(w) != best]
+
+
 def draft_lint(draft_path: str, target_path: str) -> list[dict]:
     """The lint's findings about the draft itself under each engine, for a plain chain command."""
     import json
 
-    trained = trained_wiring(target_path, draft_path)
     sglang = (
         f"python -m sglang.launch_server --model-path {target_path} --speculative-algorithm EAGLE3 "
         f"--speculative-draft-model-path {draft_path} --speculative-num-steps 3 --speculative-eagle-topk 1 "
@@ -61,7 +70,7 @@ def draft_lint(draft_path: str, target_path: str) -> list[dict]:
     vllm = f"vllm serve {target_path} --speculative-config '{config}'"
     found = []
     for engine, command in (("SGLang", sglang), ("vLLM", vllm)):
-        for finding in lint(draft_path, command, engine, target_path, trained)["findings"]:
+        for finding in lint(draft_path, command, engine, target_path)["findings"]:
             if finding["code"].startswith(DRAFT_CODES):
                 found.append({**finding, "engine": engine})
     return found

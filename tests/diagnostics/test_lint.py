@@ -264,6 +264,28 @@ def test_a_wiring_the_probe_rejected_is_never_suggested(drafts, target_dir):
     assert codes(report)["aux-ids-trained"] == "info" and "aux-ids-not-trained" not in codes(report)
 
 
+def test_wirings_the_probe_cannot_tell_apart_are_all_named(drafts, target_dir):
+    """Issue 31 item 2: when the probe's best ties with other wirings within its noise, the finding
+    names every one and says what settles it, instead of presenting the best as the trained wiring;
+    a served wiring among the tied ones is no error."""
+    best, tied = [0, 1, 4], [[0, 2, 4], [0, 3, 4]]
+    report = lint_command(
+        drafts["good"], vllm=vllm(drafts["good"]), target_dir=target_dir, trained_hf=best, trained_ties=tied
+    )
+    (finding,) = [f for f in report.findings if f.code == "aux-ids-not-trained"]
+    assert "HF [0, 1, 4] or HF [0, 2, 4] or HF [0, 3, 4]" in finding.message
+    assert "cannot tell" in finding.message and "train-vs-serve diff" in finding.message
+    assert "the probe's best" in finding.fix and "[2, 16, 29]" not in finding.fix
+    served_among_ties = lint_command(
+        drafts["good"],
+        vllm=vllm(drafts["good"]),
+        target_dir=target_dir,
+        trained_hf=best,
+        trained_ties=[[2, 16, 29]],
+    )
+    assert codes(served_among_ties)["aux-ids-trained"] == "info"
+
+
 @pytest.mark.parametrize(
     "command, reason",
     [

@@ -55,7 +55,7 @@ def test_the_verdict_on_the_bundled_miswired_draft():
         assert checks.trained_wiring(target, draft) == trained
         after = checks.verdict(signals_job(target, draft, None, progress=quiet), target, draft)
         assert after["level"] == "error" and after["next_check"] is None
-        fixes = " ".join(f["fix"] for f in checks.lint(draft, vllm, "vLLM", target, trained)["findings"])
+        fixes = " ".join(f["fix"] for f in checks.lint(draft, vllm, "vLLM", target)["findings"])
         assert str(trained) in fixes and str(declared) not in fixes
     finally:
         checks._PROBES.clear()

@@ -31,10 +31,12 @@ def _render(report: dict, trained) -> None:
         show_finding(finding)
     if report["effective"]:
         st.caption(f"{report['engine']} will run: {md(report['effective'])}")
-    if trained is not None:
+    if trained:
         st.caption(
-            f"Wiring findings use the layers the wiring probe found this draft trained on: HF {trained} "
-            "(the declared wiring was rejected)."
+            "Wiring findings use the layers the wiring probe found this draft trained on: "
+            + " or ".join(f"HF {w}" for w in trained)
+            + " (the declared wiring was rejected"
+            + ("; the probe cannot tell these apart)." if len(trained) > 1 else ").")
         )
     else:
         st.caption(
@@ -56,8 +58,9 @@ def lint_tab() -> None:
     )
     if st.button("Lint", key="lint_run"):
         try:
-            trained = checks.trained_wiring(state.target_path(), state.draft_path())
-            report = checks.lint(state.draft_path(), command, engine, state.target_path(), trained)
+            report = checks.lint(state.draft_path(), command, engine, state.target_path())
+            best = checks.trained_wiring(state.target_path(), state.draft_path())
+            trained = [best, *checks.trained_ties(state.target_path(), state.draft_path())] if best else []
         except BadInput as error:
             st.error(md(error))
         else:
