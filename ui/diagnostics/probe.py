@@ -33,6 +33,14 @@ def _render(report: dict) -> None:
         f"{report['seconds']:.1f} s. acc_0: teacher-forced top-1 accuracy at TTT step 0; predicted accept "
         "length = 1 + sum_k prod_(j<=k) acc_j."
     )
+    ties = [w for w in report.get("as_good_as_best") or [] if w != report["best"]["aux_hf_indices"]]
+    if ties and not report["confirmed"]:
+        st.warning(
+            f"The config below writes the probe's best, HF {report['best']['aux_hf_indices']}; on these "
+            f"{report['n_samples']} samples it cannot be told from "
+            + " or ".join(f"HF {w}" for w in ties)
+            + ". More samples, or the Train vs serve tab with the draft's training features, settle which."
+        )
     st.code(
         f"# SGLang (draft config.json)\n{json.dumps(report['config']['sglang'])}\n"
         f"# vLLM (draft config.json)\n{json.dumps(report['config']['vllm'])}",
