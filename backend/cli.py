@@ -607,6 +607,7 @@ def load_samples(path: str, vocab_size: int, limit: int | None):
 
 
 def cmd_diagnose(args) -> tuple[dict, str]:
+    from backend.diagnostics.diagnose import DiagnoseOptions
     from backend.service.diagnosis import diagnose, serving_engine
 
     serving_engine(args.engine, args.sglang, args.vllm)  # contradictions before anything loads
@@ -620,20 +621,17 @@ def cmd_diagnose(args) -> tuple[dict, str]:
         bar.update(round(100 * fraction) - bar.n)
 
     try:
-        result = diagnose(
-            args.target,
-            args.draft,
-            samples,
-            args.sglang,
-            args.vllm,
-            args.context,
-            args.engine,
-            args.steps,
-            max(0, args.live),
-            args.device,
-            args.dtype,
-            progress,
+        options = DiagnoseOptions(
+            sglang=args.sglang,
+            vllm=args.vllm,
+            context=args.context,
+            engine=args.engine,
+            num_steps=args.steps,
+            live_samples=max(0, args.live),
+            device=args.device,
+            dtype=args.dtype,
         )
+        result = diagnose(args.target, args.draft, samples, options, progress)
     finally:
         bar.close()
     lines = [f"verdict: {result['verdict'].upper()}: {result['headline']}"]

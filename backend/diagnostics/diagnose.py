@@ -625,46 +625,84 @@ def _predicted(target, draft, wiring, math, samples, num_steps) -> float | None:
     return None if simulated is None else 1 + simulated
 
 
+@dataclass(frozen=True)
+class DiagnoseOptions:
+    """How a diagnosis runs (the CLI's flags): the serving command whose flags are linted and whose
+    engine's reading is tested, the served context to test, K, the live replays, the probe's budget,
+    and where the models load."""
+
+    sglang: str | None = None
+    vllm: str | None = None
+    context: int | None = None
+    engine: str = "auto"  # the reading under test (auto: as declared)
+    num_steps: int = 4
+    live_samples: int = 2
+    live_tokens: int = 64
+    probe_budget: int = 20
+    device: str | None = None
+    dtype: str | None = None
+
+
+@dataclass
+class Subject:
+    """The loaded pair under diagnosis and the engine reading (`readings.EngineView`) it runs under."""
+
+    target: object  # backend.engine.loading.Target
+    draft: object  # backend.engine.draft_model.Eagle3Draft
+    draft_dir: str
+    view: object
+
+
+def lint_as_findings(lint_findings: list[dict]) -> list[Finding]:
+    """The serving-flag lint's findings in the diagnosis's classes and severities."""
+    return [
+        Finding(
+            "serving-flags",
+            {"error": "fail", "warning": "warn"}.get(finding["severity"], "info"),
+            f"{finding['code']}: {finding['message']}",
+            {"code": finding["code"], "engine": finding.get("engine")},
+            finding.get("fix", ""),
+        )
+        for finding in lint_findings
+    ]
+
+
 def diagnose_loaded(
-    target,
-    draft,
-    draft_dir: str,
-    view,
+    subject: Subject,
     preflight_report: dict,
     samples: list,
     lint_findings: list[dict] | None = None,
-    context: int | None = None,
-    num_steps: int = 4,
-    live_samples: int = 2,
-    live_tokens: int = 64,
-    probe_budget: int = 20,
+    options: DiagnoseOptions | None = None,
     progress: Progress = no_progress,
-    engine: str = "auto",
 ) -> Diagnosis:
-    """Every check on a loaded pair under `view`, the reading of `engine` (auto: as declared)."""
+    """Every check on a loaded pair under its view (`options.engine`'s reading)."""
+    options = options or DiagnoseOptions()
+    target, draft, num_steps = subject.target, subject.draft, options.num_steps
     ran: dict = {}
-    findings = preflight_findings(preflight_report, engine)
+    findings = preflight_findings(preflight_report, options.engine)
     ran["preflight"] = "ran"
-    for finding in lint_findings or []:
-        severity = {"error": "fail", "warning": "warn"}.get(finding["severity"], "info")
-        findings.append(
-            Finding(
-                "serving-flags",
-                severity,
-                f"{finding['code']}: {finding['message']}",
-                {"code": finding["code"], "engine": finding.get("engine")},
-                finding.get("fix", ""),
-            )
-        )
+    findings += lint_as_findings(lint_findings or [])
     ran["serving flags"] = "ran" if lint_findings is not None else "skipped: no --sglang or --vllm command"
     findings += vocab_findings(draft, target.vocab_size, samples, num_steps)
-    findings += context_findings(draft.config, target.model.config, context)
+    findings += context_findings(draft.config, target.model.config, options.context)
     findings += precision_findings(target, target.model.config)
-    wiring, math = view.wiring, view.math
     if not samples:
         for check in ("wiring probe", "reading probe", "chat template", "live replays"):
             ran[check] = "skipped: no --samples"
         return Diagnosis(findings, ran)
+    findings += _sample_findings(subject, samples, options, ran, progress)
+    progress(1.0, "done")
+    return Diagnosis(findings, ran)
+
+
+def _sample_findings(
+    subject: Subject, samples: list, options: DiagnoseOptions, ran: dict, progress: Progress
+) -> list[Finding]:
+    """The checks that need samples, in order (each may use the wiring an earlier one found); what
+    each ran on goes into `ran`."""
+    target, draft, num_steps = subject.target, subject.draft, options.num_steps
+    wiring, math = subject.view.wiring, subject.view.math
+    findings: list[Finding] = []
     progress(0.05, "wiring probe")
     probe = run_probe(
         target,
@@ -672,7 +710,7 @@ def diagnose_loaded(
         wiring,
         samples,
         num_steps,
-        probe_budget,
+        options.probe_budget,
         math=math,
         progress=lambda f, m: progress(0.05 + 0.3 * f, f"wiring probe: {m}"),
     )
@@ -683,10 +721,10 @@ def diagnose_loaded(
     progress(0.35, "reading probe")
     readings = run_reading_probe(
         target,
-        draft_dir,
+        subject.draft_dir,
         wiring,
         samples,
-        engine,
+        options.engine,
         num_steps,
         lambda f, m: progress(0.35 + 0.3 * f, m),
     )
@@ -700,18 +738,18 @@ def diagnose_loaded(
         else "skipped: the target has no chat template"
     )
     progress(0.75, "live replays")
-    predicted = _predicted(target, draft, wiring, math, samples[:live_samples], num_steps)
+    live_samples = samples[: options.live_samples]
+    predicted = _predicted(target, draft, wiring, math, live_samples, num_steps)
     live, _ = live_findings(
-        target, draft, wiring, math, samples[:live_samples], num_steps, predicted, live_tokens
+        target, draft, wiring, math, live_samples, num_steps, predicted, options.live_tokens
     )
     findings += live
-    ran["live replays"] = f"ran on {min(live_samples, len(samples))} samples"
-    if context:
+    ran["live replays"] = f"ran on {len(live_samples)} samples"
+    if options.context:
         progress(0.9, "context curve")
-        found, curve = context_curve(target, draft, wiring, math, samples, context, num_steps)
+        found, curve = context_curve(target, draft, wiring, math, samples, options.context, num_steps)
         findings += found
         ran["context curve"] = f"ran at {[p['prompt_tokens'] for p in curve]} tokens"
     else:
         ran["context curve"] = "skipped: no --context"
-    progress(1.0, "done")
-    return Diagnosis(findings, ran)
+    return findings

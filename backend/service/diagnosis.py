@@ -3,6 +3,8 @@ The CLI and the Diagnostics page both call `diagnose` here, so they print and sh
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from backend import BadInput
 from backend.engine.records import Progress, no_progress
 from backend.service import models
@@ -22,24 +24,27 @@ def diagnose(
     target_path: str,
     draft_path: str,
     samples: list | None = None,
-    sglang: str | None = None,
-    vllm: str | None = None,
-    context: int | None = None,
-    engine: str = "auto",
-    num_steps: int = 4,
-    live_samples: int = 2,
-    device: str | None = None,
-    dtype: str | None = None,
+    options=None,
     progress: Progress = no_progress,
 ) -> dict:
-    from backend.diagnostics.diagnose import Diagnosis, diagnose_loaded, preflight_findings
+    """The diagnosis of a target/draft pair on `samples` as `options` (a
+    backend.diagnostics.diagnose.DiagnoseOptions; default: the CLI's defaults) says."""
+    from backend.diagnostics.diagnose import (
+        DiagnoseOptions,
+        Diagnosis,
+        Subject,
+        diagnose_loaded,
+        preflight_findings,
+    )
     from backend.diagnostics.lint import lint_command
     from backend.engine.preflight import preflight
     from backend.engine.readings import read_as
 
-    engine = serving_engine(engine, sglang, vllm)
-    if context is not None and context < 1:
-        raise BadInput(f"--context {context}: must be a positive number of tokens")
+    options = options or DiagnoseOptions()
+    engine = serving_engine(options.engine, options.sglang, options.vllm)
+    options = replace(options, engine=engine)
+    if options.context is not None and options.context < 1:
+        raise BadInput(f"--context {options.context}: must be a positive number of tokens")
     progress(0.0, "preflight")
     report = preflight(draft_path, target_path).to_dict()
     head = {"target": str(target_path), "draft": str(draft_path), "engine": engine}
@@ -47,29 +52,18 @@ def diagnose(
         diagnosis = Diagnosis(preflight_findings(report, engine), {"preflight": "ran: failed"})
         return {**diagnosis.to_dict(), **head, "aux_hf_indices": report["aux_hf_indices"]}
     lint_findings = None
-    if sglang or vllm:
-        lint_findings = lint_command(draft_path, sglang, vllm, target_path).to_dict()["findings"]
+    if options.sglang or options.vllm:
+        lint = lint_command(draft_path, options.sglang, options.vllm, target_path)
+        lint_findings = lint.to_dict()["findings"]
     progress(0.02, "loading models")
-    target, draft, _ = models.pair(target_path, draft_path, device, dtype)
+    target, draft, _ = models.pair(target_path, draft_path, options.device, options.dtype)
     view = read_as(
         engine, draft.config, target.num_layers, draft.own_embedding is not None, draft.own_embedding_differs
     )
     if not view.loads:
         raise BadInput(view.refusal)
-    diagnosis = diagnose_loaded(
-        target,
-        draft,
-        draft_path,
-        view,
-        report,
-        list(samples or []),
-        lint_findings,
-        context,
-        num_steps,
-        live_samples,
-        progress=progress,
-        engine=engine,
-    )
+    subject = Subject(target, draft, draft_path, view)
+    diagnosis = diagnose_loaded(subject, report, list(samples or []), lint_findings, options, progress)
     return {
         **diagnosis.to_dict(),
         **head,

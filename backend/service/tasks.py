@@ -263,9 +263,10 @@ def probe_job(target_path, draft_path, samples, num_steps, budget, live, *, prog
 @job("diagnose", lambda target_path, draft_path, *_: f"diagnose {_name(draft_path)}")
 def diagnose_job(target_path, draft_path, samples, options: dict, *, progress: Progress) -> dict:
     """`options`: sglang, vllm, context, engine, num_steps, live_samples (the CLI's flags)."""
+    from backend.diagnostics.diagnose import DiagnoseOptions
     from backend.service.diagnosis import diagnose
 
-    return diagnose(target_path, draft_path, samples, progress=progress, **options)
+    return diagnose(target_path, draft_path, samples, DiagnoseOptions(**options), progress)
 
 
 @job("reference", lambda db_url, run_id, reference: f"run {run_id} vs {reference.get('kind')}")

@@ -106,13 +106,14 @@ PLANTED = {
 def test_each_planted_change_gets_a_finding_whose_fix_undoes_it(case, tmp_path):
     from backend.data.samples import read_jsonl
     from backend.defaults import DEMO_EVAL, DEMO_TARGET
+    from backend.diagnostics.diagnose import DiagnoseOptions
     from backend.service import models
     from backend.service.diagnosis import diagnose
 
     edit, cls, undo = PLANTED[case]
     draft = _planted(tmp_path, case, edit)
     samples, _ = read_jsonl(DEMO_EVAL, 2048)
-    result = diagnose(str(DEMO_TARGET), draft, samples[:6], live_samples=1)
+    result = diagnose(str(DEMO_TARGET), draft, samples[:6], DiagnoseOptions(live_samples=1))
     models.forget()
     matching = [f for f in result["findings"] if f["class"] == cls and f["severity"] in ("fail", "warn")]
     assert matching, result["findings"]
@@ -136,15 +137,17 @@ def test_each_planted_change_gets_a_finding_whose_fix_undoes_it(case, tmp_path):
 def test_the_unchanged_draft_has_no_fail_finding_and_miswired_names_its_wiring(tmp_path):
     from backend.data.samples import read_jsonl
     from backend.defaults import DEMO_DRAFTS, DEMO_EVAL, DEMO_TARGET
+    from backend.diagnostics.diagnose import DiagnoseOptions
     from backend.service.diagnosis import diagnose
     from tests.support.demo import demo_wiring
 
     samples, _ = read_jsonl(DEMO_EVAL, 2048)
+    one_live = DiagnoseOptions(live_samples=1)
     unchanged = diagnose(
-        str(DEMO_TARGET), _planted(tmp_path, "copy", lambda c, d: None), samples[:6], live_samples=1
+        str(DEMO_TARGET), _planted(tmp_path, "copy", lambda c, d: None), samples[:6], one_live
     )
     assert unchanged["verdict"] == "ok", unchanged["findings"]
-    miswired = diagnose(str(DEMO_TARGET), str(DEMO_DRAFTS / "miswired"), samples[:8], live_samples=1)
+    miswired = diagnose(str(DEMO_TARGET), str(DEMO_DRAFTS / "miswired"), samples[:8], one_live)
     trained, _ = demo_wiring()
     wiring = [f for f in miswired["findings"] if f["class"] == "aux-wiring" and f["severity"] == "fail"]
     assert miswired["verdict"] == "broken" and wiring
