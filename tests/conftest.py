@@ -7,9 +7,16 @@ inside the fixtures that need them (tests/support/models.py builds the models).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+
+# One intra-op thread for torch (read when torch is first imported, after this). The test models are
+# a few dozen wide: a second thread saves nothing on them, and on a busy shared machine the OpenMP
+# threads' spin-waits made them many times slower (test_readings' deepseek-v3 case: 222 s with the
+# default threads vs 6 s with one, under a load of 12 on 2 cores). Subprocesses inherit it.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 @pytest.fixture(scope="session")
