@@ -30,6 +30,7 @@ def _open(url: str, barrier) -> str:
         return f"{type(error).__name__}: {error}"
 
 
+@pytest.mark.slow  # spawns eight processes (the marker's rule); its PostgreSQL twin below is slow too
 def test_eight_concurrent_first_openers_all_succeed(tmp_path):
     url = f"sqlite:///{tmp_path / 'new.db'}"
     context = multiprocessing.get_context("spawn")
