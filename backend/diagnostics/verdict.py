@@ -49,9 +49,28 @@ def _lint_signal(findings: list[dict] | None) -> str:
     """The lint's state in the signals line: its errors and warnings counted, "passed" only with none."""
     if findings is None:
         return "not run"
-    counts = {severity: sum(f.get("severity") == severity for f in findings) for severity in ("error", "warning")}
+    counts = {
+        severity: sum(f.get("severity") == severity for f in findings) for severity in ("error", "warning")
+    }
     found = [f"{n} {severity}{'s' if n > 1 else ''}" for severity, n in counts.items() if n]
     return ", ".join(found) if found else "passed"
+
+
+@dataclass
+class _Tally:
+    """What the signals have said so far: the worst level, the reasons, each signal's state, and the
+    HF indices some check found the draft trained on (with the wirings the probe could not tell from
+    them, backend/diagnostics/probe.py)."""
+
+    level: str = "ok"
+    reasons: list = field(default_factory=list)
+    signals: dict = field(default_factory=dict)
+    trained: list | None = None
+    as_good: list = field(default_factory=list)
+
+    def worsen(self, level: str, reason: str) -> None:
+        self.level = _worse(self.level, level)
+        self.reasons.append(reason)
 
 
 def summarise(
@@ -61,85 +80,96 @@ def summarise(
     diff_note: str | None = None,
     probe: dict | None = None,
 ) -> Verdict:
-    level, reasons, signals = "ok", [], {}
+    tally = _Tally()
+    refused = _add_preflight(tally, preflight)
+    if refused is not None:
+        return refused
+    _add_lint(tally, lint_findings)
+    _add_probe(tally, probe)
+    _add_diff(tally, diff, diff_note)
+    return _conclude(tally, preflight, diff, probe)
+
+
+def _add_preflight(tally: _Tally, preflight: dict | None) -> Verdict | None:
+    """The preflight's signal; the verdict itself when the draft does not load."""
     if preflight is None:
-        signals["preflight"] = "not run"
-    elif not preflight.get("ok"):
-        failed = [c for c in preflight.get("checks", []) if c.get("status") == "fail"]
-        first = failed[0] if failed else {}
-        signals["preflight"] = "failed"
-        return Verdict(
-            "error",
-            "The checkpoint does not load as served: "
-            + (
-                f"{first.get('name', 'a check')}: {first.get('message', '')}" if first else "preflight failed"
-            ),
-            [f"preflight: {c.get('name')}: {c.get('message', '')}" for c in failed],
-            "fix the checkpoint",
-            "no other check means anything until the draft loads against this target",
-            signals,
-        )
-    else:
-        signals["preflight"] = "passed"
-        reasons.append(f"preflight passed; declared wiring HF {preflight.get('aux_hf_indices')}")
+        tally.signals["preflight"] = "not run"
+        return None
+    if preflight.get("ok"):
+        tally.signals["preflight"] = "passed"
+        tally.reasons.append(f"preflight passed; declared wiring HF {preflight.get('aux_hf_indices')}")
+        return None
+    failed = [c for c in preflight.get("checks", []) if c.get("status") == "fail"]
+    first = failed[0] if failed else {}
+    tally.signals["preflight"] = "failed"
+    return Verdict(
+        "error",
+        "The checkpoint does not load as served: "
+        + (f"{first.get('name', 'a check')}: {first.get('message', '')}" if first else "preflight failed"),
+        [f"preflight: {c.get('name')}: {c.get('message', '')}" for c in failed],
+        "fix the checkpoint",
+        "no other check means anything until the draft loads against this target",
+        tally.signals,
+    )
 
-    wiring_errors = []
+
+def _add_lint(tally: _Tally, lint_findings: list[dict] | None) -> None:
     for finding in lint_findings or []:
-        if finding.get("severity") == "error":
-            level = _worse(level, "error")
-            reasons.append(
-                f"lint ({finding.get('engine', '')}): {finding.get('code')}: {finding.get('message')}"
+        level = {"error": "error", "warning": "warning"}.get(finding.get("severity"))
+        if level is not None:
+            tally.worsen(
+                level, f"lint ({finding.get('engine', '')}): {finding.get('code')}: {finding.get('message')}"
             )
-            if finding.get("code", "").startswith("aux-ids"):
-                wiring_errors.append(finding)
-        elif finding.get("severity") == "warning":
-            level = _worse(level, "warning")
-            reasons.append(
-                f"lint ({finding.get('engine', '')}): {finding.get('code')}: {finding.get('message')}"
-            )
-    signals["lint"] = _lint_signal(lint_findings)
+    tally.signals["lint"] = _lint_signal(lint_findings)
 
-    trained = None  # the HF indices some check found the draft trained on
-    as_good: list = []  # wirings the probe could not tell from `trained` (backend/diagnostics/probe.py)
-    if probe is not None:
-        best = probe.get("best", {}).get("aux_hf_indices")
-        if probe.get("confirmed"):
-            signals["wiring probe"] = "confirmed"
-            reasons.append(f"wiring probe: the declared wiring is the trained one (HF {best})")
-        else:
-            signals["wiring probe"] = "rejected the declared wiring"
-            trained, as_good = best, list(probe.get("as_good_as_best") or [])
-            level = _worse(level, "error")
-            reasons.append(f"wiring probe: {probe.get('verdict', '')}")
+
+def _add_probe(tally: _Tally, probe: dict | None) -> None:
+    if probe is None:
+        tally.signals["wiring probe"] = "not run"
+        return
+    best = probe.get("best", {}).get("aux_hf_indices")
+    if probe.get("confirmed"):
+        tally.signals["wiring probe"] = "confirmed"
+        tally.reasons.append(f"wiring probe: the declared wiring is the trained one (HF {best})")
     else:
-        signals["wiring probe"] = "not run"
+        tally.signals["wiring probe"] = "rejected the declared wiring"
+        tally.trained, tally.as_good = best, list(probe.get("as_good_as_best") or [])
+        tally.worsen("error", f"wiring probe: {probe.get('verdict', '')}")
 
-    if diff is not None:
-        mismatch = diff.get("first_mismatch")
-        found = diff.get("training_aux_hf_indices") or []
-        if mismatch:
-            signals["train vs serve"] = "mismatch"
-            level = _worse(level, "error")
-            reasons.append(
-                f"train vs serve: the features serving feeds (HF {diff.get('serving_aux_hf_indices')}) differ "
-                f"from training's from {mismatch.get('chunk')} at position {mismatch.get('position')}; the "
-                f"training chunks equal HF {found} (None: no layer matches)"
-            )
-            # the diff compares the features themselves: where it names one of the wirings the probe
-            # could not tell apart, it settles which
-            exact = bool(found) and all(i is not None for i in found)
-            if exact and (trained is None or list(found) in [list(trained), *map(list, as_good)]):
-                trained, as_good = found, []
-        else:
-            signals["train vs serve"] = "equal"
-            reasons.append("train vs serve: the features serving feeds equal training's")
-    else:
-        signals["train vs serve"] = diff_note or "not run"
 
-    if trained is not None:
+def _add_diff(tally: _Tally, diff: dict | None, diff_note: str | None) -> None:
+    if diff is None:
+        tally.signals["train vs serve"] = diff_note or "not run"
+        return
+    mismatch = diff.get("first_mismatch")
+    if not mismatch:
+        tally.signals["train vs serve"] = "equal"
+        tally.reasons.append("train vs serve: the features serving feeds equal training's")
+        return
+    found = diff.get("training_aux_hf_indices") or []
+    tally.signals["train vs serve"] = "mismatch"
+    tally.worsen(
+        "error",
+        f"train vs serve: the features serving feeds (HF {diff.get('serving_aux_hf_indices')}) differ "
+        f"from training's from {mismatch.get('chunk')} at position {mismatch.get('position')}; the "
+        f"training chunks equal HF {found} (None: no layer matches)",
+    )
+    # the diff compares the features themselves: where it names one of the wirings the probe
+    # could not tell apart, it settles which
+    exact = bool(found) and all(i is not None for i in found)
+    if exact and (tally.trained is None or list(found) in [list(tally.trained), *map(list, tally.as_good)]):
+        tally.trained, tally.as_good = found, []
+
+
+def _conclude(tally: _Tally, preflight: dict | None, diff: dict | None, probe: dict | None) -> Verdict:
+    """The verdict, first matching: mis-wired, features that match no layer, a breaking serving
+    configuration, nothing that can see the wiring ran, serving-flag warnings, ok."""
+    reasons, signals = tally.reasons, tally.signals
+    if tally.trained is not None:
+        as_good = tally.as_good
         return Verdict(
             "error",
-            f"Mis-wired: this draft was trained on HF {trained}"
+            f"Mis-wired: this draft was trained on HF {tally.trained}"
             + (
                 f" (or HF {', HF '.join(map(str, as_good[:3]))}, as good on the probe's samples)"
                 if as_good
@@ -164,7 +194,7 @@ def summarise(
             "wirings can tell which layers the draft needs",
             signals,
         )
-    if level == "error":
+    if tally.level == "error":
         return Verdict(
             "error",
             "The serving configuration breaks this draft (see the lint).",
@@ -175,18 +205,16 @@ def summarise(
         )
     if probe is None and diff is None:
         return Verdict(
-            "unverified" if level == "ok" else level,
+            "unverified" if tally.level == "ok" else tally.level,
             "Nothing cheap found a fault, but nothing cheap can see the wiring: preflight and the lint take the "
-            "declared layers as the trained ones"
-            + ("" if diff is not None else ", and no training features were compared")
-            + ".",
+            "declared layers as the trained ones, and no training features were compared.",
             reasons,
             "wiring probe",
             "a draft declared with the wrong layers passes every check above; the probe measures acceptance "
             "under candidate wirings (minutes on a large target)",
             signals,
         )
-    if level == "warning":
+    if tally.level == "warning":
         return Verdict(
             "warning",
             "Healthy wiring, with serving-flag warnings (see the lint).",
