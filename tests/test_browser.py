@@ -186,8 +186,14 @@ def test_dashboard_in_chromium(tmp_path, hostile_dataset):
         tokens = int(
             page.locator('[data-testid="stMetric"]').filter(has_text="Tokens").inner_text().split()[-1]
         )
+        first, last = heatmap_span(page)  # it opens on a window around the step (issue 31 item 8)
+        assert last - first <= 128, (first, last)
+        page.get_by_text("the whole run", exact=True).click()
+        wait_idle(page)
         first, last = heatmap_span(page)
         assert first == 0 and last >= tokens, (first, last, tokens)  # prompt + output, all of it
+        chart = page.locator(".stPlotlyChart").filter(has_text="outlined").first.bounding_box()
+        assert chart["width"] > 700, chart  # the page's width, not a side column's (was about 140 px)
         page.screenshot(path=str(SHOTS / "3d_decode_long_run.png"), full_page=True)
 
         # Compare: epoch1 vs final on the first sample of the demo dataset
