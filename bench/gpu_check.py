@@ -44,6 +44,7 @@ from backend.engine.preflight import check_draft, load_checked_draft
 from backend.engine.records import StepRecord
 from backend.engine.replay import ReplayConfig, replay
 from backend.engine.synthetic import (
+    TargetShape,
     bigram_draft_tensors,
     corrupt_next_token_map,
     cyclic_next_token_map,
@@ -143,17 +144,15 @@ def greedy_loop(target: Target, prompt: list[int], new_tokens: int) -> list[int]
 
 def exactness(root: Path, args, init_std: float) -> dict:
     name = f"random-std{init_std}"
-    model = make_target(
-        root / name,
+    shape = TargetShape(
         num_layers=args.layers,
         hidden=args.hidden,
         vocab=args.vocab,
         heads=max(1, args.hidden // 128),
         kv_heads=max(1, args.hidden // 512),
         intermediate=int(args.hidden * 2.75),
-        eos_token_id=None,
-        init_std=init_std,
     )
+    model = make_target(root / name, shape, init_std=init_std)
     config = draft_config_dict(model.config, draft_vocab=args.vocab // 2)
     save_draft(root / f"{name}-draft", config, random_draft_tensors(config))
     del model

@@ -29,10 +29,16 @@ def cli(*args: str) -> subprocess.CompletedProcess:
 def checkpoints(tmp_path_factory):
     import torch
 
-    from backend.engine.synthetic import draft_config_dict, make_target, random_draft_tensors, save_draft
+    from backend.engine.synthetic import (
+        TargetShape,
+        draft_config_dict,
+        make_target,
+        random_draft_tensors,
+        save_draft,
+    )
 
     root = tmp_path_factory.mktemp("cli")
-    model = make_target(root / "target", num_layers=6, hidden=32, vocab=90, eos_token_id=None)
+    model = make_target(root / "target", TargetShape(num_layers=6, hidden=32, vocab=90))
     drafts = {}
     for layout in ("specforge", "eagle"):
         config = draft_config_dict(

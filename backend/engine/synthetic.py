@@ -9,6 +9,7 @@ a Llama target saved as a standard Hugging Face directory, and drafts saved exac
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -23,39 +24,52 @@ from backend.engine.draft_model import Eagle3Draft
 from backend.engine.layouts import LAYOUTS, to_layout_names
 
 
+@dataclass(frozen=True)
+class TargetShape:
+    """A random Llama target's architecture (what its config.json says)."""
+
+    num_layers: int = 4
+    hidden: int = 64
+    vocab: int = 128
+    heads: int = 4
+    kv_heads: int = 2
+    intermediate: int = 128
+    eos_token_id: int | None = None
+    rope_theta: float = 500000.0
+
+    def llama_config(self) -> LlamaConfig:
+        return LlamaConfig(
+            vocab_size=self.vocab,
+            hidden_size=self.hidden,
+            intermediate_size=self.intermediate,
+            num_hidden_layers=self.num_layers,
+            num_attention_heads=self.heads,
+            num_key_value_heads=self.kv_heads,
+            max_position_embeddings=4096,
+            rope_theta=self.rope_theta,
+            eos_token_id=self.eos_token_id,
+            bos_token_id=None,
+            pad_token_id=None,
+            tie_word_embeddings=False,
+        )
+
+
+SMALL_TARGET = TargetShape()
+
+
 def make_target(
     path: Path,
-    num_layers: int = 4,
-    hidden: int = 64,
-    vocab: int = 128,
-    heads: int = 4,
-    kv_heads: int = 2,
-    intermediate: int = 128,
+    shape: TargetShape = SMALL_TARGET,
     seed: int = 0,
-    eos_token_id: int | None = None,
     attention_scale: float = 1.0,
-    rope_theta: float = 500000.0,
     init_std: float = 0.25,
 ) -> LlamaForCausalLM:
-    """Save a random Llama target to `path`. `attention_scale` < 1 shrinks every o_proj, making the
-    target closer to a bigram model (so a hand-built draft can predict it). `init_std` 0.25 gives
-    sharp, far-from-tied logits (what the exactness tests want); 0.02 is the scale of trained
-    models, whose near-ties make bf16 rounding visible (docs/reference.md §7)."""
+    """Save a random Llama target of `shape` to `path`. `attention_scale` < 1 shrinks every o_proj,
+    making the target closer to a bigram model (so a hand-built draft can predict it). `init_std`
+    0.25 gives sharp, far-from-tied logits (what the exactness tests want); 0.02 is the scale of
+    trained models, whose near-ties make bf16 rounding visible (docs/reference.md §7)."""
     torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=vocab,
-        hidden_size=hidden,
-        intermediate_size=intermediate,
-        num_hidden_layers=num_layers,
-        num_attention_heads=heads,
-        num_key_value_heads=kv_heads,
-        max_position_embeddings=4096,
-        rope_theta=rope_theta,
-        eos_token_id=eos_token_id,
-        bos_token_id=None,
-        pad_token_id=None,
-        tie_word_embeddings=False,
-    )
+    config = shape.llama_config()
     model = LlamaForCausalLM(config).eval()
     with torch.no_grad():
         for module in model.modules():
@@ -63,9 +77,9 @@ def make_target(
                 module.weight.normal_(0.0, init_std)
         for layer in model.model.layers:
             layer.self_attn.o_proj.weight.mul_(attention_scale)
-    model.generation_config = GenerationConfig(eos_token_id=eos_token_id, do_sample=False)
+    model.generation_config = GenerationConfig(eos_token_id=shape.eos_token_id, do_sample=False)
     model.save_pretrained(path)
-    character_tokenizer(vocab).save_pretrained(path)
+    character_tokenizer(shape.vocab).save_pretrained(path)
     return model
 
 
@@ -232,17 +246,8 @@ def make_bigram_target(
     vocab = len(next_token)
     if vocab > hidden:
         raise ValueError("a bigram target needs vocab <= hidden")
-    model = make_target(
-        path,
-        num_layers=num_layers,
-        hidden=hidden,
-        vocab=vocab,
-        heads=heads,
-        kv_heads=kv_heads,
-        intermediate=intermediate,
-        seed=seed,
-        attention_scale=0.0,
-    )
+    shape = TargetShape(num_layers, hidden, vocab, heads, kv_heads, intermediate)
+    model = make_target(path, shape, seed=seed, attention_scale=0.0)
     residual, _ = _tokens_alone(model, torch.arange(vocab))
     targets = torch.nn.functional.one_hot(torch.tensor(next_token), vocab).float() * 20.0
     model.lm_head.weight.copy_(torch.linalg.lstsq(model.model.norm(residual), targets).solution.T)

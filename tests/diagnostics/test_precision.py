@@ -39,19 +39,17 @@ def test_a_bf16_divergence_is_the_targets_own_rounding(tmp_path):
     from backend.diagnostics.precision import divergence_explained, self_disagreement
     from backend.engine.loading import load_target
     from backend.engine.preflight import load_checked_draft
-    from backend.engine.synthetic import draft_config_dict, make_target, random_draft_tensors, save_draft
+    from backend.engine.synthetic import (
+        TargetShape,
+        draft_config_dict,
+        make_target,
+        random_draft_tensors,
+        save_draft,
+    )
     from tests.support.oracle import plain_greedy
 
-    model = make_target(
-        tmp_path / "t",
-        num_layers=8,
-        hidden=256,
-        vocab=500,
-        heads=2,
-        kv_heads=1,
-        intermediate=704,
-        init_std=0.02,
-    )
+    shape = TargetShape(num_layers=8, hidden=256, vocab=500, heads=2, kv_heads=1, intermediate=704)
+    model = make_target(tmp_path / "t", shape, init_std=0.02)
     config = draft_config_dict(model.config, draft_vocab=250)
     save_draft(tmp_path / "d", config, random_draft_tensors(config))
     target = load_target(tmp_path / "t", device="cpu", dtype="bf16")

@@ -42,9 +42,15 @@ def test_fc_width_mismatch_fails(tmp_path, target_dirs):
 
 
 def test_draft_for_another_target_fails(tmp_path, target_dirs):
-    from backend.engine.synthetic import draft_config_dict, make_target, random_draft_tensors, save_draft
+    from backend.engine.synthetic import (
+        TargetShape,
+        draft_config_dict,
+        make_target,
+        random_draft_tensors,
+        save_draft,
+    )
 
-    other = make_target(tmp_path / "wide", num_layers=4, hidden=48, vocab=80)
+    other = make_target(tmp_path / "wide", TargetShape(num_layers=4, hidden=48, vocab=80))
     draft_dir = save_draft(
         tmp_path / "d", draft_config_dict(other.config), random_draft_tensors(draft_config_dict(other.config))
     )

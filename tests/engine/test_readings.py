@@ -331,13 +331,12 @@ def test_every_engine_reads_each_published_style(style, tmp_path):
     from backend.engine.preflight import load_checked_draft, preflight
     from backend.engine.readings import read_as
     from backend.engine.replay import ReplayConfig, output_ids_of, replay
-    from backend.engine.synthetic import make_target
+    from backend.engine.synthetic import TargetShape, make_target
     from tests.support.oracle import plain_greedy
 
     _, layers, _, expected_aux, switches, refusals = STYLES[style]
-    make_target(
-        tmp_path / "target", num_layers=layers, hidden=64, vocab=256, heads=4, kv_heads=2, seed=layers
-    )
+    shape = TargetShape(num_layers=layers, hidden=64, vocab=256, heads=4, kv_heads=2)
+    make_target(tmp_path / "target", shape, seed=layers)
     target = load_target(tmp_path / "target", device="cpu", dtype="fp32")
     draft_dir, config, raw = write_style(tmp_path / "drafts", style, tmp_path / "target")
     report = preflight(draft_dir, tmp_path / "target")

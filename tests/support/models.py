@@ -76,6 +76,7 @@ def build_pair(
 ) -> Pair:
     from backend.engine.loading import load_target
     from backend.engine.synthetic import (
+        TargetShape,
         copy_draft_tensors,
         draft_config_dict,
         make_target,
@@ -84,15 +85,8 @@ def build_pair(
     )
 
     target_dir, draft_dir = root / f"{name}-target", root / f"{name}-draft"
-    model = make_target(
-        target_dir,
-        num_layers=num_layers,
-        hidden=hidden,
-        vocab=vocab,
-        attention_scale=attention_scale,
-        eos_token_id=eos_token_id,
-        seed=num_layers,
-    )
+    shape = TargetShape(num_layers=num_layers, hidden=hidden, vocab=vocab, eos_token_id=eos_token_id)
+    model = make_target(target_dir, shape, seed=num_layers, attention_scale=attention_scale)
     if draft_kind == "copy":  # third aux chunk must be HF index L (pre-norm output of the last layer)
         aux_ids = [1, 2, num_layers] if layout == "speculators" else [0, 1, num_layers - 1]
     config = draft_config_dict(model.config, draft_vocab=draft_vocab, layout=layout, aux_ids=aux_ids)
