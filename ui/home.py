@@ -17,7 +17,8 @@ def story_of(target_path: str) -> DemoStory | None:
 
 
 def show_demo_story(target_path: str) -> None:
-    story = story_of(target_path)
+    with st.spinner("Reading the bundled drafts as the engines read them (the first time loads torch)..."):
+        story = story_of(target_path)
     if story is None:
         return
     trained, declared = list(story.trained_aux_hf_indices), list(story.declared_aux_hf_indices)
