@@ -120,7 +120,8 @@ def _add_lint(tally: _Tally, lint_findings: list[dict] | None) -> None:
             tally.worsen(
                 level, f"lint ({finding.get('engine', '')}): {finding.get('code')}: {finding.get('message')}"
             )
-    tally.signals["lint"] = _lint_signal(lint_findings)
+    # the lint of the draft's own config under each engine, not of a command (the lint tab checks one)
+    tally.signals["config lint"] = _lint_signal(lint_findings)
 
 
 def _add_probe(tally: _Tally, probe: dict | None) -> None:

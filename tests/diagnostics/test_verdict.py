@@ -34,7 +34,7 @@ def test_cheap_checks_that_pass_leave_the_wiring_unverified_and_point_at_the_pro
     assert verdict.next_check == "wiring probe" and "passes every check above" in verdict.next_why
     assert verdict.signals == {
         "preflight": "passed",
-        "lint": "passed",
+        "config lint": "passed",
         "wiring probe": "not run",
         "train vs serve": "no training feature file",
     }
@@ -111,6 +111,6 @@ def test_the_lint_signal_counts_its_errors_and_never_reads_passed_beside_them():
         {"severity": "warning", "code": "dtype", "message": "z", "engine": "sglang"},
     ]
     verdict = summarise(PASSED, findings, None, None, None)
-    assert verdict.signals["lint"] == "2 errors, 1 warning" and verdict.level == "error"
-    assert summarise(PASSED, findings[2:], None, None, None).signals["lint"] == "1 warning"
-    assert summarise(PASSED, None, None, None, None).signals["lint"] == "not run"
+    assert verdict.signals["config lint"] == "2 errors, 1 warning" and verdict.level == "error"
+    assert summarise(PASSED, findings[2:], None, None, None).signals["config lint"] == "1 warning"
+    assert summarise(PASSED, None, None, None, None).signals["config lint"] == "not run"
