@@ -31,7 +31,7 @@ def pairs(models_root) -> dict:
     name -> tests.support.models.Pair."""
     from tests.support.models import PAIR_SPECS, build_pair
 
-    return {name: build_pair(models_root, name, **spec) for name, spec in PAIR_SPECS.items()}
+    return {name: build_pair(models_root, name, spec) for name, spec in PAIR_SPECS.items()}
 
 
 @pytest.fixture(scope="session")

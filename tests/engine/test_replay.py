@@ -12,7 +12,7 @@ PROMPTS = {
     "copy-L5-context": [[1, 5, 9, 3, 7], [2, 4, 6, 8, 10, 12], [30, 1, 20]],
 }
 NUM_STEPS = [1, 3, 5]
-MAX_NEW = 48
+MAX_NEW = 32  # every rollback path within it (test_accept_patterns_cover_rejection_partial_and_full)
 
 
 @pytest.fixture(scope="module")

@@ -40,40 +40,31 @@ class Pair:
     config: dict
 
 
+@dataclass(frozen=True)
+class PairSpec:
+    """A test pair: the random target's size, and a draft that is random or a copy of the target
+    (`draft_kind`), in `layout`."""
+
+    num_layers: int
+    hidden: int
+    vocab: int
+    draft_kind: str  # "random" | "copy"
+    layout: str = "specforge"
+    draft_vocab: int | None = None
+    attention_scale: float = 1.0
+    eos_token_id: int | None = None
+    aux_ids: list[int] | None = None
+
+
 PAIR_SPECS = {
-    "random-L2": dict(
-        num_layers=2,
-        hidden=32,
-        vocab=96,
-        draft_kind="random",
-        draft_vocab=48,
-        eos_token_id=7,
-        aux_ids=[0, 0, 1],
-    ),
-    "random-L6-eagle": dict(
-        num_layers=6, hidden=48, vocab=128, draft_kind="random", layout="eagle", draft_vocab=64
-    ),
-    "copy-L4-bigram": dict(num_layers=4, hidden=128, vocab=32, draft_kind="copy", attention_scale=0.0),
-    "copy-L5-context": dict(
-        num_layers=5, hidden=128, vocab=32, draft_kind="copy", attention_scale=0.03, layout="speculators"
-    ),
+    "random-L2": PairSpec(2, 32, 96, "random", draft_vocab=48, eos_token_id=7, aux_ids=[0, 0, 1]),
+    "random-L6-eagle": PairSpec(6, 48, 128, "random", layout="eagle", draft_vocab=64),
+    "copy-L4-bigram": PairSpec(4, 128, 32, "copy", attention_scale=0.0),
+    "copy-L5-context": PairSpec(5, 128, 32, "copy", layout="speculators", attention_scale=0.03),
 }
 
 
-def build_pair(
-    root: Path,
-    name: str,
-    *,
-    num_layers: int,
-    hidden: int,
-    vocab: int,
-    draft_kind: str,
-    layout: str = "specforge",
-    draft_vocab: int | None = None,
-    attention_scale: float = 1.0,
-    eos_token_id: int | None = None,
-    aux_ids: list[int] | None = None,
-) -> Pair:
+def build_pair(root: Path, name: str, spec: PairSpec) -> Pair:
     from backend.engine.loading import load_target
     from backend.engine.synthetic import (
         TargetShape,
@@ -85,12 +76,16 @@ def build_pair(
     )
 
     target_dir, draft_dir = root / f"{name}-target", root / f"{name}-draft"
-    shape = TargetShape(num_layers=num_layers, hidden=hidden, vocab=vocab, eos_token_id=eos_token_id)
-    model = make_target(target_dir, shape, seed=num_layers, attention_scale=attention_scale)
-    if draft_kind == "copy":  # third aux chunk must be HF index L (pre-norm output of the last layer)
-        aux_ids = [1, 2, num_layers] if layout == "speculators" else [0, 1, num_layers - 1]
-    config = draft_config_dict(model.config, draft_vocab=draft_vocab, layout=layout, aux_ids=aux_ids)
-    tensors = copy_draft_tensors(model, config) if draft_kind == "copy" else random_draft_tensors(config)
+    layers, layout, aux_ids = spec.num_layers, spec.layout, spec.aux_ids
+    shape = TargetShape(
+        num_layers=layers, hidden=spec.hidden, vocab=spec.vocab, eos_token_id=spec.eos_token_id
+    )
+    model = make_target(target_dir, shape, seed=layers, attention_scale=spec.attention_scale)
+    if spec.draft_kind == "copy":  # third aux chunk must be HF index L (pre-norm output of the last layer)
+        aux_ids = [1, 2, layers] if layout == "speculators" else [0, 1, layers - 1]
+    config = draft_config_dict(model.config, draft_vocab=spec.draft_vocab, layout=layout, aux_ids=aux_ids)
+    copied = spec.draft_kind == "copy"
+    tensors = copy_draft_tensors(model, config) if copied else random_draft_tensors(config)
     save_draft(draft_dir, config, tensors, layout)
     target = load_target(target_dir, device="cpu", dtype="fp32")
     draft, wiring = load_draft(draft_dir, target)

@@ -107,48 +107,9 @@ def oracle_tree_replay(
             probs = torch.softmax(draft.logits(out[-1:])[-1], -1).topk(topk)
             return out[-1:], probs.values.tolist(), draft.to_target_ids(probs.indices).tolist()
 
-        # candidates: (token, score, parent candidate, path hidden, path tokens)
-        root_out, probs, ids = children_of([], [])
-        candidates = [(ids[r], probs[r], -1, [root_out], [ids[r]]) for r in range(topk)]
-        frontier = list(range(topk))
-        for _ in range(1, num_steps):
-            expansions = []
-            for c in frontier:
-                token, score, _, path_hidden, path_tokens = candidates[c]
-                out, probs, ids = children_of(path_hidden, path_tokens)
-                for r in range(topk):
-                    expansions.append(
-                        (ids[r], score * probs[r], c, path_hidden + [out], path_tokens + [ids[r]])
-                    )
-            first = len(candidates)
-            candidates += expansions
-            kept = torch.tensor([e[1] for e in expansions]).topk(topk).indices.tolist()
-            frontier = [first + i for i in kept]
-        chosen = sorted(
-            torch.tensor([c[1] for c in candidates], dtype=torch.float64)
-            .topk(num_draft_tokens - 1)
-            .indices.tolist()
-        )
-        slot, tree_tokens, tree_parents, paths = {}, [], [], []
-        for c in chosen:
-            token, _, parent, _, path_tokens = candidates[c]
-            if parent != -1 and parent not in slot:
-                continue
-            slot[c] = len(tree_tokens)
-            tree_tokens.append(token)
-            tree_parents.append(-1 if parent == -1 else slot[parent])
-            paths.append(path_tokens)
-        # greedy walk: the target argmax after prefix + path, by full forwards
-        accepted_path, node_path = [], []
-        while True:
-            verify_logits, _ = full(tokens + node_path)
-            argmax = int(verify_logits[-1].argmax())
-            parent = accepted_path[-1] if accepted_path else -1
-            match = [i for i, p in enumerate(tree_parents) if p == parent and tree_tokens[i] == argmax]
-            if not match:
-                break
-            accepted_path.append(match[0])
-            node_path.append(argmax)
+        candidates = _grow_candidates(children_of, topk, num_steps)
+        tree_tokens, tree_parents = _choose_nodes(candidates, num_draft_tokens)
+        accepted_path, node_path, argmax = _greedy_walk(full, tokens, tree_tokens, tree_parents)
         steps.append((tree_tokens, tree_parents, accepted_path))
         for token in node_path + [argmax]:
             tokens.append(token)
@@ -156,3 +117,58 @@ def oracle_tree_replay(
             if token in eos or len(output) >= max_new_tokens:
                 break
     return output, steps
+
+
+def _grow_candidates(children_of, topk: int, num_steps: int) -> list[tuple]:
+    """Every candidate, (token, score, parent candidate, path hidden, path tokens): the root's top-k
+    children, then at each depth the top-k children of every frontier node, the frontier being the
+    top-k of those by cumulative probability."""
+    root_out, probs, ids = children_of([], [])
+    candidates = [(ids[r], probs[r], -1, [root_out], [ids[r]]) for r in range(topk)]
+    frontier = list(range(topk))
+    for _ in range(1, num_steps):
+        expansions = []
+        for c in frontier:
+            _, score, _, path_hidden, path_tokens = candidates[c]
+            out, probs, ids = children_of(path_hidden, path_tokens)
+            for r in range(topk):
+                expansions.append((ids[r], score * probs[r], c, path_hidden + [out], path_tokens + [ids[r]]))
+        first = len(candidates)
+        candidates += expansions
+        kept = torch.tensor([e[1] for e in expansions]).topk(topk).indices.tolist()
+        frontier = [first + i for i in kept]
+    return candidates
+
+
+def _choose_nodes(candidates: list[tuple], num_draft_tokens: int) -> tuple[list[int], list[int]]:
+    """(tokens, parents) of the tree: the N-1 best candidates in candidate order, each kept only when
+    its parent was."""
+    chosen = sorted(
+        torch.tensor([c[1] for c in candidates], dtype=torch.float64)
+        .topk(num_draft_tokens - 1)
+        .indices.tolist()
+    )
+    slot, tree_tokens, tree_parents = {}, [], []
+    for c in chosen:
+        token, _, parent, _, _ = candidates[c]
+        if parent != -1 and parent not in slot:
+            continue
+        slot[c] = len(tree_tokens)
+        tree_tokens.append(token)
+        tree_parents.append(-1 if parent == -1 else slot[parent])
+    return tree_tokens, tree_parents
+
+
+def _greedy_walk(full, tokens: list[int], tree_tokens: list[int], tree_parents: list[int]):
+    """(accepted nodes, their tokens, the bonus): from the root, the child whose token is the
+    target's argmax after prefix + path (by full forwards), while there is one."""
+    accepted_path, node_path = [], []
+    while True:
+        verify_logits, _ = full(tokens + node_path)
+        argmax = int(verify_logits[-1].argmax())
+        parent = accepted_path[-1] if accepted_path else -1
+        match = [i for i, p in enumerate(tree_parents) if p == parent and tree_tokens[i] == argmax]
+        if not match:
+            return accepted_path, node_path, argmax
+        accepted_path.append(match[0])
+        node_path.append(argmax)
