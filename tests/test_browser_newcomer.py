@@ -14,7 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.browser import CHROMIUM, CHROMIUM_ARGS, REPO, streamlit_server
+from tests.support.browser import (
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    REPO,
+    probe_then_lint,
+    selected,
+    streamlit_server,
+    wait_idle,
+)
 from tests.support.demo import demo_wiring
 
 SHOTS = REPO / "tests" / "artifacts" / "browser"
@@ -38,17 +46,6 @@ def cli(*args: str) -> dict:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout)
-
-
-def wait_idle(page, timeout=120_000):
-    page.wait_for_timeout(400)
-    page.wait_for_function(
-        "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=timeout
-    )
-
-
-def selected(page, label: str) -> str:
-    return page.get_by_role("combobox", name=label, exact=True).first.input_value()
 
 
 def metric(page, label: str) -> str:
@@ -129,31 +126,6 @@ def diagnose_miswired(page, url: str) -> str:
     return shown
 
 
-def probe_and_lint(page) -> None:
-    """The probe names the trained wiring (or wirings it cannot tell from it); the vLLM lint's fix then
-    uses one the probe named, never the declared one."""
-    trained, declared = demo_wiring()
-    page.get_by_role("tab", name="Wiring probe").click()
-    page.get_by_role("button", name="Run the probe").click()
-    found = page.get_by_text(re.compile("^The draft was (trained on HF|not trained on the declared)")).first
-    found.wait_for(timeout=300_000)
-    probe_text = found.inner_text()
-    assert str(trained) in probe_text
-    named = set(re.findall(r"HF (\[\d+, \d+, \d+\])", probe_text)) - {str(declared)}
-    wait_idle(page)
-    page.screenshot(path=str(SHOTS / "newcomer_4_probe.png"), full_page=True)
-    page.get_by_role("tab", name="Serving-flag lint").click()
-    page.get_by_text("vLLM", exact=True).first.click()
-    wait_idle(page)
-    page.get_by_role("button", name="Lint").click()
-    page.get_by_text("aux-ids-not-trained").first.wait_for(timeout=60_000)
-    wait_idle(page)
-    findings = [t for t in page.locator('[data-testid="stAlert"]').all_inner_texts() if "Fix:" in t]
-    assert findings and all(str(declared) not in t.split("Fix:")[1] for t in findings), findings
-    assert any(w in t.split("Fix:")[1] for t in findings for w in named)
-    page.screenshot(path=str(SHOTS / "newcomer_5_lint.png"), full_page=True)
-
-
 def test_a_newcomer_follows_home_s_start_here_path(tmp_path):
     from playwright.sync_api import sync_playwright
 
@@ -174,7 +146,9 @@ def test_a_newcomer_follows_home_s_start_here_path(tmp_path):
         try:
             compare_final_with_miswired(page, db_url)
             diagnose_miswired(page, url)
-            probe_and_lint(page)
+            probe_then_lint(
+                page, trained, declared, SHOTS / "newcomer_4_probe.png", SHOTS / "newcomer_5_lint.png"
+            )
         finally:
             page.screenshot(path=str(SHOTS / "newcomer_last.png"), full_page=True)  # where it stopped
             browser.close()

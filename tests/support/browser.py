@@ -74,3 +74,43 @@ def streamlit_server(env: dict):
         except subprocess.TimeoutExpired:
             process.kill()
         log.close()
+
+
+def wait_idle(page, timeout=120_000):
+    """Until Streamlit finished rerunning (its status widget gone)."""
+    page.wait_for_timeout(400)
+    page.wait_for_function(
+        "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=timeout
+    )
+
+
+def selected(page, label: str) -> str:
+    """The option a select box labelled exactly `label` shows (the value of its combobox input)."""
+    return page.get_by_role("combobox", name=label, exact=True).first.input_value()
+
+
+def probe_then_lint(page, trained, declared, probe_shot: Path, lint_shot: Path) -> None:
+    """On Diagnostics with the mis-wired draft active: the wiring probe names the trained wiring (its
+    best, or among the wirings it cannot tell from the best), and the vLLM lint's fix then writes a
+    wiring the probe named, never the declared one."""
+    import re
+
+    page.get_by_role("tab", name="Wiring probe").click()
+    page.get_by_role("button", name="Run the probe").click()
+    found = page.get_by_text(re.compile("^The draft was (trained on HF|not trained on the declared)")).first
+    found.wait_for(timeout=300_000)
+    probe_text = found.inner_text()
+    assert str(list(trained)) in probe_text
+    named = set(re.findall(r"HF (\[\d+, \d+, \d+\])", probe_text)) - {str(list(declared))}
+    wait_idle(page)
+    page.screenshot(path=str(probe_shot), full_page=True)
+    page.get_by_role("tab", name="Serving-flag lint").click()
+    page.get_by_text("vLLM", exact=True).first.click()
+    wait_idle(page)
+    page.get_by_role("button", name="Lint").click()
+    page.get_by_text("aux-ids-not-trained").first.wait_for(timeout=60_000)
+    wait_idle(page)
+    findings = [t for t in page.locator('[data-testid="stAlert"]').all_inner_texts() if "Fix:" in t]
+    assert findings and all(str(list(declared)) not in t.split("Fix:")[1] for t in findings), findings
+    assert any(w in t.split("Fix:")[1] for t in findings for w in named)
+    page.screenshot(path=str(lint_shot), full_page=True)
