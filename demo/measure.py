@@ -87,7 +87,7 @@ def evaluate(
     )
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -97,7 +97,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--old-label", help="how the report names --old-target (default: its path)")
     parser.add_argument("--demo", type=Path, default=DEMO, help="the demo folder (default: demo)")
     parser.add_argument("--out", type=Path, help="default: DEMO/MEASURED.md")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_arguments(argv)
     demo = args.demo
     started = time.time()
     target_dir = demo / "target"
