@@ -17,19 +17,19 @@ Run with `PYTHONPATH=. python bench/replay_bench.py --demo` (this module does th
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
 from backend.defaults import DEMO_DRAFTS, DEMO_EVAL, DEMO_TARGET
-from backend.engine.lean_target import OPT_OUT
 from backend.engine.loading import load_target
 from backend.engine.preflight import load_checked_draft
 from backend.engine.replay import ReplayConfig, output_ids_of, replay
+from backend.engine.target_runner import TransformersRunner
 from backend.service.database import open_database
 from backend.service.jobs import run_replay_job
 from backend.service.requests import ReplayRequest
@@ -54,7 +54,9 @@ def run_demo(
     folder = tempfile.mkdtemp(prefix="demo_bench_")
     database = open_database(f"sqlite:///{folder}/bench.db")
 
-    def job(prompt, tokens, shape=None):
+    hf_target = replace(target, runner=TransformersRunner(target.model))  # SPECLENS_LEAN_TARGET=0's runner
+
+    def job(prompt, tokens, shape=None, on=target):
         steps, topk, draft_tokens = shape or (num_steps, None, None)
         request = ReplayRequest(
             str(DEMO_TARGET),
@@ -65,7 +67,7 @@ def run_demo(
             topk=topk,
             num_draft_tokens=draft_tokens,
         )
-        outcome = run_replay_job(database, target, draft, request, report.wiring, prompt)
+        outcome = run_replay_job(database, on, draft, request, report.wiring, prompt)
         return outcome.output_ids, len(outcome.steps)
 
     def engine(prompt, tokens, record, shape=None):
@@ -74,24 +76,13 @@ def run_demo(
         records = list(replay(target, draft, prompt, report.wiring, config))
         return output_ids_of(records), len(records) - 1
 
-    def transformers_forward(prompt, tokens):
-        previous = os.environ.get(OPT_OUT)
-        os.environ[OPT_OUT] = "0"
-        try:
-            return job(prompt, tokens)
-        finally:
-            if previous is None:
-                os.environ.pop(OPT_OUT)
-            else:
-                os.environ[OPT_OUT] = previous
-
     run = {
         "generate": lambda p, n: (generate(target, p, n), None),
         "loop": lambda p, n: (greedy_loop(target, p, n), None),
         "replay": lambda p, n: engine(p, n, False),
         "record": lambda p, n: engine(p, n, True),
         "job": job,
-        "job_hf": transformers_forward,
+        "job_hf": lambda p, n: job(p, n, on=hf_target),
         "tree": lambda p, n: engine(p, n, False, tree),
         "tree_record": lambda p, n: engine(p, n, True, tree),
         "tree_job": lambda p, n: job(p, n, tree),

@@ -38,7 +38,6 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from backend.diagnostics.precision import divergence_explained, self_disagreement
 from backend.engine.draft_config import parse_draft_config
-from backend.engine.kv_cache import new_target_cache, target_forward
 from backend.engine.loading import DraftFiles, Target, build_draft, load_target, pick_dtype
 from backend.engine.preflight import check_draft, load_checked_draft
 from backend.engine.records import StepRecord
@@ -54,6 +53,7 @@ from backend.engine.synthetic import (
     random_draft_tensors,
     save_draft,
 )
+from backend.engine.target_runner import TransformersRunner
 from backend.service.database import open_database
 from backend.service.jobs import run_replay_job
 from backend.service.requests import ReplayRequest
@@ -126,15 +126,16 @@ def generate(target: Target, prompt: list[int], new_tokens: int) -> list[int]:
 
 def greedy_loop(target: Target, prompt: list[int], new_tokens: int) -> list[int]:
     """A plain cached greedy loop: prefill, then one 1-token forward per token (no generate overhead),
-    ending at an EOS as `generate` does."""
+    ending at an EOS as `generate` does. On transformers' own forward, as `generate` runs."""
     eos = set(target.eos_token_ids)
+    runner = TransformersRunner(target.model)
     with torch.inference_mode():
-        cache = new_target_cache(target.model)
-        logits = target_forward(target.model, torch.tensor([prompt], device=target.device), cache, 0).logits
+        cache = runner.new_cache()
+        logits = runner.forward(torch.tensor([prompt], device=target.device), cache, 0).logits
         output = [int(logits[0, -1].argmax())]
         while len(output) < new_tokens and output[-1] not in eos:
             ids = torch.tensor([[output[-1]]], device=target.device)
-            logits = target_forward(target.model, ids, cache, len(prompt) + len(output) - 1).logits
+            logits = runner.forward(ids, cache, len(prompt) + len(output) - 1).logits
             output.append(int(logits[0, -1].argmax()))
     return output
 

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 
 from backend.engine.draft_config import parse_draft_config
 from backend.engine.draft_model import Eagle3Draft
+from backend.engine.kv_cache import TTTCache
 from backend.engine.synthetic import vocab_mapping
 
 TTT_DECAY = 0.8
@@ -92,26 +93,19 @@ def ttt_loss(
     causal = torch.ones_like(same_doc).tril() & same_doc
     diagonal = torch.eye(len(ids), dtype=torch.bool)
     hidden = draft.fuse(features)
-    past: list[list[tuple]] = [[] for _ in draft.layers]
+    cache = TTTCache(len(draft.layers))  # each step's keys/values, concatenated (autograd-safe)
     total = torch.zeros(())
     correct, counted = [], []
     for step in range(steps):
         source = position + 1 + step
         token_index = starts + source.clamp(max=last)
-        override = (
-            [(torch.cat([k for k, _ in p], -2), torch.cat([v for _, v in p], -2)) for p in past]
-            if step
-            else None
-        )
-        hidden, new_kvs = draft(
+        hidden, _ = draft(
             hidden,
             ids[token_index],
             position + step,
+            cache,
             mask=torch.cat([causal] + [diagonal] * step, dim=1),
-            past_override=override,
         )
-        for layer_past, kv in zip(past, new_kvs, strict=True):
-            layer_past.append(kv)
         logits = draft.logits(hidden)
         use = (
             (source <= last)

@@ -17,7 +17,6 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from backend.engine.kv_cache import crop_target_cache, new_target_cache, target_forward
 from backend.engine.loading import Target
 
 DEFINITION = (
@@ -49,15 +48,13 @@ def _chunk_and_decode(
     """From a cache holding exactly `start` positions: the argmax rows of `chunk` fed as one forward,
     and of its first `decoded` tokens (default all) fed one at a time. The cache ends holding the
     1-token path."""
-    device = target.device
-    batched = target_forward(target.model, torch.tensor([chunk], device=device), cache, start).logits[0]
+    device, runner = target.device, target.runner
+    batched = runner.forward(torch.tensor([chunk], device=device), cache, start).logits[0]
     batched_argmax = batched.argmax(-1).tolist()
-    crop_target_cache(cache, start)
+    cache.crop(start)
     sequential_argmax = []
     for offset, token in enumerate(chunk[:decoded]):
-        logits = target_forward(
-            target.model, torch.tensor([[token]], device=device), cache, start + offset
-        ).logits
+        logits = runner.forward(torch.tensor([[token]], device=device), cache, start + offset).logits
         sequential_argmax.append(int(logits[0, -1].argmax()))
     return batched_argmax, sequential_argmax
 
@@ -70,8 +67,8 @@ def self_disagreement(
     width = num_steps + 1
     disagreeing, compared = [], 0
     with torch.inference_mode():
-        cache = new_target_cache(target.model)
-        target_forward(target.model, torch.tensor([prompt_ids], device=target.device), cache, 0)
+        cache = target.runner.new_cache()
+        target.runner.forward(torch.tensor([prompt_ids], device=target.device), cache, 0)
         position = len(prompt_ids)
         for first in range(0, len(continuation), width):
             chunk = continuation[first : first + width]
@@ -95,27 +92,27 @@ def divergence_explained(target: Target, prompt_ids: list[int], steps: list, out
     accepted). The draft plays no part. Where the two argmaxes differ the divergence is the target's
     batch-vs-sequential rounding (explained); where they agree, the replay itself is wrong there.
     """
-    device = target.device
+    device, runner = target.device, target.runner
     position = len(prompt_ids) + output_index  # absolute position of the diverging token
     step = next(s for s in steps if s.position < position <= s.position + len(s.committed_ids))
     sequence = list(prompt_ids) + [steps[0].pending_token] + [t for s in steps for t in s.committed_ids]
     with torch.inference_mode():
-        cache = new_target_cache(target.model)
-        logits = target_forward(target.model, torch.tensor([prompt_ids], device=device), cache, 0).logits
+        cache = runner.new_cache()
+        logits = runner.forward(torch.tensor([prompt_ids], device=device), cache, 0).logits
         decode_argmax = int(logits[0, -1].argmax())
         for at in range(len(prompt_ids), position):
             ids = torch.tensor([[sequence[at]]], device=device)
-            decode_argmax = int(target_forward(target.model, ids, cache, at).logits[0, -1].argmax())
+            decode_argmax = int(runner.forward(ids, cache, at).logits[0, -1].argmax())
 
-        cache = new_target_cache(target.model)
-        target_forward(target.model, torch.tensor([prompt_ids], device=device), cache, 0)
+        cache = runner.new_cache()
+        runner.forward(torch.tensor([prompt_ids], device=device), cache, 0)
         for earlier in steps:
             chunk = torch.tensor([[earlier.pending_token] + earlier.drafted_ids], device=device)
-            rows = target_forward(target.model, chunk, cache, earlier.position).logits[0]
+            rows = runner.forward(chunk, cache, earlier.position).logits[0]
             if earlier is step:
                 verify_argmax = int(rows[position - 1 - earlier.position].argmax())
                 break
-            crop_target_cache(cache, earlier.position + earlier.accepted_count + 1)
+            cache.crop(earlier.position + earlier.accepted_count + 1)
     return {
         "verify_argmax": verify_argmax,
         "decode_argmax": decode_argmax,

@@ -2,6 +2,8 @@
 
 Hooks capture only the requested indices (no `output_hidden_states`, which keeps all L+1) and
 always the pre-norm stream, including index L (where `hidden_states[L]` in transformers is post-norm).
+The replay's target forwards capture through their runner (backend/engine/target_runner.py): with
+these hooks on transformers' forward, by returning the states on the lean forward.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ class AuxCapture:
     def __init__(self, model, aux_hf_indices):
         self.indices = tuple(aux_hf_indices)
         self.captured: dict[int, torch.Tensor] = {}
-        layers = decoder_layers(model)
+        layers = decoder_layers(model) if self.indices else None  # nothing asked: no hooks
         self.handles = []
         for index in sorted(set(self.indices)):
             if index == 0:  # the input of layer 0: hidden_states[0] even where a model scales its embeddings
@@ -37,14 +39,12 @@ class AuxCapture:
         def store(_module, _inputs, output):
             self.captured[index] = output[0] if isinstance(output, tuple) else output
 
-        store.speclens_capture = True  # backend/engine/lean_target.py calls these hooks itself
         return store
 
     def _input_hook(self):
         def store(_module, args, kwargs):
             self.captured[0] = args[0] if args else kwargs["hidden_states"]
 
-        store.speclens_capture = True
         return store
 
     def features(self) -> torch.Tensor:

@@ -11,6 +11,14 @@ draft's own previous output, H wide), the embeddings of the tokens one ahead, an
 
 Which variants apply, what is fed back (out, or norm(out) under EAGLE 3.1 readings) and whose
 embedding `e` is come from a `DraftMath`: the reading of one engine (backend/engine/readings.py).
+
+There is one forward. Keys and values go through a cache object that appends them and returns every
+entry attention sees: a `KVCache` for inference (the replay, trees), a `TTTCache` for the
+teacher-forced TTT layout (backend/engine/kv_cache.py). Below `Eagle3Draft` the layers run their
+modules' arithmetic (`F.linear`, `F.rms_norm`, RoPE as one roll) rather than calling each module,
+which is what makes a draft step cheap; tests/engine/test_lean_target.py checks it against the
+modules called as modules, bit for bit. So a forward hook on a submodule of the draft (a layer, a
+projection) does not run; one on the `Eagle3Draft` itself does. SpecLens registers none.
 """
 
 from __future__ import annotations
@@ -18,15 +26,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers.models.llama.modeling_llama import (
-    LlamaMLP,
-    LlamaRMSNorm,
-    LlamaRotaryEmbedding,
-    apply_rotary_pos_emb,
-)
+from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm, LlamaRotaryEmbedding
 
 from backend.engine.draft_config import DraftConfig
-from backend.engine.kv_cache import DraftKVCache
+from backend.engine.kv_cache import KVCache, TTTCache
 from backend.engine.readings import DraftMath
 
 
@@ -78,43 +81,11 @@ class DraftAttention(nn.Module):
             self.q_norm = LlamaRMSNorm(self.head_dim, eps=config.rms_norm_eps)
             self.k_norm = LlamaRMSNorm(self.head_dim, eps=config.rms_norm_eps)
 
-    def forward(
-        self,
-        x,
-        rope,
-        mask,
-        past=None,
-        cache: DraftKVCache | None = None,
-        layer: int = 0,
-        qk_norm: bool = False,
-    ):
-        """x [m, W] -> attention output [m, H], and this call's new (keys, values).
-
-        Keys come from the cache (inference: the new entries are appended first) or from `past`
-        (the teacher-forced TTT layout); mask [m, all keys] bool, True = attend, None = attend to all.
-        """
-        m = x.shape[0]
-        q = self.q_proj(x).view(m, self.num_heads, self.head_dim)
-        k = self.k_proj(x).view(m, self.num_kv_heads, self.head_dim)
-        if qk_norm:
-            q, k = self.q_norm(q), self.k_norm(k)
-        q, k = q.transpose(0, 1), k.transpose(0, 1)
-        v = self.v_proj(x).view(m, self.num_kv_heads, self.head_dim).transpose(0, 1)
-        cos, sin = rope
-        q, k = apply_rotary_pos_emb(q[None], k[None], cos, sin)
-        q, k = q[0], k[0]
-        if cache is not None:
-            keys, values = cache.append(layer, k, v)
-        elif past is not None:
-            keys, values = torch.cat([past[0], k], dim=-2), torch.cat([past[1], v], dim=-2)
-        else:
-            keys, values = k, v
-        attended = attend(q, keys, values, mask, self.num_heads != self.num_kv_heads)
-        return self.o_proj(attended.transpose(0, 1).reshape(m, -1)), (k, v)
-
-    def lean(self, x, cos, signed_sin, mask, cache: DraftKVCache | None, layer: int, qk_norm: bool):
-        """`forward` without module calls (no `past`): the same operations on the same numbers.
-        q and k are rotated together; cos/signed_sin are [m, head_dim]."""
+    def forward(self, x, cos, signed_sin, mask, cache: KVCache | TTTCache | None, layer: int, qk_norm: bool):
+        """x [m, W] -> attention output [m, H], and this call's new (keys, values) [kv_heads, m, d].
+        The new entries are appended to `cache` first (None: attend to them alone); mask [m, all keys]
+        bool, True = attend, None = attend to all. q and k are rotated together; cos/signed_sin are
+        [m, head_dim]."""
         m = x.shape[0]
         q = linear(self.q_proj, x).view(m, self.num_heads, self.head_dim)
         k = linear(self.k_proj, x).view(m, self.num_kv_heads, self.head_dim)
@@ -142,21 +113,7 @@ class DraftLayer(nn.Module):
         self.post_attention_layernorm = LlamaRMSNorm(hidden, eps=config.rms_norm_eps)
         self.mlp = LlamaMLP(config.llama_config)
 
-    def forward(self, hidden, embeds, rope, mask, math: DraftMath, past=None, cache=None, layer=0):
-        if self.first:
-            normed_hidden = self.hidden_norm(hidden)
-            attn_in = torch.cat([self.input_layernorm(embeds), normed_hidden], dim=-1)
-            residual = normed_hidden if math.norm_before_residual else hidden
-        else:
-            attn_in = self.input_layernorm(hidden)
-            residual = hidden
-        attended, new_kv = self.self_attn(attn_in, rope, mask, past, cache, layer, math.qk_norm)
-        hidden = residual + attended
-        hidden = hidden + self.mlp(self.post_attention_layernorm(hidden))
-        return hidden, new_kv
-
-    def lean(self, hidden, embeds, cos, signed_sin, mask, math: DraftMath, cache, layer):
-        """`forward` without module calls (no `past`): the same operations on the same numbers."""
+    def forward(self, hidden, embeds, cos, signed_sin, mask, math: DraftMath, cache, layer):
         if self.first:
             normed_hidden = rms_norm(self.hidden_norm, hidden)
             attn_in = torch.cat([rms_norm(self.input_layernorm, embeds), normed_hidden], dim=-1)
@@ -164,7 +121,8 @@ class DraftLayer(nn.Module):
         else:
             attn_in = rms_norm(self.input_layernorm, hidden)
             residual = hidden
-        attended, new_kv = self.self_attn.lean(attn_in, cos, signed_sin, mask, cache, layer, math.qk_norm)
+        attention = self.self_attn.forward  # the arithmetic, not the module call (module docstring)
+        attended, new_kv = attention(attn_in, cos, signed_sin, mask, cache, layer, math.qk_norm)
         hidden = residual + attended
         x = rms_norm(self.post_attention_layernorm, hidden)
         mlp = self.mlp
@@ -232,49 +190,32 @@ class Eagle3Draft(nn.Module):
         hidden,
         token_ids,
         positions,
-        cache: DraftKVCache | None = None,
+        cache: KVCache | TTTCache | None = None,
         mask=None,
-        past_override=None,
         math: DraftMath | None = None,
     ):
         """Run the draft over m positions: hidden [m, H] (`fuse`d target features, or the draft's own
         previous output), token_ids [m] (the tokens one ahead), positions [m] (RoPE positions).
 
         Returns the output hidden [m, H] (pre-norm) and each layer's new (keys, values).
-        With a cache, attention covers the cached entries and the new ones are appended.
-        `past_override` (per layer keys/values) and `mask` serve the teacher-forced TTT layout.
+        With a cache, attention covers the cached entries and the new ones are appended (None:
+        the m new entries alone). `mask` [m, all keys] bool (None: causal over the cache and the new
+        entries); the TTT layout and the trees pass their own.
         """
         math = math or self.default_math
         embeds = self.embed(token_ids, math).to(hidden.dtype)
         if self.rotary.inv_freq.device != hidden.device:
             self.rotary.to(hidden.device)
-        rope = self.rotary(hidden, positions[None])
+        cos, sin = self.rotary(hidden, positions[None])
+        cos, signed_sin = cos[0], signed(sin[0])
         num_past = len(cache) if cache is not None else 0
         if mask is None and hidden.shape[0] > 1:  # one new query may attend to every entry
             mask = causal_mask(num_past, hidden.shape[0], hidden.device)
         new_kvs = []
-        if past_override is None and not self._hooked():  # the same numbers without module calls
-            cos, signed_sin = rope[0][0], signed(rope[1][0])
-            for index, layer in enumerate(self.layers):
-                hidden, new_kv = layer.lean(hidden, embeds, cos, signed_sin, mask, math, cache, index)
-                new_kvs.append(new_kv)
-            return hidden, new_kvs
         for index, layer in enumerate(self.layers):
-            past = past_override[index] if past_override is not None else None
-            hidden, new_kv = layer(hidden, embeds, rope, mask, math, past, cache, index)
+            hidden, new_kv = layer.forward(hidden, embeds, cos, signed_sin, mask, math, cache, index)
             new_kvs.append(new_kv)
         return hidden, new_kvs
-
-    def _hooked(self) -> bool:
-        """Whether any hook would see the draft's submodules run (then they run as modules)."""
-        from torch.nn.modules import module as torch_module
-
-        if torch_module._global_forward_hooks or torch_module._global_forward_pre_hooks:
-            return True
-        modules = self.__dict__.get("_layer_modules")
-        if modules is None:
-            modules = self.__dict__["_layer_modules"] = list(self.layers.modules())
-        return any(m._forward_hooks or m._forward_pre_hooks for m in modules)
 
     def logits(self, hidden: torch.Tensor, math: DraftMath | None = None) -> torch.Tensor:
         """Draft-vocab logits [m, Vd] in fp32."""

@@ -1,11 +1,19 @@
-"""Every KV-cache operation of SpecLens lives here (docs/reference.md §7).
+"""The KV caches of SpecLens: one protocol, three kinds of entries (docs/reference.md §7).
+
+Every cache object updates itself and is asked nothing about its kind: `length` (entries held),
+`crop(keep)` (keep the first `keep` entries) and `keep_rows(start, rows)` (after a tree verify: keep
+the entries before `start`, then start + r for r in `rows`). The forward that feeds a cache appends to
+it: `KVCache.append` for the lean target forward (backend/engine/lean_target.py) and the draft
+(backend/engine/draft_model.py), `TTTCache.append` for the teacher-forced TTT layout, and transformers
+itself (`DynamicCache.update`) for `HFCache`, the cache of transformers' own forward
+(backend/engine/target_runner.py).
 
 transformers renamed the forward argument `past_key_values` to `cache` within 5.x (5.17 still takes
 `past_key_values`), and a name a version does not take is swallowed by `**kwargs`: the cache then
-silently stays empty. So the argument is chosen from the model's own forward signature, and every
-target forward checks that the cache grew by the tokens fed. `DynamicCache.crop` takes a negative
-count in 5.x (a positive one raises; in 4.x `crop(0)` emptied the cache), so crop is called only
-when something must go.
+silently stays empty. So the argument is chosen from the model's own forward signature
+(`cache_argument`), and the transformers runner checks that the cache grew by the tokens fed.
+`DynamicCache.crop` takes a negative count in 5.x (a positive one raises; in 4.x `crop(0)` emptied the
+cache), so `HFCache.crop` calls it only when something must go.
 """
 
 from __future__ import annotations
@@ -14,133 +22,29 @@ import inspect
 from functools import cache
 
 import torch
-import transformers
 from transformers import DynamicCache
 
 
-def new_target_cache(model) -> DynamicCache:
-    """A cache that keeps every position. Built from the model's config, transformers gives
-    sliding-window layers (gpt-oss, Gemma) a cache that forgets past the window and then cannot be
-    cropped back after a rejected draft; a full cache with the model's own sliding-window masks
-    computes the same attention."""
-    return DynamicCache()
+def _check_crop(length: int, keep: int) -> None:
+    if keep > length:
+        raise ValueError(f"cannot grow a cache by cropping ({length} -> {keep})")
 
 
-def new_replay_cache(model):
-    """The cache a replay runs on: a `TargetKVCache` driven by the lean forward when the model has
-    one that reproduces transformers' own bit for bit (backend/engine/lean_target.py: Llama on the
-    CPU), else `new_target_cache`. `target_forward`, `crop_target_cache` and `keep_rows` take either."""
-    from backend.engine.lean_target import lean_target
-
-    lean = lean_target(model)
-    if lean is None:
-        return new_target_cache(model)
-    cache = lean.new_cache()
-    cache.lean = lean
-    return cache
-
-
-def cache_length(cache: DynamicCache) -> int:
-    return int(cache.get_seq_length())
-
-
-def crop_target_cache(cache: DynamicCache, keep: int) -> None:
-    """Drop entries so that `keep` remain. Calls crop only when something must go."""
-    remove = cache_length(cache) - keep
-    if remove < 0:
-        raise ValueError(f"cannot grow a cache by cropping ({cache_length(cache)} -> {keep})")
-    if remove:
-        cache.crop(-remove)
-
-
-@cache
-def cache_argument(model_class: type) -> str:
-    """The forward keyword this transformers version's model takes for the KV cache."""
-    parameters = inspect.signature(model_class.forward).parameters
-    return "past_key_values" if "past_key_values" in parameters else "cache"
-
-
-def keep_rows(cache: DynamicCache, start: int, rows: list[int]) -> None:
-    """Keep the entries before `start`, then the entries start + r for r in `rows`, in that order:
-    after a tree verify, the root and the accepted path stay and every other node goes. Rows that
-    already sit where they belong (a chain, or a path down the first branches) only crop."""
-    if rows == list(range(len(rows))):
-        crop_target_cache(cache, start + len(rows))
-        return
-    if hasattr(cache, "keep_rows"):  # a TargetKVCache (lean forward)
-        cache.keep_rows(start, rows)
-        return
-    for layer in cache.layers:
-        index = torch.tensor(rows, device=layer.keys.device) + start
-        layer.keys = torch.cat([layer.keys[..., :start, :], layer.keys.index_select(-2, index)], dim=-2)
-        layer.values = torch.cat([layer.values[..., :start, :], layer.values.index_select(-2, index)], dim=-2)
-
-
-def target_forward(
-    model,
-    input_ids: torch.Tensor,
-    cache: DynamicCache | None,
-    start_position: int,
-    tree: tuple[torch.Tensor, torch.Tensor] | None = None,
-):
-    """One forward of the target over `input_ids` [1, T] at positions start..start+T-1.
-
-    Returns the model output (logits [1, T, V]). With a cache, the cache grows by T entries.
-    `tree` = (depths [T], visible [T, T] bool: row i sees column j) verifies a draft tree in one
-    forward: token i sits at position start + depths[i] and attends to every cached entry and to
-    the tree tokens it sees (itself and its ancestors). The mask is additive (0 / dtype min), the
-    form both eager and SDPA attention take as a custom 4D mask.
-    """
-    lean = getattr(cache, "lean", None)
-    if lean is not None and lean.model_ref() is model:  # a TargetKVCache: the lean forward (it always grows)
-        return lean.forward(input_ids, cache, start_position, tree)
-    length = input_ids.shape[1]
-    positions = torch.arange(start_position, start_position + length, device=input_ids.device)[None]
-    extra = {}
-    if tree is not None:
-        depths, visible = tree
-        positions = (start_position + depths.to(input_ids.device))[None]
-        past = cache_length(cache) if cache is not None else 0
-        seen = torch.ones(length, past + length, dtype=torch.bool, device=input_ids.device)
-        seen[:, past:] = visible.to(input_ids.device)
-        dtype = model.get_input_embeddings().weight.dtype
-        mask = torch.zeros(seen.shape, dtype=dtype, device=input_ids.device)
-        extra["attention_mask"] = mask.masked_fill(~seen, torch.finfo(dtype).min)[None, None]
-    if cache is None:
-        return _on(
-            model(input_ids=input_ids, position_ids=positions, use_cache=False, **extra), input_ids.device
-        )
-    before = cache_length(cache)
-    argument = cache_argument(type(model))
-    output = model(input_ids=input_ids, position_ids=positions, use_cache=True, **{argument: cache}, **extra)
-    output = _on(output, input_ids.device)
-    if cache_length(cache) != before + length:
-        raise RuntimeError(
-            f"the target's KV cache did not grow by the {length} tokens fed ({before} -> {cache_length(cache)}): "
-            f"transformers {transformers.__version__} ignored the '{argument}' argument of "
-            f"{type(model).__name__}.forward"
-        )
-    return output
-
-
-def _on(output, device: torch.device):
-    """Logits where the inputs are: a target split across devices computes them on its last one."""
-    if output.logits.device != device:
-        output.logits = output.logits.to(device)
-    return output
-
-
-class DraftKVCache:
-    """Keys/values of the draft's decoder layers for one sequence; entry i is RoPE position i.
-
-    Buffers grow by doubling, so appending a step copies nothing already stored, and rolling back
-    the speculative chain (`crop_to`) only moves the length.
-    """
+class KVCache:
+    """Keys/values of a model's layers for one sequence, in buffers with room to grow (a quarter
+    more, at least 64 entries): entry i is RoPE position i of the committed sequence (tree verifies
+    keep the root and the accepted path). `append` writes only the new entries and returns views
+    over every entry of the layer; `crop` only moves the length. Entries are [..., T, head_dim]
+    ([1, heads, T, d] for the target, [heads, m, d] for the draft)."""
 
     def __init__(self, num_layers: int):
         self.keys: list[torch.Tensor | None] = [None] * num_layers
         self.values: list[torch.Tensor | None] = [None] * num_layers
         self.lengths = [0] * num_layers
+
+    @property
+    def length(self) -> int:
+        return self.lengths[0]
 
     def __len__(self) -> int:
         return self.lengths[0]
@@ -148,24 +52,108 @@ class DraftKVCache:
     def append(
         self, layer: int, keys: torch.Tensor, values: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Store [heads, m, head_dim] new entries; return views over every entry of the layer."""
-        start, new = self.lengths[layer], keys.shape[-2]
+        """Store the new entries of `layer`; return views over every entry of the layer."""
+        start = self.lengths[layer]
+        end = start + keys.shape[-2]
         buffer = self.keys[layer]
-        if buffer is None or buffer.shape[-2] < start + new:
-            capacity = max(64, 2 * (start + new))
+        if buffer is None or buffer.shape[-2] < end:
+            capacity = max(end + 64, end + end // 4)  # room to grow, never twice the cache
             self.keys[layer] = self._grown(buffer, keys, capacity, start)
             self.values[layer] = self._grown(self.values[layer], values, capacity, start)
-        self.keys[layer][..., start : start + new, :] = keys
-        self.values[layer][..., start : start + new, :] = values
-        self.lengths[layer] = start + new
-        return self.keys[layer][..., : start + new, :], self.values[layer][..., : start + new, :]
+        key_buffer, value_buffer = self.keys[layer], self.values[layer]
+        key_buffer[..., start:end, :] = keys
+        value_buffer[..., start:end, :] = values
+        self.lengths[layer] = end
+        return key_buffer[..., :end, :], value_buffer[..., :end, :]
 
     @staticmethod
-    def _grown(buffer, like: torch.Tensor, capacity: int, keep: int) -> torch.Tensor:
+    def _grown(buffer: torch.Tensor | None, like: torch.Tensor, capacity: int, keep: int) -> torch.Tensor:
         grown = like.new_empty((*like.shape[:-2], capacity, like.shape[-1]))
         if buffer is not None and keep:
             grown[..., :keep, :] = buffer[..., :keep, :]
         return grown
 
-    def crop_to(self, keep: int) -> None:
-        self.lengths = [min(length, keep) for length in self.lengths]
+    def crop(self, keep: int) -> None:
+        _check_crop(self.length, keep)
+        self.lengths = [keep] * len(self.lengths)
+
+    def keep_rows(self, start: int, rows: list[int]) -> None:
+        """Keep the entries before `start`, then start + r for r in `rows`, in that order. Rows that
+        already sit where they belong (a chain, or a path down the first branches) only crop."""
+        if rows != list(range(len(rows))):
+            for layer, keys in enumerate(self.keys):
+                if keys is None:
+                    continue
+                index = torch.tensor(rows, device=keys.device) + start
+                end = start + len(rows)
+                keys[..., start:end, :] = keys.index_select(-2, index)
+                values = self.values[layer]
+                values[..., start:end, :] = values.index_select(-2, index)
+        self.crop(start + len(rows))
+
+
+class TTTCache:
+    """The draft's keys/values in the teacher-forced TTT layout (backend/engine/teacher.py): one block
+    of m entries per TTT step, attention over every block (the mask decides what each index sees).
+    Blocks are concatenated, never written in place, so training (demo/train_draft.py) can
+    backpropagate through them; a TTT cache is only ever appended to."""
+
+    def __init__(self, num_layers: int):
+        self.blocks: list[list[tuple[torch.Tensor, torch.Tensor]]] = [[] for _ in range(num_layers)]
+
+    @property
+    def length(self) -> int:
+        return sum(keys.shape[-2] for keys, _ in self.blocks[0])
+
+    def __len__(self) -> int:
+        return self.length
+
+    def append(
+        self, layer: int, keys: torch.Tensor, values: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        blocks = self.blocks[layer]
+        blocks.append((keys, values))
+        if len(blocks) == 1:
+            return keys, values
+        return torch.cat([k for k, _ in blocks], dim=-2), torch.cat([v for _, v in blocks], dim=-2)
+
+
+class HFCache:
+    """transformers' own `DynamicCache` behind the same protocol; transformers' forward appends to
+    `inner` (backend/engine/target_runner.py `TransformersRunner`).
+
+    A cache that keeps every position: built from the model's config, transformers gives
+    sliding-window layers (gpt-oss, Gemma) a cache that forgets past the window and then cannot be
+    cropped back after a rejected draft; a full cache with the model's own sliding-window masks
+    computes the same attention."""
+
+    def __init__(self):
+        self.inner = DynamicCache()
+
+    @property
+    def length(self) -> int:
+        return int(self.inner.get_seq_length())
+
+    def crop(self, keep: int) -> None:
+        length = self.length
+        _check_crop(length, keep)
+        if keep < length:
+            self.inner.crop(keep - length)
+
+    def keep_rows(self, start: int, rows: list[int]) -> None:
+        if rows == list(range(len(rows))):
+            self.crop(start + len(rows))
+            return
+        for layer in self.inner.layers:
+            index = torch.tensor(rows, device=layer.keys.device) + start
+            layer.keys = torch.cat([layer.keys[..., :start, :], layer.keys.index_select(-2, index)], dim=-2)
+            layer.values = torch.cat(
+                [layer.values[..., :start, :], layer.values.index_select(-2, index)], dim=-2
+            )
+
+
+@cache
+def cache_argument(model_class: type) -> str:
+    """The forward keyword this transformers version's model takes for the KV cache."""
+    parameters = inspect.signature(model_class.forward).parameters
+    return "past_key_values" if "past_key_values" in parameters else "cache"

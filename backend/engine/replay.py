@@ -28,15 +28,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from backend.engine.capture import AuxCapture
 from backend.engine.draft_model import Eagle3Draft
-from backend.engine.kv_cache import (
-    DraftKVCache,
-    crop_target_cache,
-    keep_rows,
-    new_replay_cache,
-    target_forward,
-)
+from backend.engine.kv_cache import KVCache
 from backend.engine.loading import Target
 from backend.engine.metrics import simulated_accept_length
 from backend.engine.readings import DraftMath
@@ -145,7 +138,7 @@ def accepted_prefix_length(drafted: list[int], target_argmax: list[int]) -> int:
 
 
 def draft_catch_up(
-    draft: Eagle3Draft, cache: DraftKVCache, cursor: Cursor, math: DraftMath | None = None
+    draft: Eagle3Draft, cache: KVCache, cursor: Cursor, math: DraftMath | None = None
 ) -> torch.Tensor:
     """1. Run the draft over committed positions with (A_p, x_{p+1}); return the last output hidden
     [1, H], from which d_1 is read."""
@@ -159,7 +152,7 @@ def draft_catch_up(
 
 
 def draft_chain(
-    draft: Eagle3Draft, cache: DraftKVCache, hidden: torch.Tensor, position: int, config: ReplayConfig
+    draft: Eagle3Draft, cache: KVCache, hidden: torch.Tensor, position: int, config: ReplayConfig
 ) -> Proposal:
     """2. Propose d_1..d_K. `hidden` is the catch-up output at `position` (= n-1); step j feeds
     (out_{j-1}, d_j) at RoPE position n-1+j.
@@ -192,20 +185,21 @@ def draft_chain(
     return proposal
 
 
-def verify(target: Target, capture: AuxCapture, cache, cursor: Cursor, drafted: list[int]) -> Verdict:
+def verify(target: Target, wiring: Wiring, cache, cursor: Cursor, drafted: list[int]) -> Verdict:
     """3-4. One target forward over [x_n, d_1..d_K]; accept the longest agreeing prefix."""
     ids = torch.tensor([[cursor.pending] + drafted], device=target.device)
-    logits = target_forward(target.model, ids, cache, cursor.position).logits[0]
+    output = target.runner.forward(ids, cache, cursor.position, capture=wiring.aux_hf_indices)
+    logits = output.logits[0]
     target_argmax = logits.argmax(-1).tolist()
     accepted = accepted_prefix_length(drafted, target_argmax)
-    features = capture.features()[: accepted + 1]
+    features = output.features(wiring.aux_hf_indices)[: accepted + 1]
     return Verdict(target_argmax, accepted, target_argmax[accepted], features, logits)
 
 
-def roll_back(target_cache, draft_cache: DraftKVCache, cursor: Cursor, accepted: int) -> None:
+def roll_back(target_cache, draft_cache: KVCache, cursor: Cursor, accepted: int) -> None:
     """5. Keep x_n, d_1..d_a in the target cache; drop the draft's speculative chain entries."""
-    crop_target_cache(target_cache, cursor.position + accepted + 1)
-    draft_cache.crop_to(cursor.position)
+    target_cache.crop(cursor.position + accepted + 1)
+    draft_cache.crop(cursor.position)
 
 
 def commit_within_budget(
@@ -293,15 +287,15 @@ def replay(
     """Yield a PrefillRecord, then one StepRecord per verify step, until EOS or max_new_tokens."""
     if not prompt_ids:
         raise ValueError("the prompt is empty")
-    model, device = target.model, target.device
+    runner, device, indices = target.runner, target.device, wiring.aux_hf_indices
     eos = set(target.eos_token_ids)
     generator = None if config.sampling.greedy else torch.Generator().manual_seed(config.sampling.seed)
-    with torch.inference_mode(), AuxCapture(model, wiring.aux_hf_indices) as capture:
+    with torch.inference_mode():
         started = time.perf_counter()
-        target_cache = new_replay_cache(model)
-        logits = target_forward(model, torch.tensor([prompt_ids], device=device), target_cache, 0).logits
-        first = first_token(logits[0, -1], config.sampling, generator)
-        features = capture.features()
+        target_cache = runner.new_cache()
+        output = runner.forward(torch.tensor([prompt_ids], device=device), target_cache, 0, capture=indices)
+        first = first_token(output.logits[0, -1], config.sampling, generator)
+        features = output.features(indices)
         yield PrefillRecord(
             list(prompt_ids),
             first,
@@ -311,11 +305,11 @@ def replay(
         if first in eos or config.max_new_tokens <= 1:
             return
         cursor = Cursor(len(prompt_ids), first, 1, features, list(prompt_ids[1:]) + [first], 0)
-        draft_cache = DraftKVCache(draft.config.num_layers)
+        draft_cache = KVCache(draft.config.num_layers)
         for step_index in range(config.max_new_tokens):  # each step commits >= 1 token
             if config.uses_tree_path:
                 record, cursor = tree_step(
-                    target, draft, capture, target_cache, draft_cache, cursor, config, generator, step_index
+                    target, draft, wiring, target_cache, draft_cache, cursor, config, generator, step_index
                 )
                 yield record
                 if cursor is None:
@@ -327,7 +321,7 @@ def replay(
             draft_ms = _elapsed_ms(started, device)
 
             started = time.perf_counter()
-            verdict = verify(target, capture, target_cache, cursor, proposal.drafted_ids)  # 3, 4
+            verdict = verify(target, wiring, target_cache, cursor, proposal.drafted_ids)  # 3, 4
             roll_back(target_cache, draft_cache, cursor, verdict.accepted)  # 5
             verify_ms = _elapsed_ms(started, device)
 
@@ -363,9 +357,9 @@ def first_token(logits: torch.Tensor, sampling: Sampling, generator: torch.Gener
 def tree_step(
     target: Target,
     draft: Eagle3Draft,
-    capture: AuxCapture,
+    wiring: Wiring,
     target_cache,
-    draft_cache: DraftKVCache,
+    draft_cache: KVCache,
     cursor: Cursor,
     config: ReplayConfig,
     generator: torch.Generator | None,
@@ -392,14 +386,14 @@ def tree_step(
     started = time.perf_counter()
     ids = torch.tensor([[cursor.pending, *tree.tokens]], device=device)
     depths = torch.tensor([0, *tree.depths])
-    logits = target_forward(
-        target.model, ids, target_cache, cursor.position, (depths, tree.visible())
-    ).logits[0]
-    verdict = accept_tree(tree, logits.cpu(), config.sampling, generator)
+    output = target.runner.forward(
+        ids, target_cache, cursor.position, (depths, tree.visible()), capture=wiring.aux_hf_indices
+    )
+    verdict = accept_tree(tree, output.logits[0].cpu(), config.sampling, generator)
     rows = [0] + [node + 1 for node in verdict.accepted_path]
-    features = capture.features()[rows]
-    keep_rows(target_cache, cursor.position, rows)
-    draft_cache.crop_to(cursor.position)
+    features = output.features(wiring.aux_hf_indices)[rows]
+    target_cache.keep_rows(cursor.position, rows)
+    draft_cache.crop(cursor.position)
     verify_ms = _elapsed_ms(started, device)
 
     emitted = [tree.tokens[node] for node in verdict.accepted_path] + [verdict.bonus]

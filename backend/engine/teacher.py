@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import torch
 
-from backend.engine.capture import AuxCapture
 from backend.engine.draft_model import Eagle3Draft
+from backend.engine.kv_cache import TTTCache
 from backend.engine.loading import Target
 from backend.engine.metrics import simulated_accept_length
 from backend.engine.readings import DraftMath
@@ -75,11 +75,13 @@ class TargetPass:
 
 
 def target_pass(target: Target, input_ids: list[int], loss_mask: list[int], aux_hf_indices) -> TargetPass:
+    """The target's forward over the sample, through the runner replays use (a prefill)."""
     ids = torch.tensor(input_ids, device=target.device)
-    with torch.inference_mode(), AuxCapture(target.model, aux_hf_indices) as capture:
-        target_argmax = target.model(input_ids=ids[None]).logits[0].argmax(-1)
-        states = {i: capture.captured[i][0] for i in set(aux_hf_indices)}
-    return TargetPass(ids, torch.tensor(loss_mask, device=target.device).bool(), states, target_argmax)
+    runner = target.runner
+    with torch.inference_mode():
+        output = runner.forward(ids[None], runner.new_cache(), 0, capture=aux_hf_indices)
+    target_argmax = output.logits[0].argmax(-1)
+    return TargetPass(ids, torch.tensor(loss_mask, device=target.device).bool(), output.states, target_argmax)
 
 
 def teacher_forced_counts(
@@ -145,29 +147,17 @@ def draft_hits(
         length = total - 1  # index t = 0..T-2 has a next token x_{t+1}
         index = torch.arange(length, device=device)
         hidden = draft.fuse(features[:length].to(draft.fc.weight.dtype), math)
-        past: list[list[tuple]] = [[] for _ in draft.layers]  # per layer, each step's (keys, values)
+        cache = TTTCache(len(draft.layers))  # each step's keys/values, a block per step
         for step in range(num_steps):
             token_index = (index + 1 + step).clamp(max=total - 1)
             positions = index + step + (position_offset if step else 0)
-            override = [_stack(layer_past) for layer_past in past] if step else None
             fed = draft.feedback(hidden, math) if step else hidden  # step 0 is fed the fused features
-            hidden, new_kvs = draft(
-                fed,
-                ids[token_index],
-                positions,
-                mask=ttt_mask(length, step, device),
-                past_override=override,
-                math=math,
+            hidden, _ = draft(
+                fed, ids[token_index], positions, cache, mask=ttt_mask(length, step, device), math=math
             )
-            for layer_past, kv in zip(past, new_kvs, strict=True):
-                layer_past.append(kv)
             predicted = draft.to_target_ids(draft.logits(hidden, math).argmax(-1))
             valid = index + 1 + step <= total - 1
             truth = target_argmax[token_index]
             counted = valid & mask[(index + step).clamp(max=total - 1)]
             hits.append((counted, counted & in_vocab[truth] & (predicted == truth)))
     return hits
-
-
-def _stack(layer_past: list[tuple]) -> tuple[torch.Tensor, torch.Tensor]:
-    return torch.cat([k for k, _ in layer_past], dim=-2), torch.cat([v for _, v in layer_past], dim=-2)

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 import torch
 
 from backend.engine.draft_model import Eagle3Draft
-from backend.engine.kv_cache import DraftKVCache
+from backend.engine.kv_cache import KVCache
 from backend.engine.readings import DraftMath
 from backend.engine.sampling import (
     Sampling,
@@ -106,7 +106,7 @@ class _Candidate:
 
 def draft_tree(
     draft: Eagle3Draft,
-    cache: DraftKVCache,
+    cache: KVCache,
     hidden: torch.Tensor,
     position: int,
     shape: TreeShape,

@@ -20,7 +20,6 @@ from backend import BadInput, Terminated
 from backend.diagnostics.precision import self_disagreement
 from backend.engine.dispatch import placement
 from backend.engine.draft_model import Eagle3Draft
-from backend.engine.lean_target import lean_target
 from backend.engine.loading import Target
 from backend.engine.metrics import acceptance_metrics, expected_accept_length
 from backend.engine.preflight import PreflightReport, context_check
@@ -152,8 +151,8 @@ def run_replay_job(
         "dtype": str(target.dtype).replace("torch.", ""),
         "target_placement": placement(target.model),
         # whose arithmetic ran the target: SpecLens's lean forward (checked bit for bit against
-        # transformers' at first use, backend/engine/lean_target.py) or transformers' own
-        "target_forward": "transformers" if lean_target(target.model) is None else "lean",
+        # transformers' when the target was loaded, backend/engine/lean_target.py) or transformers' own
+        "target_forward": target.runner.name,
         "wiring_source": wiring.source,
         "wiring_override": list(request.aux_hf_indices or []) or None,
         "engine": view.engine,

@@ -1,5 +1,6 @@
-"""The lean forwards (backend/engine/lean_target.py, Eagle3Draft's lean path): the same numbers as
-transformers' forward and as the draft's modules, bit for bit, and only where that is checked."""
+"""The lean forwards (backend/engine/lean_target.py, Eagle3Draft's one forward): the same numbers as
+transformers' forward and as the draft's modules called as modules, bit for bit, and only where that
+is checked."""
 
 from __future__ import annotations
 
@@ -13,19 +14,15 @@ def default_environment(monkeypatch):
 
 
 def test_the_lean_target_forward_is_on_unless_turned_off(pairs, monkeypatch):
-    from backend.engine.kv_cache import new_replay_cache, new_target_cache
-    from backend.engine.lean_target import TargetKVCache, lean_target
+    from backend.engine.lean_target import LeanTarget, lean_target, target_runner
+    from backend.engine.target_runner import TransformersRunner
 
     model = pairs["random-L2"].target.model
-    assert lean_target(model) is not None and isinstance(new_replay_cache(model), TargetKVCache)
+    assert lean_target(model) is not None and isinstance(target_runner(model), LeanTarget)
+    assert isinstance(pairs["random-L2"].target.runner, LeanTarget)  # chosen when it was loaded
     monkeypatch.setenv("SPECLENS_LEAN_TARGET", "0")
     assert lean_target(model) is None
-    assert type(new_replay_cache(model)) is type(new_target_cache(model))  # transformers' own forward
-
-
-def _forced_module_path(module):
-    """A no-op forward hook: the lean paths step aside for any hook that is not SpecLens's."""
-    return module.register_forward_hook(lambda *_: None)
+    assert isinstance(target_runner(model), TransformersRunner)  # transformers' own forward
 
 
 def test_the_lean_forward_reproduces_transformers_bit_for_bit(pairs):
@@ -33,69 +30,63 @@ def test_the_lean_forward_reproduces_transformers_bit_for_bit(pairs):
     cache's first buffer: logits and every captured layer equal, and the caches stay as long."""
     import torch
 
-    from backend.engine.capture import AuxCapture
-    from backend.engine.kv_cache import (
-        cache_length,
-        crop_target_cache,
-        keep_rows,
-        new_replay_cache,
-        new_target_cache,
-        target_forward,
-    )
-    from backend.engine.lean_target import TargetKVCache
+    from backend.engine.kv_cache import KVCache
+    from backend.engine.lean_target import LeanTarget
+    from backend.engine.target_runner import TransformersRunner
 
     model = pairs["random-L6-eagle"].target.model
-    layers = range(model.config.num_hidden_layers + 1)
+    layers = tuple(range(model.config.num_hidden_layers + 1))
     ids = torch.randint(0, model.config.vocab_size, (1, 160), generator=torch.Generator().manual_seed(3))
     depths = torch.tensor([0, 1, 1, 2, 2])
     visible = torch.tensor(
         [[1, 0, 0, 0, 0], [1, 1, 0, 0, 0], [1, 0, 1, 0, 0], [1, 1, 0, 1, 0], [1, 0, 1, 0, 1]],
         dtype=torch.bool,
     )
-    with torch.inference_mode(), AuxCapture(model, layers) as capture:
-        lean = new_replay_cache(model)
-        assert isinstance(lean, TargetKVCache)
-        reference = new_target_cache(model)
+    lean_runner, reference_runner = LeanTarget(model), TransformersRunner(model)
+    with torch.inference_mode():
+        lean = lean_runner.new_cache()
+        assert isinstance(lean, KVCache)
+        reference = reference_runner.new_cache()
 
         def both(chunk, start, tree=None):
-            expected = target_forward(model, chunk, reference, start, tree).logits
-            states = [capture.captured[i].clone() for i in layers]
-            got = target_forward(model, chunk, lean, start, tree).logits
-            assert torch.equal(expected, got)
-            assert all(torch.equal(states[i], capture.captured[i]) for i in layers)
-            assert cache_length(lean) == cache_length(reference)
+            expected = reference_runner.forward(chunk, reference, start, tree, layers)
+            got = lean_runner.forward(chunk, lean, start, tree, layers)
+            assert torch.equal(expected.logits, got.logits)
+            assert all(torch.equal(expected.states[i], got.states[i]) for i in layers)
+            assert lean.length == reference.length
 
         both(ids[:, :7], 0)
         position = 7
         while position < 150:  # verify chunks of 5, then keep 3 (a rejection), past 64 entries
             both(ids[:, position : position + 5], position)
-            crop_target_cache(reference, position + 3)
-            crop_target_cache(lean, position + 3)
+            reference.crop(position + 3)
+            lean.crop(position + 3)
             position += 3
         both(ids[:, position : position + 1], position)  # a one-token step
         position += 1
         both(ids[:, position : position + 5], position, (depths, visible))  # a tree
         for cache in (reference, lean):
-            keep_rows(cache, position, [0, 2, 4])  # the root and the path down the second branch
+            cache.keep_rows(position, [0, 2, 4])  # the root and the path down the second branch
         both(ids[:, 150:155], position + 3)
 
 
 def test_a_replay_takes_the_lean_path_and_records_the_same_steps(pairs):
-    """The whole replay (chain and tree, recorded) on the lean forwards equals the replay on
-    transformers' forward and the draft's modules, record for record and tensor for tensor."""
+    """The whole replay (chain and tree, recorded) on the lean forward equals the replay on
+    transformers' forward, record for record and tensor for tensor."""
+    from dataclasses import replace
+
     import torch
 
+    from backend.engine.lean_target import LeanTarget
     from backend.engine.replay import ReplayConfig, replay
+    from backend.engine.target_runner import TransformersRunner
 
     pair = pairs["copy-L5-context"]
+    assert isinstance(pair.target.runner, LeanTarget)
+    transformers_target = replace(pair.target, runner=TransformersRunner(pair.target.model))
     for config in (ReplayConfig(3, 40), ReplayConfig(3, 30, topk=2, num_draft_tokens=5)):
         lean = list(replay(pair.target, pair.draft, [1, 5, 9, 3], pair.wiring, config))
-        hooks = [_forced_module_path(pair.target.model), _forced_module_path(pair.draft.layers[0])]
-        try:
-            plain = list(replay(pair.target, pair.draft, [1, 5, 9, 3], pair.wiring, config))
-        finally:
-            for hook in hooks:
-                hook.remove()
+        plain = list(replay(transformers_target, pair.draft, [1, 5, 9, 3], pair.wiring, config))
         assert len(lean) == len(plain)
         for a, b in zip(lean, plain, strict=True):
             for name in a.__dataclass_fields__:
@@ -112,20 +103,10 @@ def test_the_lean_forward_is_only_taken_where_it_was_checked(pairs):
     import torch
     import transformers
 
-    from backend.engine.capture import AuxCapture
-    from backend.engine.kv_cache import new_replay_cache
-    from backend.engine.lean_target import TargetKVCache, lean_target
+    from backend.engine.lean_target import lean_target
 
     model = pairs["random-L2"].target.model
     assert lean_target(model) is not None
-    with AuxCapture(model, (0, 1, 2)):  # SpecLens's own captures: the lean forward calls them itself
-        assert isinstance(new_replay_cache(model), TargetKVCache)
-    hook = _forced_module_path(model.model.layers[1].mlp)  # anyone else's hook: transformers' forward
-    try:
-        assert lean_target(model) is None
-        assert not isinstance(new_replay_cache(model), TargetKVCache)
-    finally:
-        hook.remove()
     small = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2)
     small.update(num_attention_heads=4, num_key_value_heads=2)
     qwen = transformers.Qwen3ForCausalLM(transformers.Qwen3Config(head_dim=8, **small)).eval()
@@ -138,56 +119,90 @@ def test_the_lean_forward_is_only_taken_where_it_was_checked(pairs):
         model.lm_head.weight.mul_(0.5)
 
 
-def test_the_target_cache_grows_crops_and_keeps_rows():
+def test_the_cache_grows_crops_and_keeps_rows():
     import torch
 
-    from backend.engine.lean_target import TargetKVCache
+    from backend.engine.kv_cache import KVCache
 
-    cache = TargetKVCache(num_layers=1)
+    cache = KVCache(num_layers=1)
     keys = torch.arange(2 * 70 * 3, dtype=torch.float32).reshape(1, 2, 70, 3)
-    cache.reserve(70, keys, -keys, 0)
-    cache.keys[0][..., :70, :], cache.values[0][..., :70, :] = keys, -keys
-    cache.length = 70
+    all_keys, all_values = cache.append(0, keys, -keys)
+    assert torch.equal(all_keys, keys) and torch.equal(all_values, -keys) and cache.length == 70
     buffer = cache.keys[0]
-    cache.reserve(72, keys, -keys, 0)  # fits: nothing moves
-    assert cache.keys[0] is buffer
-    cache.reserve(200, keys, -keys, 0)  # grows, keeping what was stored
-    assert cache.keys[0].shape[-2] == 264 and torch.equal(cache.keys[0][..., :70, :], keys)
-    cache.crop(-10)
-    assert cache.get_seq_length() == 60
-    with pytest.raises(ValueError):
-        cache.crop(3)
+    cache.crop(68)
+    cache.append(0, keys[..., 68:, :], -keys[..., 68:, :])  # fits: nothing moves
+    assert cache.keys[0] is buffer and cache.length == 70
+    more = torch.zeros(1, 2, 130, 3)
+    cache.append(0, more, more)  # grows, keeping what was stored
+    assert cache.keys[0].shape[-2] >= 200 and torch.equal(cache.keys[0][..., :70, :], keys)
+    cache.crop(60)
+    assert cache.length == 60
+    with pytest.raises(ValueError, match="cannot grow"):
+        cache.crop(63)
     cache.keep_rows(50, [0, 4, 7])
-    assert cache.get_seq_length() == 53
+    assert cache.length == 53
     assert torch.equal(cache.keys[0][..., 50:53, :], keys[..., [50, 54, 57], :])
     assert torch.equal(cache.values[0][..., 50:53, :], -keys[..., [50, 54, 57], :])
 
 
-def test_the_drafts_lean_path_is_its_modules_bit_for_bit(pairs):
-    """Eagle3Draft.forward without module calls (the replay's path) against the modules, with a
-    cache, with a mask, over several positions and under every variant flag the pair declares."""
+def _modules_forward(draft, hidden, token_ids, positions, cache=None, mask=None):
+    """The draft's step with every module called as a module (LlamaRMSNorm, nn.Linear, LlamaMLP,
+    transformers' apply_rotary_pos_emb): the reference its one forward must equal bit for bit."""
+    import torch
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    from backend.engine.draft_model import attend, causal_mask
+
+    math = draft.default_math
+    embeds = draft.embed(token_ids, math).to(hidden.dtype)
+    cos, sin = draft.rotary(hidden, positions[None])
+    if mask is None and hidden.shape[0] > 1:
+        mask = causal_mask(len(cache) if cache is not None else 0, hidden.shape[0], hidden.device)
+    for index, layer in enumerate(draft.layers):
+        if layer.first:
+            normed = layer.hidden_norm(hidden)
+            attn_in = torch.cat([layer.input_layernorm(embeds), normed], dim=-1)
+            residual = normed if math.norm_before_residual else hidden
+        else:
+            attn_in, residual = layer.input_layernorm(hidden), hidden
+        attention, m = layer.self_attn, attn_in.shape[0]
+        q = attention.q_proj(attn_in).view(m, attention.num_heads, attention.head_dim)
+        k = attention.k_proj(attn_in).view(m, attention.num_kv_heads, attention.head_dim)
+        if math.qk_norm:
+            q, k = attention.q_norm(q), attention.k_norm(k)
+        v = attention.v_proj(attn_in).view(m, attention.num_kv_heads, attention.head_dim).transpose(0, 1)
+        q, k = apply_rotary_pos_emb(q.transpose(0, 1)[None], k.transpose(0, 1)[None], cos, sin)
+        q, k = q[0], k[0]
+        keys, values = cache.append(index, k, v) if cache is not None else (k, v)
+        attended = attend(q, keys, values, mask, attention.num_heads != attention.num_kv_heads)
+        hidden = residual + attention.o_proj(attended.transpose(0, 1).reshape(m, -1))
+        hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
+    return hidden
+
+
+def test_the_drafts_forward_is_its_modules_bit_for_bit(pairs):
+    """Eagle3Draft's one forward (the modules' arithmetic, no module calls) against the modules
+    called as modules, with a cache, with a mask, over several positions and under every variant
+    flag the pair declares."""
     import torch
 
-    from backend.engine.kv_cache import DraftKVCache
+    from backend.engine.kv_cache import KVCache
 
     for name in ("random-L6-eagle", "copy-L5-context"):
         draft = pairs[name].draft
         width = 3 * draft.config.target_hidden_size
         features = torch.randn(6, width, generator=torch.Generator().manual_seed(1))
         tokens, positions = torch.tensor([3, 1, 4, 1, 5, 9]), torch.arange(6)
-        results = []
-        for forced in (False, True):
-            hook = _forced_module_path(draft.layers[0]) if forced else None
-            try:
-                with torch.inference_mode():
-                    cache = DraftKVCache(len(draft.layers))
-                    out, _ = draft(draft.fuse(features), tokens, positions, cache)
-                    step, _ = draft(out[-1:], torch.tensor([2]), torch.tensor([6]), cache)
-                    logits = draft.logits(step)
-                    masked, _ = draft(draft.fuse(features), tokens, positions, mask=torch.ones(6, 6).bool())
-                results.append((out, step, logits, masked))
-            finally:
-                if hook is not None:
-                    hook.remove()
-        for lean, modules in zip(*results, strict=True):
-            assert torch.equal(lean, modules), name
+        with torch.inference_mode():
+            one, reference = KVCache(len(draft.layers)), KVCache(len(draft.layers))
+            out, _ = draft(draft.fuse(features), tokens, positions, one)
+            expected = _modules_forward(draft, draft.fuse(features), tokens, positions, reference)
+            assert torch.equal(out, expected), name
+            step, _ = draft(out[-1:], torch.tensor([2]), torch.tensor([6]), one)
+            expected = _modules_forward(draft, expected[-1:], torch.tensor([2]), torch.tensor([6]), reference)
+            assert torch.equal(step, expected), name
+            assert torch.equal(draft.logits(step), draft.lm_head(draft.norm(expected)).float()), name
+            mask = torch.ones(6, 6).bool()
+            masked, _ = draft(draft.fuse(features), tokens, positions, mask=mask)
+            expected = _modules_forward(draft, draft.fuse(features), tokens, positions, mask=mask)
+            assert torch.equal(masked, expected), name

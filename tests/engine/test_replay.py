@@ -83,19 +83,22 @@ def test_replay_equals_greedy_and_oracle(exactness, name, num_steps):
 @pytest.mark.parametrize("name", ["random-L2", "copy-L5-context"])
 def test_transformers_own_forward_replays_exactly_too(pairs, name, monkeypatch):
     """Llama targets on the CPU take the lean forward by default (backend/engine/lean_target.py);
-    with SPECLENS_LEAN_TARGET=0 they run transformers' forward on a DynamicCache, as every other
-    target does, and the replay is exact there as well."""
+    loaded with SPECLENS_LEAN_TARGET=0 they run transformers' forward on a DynamicCache, as every
+    other target does, and the replay is exact there as well."""
+    from dataclasses import replace
+
     from transformers import DynamicCache
 
-    from backend.engine.kv_cache import new_replay_cache
+    from backend.engine.lean_target import target_runner
     from backend.engine.replay import ReplayConfig, output_ids_of, replay
     from tests.support.oracle import plain_greedy
 
     monkeypatch.setenv("SPECLENS_LEAN_TARGET", "0")
     pair = pairs[name]
-    assert isinstance(new_replay_cache(pair.target.model), DynamicCache)
+    target = replace(pair.target, runner=target_runner(pair.target.model))  # as loaded with it set
+    assert isinstance(target.runner.new_cache().inner, DynamicCache)
     for prompt in PROMPTS[name]:
-        records = list(replay(pair.target, pair.draft, prompt, pair.wiring, ReplayConfig(3, MAX_NEW)))
+        records = list(replay(target, pair.draft, prompt, pair.wiring, ReplayConfig(3, MAX_NEW)))
         assert output_ids_of(records) == plain_greedy(pair.target, prompt, MAX_NEW), prompt
 
 

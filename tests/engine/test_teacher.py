@@ -81,7 +81,7 @@ def test_ttt_step_equals_the_inference_chain_fed_true_tokens(pairs, name):
     import torch
 
     from backend.engine.capture import AuxCapture
-    from backend.engine.kv_cache import DraftKVCache
+    from backend.engine.kv_cache import KVCache, TTTCache
     from backend.engine.teacher import ttt_mask
 
     pair = pairs[name]
@@ -95,25 +95,18 @@ def test_ttt_step_equals_the_inference_chain_fed_true_tokens(pairs, name):
         tokens = torch.tensor(ids)
         index = torch.arange(length)
         hidden = draft.fuse(features[:length])
-        past, ttt_hidden = [[] for _ in draft.layers], []
+        ttt_cache, ttt_hidden = TTTCache(len(draft.layers)), []
         for step in range(steps):
-            override = (
-                [(torch.cat([k for k, _ in p], -2), torch.cat([v for _, v in p], -2)) for p in past]
-                if step
-                else None
-            )
-            hidden, new = draft(
+            hidden, _ = draft(
                 hidden,
                 tokens[(index + 1 + step).clamp(max=len(ids) - 1)],
                 index + step,
+                ttt_cache,
                 mask=ttt_mask(length, step, "cpu"),
-                past_override=override,
             )
-            for layer_past, kv in zip(past, new, strict=True):
-                layer_past.append(kv)
             ttt_hidden.append(hidden)
         for t in (0, 5, 17):
-            cache = DraftKVCache(len(draft.layers))
+            cache = KVCache(len(draft.layers))
             out, _ = draft(draft.fuse(features[: t + 1]), tokens[1 : t + 2], torch.arange(t + 1), cache)
             chain = out[-1:]
             assert torch.allclose(chain, ttt_hidden[0][t : t + 1], atol=1e-5)

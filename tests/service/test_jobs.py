@@ -81,8 +81,11 @@ def test_replay_round_trip(pairs, tmp_path):
 
 
 def test_a_run_records_whose_forward_ran_the_target(pairs, tmp_path, monkeypatch):
-    """A Llama target on the CPU runs SpecLens's lean forward unless SPECLENS_LEAN_TARGET=0; each
-    run says which, and both give the same output."""
+    """A Llama target on the CPU runs SpecLens's lean forward unless it was loaded with
+    SPECLENS_LEAN_TARGET=0; each run says which, and both give the same output."""
+    from dataclasses import replace
+
+    from backend.engine.lean_target import target_runner
     from backend.service.database import open_database
     from backend.service.jobs import run_replay_job
     from db import store
@@ -95,8 +98,9 @@ def test_a_run_records_whose_forward_ran_the_target(pairs, tmp_path, monkeypatch
             monkeypatch.delenv("SPECLENS_LEAN_TARGET", raising=False)
         else:
             monkeypatch.setenv("SPECLENS_LEAN_TARGET", setting)
+        target = replace(pair.target, runner=target_runner(pair.target.model))  # as loaded with it
         request = request_for(pair, [1, 5, 9, 3], 3, 30)
-        outcome = run_replay_job(database, pair.target, pair.draft, request, pair.wiring, [1, 5, 9, 3])
+        outcome = run_replay_job(database, target, pair.draft, request, pair.wiring, [1, 5, 9, 3])
         with store.session_scope(database.factory) as session:
             seen[setting] = (
                 store.get_run(session, outcome.run_id).params["target_forward"],

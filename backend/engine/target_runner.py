@@ -1,0 +1,107 @@
+"""The target's forward behind one small interface, chosen once when the target is loaded.
+
+A runner has a `name` ("lean" or "transformers"), `new_cache()` and
+
+    forward(input_ids [1, T], cache, start_position, tree=None, capture=()) -> TargetOutput
+
+which runs the target over `input_ids` at positions start..start+T-1 (a tree: start + depths, each
+token seeing the cache and its ancestors), appends T entries to `cache`, and returns the logits with
+the residual-stream states at the HF indices in `capture` (backend/engine/capture.py).
+
+Two runners implement it:
+- `LeanTarget` (backend/engine/lean_target.py): transformers' Llama arithmetic without its per-call
+  machinery, on a `KVCache`; taken only where it reproduced transformers' own forward bit for bit
+  when the model was loaded;
+- `TransformersRunner` (below): the model's own forward on an `HFCache`, capturing with forward hooks.
+
+`backend.engine.lean_target.target_runner(model)` picks one when a `backend.engine.loading.Target` is
+built; the Target holds it as `runner`, and every forward of a replay goes through it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import transformers
+
+from backend.engine.capture import AuxCapture
+from backend.engine.kv_cache import HFCache, cache_argument
+
+
+@dataclass
+class TargetOutput:
+    logits: torch.Tensor  # [1, T, V], on the device of the inputs
+    states: dict[int, torch.Tensor]  # HF index -> [T, Ht], the pre-norm residual stream
+
+    def features(self, aux_hf_indices) -> torch.Tensor:
+        """The draft's fused input [T, 3*Ht]: the states in wiring order (on the first chunk's device:
+        a target split across devices computes each where its layer ran)."""
+        chunks = [self.states[i] for i in aux_hf_indices]
+        return torch.cat([c.to(chunks[0].device) for c in chunks], dim=-1)
+
+
+def tree_mask(tree: tuple[torch.Tensor, torch.Tensor], past: int, dtype: torch.dtype, device) -> torch.Tensor:
+    """The additive [1, 1, T, past + T] mask of a tree verify (0 / dtype min): every node sees every
+    cached entry and the tree tokens it sees (itself and its ancestors). Both eager and SDPA attention
+    take this form as a custom 4D mask."""
+    _, visible = tree
+    length = visible.shape[0]
+    seen = torch.ones(length, past + length, dtype=torch.bool, device=device)
+    seen[:, past:] = visible.to(device)
+    mask = torch.zeros(seen.shape, dtype=dtype, device=device)
+    return mask.masked_fill(~seen, torch.finfo(dtype).min)[None, None]
+
+
+def positions_of(length: int, start: int, tree, device) -> torch.Tensor:
+    if tree is None:
+        return torch.arange(start, start + length, device=device)[None]
+    return (start + tree[0].to(device))[None]
+
+
+class TransformersRunner:
+    """The model's own forward (any family, any device, a target split by accelerate)."""
+
+    name = "transformers"
+
+    def __init__(self, model):
+        self.model = model
+
+    def new_cache(self) -> HFCache:
+        return HFCache()
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        cache: HFCache,
+        start_position: int,
+        tree: tuple[torch.Tensor, torch.Tensor] | None = None,
+        capture=(),
+    ) -> TargetOutput:
+        model, device = self.model, input_ids.device
+        length = input_ids.shape[1]
+        before = cache.length
+        extra = {}
+        if tree is not None:
+            dtype = model.get_input_embeddings().weight.dtype
+            extra["attention_mask"] = tree_mask(tree, before, dtype, device)
+        argument = cache_argument(type(model))
+        positions = positions_of(length, start_position, tree, device)
+        with AuxCapture(model, capture) as hooks:
+            output = model(
+                input_ids=input_ids,
+                position_ids=positions,
+                use_cache=True,
+                **{argument: cache.inner},
+                **extra,
+            )
+            states = {i: hooks.captured[i][0] for i in set(capture)}
+        if cache.length != before + length:
+            raise RuntimeError(
+                f"the target's KV cache did not grow by the {length} tokens fed ({before} -> {cache.length}): "
+                f"transformers {transformers.__version__} ignored the '{argument}' argument of "
+                f"{type(model).__name__}.forward"
+            )
+        return TargetOutput(
+            output.logits.to(device), states
+        )  # a split target computes them on its last device
