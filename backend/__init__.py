@@ -46,11 +46,13 @@ checks this):
       checks             quick checks the pages run inline (the lint)
       database           one engine and session factory per URL
       datasets           datasets: import, list, read samples
+      demo_story         the bundled demo's story for Home, read from the demo's own files
       diagnosis          `diagnose` with its models loaded once (CLI and page alike)
       evaluate           every (draft, sample) pair of a dataset, summed per draft
       jobs               the job runner: engine records persisted step by step
       models             loaded targets and drafts kept in small LRUs
       observations       server numbers stored and compared with the replay
+      per_request        per-request server numbers beside the replay; the worst requests replayed
       ray_eval           `evaluate` fanned out to Ray actors
       references         hidden-state references for a stored run
       requests           what a user asks for, validated once (ReplayRequest, ...)
