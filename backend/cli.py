@@ -418,7 +418,7 @@ def load_pair(args, sample_length: int):
     """(target, draft, wiring) for teacher/probe: the draft is refused with the preflight's reasons
     when it fails; its warnings go to stderr."""
     from backend.engine.readings import read_as
-    from backend.engine.wiring import resolve_wiring
+    from backend.engine.wiring import override_wiring
     from backend.service import models
     from backend.service.jobs import preflight_warnings
 
@@ -435,7 +435,7 @@ def load_pair(args, sample_length: int):
     wiring = (
         view.wiring
         if args.aux_hf_indices is None
-        else resolve_wiring(draft.config, target.num_layers, args.aux_hf_indices)
+        else override_wiring(args.aux_hf_indices, target.num_layers)
     )
     for warning in preflight_warnings(report, draft, sample_length) + list(view.notes):
         print(f"warning: {warning}", file=sys.stderr)

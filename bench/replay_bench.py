@@ -65,6 +65,7 @@ from backend.engine.draft_config import parse_draft_config
 from backend.engine.draft_model import Eagle3Draft
 from backend.engine.loading import Target, load_target
 from backend.engine.preflight import load_checked_draft
+from backend.engine.readings import declared_wiring
 from backend.engine.replay import ReplayConfig, StepRecord, output_ids_of, replay
 from backend.engine.synthetic import (
     bigram_draft_tensors,
@@ -75,7 +76,7 @@ from backend.engine.synthetic import (
     random_draft_tensors,
     save_draft,
 )
-from backend.engine.wiring import Wiring, resolve_wiring
+from backend.engine.wiring import Wiring
 from backend.service.database import open_database
 from backend.service.jobs import run_replay_job
 from backend.service.requests import ReplayRequest
@@ -170,7 +171,7 @@ def build_setup(root: Path) -> Setup:
 
 
 def _load_draft(name: str, path: Path, config: dict, target: Target) -> DraftSetup:
-    wiring = resolve_wiring(parse_draft_config(config), target.num_layers)
+    wiring = declared_wiring(parse_draft_config(config), target.num_layers)
     return DraftSetup(name, load_checked_draft(path, target)[0], wiring, path)
 
 

@@ -24,7 +24,7 @@ from backend.engine.loading import (
     read_target_config,
 )
 from backend.engine.readings import DESCRIPTIONS, ENGINES, EngineView, disagreements, read_as, training_engine
-from backend.engine.wiring import Wiring, check_indices, resolve_wiring
+from backend.engine.wiring import Wiring, check_indices, override_wiring
 
 
 @dataclass
@@ -199,7 +199,7 @@ def _check_architecture(config: DraftConfig, add) -> None:
 
 def _check_wiring(config: DraftConfig, num_layers: int, override, training: EngineView, add) -> Wiring | None:
     try:
-        wiring = resolve_wiring(config, num_layers, override) if override is not None else training.wiring
+        wiring = override_wiring(override, num_layers) if override is not None else training.wiring
         check_indices(wiring.aux_hf_indices, num_layers)
     except BadInput as error:
         add("wiring", "fail", str(error))

@@ -167,6 +167,212 @@ def as_declared(view: EngineView, config: DraftConfig, num_target_layers: int) -
     return replace(view, wiring=wiring, math=math, notes=tuple(notes), loads=refusal is None, refusal=refusal)
 
 
+@dataclass(frozen=True)
+class DraftFacts:
+    """What every reading looks at: the draft's config and embedding, and the target's depth."""
+
+    config: DraftConfig
+    num_target_layers: int
+    has_own_embedding: bool
+    own_embedding_differs: bool  # unknown counts as differing
+
+    @property
+    def nested(self):
+        return self.config.nested_aux_ids
+
+    @property
+    def top(self):
+        return self.config.top_level_aux_ids
+
+    @property
+    def default(self) -> list[int]:
+        return default_hf_indices(self.num_target_layers)
+
+
+@dataclass
+class Reading:
+    """One engine's answer before the checks every engine shares (`_read`)."""
+
+    wiring: Wiring
+    math: DraftMath
+    notes: list[str]
+    refusal: str | None = None
+
+
+def declared(value) -> bool:
+    """A variant flag as declared (absent = false)."""
+    return bool(value)
+
+
+def vocab_mapping(config: DraftConfig) -> str:
+    """How draft ids become target ids: d + d2t[d] in every engine when the draft vocabulary is
+    smaller (SGLang and vLLM cite where they do it in their readings below)."""
+    return "d + d2t[d]" if config.draft_vocab_size < config.vocab_size else "identity (same vocabulary)"
+
+
+def _sglang(draft: DraftFacts) -> Reading:
+    config, nested, top, notes = draft.config, draft.nested, draft.top, []
+    # python/sglang/srt/models/llama.py LlamaForCausalLM.set_eagle3_layers_to_capture: explicit
+    # ids get +1 (output of layer k), None -> [2, L//2, L-3]; the spec-aux resolver
+    # (_resolve_eagle_aux_hidden_state) reads only eagle_config.eagle_aux_hidden_state_layer_ids.
+    if nested is not None:
+        wiring = Wiring(tuple(i + 1 for i in nested), f"SGLang: nested ids {nested} + 1 (output of layer k)")
+    else:
+        wiring = Wiring(
+            tuple(draft.default), f"SGLang: default [2, L//2, L-3] for L={draft.num_target_layers}"
+        )
+        if top is not None:
+            notes.append(f"SGLang ignores the top-level ids {top} (it reads only eagle_config)")
+    # python/sglang/srt/models/llama_eagle3.py, as of PR #24663 ("Support newer EAGLE-3 drafters",
+    # merged 2026-05): LlamaModel.__init__ builds one RMSNorm per aux chunk when the config says
+    # fc_norm (or use_aux_norm) and forward applies them before fc; norm_output (default false)
+    # feeds the post-norm hidden back (hidden_states_to_logits vs hidden_states_to_aux), logits
+    # always from norm(h). norm_before_fc: honoured as of PR #32334 (input_norm before fc).
+    # norm_before_residual: no version has it (the layer always keeps the un-normed residual).
+    # Releases before #24663 have no fc_norm / norm_output and load_weights skips unknown tensors
+    # silently (`if param_name in params_dict`): fc_norm.* dropped, pre-norm feedback.
+    if config.norm_before_residual:
+        notes.append(
+            "SGLang drops norm_before_residual: its layer keeps the un-normed residual (no version has it)"
+        )
+    if config.fc_norm or config.norm_output or config.norm_before_fc:
+        notes.append(
+            "SGLang releases before PR #24663 (2026-05) drop fc_norm and norm_output, and before PR #32334 "
+            "(2026-07) norm_before_fc: their weights are skipped without a message; this reading is SGLang "
+            "after both"
+        )
+    if config.qk_norm:
+        notes.append("SGLang's llama_eagle3 layer has no q_norm/k_norm: those weights are skipped")
+    # eagle_worker.py EAGLEWorker.init_lm_head -> set_embed: the target's embedding replaces the
+    # draft's, unless target_hidden_size differs from hidden_size.
+    own = draft.has_own_embedding and config.target_hidden_size != config.hidden_size
+    if draft.has_own_embedding and not own:
+        notes.append("SGLang replaces the draft's embed_tokens with the target's")
+    math = DraftMath(
+        fc_norm=declared(config.fc_norm),
+        norm_before_fc=declared(config.norm_before_fc),
+        post_norm_feedback=declared(config.norm_output),
+        own_embedding=own,
+    )
+    # vocab_mapping: llama_eagle3.py LlamaForCausalLMEagle3.load_weights: hot_token_id = d2t + arange;
+    # t2d skipped
+    if config.architecture not in ("LlamaForCausalLMEagle3", "Eagle3Speculator"):
+        notes.append(f"SGLang has no draft class named {config.architecture} (unverified alias)")
+    return Reading(wiring, math, notes)
+
+
+def _vllm(draft: DraftFacts) -> Reading:
+    config, nested, top, notes = draft.config, draft.nested, draft.top, []
+    # vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py get_eagle3_aux_layers_from_config reads
+    # only the top-level attribute; llama.py LlamaModel.forward captures hidden+residual BEFORE
+    # layer k (HF index k); absent -> get_eagle3_default_aux_hidden_state_layers (2, L//2, L-3).
+    if top is not None:
+        wiring = Wiring(tuple(top), f"vLLM: top-level ids {top} (HF index k = input of layer k)")
+    else:
+        wiring = Wiring(tuple(draft.default), f"vLLM: default (2, L//2, L-3) for L={draft.num_target_layers}")
+        if nested is not None:
+            notes.append(
+                f"vLLM ignores the nested eagle_config ids {nested} (it reads only the top-level field)"
+            )
+    # llama_eagle3.py (newest): norm_output (top-level, default false) feeds the post-norm hidden
+    # back; logits always post-norm; fc_norm / norm_before_fc honoured; norm_before_residual
+    # honoured, and the speculators adapter (configs/speculators/algos.py) defaults it to true.
+    residual = config.norm_before_residual
+    if residual is None and config.speculators_format:
+        residual = True
+        notes.append("vLLM's speculators adapter reads an absent norm_before_residual as true")
+    # vllm/v1/spec_decode/eagle.py load_model: the draft's own embed_tokens is kept when present
+    # and not equal to the target's; otherwise the target's is shared.
+    math = DraftMath(
+        fc_norm=declared(config.fc_norm),
+        norm_before_fc=declared(config.norm_before_fc),
+        norm_before_residual=declared(residual),
+        post_norm_feedback=declared(config.norm_output),
+        own_embedding=draft.has_own_embedding and draft.own_embedding_differs,
+        qk_norm=config.qk_norm,
+    )
+    # vocab_mapping: compute_logits scatters draft logits to arange + d2t; a missing d2t stays
+    # zeros = identity
+    return Reading(wiring, math, notes)
+
+
+def _specforge(draft: DraftFacts) -> Reading:
+    config, nested, notes = draft.config, draft.nested, []
+    # specforge/algorithms/model_providers.py resolve_eagle_capture_layers: nested ids (through
+    # SGLang's +1 when capturing), else [1, L//2-1, L-4]; the top-level field is not read.
+    if nested is not None:
+        wiring = Wiring(tuple(i + 1 for i in nested), f"SpecForge: nested ids {nested} (output of layer k)")
+    else:
+        wiring = Wiring(
+            tuple(draft.default),
+            f"SpecForge: default [1, L//2-1, L-4] = HF [2, L//2, L-3], L={draft.num_target_layers}",
+        )
+    # specforge/modeling/draft/llama3_eagle.py: norm_output (default true) = norm before lm_head;
+    # the TTT loop (algorithms/eagle3/model.py) always feeds the pre-norm output back; fc_norm
+    # honoured; no norm_before_fc / norm_before_residual.
+    math = DraftMath(fc_norm=declared(config.fc_norm), norm_before_lm_head=config.norm_output is not False)
+    for flag in ("norm_before_fc", "norm_before_residual"):
+        if getattr(config, flag):
+            notes.append(f"SpecForge's Eagle3 draft has no {flag}")
+    return Reading(wiring, math, notes)
+
+
+def _speculators(draft: DraftFacts) -> Reading:
+    config, top = draft.config, draft.top
+    # speculators src/speculators/models/eagle3 (config.py, core.py): top-level ids in vLLM's
+    # convention, None -> [2, L//2, L-3]; norm_output feeds norm(h) back (logits always normed);
+    # every flag defaults to false; the saved embed_tokens is the draft's.
+    if top is not None:
+        wiring = Wiring(tuple(top), f"speculators: top-level ids {top}")
+    else:
+        wiring = Wiring(
+            tuple(draft.default), f"speculators: default [2, L//2, L-3] for L={draft.num_target_layers}"
+        )
+    math = DraftMath(
+        fc_norm=declared(config.fc_norm),
+        norm_before_fc=declared(config.norm_before_fc),
+        norm_before_residual=declared(config.norm_before_residual),
+        post_norm_feedback=declared(config.norm_output),
+        own_embedding=draft.has_own_embedding,
+        qk_norm=config.qk_norm,
+    )
+    return Reading(wiring, math, [])
+
+
+def _eagle(draft: DraftFacts) -> Reading:
+    config, notes, refusal = draft.config, [], None
+    # eagle/model/modeling_llama_kv.py LlamaModel.forward: hard-coded capture before layers
+    # 2, L//2 and L-3 (HF [2, L//2, L-3]); the config's ids are not read.
+    wiring = Wiring(
+        tuple(draft.default), f"EAGLE: hard-coded HF [2, L//2, L-3] for L={draft.num_target_layers}"
+    )
+    if draft.nested is not None or draft.top is not None:
+        notes.append("EAGLE ignores every aux-id field in the config (its capture is hard-coded)")
+    # eagle/model/cnets.py: pre-norm feedback, norm before lm_head, no variant flags; a
+    # checkpoint embed_tokens overrides the target copy (load_state_dict(strict=False)).
+    math = DraftMath(own_embedding=draft.has_own_embedding)
+    for flag in VARIANT_FLAGS:
+        if getattr(config, flag) and flag != "norm_output":
+            notes.append(f"EAGLE has no {flag}")
+    # cnets.py Attention: head_dim = hidden_size // num_heads, explicit head_dim ignored
+    if config.explicit_head_dim and config.head_dim * config.num_attention_heads != config.hidden_size:
+        refusal = (
+            f"EAGLE computes head_dim as hidden_size // num_attention_heads = "
+            f"{config.hidden_size // config.num_attention_heads}, not the config's {config.head_dim}: "
+            "the attention weights would not load"
+        )
+    return Reading(wiring, math, notes, refusal)
+
+
+READERS = {  # engine -> its reading (ENGINES lists the same names, in display order)
+    "sglang": _sglang,
+    "vllm": _vllm,
+    "specforge": _specforge,
+    "speculators": _speculators,
+    "eagle": _eagle,
+}
+
+
 def _read(
     engine: str,
     config: DraftConfig,
@@ -174,173 +380,26 @@ def _read(
     has_own_embedding: bool,
     own_embedding_differs: bool | None,
 ) -> EngineView:
-    notes: list[str] = []
-    refusal = None
-    default = default_hf_indices(num_target_layers)
-    nested, top = config.nested_aux_ids, config.top_level_aux_ids
-    declared = lambda value: bool(value)  # noqa: E731 - a variant flag as declared (absent = false)
     differs = True if own_embedding_differs is None else own_embedding_differs
-
-    if engine == "sglang":
-        # python/sglang/srt/models/llama.py LlamaForCausalLM.set_eagle3_layers_to_capture: explicit
-        # ids get +1 (output of layer k), None -> [2, L//2, L-3]; the spec-aux resolver
-        # (_resolve_eagle_aux_hidden_state) reads only eagle_config.eagle_aux_hidden_state_layer_ids.
-        if nested is not None:
-            wiring = Wiring(
-                tuple(i + 1 for i in nested), f"SGLang: nested ids {nested} + 1 (output of layer k)"
-            )
-        else:
-            wiring = Wiring(tuple(default), f"SGLang: default [2, L//2, L-3] for L={num_target_layers}")
-            if top is not None:
-                notes.append(f"SGLang ignores the top-level ids {top} (it reads only eagle_config)")
-        # python/sglang/srt/models/llama_eagle3.py, as of PR #24663 ("Support newer EAGLE-3 drafters",
-        # merged 2026-05): LlamaModel.__init__ builds one RMSNorm per aux chunk when the config says
-        # fc_norm (or use_aux_norm) and forward applies them before fc; norm_output (default false)
-        # feeds the post-norm hidden back (hidden_states_to_logits vs hidden_states_to_aux), logits
-        # always from norm(h). norm_before_fc: honoured as of PR #32334 (input_norm before fc).
-        # norm_before_residual: no version has it (the layer always keeps the un-normed residual).
-        # Releases before #24663 have no fc_norm / norm_output and load_weights skips unknown tensors
-        # silently (`if param_name in params_dict`): fc_norm.* dropped, pre-norm feedback.
-        if config.norm_before_residual:
-            notes.append(
-                "SGLang drops norm_before_residual: its layer keeps the un-normed residual (no version has it)"
-            )
-        if config.fc_norm or config.norm_output or config.norm_before_fc:
-            notes.append(
-                "SGLang releases before PR #24663 (2026-05) drop fc_norm and norm_output, and before PR #32334 "
-                "(2026-07) norm_before_fc: their weights are skipped without a message; this reading is SGLang "
-                "after both"
-            )
-        if config.qk_norm:
-            notes.append("SGLang's llama_eagle3 layer has no q_norm/k_norm: those weights are skipped")
-        # eagle_worker.py EAGLEWorker.init_lm_head -> set_embed: the target's embedding replaces the
-        # draft's, unless target_hidden_size differs from hidden_size.
-        own = has_own_embedding and config.target_hidden_size != config.hidden_size
-        if has_own_embedding and not own:
-            notes.append("SGLang replaces the draft's embed_tokens with the target's")
-        math = DraftMath(
-            fc_norm=declared(config.fc_norm),
-            norm_before_fc=declared(config.norm_before_fc),
-            post_norm_feedback=declared(config.norm_output),
-            own_embedding=own,
-        )
-        # llama_eagle3.py LlamaForCausalLMEagle3.load_weights: hot_token_id = d2t + arange; t2d skipped
-        mapping = (
-            "d + d2t[d]" if config.draft_vocab_size < config.vocab_size else "identity (same vocabulary)"
-        )
-        if config.architecture not in ("LlamaForCausalLMEagle3", "Eagle3Speculator"):
-            notes.append(f"SGLang has no draft class named {config.architecture} (unverified alias)")
-    elif engine == "vllm":
-        # vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py get_eagle3_aux_layers_from_config reads
-        # only the top-level attribute; llama.py LlamaModel.forward captures hidden+residual BEFORE
-        # layer k (HF index k); absent -> get_eagle3_default_aux_hidden_state_layers (2, L//2, L-3).
-        if top is not None:
-            wiring = Wiring(tuple(top), f"vLLM: top-level ids {top} (HF index k = input of layer k)")
-        else:
-            wiring = Wiring(tuple(default), f"vLLM: default (2, L//2, L-3) for L={num_target_layers}")
-            if nested is not None:
-                notes.append(
-                    f"vLLM ignores the nested eagle_config ids {nested} (it reads only the top-level field)"
-                )
-        # llama_eagle3.py (newest): norm_output (top-level, default false) feeds the post-norm hidden
-        # back; logits always post-norm; fc_norm / norm_before_fc honoured; norm_before_residual
-        # honoured, and the speculators adapter (configs/speculators/algos.py) defaults it to true.
-        residual = config.norm_before_residual
-        if residual is None and config.speculators_format:
-            residual = True
-            notes.append("vLLM's speculators adapter reads an absent norm_before_residual as true")
-        # vllm/v1/spec_decode/eagle.py load_model: the draft's own embed_tokens is kept when present
-        # and not equal to the target's; otherwise the target's is shared.
-        math = DraftMath(
-            fc_norm=declared(config.fc_norm),
-            norm_before_fc=declared(config.norm_before_fc),
-            norm_before_residual=declared(residual),
-            post_norm_feedback=declared(config.norm_output),
-            own_embedding=has_own_embedding and differs,
-            qk_norm=config.qk_norm,
-        )
-        # compute_logits scatters draft logits to arange + d2t; a missing d2t stays zeros = identity
-        mapping = (
-            "d + d2t[d]" if config.draft_vocab_size < config.vocab_size else "identity (same vocabulary)"
-        )
-    elif engine == "specforge":
-        # specforge/algorithms/model_providers.py resolve_eagle_capture_layers: nested ids (through
-        # SGLang's +1 when capturing), else [1, L//2-1, L-4]; the top-level field is not read.
-        if nested is not None:
-            wiring = Wiring(
-                tuple(i + 1 for i in nested), f"SpecForge: nested ids {nested} (output of layer k)"
-            )
-        else:
-            wiring = Wiring(
-                tuple(default),
-                f"SpecForge: default [1, L//2-1, L-4] = HF [2, L//2, L-3], L={num_target_layers}",
-            )
-        # specforge/modeling/draft/llama3_eagle.py: norm_output (default true) = norm before lm_head;
-        # the TTT loop (algorithms/eagle3/model.py) always feeds the pre-norm output back; fc_norm
-        # honoured; no norm_before_fc / norm_before_residual.
-        math = DraftMath(
-            fc_norm=declared(config.fc_norm), norm_before_lm_head=config.norm_output is not False
-        )
-        for flag in ("norm_before_fc", "norm_before_residual"):
-            if getattr(config, flag):
-                notes.append(f"SpecForge's Eagle3 draft has no {flag}")
-        mapping = (
-            "d + d2t[d]" if config.draft_vocab_size < config.vocab_size else "identity (same vocabulary)"
-        )
-    elif engine == "speculators":
-        # speculators src/speculators/models/eagle3 (config.py, core.py): top-level ids in vLLM's
-        # convention, None -> [2, L//2, L-3]; norm_output feeds norm(h) back (logits always normed);
-        # every flag defaults to false; the saved embed_tokens is the draft's.
-        ids = top if top is not None else default
-        wiring = Wiring(
-            tuple(ids),
-            "speculators: "
-            + (
-                f"top-level ids {top}"
-                if top is not None
-                else f"default [2, L//2, L-3] for L={num_target_layers}"
-            ),
-        )
-        math = DraftMath(
-            fc_norm=declared(config.fc_norm),
-            norm_before_fc=declared(config.norm_before_fc),
-            norm_before_residual=declared(config.norm_before_residual),
-            post_norm_feedback=declared(config.norm_output),
-            own_embedding=has_own_embedding,
-            qk_norm=config.qk_norm,
-        )
-        mapping = (
-            "d + d2t[d]" if config.draft_vocab_size < config.vocab_size else "identity (same vocabulary)"
-        )
-    else:  # eagle
-        # eagle/model/modeling_llama_kv.py LlamaModel.forward: hard-coded capture before layers
-        # 2, L//2 and L-3 (HF [2, L//2, L-3]); the config's ids are not read.
-        wiring = Wiring(tuple(default), f"EAGLE: hard-coded HF [2, L//2, L-3] for L={num_target_layers}")
-        if nested is not None or top is not None:
-            notes.append("EAGLE ignores every aux-id field in the config (its capture is hard-coded)")
-        # eagle/model/cnets.py: pre-norm feedback, norm before lm_head, no variant flags; a
-        # checkpoint embed_tokens overrides the target copy (load_state_dict(strict=False)).
-        math = DraftMath(own_embedding=has_own_embedding)
-        for flag in VARIANT_FLAGS:
-            if getattr(config, flag) and not (flag == "norm_output"):
-                notes.append(f"EAGLE has no {flag}")
-        # cnets.py Attention: head_dim = hidden_size // num_heads, explicit head_dim ignored
-        if config.explicit_head_dim and config.head_dim * config.num_attention_heads != config.hidden_size:
-            refusal = (
-                f"EAGLE computes head_dim as hidden_size // num_attention_heads = "
-                f"{config.hidden_size // config.num_attention_heads}, not the config's {config.head_dim}: "
-                "the attention weights would not load"
-            )
-        mapping = (
-            "d + d2t[d]" if config.draft_vocab_size < config.vocab_size else "identity (same vocabulary)"
-        )
+    reading = READERS[engine](DraftFacts(config, num_target_layers, has_own_embedding, differs))
+    math, refusal = reading.math, reading.refusal
     if has_own_embedding and config.target_hidden_size != config.hidden_size and not math.own_embedding:
         math = replace(math, own_embedding=True)  # the target's embedding has the wrong width: every engine
     try:
-        check_indices(wiring.aux_hf_indices, num_target_layers)
+        check_indices(reading.wiring.aux_hf_indices, num_target_layers)
     except BadInput as error:
         refusal = refusal or f"{DESCRIPTIONS[engine]}: {error}"
-    return EngineView(engine, wiring, math, mapping, refusal is None, refusal, tuple(notes))
+    return EngineView(
+        engine, reading.wiring, math, vocab_mapping(config), refusal is None, refusal, tuple(reading.notes)
+    )
+
+
+def declared_wiring(config: DraftConfig, num_target_layers: int) -> Wiring:
+    """The wiring the draft declares: the training reading's, with nothing declared replaced by a
+    default (`read_as("auto")`). BadInput when it does not fit the target."""
+    wiring = read_as("auto", config, num_target_layers, False).wiring
+    check_indices(wiring.aux_hf_indices, num_target_layers)
+    return wiring
 
 
 def describe_layers(indices) -> str:

@@ -7,18 +7,15 @@ HF index k: 0 = embedding output, k = j+1 = residual stream after decoder layer 
 Neither present: HF [2, L//2, L-3] (= outputs of layers [1, L//2-1, L-4]).
 
 This module is plain Python (no torch): pages parse user text with `parse_aux_indices`, the one
-parser of a wiring list, and the service resolves a request's wiring once with `resolve_wiring`.
+parser of a wiring list, and `override_wiring` turns a typed list into a Wiring. What a draft
+declares, and what each engine makes of it, is read in backend/engine/readings.py only.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from backend import BadInput
-
-if TYPE_CHECKING:
-    from backend.engine.draft_config import DraftConfig
 
 CONVENTIONS = {
     "hf": "HF hidden_states index (0 = embedding output, k = output of layer k-1)",
@@ -63,25 +60,12 @@ def to_hf_indices(ids, convention: str) -> list[int]:
     raise BadInput(f"unknown wiring convention {convention!r}; use one of {sorted(CONVENTIONS)}")
 
 
-def resolve_wiring(
-    config: DraftConfig, num_target_layers: int, override=None, override_convention: str = "hf"
-) -> Wiring:
-    if override is not None:
-        hf = to_hf_indices(override, override_convention)
-        wiring = Wiring(tuple(hf), f"override {list(override)} ({CONVENTIONS[override_convention]})")
-    elif config.nested_aux_ids is not None:
-        hf = to_hf_indices(config.nested_aux_ids, "layer_output")
-        wiring = Wiring(
-            tuple(hf),
-            f"eagle_config.eagle_aux_hidden_state_layer_ids {config.nested_aux_ids} "
-            "(nested: output-of-layer ids, HF = id + 1)",
-        )
-    elif config.top_level_aux_ids is not None:
-        hf = list(config.top_level_aux_ids)
-        wiring = Wiring(tuple(hf), f"top-level eagle_aux_hidden_state_layer_ids {hf} (HF indices)")
-    else:
-        hf = default_hf_indices(num_target_layers)
-        wiring = Wiring(tuple(hf), f"default [2, L//2, L-3] for L={num_target_layers}")
+def override_wiring(ids, num_target_layers: int, convention: str = "hf") -> Wiring:
+    """The wiring a user types in place of the draft's (`--aux-hf-indices`, the pages' override), in
+    `convention`, checked against the target. The one place an override becomes a Wiring; the
+    wiring a draft declares comes only from its readings (backend/engine/readings.py)."""
+    hf = to_hf_indices(ids, convention)
+    wiring = Wiring(tuple(hf), f"override {list(ids)} ({CONVENTIONS[convention]})")
     check_indices(wiring.aux_hf_indices, num_target_layers)
     return wiring
 

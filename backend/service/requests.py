@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from backend import BadInput
 from backend.engine.readings import ENGINES, EngineView, read_as
 from backend.engine.shapes import DRAFT_ATTENTION, TreeShape, sglang_shape
-from backend.engine.wiring import Wiring, check_indices, resolve_wiring
+from backend.engine.wiring import Wiring, check_indices, override_wiring
 
 MAX_STEPS = 64
 MAX_TOPK = 16
@@ -140,7 +140,7 @@ class ReplayRequest:
             getattr(draft, "own_embedding_differs", None),
         )
         if self.aux_hf_indices is not None:
-            wiring = resolve_wiring(draft.config, num_target_layers, self.aux_hf_indices)
+            wiring = override_wiring(self.aux_hf_indices, num_target_layers)
         elif not view.loads:
             raise BadInput(view.refusal)
         else:

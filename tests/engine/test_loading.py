@@ -26,7 +26,7 @@ def test_every_layout_loads_passes_preflight_and_replays(tmp_path, target_dirs, 
 
     from backend.engine.loading import build_draft, load_target, read_draft
     from backend.engine.preflight import check_draft, preflight
-    from backend.engine.wiring import resolve_wiring
+    from backend.engine.readings import declared_wiring
     from tests.support.oracle import plain_greedy
 
     target_dir = target_dirs[layers]
@@ -47,7 +47,7 @@ def test_every_layout_loads_passes_preflight_and_replays(tmp_path, target_dirs, 
         else torch.load(draft_dir / "pytorch_model.bin", weights_only=True)
     )
     assert torch.equal(draft.fc.weight, saved["fc.weight"].float())
-    wiring = resolve_wiring(draft.config, target.num_layers)
+    wiring = declared_wiring(draft.config, target.num_layers)
     assert wiring.aux_hf_indices == report.wiring.aux_hf_indices
     assert replay_output(target, draft, wiring, [1, 2, 3], 3, 12) == plain_greedy(target, [1, 2, 3], 12)
 
@@ -114,8 +114,8 @@ def test_multi_layer_speculators_draft_replays_exactly(tmp_path, target_dirs):
     from backend.engine.draft_config import parse_draft_config
     from backend.engine.loading import load_target
     from backend.engine.preflight import load_checked_draft, preflight
+    from backend.engine.readings import declared_wiring
     from backend.engine.synthetic import draft_config_dict, random_draft_tensors, save_draft
-    from backend.engine.wiring import resolve_wiring
     from tests.support.oracle import plain_greedy
 
     config = draft_config_dict(target_config(target_dirs[7]), draft_vocab=40, layout="speculators")
@@ -126,7 +126,7 @@ def test_multi_layer_speculators_draft_replays_exactly(tmp_path, target_dirs):
     target = load_target(target_dirs[7], device="cpu")
     draft, _ = load_checked_draft(draft_dir, target)
     assert len(draft.layers) == 2 and draft.layers[1].self_attn.q_proj.in_features == 32
-    wiring = resolve_wiring(parse_draft_config(config), 7)
+    wiring = declared_wiring(parse_draft_config(config), 7)
     assert replay_output(target, draft, wiring, [4, 5, 6], 4, 16) == plain_greedy(target, [4, 5, 6], 16)
 
 

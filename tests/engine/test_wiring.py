@@ -1,5 +1,7 @@
 """Aux-layer ids -> HF hidden_states indices, under both conventions, and parsing a typed wiring
-(backend.engine.wiring is plain Python; only the draft-config parser needs transformers)."""
+(backend.engine.wiring is plain Python; only the draft-config parser needs transformers). The wiring a
+draft declares is its training reading's (backend.engine.readings.declared_wiring); an override is
+built by wiring.override_wiring."""
 
 from __future__ import annotations
 
@@ -9,8 +11,8 @@ from backend import BadInput
 from backend.engine.wiring import (
     check_indices,
     default_hf_indices,
+    override_wiring,
     parse_aux_indices,
-    resolve_wiring,
     to_hf_indices,
 )
 
@@ -25,13 +27,16 @@ BASE = {
 
 def wiring_of(extra: dict, num_layers: int = 32, override=None, convention="hf"):
     from backend.engine.draft_config import parse_draft_config  # transformers: imported when used
+    from backend.engine.readings import declared_wiring
 
-    return resolve_wiring(parse_draft_config({**BASE, **extra}), num_layers, override, convention)
+    if override is not None:
+        return override_wiring(override, num_layers, convention)
+    return declared_wiring(parse_draft_config({**BASE, **extra}), num_layers)
 
 
 def test_wiring_table_for_32_layers():
     nested = wiring_of({"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 15, 28]}})
-    assert nested.aux_hf_indices == (2, 16, 29) and "output-of-layer" in nested.source
+    assert nested.aux_hf_indices == (2, 16, 29) and "output of layer" in nested.source
     top_level = wiring_of({"eagle_aux_hidden_state_layer_ids": [2, 16, 29]})
     assert top_level.aux_hf_indices == (2, 16, 29) and "HF indices" in top_level.source
     assert wiring_of({}).aux_hf_indices == (2, 16, 29)
