@@ -644,7 +644,7 @@ def cmd_diagnose(args) -> tuple[dict, str]:
 
 
 def cmd_probe(args) -> tuple[dict, str]:
-    from backend.diagnostics.probe import run_probe
+    from backend.diagnostics.probe import ProbeSettings, run_probe
 
     samples, _ = load_samples(args.samples, checked_vocab(args), args.limit)
     target, draft, wiring, view = load_pair(args, max(len(s.input_ids) for s in samples))
@@ -656,18 +656,8 @@ def cmd_probe(args) -> tuple[dict, str]:
         bar.update(round(100 * fraction) - bar.n)
 
     try:
-        report = run_probe(
-            target,
-            draft,
-            wiring,
-            samples,
-            args.steps,
-            args.budget,
-            args.live,
-            args.live_tokens,
-            progress,
-            view.math,
-        )
+        settings = ProbeSettings(args.steps, args.budget, args.live, args.live_tokens)
+        report = run_probe(target, draft, wiring, samples, settings, progress, view.math)
     finally:
         bar.close()
     lines = [f"{'HF indices':>14}  acc_0  pred. AL  label"]

@@ -161,17 +161,17 @@ def test_headline_numbers(target, evaluation):
 
 
 def test_probe_ranks_the_demo_drafts(target, evaluation):
-    from backend.diagnostics.probe import run_probe
+    from backend.diagnostics.probe import ProbeSettings, run_probe
 
     trained, _ = demo_wiring()
     miswired, declared = load_draft(target, "miswired")
-    report = run_probe(target, miswired, declared, evaluation[:6], num_steps=K, search_budget=20)
+    report = run_probe(target, miswired, declared, evaluation[:6], ProbeSettings(K, 20))
     named = [list(c.aux_hf_indices) for c in [report.best, *report.as_good]]
     assert not report.confirmed and trained in named  # HF 1 and 2 of this target are near twins
     assert report.best.acc_step0 > report.declared.acc_step0 + 0.1
     assert "embedding output" in report.verdict and "% lost" in report.verdict
     final, declared = load_draft(target, "final")
-    confirmed = run_probe(target, final, declared, evaluation[:6], num_steps=K, search_budget=20)
+    confirmed = run_probe(target, final, declared, evaluation[:6], ProbeSettings(K, 20))
     assert confirmed.confirmed and confirmed.verdict.startswith("The declared wiring")
 
 

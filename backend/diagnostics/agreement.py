@@ -8,9 +8,8 @@ A sample is flagged when the live accept length is below FLAG_RATIO of the predi
 from __future__ import annotations
 
 from backend.engine.metrics import acceptance_metrics
-from backend.engine.readings import DraftMath
 from backend.engine.records import Progress, no_progress
-from backend.engine.replay import accept_lengths
+from backend.engine.replay import ReplayConfig, accept_lengths
 from backend.engine.teacher import teacher_forced_counts
 
 FLAG_RATIO = 0.75
@@ -25,15 +24,15 @@ def teacher_vs_live(
     draft,
     wiring,
     samples: list,
-    num_steps: int,
-    max_new_tokens: int,
+    config: ReplayConfig,
     progress: Progress = no_progress,
     training_wiring=None,
-    math: DraftMath | None = None,
 ) -> list[dict]:
     """Teacher-forced accuracy under `training_wiring` (what the training run measured; default: the
-    serving wiring) next to live acceptance under `wiring` (what serving feeds)."""
+    serving wiring) next to live acceptance under `wiring` (what serving feeds), both with
+    `config`'s K and draft math, the live replays `config.max_new_tokens` long."""
     training_wiring = training_wiring or wiring
+    num_steps, max_new_tokens, math = config.num_steps, config.max_new_tokens, config.math
     rows = []
     for number, sample in enumerate(samples):
         progress(number / len(samples), f"sample {number + 1}/{len(samples)}")

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from backend.diagnostics.probe import describe, run_probe
+from backend.diagnostics.probe import ProbeSettings, describe, run_probe
 from backend.diagnostics.reading_probe import rope_scaling, run_reading_probe
 from backend.engine.metrics import acceptance_metrics, simulated_accept_length
 from backend.engine.records import PrefillRecord, Progress, no_progress
@@ -709,8 +709,7 @@ def _sample_findings(
         draft,
         wiring,
         samples,
-        num_steps,
-        options.probe_budget,
+        ProbeSettings(num_steps, options.probe_budget),
         math=math,
         progress=lambda f, m: progress(0.05 + 0.3 * f, f"wiring probe: {m}"),
     )

@@ -169,20 +169,31 @@ def describe(indices, num_layers: int) -> str:
     return f"HF {list(indices)} ({', '.join(names)})"
 
 
+@dataclass(frozen=True)
+class ProbeSettings:
+    """How far the probe looks: K of the teacher-forced scores, how many candidates the search may
+    add, and the live replays of the best candidates (on the first `live_samples` samples, 0: none,
+    `live_tokens` new tokens each)."""
+
+    num_steps: int = 4
+    search_budget: int = 40
+    live_samples: int = 0
+    live_tokens: int = 64
+
+
 def run_probe(
     target: Target,
     draft: Eagle3Draft,
     declared: Wiring,
     samples: list,
-    num_steps: int = 4,
-    search_budget: int = 40,
-    live_samples: int = 0,
-    live_tokens: int = 64,
+    settings: ProbeSettings | None = None,
     progress: Progress = no_progress,
     math: DraftMath | None = None,
 ) -> ProbeReport:
     """Rank candidate wirings by teacher-forced accuracy on `samples` (objects with input_ids and
-    loss_mask; prompt_ids for live runs). `search_budget` bounds the extra candidates tried."""
+    loss_mask; prompt_ids for live runs)."""
+    settings = settings or ProbeSettings()
+    num_steps, search_budget, live_samples = settings.num_steps, settings.search_budget, settings.live_samples
     started = time.time()
     num_layers = target.num_layers
     every_index = list(range(num_layers + 1))
@@ -227,7 +238,13 @@ def run_probe(
         for number, candidate in enumerate(live):
             progress(0.8 + 0.2 * number / len(live), f"live replay HF {list(candidate.aux_hf_indices)}")
             candidate.live_accept_length = live_accept_length(
-                target, draft, candidate.aux_hf_indices, samples[:live_samples], num_steps, live_tokens, math
+                target,
+                draft,
+                candidate.aux_hf_indices,
+                samples[:live_samples],
+                num_steps,
+                settings.live_tokens,
+                math,
             )
     report = ProbeReport(
         declared_candidate,

@@ -252,11 +252,12 @@ def start_compare(
 
 @job("probe", lambda target_path, draft_path, *_: f"probe {_name(draft_path)}")
 def probe_job(target_path, draft_path, samples, num_steps, budget, live, *, progress: Progress) -> dict:
-    from backend.diagnostics.probe import run_probe
+    from backend.diagnostics.probe import ProbeSettings, run_probe
 
     progress(0.0, "loading models")
     target, draft, report = models.pair(target_path, draft_path)
-    found = run_probe(target, draft, report.wiring, samples, num_steps, budget, live, progress=progress)
+    settings = ProbeSettings(num_steps, budget, live)
+    found = run_probe(target, draft, report.wiring, samples, settings, progress=progress)
     return {**found.to_dict(), "target": target_path, "draft": draft_path}
 
 
@@ -361,6 +362,7 @@ def agreement_job(
     progress: Progress,
 ) -> dict:
     from backend.diagnostics.agreement import DEFINITION, draft_summary, teacher_vs_live
+    from backend.engine.replay import ReplayConfig
     from backend.engine.wiring import Wiring, check_indices
 
     progress(0.0, "loading models")
@@ -369,9 +371,8 @@ def agreement_job(
     if training_aux_hf_indices:
         check_indices(training_aux_hf_indices, target.num_layers)
         claimed = Wiring(tuple(training_aux_hf_indices), "claimed training wiring")
-    rows = teacher_vs_live(
-        target, draft, report.wiring, samples, num_steps, max_new_tokens, progress, claimed
-    )
+    config = ReplayConfig(num_steps, max_new_tokens)
+    rows = teacher_vs_live(target, draft, report.wiring, samples, config, progress, claimed)
     return {"rows": rows, "summary": draft_summary(rows), "definition": DEFINITION}
 
 

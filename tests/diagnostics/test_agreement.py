@@ -7,6 +7,7 @@ from tests.support.models import TRAINED
 
 def test_accuracy_vs_live_flags_the_miswired_draft(bigram_setup):
     from backend.diagnostics.agreement import draft_summary, teacher_vs_live
+    from backend.engine.replay import ReplayConfig
     from backend.engine.wiring import Wiring
     from tests.support.models import load_draft
 
@@ -18,8 +19,7 @@ def test_accuracy_vs_live_flags_the_miswired_draft(bigram_setup):
         draft,
         wiring,
         samples[:2],
-        3,
-        24,
+        ReplayConfig(3, 24),
         progress=lambda f, m: seen.append((f, m)),
         training_wiring=Wiring(tuple(TRAINED), "claimed training wiring"),
     )
@@ -31,5 +31,5 @@ def test_accuracy_vs_live_flags_the_miswired_draft(bigram_setup):
     )
     assert summary["mean acc_0"] == sum(r["acc_0"] for r in rows) / 2
     right, right_wiring = load_draft(bigram_setup.root / "right", target)
-    rows = teacher_vs_live(target, right, right_wiring, samples[:2], 3, 24)
+    rows = teacher_vs_live(target, right, right_wiring, samples[:2], ReplayConfig(3, 24))
     assert not any(r["flagged"] for r in rows) and not draft_summary(rows)["flagged"]

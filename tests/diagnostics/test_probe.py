@@ -5,7 +5,7 @@ from __future__ import annotations
 
 
 def test_probe_names_the_embedding_wiring_of_a_miswired_draft(bigram_setup):
-    from backend.diagnostics.probe import run_probe
+    from backend.diagnostics.probe import ProbeSettings, run_probe
     from tests.support.models import load_draft
 
     setup = bigram_setup
@@ -17,10 +17,7 @@ def test_probe_names_the_embedding_wiring_of_a_miswired_draft(bigram_setup):
         draft,
         wiring,
         setup.samples,
-        num_steps=3,
-        search_budget=10,
-        live_samples=1,
-        live_tokens=24,
+        ProbeSettings(num_steps=3, search_budget=10, live_samples=1, live_tokens=24),
         progress=lambda fraction, message: reports.append((fraction, message)),
     )
     assert not report.confirmed
@@ -37,12 +34,12 @@ def test_probe_names_the_embedding_wiring_of_a_miswired_draft(bigram_setup):
 
 
 def test_probe_confirms_a_correct_declaration(bigram_setup):
-    from backend.diagnostics.probe import run_probe
+    from backend.diagnostics.probe import ProbeSettings, run_probe
     from tests.support.models import load_draft
 
     setup = bigram_setup
     draft, wiring = load_draft(setup.root / "right", setup.target)
-    report = run_probe(setup.target, draft, wiring, setup.samples, num_steps=3, search_budget=5)
+    report = run_probe(setup.target, draft, wiring, setup.samples, ProbeSettings(3, 5))
     assert report.confirmed and report.verdict.startswith("The declared wiring")
 
 
@@ -98,7 +95,7 @@ def _redeclared(setup, tmp_path, name: str, top_level_ids: list[int]):
 def test_a_top_level_declaration_is_read_as_declared_and_the_probe_confirms_it(bigram_setup, tmp_path):
     """SpecForge ignores a top-level list, but the default reading must not replace declared ids
     with the defaults: the declared HF [0, 2, 4] is what the replay, teacher and probe run."""
-    from backend.diagnostics.probe import run_probe
+    from backend.diagnostics.probe import ProbeSettings, run_probe
     from backend.engine.readings import read_as
     from tests.support.models import load_draft
 
@@ -110,17 +107,17 @@ def test_a_top_level_declaration_is_read_as_declared_and_the_probe_confirms_it(b
     assert "SpecForge" in view.wiring.source and "[2, 4, 5]" in view.wiring.source  # what it would run
     specforge = read_as("specforge", draft.config, 8, has_own_embedding=False)
     assert list(specforge.wiring.aux_hf_indices) == [2, 4, 5]  # the engine itself still ignores it
-    report = run_probe(setup.target, draft, wiring, setup.samples, num_steps=3, search_budget=5)
+    report = run_probe(setup.target, draft, wiring, setup.samples, ProbeSettings(3, 5))
     assert report.confirmed and report.best.aux_hf_indices == (0, 2, 4)
 
 
 def test_a_declared_wiring_that_repeats_an_index_is_run_as_given(bigram_setup, tmp_path):
-    from backend.diagnostics.probe import run_probe
+    from backend.diagnostics.probe import ProbeSettings, run_probe
     from tests.support.models import load_draft
 
     setup = bigram_setup
     draft, wiring = load_draft(_redeclared(setup, tmp_path, "repeat", [2, 3, 3]), setup.target)
     assert list(wiring.aux_hf_indices) == [2, 3, 3]
-    report = run_probe(setup.target, draft, wiring, setup.samples, num_steps=3, search_budget=10)
+    report = run_probe(setup.target, draft, wiring, setup.samples, ProbeSettings(3, 10))
     assert report.declared.aux_hf_indices == (2, 3, 3)
     assert not report.confirmed and report.best.aux_hf_indices[0] == 0  # the search finds the embedding
