@@ -370,17 +370,7 @@ def tree_step(
     device = target.device
     started = time.perf_counter()
     hidden = draft_catch_up(draft, draft_cache, cursor, config.math)
-    tree = draft_tree(
-        draft,
-        draft_cache,
-        hidden,
-        cursor.position - 1,
-        config.shape,
-        config.math,
-        config.record,
-        config.top_alternatives,
-        config.draft_attention,
-    )
+    tree = draft_tree(draft, draft_cache, hidden, cursor.position - 1, config)
     draft_ms = _elapsed_ms(started, device)
 
     started = time.perf_counter()

@@ -33,12 +33,12 @@ nothing is recomputed per node: each forward appends k entries to the draft KV c
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
 from backend.engine.draft_model import Eagle3Draft
 from backend.engine.kv_cache import KVCache
-from backend.engine.readings import DraftMath
 from backend.engine.sampling import (
     Sampling,
     exponential_race,
@@ -47,6 +47,9 @@ from backend.engine.sampling import (
     target_distribution,
 )
 from backend.engine.shapes import TreeShape
+
+if TYPE_CHECKING:
+    from backend.engine.replay import ReplayConfig  # replay imports this module
 
 
 @dataclass
@@ -105,19 +108,14 @@ class _Candidate:
 
 
 def draft_tree(
-    draft: Eagle3Draft,
-    cache: KVCache,
-    hidden: torch.Tensor,
-    position: int,
-    shape: TreeShape,
-    math: DraftMath | None,
-    record: bool,
-    top_alternatives: int,
-    attention: str = "ancestors",
+    draft: Eagle3Draft, cache: KVCache, hidden: torch.Tensor, position: int, config: ReplayConfig
 ) -> DraftTree:
-    """Propose the tree of one step. `hidden` [1, H] is the catch-up output at `position` (= n-1);
-    the draft cache holds the committed prefix and gains k entries per draft forward (cropped by
-    the caller after the verify)."""
+    """Propose the tree of one step of `config` (its shape, draft math, recording, alternatives
+    and draft attention). `hidden` [1, H] is the catch-up output at `position` (= n-1); the draft
+    cache holds the committed prefix and gains k entries per draft forward (cropped by the caller
+    after the verify)."""
+    shape, math, record = config.shape, config.math, config.record
+    top_alternatives, attention = config.top_alternatives, config.draft_attention
     k = shape.topk
     batches = [hidden[-1:]]  # output hidden of each forward; candidates point into them
     candidates: list[_Candidate] = []
