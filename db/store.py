@@ -167,6 +167,19 @@ def _run_info(run: Run, step_count: int = 0) -> RunInfo:
 # ---------------------------------------------------------------------------------- runs
 
 
+@dataclass(frozen=True)
+class RunInput:
+    """What a run replays: the prompt's token ids and, when it came from a dataset or a typed prompt,
+    the sample's reference (a label) and row id."""
+
+    prompt_ids: list[int]
+    sample_ref: str | None = None
+    sample_id: int | None = None
+
+
+NO_INPUT = RunInput([])
+
+
 def create_run(
     session: Session,
     *,
@@ -175,9 +188,7 @@ def create_run(
     draft_path: str,
     params: dict,
     aux_hf_indices: list[int],
-    prompt_ids: list[int] | None = None,
-    sample_ref: str | None = None,
-    sample_id: int | None = None,
+    given: RunInput = NO_INPUT,
 ) -> int:
     run = Run(
         kind=kind,
@@ -189,9 +200,9 @@ def create_run(
         draft_path=draft_path,
         params=params,
         aux_hf_indices=list(aux_hf_indices),
-        prompt_ids=list(prompt_ids or []),
-        sample_ref=sample_ref,
-        sample_id=sample_id,
+        prompt_ids=list(given.prompt_ids),
+        sample_ref=given.sample_ref,
+        sample_id=given.sample_id,
     )
     session.add(run)
     session.flush()

@@ -178,9 +178,7 @@ def run_replay_job(
             draft_path=request.draft,
             params=params,
             aux_hf_indices=list(wiring.aux_hf_indices),
-            prompt_ids=prompt_ids,
-            sample_ref=request.sample_ref,
-            sample_id=request.sample_id,
+            given=store.RunInput(prompt_ids, request.sample_ref, request.sample_id),
         )
     outcome = ReplayOutcome(run_id, [], [], {}, wiring, list(warnings or []), view.engine, params=params)
     freeze_long_lived_objects()

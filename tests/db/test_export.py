@@ -54,7 +54,7 @@ def test_export_to_a_file_from_either_backend(any_db_url, tmp_path):
             draft_path="d",
             params={"num_steps": 2, "wiring": {"aux": [0, 2, 4]}},
             aux_hf_indices=[0, 2, 4],
-            prompt_ids=[1, 2, 3],
+            given=store.RunInput([1, 2, 3]),
         )
         store.add_steps(session, run_id, [step(i, a) for i, a in enumerate([2, 0, 1])])
         store.finish_run(session, run_id, output_ids=[12, 9, 9, 11], metrics={"mean_accept_length": 2.0})

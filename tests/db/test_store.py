@@ -69,8 +69,7 @@ def test_runs_and_their_steps(factory):
             draft_path="d",
             params={"num_steps": 2},
             aux_hf_indices=[2, 4, 5],
-            prompt_ids=[1, 2, 3],
-            sample_ref="prompt",
+            given=store.RunInput([1, 2, 3], "prompt"),
         )
         store.add_steps(session, run_id, [step(index, accepted) for index, accepted in enumerate([2, 0, 1])])
         store.add_token_stats(session, run_id, [{"position": 0, "chunk": "hf2", "norm": 1.0}])

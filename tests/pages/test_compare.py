@@ -48,9 +48,7 @@ def store_run(db: str, draft: str, steps: list[dict], *, sample_id=None, al: flo
             draft_path=str(DEMO_DRAFTS / draft),
             params={"num_steps": 2, "topk": 1, "num_draft_tokens": 3, "engine": "sglang"},
             aux_hf_indices=[2, 4, 5],
-            prompt_ids=PROMPT,
-            sample_ref="dataset 1 #0",
-            sample_id=sample_id,
+            given=store.RunInput(PROMPT, "dataset 1 #0", sample_id),
         )
         store.add_steps(session, run_id, records)
         mean = al if al is not None else sum(s["accepted"] + 1 for s in steps) / len(steps)

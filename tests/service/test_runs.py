@@ -99,8 +99,7 @@ def test_find_finished_run_skips_unfinished_runs_and_prefers_the_same_sample(db_
                 draft_path="d",
                 params={**params, **changes},
                 aux_hf_indices=[0, 1, 2],
-                prompt_ids=[1, 2],
-                sample_id=sample_id,
+                given=store.RunInput([1, 2], sample_id=sample_id),
             )
             if status == "finished":
                 store.finish_run(session, run_id, output_ids=[3], metrics={})
