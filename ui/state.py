@@ -11,7 +11,7 @@ from streamlit.errors import StreamlitPageNotFoundError
 
 from backend import BadInput
 from backend.defaults import default_draft, default_target, demo_drafts
-from backend.service import checkpoints, datasets
+from backend.service import checkpoints, datasets, warm
 from backend.service.database import database_url
 from ui.html import md
 
@@ -37,6 +37,7 @@ KEYS = {
 
 
 def _init() -> None:
+    warm.start()  # the model stack imports outside any script thread (backend/service/warm.py)
     state = st.session_state
     if KEYS["db_url"] not in state:
         state[KEYS["db_url"]] = database_url(os.environ.get("SPECLENS_DB_URL"))
