@@ -14,21 +14,33 @@ from ui.decode import form, header, references, summary, viewer
 from ui.runs import get_run, list_runs
 from ui.taskview import task_panel
 
+AUTO_REFERENCE = {"kind": "target_hidden"}
+
 st.set_page_config(page_title="SpecLens · Decode", layout="wide")
 state.sidebar()
 st.title("Decode")
 
 request = form.replay_request(expanded=not list_runs(limit=1))
 if request is not None:
-    st.session_state["decode_task"] = tasks.start_replay(state.db(), request)
+    # the step viewer opens on a comparison: the draft's output hidden against the target's own
+    st.session_state["decode_task"] = tasks.start_replay(state.db(), request, reference=AUTO_REFERENCE)
 
 
 def pick_up_run(result: dict) -> None:
     state.set_value("run", result["run_id"])
     st.session_state["decode_step"] = 0
+    if result.get("reference"):
+        st.session_state["decode_reference_pending"] = result["reference"]
 
 
-task_panel("decode_task", on_finish=pick_up_run, failure="The replay failed: ", adopt="replay")
+def show_replay(result: dict) -> None:
+    if result.get("reference_note"):
+        st.caption(
+            f"No hidden-state comparison was computed for run {result['run_id']}: {result['reference_note']}"
+        )
+
+
+task_panel("decode_task", show_replay, on_finish=pick_up_run, failure="The replay failed: ", adopt="replay")
 
 runs = list_runs(limit=200)
 if not runs:

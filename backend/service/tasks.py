@@ -144,19 +144,36 @@ def job(kind: str, label: Callable[..., str]):
 # backend/service/worker.py); each start_* validates what it can here and submits the job.
 
 
-def replay_job(db_url: str | None, request: ReplayRequest, *, progress: Progress) -> dict:
+def replay_job(
+    db_url: str | None, request: ReplayRequest, reference: dict | None = None, *, progress: Progress
+) -> dict:
+    """The replay, stored; then, when `reference` is given, that hidden-state reference of the new run
+    (so the step viewer opens on a comparison, not on norms). A reference this run cannot have (a draft
+    wider than the target, nothing recorded), or one that failed, is said in `reference_note`: the run
+    stands either way."""
     from backend.service.jobs import run_replay
+    from backend.service.references import compute_reference
 
     outcome = run_replay(request, db_url, progress)
-    return {
+    result = {
         "run_id": outcome.run_id,
         "mean_accept_length": outcome.metrics.get("mean_accept_length"),
         "warnings": outcome.warnings,
     }
+    if reference is not None and outcome.steps:
+        try:
+            result["reference"] = compute_reference(db_url, outcome.run_id, reference, progress)["reference"]
+        except BadInput as error:
+            result["reference_note"] = str(error)
+        except Exception as error:  # noqa: BLE001 - the run is stored; the page shows why it has no reference
+            result["reference_note"] = f"{type(error).__name__}: {error}"
+    return result
 
 
-def start_replay(db_url: str | None, request: ReplayRequest, label: str | None = None) -> str:
-    return MANAGER.submit_job("replay", label or request.label, replay_job, db_url, request)
+def start_replay(
+    db_url: str | None, request: ReplayRequest, label: str | None = None, reference: dict | None = None
+) -> str:
+    return MANAGER.submit_job("replay", label or request.label, replay_job, db_url, request, reference)
 
 
 def compare_job(

@@ -22,6 +22,8 @@ def test_decode_runs_in_the_background_and_steps(db):
     app.run()
     assert float(app.metric[0].value) >= 1.0 and app.session_state["decode_step"] == 0
     assert any("target forward: SpecLens's lean Llama forward" in c.value for c in app.caption)
+    # the step viewer opens on a comparison computed with the replay, not on norms (issue 31 item 8)
+    assert app.selectbox(key="decode_reference").value == "target hidden (draft out)"
     ok(app.button(key="decode_next").click().run())
     assert app.session_state["decode_step"] == 1
     ok(app.button(key="decode_prev").click().run())
