@@ -150,30 +150,17 @@ def build(out: Path, work: Path, plan: Plan) -> None:
             config = train_target.target_config(
                 len(tokenizer), eos, plan.target_layers, plan.target_hidden, plan.target_intermediate
             )
-            model = train_target.train_target(
-                config,
-                stream,
-                plan.target_steps,
-                plan.target_batch,
-                plan.seq_len,
-                SEED,
-                log=log,
-                monitor=monitor,
+            schedule = train_target.Schedule(
+                plan.target_steps, plan.target_batch, plan.seq_len, SEED, lr=2e-3, monitor_every=400
             )
+            model = train_target.train_target(config, stream, schedule, train_target.Watch(log, monitor))
             model.to(torch.bfloat16).save_pretrained(likelihood_dir)
         model = LlamaForCausalLM.from_pretrained(likelihood_dir, local_files_only=True, dtype=torch.float32)
         log(f"target after likelihood training: {monitor(model.eval())}")
-        model = train_target.unlikelihood_finetune(
-            model,
-            stream,
-            plan.unlikelihood_updates,
-            8,
-            plan.seq_len,
-            SEED + 6,
-            lr=plan.unlikelihood_lr,
-            log=log,
-            monitor=monitor,
+        schedule = train_target.Schedule(
+            plan.unlikelihood_updates, 8, plan.seq_len, SEED + 6, lr=plan.unlikelihood_lr, monitor_every=50
         )
+        model = train_target.unlikelihood_finetune(model, stream, schedule, train_target.Watch(log, monitor))
         log(f"target: {monitor(model)}")
         model.to(torch.bfloat16).save_pretrained(target_dir)
         tokenizer.save_pretrained(target_dir)
@@ -237,11 +224,7 @@ def build(out: Path, work: Path, plan: Plan) -> None:
             used,
             features,
             declared_columns,
-            plan.epochs,
-            plan.ttt_steps,
-            SEED + 3,
-            peak_lr=plan.draft_lr,
-            pack_tokens=plan.pack_tokens,
+            train_draft.DraftSchedule(plan.epochs, plan.ttt_steps, SEED + 3, plan.pack_tokens, plan.draft_lr),
             on_epoch=lambda e, d: export("epoch1", d) if e == 1 else None,
             log=log,
         )
@@ -254,11 +237,7 @@ def build(out: Path, work: Path, plan: Plan) -> None:
             used,
             features,
             miswired_columns,
-            plan.epochs,
-            plan.ttt_steps,
-            SEED + 4,
-            peak_lr=plan.draft_lr,
-            pack_tokens=plan.pack_tokens,
+            train_draft.DraftSchedule(plan.epochs, plan.ttt_steps, SEED + 4, plan.pack_tokens, plan.draft_lr),
             log=log,
         )
         export("miswired", draft)

@@ -311,11 +311,7 @@ def build(out: Path, work: Path, plan: Plan, target_dir: Path) -> None:
             used,
             features,
             aux_columns,
-            plan.epochs,
-            plan.ttt_steps,
-            seed,
-            peak_lr=plan.draft_lr,
-            pack_tokens=plan.pack_tokens,
+            train_draft.DraftSchedule(plan.epochs, plan.ttt_steps, seed, plan.pack_tokens, plan.draft_lr),
             on_epoch=on_epoch,
             log=log,
         )

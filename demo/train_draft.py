@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -123,20 +124,30 @@ def ttt_loss(
     return total, correct, counted
 
 
+@dataclass(frozen=True)
+class DraftSchedule:
+    """A draft's training run: epochs over the features, TTT steps per position, the seed, tokens
+    per packed batch and the peak learning rate."""
+
+    epochs: int
+    steps: int  # training-time-test steps (K)
+    seed: int
+    pack_tokens: int = 512
+    peak_lr: float = 2e-3
+
+
 def train_draft(
     draft: Eagle3Draft,
     target,
     used: list[int],
     features: list[dict],
     aux_columns: list[int],
-    epochs: int,
-    steps: int,
-    seed: int,
-    pack_tokens: int = 512,
-    peak_lr: float = 2e-3,
+    schedule: DraftSchedule,
     on_epoch=None,
     log=print,
 ) -> Eagle3Draft:
+    epochs, steps, seed = schedule.epochs, schedule.steps, schedule.seed
+    pack_tokens, peak_lr = schedule.pack_tokens, schedule.peak_lr
     for parameter in target.parameters():
         parameter.requires_grad_(False)
     used_ids = torch.tensor(used)

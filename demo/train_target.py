@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
@@ -54,20 +56,35 @@ def cosine_lr(step: int, total: int, peak: float, warmup: int) -> float:
     return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
+@dataclass(frozen=True)
+class Schedule:
+    """One training stage: its updates, sequences per update and their length, the seed, the peak
+    learning rate, and how often `Watch.monitor` runs."""
+
+    steps: int
+    batch: int
+    seq_len: int
+    seed: int
+    lr: float
+    monitor_every: int
+
+
+@dataclass(frozen=True)
+class Watch:
+    """Where a stage reports: `log` lines, and `monitor(model)` (eval mode, no grad), a line to log
+    every Schedule.monitor_every updates."""
+
+    log: Callable = print
+    monitor: Callable | None = None
+
+
 def train_target(
-    config: LlamaConfig,
-    tokens: torch.Tensor,
-    steps: int,
-    batch: int,
-    seq_len: int,
-    seed: int,
-    peak_lr: float = 2e-3,
-    log=print,
-    monitor=None,
-    monitor_every: int = 400,
+    config: LlamaConfig, tokens: torch.Tensor, schedule: Schedule, watching: Watch | None = None
 ) -> LlamaForCausalLM:
-    """Next-token training on random windows of one long token stream; the last 2% is validation.
-    `monitor(model)` (eval mode, no grad) returns a line to log every `monitor_every` steps."""
+    """Next-token training on random windows of one long token stream; the last 2% is validation."""
+    watching = watching or Watch()
+    steps, batch, seq_len, seed = schedule.steps, schedule.batch, schedule.seq_len, schedule.seed
+    peak_lr, log, monitor, monitor_every = schedule.lr, watching.log, watching.monitor, schedule.monitor_every
     torch.manual_seed(seed)
     model = LlamaForCausalLM(config)
     split = int(len(tokens) * 0.98)
@@ -128,22 +145,19 @@ def repeated_positions(ids: list[int], start: int, n: int = 4) -> list[int]:
 def unlikelihood_finetune(
     model: LlamaForCausalLM,
     tokens: torch.Tensor,
-    updates: int,
-    batch: int,
-    seq_len: int,
-    seed: int,
+    schedule: Schedule,
+    watching: Watch | None = None,
     prompt_len: int = 64,
     continuation: int = 96,
-    lr: float = 3e-4,
-    log=print,
-    monitor=None,
-    monitor_every: int = 50,
 ) -> LlamaForCausalLM:
     """Sequence-level unlikelihood fine-tuning (Welleck et al. 2019, "Neural Text Generation with
     Unlikelihood Training", §5.2): the model continues training windows greedily; every token of a
     4-gram its own continuation repeats gets the loss -log(1 - p(token)); alternate updates are plain
     next-token training on the corpus so the language model is kept. A target trained only by
     likelihood loops under greedy decoding (its outputs repeat most 4-grams); this teaches it not to."""
+    watching = watching or Watch()
+    updates, batch, seq_len, seed = schedule.steps, schedule.batch, schedule.seq_len, schedule.seed
+    lr, log, monitor, monitor_every = schedule.lr, watching.log, watching.monitor, schedule.monitor_every
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
     split = int(len(tokens) * 0.98)
