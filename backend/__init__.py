@@ -58,6 +58,7 @@ checks this):
       requests           what a user asks for, validated once (ReplayRequest, ...)
       runs               stored runs: list, read, delete, export
       tasks              background tasks the dashboard polls
+      warm               the dashboard's model stack imported once per server, in its own thread
       worker             model work in a worker process, not the Streamlit server
     backend.cli          argparse over the service (`python -m backend`); backend.defaults the demo pair
 
