@@ -126,7 +126,7 @@ def ttt_loss(
 
 @dataclass(frozen=True)
 class DraftSchedule:
-    """A draft's training run: epochs over the features, TTT steps per position, the seed, tokens
+    """A draft's training run: epochs over the features, TTT steps per position, the random seed, tokens
     per packed batch and the peak learning rate."""
 
     epochs: int

@@ -58,7 +58,7 @@ def cosine_lr(step: int, total: int, peak: float, warmup: int) -> float:
 
 @dataclass(frozen=True)
 class Schedule:
-    """One training stage: its updates, sequences per update and their length, the seed, the peak
+    """One training stage: its updates, sequences per update and their length, the random seed, the peak
     learning rate, and how often `Watch.monitor` runs."""
 
     steps: int
