@@ -139,50 +139,49 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(
-        prog="python -m backend", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+def common(sub, several_drafts: bool = False) -> None:
+    """The flags of every command that loads a pair: target, draft(s), device, dtype, wiring, engine."""
+    sub.add_argument(
+        "--target",
+        default=default_target(),
+        help="local Hugging Face target model directory (default: SPECLENS_TARGET or demo/target)",
     )
-    commands = parser.add_subparsers(dest="command", required=True)
+    if several_drafts:
+        sub.add_argument(
+            "--draft",
+            action="append",
+            help="EAGLE-3 draft directory; repeat the flag for each draft to judge "
+            "(default: SPECLENS_DRAFT or demo/drafts/final)",
+        )
+    else:
+        sub.add_argument(
+            "--draft",
+            default=default_draft(),
+            help="EAGLE-3 draft directory, config.json + weights "
+            "(default: SPECLENS_DRAFT or demo/drafts/final)",
+        )
+    sub.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    sub.add_argument("--device", help="cuda, cpu, ... (default: cuda when available)")
+    sub.add_argument("--dtype", help="fp32, bf16 or fp16 (default: bf16 on GPU, fp32 on CPU)")
+    sub.add_argument(
+        "--aux-hf-indices", type=_aux_indices, help="override wiring: three HF hidden_states indices"
+    )
+    sub.add_argument(
+        "--engine",
+        default="auto",
+        choices=["auto", "sglang", "vllm", "specforge", "speculators", "eagle"],
+        help="read and run the draft as this engine does (wiring, variant flags, embedding); "
+        "auto = the reading of the tool that trained it (docs/reference.md §10)",
+    )
 
-    def common(sub, several_drafts: bool = False):
-        sub.add_argument(
-            "--target",
-            default=default_target(),
-            help="local Hugging Face target model directory (default: SPECLENS_TARGET or demo/target)",
-        )
-        if several_drafts:
-            sub.add_argument(
-                "--draft",
-                action="append",
-                help="EAGLE-3 draft directory; repeat the flag for each draft to judge "
-                "(default: SPECLENS_DRAFT or demo/drafts/final)",
-            )
-        else:
-            sub.add_argument(
-                "--draft",
-                default=default_draft(),
-                help="EAGLE-3 draft directory, config.json + weights "
-                "(default: SPECLENS_DRAFT or demo/drafts/final)",
-            )
-        sub.add_argument("--json", action="store_true", help="print one JSON object on stdout")
-        sub.add_argument("--device", help="cuda, cpu, ... (default: cuda when available)")
-        sub.add_argument("--dtype", help="fp32, bf16 or fp16 (default: bf16 on GPU, fp32 on CPU)")
-        sub.add_argument(
-            "--aux-hf-indices", type=_aux_indices, help="override wiring: three HF hidden_states indices"
-        )
-        sub.add_argument(
-            "--engine",
-            default="auto",
-            choices=["auto", "sglang", "vllm", "specforge", "speculators", "eagle"],
-            help="read and run the draft as this engine does (wiring, variant flags, embedding); "
-            "auto = the reading of the tool that trained it (docs/reference.md §10)",
-        )
 
+def _preflight_command(commands) -> None:
     pre = commands.add_parser("preflight", help="check a draft against a target")
     common(pre)
     pre.add_argument("--sample-length", type=_positive, help="check the draft's context against this length")
 
+
+def _replay_command(commands) -> None:
     rep = commands.add_parser("replay", help="replay greedy speculative decoding and store it")
     common(rep)
     source = rep.add_mutually_exclusive_group(required=True)
@@ -197,6 +196,8 @@ def build_parser() -> argparse.ArgumentParser:
     dispatch_flags(rep)
     gate(rep)
 
+
+def _evaluate_command(commands) -> None:
     ev = commands.add_parser(
         "evaluate", help="replay a whole dataset for one or more drafts; per-draft accept length table"
     )
@@ -225,6 +226,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds to wait for the Ray cluster to answer before giving up (default 30)",
     )
 
+
+def _teacher_command(commands) -> None:
     tea = commands.add_parser("teacher", help="teacher-forced acc_k and simulated accept length")
     common(tea)
     tea.add_argument("--samples", required=True, help="JSONL samples file")
@@ -232,6 +235,8 @@ def build_parser() -> argparse.ArgumentParser:
     tea.add_argument("--steps", type=_steps, default=4, help="K: TTT steps to evaluate")
     gate(tea)
 
+
+def _probe_command(commands) -> None:
     probe = commands.add_parser("probe", help="which aux-layer wiring was the draft trained on?")
     common(probe)
     probe.add_argument(
@@ -249,6 +254,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     probe.add_argument("--live-tokens", type=_positive, default=64)
 
+
+def _diagnose_command(commands) -> None:
     diag = commands.add_parser(
         "diagnose", help="why is this draft accepted less than it should be? one verdict"
     )
@@ -268,6 +275,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--live", type=int, default=2, metavar="N", help="live replays on the first N samples (default 2)"
     )
 
+
+def _import_command(commands) -> None:
     imp = commands.add_parser("import", help="validate and store a dataset")
     imp.add_argument(
         "--samples", required=True, help="JSONL, ShareGPT JSON/JSONL, .ckpt file or folder, or .txt"
@@ -286,6 +295,8 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("--db", help="SQLAlchemy URL (default: SPECLENS_DB_URL or sqlite:///data/speclens.db)")
     imp.add_argument("--json", action="store_true", help="print one JSON object on stdout")
 
+
+def _export_command(commands) -> None:
     exp = commands.add_parser("export", help="write a stored run as CSV, JSON or Parquet")
     exp.add_argument("--run", type=int, required=True, help="run id")
     exp.add_argument("--format", required=True, choices=["csv", "json", "parquet"])
@@ -293,6 +304,8 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--db", help="SQLAlchemy URL (default: SPECLENS_DB_URL or sqlite:///data/speclens.db)")
     exp.add_argument("--json", action="store_true", help="print one JSON object on stdout")
 
+
+def _observe_command(commands) -> None:
     obs = commands.add_parser(
         "observe", help="read what SGLang or vLLM reported and put it beside the replay"
     )
@@ -344,6 +357,8 @@ def build_parser() -> argparse.ArgumentParser:
     obs.add_argument("--db", help="SQLAlchemy URL (default: SPECLENS_DB_URL or sqlite:///data/speclens.db)")
     obs.add_argument("--json", action="store_true", help="print one JSON object on stdout")
 
+
+def _serve_check_command(commands) -> None:
     check = commands.add_parser("serve-check", help="per-sample accept length from a server vs the replay")
     common(check)
     check.add_argument(
@@ -366,6 +381,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check.add_argument("--db", help="SQLAlchemy URL (default: SPECLENS_DB_URL or sqlite:///data/speclens.db)")
 
+
+def _lint_command(commands) -> None:
     lint = commands.add_parser("lint", help="check SGLang/vLLM serving flags against a draft")
     lint.add_argument("--draft", help="the draft directory (default: the path in the command line)")
     lint.add_argument(
@@ -377,6 +394,31 @@ def build_parser() -> argparse.ArgumentParser:
     engine.add_argument("--sglang", help="an SGLang launch command (python -m sglang.launch_server ...)")
     engine.add_argument("--vllm", help="vLLM arguments (vllm serve ... --speculative-config '{...}')")
     lint.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+
+
+# One function a command, in the order --help lists them.
+PARSERS = (
+    _preflight_command,
+    _replay_command,
+    _evaluate_command,
+    _teacher_command,
+    _probe_command,
+    _diagnose_command,
+    _import_command,
+    _export_command,
+    _observe_command,
+    _serve_check_command,
+    _lint_command,
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(
+        prog="python -m backend", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    for add_command in PARSERS:
+        add_command(commands)
     return parser
 
 
