@@ -53,6 +53,7 @@ checks this):
       models             loaded targets and drafts kept in small LRUs
       observations       server numbers stored and compared with the replay
       per_request        per-request server numbers beside the replay; the worst requests replayed
+      plan               a request resolved once against the loaded pair (ReplayPlan: reading, wiring, shape)
       ray_eval           `evaluate` fanned out to Ray actors
       references         hidden-state references for a stored run
       requests           what a user asks for, validated once (ReplayRequest, ...)

@@ -462,7 +462,7 @@ def load_pair(args, sample_length: int):
     from backend.engine.readings import read_as
     from backend.engine.wiring import override_wiring
     from backend.service import models
-    from backend.service.jobs import preflight_warnings
+    from backend.service.plan import preflight_warnings
 
     target, draft, report = models.pair(args.target, args.draft, args.device, args.dtype)
     view = read_as(

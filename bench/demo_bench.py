@@ -5,7 +5,7 @@ Modes, each on the same eval prompts, rotated in order across rounds (medians, m
   loop       a plain cached greedy loop (prefill, then one 1-token forward per token)
   replay     engine replay, recording off (`backend.engine.replay.replay`)
   record     engine replay, recording on, no database
-  job        the job runner into SQLite (`backend.service.jobs.run_replay_job`): what the CLI and the
+  job        the job runner into SQLite (`backend.service.jobs.run_plan` of a resolved request): what the CLI and the
              dashboard run (the target's lean forward, backend/engine/lean_target.py, the default)
   job_hf     the same with SPECLENS_LEAN_TARGET=0: transformers' own forward on a DynamicCache
   tree       tree replay (SGLang's steps / topk / draft tokens, default 3 / 4 / 8), recording off
@@ -31,7 +31,8 @@ from backend.engine.preflight import load_checked_draft
 from backend.engine.replay import ReplayConfig, output_ids_of, replay
 from backend.engine.target_runner import TransformersRunner
 from backend.service.database import open_database
-from backend.service.jobs import run_replay_job
+from backend.service.jobs import run_plan
+from backend.service.plan import resolve
 from backend.service.requests import ReplayRequest
 from bench.gpu_check import generate, greedy_loop
 
@@ -67,7 +68,7 @@ def run_demo(
             topk=topk,
             num_draft_tokens=draft_tokens,
         )
-        outcome = run_replay_job(database, on, draft, request, report.wiring, prompt)
+        outcome = run_plan(database, on, draft, resolve(request, on, draft))
         return outcome.output_ids, len(outcome.steps)
 
     def engine(prompt, tokens, record, shape=None):
@@ -132,7 +133,7 @@ def run_demo(
                 num_draft_tokens=shape[2],
             )
             started = time.perf_counter()
-            outcome = run_replay_job(database, target, draft, request, report.wiring, prompt_ids[0])
+            outcome = run_plan(database, target, draft, resolve(request, target, draft))
             seconds = time.perf_counter() - started
             per_token[name][tokens] = {
                 "ms_per_token": 1000 * seconds / len(outcome.output_ids),

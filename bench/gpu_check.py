@@ -55,7 +55,8 @@ from backend.engine.synthetic import (
 )
 from backend.engine.target_runner import TransformersRunner
 from backend.service.database import open_database
-from backend.service.jobs import run_replay_job
+from backend.service.jobs import run_plan
+from backend.service.plan import resolve
 from backend.service.requests import ReplayRequest
 
 EIGHT_B = {
@@ -229,7 +230,7 @@ def dispatched(root: Path, args) -> dict:
 # --------------------------------------------------------------------------------------- timing
 
 
-def replay_timing(target: Target, draft, wiring, draft_dir: str, prompt: list[int], args, root: Path) -> dict:
+def replay_timing(target: Target, draft, draft_dir: str, prompt: list[int], args, root: Path) -> dict:
     database = open_database(f"sqlite:///{root / 'gpu.db'}")
     request = ReplayRequest(
         target.path,
@@ -245,7 +246,7 @@ def replay_timing(target: Target, draft, wiring, draft_dir: str, prompt: list[in
     if target.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(target.device)
     outcome, replay_s = timed(
-        lambda: run_replay_job(database, target, draft, request, wiring, prompt), target.device
+        lambda: run_plan(database, target, draft, resolve(request, target, draft)), target.device
     )
     steps = outcome.steps
     row = {
@@ -287,9 +288,7 @@ def bigram(root: Path, args) -> dict:
     del model
     target = load_target(root / "bigram", device=args.device, dtype=args.dtype)
     draft, report = load_checked_draft(root / "bigram-draft", target)
-    return replay_timing(
-        target, draft, report.wiring, str(root / "bigram-draft"), list(range(16)), args, root
-    )
+    return replay_timing(target, draft, str(root / "bigram-draft"), list(range(16)), args, root)
 
 
 def eight_b(root: Path, args) -> dict:
@@ -357,7 +356,7 @@ def eight_b(root: Path, args) -> dict:
     prompt = torch.randint(
         0, shape["vocab_size"], (128,), generator=torch.Generator().manual_seed(1)
     ).tolist()
-    row = replay_timing(target, draft, report.wiring, files.path, prompt, args, root)
+    row = replay_timing(target, draft, files.path, prompt, args, root)
     row.update(
         {
             "shape": shape,

@@ -1,4 +1,4 @@
-"""Where the job runner's time goes: cProfile of `run_replay_job` (what the CLI and the dashboard run).
+"""Where the job runner's time goes: cProfile of `run_plan` (what the CLI and the dashboard run).
 
     PYTHONPATH=. python bench/profile_job.py [--pair demo|bench32] [--prompts 2] [--tokens 256] [--top 15]
 
@@ -65,7 +65,8 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(2)
 
     from backend.service.database import open_database
-    from backend.service.jobs import run_replay_job
+    from backend.service.jobs import run_plan
+    from backend.service.plan import resolve
     from backend.service.requests import ReplayRequest
 
     folder = Path(tempfile.mkdtemp(prefix="profile_job_"))
@@ -79,7 +80,7 @@ def main(argv: list[str] | None = None) -> None:
         request = ReplayRequest(
             target_path, draft_path, prompt_ids=tuple(prompt), num_steps=4, max_new_tokens=tokens
         )
-        return run_replay_job(database, target, draft, request, wiring, prompt)
+        return run_plan(database, target, draft, resolve(request, target, draft))
 
     job(prompts[0], 32)  # warm-up: first-call costs stay out of the profile
     profiler = cProfile.Profile()

@@ -34,7 +34,8 @@ from backend.defaults import DEMO_DRAFTS, DEMO_TARGET  # noqa: E402
 from backend.engine.loading import load_target  # noqa: E402
 from backend.engine.preflight import load_checked_draft  # noqa: E402
 from backend.service.database import open_database  # noqa: E402
-from backend.service.jobs import run_replay_job  # noqa: E402
+from backend.service.jobs import run_plan  # noqa: E402
+from backend.service.plan import resolve  # noqa: E402
 from backend.service.requests import ReplayRequest  # noqa: E402
 from backend.service.runs import get_run_with_steps  # noqa: E402
 from ui.html import chips_html, context_html, output_html  # noqa: E402
@@ -55,7 +56,7 @@ def make_run(url: str, new_tokens: int) -> int:
         max_new_tokens=new_tokens,
         sample_ref="render bench",
     )
-    outcome = run_replay_job(open_database(url), target, draft, request, report.wiring, prompt)
+    outcome = run_plan(open_database(url), target, draft, resolve(request, target, draft))
     return outcome.run_id
 
 

@@ -5,7 +5,7 @@ What is measured (all in one process, on the same random-init target, fp32 on CP
   generate        `model.generate(prompt, do_sample=False, max_new_tokens=N)`: the baseline.
   replay          `backend.engine.replay.replay(..., ReplayConfig(K, N, record=False))` drained in memory:
                   the engine alone (draft catch-up + K-step chain + one verify per step, no DB).
-  replay+record   `backend.service.jobs.run_replay_job` with `record=True`: the full path the CLI and the
+  replay+record   `backend.service.jobs.run_replay`'s runner (resolve, then run_plan) with `record=True`: the full path the CLI and the
                   dashboard use (probabilities, top-k alternatives, hidden states; batched SQLite
                   commits into a temporary database, then the safetensors artifact).
 
@@ -78,7 +78,8 @@ from backend.engine.synthetic import (
 )
 from backend.engine.wiring import Wiring
 from backend.service.database import open_database
-from backend.service.jobs import run_replay_job
+from backend.service.jobs import run_plan
+from backend.service.plan import resolve
 from backend.service.requests import ReplayRequest
 
 NUM_STEPS = 4  # K
@@ -245,7 +246,7 @@ def time_recorded(target: Target, pair: DraftSetup, prompt: list[int], new_token
         record=True,
     )
     started = time.perf_counter()
-    outcome = run_replay_job(database, target, pair.draft, request, pair.wiring, prompt)
+    outcome = run_plan(database, target, pair.draft, resolve(request, target, pair.draft))
     seconds = time.perf_counter() - started
     return _replay_timing(seconds, outcome.output_ids, outcome.steps)
 

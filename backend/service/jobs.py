@@ -1,6 +1,7 @@
 """The job runner: drives the engine and persists what it yields, step by step.
 
-The CLI and the dashboard both run replays through `run_replay`. A run is written as it goes, in
+The CLI and the dashboard both run replays through `run_replay`: the request is resolved once into a
+`ReplayPlan` (backend/service/plan.py), and `run_plan` opens the run, records it and closes it. A run is written as it goes, in
 batches (`RunWriter`: a commit every half second or 128 steps, with the run's heartbeat), so a crash
 leaves a run marked failed (or, after SIGKILL, interrupted when reaped) with every step committed.
 """
@@ -11,25 +12,22 @@ import gc
 import threading
 import time
 import traceback
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from backend import BadInput, Terminated
 from backend.diagnostics.precision import self_disagreement
-from backend.engine.dispatch import placement
 from backend.engine.draft_model import Eagle3Draft
 from backend.engine.loading import Target
 from backend.engine.metrics import acceptance_metrics, expected_accept_length
-from backend.engine.preflight import PreflightReport, context_check
-from backend.engine.readings import EngineView, read_as
 from backend.engine.records import PrefillRecord, Progress, StepRecord, no_progress
-from backend.engine.replay import ReplayConfig, replay
-from backend.engine.sampling import Sampling
+from backend.engine.replay import replay
 from backend.engine.wiring import Wiring
 from backend.service import models
 from backend.service.database import Database, open_database
+from backend.service.plan import ReplayPlan, resolve
 from backend.service.requests import ReplayRequest
 from db import store
 from db.artifacts import read_artifact, write_artifact
@@ -57,119 +55,41 @@ class ReplayOutcome:
 def run_replay(
     request: ReplayRequest, db_url: str | None = None, progress: Progress = no_progress
 ) -> ReplayOutcome:
-    """Load (or reuse) the pair, resolve the wiring once, replay and store the run."""
+    """Load (or reuse) the pair, resolve the request once, replay and store the run."""
     progress(0.0, "loading models")
     target, draft, report = models.pair(
         request.target, request.draft, request.device, request.dtype, request.device_map, request.max_memory
     )
-    view, wiring = request.reading_for(draft, target.num_layers)
-    prompt_ids = request.prompt_for(target.tokenizer)
-    length = len(prompt_ids) + request.max_new_tokens
-    warnings = preflight_warnings(report, draft, length) + target_context(target, length) + list(view.notes)
-    return run_replay_job(
-        open_database(db_url), target, draft, request, wiring, prompt_ids, progress, warnings, view
-    )
+    return run_plan(open_database(db_url), target, draft, resolve(request, target, draft, report), progress)
 
 
-def target_architecture(target: Target) -> str | None:
-    architectures = getattr(target.model.config, "architectures", None) or [None]
-    return architectures[0]
-
-
-def check_tree_mask_supported(target: Target, sequence_length: int) -> None:
-    """A tree verify passes transformers a custom 4D mask, which sliding-window layers then apply
-    as given (full attention): exact only while the sequence fits the window."""
-    window = getattr(target.model.config, "sliding_window", None)
-    if window and sequence_length > window:
-        raise BadInput(
-            f"{target.path}: trees and sampled replays verify under a custom attention mask, which "
-            f"this target's sliding-window layers (window {window}) would apply as full attention; "
-            f"keep prompt + max new tokens <= {window} (asked {sequence_length})"
-        )
-
-
-def target_context(target: Target, sequence_length: int) -> list[str]:
-    """The target's own context, checked like the draft's: positions past max_position_embeddings
-    were never trained (RoPE runs on, the numbers are not the model's)."""
-    limit = getattr(target.model.config, "max_position_embeddings", None)
-    if isinstance(limit, int) and sequence_length > limit:
-        return [
-            f"target context: prompt + max new tokens = {sequence_length} exceeds the target's "
-            f"max_position_embeddings {limit}; positions past it were never trained"
-        ]
-    return []
-
-
-def preflight_warnings(report: PreflightReport, draft: Eagle3Draft, sequence_length: int) -> list[str]:
-    checks = report.warnings() + [
-        c for c in [context_check(draft.config, sequence_length)] if c.status == "warn"
-    ]
-    return [f"{c.name}: {c.message}" for c in checks]
-
-
-def run_replay_job(
-    database: Database,
-    target: Target,
-    draft: Eagle3Draft,
-    request: ReplayRequest,
-    wiring: Wiring,
-    prompt_ids: list[int],
-    progress: Progress = no_progress,
-    warnings: list[str] | None = None,
-    view: EngineView | None = None,
+def run_plan(
+    database: Database, target: Target, draft: Eagle3Draft, plan: ReplayPlan, progress: Progress = no_progress
 ) -> ReplayOutcome:
-    """Replay and store one run. `view` is the engine reading to run (None: the draft's training
-    reading); the run records which reading it used."""
-    view = view or read_as(
-        "auto",
-        draft.config,
-        target.num_layers,
-        draft.own_embedding is not None,
-        getattr(draft, "own_embedding_differs", None),
-    )
-    decoding = request.decoding(target_architecture(target))
-    config = ReplayConfig(
-        request.num_steps,
-        request.max_new_tokens,
-        record=request.record,
-        math=view.math,
-        topk=decoding.shape.topk,
-        num_draft_tokens=decoding.shape.num_draft_tokens,
-        sampling=Sampling(
-            request.temperature, request.top_p, request.top_k, request.seed, rule=decoding.rule
-        ),
-        draft_attention=request.draft_attention,
-    )
-    if config.uses_tree_path:
-        check_tree_mask_supported(target, len(prompt_ids) + request.max_new_tokens)
-    warnings = list(warnings or []) + [n for n in decoding.notes if n not in (warnings or [])]
-    params = {
-        "num_steps": config.num_steps,
-        "max_new_tokens": config.max_new_tokens,
-        "record": config.record,
-        "device": str(target.device),
-        "dtype": str(target.dtype).replace("torch.", ""),
-        "target_placement": placement(target.model),
-        # whose arithmetic ran the target: SpecLens's lean forward (checked bit for bit against
-        # transformers' when the target was loaded, backend/engine/lean_target.py) or transformers' own
-        "target_forward": target.runner.name,
-        "wiring_source": wiring.source,
-        "wiring_override": list(request.aux_hf_indices or []) or None,
-        "engine": view.engine,
-        "engine_requested": request.engine,
-        "draft_math": asdict(view.math),
-        # how it drafted and accepted: SGLang's effective flags, and what was asked for
-        "topk": config.topk,
-        "num_draft_tokens": config.num_draft_tokens,
-        "temperature": request.temperature,
-        "top_p": request.top_p,
-        "top_k": request.top_k,
-        "seed": request.seed,
-        "sampling_rule": None if decoding.greedy else decoding.rule,
-        "draft_attention": request.draft_attention if config.topk > 1 else None,
-        "requested": decoding.requested,
-        "decoding_notes": decoding.notes,
-    }
+    """Replay `plan` and store it as one run: open the run, record each record as it arrives, close
+    it as finished, or as failed / interrupted with every record that arrived whole."""
+    outcome = open_run(database, target, plan)
+    freeze_long_lived_objects()
+    tensors = RunTensors(database.artifact_dir, outcome.run_id, plan.wiring.aux_hf_indices)
+    writer = RunWriter(database, outcome.run_id, tensors)
+    RECORDING.set()
+    try:
+        record_run(target, draft, plan, outcome, writer, tensors, progress)
+    except store.RunGone as gone:
+        RECORDING.clear()
+        raise BadInput(str(gone)) from None
+    except BaseException as error:
+        RECORDING.clear()
+        fail_run(database, plan, outcome, writer, tensors, error)
+        raise
+    RECORDING.clear()
+    close_run(database, target, plan, outcome, writer, tensors, progress)
+    return outcome
+
+
+def open_run(database: Database, target: Target, plan: ReplayPlan) -> ReplayOutcome:
+    """The run's row, with its params, before the first record."""
+    request, params = plan.request, plan.params(target)
     with store.session_scope(database.factory) as session:
         run_id = store.create_run(
             session,
@@ -177,70 +97,74 @@ def run_replay_job(
             target_path=target.path,
             draft_path=request.draft,
             params=params,
-            aux_hf_indices=list(wiring.aux_hf_indices),
-            given=store.RunInput(prompt_ids, request.sample_ref, request.sample_id),
+            aux_hf_indices=list(plan.wiring.aux_hf_indices),
+            given=store.RunInput(list(plan.prompt_ids), request.sample_ref, request.sample_id),
         )
-    outcome = ReplayOutcome(run_id, [], [], {}, wiring, list(warnings or []), view.engine, params=params)
-    freeze_long_lived_objects()
-    tensors = RunTensors(database.artifact_dir, run_id, wiring.aux_hf_indices)
-    writer = RunWriter(database, run_id, tensors)
-    RECORDING.set()
-    try:
-        for record in replay(target, draft, prompt_ids, wiring, config):
-            if isinstance(record, PrefillRecord):
-                outcome.output_ids.append(record.first_token)
-                outcome.prefill_ms = record.prefill_ms
-            else:
-                outcome.steps.append(record)
-                outcome.output_ids.extend(record.committed_ids)
-            writer.add(record, tensors.add(record, wiring.aux_hf_indices))
-            done = len(outcome.output_ids)
-            progress(done / config.max_new_tokens, f"{done}/{config.max_new_tokens} tokens")
-            if STOP.is_set():
-                STOP.clear()
-                raise Terminated()
-    except store.RunGone as gone:
-        RECORDING.clear()
-        raise BadInput(str(gone)) from None
-    except BaseException as error:
-        RECORDING.clear()
-        try:
-            writer.close()  # every record that arrived whole is written before the run is marked
-        except store.RunGone as gone:
-            raise BadInput(str(gone)) from None
-        artifact = tensors.save(database.artifact_dir, run_id)
-        with store.session_scope(database.factory) as session:
-            status = "interrupted" if isinstance(error, KeyboardInterrupt) else "failed"
-            store.fail_run(
-                session,
-                run_id,
-                error=f"{type(error).__name__}: {error}\n{traceback.format_exc(limit=3)}",
-                output_ids=outcome.output_ids,
-                metrics=run_metrics(outcome.steps, config.num_steps),
-                status=status,
-                **artifact,
-            )
-        raise
-    RECORDING.clear()
+    return ReplayOutcome(
+        run_id, [], [], {}, plan.wiring, list(plan.warnings), plan.view.engine, params=params
+    )
+
+
+def record_run(target, draft, plan: ReplayPlan, outcome: ReplayOutcome, writer, tensors, progress) -> None:
+    """Each record the engine yields, written as it arrives (SIGTERM honoured between records)."""
+    total = plan.config.max_new_tokens
+    for record in replay(target, draft, list(plan.prompt_ids), plan.wiring, plan.config):
+        if isinstance(record, PrefillRecord):
+            outcome.output_ids.append(record.first_token)
+            outcome.prefill_ms = record.prefill_ms
+        else:
+            outcome.steps.append(record)
+            outcome.output_ids.extend(record.committed_ids)
+        writer.add(record, tensors.add(record, plan.wiring.aux_hf_indices))
+        progress(len(outcome.output_ids) / total, f"{len(outcome.output_ids)}/{total} tokens")
+        if STOP.is_set():
+            STOP.clear()
+            raise Terminated()
+
+
+def fail_run(database: Database, plan: ReplayPlan, outcome: ReplayOutcome, writer, tensors, error) -> None:
+    """Every record that arrived whole is written, then the run is marked failed (or interrupted)."""
     try:
         writer.close()
     except store.RunGone as gone:
         raise BadInput(str(gone)) from None
-    artifact = tensors.save(database.artifact_dir, run_id)
-    outcome.metrics = run_metrics(outcome.steps, config.num_steps)
+    artifact = tensors.save(database.artifact_dir, outcome.run_id)
+    with store.session_scope(database.factory) as session:
+        store.fail_run(
+            session,
+            outcome.run_id,
+            error=f"{type(error).__name__}: {error}\n{traceback.format_exc(limit=3)}",
+            output_ids=outcome.output_ids,
+            metrics=run_metrics(outcome.steps, plan.config.num_steps),
+            status="interrupted" if isinstance(error, KeyboardInterrupt) else "failed",
+            **artifact,
+        )
+
+
+def close_run(
+    database: Database, target: Target, plan: ReplayPlan, outcome, writer, tensors, progress
+) -> None:
+    """The last records, the artifact, the metrics (and the target's own disagreement off fp32)."""
+    try:
+        writer.close()
+    except store.RunGone as gone:
+        raise BadInput(str(gone)) from None
+    artifact = tensors.save(database.artifact_dir, outcome.run_id)
+    outcome.metrics = run_metrics(outcome.steps, plan.config.num_steps)
     if target.dtype != torch.float32:  # the yardstick for judging this run against plain decoding
         progress(1.0, "measuring the target's own verify-vs-decode disagreement")
-        agreement = self_disagreement(target, prompt_ids, outcome.output_ids, config.num_steps)
+        agreement = self_disagreement(
+            target, list(plan.prompt_ids), outcome.output_ids, plan.config.num_steps
+        )
         outcome.metrics["self_disagreement_per_1000"] = agreement.per_1000
     outcome.artifact_path = artifact["artifact_path"]
     try:
         with store.session_scope(database.factory) as session:
             store.finish_run(
-                session, run_id, output_ids=outcome.output_ids, metrics=outcome.metrics, **artifact
+                session, outcome.run_id, output_ids=outcome.output_ids, metrics=outcome.metrics, **artifact
             )
     except store.RunGone as gone:
         raise BadInput(str(gone)) from None
-    return outcome
 
 
 _FROZEN = threading.Event()

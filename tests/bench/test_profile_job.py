@@ -15,4 +15,4 @@ def test_profile_job_prints_own_and_cumulative_tops(capsys):
     head, own, cumulative = out.split("\n\n")
     assert "1 jobs, 16 tokens" in head and "accept length" in head
     assert len(own.splitlines()) == 6 and len(cumulative.splitlines()) == 6
-    assert "run_replay_job" in cumulative  # the job runner itself heads SpecLens's cumulative list
+    assert "run_plan" in cumulative  # the job runner itself heads SpecLens's cumulative list

@@ -24,7 +24,8 @@ def test_replay_round_trip(pairs, tmp_path):
 
     from backend.engine.replay import ReplayConfig, output_ids_of, replay
     from backend.service.database import open_database
-    from backend.service.jobs import run_replay_job
+    from backend.service.jobs import run_plan
+    from backend.service.plan import resolve
     from db import store
     from db.artifacts import read_artifact
 
@@ -32,10 +33,9 @@ def test_replay_round_trip(pairs, tmp_path):
     factory = database.factory
     pair = pairs["copy-L5-context"]
     request = request_for(pair, [1, 5, 9, 3], 3, 30, sample_ref="prompt")
-    outcome = run_replay_job(
-        database, pair.target, pair.draft, request, pair.wiring, [1, 5, 9, 3], warnings=["context: a warning"]
-    )
-    assert outcome.warnings == ["context: a warning"] and outcome.wiring == pair.wiring
+    plan = resolve(request, pair.target, pair.draft)
+    outcome = run_plan(database, pair.target, pair.draft, plan)
+    assert outcome.warnings == list(plan.warnings) and outcome.wiring == pair.wiring
     expected = output_ids_of(
         list(replay(pair.target, pair.draft, [1, 5, 9, 3], pair.wiring, ReplayConfig(3, 30)))
     )
@@ -87,7 +87,8 @@ def test_a_run_records_whose_forward_ran_the_target(pairs, tmp_path, monkeypatch
 
     from backend.engine.lean_target import target_runner
     from backend.service.database import open_database
-    from backend.service.jobs import run_replay_job
+    from backend.service.jobs import run_plan
+    from backend.service.plan import resolve
     from db import store
 
     database = open_database(f"sqlite:///{tmp_path / 'speclens.db'}")
@@ -100,7 +101,7 @@ def test_a_run_records_whose_forward_ran_the_target(pairs, tmp_path, monkeypatch
             monkeypatch.setenv("SPECLENS_LEAN_TARGET", setting)
         target = replace(pair.target, runner=target_runner(pair.target.model))  # as loaded with it
         request = request_for(pair, [1, 5, 9, 3], 3, 30)
-        outcome = run_replay_job(database, target, pair.draft, request, pair.wiring, [1, 5, 9, 3])
+        outcome = run_plan(database, target, pair.draft, resolve(request, target, pair.draft))
         with store.session_scope(database.factory) as session:
             seen[setting] = (
                 store.get_run(session, outcome.run_id).params["target_forward"],
@@ -112,7 +113,8 @@ def test_a_run_records_whose_forward_ran_the_target(pairs, tmp_path, monkeypatch
 
 def test_a_run_that_raises_is_stored_as_failed_with_its_steps(pairs, tmp_path):
     from backend.service.database import open_database
-    from backend.service.jobs import run_replay_job
+    from backend.service.jobs import run_plan
+    from backend.service.plan import resolve
     from db import store
     from db.artifacts import read_artifact
 
@@ -126,13 +128,11 @@ def test_a_run_that_raises_is_stored_as_failed_with_its_steps(pairs, tmp_path):
             raise RuntimeError("simulated crash: the GPU fell off the bus")
 
     with pytest.raises(RuntimeError, match="simulated crash"):
-        run_replay_job(
+        run_plan(
             database,
             pair.target,
             pair.draft,
-            request_for(pair, [1, 2, 3], 2, 40),
-            pair.wiring,
-            [1, 2, 3],
+            resolve(request_for(pair, [1, 2, 3], 2, 40), pair.target, pair.draft),
             progress=crash_after_three_steps,
         )
     with store.session_scope(database.factory) as session:

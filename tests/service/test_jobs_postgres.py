@@ -37,7 +37,8 @@ def test_replay_round_trip_on_postgresql(pairs, db_url, tmp_path):
 
     from backend.engine.replay import ReplayConfig, output_ids_of, replay
     from backend.service.database import open_database
-    from backend.service.jobs import run_replay_job
+    from backend.service.jobs import run_plan
+    from backend.service.plan import resolve
     from db import store
     from db.artifacts import read_artifact
 
@@ -46,7 +47,7 @@ def test_replay_round_trip_on_postgresql(pairs, db_url, tmp_path):
     assert database.artifact_dir == tmp_path / "artifacts"  # SPECLENS_ARTIFACT_DIR (postgres_url sets it)
     pair = pairs["copy-L5-context"]
     request = sqlite_jobs.request_for(pair, [1, 5, 9, 3], 3, 30, sample_ref="prompt")
-    outcome = run_replay_job(database, pair.target, pair.draft, request, pair.wiring, [1, 5, 9, 3])
+    outcome = run_plan(database, pair.target, pair.draft, resolve(request, pair.target, pair.draft))
     expected = output_ids_of(
         list(replay(pair.target, pair.draft, [1, 5, 9, 3], pair.wiring, ReplayConfig(3, 30)))
     )
@@ -78,7 +79,8 @@ def test_replay_round_trip_on_postgresql(pairs, db_url, tmp_path):
 
 def test_a_run_that_raises_is_stored_as_failed_with_its_steps_on_postgresql(pairs, db_url):
     from backend.service.database import open_database
-    from backend.service.jobs import run_replay_job
+    from backend.service.jobs import run_plan
+    from backend.service.plan import resolve
     from db import store
 
     database = open_database(db_url)
@@ -91,13 +93,11 @@ def test_a_run_that_raises_is_stored_as_failed_with_its_steps_on_postgresql(pair
             raise RuntimeError("simulated crash: the GPU fell off the bus")
 
     with pytest.raises(RuntimeError, match="simulated crash"):
-        run_replay_job(
+        run_plan(
             database,
             pair.target,
             pair.draft,
-            sqlite_jobs.request_for(pair, [1, 2, 3], 2, 40),
-            pair.wiring,
-            [1, 2, 3],
+            resolve(sqlite_jobs.request_for(pair, [1, 2, 3], 2, 40), pair.target, pair.draft),
             progress=crash_after_three_steps,
         )
     with store.session_scope(database.factory) as session:

@@ -13,12 +13,13 @@ from tests.support.models import TRAINED
 def runs(bigram_setup, db_url):
     """Two identical recorded runs of the mis-wired bigram draft: (db_url, [run ids])."""
     from backend.service.database import open_database
-    from backend.service.jobs import run_replay_job
+    from backend.service.jobs import run_plan
+    from backend.service.plan import resolve
     from backend.service.requests import ReplayRequest
     from tests.support.models import load_draft
 
     target, samples = bigram_setup.target, bigram_setup.samples
-    draft, wiring = load_draft(bigram_setup.root / "miswired", target)
+    draft, _ = load_draft(bigram_setup.root / "miswired", target)
     request = ReplayRequest(
         str(bigram_setup.target_dir),
         str(bigram_setup.root / "miswired"),
@@ -28,8 +29,7 @@ def runs(bigram_setup, db_url):
     )
     database = open_database(db_url)
     return db_url, [
-        run_replay_job(database, target, draft, request, wiring, samples[0].prompt_ids).run_id
-        for _ in range(2)
+        run_plan(database, target, draft, resolve(request, target, draft)).run_id for _ in range(2)
     ]
 
 

@@ -1,0 +1,131 @@
+"""A request resolved once against the loaded pair: what the engine runs and what the run stores.
+
+`ReplayRequest` (backend/service/requests.py) validates what the user gave, CLI flags or page
+widgets, before any model loads. `resolve` then decides, in one place, everything that needs the
+loaded pair: the engine's reading of the draft and the wiring it feeds (the override, else that
+reading's), the prompt's ids, the tree shape after SGLang's rewrites and the acceptance rule, the
+engine's `ReplayConfig`, and every warning. The job runner, compare, evaluate and the CLI all replay
+a `ReplayPlan`; nothing downstream looks at the request's raw flags again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from backend import BadInput
+from backend.engine.dispatch import placement
+from backend.engine.preflight import PreflightReport, context_check
+from backend.engine.readings import EngineView
+from backend.engine.replay import ReplayConfig
+from backend.engine.sampling import Sampling
+from backend.engine.wiring import Wiring
+from backend.service.requests import Decoding, ReplayRequest
+
+
+@dataclass(frozen=True)
+class ReplayPlan:
+    request: ReplayRequest
+    view: EngineView  # whose reading of the draft runs
+    wiring: Wiring  # the HF indices fed to the draft (the override, else the reading's)
+    decoding: Decoding  # the effective tree shape, the acceptance rule, the rewrites
+    config: ReplayConfig  # what the engine runs
+    prompt_ids: tuple[int, ...]
+    warnings: tuple[str, ...]  # preflight, context, the reading's and the decoding's notes
+
+    def params(self, target) -> dict:
+        """The run's stored params: how it ran, in the user's terms and in the engine's."""
+        request, config, decoding = self.request, self.config, self.decoding
+        return {
+            "num_steps": config.num_steps,
+            "max_new_tokens": config.max_new_tokens,
+            "record": config.record,
+            "device": str(target.device),
+            "dtype": str(target.dtype).replace("torch.", ""),
+            "target_placement": placement(target.model),
+            # whose arithmetic ran the target: SpecLens's lean forward (checked bit for bit against
+            # transformers' when the target was loaded, backend/engine/lean_target.py) or transformers' own
+            "target_forward": target.runner.name,
+            "wiring_source": self.wiring.source,
+            "wiring_override": list(request.aux_hf_indices or []) or None,
+            "engine": self.view.engine,
+            "engine_requested": request.engine,
+            "draft_math": asdict(self.view.math),
+            # how it drafted and accepted: SGLang's effective flags, and what was asked for
+            "topk": config.topk,
+            "num_draft_tokens": config.num_draft_tokens,
+            "temperature": request.temperature,
+            "top_p": request.top_p,
+            "top_k": request.top_k,
+            "seed": request.seed,
+            "sampling_rule": None if decoding.greedy else decoding.rule,
+            "draft_attention": request.draft_attention if config.topk > 1 else None,
+            "requested": decoding.requested,
+            "decoding_notes": decoding.notes,
+        }
+
+
+def resolve(
+    request: ReplayRequest,
+    target,
+    draft,
+    report: PreflightReport | None = None,
+    prompt_ids: list[int] | None = None,
+) -> ReplayPlan:
+    """`request` against the loaded `target` and `draft` (`report`: the draft's preflight, for its
+    warnings). `prompt_ids` stand in for the request's own prompt (benchmarks replay ids they made)."""
+    view, wiring = request.reading_for(draft, target.num_layers)
+    ids = list(prompt_ids) if prompt_ids is not None else request.prompt_for(target.tokenizer)
+    decoding = request.decoding(target_architecture(target))
+    config = ReplayConfig(
+        request.num_steps,
+        request.max_new_tokens,
+        record=request.record,
+        math=view.math,
+        topk=decoding.shape.topk,
+        num_draft_tokens=decoding.shape.num_draft_tokens,
+        sampling=Sampling(
+            request.temperature, request.top_p, request.top_k, request.seed, rule=decoding.rule
+        ),
+        draft_attention=request.draft_attention,
+    )
+    length = len(ids) + request.max_new_tokens
+    if config.uses_tree_path:
+        check_tree_mask_supported(target, length)
+    warnings = [*preflight_warnings(report, draft, length), *target_context(target, length), *view.notes]
+    warnings += [note for note in decoding.notes if note not in warnings]
+    return ReplayPlan(request, view, wiring, decoding, config, tuple(ids), tuple(warnings))
+
+
+def target_architecture(target) -> str | None:
+    architectures = getattr(target.model.config, "architectures", None) or [None]
+    return architectures[0]
+
+
+def check_tree_mask_supported(target, sequence_length: int) -> None:
+    """A tree verify passes transformers a custom 4D mask, which sliding-window layers then apply
+    as given (full attention): exact only while the sequence fits the window."""
+    window = getattr(target.model.config, "sliding_window", None)
+    if window and sequence_length > window:
+        raise BadInput(
+            f"{target.path}: trees and sampled replays verify under a custom attention mask, which "
+            f"this target's sliding-window layers (window {window}) would apply as full attention; "
+            f"keep prompt + max new tokens <= {window} (asked {sequence_length})"
+        )
+
+
+def target_context(target, sequence_length: int) -> list[str]:
+    """The target's own context, checked like the draft's: positions past max_position_embeddings
+    were never trained (RoPE runs on, the numbers are not the model's)."""
+    limit = getattr(target.model.config, "max_position_embeddings", None)
+    if isinstance(limit, int) and sequence_length > limit:
+        return [
+            f"target context: prompt + max new tokens = {sequence_length} exceeds the target's "
+            f"max_position_embeddings {limit}; positions past it were never trained"
+        ]
+    return []
+
+
+def preflight_warnings(report: PreflightReport | None, draft, sequence_length: int) -> list[str]:
+    checks = [] if report is None else report.warnings()
+    checks += [c for c in [context_check(draft.config, sequence_length)] if c.status == "warn"]
+    return [f"{c.name}: {c.message}" for c in checks]
