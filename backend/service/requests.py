@@ -1,8 +1,8 @@
 """What a user asks for, built once by a page or the CLI and run by the service.
 
 A `ReplayRequest` is frozen and validated when it is made: a bad override, K or limit is a BadInput
-before any job starts. Its wiring is resolved once, against the loaded draft's config and the
-target's depth (`reading_for`), and stored with the run.
+before any job starts. Against the loaded pair it is resolved once (backend/service/plan.py
+`resolve`, which asks `reading_for` for the reading and the wiring), and the plan is stored with the run.
 """
 
 from __future__ import annotations
@@ -58,28 +58,44 @@ class ReplayRequest:
     max_memory: str | None = None  # per-device limits for device_map, e.g. "0=20GiB,cpu=64GiB"
 
     def __post_init__(self):
-        if (self.prompt_ids is None) == (self.prompt_text is None):
-            raise BadInput("a replay needs exactly one of prompt ids or prompt text")
-        if self.prompt_ids is not None and not self.prompt_ids:
-            raise BadInput("the prompt is empty")
-        if self.prompt_text is not None and not self.prompt_text.strip():
-            raise BadInput("the prompt is empty")
-        if not 1 <= self.num_steps <= MAX_STEPS:
-            raise BadInput(f"K (draft steps) must be in 1..{MAX_STEPS}, got {self.num_steps}")
-        if self.max_new_tokens < 1:
-            raise BadInput(f"max new tokens must be >= 1, got {self.max_new_tokens}")
-        if self.aux_hf_indices is not None:
-            if len(self.aux_hf_indices) != 3 or any(i < 0 for i in self.aux_hf_indices):
-                raise BadInput(f"a wiring override is three HF indices >= 0, got {list(self.aux_hf_indices)}")
+        """Every value the user gave, checked here once: a bad one is a BadInput before any model
+        loads. The prompt, the drafting flags (K, N, topk, wiring, engine, draft attention) and the
+        sampling flags each have their checks; SGLang's flag rules run last (`decoding`)."""
+        self._check_prompt()
+        self._check_drafting()
+        self._check_sampling()
         object.__setattr__(self, "prompt_ids", None if self.prompt_ids is None else tuple(self.prompt_ids))
         if self.aux_hf_indices is not None:
             object.__setattr__(self, "aux_hf_indices", tuple(self.aux_hf_indices))
-        if self.engine not in ("auto", *ENGINES):
+        self.decoding()  # SGLang's flag rules refuse here, before any model loads
+
+    def _check_prompt(self) -> None:
+        if (self.prompt_ids is None) == (self.prompt_text is None):
+            raise BadInput("a replay needs exactly one of prompt ids or prompt text")
+        if (self.prompt_ids is not None and not self.prompt_ids) or (
+            self.prompt_text is not None and not self.prompt_text.strip()
+        ):
+            raise BadInput("the prompt is empty")
+        if self.max_new_tokens < 1:
+            raise BadInput(f"max new tokens must be >= 1, got {self.max_new_tokens}")
+
+    def _check_drafting(self) -> None:
+        if not 1 <= self.num_steps <= MAX_STEPS:
+            raise BadInput(f"K (draft steps) must be in 1..{MAX_STEPS}, got {self.num_steps}")
+        if self.aux_hf_indices is not None and (
+            len(self.aux_hf_indices) != 3 or any(i < 0 for i in self.aux_hf_indices)
+        ):
+            raise BadInput(f"a wiring override is three HF indices >= 0, got {list(self.aux_hf_indices)}")
+        if self.engine not in ENGINE_CHOICES:
             raise BadInput(f"unknown engine {self.engine!r}; use auto or one of {', '.join(ENGINES)}")
         if self.topk is not None and not 1 <= self.topk <= MAX_TOPK:
             raise BadInput(f"topk must be in 1..{MAX_TOPK}, got {self.topk}")
         if self.num_draft_tokens is not None and not 2 <= self.num_draft_tokens <= MAX_DRAFT_TOKENS:
             raise BadInput(f"num draft tokens must be in 2..{MAX_DRAFT_TOKENS}, got {self.num_draft_tokens}")
+        if self.draft_attention not in DRAFT_ATTENTION:
+            raise BadInput(f"draft attention must be one of {', '.join(DRAFT_ATTENTION)}")
+
+    def _check_sampling(self) -> None:
         if not (math.isfinite(self.temperature) and self.temperature >= 0):
             raise BadInput(f"temperature must be a number >= 0, got {self.temperature}")
         if not (math.isfinite(self.top_p) and 0 < self.top_p <= 1):
@@ -88,9 +104,6 @@ class ReplayRequest:
             raise BadInput(f"top_k must be >= 1, or 0 / -1 for every token, got {self.top_k}")
         if not 0 <= self.seed < 2**63:
             raise BadInput(f"seed must be in 0..2^63-1, got {self.seed}")
-        if self.draft_attention not in DRAFT_ATTENTION:
-            raise BadInput(f"draft attention must be one of {', '.join(DRAFT_ATTENTION)}")
-        self.decoding()  # SGLang's flag rules refuse here, before any model loads
 
     def decoding(self, architecture: str | None = None) -> Decoding:
         """How the replay drafts and accepts: SGLang's shape rules applied to the requested flags
