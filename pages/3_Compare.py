@@ -19,23 +19,10 @@ st.title("Compare")
 
 compare_task = tasks.MANAGER.get(st.session_state.get("compare_task"))
 running = compare_task is not None and compare_task.active
-ask = form.compare_ask(running)
-if ask is not None:
+asked = form.comparison(running)
+if asked is not None:
     try:
-        st.session_state["compare_task"] = tasks.start_compare(
-            state.db(),
-            state.target_path(),
-            ask.draft_a,
-            ask.draft_b,
-            ask.samples,
-            ask.num_steps,
-            ask.max_new_tokens,
-            ask.dataset_id,
-            ask.decoding_a,
-            ask.decoding_b,
-            reuse=ask.reuse,
-            ray=ask.ray,
-        )
+        st.session_state["compare_task"] = tasks.start_compare(state.db(), asked)
     except BadInput as error:
         st.error(md(error))
     else:

@@ -176,43 +176,59 @@ def start_replay(
     return MANAGER.submit_job("replay", label or request.label, replay_job, db_url, request, reference)
 
 
-def compare_job(
-    db_url: str | None,
-    target: str,
-    sides: tuple,
-    samples: list,
-    num_steps: int,
-    max_new_tokens: int,
-    dataset_id: int,
-    reuse: bool = True,
-    ray: str | None = None,
-    *,
-    progress: Progress,
-) -> dict:
+@dataclass(frozen=True)
+class Comparison:
+    """Two drafts replayed on the same samples, side A and side B. `decoding_a` / `decoding_b`:
+    ReplayRequest fields per side (topk, num_draft_tokens, temperature, ...), so a chain and a tree of
+    the same draft can be compared. With `reuse`, a finished run of the same target, draft, prompt and
+    settings (`runs.find_finished_run`) stands in for a replay. `ray`: a Ray address (or 'local') to fan
+    the replays out to, as `python -m backend evaluate --ray` does."""
+
+    target: str
+    draft_a: str
+    draft_b: str
+    samples: list
+    num_steps: int
+    max_new_tokens: int
+    dataset_id: int
+    decoding_a: dict | None = None
+    decoding_b: dict | None = None
+    reuse: bool = True
+    ray: str | None = None
+
+    @property
+    def sides(self) -> tuple:
+        return (
+            ("A", self.draft_a, dict(self.decoding_a or {})),
+            ("B", self.draft_b, dict(self.decoding_b or {})),
+        )
+
+
+def compare_job(db_url: str | None, comparison: Comparison, *, progress: Progress) -> dict:
     """The pairs of both sides run as `evaluate` runs them (backend.service.evaluate.run_pairs):
     here one after another, or on Ray when `ray` names a cluster."""
     from backend.service.evaluate import Pair, run_pairs
     from backend.service.runs import get_run
 
-    pairs = {}
-    for number, sample in enumerate(samples):
-        for side, draft, decoding in sides:
-            settings = {"num_steps": num_steps, "max_new_tokens": max_new_tokens, **decoding}
+    c, pairs = comparison, {}
+    for number, sample in enumerate(c.samples):
+        for side, draft, decoding in c.sides:
+            settings = {"num_steps": c.num_steps, "max_new_tokens": c.max_new_tokens, **decoding}
             pairs[(sample.index, side)] = Pair(
-                target,
+                c.target,
                 draft,
                 sample.index,
                 sample.id,
-                f"dataset {dataset_id} #{sample.index}",
+                f"dataset {c.dataset_id} #{sample.index}",
                 tuple(sample.prompt_ids),
                 tuple(sorted(settings.items())),
-                f"sample {number + 1}/{len(samples)}, draft {side}",
+                f"sample {number + 1}/{len(c.samples)}, draft {side}",
             )
-    run_ids, reused = run_pairs(db_url, list(pairs.values()), reuse, progress, ray)
+    run_ids, reused = run_pairs(db_url, list(pairs.values()), c.reuse, progress, c.ray)
     rows = []
-    for sample in samples:
+    for sample in c.samples:
         row = {"sample #": sample.index, "source": sample.source}
-        for side, _, _ in sides:
+        for side, _, _ in c.sides:
             run_id = run_ids[pairs[(sample.index, side)]]
             row[f"run {side}"] = run_id
             row[f"AL {side}"] = (get_run(db_url, run_id).metrics or {}).get("mean_accept_length")
@@ -222,49 +238,21 @@ def compare_job(
         "rows": sorted(rows, key=lambda r: -abs(r["AL delta (B - A)"])),
         "reused": reused,
         "replayed": len(pairs) - reused,
-        "ray": ray or None,
-        "drafts": {side: draft for side, draft, _ in sides},
+        "ray": c.ray or None,
+        "drafts": {side: draft for side, draft, _ in c.sides},
     }
 
 
-def start_compare(
-    db_url: str | None,
-    target: str,
-    draft_a: str,
-    draft_b: str,
-    samples: list,
-    num_steps: int,
-    max_new_tokens: int,
-    dataset_id: int,
-    decoding_a: dict | None = None,
-    decoding_b: dict | None = None,
-    reuse: bool = True,
-    ray: str | None = None,
-) -> str:
+def start_compare(db_url: str | None, comparison: Comparison) -> str:
     """Replay both drafts on each sample (stored as runs): {"rows": one per sample, largest |delta|
-    first, "reused": runs found finished, "replayed": runs replayed now}. `decoding_a` / `decoding_b`:
-    ReplayRequest fields per side (topk, num_draft_tokens, temperature, ...), so a chain and a tree
-    of the same draft can be compared. With `reuse`, a finished run of the same target, draft,
-    prompt and settings (`runs.find_finished_run`) stands in for a replay. `ray`: a Ray address
-    (or 'local') to fan the replays out to, as `python -m backend evaluate --ray` does."""
-    sides = (("A", draft_a, dict(decoding_a or {})), ("B", draft_b, dict(decoding_b or {})))
-    for _, draft, decoding in sides:  # a bad setting is refused before the job starts
-        ReplayRequest(target, draft, prompt_ids=(0,), num_steps=num_steps, **decoding)
-    label = f"{_name(draft_a)} vs {_name(draft_b)} on {len(samples)} sample(s)"
-    return MANAGER.submit_job(
-        "compare",
-        label,
-        compare_job,
-        db_url,
-        target,
-        sides,
-        samples,
-        num_steps,
-        max_new_tokens,
-        dataset_id,
-        reuse,
-        ray,
+    first, "reused": runs found finished, "replayed": runs replayed now}. A bad setting of either side
+    is refused here, before the job starts."""
+    for _, draft, decoding in comparison.sides:
+        ReplayRequest(comparison.target, draft, prompt_ids=(0,), num_steps=comparison.num_steps, **decoding)
+    label = (
+        f"{_name(comparison.draft_a)} vs {_name(comparison.draft_b)} on {len(comparison.samples)} sample(s)"
     )
+    return MANAGER.submit_job("compare", label, compare_job, db_url, comparison)
 
 
 @job("probe", lambda target_path, draft_path, *_: f"probe {_name(draft_path)}")

@@ -96,7 +96,7 @@ def test_start_replay_stores_a_run(pairs, db_url):
 def test_compare_puts_a_chain_and_a_tree_of_the_same_draft_side_by_side(pairs, db_url):
     from backend.data.samples import Sample
     from backend.service.runs import get_run
-    from backend.service.tasks import start_compare
+    from backend.service.tasks import Comparison, start_compare
 
     pair = pairs["copy-L4-bigram"]
     sample = Sample(
@@ -105,15 +105,17 @@ def test_compare_puts_a_chain_and_a_tree_of_the_same_draft_side_by_side(pairs, d
     task = MANAGER.wait(
         start_compare(
             db_url,
-            str(pair.target_dir),
-            str(pair.draft_dir),
-            str(pair.draft_dir),
-            [sample],
-            3,
-            12,
-            1,
-            None,
-            {"topk": 4, "num_draft_tokens": 8},
+            Comparison(
+                str(pair.target_dir),
+                str(pair.draft_dir),
+                str(pair.draft_dir),
+                [sample],
+                3,
+                12,
+                1,
+                None,
+                {"topk": 4, "num_draft_tokens": 8},
+            ),
         ),
         120,
     )
@@ -124,17 +126,19 @@ def test_compare_puts_a_chain_and_a_tree_of_the_same_draft_side_by_side(pairs, d
     assert (chain.params["topk"], tree.params["topk"], tree.params["num_draft_tokens"]) == (1, 4, 8)
     assert chain.output_ids == tree.output_ids  # both equal the target's greedy output
     with pytest.raises(BadInput, match="topk > 1 needs"):
-        start_compare(db_url, "t", "a", "b", [sample], 3, 12, 1, {"topk": 4})
+        start_compare(db_url, Comparison("t", "a", "b", [sample], 3, 12, 1, {"topk": 4}))
 
 
 def compare_on(pairs, db_url, samples, max_new=10, reuse=True, decoding_b=None) -> dict:
     """start_compare of copy-L4-bigram's draft against itself (K=3), waited for."""
-    from backend.service.tasks import start_compare
+    from backend.service.tasks import Comparison, start_compare
 
     pair = pairs["copy-L4-bigram"]
     target, draft = str(pair.target_dir), str(pair.draft_dir)
     task = MANAGER.wait(
-        start_compare(db_url, target, draft, draft, samples, 3, max_new, 1, None, decoding_b, reuse=reuse),
+        start_compare(
+            db_url, Comparison(target, draft, draft, samples, 3, max_new, 1, None, decoding_b, reuse=reuse)
+        ),
         120,
     )
     assert task.status == "done", task.error

@@ -1,12 +1,13 @@
-"""The Compare page's form: two drafts, K, the decoding of each side, and one sample or the first N."""
+"""The Compare page's form: two drafts, K, the decoding of each side, and one sample or the first N,
+read into one tasks.Comparison."""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
 import streamlit as st
 
+from backend.service.tasks import Comparison
 from ui import state
 from ui.pickers import dataset_picker
 
@@ -19,22 +20,6 @@ RAY_HELP = (
     "As python -m backend evaluate --ray: one worker per GPU (or CPU slot), each loading the models "
     "once; every run goes to this database, which the workers must reach."
 )
-
-
-@dataclass(frozen=True)
-class CompareAsk:
-    """What the form asks tasks.start_compare for."""
-
-    draft_a: str  # directories
-    draft_b: str
-    samples: list
-    num_steps: int
-    max_new_tokens: int
-    dataset_id: int
-    decoding_a: dict  # ReplayRequest fields of each side (topk, num_draft_tokens)
-    decoding_b: dict
-    reuse: bool
-    ray: str | None
 
 
 def _decoding() -> tuple[dict, dict]:
@@ -75,7 +60,7 @@ def _which_samples(samples: list, running: bool) -> tuple[list | None, str | Non
     return None, None
 
 
-def compare_ask(running: bool) -> CompareAsk | None:
+def comparison(running: bool) -> Comparison | None:
     """The form (its buttons off while a comparison runs); what a button asked for, else None."""
     names = list(state.drafts())
     with st.expander("Run two drafts", expanded=not state.get_value("compare")):
@@ -99,7 +84,8 @@ def compare_ask(running: bool) -> CompareAsk | None:
         chosen, ray = _which_samples(samples, running)
         if not chosen:
             return None
-        return CompareAsk(
+        return Comparison(
+            state.target_path(),
             state.drafts()[draft_a],
             state.drafts()[draft_b],
             chosen,
