@@ -116,6 +116,14 @@ class Verdict:
         return self.target_argmax[: self.accepted] + [self.bonus]
 
 
+@dataclass(frozen=True)
+class Caches:
+    """The two KV caches of one replay: the target's (its runner's) and the draft's."""
+
+    target: object
+    draft: KVCache
+
+
 @dataclass
 class Cursor:
     """Where the decode stands: the pending token x_n at position n, and what the draft must catch
@@ -309,7 +317,14 @@ def replay(
         for step_index in range(config.max_new_tokens):  # each step commits >= 1 token
             if config.uses_tree_path:
                 record, cursor = tree_step(
-                    target, draft, wiring, target_cache, draft_cache, cursor, config, generator, step_index
+                    target,
+                    draft,
+                    wiring,
+                    Caches(target_cache, draft_cache),
+                    cursor,
+                    config,
+                    generator,
+                    step_index,
                 )
                 yield record
                 if cursor is None:
@@ -358,8 +373,7 @@ def tree_step(
     target: Target,
     draft: Eagle3Draft,
     wiring: Wiring,
-    target_cache,
-    draft_cache: KVCache,
+    caches: Caches,
     cursor: Cursor,
     config: ReplayConfig,
     generator: torch.Generator | None,
@@ -367,7 +381,7 @@ def tree_step(
 ) -> tuple[StepRecord, Cursor | None]:
     """One verify step of a tree (or a sampled chain). Returns the record and the next cursor
     (None when the replay is finished)."""
-    device = target.device
+    device, target_cache, draft_cache = target.device, caches.target, caches.draft
     started = time.perf_counter()
     hidden = draft_catch_up(draft, draft_cache, cursor, config.math)
     tree = draft_tree(draft, draft_cache, hidden, cursor.position - 1, config)
@@ -390,7 +404,9 @@ def tree_step(
     committed, finished = commit_within_budget(
         emitted, cursor.produced, set(target.eos_token_ids), config.max_new_tokens
     )
-    record = tree_record(step_index, cursor, tree, verdict, features, committed, draft_ms, verify_ms, config)
+    record = tree_record(
+        step_index, cursor, tree, verdict, features, committed, (draft_ms, verify_ms), config
+    )
     if finished:
         return record, None
     accepted = len(verdict.accepted_path)
@@ -411,11 +427,11 @@ def tree_record(
     verdict: TreeVerdict,
     features: torch.Tensor,
     committed: list[int],
-    draft_ms: float,
-    verify_ms: float,
+    times_ms: tuple[float, float],
     config: ReplayConfig,
 ) -> StepRecord:
-    """The step's record: the tree in full, and its main path in the chain-shaped fields."""
+    """The step's record: the tree in full, and its main path in the chain-shaped fields
+    (`times_ms`: the step's draft and verify milliseconds)."""
     path = main_path(tree, verdict.accepted_path)
     accepted = len(verdict.accepted_path)
     rows = [0] + [node + 1 for node in path]
@@ -441,8 +457,7 @@ def tree_record(
         verdict.bonus,
         committed,
         [verdict.argmax[r] for r in rows],
-        draft_ms,
-        verify_ms,
+        *times_ms,
         tree=tree_dict(tree, verdict),
         **recorded,
     )
