@@ -459,26 +459,12 @@ def cmd_preflight(args) -> tuple[dict, str]:
 def load_pair(args, sample_length: int):
     """(target, draft, wiring) for teacher/probe: the draft is refused with the preflight's reasons
     when it fails; its warnings go to stderr."""
-    from backend.engine.readings import read_as
-    from backend.engine.wiring import override_wiring
     from backend.service import models
     from backend.service.plan import preflight_warnings
+    from backend.service.requests import reading_of
 
     target, draft, report = models.pair(args.target, args.draft, args.device, args.dtype)
-    view = read_as(
-        args.engine,
-        draft.config,
-        target.num_layers,
-        draft.own_embedding is not None,
-        draft.own_embedding_differs,
-    )
-    if args.aux_hf_indices is None and not view.loads:
-        raise BadInput(view.refusal)
-    wiring = (
-        view.wiring
-        if args.aux_hf_indices is None
-        else override_wiring(args.aux_hf_indices, target.num_layers)
-    )
+    view, wiring = reading_of(args.engine, args.aux_hf_indices, draft, target.num_layers)
     for warning in preflight_warnings(report, draft, sample_length) + list(view.notes):
         print(f"warning: {warning}", file=sys.stderr)
     return target, draft, wiring, view

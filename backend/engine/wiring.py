@@ -41,11 +41,19 @@ def parse_aux_indices(text: str | None) -> tuple[int, ...] | None:
         values = tuple(int(part) for part in text.replace(" ", "").split(",") if part)
     except ValueError:
         raise BadInput(f"{text!r}: expected three comma-separated integers") from None
-    if len(values) != 3:
-        raise BadInput(f"{text!r}: EAGLE-3 fuses exactly three target states; got {len(values)} indices")
-    if any(v < 0 for v in values):
-        raise BadInput(f"{text!r}: HF indices are >= 0 (0 = embedding output)")
+    check_override(values, repr(text))
     return values
+
+
+def check_override(values, what: str | None = None) -> None:
+    """What any wiring override must be before a target is known: three HF indices >= 0. The one
+    rule for typed text (parse_aux_indices) and for a request built in code (ReplayRequest); the
+    target's depth is checked when the override becomes a Wiring (override_wiring)."""
+    what = what or str(list(values))
+    if len(values) != 3:
+        raise BadInput(f"{what}: EAGLE-3 fuses exactly three target states; got {len(values)} indices")
+    if any(v < 0 for v in values):
+        raise BadInput(f"{what}: HF indices are >= 0 (0 = embedding output)")
 
 
 def default_hf_indices(num_layers: int) -> list[int]:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from backend import BadInput
 from backend.engine.readings import ENGINES, EngineView, read_as
 from backend.engine.shapes import DRAFT_ATTENTION, TreeShape, sglang_shape
-from backend.engine.wiring import Wiring, check_indices, override_wiring
+from backend.engine.wiring import Wiring, check_override, override_wiring
 
 MAX_STEPS = 64
 MAX_TOPK = 16
@@ -82,10 +82,8 @@ class ReplayRequest:
     def _check_drafting(self) -> None:
         if not 1 <= self.num_steps <= MAX_STEPS:
             raise BadInput(f"K (draft steps) must be in 1..{MAX_STEPS}, got {self.num_steps}")
-        if self.aux_hf_indices is not None and (
-            len(self.aux_hf_indices) != 3 or any(i < 0 for i in self.aux_hf_indices)
-        ):
-            raise BadInput(f"a wiring override is three HF indices >= 0, got {list(self.aux_hf_indices)}")
+        if self.aux_hf_indices is not None:
+            check_override(self.aux_hf_indices)
         if self.engine not in ENGINE_CHOICES:
             raise BadInput(f"unknown engine {self.engine!r}; use auto or one of {', '.join(ENGINES)}")
         if self.topk is not None and not 1 <= self.topk <= MAX_TOPK:
@@ -143,23 +141,8 @@ class ReplayRequest:
         return Decoding(shape, rule, greedy, requested, notes)
 
     def reading_for(self, draft, num_target_layers: int) -> tuple[EngineView, Wiring]:
-        """The engine's view of the loaded draft and the HF indices this request feeds it: the
-        override, else what that engine reads. BadInput when that engine cannot run the draft."""
-        view = read_as(
-            self.engine,
-            draft.config,
-            num_target_layers,
-            draft.own_embedding is not None,
-            getattr(draft, "own_embedding_differs", None),
-        )
-        if self.aux_hf_indices is not None:
-            wiring = override_wiring(self.aux_hf_indices, num_target_layers)
-        elif not view.loads:
-            raise BadInput(view.refusal)
-        else:
-            wiring = view.wiring
-        check_indices(wiring.aux_hf_indices, num_target_layers)
-        return view, wiring
+        """The engine's view of the loaded draft and the HF indices this request feeds it."""
+        return reading_of(self.engine, self.aux_hf_indices, draft, num_target_layers)
 
     def prompt_for(self, tokenizer) -> list[int]:
         if self.prompt_ids is not None:
@@ -183,3 +166,22 @@ class ReplayRequest:
             f"{Path(self.draft).name} K={self.num_steps}{tree}{sampled}{engine}{override} "
             f"on {self.sample_ref or 'prompt'}"
         )
+
+
+def reading_of(engine: str, override, draft, num_target_layers: int) -> tuple[EngineView, Wiring]:
+    """`engine`'s view of the loaded draft and the HF indices it is fed: the `override` (checked
+    against the target's depth in wiring.override_wiring), else what that engine reads (checked in the
+    readings). BadInput when that engine cannot run the draft. The one place a replay, the teacher
+    and the probe decide what feeds the draft."""
+    view = read_as(
+        engine,
+        draft.config,
+        num_target_layers,
+        draft.own_embedding is not None,
+        getattr(draft, "own_embedding_differs", None),
+    )
+    if override is not None:
+        return view, override_wiring(override, num_target_layers)
+    if not view.loads:
+        raise BadInput(view.refusal)
+    return view, view.wiring
