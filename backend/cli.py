@@ -783,14 +783,11 @@ def cmd_observe(args) -> tuple[dict, str]:
 
 
 def cmd_serve_check(args) -> tuple[dict, str]:
-    from backend.service.observations import check_server_url, serve_check
+    from backend.service.observations import ServeCheckSettings, check_server_url, serve_check
 
     check_server_url(args.url)  # before the target loads
     samples, _ = load_samples(args.samples, checked_vocab(args), args.limit)
-    result = serve_check(
-        args.db,
-        args.url,
-        samples,
+    settings = ServeCheckSettings(
         args.target,
         args.draft,
         args.steps,
@@ -800,6 +797,7 @@ def cmd_serve_check(args) -> tuple[dict, str]:
         num_draft_tokens=args.num_draft_tokens,
         timeout=args.timeout,
     )
+    result = serve_check(args.db, args.url, samples, settings)
     lines = [f"{'sample':>6} {'server AL':>9} {'replay AL':>9}"]
     lines += [
         f"{r['sample']:>6} {_fmt(r['server_accept_length']):>9} {_fmt(r['replay_accept_length']):>9}"

@@ -182,50 +182,54 @@ def histogram_metrics(histogram: list[int], k: int | None) -> tuple[list, list]:
     return marginal, conditional
 
 
-def finish(numbers: RequestNumbers, where: Where) -> RequestNumbers:
-    """Check the counts against each other and compute SpecLens's metrics from them."""
-    n = numbers
-    if n.accept_histogram is not None:
-        steps = sum(n.accept_histogram)
-        accepted = sum(a * c for a, c in enumerate(n.accept_histogram))
-        if n.verify_steps is not None and steps != n.verify_steps:
-            where.fail(
-                f"the accept histogram sums to {steps} steps but the verify step count is {n.verify_steps}"
-            )
-        if n.accepted_drafts is not None and accepted != n.accepted_drafts:
-            where.fail(
-                f"the accept histogram gives {accepted} accepted drafts but the accepted count is "
-                f"{n.accepted_drafts}"
-            )
-        if n.num_speculative_tokens is not None and len(n.accept_histogram) > n.num_speculative_tokens + 1:
-            if any(n.accept_histogram[n.num_speculative_tokens + 1 :]):
-                where.fail(
-                    f"the accept histogram has steps accepting more than K = {n.num_speculative_tokens}"
-                )
-            n.accept_histogram = n.accept_histogram[: n.num_speculative_tokens + 1]
-        n.verify_steps, n.accepted_drafts = steps, accepted
-    if n.per_step_accepted is not None:
-        if n.verify_steps is not None and len(n.per_step_accepted) != n.verify_steps:
-            where.fail(f"per_step_accepted has {len(n.per_step_accepted)} entries for {n.verify_steps} steps")
-        if n.accepted_drafts is not None and sum(n.per_step_accepted) != n.accepted_drafts:
-            where.fail(f"per_step_accepted sums to {sum(n.per_step_accepted)}, not {n.accepted_drafts}")
-    if (
-        n.drafted_tokens is not None
-        and n.accepted_drafts is not None
-        and n.accepted_drafts > n.drafted_tokens
-    ):
+def check_histogram(n: RequestNumbers, where: Where) -> None:
+    """The histogram against the step and accepted counts and K; it then gives both counts (and is cut
+    to K + 1 entries where K is known)."""
+    steps = sum(n.accept_histogram)
+    accepted = sum(a * c for a, c in enumerate(n.accept_histogram))
+    if n.verify_steps is not None and steps != n.verify_steps:
+        where.fail(
+            f"the accept histogram sums to {steps} steps but the verify step count is {n.verify_steps}"
+        )
+    if n.accepted_drafts is not None and accepted != n.accepted_drafts:
+        where.fail(
+            f"the accept histogram gives {accepted} accepted drafts but the accepted count is {n.accepted_drafts}"
+        )
+    k = n.num_speculative_tokens
+    if k is not None and len(n.accept_histogram) > k + 1:
+        if any(n.accept_histogram[k + 1 :]):
+            where.fail(f"the accept histogram has steps accepting more than K = {k}")
+        n.accept_histogram = n.accept_histogram[: k + 1]
+    n.verify_steps, n.accepted_drafts = steps, accepted
+
+
+def check_per_step(n: RequestNumbers, where: Where) -> None:
+    """One per_step_accepted entry a verify step, summing to the accepted count."""
+    if n.verify_steps is not None and len(n.per_step_accepted) != n.verify_steps:
+        where.fail(f"per_step_accepted has {len(n.per_step_accepted)} entries for {n.verify_steps} steps")
+    if n.accepted_drafts is not None and sum(n.per_step_accepted) != n.accepted_drafts:
+        where.fail(f"per_step_accepted sums to {sum(n.per_step_accepted)}, not {n.accepted_drafts}")
+
+
+def check_bounds(n: RequestNumbers, where: Where) -> None:
+    """No more accepted drafts than were drafted, nor than K a verify step allows."""
+    if n.accepted_drafts is None:
+        return
+    if n.drafted_tokens is not None and n.accepted_drafts > n.drafted_tokens:
         where.fail(f"{n.accepted_drafts} accepted drafts of {n.drafted_tokens} drafted tokens")
-    if n.verify_steps is not None and n.accepted_drafts is not None and n.num_speculative_tokens:
-        if n.accepted_drafts > n.verify_steps * n.num_speculative_tokens:
-            where.fail(
-                f"{n.accepted_drafts} accepted drafts in {n.verify_steps} steps of at most K = "
-                f"{n.num_speculative_tokens}"
-            )
-    if n.status == "ok" and not n.verify_steps:
-        n.status = "no-verify-steps"
-        n.note = n.note or "the request ran no verify step: it has no accept length"
-    if n.status != "ok":
-        return n
+    if (
+        n.verify_steps is not None
+        and n.num_speculative_tokens
+        and n.accepted_drafts > n.verify_steps * n.num_speculative_tokens
+    ):
+        where.fail(
+            f"{n.accepted_drafts} accepted drafts in {n.verify_steps} steps of at most K = "
+            f"{n.num_speculative_tokens}"
+        )
+
+
+def compute_metrics(n: RequestNumbers) -> None:
+    """SpecLens's metrics from the checked counts (DEFINITIONS)."""
     if n.verify_steps and n.accepted_drafts is not None:
         n.accept_length = 1 + n.accepted_drafts / n.verify_steps
     if n.drafted_tokens:
@@ -234,7 +238,21 @@ def finish(numbers: RequestNumbers, where: Where) -> RequestNumbers:
         n.per_position_marginal, n.per_position_conditional = histogram_metrics(
             n.accept_histogram, n.num_speculative_tokens
         )
-    return n
+
+
+def finish(numbers: RequestNumbers, where: Where) -> RequestNumbers:
+    """Check the counts against each other and compute SpecLens's metrics from them."""
+    if numbers.accept_histogram is not None:
+        check_histogram(numbers, where)
+    if numbers.per_step_accepted is not None:
+        check_per_step(numbers, where)
+    check_bounds(numbers, where)
+    if numbers.status == "ok" and not numbers.verify_steps:
+        numbers.status = "no-verify-steps"
+        numbers.note = numbers.note or "the request ran no verify step: it has no accept length"
+    if numbers.status == "ok":
+        compute_metrics(numbers)
+    return numbers
 
 
 def check_engine_mean(numbers: RequestNumbers, where: Where, name: str) -> None:
@@ -768,6 +786,104 @@ def records_of(text: str, source: str) -> tuple[list[tuple[str, object]], bool]:
     return out, False
 
 
+def kinds_of(records: list[tuple[str, object]], source: str) -> list[str | None]:
+    """The format each record says it is in (None: it says nothing)."""
+    kinds = []
+    for record, value in records:
+        if isinstance(value, list):  # SGLang's native /generate answers a list for a batch or n > 1
+            kinds.append("sglang")
+        elif isinstance(value, dict):
+            kinds.append(detect(value))
+        else:
+            Where(source, record).fail(f"a {type(value).__name__}, expected a response object")
+    return kinds
+
+
+def file_format(format: str, kinds: list[str | None], records: list[tuple[str, object]], source: str) -> str:
+    """The format asked for, or the first a record says; a file none speaks for is bad input."""
+    found = format if format != "auto" else next((k for k in kinds if k is not None), None)
+    if found is not None:
+        return found
+    if records and all(isinstance(v, dict) and is_stream_chunk(v) for _, v in records):
+        raise BadInput(f"{source}: only stream chunks without statistics (was include_usage on?)")
+    record, value = records[0]
+    Where(source, record).fail(
+        "no speculative-decoding statistics in a format SpecLens reads "
+        f"({', '.join(FORMATS)}); top-level keys: {', '.join(sorted(value)[:8])}"
+    )
+
+
+def read_modelopt_file(records: list[tuple[str, object]], source: str) -> RequestsFile:
+    if len(records) != 1:
+        raise BadInput(f"{source}: a speculation_profile.json is one JSON document")
+    parsed, extra = parse_modelopt(records[0][1], Where(source, records[0][0]))
+    summary = pooled(parsed)
+    # one pooled histogram, not requests: the per-request mean is the profile's own (ModelOpt's
+    # Average_AL over requests), not the mean over this file's one "request"
+    summary["accept_length_per_request_mean"] = (extra.get("profile") or {}).get(
+        "mean_accept_length_per_request"
+    )
+    summary["pooled_only"] = True
+    return RequestsFile(source, "modelopt", parsed, summary, 0, extra)
+
+
+def parse_value(value: dict | list, where: Where, found: str, k: int | None) -> list[RequestNumbers]:
+    """One record: a response, or SGLang's list of them (a batch or n > 1), one item each."""
+    if not isinstance(value, list):
+        return parse_one(value, where, found, k)
+    out = []
+    for i, item in enumerate(value):
+        if not isinstance(item, dict):
+            where.fail(f"item {i} is {type(item).__name__}, expected a response object")
+        out.extend(parse_one(item, Where(where.source, f"{where.record}, item {i}"), found, k))
+    return out
+
+
+def last_of_each_stream(parsed: list[RequestNumbers]) -> list[RequestNumbers]:
+    """SGLang's /generate streamed: every chunk carries the meta_info so far, under the same id; the last
+    is the request's (tokenizer_manager.py builds meta_info for each output it sends)."""
+    last = {r.request_id: i for i, r in enumerate(parsed) if r.request_id is not None}
+    return [r for i, r in enumerate(parsed) if r.request_id is None or last[r.request_id] == i]
+
+
+@dataclass
+class Parsed:
+    """What the records of a per-response file gave, before pooling."""
+
+    requests: list[RequestNumbers] = field(default_factory=list)
+    skipped: int = 0  # stream chunks without statistics
+    server_reads: list[tuple[str, dict]] = field(default_factory=list)
+
+
+def parse_records(
+    records: list[tuple[str, object]],
+    kinds: list[str | None],
+    found: str,
+    format: str,
+    source: str,
+    k: int | None,
+) -> Parsed:
+    """Every record in the file's format: one of another format is bad input, a stream chunk without
+    statistics is skipped, one that says nothing is read in the format only where the format allows it."""
+    out = Parsed()
+    for (record, value), kind in zip(records, kinds, strict=True):
+        where = Where(source, record)
+        if kind is not None and kind != found:
+            where.fail(f"is {kind}, but the file is {found}" + (" (--format)" if format != "auto" else ""))
+        if kind is None and is_stream_chunk(value):
+            out.skipped += 1
+            continue
+        if kind is None and found not in ("trtllm", "llamacpp"):
+            where.fail(
+                f"no {found} statistics in this record (top-level keys: {', '.join(sorted(value)[:8])})"
+            )
+        if found == "sglang-server-info":
+            out.server_reads.append((record, value))
+        else:
+            out.requests.extend(parse_value(value, where, found, k))
+    return out
+
+
 def read_requests(
     text: str, source: str, format: str = "auto", num_speculative_tokens: int | None = None
 ) -> RequestsFile:
@@ -777,77 +893,64 @@ def read_requests(
     if format not in ("auto", *FORMATS):
         raise BadInput(f"unknown format {format!r}; use auto or one of {', '.join(FORMATS)}")
     records, _ = records_of(text, source)
-    kinds = []
-    for record, value in records:
-        if isinstance(value, list):  # SGLang's native /generate answers a list for a batch or n > 1
-            kinds.append("sglang")
-        elif isinstance(value, dict):
-            kinds.append(detect(value))
-        else:
-            Where(source, record).fail(f"a {type(value).__name__}, expected a response object")
-    found = format if format != "auto" else next((k for k in kinds if k is not None), None)
-    if found is None:
-        if records and all(isinstance(v, dict) and is_stream_chunk(v) for _, v in records):
-            raise BadInput(f"{source}: only stream chunks without statistics (was include_usage on?)")
-        record, value = records[0]
-        Where(source, record).fail(
-            "no speculative-decoding statistics in a format SpecLens reads "
-            f"({', '.join(FORMATS)}); top-level keys: {', '.join(sorted(value)[:8])}"
-        )
+    kinds = kinds_of(records, source)
+    found = file_format(format, kinds, records, source)
     if found == "modelopt":
-        if len(records) != 1:
-            raise BadInput(f"{source}: a speculation_profile.json is one JSON document")
-        parsed, extra = parse_modelopt(records[0][1], Where(source, records[0][0]))
-        summary = pooled(parsed)
-        # one pooled histogram, not requests: the per-request mean is the profile's own (ModelOpt's
-        # Average_AL over requests), not the mean over this file's one "request"
-        summary["accept_length_per_request_mean"] = (extra.get("profile") or {}).get(
-            "mean_accept_length_per_request"
-        )
-        summary["pooled_only"] = True
-        return RequestsFile(source, found, parsed, summary, 0, extra)
-    parsed: list[RequestNumbers] = []
-    skipped = 0
-    server_reads = []
-    for (record, value), kind in zip(records, kinds, strict=True):
-        where = Where(source, record)
-        if kind is not None and kind != found:
-            where.fail(f"is {kind}, but the file is {found}" + (" (--format)" if format != "auto" else ""))
-        if kind is None and is_stream_chunk(value):
-            skipped += 1
-            continue
-        if kind is None and found not in ("trtllm", "llamacpp"):
-            where.fail(
-                f"no {found} statistics in this record (top-level keys: {', '.join(sorted(value)[:8])})"
-            )
-        if found == "sglang-server-info":
-            server_reads.append((record, value))
-        elif isinstance(value, list):
-            for i, item in enumerate(value):
-                if not isinstance(item, dict):
-                    where.fail(f"item {i} is {type(item).__name__}, expected a response object")
-                parsed.extend(
-                    parse_one(item, Where(source, f"{record}, item {i}"), found, num_speculative_tokens)
-                )
-        else:
-            parsed.extend(parse_one(value, where, found, num_speculative_tokens))
+        return read_modelopt_file(records, source)
+    out = parse_records(records, kinds, found, format, source, num_speculative_tokens)
+    parsed, skipped = out.requests, out.skipped
     if found == "sglang":
-        # /generate streamed: every chunk carries the meta_info so far, under the same id; the last is
-        # the request's (tokenizer_manager.py builds meta_info for each output it sends)
-        last = {r.request_id: i for i, r in enumerate(parsed) if r.request_id is not None}
-        kept = [r for i, r in enumerate(parsed) if r.request_id is None or last[r.request_id] == i]
-        skipped += len(parsed) - len(kept)
-        parsed = kept
+        parsed = last_of_each_stream(out.requests)
+        skipped += len(out.requests) - len(parsed)
     extra: dict = {}
-    if server_reads:
-        parsed, extra = parse_server_info(server_reads, source)
+    if out.server_reads:
+        parsed, extra = parse_server_info(out.server_reads, source)
     if not parsed:
         raise BadInput(f"{source}: no response in it")
     return RequestsFile(source, found, parsed, pooled(parsed), skipped, extra)
 
 
+# One parser a per-response format (docs/reference.md §14); modelopt and sglang-server-info are
+# whole-file formats, read by read_modelopt_file and parse_server_info.
+RESPONSE_PARSERS = {
+    "vllm": lambda response, where, base, _k: parse_vllm(response, where, base),
+    "sglang": parse_sglang,
+    "sglext": parse_sglext,
+    "trtllm": lambda response, where, base, _k: parse_trtllm(response, where, base),
+    "llamacpp": parse_llamacpp,
+}
+
+
+def fill_completion_tokens(out: list[RequestNumbers], response: dict) -> None:
+    """The OpenAI usage block says how long the answer was (a replay of it runs as long)."""
+    usage = response.get("usage") if isinstance(response.get("usage"), dict) else {}
+    tokens = usage.get("completion_tokens")
+    if len(out) == 1 and out[0].completion_tokens is None and isinstance(tokens, int) and tokens > 0:
+        out[0].completion_tokens = tokens
+
+
+def apply_user_k(out: list[RequestNumbers], where: Where, k: int | None) -> None:
+    """A K the user gave fills in what the engine did not say, never overrides it."""
+    if k is None:
+        return
+    for numbers in out:
+        if numbers.num_speculative_tokens is None:
+            numbers.num_speculative_tokens = k
+            if numbers.accept_histogram is not None and numbers.status == "ok":
+                numbers.per_position_marginal, numbers.per_position_conditional = histogram_metrics(
+                    numbers.accept_histogram, k
+                )
+        elif numbers.num_speculative_tokens != k:
+            where.fail(
+                f"the engine says K = {numbers.num_speculative_tokens}, --num-speculative-tokens says {k}"
+            )
+
+
 def parse_one(value: dict, where: Where, kind: str, k: int | None) -> list[RequestNumbers]:
     response = value.get("response") if isinstance(value.get("response"), dict) else value
+    parser = RESPONSE_PARSERS.get(kind)
+    if parser is None:
+        where.fail(f"{kind} is a whole-file format, not one response per line")
     prompt_ids, prompt_text, messages = prompt_of(value, response)
     base = {
         "record": where.record,
@@ -857,36 +960,11 @@ def parse_one(value: dict, where: Where, kind: str, k: int | None) -> list[Reque
         "prompt_text": prompt_text,
         "prompt_messages": messages,
     }
-    if kind == "vllm":
-        out = parse_vllm(response, where, base)
-    elif kind == "sglang":
-        out = parse_sglang(response, where, base, k)
-    elif kind == "sglext":
-        out = parse_sglext(response, where, base, k)
-    elif kind == "trtllm":
-        out = parse_trtllm(response, where, base)
-    elif kind == "llamacpp":
-        out = parse_llamacpp(response, where, base, k)
-    else:
-        where.fail(f"{kind} is a whole-file format, not one response per line")
+    out = parser(response, where, base, k)
     if not out:
         where.fail(f"no {kind} statistics in the response")
-    usage = response.get("usage") if isinstance(response.get("usage"), dict) else {}
-    tokens = usage.get("completion_tokens")
-    for numbers in out:  # the OpenAI usage block says how long the answer was (a replay of it runs as long)
-        if numbers.completion_tokens is None and len(out) == 1 and isinstance(tokens, int) and tokens > 0:
-            numbers.completion_tokens = tokens
-    for numbers in out:  # a K the user gave fills in what the engine did not say, never overrides it
-        if numbers.num_speculative_tokens is None and k is not None:
-            numbers.num_speculative_tokens = k
-            if numbers.accept_histogram is not None and numbers.status == "ok":
-                numbers.per_position_marginal, numbers.per_position_conditional = histogram_metrics(
-                    numbers.accept_histogram, k
-                )
-        elif k is not None and numbers.num_speculative_tokens != k:
-            where.fail(
-                f"the engine says K = {numbers.num_speculative_tokens}, --num-speculative-tokens says {k}"
-            )
+    fill_completion_tokens(out, response)
+    apply_user_k(out, where, k)
     return out
 
 

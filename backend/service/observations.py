@@ -11,6 +11,7 @@ import shlex
 import urllib.error
 import urllib.parse
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 from backend import BadInput
@@ -281,54 +282,61 @@ def request_accept_length(
     }
 
 
-def serve_check(
-    db_url: str | None,
-    url: str,
-    samples: list,
-    target_path: str,
-    draft_path: str,
-    num_steps: int,
-    max_new_tokens: int,
-    engine: str = "auto",
-    progress=None,
-    topk: int | None = None,
-    num_draft_tokens: int | None = None,
-    timeout: float = 60.0,
-) -> dict:
-    """Each sample's prompt sent to the server and replayed offline with the same draft and settings.
-    The first request the server leaves unanswered for `timeout` s ends the run (BadInput)."""
+@dataclass(frozen=True)
+class ServeCheckSettings:
+    """What the server request and the offline replay share (the pair, the drafting shape, the answer
+    length, the engine the replay emulates) and how long one server request may take."""
+
+    target_path: str
+    draft_path: str
+    num_steps: int
+    max_new_tokens: int
+    engine: str = "auto"
+    topk: int | None = None
+    num_draft_tokens: int | None = None
+    timeout: float = 60.0
+
+
+def check_sample(db_url: str | None, url: str, number: int, sample, settings: ServeCheckSettings) -> dict:
+    """One sample's prompt sent to the server, then replayed offline (unrecorded) with the same settings."""
     from backend.service.jobs import run_replay
     from backend.service.requests import ReplayRequest
 
+    served = request_accept_length(url, list(sample.prompt_ids), settings.max_new_tokens, settings.timeout)
+    request = ReplayRequest(
+        settings.target_path,
+        settings.draft_path,
+        prompt_ids=tuple(sample.prompt_ids),
+        num_steps=settings.num_steps,
+        max_new_tokens=settings.max_new_tokens,
+        record=False,
+        engine=settings.engine,
+        sample_ref=f"serve-check #{number}",
+        topk=settings.topk,
+        num_draft_tokens=settings.num_draft_tokens,
+    )
+    outcome = run_replay(request, db_url)
+    return {
+        "sample": number,
+        "server_accept_length": served["accept_length"],
+        "server_tokens": served["completion_tokens"],
+        "server_verify_steps": served["verify_steps"],
+        "replay_accept_length": outcome.metrics["mean_accept_length"],
+        "replay_run": outcome.run_id,
+    }
+
+
+def serve_check(
+    db_url: str | None, url: str, samples: list, settings: ServeCheckSettings, progress=None
+) -> dict:
+    """Each sample's prompt sent to the server and replayed offline with the same draft and settings.
+    The first request the server leaves unanswered for `settings.timeout` s ends the run (BadInput)."""
     check_server_url(url)
     rows = []
     for number, sample in enumerate(samples):
         if progress:
             progress(number / len(samples), f"sample {number + 1}/{len(samples)}")
-        served = request_accept_length(url, list(sample.prompt_ids), max_new_tokens, timeout)
-        request = ReplayRequest(
-            target_path,
-            draft_path,
-            prompt_ids=tuple(sample.prompt_ids),
-            num_steps=num_steps,
-            max_new_tokens=max_new_tokens,
-            record=False,
-            engine=engine,
-            sample_ref=f"serve-check #{number}",
-            topk=topk,
-            num_draft_tokens=num_draft_tokens,
-        )
-        outcome = run_replay(request, db_url)
-        rows.append(
-            {
-                "sample": number,
-                "server_accept_length": served["accept_length"],
-                "server_tokens": served["completion_tokens"],
-                "server_verify_steps": served["verify_steps"],
-                "replay_accept_length": outcome.metrics["mean_accept_length"],
-                "replay_run": outcome.run_id,
-            }
-        )
+        rows.append(check_sample(db_url, url, number, sample, settings))
     server_tokens = sum(r["server_tokens"] for r in rows)
     server_steps = sum(r["server_verify_steps"] for r in rows)
     server = server_tokens / server_steps if server_steps else None

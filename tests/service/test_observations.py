@@ -105,14 +105,17 @@ class FakeSGLang(BaseHTTPRequestHandler):
 def test_serve_check_puts_each_samples_server_accept_length_beside_its_replay(db_url):
     from backend.data.samples import read_jsonl
     from backend.defaults import DEMO_DRAFTS, DEMO_EVAL, DEMO_TARGET
-    from backend.service.observations import serve_check
+    from backend.service.observations import ServeCheckSettings, serve_check
 
     server = HTTPServer(("127.0.0.1", 0), FakeSGLang)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         samples = read_jsonl(DEMO_EVAL)[0][:2]
         url = f"http://127.0.0.1:{server.server_port}"
-        result = serve_check(db_url, url, samples, str(DEMO_TARGET), str(DEMO_DRAFTS / "final"), 4, 32)
+        settings = ServeCheckSettings(
+            str(DEMO_TARGET), str(DEMO_DRAFTS / "final"), num_steps=4, max_new_tokens=32
+        )
+        result = serve_check(db_url, url, samples, settings)
     finally:
         server.shutdown()
     assert [r["server_accept_length"] for r in result["rows"]] == pytest.approx([4 / 3, 4 / 3])
@@ -128,17 +131,14 @@ def test_unreachable_server_and_garbage_are_bad_input(db_url, tmp_path):
     from backend import BadInput
     from backend.data.samples import read_jsonl
     from backend.defaults import DEMO_DRAFTS, DEMO_EVAL, DEMO_TARGET
-    from backend.service.observations import observe, serve_check
+    from backend.service.observations import ServeCheckSettings, observe, serve_check
 
     with pytest.raises(BadInput, match="the request failed"):
         serve_check(
             db_url,
             "http://127.0.0.1:9",
             read_jsonl(DEMO_EVAL)[0][:1],
-            str(DEMO_TARGET),
-            str(DEMO_DRAFTS / "final"),
-            4,
-            8,
+            ServeCheckSettings(str(DEMO_TARGET), str(DEMO_DRAFTS / "final"), num_steps=4, max_new_tokens=8),
         )
     garbage = tmp_path / "server.log"
     garbage.write_bytes(b"\x00\xff not a log")
