@@ -806,10 +806,16 @@ def file_format(format: str, kinds: list[str | None], records: list[tuple[str, o
         return found
     if records and all(isinstance(v, dict) and is_stream_chunk(v) for _, v in records):
         raise BadInput(f"{source}: only stream chunks without statistics (was include_usage on?)")
+    if not records:  # e.g. only `data: [DONE]` or comment lines
+        raise BadInput(f"{source}: no response in it")
     record, value = records[0]
+    keys = (
+        ", ".join(sorted(map(str, value))[:8])
+        if isinstance(value, dict)
+        else f"a JSON {type(value).__name__}"
+    )
     Where(source, record).fail(
-        "no speculative-decoding statistics in a format SpecLens reads "
-        f"({', '.join(FORMATS)}); top-level keys: {', '.join(sorted(value)[:8])}"
+        f"no speculative-decoding statistics in a format SpecLens reads ({', '.join(FORMATS)}); top-level keys: {keys}"
     )
 
 

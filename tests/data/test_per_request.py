@@ -209,3 +209,16 @@ def test_a_file_that_mixes_engines_or_contradicts_k_is_refused():
         read_requests(
             P.modelopt().replace('"mean_accept_length": 2.5', '"mean_accept_length": 9'), "profile.json"
         )
+
+
+@pytest.mark.parametrize("body", ["data: [DONE]\n", ": keep-alive\n\n", "5\n", "[1, 2]\n"])
+def test_a_file_with_no_response_is_bad_input_naming_the_file(tmp_path, body):
+    """A stream's terminator alone, comments alone, or JSON that is no response object: one line
+    naming the file (it was an IndexError for the first two)."""
+    from backend import BadInput
+    from backend.data.per_request import read_requests
+
+    path = tmp_path / "empty.jsonl"
+    path.write_text(body)
+    with pytest.raises(BadInput, match="empty.jsonl"):
+        read_requests(path.read_text(), str(path))
