@@ -154,6 +154,13 @@ def _rows_table(step: StepRecord, reference: str, rows: list[dict]) -> None:
         frame["chunk"] = frame["chunk"].map(chunk_labels(frame["chunk"]))
         # a static table: a step click redraws it, and a grid widget costs more to mount than to read
         st.table(frame.set_index("position").style.format(precision=4, na_rep="—"))
+        if reference.startswith("target hidden"):
+            st.caption(
+                "Cosine of the draft's output hidden with the target's last hidden at the same position. "
+                "The draft is trained so that the logits of the two agree, not the vectors: read this row "
+                "across positions (where it drops, the draft lost track), not as good or bad on its own. "
+                "The fed features compare directly with another wiring or the training features (below)."
+            )
         if reference == NORMS:
             st.caption(
                 "Norms of the features the draft was fed. To compare them with another wiring, the "
