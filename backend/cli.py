@@ -438,6 +438,17 @@ def progress_bar(total: int, description: str, unit: str = "tok"):
     return tqdm(total=total, desc=description, file=sys.stderr, unit=unit, leave=False)
 
 
+def percent_bar(description: str):
+    """(bar, progress): a stderr bar in percent and the `progress(fraction, message)` that moves it."""
+    bar = progress_bar(100, description, unit="%")
+
+    def progress(fraction: float, message: str) -> None:
+        bar.set_postfix_str(message[-60:], refresh=False)
+        bar.update(round(100 * fraction) - bar.n)
+
+    return bar, progress
+
+
 def cmd_preflight(args) -> tuple[dict, str]:
     from backend.engine.preflight import preflight
 
@@ -641,12 +652,7 @@ def cmd_diagnose(args) -> tuple[dict, str]:
     serving_engine(args.engine, args.sglang, args.vllm)  # contradictions before anything loads
     vocab = checked_vocab(args)
     samples = load_samples(args.samples, vocab, args.limit)[0] if args.samples else []
-    bar = progress_bar(100, "diagnose")
-    bar.unit = "%"
-
-    def progress(fraction: float, message: str) -> None:
-        bar.set_postfix_str(message[-60:], refresh=False)
-        bar.update(round(100 * fraction) - bar.n)
+    bar, progress = percent_bar("diagnose")
 
     try:
         options = DiagnoseOptions(
@@ -676,12 +682,7 @@ def cmd_probe(args) -> tuple[dict, str]:
 
     samples, _ = load_samples(args.samples, checked_vocab(args), args.limit)
     target, draft, wiring, view = load_pair(args, max(len(s.input_ids) for s in samples))
-    bar = progress_bar(100, "probe")
-    bar.unit = "%"
-
-    def progress(fraction: float, message: str) -> None:
-        bar.set_postfix_str(message, refresh=False)
-        bar.update(round(100 * fraction) - bar.n)
+    bar, progress = percent_bar("probe")
 
     try:
         settings = ProbeSettings(args.steps, args.budget, args.live, args.live_tokens)
@@ -894,12 +895,7 @@ def cmd_observe_requests(args) -> tuple[dict, str]:
     )
     if args.replay_worst:
         per_request.replay_plan(result, args.replay_worst)  # refused before a model loads
-        bar = progress_bar(100, "replay-worst")
-        bar.unit = "%"
-
-        def progress(fraction: float, message: str) -> None:
-            bar.set_postfix_str(message[-60:], refresh=False)
-            bar.update(round(100 * fraction) - bar.n)
+        bar, progress = percent_bar("replay-worst")
 
         try:
             result["replayed_worst"] = per_request.replay_worst(
