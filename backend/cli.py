@@ -132,6 +132,31 @@ def decoding_flags(sub) -> None:
     )
 
 
+# The ReplayRequest fields that common(), decoding_flags() and dispatch_flags() set under their own
+# names (K is --steps: num_steps); replay and evaluate read them from the flags through replay_settings.
+SAME_NAMED_SETTINGS = (
+    "max_new_tokens",
+    "aux_hf_indices",
+    "engine",
+    "device",
+    "dtype",
+    "topk",
+    "num_draft_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "seed",
+    "draft_attention",
+    "device_map",
+    "max_memory",
+)
+
+
+def replay_settings(args) -> dict:
+    """The ReplayRequest settings the flags give, for one replay (cmd_replay) or every pair (evaluate)."""
+    return {"num_steps": args.steps} | {name: getattr(args, name) for name in SAME_NAMED_SETTINGS}
+
+
 class OneLineParser(argparse.ArgumentParser):
     """Bad flags end as every bad input does: exit 2 and one line (the usage block is in --help)."""
 
@@ -498,22 +523,8 @@ def cmd_replay(args) -> tuple[dict, str]:
     request = ReplayRequest(
         args.target,
         args.draft,
-        num_steps=args.steps,
-        max_new_tokens=args.max_new_tokens,
-        aux_hf_indices=args.aux_hf_indices,
-        engine=args.engine,
         record=not args.no_record,
-        device=args.device,
-        dtype=args.dtype,
-        topk=args.topk,
-        num_draft_tokens=args.num_draft_tokens,
-        temperature=args.temperature,
-        top_p=args.top_p,
-        top_k=args.top_k,
-        seed=args.seed,
-        draft_attention=args.draft_attention,
-        device_map=args.device_map,
-        max_memory=args.max_memory,
+        **replay_settings(args),
         **source,
     )
     bar = progress_bar(args.max_new_tokens, "replay")
@@ -837,23 +848,7 @@ def cmd_evaluate(args) -> tuple[dict, str]:
             else ""
         )
         raise BadInput(f"{args.samples}: no sample to evaluate (after --source / --limit){why}")
-    settings = {
-        "num_steps": args.steps,
-        "max_new_tokens": args.max_new_tokens,
-        "aux_hf_indices": args.aux_hf_indices,
-        "engine": args.engine,
-        "device": args.device,
-        "dtype": args.dtype,
-        "topk": args.topk,
-        "num_draft_tokens": args.num_draft_tokens,
-        "temperature": args.temperature,
-        "top_p": args.top_p,
-        "top_k": args.top_k,
-        "seed": args.seed,
-        "draft_attention": args.draft_attention,
-        "device_map": args.device_map,
-        "max_memory": args.max_memory,
-    }
+    settings = replay_settings(args)
     plan = evaluate.Plan(
         args.target, drafts, samples, settings, str(args.samples), {d: Path(d).name or d for d in drafts}
     )
@@ -890,9 +885,10 @@ def cmd_observe_requests(args) -> tuple[dict, str]:
         )
     if args.replay_worst and not args.draft:
         raise BadInput("--replay-worst needs --draft (and --target) to replay with")
-    result = per_request.observe_requests(
-        args.db, args.requests, args.format, args.num_speculative_tokens, args.draft, args.target
+    served = per_request.ServedRequests(
+        source=args.requests, format=args.format, num_speculative_tokens=args.num_speculative_tokens
     )
+    result = per_request.observe_requests(args.db, served, args.draft, args.target)
     if args.replay_worst:
         per_request.replay_plan(result, args.replay_worst)  # refused before a model loads
         bar, progress = percent_bar("replay-worst")
