@@ -8,8 +8,9 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
+from backend import BadInput
 from backend.service import tasks
-from backend.service.per_request import FORMATS
+from backend.service.per_request import FORMATS, ServedRequests, observe_requests
 from ui.charts import LEGEND_BELOW, histogram
 from ui.html import md
 from ui.taskview import task_panel
@@ -17,8 +18,8 @@ from ui.taskview import task_panel
 KEY = "server_requests"
 
 
-def requests_form() -> dict | None:
-    """What the user asked to read ({"text", "name"} or {"source"}, with format and K), on click."""
+def requests_form() -> ServedRequests | None:
+    """What the user asked to read (a path or URL, else the upload, with format and K), on click."""
     st.markdown(
         "**Per-request numbers**: a JSONL of responses (or one JSON document) as the engine returned them: "
         "vLLM `metrics.speculative_decoding`, SGLang `meta_info` or `sglext.spec_tokens_details`, "
@@ -39,11 +40,9 @@ def requests_form() -> dict | None:
     if not st.button("Read the requests", key=f"{KEY}_read"):
         return None
     asked = {"format": format, "num_speculative_tokens": int(k) or None}
-    if location.strip():
-        return {**asked, "source": location.strip()}
-    if upload is not None:
-        return {**asked, "data": upload.getvalue(), "name": upload.name}
-    return {**asked, "error": "upload a file of responses or give a path or URL"}
+    if location.strip() or upload is None:
+        return ServedRequests(source=location.strip() or None, **asked)
+    return ServedRequests(data=upload.getvalue(), name=upload.name, **asked)
 
 
 def distribution(served: list[float], replayed: list[float], k: int | None) -> go.Figure:
@@ -202,9 +201,10 @@ def show_requests(result: dict | None, db_url: str | None, target_path: str, dra
 
 def requests_section(db_url: str | None, target_path: str, draft_path: str) -> None:
     """The form, one service call, the render: what the Diagnostics page's server tab calls."""
-    from backend.service import per_request
-
     asked = requests_form()
     if asked is not None:
-        st.session_state[KEY] = per_request.observe_requests_from(db_url, asked, draft_path, target_path)
+        try:
+            st.session_state[KEY] = observe_requests(db_url, asked, draft_path, target_path)
+        except BadInput as error:
+            st.session_state[KEY] = {"error": str(error)}
     show_requests(st.session_state.get(KEY), db_url, target_path, draft_path)

@@ -12,6 +12,7 @@ or an evaluation (a list of runs) as ModelOpt's speculation_profile.json; readin
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 from backend import BadInput
@@ -20,7 +21,7 @@ from backend.service.database import open_database
 from backend.service.observations import read_source
 from db import store
 
-__all__ = ["FORMATS", "observe_requests", "observe_requests_from", "replay_worst", "export_profile"]
+__all__ = ["FORMATS", "ServedRequests", "observe_requests", "replay_worst", "export_profile"]
 DEFAULT_MAX_NEW_TOKENS = 128  # a replay of a served request whose length the file does not give
 
 
@@ -130,18 +131,37 @@ def served_k(parsed: RequestsFile) -> int | None:
     return parsed.pooled.get("num_speculative_tokens")
 
 
-def observe_requests_text(
-    db_url: str | None,
-    text: str,
-    name: str,
-    format: str = "auto",
-    num_speculative_tokens: int | None = None,
-    draft_path: str | None = None,
-    target_path: str | None = None,
+@dataclass(frozen=True)
+class ServedRequests:
+    """A file of engine responses as the user gave it: a path or URL (`source`, the CLI's --requests
+    and the page's path box), or uploaded bytes with their file name (the page); the format and the
+    served K where the file does not say them."""
+
+    source: str | None = None
+    data: bytes | None = None
+    name: str | None = None
+    format: str = "auto"
+    num_speculative_tokens: int | None = None
+
+    def read(self) -> tuple[str, str]:
+        """(text, name); a BadInput names the file and the reason."""
+        if self.data is not None:
+            try:
+                return self.data.decode("utf-8"), self.name or "upload"
+            except UnicodeDecodeError:
+                raise BadInput(f"{self.name or 'upload'}: not UTF-8 text") from None
+        if not self.source:
+            raise BadInput("no file of responses: upload one or give a path or URL")
+        return read_source(self.source)
+
+
+def observe_requests(
+    db_url: str | None, served: ServedRequests, draft_path: str | None = None, target_path: str | None = None
 ) -> dict:
-    """Parse, pool, match to replays; the dict the CLI prints and the page draws."""
-    parsed = read_requests(text, name, format, num_speculative_tokens)
-    k = served_k(parsed) or num_speculative_tokens
+    """Read, parse, pool, match to replays: the dict the CLI prints and the page draws."""
+    text, name = served.read()
+    parsed = read_requests(text, name, served.format, served.num_speculative_tokens)
+    k = served_k(parsed) or served.num_speculative_tokens
     unmatched = recover_prompts(parsed, target_path)
     runs = greedy_replays(db_url, draft_path, k)
     rows = match_replays(parsed, runs)
@@ -168,40 +188,6 @@ def observe_requests_text(
         }
     )
     return result
-
-
-def observe_requests(
-    db_url: str | None,
-    source: str,
-    format: str = "auto",
-    num_speculative_tokens: int | None = None,
-    draft_path: str | None = None,
-    target_path: str | None = None,
-) -> dict:
-    text, name = read_source(source)
-    return observe_requests_text(db_url, text, name, format, num_speculative_tokens, draft_path, target_path)
-
-
-def observe_requests_from(
-    db_url: str | None, asked: dict, draft_path: str | None, target_path: str | None
-) -> dict:
-    """The page's form (ui/server_requests.py requests_form): uploaded bytes or a path or URL; a
-    BadInput comes back as {"error": reason} so that the page shows a message."""
-    try:
-        if asked.get("error"):
-            raise BadInput(asked["error"])
-        if "data" in asked:
-            try:
-                text, name = asked["data"].decode("utf-8"), asked["name"]
-            except UnicodeDecodeError:
-                raise BadInput(f"{asked['name']}: not UTF-8 text") from None
-        else:
-            text, name = read_source(asked["source"])
-        return observe_requests_text(
-            db_url, text, name, asked["format"], asked["num_speculative_tokens"], draft_path, target_path
-        )
-    except BadInput as error:
-        return {"error": str(error)}
 
 
 def replay_plan(result: dict, n: int) -> tuple[int, list[int]]:

@@ -55,6 +55,11 @@ def test_every_format_through_the_page(db, tmp_path):
     bad.write_text('{"metrics": {"speculative_decoding": {"num_spec_steps": -1}}}\n{"x": 1}\n')
     read(app, bad)
     assert "bad.jsonl: line 1:" in app.error[0].value and "num_spec_steps is -1" in app.error[0].value
+    read(app, tmp_path / "absent.jsonl")
+    assert app.error[0].value == f"{tmp_path / 'absent.jsonl'}: no such file"
+    app.text_input(key="server_requests_location").set_value("")
+    ok(app.button(key="server_requests_read").click().run())
+    assert app.error[0].value.startswith("no file of responses: upload one or give a path or URL")
 
 
 def test_the_worst_requests_replay_with_one_click(db, tmp_path):

@@ -15,6 +15,13 @@ K = 3
 TOKENS = 16
 
 
+def observe(db: str, text: str, name: str, **paths) -> dict:
+    """The service's one entry, on a file as the page uploads it."""
+    from backend.service.per_request import ServedRequests, observe_requests
+
+    return observe_requests(db, ServedRequests(data=text.encode(), name=name), **paths)
+
+
 def served_file(prompts: list[list[int]], requests: list[list[int]]) -> str:
     """A vLLM file whose requests carry the given prompts (what a server answered for them)."""
     lines = []
@@ -31,10 +38,8 @@ def served_file(prompts: list[list[int]], requests: list[list[int]]) -> str:
 
 
 def test_without_replays_the_rows_say_so_and_the_worst_come_first(tmp_path):
-    from backend.service.per_request import observe_requests_text
-
     db = f"sqlite:///{tmp_path / 'x.db'}"
-    result = observe_requests_text(db, P.vllm(), "vllm.jsonl", draft_path=str(DEMO_DRAFTS / "final"))
+    result = observe(db, P.vllm(), "vllm.jsonl", draft_path=str(DEMO_DRAFTS / "final"))
     assert result["replay"]["runs"] == 0 and result["replay"]["accept_lengths"] == []
     assert all(row["replay_accept_length"] is None for row in result["rows"])
     served = [result["rows"][i]["served_accept_length"] for i in result["worst"]]
@@ -43,15 +48,13 @@ def test_without_replays_the_rows_say_so_and_the_worst_come_first(tmp_path):
 
 
 def test_text_prompts_need_the_target_tokenizer(tmp_path):
-    from backend.service.per_request import observe_requests_text
-
     db = f"sqlite:///{tmp_path / 'x.db'}"
     response = json.loads(P.vllm().splitlines()[0])
     del response["choices"][0]["prompt_token_ids"]
     text = P.jsonl([{"request": {"prompt": "def f(x):"}, "response": response}])
-    without = observe_requests_text(db, text, "t.jsonl")
+    without = observe(db, text, "t.jsonl")
     assert "give --target" in without["replay"]["unmatched_text_prompts"]
-    with_target = observe_requests_text(db, text, "t.jsonl", target_path=str(DEMO_TARGET))
+    with_target = observe(db, text, "t.jsonl", target_path=str(DEMO_TARGET))
     assert (
         with_target["requests"][0]["prompt_ids"] and with_target["replay"]["unmatched_text_prompts"] is None
     )
@@ -59,15 +62,12 @@ def test_text_prompts_need_the_target_tokenizer(tmp_path):
 
 def test_chat_messages_are_rendered_with_the_target_template(tmp_path):
     from backend.engine.loading import load_tokenizer
-    from backend.service.per_request import observe_requests_text
 
     response = json.loads(P.vllm().splitlines()[0])
     del response["choices"][0]["prompt_token_ids"]
     messages = [{"role": "user", "content": "def f(x):"}]
     text = P.jsonl([{"request": {"messages": messages}, "response": response}])
-    result = observe_requests_text(
-        f"sqlite:///{tmp_path / 'x.db'}", text, "c.jsonl", target_path=str(DEMO_TARGET)
-    )
+    result = observe(f"sqlite:///{tmp_path / 'x.db'}", text, "c.jsonl", target_path=str(DEMO_TARGET))
     rendered = "<|user|>\ndef f(x):\n<|assistant|>\n"  # demo/target/chat_template.jinja, generation prompt on
     expected = load_tokenizer(DEMO_TARGET)(rendered, add_special_tokens=False)["input_ids"]
     assert result["requests"][0]["prompt_ids"] == expected
@@ -106,11 +106,11 @@ def replayed(tmp_path_factory):
 
 @pytest.mark.slow
 def test_requests_are_matched_to_replays_of_their_prompt_and_the_worst_replayed(replayed):
-    from backend.service.per_request import observe_requests_text, replay_worst
+    from backend.service.per_request import replay_worst
 
     db, prompts, runs = replayed
     text = served_file(prompts, [[0, 0, 1], [3, 2, 3]])  # the first accepts badly when served
-    result = observe_requests_text(db, text, "served.jsonl", draft_path=str(DEMO_DRAFTS / "final"))
+    result = observe(db, text, "served.jsonl", draft_path=str(DEMO_DRAFTS / "final"))
     rows = result["rows"]
     assert [row["replay_run"] for row in rows] == [runs[0].run_id, runs[1].run_id]
     assert rows[0]["replay_accept_length"] == pytest.approx(runs[0].metrics["mean_accept_length"])
