@@ -38,7 +38,7 @@ import torch
 import torch.nn.functional as F
 
 from backend.engine.kv_cache import KVCache
-from backend.engine.target_runner import TargetOutput, TransformersRunner, positions_of, tree_mask
+from backend.engine.target_runner import TargetOutput, TargetRunner, TransformersRunner, tree_mask
 
 
 class LeanLayer:
@@ -72,7 +72,7 @@ def _norm_of(norm) -> tuple[torch.Tensor, float]:
     return norm.weight, norm.variance_epsilon
 
 
-class LeanTarget:
+class LeanTarget(TargetRunner):
     """The lean forward of one Llama model (see the module docstring): a target runner
     (backend/engine/target_runner.py)."""
 
@@ -99,24 +99,13 @@ class LeanTarget:
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
         return weight * x.to(hidden.dtype)
 
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        cache: KVCache,
-        start_position: int,
-        tree: tuple[torch.Tensor, torch.Tensor] | None = None,
-        capture=(),
-    ) -> TargetOutput:
-        """Logits [1, T, V] of `input_ids` [1, T] at start..start+T-1 (a tree: start + depths, each
-        token seeing the cache and its ancestors), appending T entries to `cache`; the states at the
-        HF indices in `capture` are the hidden entering layer 0 (index 0) and each layer's output."""
+    def run(self, input_ids, cache: KVCache, positions, tree, wanted) -> TargetOutput:
+        """transformers' LlamaModel.forward arithmetic (see the module docstring)."""
         length = input_ids.shape[1]
         device = input_ids.device
         past = cache.length
-        wanted = set(capture)
         states: dict[int, torch.Tensor] = {}
         hidden = self.embed(input_ids)
-        positions = positions_of(length, start_position, tree, device)
         cos, sin = self.rotary(hidden, positions)
         half = cos.shape[-1] // 2
         cos = cos[:, None]
@@ -173,7 +162,7 @@ _LEAN: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> (fing
 OPT_OUT = "SPECLENS_LEAN_TARGET"  # "0": targets never take the lean forward; unset or anything else: they may
 
 
-def target_runner(model) -> LeanTarget | TransformersRunner:
+def target_runner(model) -> TargetRunner:
     """The runner of a target's forwards, chosen once when it is loaded: the lean forward where it
     reproduces transformers' own bit for bit, else transformers' forward."""
     return lean_target(model) or TransformersRunner(model)

@@ -22,10 +22,10 @@ from backend import BadInput, first_line
 from backend.engine.draft_config import DraftConfig, read_draft_config, read_json_object
 from backend.engine.draft_model import Eagle3Draft
 from backend.engine.layouts import file_name, to_internal_names
-from backend.engine.lean_target import LeanTarget, target_runner
+from backend.engine.lean_target import target_runner
 from backend.engine.readings import read_as
 from backend.engine.safetensors_header import check_safetensors
-from backend.engine.target_runner import TransformersRunner
+from backend.engine.target_runner import TargetRunner
 
 DTYPES = {
     "fp32": torch.float32,
@@ -53,7 +53,7 @@ class Target:
     hidden_size: int
     vocab_size: int
     eos_token_ids: tuple[int, ...]
-    runner: LeanTarget | TransformersRunner | None = None  # its forward (backend/engine/target_runner.py)
+    runner: TargetRunner | None = None  # its forward (backend/engine/target_runner.py)
 
     def __post_init__(self):
         if self.runner is None:  # chosen once, when the target is loaded

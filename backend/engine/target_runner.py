@@ -1,12 +1,8 @@
 """The target's forward behind one small interface, chosen once when the target is loaded.
 
-A runner has a `name` ("lean" or "transformers"), `new_cache()` and
-
-    forward(input_ids [1, T], cache, start_position, tree=None, capture=()) -> TargetOutput
-
-which runs the target over `input_ids` at positions start..start+T-1 (a tree: start + depths, each
-token seeing the cache and its ancestors), appends T entries to `cache`, and returns the logits with
-the residual-stream states at the HF indices in `capture` (backend/engine/capture.py).
+A runner is a `TargetRunner` (below): a `name` ("lean" or "transformers"), `new_cache()` and
+`forward(input_ids, cache, start_position, tree=None, capture=())`, written once on the base class,
+which works out the positions and hands the subclass's `run` what it needs.
 
 Two runners implement it:
 - `LeanTarget` (backend/engine/lean_target.py): transformers' Llama arithmetic without its per-call
@@ -59,7 +55,35 @@ def positions_of(length: int, start: int, tree, device) -> torch.Tensor:
     return (start + tree[0].to(device))[None]
 
 
-class TransformersRunner:
+class TargetRunner:
+    """The interface every replay's target forward goes through; subclasses implement `run`."""
+
+    name = "?"
+
+    def new_cache(self):
+        raise NotImplementedError
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        cache,
+        start_position: int,
+        tree: tuple[torch.Tensor, torch.Tensor] | None = None,
+        capture=(),
+    ) -> TargetOutput:
+        """Run the target over `input_ids` [1, T] at positions start..start+T-1 (a tree: start +
+        depths, (depths, visible) as backend/engine/tree.py builds them, each token seeing the cache
+        and its ancestors), appending T entries to `cache` (one of `new_cache()`); the logits
+        [1, T, V] and the residual-stream states at the HF indices in `capture`: index 0 the hidden
+        entering layer 0, index i the output of layer i - 1."""
+        positions = positions_of(input_ids.shape[1], start_position, tree, input_ids.device)
+        return self.run(input_ids, cache, positions, tree, frozenset(capture))
+
+    def run(self, input_ids, cache, positions, tree, wanted: frozenset[int]) -> TargetOutput:
+        raise NotImplementedError
+
+
+class TransformersRunner(TargetRunner):
     """The model's own forward (any family, any device, a target split by accelerate)."""
 
     name = "transformers"
@@ -70,14 +94,7 @@ class TransformersRunner:
     def new_cache(self) -> HFCache:
         return HFCache()
 
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        cache: HFCache,
-        start_position: int,
-        tree: tuple[torch.Tensor, torch.Tensor] | None = None,
-        capture=(),
-    ) -> TargetOutput:
+    def run(self, input_ids, cache: HFCache, positions, tree, wanted) -> TargetOutput:
         model, device = self.model, input_ids.device
         length = input_ids.shape[1]
         before = cache.length
@@ -86,8 +103,7 @@ class TransformersRunner:
             dtype = model.get_input_embeddings().weight.dtype
             extra["attention_mask"] = tree_mask(tree, before, dtype, device)
         argument = cache_argument(type(model))
-        positions = positions_of(length, start_position, tree, device)
-        with AuxCapture(model, capture) as hooks:
+        with AuxCapture(model, wanted) as hooks:
             output = model(
                 input_ids=input_ids,
                 position_ids=positions,
@@ -95,7 +111,7 @@ class TransformersRunner:
                 **{argument: cache.inner},
                 **extra,
             )
-            states = {i: hooks.captured[i][0] for i in set(capture)}
+            states = {i: hooks.captured[i][0] for i in wanted}
         if cache.length != before + length:
             raise RuntimeError(
                 f"the target's KV cache did not grow by the {length} tokens fed ({before} -> {cache.length}): "
