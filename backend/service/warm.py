@@ -11,6 +11,7 @@ meanwhile waits on the import lock, and being stopped while waiting leaves nothi
 
 from __future__ import annotations
 
+import logging
 import threading
 
 _GUARD = threading.Lock()
@@ -18,7 +19,16 @@ _THREAD: threading.Thread | None = None
 
 
 def _import_model_stack() -> None:
-    import backend.engine.preflight  # noqa: F401 - torch, transformers and the engine, once
+    """Import the stack; a first failure is tried once more. Streamlit inserts and removes the page's
+    folder at sys.path[0] around every script run (its modified_sys_path); a removal while this
+    thread's importlib.metadata walks sys.path can skip site-packages, and transformers' dependency
+    check then says an installed package is missing (seen once in tests/pages: "No package metadata
+    was found for accelerate"). The walk a moment later finds it."""
+    try:
+        import backend.engine.preflight  # noqa: F401 - torch, transformers and the engine, once
+    except Exception as error:  # noqa: BLE001 - logged, then the import runs once more
+        logging.getLogger(__name__).warning("importing the model stack failed once (%s); trying again", error)
+        import backend.engine.preflight  # noqa: F401
 
 
 def start() -> None:
