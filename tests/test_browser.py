@@ -5,7 +5,6 @@ land in tests/artifacts/browser/."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 from pathlib import Path
@@ -13,26 +12,19 @@ from pathlib import Path
 import pytest
 
 from tests.support.browser import (
-    CHROMIUM,
-    CHROMIUM_ARGS,
+    BROWSER_MARKS,
     REPO,
+    SHOTS,
+    chromium_page,
     probe_then_lint,
     selected,
-    streamlit_server,
     wait_idle,
 )
 from tests.support.demo import demo_wiring
 
-SHOTS = REPO / "tests" / "artifacts" / "browser"
 HOSTILE = "x = '<script>alert(1)</script>' + '<img src=x onerror=alert(1)>'\n"
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        os.environ.get("SPECLENS_SKIP_BROWSER") == "1",
-        reason="SPECLENS_SKIP_BROWSER=1 (set only where Chromium cannot be installed)",
-    ),
-]
+pytestmark = BROWSER_MARKS
 
 
 @pytest.fixture(scope="module")
@@ -73,20 +65,12 @@ def heatmap_span(page) -> tuple[int, int]:
 
 
 def test_dashboard_in_chromium(tmp_path, hostile_dataset):
-    from playwright.sync_api import sync_playwright
-
-    assert Path(CHROMIUM).exists(), (
-        "Debian chromium is missing: tests/run.sh installs it (apt-get install chromium)"
-    )
-    SHOTS.mkdir(parents=True, exist_ok=True)
     env = {
         "SPECLENS_DB_URL": f"sqlite:///{tmp_path / 'browser.db'}",
         "SPECLENS_SERVER_LOG": str(tmp_path / "log"),
     }
     dialogs = []
-    with streamlit_server(env) as url, sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1500, "height": 2200})
+    with chromium_page(env, {"width": 1500, "height": 2200}) as (url, page):
         page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
 
         page.goto(url)
@@ -265,5 +249,4 @@ def test_dashboard_in_chromium(tmp_path, hostile_dataset):
         page.get_by_text(re.compile(r"7 of 7 runs")).wait_for(timeout=60_000)
         wait_idle(page)
         page.screenshot(path=str(SHOTS / "6_runs.png"), full_page=True)
-        browser.close()
     assert dialogs == [], f"a token string ran as code: {dialogs}"

@@ -6,34 +6,22 @@ tests/artifacts/browser/newcomer_*.png."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
-from pathlib import Path
-
-import pytest
 
 from tests.support.browser import (
-    CHROMIUM,
-    CHROMIUM_ARGS,
+    BROWSER_MARKS,
     REPO,
+    SHOTS,
+    chromium_page,
     probe_then_lint,
     selected,
-    streamlit_server,
     wait_idle,
 )
 from tests.support.demo import demo_wiring
 
-SHOTS = REPO / "tests" / "artifacts" / "browser"
-
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        os.environ.get("SPECLENS_SKIP_BROWSER") == "1",
-        reason="SPECLENS_SKIP_BROWSER=1 (set only where Chromium cannot be installed)",
-    ),
-]
+pytestmark = BROWSER_MARKS
 
 
 def cli(*args: str) -> dict:
@@ -127,16 +115,10 @@ def diagnose_miswired(page, url: str) -> str:
 
 
 def test_a_newcomer_follows_home_s_start_here_path(tmp_path):
-    from playwright.sync_api import sync_playwright
-
-    assert Path(CHROMIUM).exists(), "Debian chromium is missing: tests/run.sh installs it"
-    SHOTS.mkdir(parents=True, exist_ok=True)
     db_url = f"sqlite:///{tmp_path / 'newcomer.db'}"
     env = {"SPECLENS_DB_URL": db_url, "SPECLENS_SERVER_LOG": str(tmp_path / "log")}
     trained, declared = demo_wiring()
-    with streamlit_server(env) as url, sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1440, "height": 900})
+    with chromium_page(env, {"width": 1440, "height": 900}) as (url, page):
         page.goto(url)
         page.get_by_text("What the bundled demo shows").wait_for(timeout=60_000)
         wait_idle(page)
@@ -151,4 +133,3 @@ def test_a_newcomer_follows_home_s_start_here_path(tmp_path):
             )
         finally:
             page.screenshot(path=str(SHOTS / "newcomer_last.png"), full_page=True)  # where it stopped
-            browser.close()

@@ -11,6 +11,8 @@ import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -22,6 +24,14 @@ CHROMIUM_ARGS = [
     "--disable-background-networking",
     "--disable-component-update",
     "--disable-sync",
+]
+SHOTS = REPO / "tests" / "artifacts" / "browser"
+BROWSER_MARKS = [  # every browser walk: slow, and skipped only where Chromium cannot be installed
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        os.environ.get("SPECLENS_SKIP_BROWSER") == "1",
+        reason="SPECLENS_SKIP_BROWSER=1 (set only where Chromium cannot be installed)",
+    ),
 ]
 
 
@@ -74,6 +84,24 @@ def streamlit_server(env: dict):
         except subprocess.TimeoutExpired:
             process.kill()
         log.close()
+
+
+@contextmanager
+def chromium_page(env: dict, viewport: dict):
+    """(url, page): the dashboard served with `env` and a headless Chromium page of `viewport` size;
+    screenshots go under SHOTS."""
+    from playwright.sync_api import sync_playwright
+
+    assert Path(CHROMIUM).exists(), (
+        "Debian chromium is missing: tests/run.sh installs it (apt-get install chromium)"
+    )
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with streamlit_server(env) as url, sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield url, browser.new_page(viewport=viewport)
+        finally:
+            browser.close()
 
 
 def wait_idle(page, timeout=120_000):
