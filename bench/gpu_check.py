@@ -270,15 +270,11 @@ def replay_timing(target: Target, draft, draft_dir: str, prompt: list[int], args
 def bigram(root: Path, args) -> dict:
     vocab = min(args.vocab, args.hidden)
     follow = cyclic_next_token_map(vocab)
-    model = make_bigram_target(
-        root / "bigram",
-        follow,
-        num_layers=args.layers,
-        hidden=args.hidden,
-        heads=max(1, args.hidden // 128),
-        kv_heads=max(1, args.hidden // 512),
-        intermediate=int(args.hidden * 2.75),
+    heads, kv_heads = max(1, args.hidden // 128), max(1, args.hidden // 512)
+    shape = TargetShape(
+        args.layers, args.hidden, heads=heads, kv_heads=kv_heads, intermediate=int(args.hidden * 2.75)
     )
+    model = make_bigram_target(root / "bigram", follow, shape)
     config = draft_config_dict(model.config, aux_ids=[-1, 1, 2])
     save_draft(
         root / "bigram-draft",

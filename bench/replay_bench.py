@@ -68,6 +68,7 @@ from backend.engine.preflight import load_checked_draft
 from backend.engine.readings import declared_wiring
 from backend.engine.replay import ReplayConfig, StepRecord, output_ids_of, replay
 from backend.engine.synthetic import (
+    TargetShape,
     bigram_draft_tensors,
     corrupt_next_token_map,
     cyclic_next_token_map,
@@ -147,9 +148,8 @@ class Row:
 
 def build_setup(root: Path) -> Setup:
     """Write the target and the three drafts under `root`, then load them as the app does."""
-    spec = {k: v for k, v in TARGET_SPEC.items() if k != "vocab"}
     follow = cyclic_next_token_map(TARGET_SPEC["vocab"])
-    model = make_bigram_target(root / "target", follow, **spec)
+    model = make_bigram_target(root / "target", follow, TargetShape(**TARGET_SPEC))
     configs = {  # SpecForge nested ids are output-of-layer ids: HF index = id + 1; chunk 0 = HF 0
         "partial": draft_config_dict(model.config, layout="specforge", aux_ids=[-1, 1, 2]),
         "bigram": draft_config_dict(model.config, layout="specforge", aux_ids=[-1, 1, 2]),
@@ -483,7 +483,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--retries",
         type=int,
         default=2,
-        help=f"extra runs of a case while all its runs saw CPU contention > {CONTENDED:.0%} "
+        help=f"extra runs of a case while all its runs saw CPU contention > {CONTENDED * 100:.0f}%% "
         f"(lengths >= {SINGLE_RUN_FROM} get at most one)",
     )
     parser.add_argument(

@@ -9,7 +9,7 @@ a Llama target saved as a standard Hugging Face directory, and drafts saved exac
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -31,10 +31,10 @@ class TargetShape:
     num_layers: int = 4
     hidden: int = 64
     vocab: int = 128
+    eos_token_id: int | None = None  # a token of the vocab; None: generation never stops early
     heads: int = 4
     kv_heads: int = 2
     intermediate: int = 128
-    eos_token_id: int | None = None
     rope_theta: float = 500000.0
 
     def llama_config(self) -> LlamaConfig:
@@ -227,26 +227,23 @@ def cyclic_next_token_map(vocab: int, seed: int = 0) -> list[int]:
     return following
 
 
+BIGRAM_SHAPE = TargetShape(num_layers=8, hidden=256, heads=8, kv_heads=4, intermediate=688)
+
+
 @torch.no_grad()
 def make_bigram_target(
-    path: Path,
-    next_token: list[int],
-    num_layers: int = 8,
-    hidden: int = 256,
-    heads: int = 8,
-    kv_heads: int = 4,
-    intermediate: int = 688,
-    seed: int = 0,
+    path: Path, next_token: list[int], shape: TargetShape = BIGRAM_SHAPE, seed: int = 0
 ) -> LlamaForCausalLM:
-    """A target whose greedy next token after x is next_token[x] whatever the context.
+    """A target of `shape` (its vocab: len(next_token)) whose greedy next token after x is
+    next_token[x] whatever the context.
 
     Attention outputs are zeroed (the attention is still computed, so it costs what a real layer
     costs) and lm_head is solved so that argmax picks next_token[x]. Needs vocab <= hidden.
     """
     vocab = len(next_token)
-    if vocab > hidden:
+    if vocab > shape.hidden:
         raise ValueError("a bigram target needs vocab <= hidden")
-    shape = TargetShape(num_layers, hidden, vocab, heads, kv_heads, intermediate)
+    shape = replace(shape, vocab=vocab)
     model = make_target(path, shape, seed=seed, attention_scale=0.0)
     residual, _ = _tokens_alone(model, torch.arange(vocab))
     targets = torch.nn.functional.one_hot(torch.tensor(next_token), vocab).float() * 20.0

@@ -213,6 +213,7 @@ def test_accept_counts_follow_the_drafts_belief_on_a_bigram_target(tmp_path):
     from backend.engine.loading import load_target
     from backend.engine.replay import ReplayConfig, StepRecord, output_ids_of, replay
     from backend.engine.synthetic import (
+        TargetShape,
         bigram_draft_tensors,
         corrupt_next_token_map,
         cyclic_next_token_map,
@@ -225,9 +226,8 @@ def test_accept_counts_follow_the_drafts_belief_on_a_bigram_target(tmp_path):
 
     follow = cyclic_next_token_map(48, seed=3)
     believed = corrupt_next_token_map(follow, 0.3, seed=4)
-    model = make_bigram_target(
-        tmp_path / "t", follow, num_layers=4, hidden=64, heads=4, kv_heads=2, intermediate=96
-    )
+    shape = TargetShape(num_layers=4, hidden=64, heads=4, kv_heads=2, intermediate=96)
+    model = make_bigram_target(tmp_path / "t", follow, shape)
     config = draft_config_dict(model.config, aux_ids=[-1, 1, 2])
     save_draft(tmp_path / "d", config, bigram_draft_tensors(model, config, believed))
     target = load_target(tmp_path / "t", device="cpu")

@@ -113,6 +113,7 @@ def build_bigram_setup(root: Path) -> BigramSetup:
 
     from backend.engine.loading import load_target
     from backend.engine.synthetic import (
+        TargetShape,
         bigram_draft_tensors,
         corrupt_next_token_map,
         cyclic_next_token_map,
@@ -122,9 +123,8 @@ def build_bigram_setup(root: Path) -> BigramSetup:
     )
 
     follow = cyclic_next_token_map(48, seed=3)
-    model = make_bigram_target(
-        root / "target", follow, num_layers=8, hidden=64, heads=4, kv_heads=2, intermediate=96
-    )
+    shape = TargetShape(num_layers=8, hidden=64, heads=4, kv_heads=2, intermediate=96)
+    model = make_bigram_target(root / "target", follow, shape)
     believed = corrupt_next_token_map(follow, 0.2, seed=4)
     right = draft_config_dict(model.config, aux_ids=[i - 1 for i in TRAINED])  # nested ids declare [0, 2, 4]
     wrong = draft_config_dict(model.config, aux_ids=[1, 3, 4])  # declares the defaults HF [2, 4, 5]
