@@ -155,3 +155,26 @@ def test_what_pages_import_loads_no_torch():
     )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout.strip().splitlines()[-1]) == []
+
+
+def test_collecting_the_tests_loads_no_torch():
+    """conftest's promise: importing every test module (what collection runs) loads neither torch nor
+    transformers; the models are imported inside the fixtures and tests that need them."""
+    modules = [
+        ".".join(path.relative_to(REPO).with_suffix("").parts)
+        for path in python_files("tests")
+        if path.name.startswith("test_") or path.name == "conftest.py"
+    ]
+    script = (
+        "import importlib, json, sys\n"
+        "first = {}  # heavy module -> the test module whose import loaded it\n"
+        f"for name in {modules!r}:\n"
+        "    importlib.import_module(name)\n"
+        f"    first.update({{m: name for m in {HEAVY!r} if m in sys.modules and m not in first}})\n"
+        "print(json.dumps(first))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == {}

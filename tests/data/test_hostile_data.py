@@ -73,7 +73,7 @@ def test_the_linear_conversation_rendering_equals_the_exact_one():
     tokenizer = load_tokenizer(DEMO_TARGET)
     turns = [
         {"role": "user" if i % 2 == 0 else "assistant", "content": f"turn {i}: x = {i} * 2\n"}
-        for i in range(9)
+        for i in range(6)
     ]
     for messages in ([{"role": "system", "content": "be brief"}, *turns], turns[:2], turns[:5]):
         fast = render_conversation(tokenizer, messages, 1, "unit")

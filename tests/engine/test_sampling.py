@@ -5,7 +5,6 @@ and a seed replays bit for bit."""
 from __future__ import annotations
 
 import pytest
-import torch
 
 # (steps, topk, draft tokens, rule): a chain under each engine's rule and an SGLang tree.
 MODES = [(3, 1, 4, "sglang"), (3, 1, 4, "vllm"), (3, 4, 8, "sglang")]
@@ -31,6 +30,8 @@ def _config(mode, seed, max_new, record=False):
 
 def _joint_reference(pair) -> dict[tuple[int, int], float]:
     """P(t1, t2) = p(t1 | prompt) p(t2 | prompt, t1) under the target's sampling distribution."""
+    import torch
+
     from backend.engine.sampling import Sampling, target_distribution
 
     sampling = Sampling(**SAMPLING)
@@ -133,6 +134,8 @@ def test_vllm_verifies_chains_only(pairs):
 
 
 def test_target_distribution_keeps_top_k_then_top_p():
+    import torch
+
     from backend.engine.sampling import Sampling, target_distribution
 
     logits = torch.log(torch.tensor([[0.5, 0.2, 0.15, 0.1, 0.05]]))
