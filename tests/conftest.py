@@ -19,6 +19,17 @@ import pytest
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def job_worker():
+    """The job worker starts with the session, as the dashboard starts it with the server: it imports
+    torch on the other core while the first tests run, and the first job finds it ready."""
+    from backend.service.worker import WORKER
+
+    WORKER.prestart()
+    yield WORKER
+    WORKER.stop()
+
+
 @pytest.fixture(scope="session")
 def models_root(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("models")

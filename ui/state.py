@@ -38,6 +38,9 @@ KEYS = {
 
 def _init() -> None:
     warm.start()  # the model stack imports outside any script thread (backend/service/warm.py)
+    if not warm.ready():  # and no page imports it meanwhile: two importing threads can break it
+        with st.spinner("Loading torch and transformers (once per server start)..."):
+            warm.wait()
     state = st.session_state
     if KEYS["db_url"] not in state:
         state[KEYS["db_url"]] = database_url(os.environ.get("SPECLENS_DB_URL"))

@@ -1,13 +1,13 @@
 """The dashboard's model stack (torch, transformers, SpecLens's engine) imported once per server, in
-a thread of its own.
+a thread of its own, and the job worker started beside it.
 
-Pages call into the engine at run time (preflight for the engines table, Home's demo story), so the
-first such call imports torch and transformers inside a Streamlit script thread. Streamlit stops a
-script thread by raising inside it when the user navigates or reruns: an import interrupted that way
-leaves transformers half-initialised in sys.modules, and every later page then fails with
-"cannot import name 'AutoConfig' from 'transformers'" (seen in the browser test, Home -> Samples).
-Started here, the import runs where nothing interrupts it; a script thread that needs the modules
-meanwhile waits on the import lock, and being stopped while waiting leaves nothing half-done."""
+Two threads that import transformers at once can break it: its submodules load lazily, and when two
+threads initialise overlapping ones in different orders, CPython's import deadlock avoidance hands
+one of them a partially initialised module; every later page then fails with "cannot import name
+'AutoConfig' from 'transformers'" (seen in the browser test, Samples' import while this thread was
+still importing). So the import runs once, here, where nothing interrupts it, and a page waits for
+it to finish (`wait`, with a spinner: ui/state.py) before it runs anything that needs the engine.
+"""
 
 from __future__ import annotations
 
@@ -25,16 +25,36 @@ def _import_model_stack() -> None:
     check then says an installed package is missing (seen once in tests/pages: "No package metadata
     was found for accelerate"). The walk a moment later finds it."""
     try:
-        import backend.engine.preflight  # noqa: F401 - torch, transformers and the engine, once
+        _import_once()
     except Exception as error:  # noqa: BLE001 - logged, then the import runs once more
         logging.getLogger(__name__).warning("importing the model stack failed once (%s); trying again", error)
-        import backend.engine.preflight  # noqa: F401
+        _import_once()
+
+
+def _import_once() -> None:
+    import backend.engine.loading  # noqa: F401 - torch, transformers' Auto* classes
+    import backend.engine.preflight  # noqa: F401 - the engine the pages call
 
 
 def start() -> None:
-    """Start the import (once per process); returns at once."""
+    """Start the import (once per process) and the job worker, which imports the same stack in its
+    own process (backend/service/worker.py); returns at once."""
     global _THREAD
+    from backend.service.worker import WORKER
+
     with _GUARD:
         if _THREAD is None:
+            WORKER.prestart()
             _THREAD = threading.Thread(target=_import_model_stack, name="speclens-warm-imports", daemon=True)
             _THREAD.start()
+
+
+def ready() -> bool:
+    """Whether the import has finished (or was never started in this process)."""
+    return _THREAD is None or not _THREAD.is_alive()
+
+
+def wait() -> None:
+    """Block until the import has finished (at once when it has)."""
+    if _THREAD is not None:
+        _THREAD.join()

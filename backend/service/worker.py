@@ -40,7 +40,12 @@ class JobFailed(Exception):
 
 
 def _serve(requests, responses) -> None:
-    """The worker's loop: run each job, stream its progress, send its result or its error."""
+    """The worker's loop: run each job, stream its progress, send its result or its error. It first
+    imports the model stack (torch, transformers, the engine), which every job needs: a worker
+    started ahead of its first job (`Worker.prestart`) has done that by the time the job comes."""
+    import backend.engine.preflight  # noqa: F401
+    import backend.service.jobs  # noqa: F401
+
     while True:
         job, args, kwargs = requests.get()
 
@@ -83,6 +88,15 @@ class Worker:
         finally:
             if main is not None:
                 sys.modules["__main__"] = main
+
+    def prestart(self) -> None:
+        """Start the worker now if none is running (returns at once): the dashboard does it when the
+        server starts, so that the first job does not wait for a process to import torch."""
+        if os.environ.get("SPECLENS_JOBS_IN_PROCESS") == "1":
+            return
+        with self._lock:
+            if self._process is None or not self._process.is_alive():
+                self._start()
 
     def run(self, job: Callable, args: tuple, kwargs: dict, progress: Progress) -> Any:
         """Run job(*args, progress=..., **kwargs) in the worker; its result, or JobFailed / WorkerDied."""

@@ -241,6 +241,20 @@ def test_doctor_and_train_vs_serve_tasks(bigram_setup, tmp_path):
     assert diff.result["input_ids"] == ids and diff.result["first_mismatch"]["position"] == 0
 
 
+def test_the_worker_starts_ahead_and_has_the_model_stack_before_its_first_job():
+    """The dashboard starts the worker with the server (backend/service/warm.py): the worker imports
+    torch, transformers and the job code before it takes a job, and the started one runs the jobs."""
+    from backend.service.worker import WORKER
+    from tests.support import jobs
+
+    WORKER.prestart()
+    worker = WORKER.pid
+    assert worker is not None and worker != __import__("os").getpid()
+    stack = ["torch", "transformers", "backend.service.jobs"]
+    task = MANAGER.wait(MANAGER.submit_job("test", "modules", jobs.loaded, stack), 120)
+    assert task.result == dict.fromkeys(stack, True) and WORKER.pid == worker
+
+
 @pytest.mark.slow  # spawns and kills worker processes
 def test_a_job_that_kills_or_starves_its_worker_fails_alone():
     """Model jobs run in a worker process: a job that dies (SIGKILL, like the kernel's OOM killer) or

@@ -25,3 +25,10 @@ def exhaust_memory(limit_bytes: int, *, progress):
         return len(bytearray(4 * limit_bytes))
     finally:
         resource.setrlimit(resource.RLIMIT_AS, old)
+
+
+def loaded(names: list[str], *, progress):
+    """Which of these modules the worker had imported when this job arrived (the job imports none)."""
+    import sys
+
+    return {name: name in sys.modules for name in names}
