@@ -11,15 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.browser import (
-    BROWSER_MARKS,
-    REPO,
-    SHOTS,
-    chromium_page,
-    probe_then_lint,
-    selected,
-    wait_idle,
-)
+from backend.defaults import DEMO_TARGET
+from tests.support.browser import BROWSER_MARKS, SHOTS, chromium_page, probe_then_lint, selected, wait_idle
 from tests.support.demo import demo_wiring
 
 HOSTILE = "x = '<script>alert(1)</script>' + '<img src=x onerror=alert(1)>'\n"
@@ -31,7 +24,7 @@ pytestmark = BROWSER_MARKS
 def hostile_dataset(tmp_path_factory) -> Path:
     from tokenizers import Tokenizer
 
-    tokenizer = Tokenizer.from_file(str(REPO / "demo" / "target" / "tokenizer.json"))
+    tokenizer = Tokenizer.from_file(str(DEMO_TARGET / "tokenizer.json"))
     prompt = tokenizer.encode("def render(value):\n    return ").ids
     response = tokenizer.encode(HOSTILE).ids
     ids = prompt + response

@@ -89,15 +89,10 @@ def replayed(tmp_path_factory):
 
     db = f"sqlite:///{tmp_path_factory.mktemp('per_request') / 'x.db'}"
     prompts, runs = [], []
+    pair = (str(DEMO_TARGET), str(DEMO_DRAFTS / "final"))
     for index in range(2):
         prompt = list(sample_at(DEMO_EVAL, index).prompt_ids)
-        request = ReplayRequest(
-            str(DEMO_TARGET),
-            str(DEMO_DRAFTS / "final"),
-            prompt_ids=tuple(prompt),
-            num_steps=K,
-            max_new_tokens=TOKENS,
-        )
+        request = ReplayRequest(*pair, prompt_ids=tuple(prompt), num_steps=K, max_new_tokens=TOKENS)
         outcome = run_replay(request, db)
         prompts.append(prompt)
         runs.append(outcome)
