@@ -43,11 +43,18 @@ def _serve(requests, responses) -> None:
     """The worker's loop: run each job, stream its progress, send its result or its error. It first
     imports the model stack (torch, transformers, the engine), which every job needs: a worker
     started ahead of its first job (`Worker.prestart`) has done that by the time the job comes."""
-    import backend.engine.preflight  # noqa: F401
-    import backend.service.jobs  # noqa: F401
+    try:
+        import backend.engine.preflight  # noqa: F401
+        import backend.service.jobs  # noqa: F401
 
+        broken = None
+    except Exception as error:  # noqa: BLE001 - each job is told why, and the worker lives on
+        broken = f"the worker cannot import the model stack: {type(error).__name__}: {error}"
     while True:
         job, args, kwargs = requests.get()
+        if broken:
+            responses.put(("failed", broken, {}, False))
+            continue
 
         def progress(fraction: float, message: str) -> None:
             responses.put(("progress", float(fraction), str(message)))

@@ -255,6 +255,25 @@ def test_the_worker_starts_ahead_and_has_the_model_stack_before_its_first_job():
     assert task.result == dict.fromkeys(stack, True) and WORKER.pid == worker
 
 
+@pytest.mark.slow  # spawns a worker process
+def test_a_worker_that_cannot_import_the_model_stack_says_so_for_each_job(tmp_path, monkeypatch):
+    from backend.engine.records import no_progress
+    from backend.service.worker import JobFailed, Worker
+    from tests.support import jobs
+
+    planted = tmp_path / "transformers"
+    planted.mkdir()
+    (planted / "__init__.py").write_text("raise ImportError('planted: no transformers here')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))  # the spawned worker gets this sys.path
+    worker = Worker()
+    try:
+        for _ in range(2):
+            with pytest.raises(JobFailed, match="cannot import the model stack: ImportError: planted"):
+                worker.run(jobs.answer, (1,), {}, no_progress)
+    finally:
+        worker.stop()
+
+
 @pytest.mark.slow  # spawns and kills worker processes
 def test_a_job_that_kills_or_starves_its_worker_fails_alone():
     """Model jobs run in a worker process: a job that dies (SIGKILL, like the kernel's OOM killer) or
