@@ -161,18 +161,23 @@ def follow_link() -> None:
         st.warning(f"The link names a draft {md(name)!r} this session does not know; the active one is kept.")
 
 
-def linked_index(param: str, widget_key: str, options: list[str], default: str | None = None) -> int:
-    """The index a keyed select box opens on: a link's `?param=VALUE` (Compare's `?a=final&b=miswired`
-    from Home) when it names an option, else `default`, else the first. The parameter is read once and
-    dropped from the address, so the user's later choice stands."""
+def linked_select(param: str, widget_key: str, options: list[str], default: str | None = None) -> dict:
+    """How a keyed select box opens (pass it as **kwargs): on a link's `?param=VALUE` (Compare's
+    `?a=final&b=miswired` from Home) when it names an option, else on `default`, else on the first.
+    The parameter is read once and dropped from the address, so the user's later choice stands. A
+    widget that already has state is given the link's value through its state, and no index (an index
+    beside state is ignored and only makes Streamlit warn)."""
     value = st.query_params.get(param)
     if value is not None:
         del st.query_params[param]
         if value in options:
-            if widget_key in st.session_state:  # the widget already has state: its index would be ignored
+            if widget_key in st.session_state:
                 st.session_state[widget_key] = value
-            return options.index(value)
-    return options.index(default) if default in options else 0
+                return {}
+            return {"index": options.index(value)}
+    if st.session_state.get(widget_key) in options:
+        return {}
+    return {"index": options.index(default) if default in options else 0}
 
 
 def sidebar() -> None:
@@ -199,10 +204,8 @@ def sidebar() -> None:
             st.error(f"{md(target)} has no config.json: pick a local Hugging Face model directory.")
         names = list(drafts())
         current = draft_name(draft_path())
-        follow("sidebar_draft", current, names)  # a draft just added (or chosen elsewhere) is shown
-        choice = st.selectbox(
-            "Draft", names, index=names.index(current) if current in names else 0, key="sidebar_draft"
-        )
+        shown = follow("sidebar_draft", current, names)  # a draft just added (or chosen elsewhere) is shown
+        choice = st.selectbox("Draft", names, key="sidebar_draft", **shown)
         if drafts()[choice] != draft_path():
             set_value("draft", drafts()[choice])
             followed("sidebar_draft", choice)
@@ -217,16 +220,21 @@ def sidebar() -> None:
                     st.rerun()
 
 
-def follow(widget_key: str, value, options) -> None:
+def follow(widget_key: str, value, options, fallback: int = 0) -> dict:
     """Make a keyed select box show `value` when the value changed outside it (a job that finished,
     a row ticked in a table, another page). A keyed widget ignores its `index` once it has state, so
-    without this the page would keep showing the previous choice. Call before creating the widget;
-    a value the widget itself produced is recorded with `followed`."""
+    without this the page would keep showing the previous choice. Call before creating the widget and
+    pass it what this returns: its `index` (of `value`, else `fallback`) only while its state holds
+    no option, since an index beside state is ignored and only makes Streamlit warn. A value the
+    widget itself produced is recorded with `followed`."""
     marker = f"{widget_key}__followed"
     if value != st.session_state.get(marker):
         st.session_state[marker] = value
         if value in options:
             st.session_state[widget_key] = value
+    if st.session_state.get(widget_key) in options:
+        return {}
+    return {"index": options.index(value) if value in options else fallback}
 
 
 def followed(widget_key: str, value) -> None:

@@ -65,10 +65,10 @@ def comparison(running: bool) -> Comparison | None:
     names = list(state.drafts())
     with st.expander("Run two drafts", expanded=not state.get_value("compare")):
         c1, c2, c3, c4 = st.columns(4)
-        index_a = state.linked_index("a", "compare_draft_a", names, "epoch1")  # Home: ?a=final&b=miswired
-        index_b = state.linked_index("b", "compare_draft_b", names, "final")
-        draft_a = c1.selectbox("Draft A", names, index=index_a, key="compare_draft_a")
-        draft_b = c2.selectbox("Draft B", names, index=index_b, key="compare_draft_b")
+        opens_a = state.linked_select("a", "compare_draft_a", names, "epoch1")  # Home: ?a=final&b=miswired
+        opens_b = state.linked_select("b", "compare_draft_b", names, "final")
+        draft_a = c1.selectbox("Draft A", names, key="compare_draft_a", **opens_a)
+        draft_b = c2.selectbox("Draft B", names, key="compare_draft_b", **opens_b)
         steps = int(c3.number_input("K", 1, 16, 4, key="compare_steps"))
         max_new = int(c4.number_input("Max new tokens", 1, 2048, 96, key="compare_max_new"))
         decoding_a, decoding_b = _decoding()

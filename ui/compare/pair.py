@@ -49,15 +49,10 @@ def pick_pair(runs: list[RunInfo]) -> tuple[int, int]:
     left, right = st.columns(2)
     chosen = []
     for column, side, key, fallback in ((left, 0, "compare_run_a", 0), (right, 1, "compare_run_b", 1)):
-        state.follow(key, preset[side], run_ids)  # a finished comparison or a ticked row is shown
+        shown = state.follow(key, preset[side], run_ids, fallback)  # a finished comparison or a ticked row
         chosen.append(
             column.selectbox(
-                f"Run {'AB'[side]}",
-                run_ids,
-                index=run_ids.index(preset[side]) if preset[side] in run_ids else fallback,
-                format_func=label.get,
-                key=key,
-                on_change=_picked_here,
+                f"Run {'AB'[side]}", run_ids, format_func=label.get, key=key, on_change=_picked_here, **shown
             )
         )
     return chosen[0], chosen[1]

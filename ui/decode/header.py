@@ -42,8 +42,8 @@ def pick_run(runs: list[RunInfo]) -> int:
     # The browser keeps showing a select box's old text when only the chosen option's label changes
     # (a run that was "running" finishes): the widget's key follows that label, so it is drawn anew.
     run_key = f"decode_run_{zlib.crc32(labels[selected].encode())}"
-    state.follow(run_key, selected, run_ids)
-    run_id = st.selectbox("Run", run_ids, index=run_ids.index(selected), key=run_key, format_func=labels.get)
+    shown = state.follow(run_key, selected, run_ids)
+    run_id = st.selectbox("Run", run_ids, key=run_key, format_func=labels.get, **shown)
     if run_id != state.get_value("run"):
         state.set_value("run", run_id)
         state.followed(run_key, run_id)
