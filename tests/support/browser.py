@@ -102,6 +102,18 @@ def chromium_page(env: dict, viewport: dict):
             yield url, browser.new_page(viewport=viewport)
         finally:
             browser.close()
+    if "SPECLENS_SERVER_LOG" in env:  # the walk passed: the server said nothing went wrong either
+        complaints = server_complaints(Path(env["SPECLENS_SERVER_LOG"]).read_text(errors="replace"))
+        assert not complaints, f"the server log has {complaints}"
+
+
+COMPLAINTS = ("Traceback", "Exception in thread", "was created with a default value but also")
+
+
+def server_complaints(log: str) -> list[str]:
+    """The lines of a Streamlit server log that say something went wrong (a traceback, a thread that
+    died, a widget given both an index and state)."""
+    return [line.strip() for line in log.splitlines() if any(c in line for c in COMPLAINTS)]
 
 
 def wait_idle(page, timeout=120_000):
