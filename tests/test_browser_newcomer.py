@@ -51,6 +51,7 @@ def compare_final_with_miswired(page, db_url: str) -> None:
     page.get_by_role("button", name="Compare on this sample").wait_for(timeout=60_000)
     wait_idle(page)
     assert (selected(page, "Draft A"), selected(page, "Draft B")) == ("final", "miswired")
+    assert selected(page, "Draft") == "final"  # the link sets the compared drafts, not the active one
     page.get_by_role("button", name="Compare on this sample").click()
     page.get_by_text("Samples where the drafts differ most").wait_for(timeout=300_000)
     wait_idle(page)

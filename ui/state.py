@@ -165,8 +165,8 @@ def linked_select(param: str, widget_key: str, options: list[str], default: str 
     """How a keyed select box opens (pass it as **kwargs): on a link's `?param=VALUE` (Compare's
     `?a=final&b=miswired` from Home) when it names an option, else on `default`, else on the first.
     The parameter is read once and dropped from the address, so the user's later choice stands. A
-    widget that already has state is given the link's value through its state, and no index (an index
-    beside state is ignored and only makes Streamlit warn)."""
+    widget that already has state is given the link's value through its state, and then no index
+    (Streamlit warns of an index beside state set that run)."""
     value = st.query_params.get(param)
     if value is not None:
         del st.query_params[param]
@@ -175,8 +175,6 @@ def linked_select(param: str, widget_key: str, options: list[str], default: str 
                 st.session_state[widget_key] = value
                 return {}
             return {"index": options.index(value)}
-    if st.session_state.get(widget_key) in options:
-        return {}
     return {"index": options.index(default) if default in options else 0}
 
 
@@ -224,16 +222,16 @@ def follow(widget_key: str, value, options, fallback: int = 0) -> dict:
     """Make a keyed select box show `value` when the value changed outside it (a job that finished,
     a row ticked in a table, another page). A keyed widget ignores its `index` once it has state, so
     without this the page would keep showing the previous choice. Call before creating the widget and
-    pass it what this returns: its `index` (of `value`, else `fallback`) only while its state holds
-    no option, since an index beside state is ignored and only makes Streamlit warn. A value the
-    widget itself produced is recorded with `followed`."""
+    pass it what this returns: its `index` (of `value`, else `fallback`), except in the run that sets
+    its state here (Streamlit warns of an index beside state set that run). The index still matters:
+    a page of a multipage app makes its widgets anew. A value the widget itself produced is recorded
+    with `followed`."""
     marker = f"{widget_key}__followed"
     if value != st.session_state.get(marker):
         st.session_state[marker] = value
         if value in options:
             st.session_state[widget_key] = value
-    if st.session_state.get(widget_key) in options:
-        return {}
+            return {}
     return {"index": options.index(value) if value in options else fallback}
 
 
