@@ -38,7 +38,7 @@ def diagnose(
     )
     from backend.diagnostics.lint import lint_command
     from backend.engine.preflight import preflight
-    from backend.engine.readings import read_as
+    from backend.service.requests import reading_of
 
     options = options or DiagnoseOptions()
     engine = serving_engine(options.engine, options.sglang, options.vllm)
@@ -57,11 +57,7 @@ def diagnose(
         lint_findings = lint.to_dict()["findings"]
     progress(0.02, "loading models")
     target, draft, _ = models.pair(target_path, draft_path, options.device, options.dtype)
-    view = read_as(
-        engine, draft.config, target.num_layers, draft.own_embedding is not None, draft.own_embedding_differs
-    )
-    if not view.loads:
-        raise BadInput(view.refusal)
+    view, _ = reading_of(engine, None, draft, target.num_layers)  # BadInput when it cannot run the draft
     subject = Subject(target, draft, draft_path, view)
     diagnosis = diagnose_loaded(subject, report, list(samples or []), lint_findings, options, progress)
     return {

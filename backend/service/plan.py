@@ -69,12 +69,11 @@ def resolve(
     target,
     draft,
     report: PreflightReport | None = None,
-    prompt_ids: list[int] | None = None,
 ) -> ReplayPlan:
     """`request` against the loaded `target` and `draft` (`report`: the draft's preflight, for its
-    warnings). `prompt_ids` stand in for the request's own prompt (benchmarks replay ids they made)."""
+    warnings)."""
     view, wiring = request.reading_for(draft, target.num_layers)
-    ids = list(prompt_ids) if prompt_ids is not None else request.prompt_for(target.tokenizer)
+    ids = request.prompt_for(target.tokenizer)
     decoding = request.decoding(target_architecture(target))
     config = ReplayConfig(
         request.num_steps,
