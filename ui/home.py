@@ -17,7 +17,7 @@ def story_of(target_path: str) -> DemoStory | None:
 
 
 def show_demo_story(target_path: str) -> None:
-    with st.spinner("Reading the bundled drafts as the engines read them (the first time loads torch)..."):
+    with st.spinner("Reading the bundled drafts as the engines read them..."):
         story = story_of(target_path)
     if story is None:
         return

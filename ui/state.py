@@ -37,10 +37,6 @@ KEYS = {
 
 
 def _init() -> None:
-    warm.start()  # the model stack imports outside any script thread (backend/service/warm.py)
-    if not warm.ready():  # and no page imports it meanwhile: two importing threads can break it
-        with st.spinner("Loading torch and transformers (once per server start)..."):
-            warm.wait()
     state = st.session_state
     if KEYS["db_url"] not in state:
         state[KEYS["db_url"]] = database_url(os.environ.get("SPECLENS_DB_URL"))
@@ -179,7 +175,11 @@ def linked_select(param: str, widget_key: str, options: list[str], default: str 
 
 
 def sidebar() -> None:
-    """The active database, target and draft, on every page."""
+    """The active database, target and draft, on every page; each page calls it first."""
+    warm.start()  # the model stack imports outside any script thread (backend/service/warm.py)
+    if not warm.ready():  # and no page imports it meanwhile: two importing threads can break it
+        with st.spinner("Loading torch and transformers (once per server start)..."):
+            warm.wait()
     _init()
     follow_link()
     with st.sidebar:

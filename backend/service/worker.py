@@ -44,8 +44,7 @@ def _serve(requests, responses) -> None:
     imports the model stack (torch, transformers, the engine), which every job needs: a worker
     started ahead of its first job (`Worker.prestart`) has done that by the time the job comes."""
     try:
-        import backend.engine.preflight  # noqa: F401
-        import backend.service.jobs  # noqa: F401
+        import backend.service.jobs  # noqa: F401 - torch, transformers, the engine and the job runner
 
         broken = None
     except Exception as error:  # noqa: BLE001 - each job is told why, and the worker lives on
@@ -99,19 +98,21 @@ class Worker:
     def prestart(self) -> None:
         """Start the worker now if none is running (returns at once): the dashboard does it when the
         server starts, so that the first job does not wait for a process to import torch."""
-        if os.environ.get("SPECLENS_JOBS_IN_PROCESS") == "1":
-            return
-        with self._lock:
-            if self._process is None or not self._process.is_alive():
-                self._start()
+        if os.environ.get("SPECLENS_JOBS_IN_PROCESS") != "1":
+            with self._lock:
+                self._ensure_started()
+
+    def _ensure_started(self) -> None:
+        """A live worker, started now if there is none (the caller holds the lock)."""
+        if self._process is None or not self._process.is_alive():
+            self._start()
 
     def run(self, job: Callable, args: tuple, kwargs: dict, progress: Progress) -> Any:
         """Run job(*args, progress=..., **kwargs) in the worker; its result, or JobFailed / WorkerDied."""
         if os.environ.get("SPECLENS_JOBS_IN_PROCESS") == "1":
             return job(*args, progress=progress, **kwargs)
         with self._lock:
-            if self._process is None or not self._process.is_alive():
-                self._start()
+            self._ensure_started()
             self._requests.put((job, args, kwargs))
             while True:
                 try:
