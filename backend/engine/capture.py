@@ -21,13 +21,19 @@ def decoder_layers(model) -> torch.nn.ModuleList:
     return layers
 
 
+def fused(chunks: list[torch.Tensor]) -> torch.Tensor:
+    """The draft's fused input [T, 3*Ht] from the states in wiring order (on the first chunk's device:
+    a target split across devices computes each where its layer ran)."""
+    return torch.cat([c.to(chunks[0].device) for c in chunks], dim=-1)
+
+
 class AuxCapture:
     """Forward hooks that keep the last forward's states at the given HF indices."""
 
     def __init__(self, model, aux_hf_indices):
         self.indices = tuple(aux_hf_indices)
         self.captured: dict[int, torch.Tensor] = {}
-        layers = decoder_layers(model) if self.indices else None  # nothing asked: no hooks
+        layers = decoder_layers(model)
         self.handles = []
         for index in sorted(set(self.indices)):
             if index == 0:  # the input of layer 0: hidden_states[0] even where a model scales its embeddings
@@ -48,10 +54,8 @@ class AuxCapture:
         return store
 
     def features(self) -> torch.Tensor:
-        """The last forward's fused input for the draft: [T, 3*Ht], chunks in wiring order (on the
-        first chunk's device: a target split across devices captures each where its layer ran)."""
-        chunks = [self.captured[i][0] for i in self.indices]
-        return torch.cat([c.to(chunks[0].device) for c in chunks], dim=-1)
+        """The last forward's fused input for the draft (`fused`)."""
+        return fused([self.captured[i][0] for i in self.indices])
 
     def remove(self) -> None:
         for handle in self.handles:

@@ -1,8 +1,9 @@
 """The KV caches of SpecLens: one protocol, three kinds of entries (docs/reference.md §7).
 
-Every cache object updates itself and is asked nothing about its kind: `length` (entries held),
-`crop(keep)` (keep the first `keep` entries) and `keep_rows(start, rows)` (after a tree verify: keep
-the entries before `start`, then start + r for r in `rows`). The forward that feeds a cache appends to
+Every cache object updates itself and is asked nothing about its kind: each has `length` (entries
+held); the replay's caches (`KVCache`, `HFCache`) also `crop(keep)` (keep the first `keep` entries)
+and `keep_rows(start, rows)` (after a tree verify: keep the entries before `start`, then start + r for
+r in `rows`); the teacher's `TTTCache` only grows. The forward that feeds a cache appends to
 it: `KVCache.append` for the lean target forward (backend/engine/lean_target.py) and the draft
 (backend/engine/draft_model.py), `TTTCache.append` for the teacher-forced TTT layout, and transformers
 itself (`DynamicCache.update`) for `HFCache`, the cache of transformers' own forward
@@ -47,7 +48,7 @@ class KVCache:
         return self.lengths[0]
 
     def __len__(self) -> int:
-        return self.lengths[0]
+        return self.length
 
     def append(
         self, layer: int, keys: torch.Tensor, values: torch.Tensor

@@ -199,8 +199,11 @@ def _check_architecture(config: DraftConfig, add) -> None:
 
 def _check_wiring(config: DraftConfig, num_layers: int, override, training: EngineView, add) -> Wiring | None:
     try:
-        wiring = override_wiring(override, num_layers) if override is not None else training.wiring
-        check_indices(wiring.aux_hf_indices, num_layers)
+        if override is not None:
+            wiring = override_wiring(override, num_layers)  # checked against the depth there
+        else:
+            wiring = training.wiring
+            check_indices(wiring.aux_hf_indices, num_layers)
     except BadInput as error:
         add("wiring", "fail", str(error))
         return None

@@ -16,12 +16,13 @@ built; the Target holds it as `runner`, and every forward of a replay goes throu
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
 import transformers
 
-from backend.engine.capture import AuxCapture
+from backend.engine.capture import AuxCapture, fused
 from backend.engine.kv_cache import HFCache, cache_argument
 
 
@@ -31,10 +32,8 @@ class TargetOutput:
     states: dict[int, torch.Tensor]  # HF index -> [T, Ht], the pre-norm residual stream
 
     def features(self, aux_hf_indices) -> torch.Tensor:
-        """The draft's fused input [T, 3*Ht]: the states in wiring order (on the first chunk's device:
-        a target split across devices computes each where its layer ran)."""
-        chunks = [self.states[i] for i in aux_hf_indices]
-        return torch.cat([c.to(chunks[0].device) for c in chunks], dim=-1)
+        """The draft's fused input [T, 3*Ht] from the states in wiring order (capture.fused)."""
+        return fused([self.states[i] for i in aux_hf_indices])
 
 
 def tree_mask(tree: tuple[torch.Tensor, torch.Tensor], past: int, dtype: torch.dtype, device) -> torch.Tensor:
@@ -103,7 +102,7 @@ class TransformersRunner(TargetRunner):
             dtype = model.get_input_embeddings().weight.dtype
             extra["attention_mask"] = tree_mask(tree, before, dtype, device)
         argument = cache_argument(type(model))
-        with AuxCapture(model, wanted) as hooks:
+        with AuxCapture(model, wanted) if wanted else contextlib.nullcontext() as hooks:  # no hooks unasked
             output = model(
                 input_ids=input_ids,
                 position_ids=positions,
