@@ -20,6 +20,8 @@ def request_for(pair, prompt_ids, num_steps, max_new_tokens, **kwargs):
 
 
 def test_replay_round_trip(pairs, tmp_path):
+    from dataclasses import replace
+
     from sqlalchemy import text
 
     from backend.engine.replay import ReplayConfig, output_ids_of, replay
@@ -33,9 +35,9 @@ def test_replay_round_trip(pairs, tmp_path):
     factory = database.factory
     pair = pairs["copy-L5-context"]
     request = request_for(pair, [1, 5, 9, 3], 3, 30, sample_ref="prompt")
-    plan = resolve(request, pair.target, pair.draft)
+    plan = replace(resolve(request, pair.target, pair.draft), warnings=("context: a warning",))
     outcome = run_plan(database, pair.target, pair.draft, plan)
-    assert outcome.warnings == list(plan.warnings) and outcome.wiring == pair.wiring
+    assert outcome.warnings == ["context: a warning"] and outcome.wiring == pair.wiring
     expected = output_ids_of(
         list(replay(pair.target, pair.draft, [1, 5, 9, 3], pair.wiring, ReplayConfig(3, 30)))
     )
