@@ -10,9 +10,9 @@ def lint(draft_path: str, command: str, engine: str, target_path: str | None) ->
     from backend.diagnostics.lint import lint_command
 
     sglang, vllm = (command, None) if engine.lower() == "sglang" else (None, command)
-    trained = trained_wiring(target_path, draft_path) if target_path else None
-    ties = trained_ties(target_path, draft_path) if trained else None
-    return lint_command(draft_path, sglang, vllm, target_path, trained, ties).to_dict()
+    found = trained_wirings(target_path, draft_path) if target_path else []
+    best, ties = (found[0], found[1:]) if found else (None, None)
+    return lint_command(draft_path, sglang, vllm, target_path, best, ties).to_dict()
 
 
 def engine_readings(draft_path: str, target_path: str) -> dict:
@@ -40,21 +40,24 @@ def known_probe(target_path: str, draft_path: str) -> dict | None:
     return _PROBES.get((str(target_path), str(draft_path)))
 
 
+def probe_wirings(report: dict | None) -> list[list[int]]:
+    """What a wiring probe found when it rejected the declared wiring: its best, then the wirings it
+    could not tell from the best on its samples; [] when it confirmed the declared one (or none ran)."""
+    if report is None or report.get("confirmed"):
+        return []
+    best = list(report["best"]["aux_hf_indices"])
+    return [best, *(list(w) for w in report.get("as_good_as_best") or [] if list(w) != best)]
+
+
+def trained_wirings(target_path: str, draft_path: str) -> list[list[int]]:
+    """`probe_wirings` of the last probe of this pair on this server."""
+    return probe_wirings(known_probe(target_path, draft_path))
+
+
 def trained_wiring(target_path: str, draft_path: str) -> list[int] | None:
     """The HF indices the probe found this draft trained on, when it rejected the declared wiring."""
-    probe = known_probe(target_path, draft_path)
-    if probe is None or probe.get("confirmed"):
-        return None
-    return list(probe["best"]["aux_hf_indices"])
-
-
-def trained_ties(target_path: str, draft_path: str) -> list[list[int]]:
-    """The wirings the probe could not tell from its best (within its noise on its samples)."""
-    probe = known_probe(target_path, draft_path)
-    if probe is None or probe.get("confirmed"):
-        return []
-    best = list(probe["best"]["aux_hf_indices"])
-    return [list(w) for w in probe.get("as_good_as_best") or [] if list(w) != best]
+    found = trained_wirings(target_path, draft_path)
+    return found[0] if found else None
 
 
 def draft_lint(draft_path: str, target_path: str) -> list[dict]:

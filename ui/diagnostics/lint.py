@@ -59,8 +59,7 @@ def lint_tab() -> None:
     if st.button("Lint", key="lint_run"):
         try:
             report = checks.lint(state.draft_path(), command, engine, state.target_path())
-            best = checks.trained_wiring(state.target_path(), state.draft_path())
-            trained = [best, *checks.trained_ties(state.target_path(), state.draft_path())] if best else []
+            trained = checks.trained_wirings(state.target_path(), state.draft_path())
         except BadInput as error:
             st.error(md(error))
         else:

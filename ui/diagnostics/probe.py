@@ -33,8 +33,8 @@ def _render(report: dict) -> None:
         f"{report['seconds']:.1f} s. acc_0: teacher-forced top-1 accuracy at TTT step 0; predicted accept "
         "length = 1 + sum_k prod_(j<=k) acc_j."
     )
-    ties = [w for w in report.get("as_good_as_best") or [] if w != report["best"]["aux_hf_indices"]]
-    if ties and not report["confirmed"]:
+    ties = checks.probe_wirings(report)[1:]  # none when the probe confirmed the declared wiring
+    if ties:
         st.warning(
             f"The config below writes the probe's best, HF {report['best']['aux_hf_indices']}; on these "
             f"{report['n_samples']} samples it cannot be told from "
