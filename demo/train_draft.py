@@ -100,7 +100,7 @@ def ttt_loss(
     for step in range(steps):
         source = position + 1 + step
         token_index = starts + source.clamp(max=last)
-        hidden, _ = draft(
+        hidden = draft(
             hidden,
             ids[token_index],
             position + step,

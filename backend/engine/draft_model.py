@@ -82,10 +82,9 @@ class DraftAttention(nn.Module):
             self.k_norm = LlamaRMSNorm(self.head_dim, eps=config.rms_norm_eps)
 
     def forward(self, x, cos, signed_sin, mask, cache: KVCache | TTTCache | None, layer: int, qk_norm: bool):
-        """x [m, W] -> attention output [m, H], and this call's new (keys, values) [kv_heads, m, d].
-        The new entries are appended to `cache` first (None: attend to them alone); mask [m, all keys]
-        bool, True = attend, None = attend to all. q and k are rotated together; cos/signed_sin are
-        [m, head_dim]."""
+        """x [m, W] -> attention output [m, H]. This call's keys and values [kv_heads, m, d] are
+        appended to `cache` first (None: attend to them alone); mask [m, all keys] bool, True =
+        attend, None = attend to all. q and k are rotated together; cos/signed_sin are [m, head_dim]."""
         m = x.shape[0]
         q = linear(self.q_proj, x).view(m, self.num_heads, self.head_dim)
         k = linear(self.k_proj, x).view(m, self.num_kv_heads, self.head_dim)
@@ -96,7 +95,7 @@ class DraftAttention(nn.Module):
         q, k = qk[: self.num_heads], qk[self.num_heads :]
         keys, values = cache.append(layer, k, v) if cache is not None else (k, v)
         attended = attend(q, keys, values, mask, self.num_heads != self.num_kv_heads)
-        return linear(self.o_proj, attended.transpose(0, 1).reshape(m, -1)), (k, v)
+        return linear(self.o_proj, attended.transpose(0, 1).reshape(m, -1))
 
 
 class DraftLayer(nn.Module):
@@ -122,12 +121,12 @@ class DraftLayer(nn.Module):
             attn_in = rms_norm(self.input_layernorm, hidden)
             residual = hidden
         attention = self.self_attn.forward  # the arithmetic, not the module call (module docstring)
-        attended, new_kv = attention(attn_in, cos, signed_sin, mask, cache, layer, math.qk_norm)
+        attended = attention(attn_in, cos, signed_sin, mask, cache, layer, math.qk_norm)
         hidden = residual + attended
         x = rms_norm(self.post_attention_layernorm, hidden)
         mlp = self.mlp
         hidden = hidden + linear(mlp.down_proj, mlp.act_fn(linear(mlp.gate_proj, x)) * linear(mlp.up_proj, x))
-        return hidden, new_kv
+        return hidden
 
 
 def causal_mask(num_past: int, num_new: int, device) -> torch.Tensor:
@@ -197,7 +196,7 @@ class Eagle3Draft(nn.Module):
         """Run the draft over m positions: hidden [m, H] (`fuse`d target features, or the draft's own
         previous output), token_ids [m] (the tokens one ahead), positions [m] (RoPE positions).
 
-        Returns the output hidden [m, H] (pre-norm) and each layer's new (keys, values).
+        Returns the output hidden [m, H] (pre-norm).
         With a cache, attention covers the cached entries and the new ones are appended (None:
         the m new entries alone). `mask` [m, all keys] bool (None: causal over the cache and the new
         entries); the TTT layout and the trees pass their own.
@@ -211,11 +210,9 @@ class Eagle3Draft(nn.Module):
         num_past = len(cache) if cache is not None else 0
         if mask is None and hidden.shape[0] > 1:  # one new query may attend to every entry
             mask = causal_mask(num_past, hidden.shape[0], hidden.device)
-        new_kvs = []
         for index, layer in enumerate(self.layers):
-            hidden, new_kv = layer.forward(hidden, embeds, cos, signed_sin, mask, math, cache, index)
-            new_kvs.append(new_kv)
-        return hidden, new_kvs
+            hidden = layer.forward(hidden, embeds, cos, signed_sin, mask, math, cache, index)
+        return hidden
 
     def logits(self, hidden: torch.Tensor, math: DraftMath | None = None) -> torch.Tensor:
         """Draft-vocab logits [m, Vd] in fp32."""

@@ -153,7 +153,7 @@ def draft_catch_up(
     features, tokens, start = cursor.catch_up_features, cursor.catch_up_tokens, cursor.catch_up_start
     device = features.device
     positions = torch.arange(start, start + len(tokens), device=device)
-    hidden, _ = draft(
+    hidden = draft(
         draft.fuse(features, math), torch.tensor(tokens, device=device), positions, cache, math=math
     )
     return hidden[-1:]
@@ -182,7 +182,7 @@ def draft_chain(
             proposal.hidden.append(hidden[-1].detach().to("cpu"))
         if j < config.num_steps:
             fed = draft.feedback(hidden, config.math)  # out, or norm(out) under EAGLE 3.1 readings
-            hidden, _ = draft(fed, target_id.view(1), positions[j - 1 : j], cache, math=config.math)
+            hidden = draft(fed, target_id.view(1), positions[j - 1 : j], cache, math=config.math)
     proposal.drafted_ids = torch.stack(drafted).tolist()
     if config.record:
         probs = torch.softmax(torch.stack(rows), dim=-1)

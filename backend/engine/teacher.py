@@ -152,7 +152,7 @@ def draft_hits(
             token_index = (index + 1 + step).clamp(max=total - 1)
             positions = index + step + (position_offset if step else 0)
             fed = draft.feedback(hidden, math) if step else hidden  # step 0 is fed the fused features
-            hidden, _ = draft(
+            hidden = draft(
                 fed, ids[token_index], positions, cache, mask=ttt_mask(length, step, device), math=math
             )
             predicted = draft.to_target_ids(draft.logits(hidden, math).argmax(-1))

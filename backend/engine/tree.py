@@ -172,7 +172,7 @@ def draft_tree(
         starts.append(start)
         for offset, c in enumerate(frontier):
             candidates[c].cache_entry = start + offset
-        out, _ = draft(
+        out = draft(
             draft.feedback(fed, math),
             tokens,
             torch.full((len(frontier),), position + step, device=device),

@@ -115,6 +115,6 @@ def test_post_norm_feedback_changes_the_next_draft_step(tmp_path, target_dirs):
         assert torch.allclose(draft.feedback(out, vllm), draft.norm(out))
 
         def step(math):
-            return draft(draft.feedback(out, math), torch.tensor([3]), torch.tensor([5]), math=math)[0]
+            return draft(draft.feedback(out, math), torch.tensor([3]), torch.tensor([5]), math=math)
 
         assert not torch.allclose(step(vllm), step(sglang))

@@ -196,14 +196,14 @@ def test_the_drafts_forward_is_its_modules_bit_for_bit(pairs):
         tokens, positions = torch.tensor([3, 1, 4, 1, 5, 9]), torch.arange(6)
         with torch.inference_mode():
             one, reference = KVCache(len(draft.layers)), KVCache(len(draft.layers))
-            out, _ = draft(draft.fuse(features), tokens, positions, one)
+            out = draft(draft.fuse(features), tokens, positions, one)
             expected = _modules_forward(draft, draft.fuse(features), tokens, positions, reference)
             assert torch.equal(out, expected), name
-            step, _ = draft(out[-1:], torch.tensor([2]), torch.tensor([6]), one)
+            step = draft(out[-1:], torch.tensor([2]), torch.tensor([6]), one)
             expected = _modules_forward(draft, expected[-1:], torch.tensor([2]), torch.tensor([6]), reference)
             assert torch.equal(step, expected), name
             assert torch.equal(draft.logits(step), draft.lm_head(draft.norm(expected)).float()), name
             mask = torch.ones(6, 6).bool()
-            masked, _ = draft(draft.fuse(features), tokens, positions, mask=mask)
+            masked = draft(draft.fuse(features), tokens, positions, mask=mask)
             expected = _modules_forward(draft, draft.fuse(features), tokens, positions, mask=mask)
             assert torch.equal(masked, expected), name

@@ -97,7 +97,7 @@ def test_ttt_step_equals_the_inference_chain_fed_true_tokens(pairs, name):
         hidden = draft.fuse(features[:length])
         ttt_cache, ttt_hidden = TTTCache(len(draft.layers)), []
         for step in range(steps):
-            hidden, _ = draft(
+            hidden = draft(
                 hidden,
                 tokens[(index + 1 + step).clamp(max=len(ids) - 1)],
                 index + step,
@@ -107,11 +107,11 @@ def test_ttt_step_equals_the_inference_chain_fed_true_tokens(pairs, name):
             ttt_hidden.append(hidden)
         for t in (0, 5, 17):
             cache = KVCache(len(draft.layers))
-            out, _ = draft(draft.fuse(features[: t + 1]), tokens[1 : t + 2], torch.arange(t + 1), cache)
+            out = draft(draft.fuse(features[: t + 1]), tokens[1 : t + 2], torch.arange(t + 1), cache)
             chain = out[-1:]
             assert torch.allclose(chain, ttt_hidden[0][t : t + 1], atol=1e-5)
             for step in range(1, steps):
-                chain, _ = draft(chain, tokens[t + 1 + step : t + 2 + step], torch.tensor([t + step]), cache)
+                chain = draft(chain, tokens[t + 1 + step : t + 2 + step], torch.tensor([t + step]), cache)
                 assert torch.allclose(chain, ttt_hidden[step][t : t + 1], atol=1e-5), (t, step)
 
 

@@ -47,7 +47,7 @@ def oracle_replay(target, draft, prompt: list[int], wiring, num_steps: int, max_
         chain_hidden, chain_tokens, drafted = [], [], []
         hidden_in, tokens_in = prefix_hidden, prefix_tokens
         for _ in range(num_steps):
-            out, _ = draft(hidden_in, torch.tensor(tokens_in), torch.arange(len(tokens_in)))
+            out = draft(hidden_in, torch.tensor(tokens_in), torch.arange(len(tokens_in)))
             last = out[-1:]
             drafted.append(int(draft.to_target_ids(draft.logits(last)[-1].argmax())))
             chain_hidden.append(last)
@@ -99,7 +99,7 @@ def oracle_tree_replay(
             path_hidden, path_tokens, prefix_hidden=prefix_hidden, prefix_tokens=prefix_tokens, n=n
         ):
             """(output hidden at the path's end, top-k probs, top-k target ids)."""
-            out, _ = draft(
+            out = draft(
                 torch.cat([prefix_hidden, *path_hidden]),
                 torch.tensor(prefix_tokens + path_tokens),
                 torch.arange(n + len(path_tokens)),
