@@ -133,6 +133,28 @@ def test_the_checks_catch_violations():
     )
 
 
+def heavy_loaded_by(modules: list[str]) -> dict[str, str]:
+    """Import `modules` in order in a fresh interpreter: each HEAVY module it loaded, with the first of
+    `modules` whose import loaded it. A name that is not a module (`pkg.mod.name` from a from-import)
+    imports its parent."""
+    script = (
+        "import importlib, json, sys\n"
+        "first = {}\n"
+        f"for name in {modules!r}:\n"
+        "    try:\n"
+        "        importlib.import_module(name)\n"
+        "    except ModuleNotFoundError:\n"
+        "        importlib.import_module(name.rsplit('.', 1)[0])\n"
+        f"    first.update({{m: name for m in {HEAVY!r} if m in sys.modules and m not in first}})\n"
+        "print(json.dumps(first))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
 def test_what_pages_import_loads_no_torch():
     """Import every backend/ui module the pages and ui name (at any depth) in a fresh interpreter:
     neither torch nor transformers may be loaded by them."""
@@ -141,20 +163,7 @@ def test_what_pages_import_loads_no_torch():
         for module in imported_modules(path.read_text()):
             if module.split(".")[0] in ("backend", "ui"):
                 modules.add(module)
-    script = (
-        "import importlib, json, sys\n"
-        f"for name in {sorted(modules)!r}:\n"
-        "    try:\n"
-        "        importlib.import_module(name)\n"
-        "    except ModuleNotFoundError:\n"
-        "        importlib.import_module(name.rsplit('.', 1)[0])\n"
-        f"print(json.dumps(sorted(m for m in {HEAVY!r} if m in sys.modules)))\n"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120
-    )
-    assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout.strip().splitlines()[-1]) == []
+    assert heavy_loaded_by(sorted(modules)) == {}
 
 
 def test_collecting_the_tests_loads_no_torch():
@@ -165,16 +174,4 @@ def test_collecting_the_tests_loads_no_torch():
         for path in python_files("tests")
         if path.name.startswith("test_") or path.name == "conftest.py"
     ]
-    script = (
-        "import importlib, json, sys\n"
-        "first = {}  # heavy module -> the test module whose import loaded it\n"
-        f"for name in {modules!r}:\n"
-        "    importlib.import_module(name)\n"
-        f"    first.update({{m: name for m in {HEAVY!r} if m in sys.modules and m not in first}})\n"
-        "print(json.dumps(first))\n"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120
-    )
-    assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout.strip().splitlines()[-1]) == {}
+    assert heavy_loaded_by(modules) == {}
