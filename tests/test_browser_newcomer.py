@@ -5,35 +5,24 @@ tests/artifacts/browser/newcomer_*.png."""
 
 from __future__ import annotations
 
-import json
 import re
-import subprocess
-import sys
 
+from backend.defaults import DEMO_DRAFTS, DEMO_EVAL
 from tests.support.browser import (
     BROWSER_MARKS,
-    REPO,
     SHOTS,
     chromium_page,
     probe_then_lint,
     selected,
     wait_idle,
 )
+from tests.support.cli import cli_json
 from tests.support.demo import demo_wiring
 
 pytestmark = BROWSER_MARKS
 
 
-def cli(*args: str) -> dict:
-    done = subprocess.run(
-        [sys.executable, "-m", "backend", *args, "--json"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    return json.loads(done.stdout)
+cli = cli_json  # the CLI's --json for the same run (tests/support/cli.py)
 
 
 def metric(page, label: str) -> str:
@@ -69,9 +58,9 @@ def compare_final_with_miswired(page, db_url: str) -> None:
         replay = cli(
             "replay",
             "--draft",
-            str(REPO / "demo" / "drafts" / draft),
+            str(DEMO_DRAFTS / draft),
             "--samples",
-            str(REPO / "demo" / "data" / "eval.jsonl"),
+            str(DEMO_EVAL),
             "--index",
             "0",
             "--steps",
@@ -92,7 +81,7 @@ def diagnose_miswired(page, url: str) -> str:
     page.get_by_role("button", name="Diagnose", exact=True).wait_for(timeout=180_000)
     wait_idle(page)
     assert (
-        str(REPO / "demo" / "drafts" / "miswired")
+        str(DEMO_DRAFTS / "miswired")
         in page.get_by_text(re.compile(r"^Target .* · draft ")).first.inner_text()
     )
     page.get_by_role("button", name="Diagnose", exact=True).click()
@@ -104,9 +93,9 @@ def diagnose_miswired(page, url: str) -> str:
     expected = cli(
         "diagnose",
         "--draft",
-        str(REPO / "demo" / "drafts" / "miswired"),
+        str(DEMO_DRAFTS / "miswired"),
         "--samples",
-        str(REPO / "demo" / "data" / "eval.jsonl"),
+        str(DEMO_EVAL),
         "--limit",
         "8",
     )

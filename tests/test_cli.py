@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.cli import run_cli
 from tests.support.datasets import good_record, write_lines
 from tests.support.lint import make_draft, make_lint_target, sglang
 from tests.support.models import write_samples
@@ -19,10 +20,7 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "backend", *args], cwd=ROOT, capture_output=True, text=True, timeout=300
-    )
+cli = run_cli  # python -m backend ... in a subprocess (tests/support/cli.py)
 
 
 @pytest.fixture(scope="module")

@@ -138,14 +138,9 @@ def test_a_run_pair_exports_as_a_modelopt_profile_and_reads_back(replayed, tmp_p
 
 
 def cli(*args: str):
-    import subprocess
-    import sys
-    from pathlib import Path
+    from tests.support.cli import run_cli
 
-    root = Path(__file__).resolve().parents[2]
-    return subprocess.run(
-        [sys.executable, "-m", "backend", *args], cwd=root, capture_output=True, text=True, timeout=300
-    )
+    return run_cli(*args)
 
 
 CLI_FILES = {
