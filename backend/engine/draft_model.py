@@ -207,7 +207,7 @@ class Eagle3Draft(nn.Module):
             self.rotary.to(hidden.device)
         cos, sin = self.rotary(hidden, positions[None])
         cos, signed_sin = cos[0], signed(sin[0])
-        num_past = len(cache) if cache is not None else 0
+        num_past = cache.length if cache is not None else 0
         if mask is None and hidden.shape[0] > 1:  # one new query may attend to every entry
             mask = causal_mask(num_past, hidden.shape[0], hidden.device)
         for index, layer in enumerate(self.layers):

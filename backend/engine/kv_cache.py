@@ -47,9 +47,6 @@ class KVCache:
     def length(self) -> int:
         return self.lengths[0]
 
-    def __len__(self) -> int:
-        return self.length
-
     def append(
         self, layer: int, keys: torch.Tensor, values: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -105,9 +102,6 @@ class TTTCache:
     @property
     def length(self) -> int:
         return sum(keys.shape[-2] for keys, _ in self.blocks[0])
-
-    def __len__(self) -> int:
-        return self.length
 
     def append(
         self, layer: int, keys: torch.Tensor, values: torch.Tensor

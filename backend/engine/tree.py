@@ -162,7 +162,7 @@ def draft_tree(
             [batches[candidates[c].proposer_batch][candidates[c].proposer_row][None] for c in frontier]
         )
         tokens = torch.tensor([candidates[c].token for c in frontier], device=device)
-        start = len(cache)
+        start = cache.length
         if k == 1:
             mask = None  # one query: it sees every entry, as in the chain
         elif attention == "sglang-slots":

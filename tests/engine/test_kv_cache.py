@@ -14,7 +14,7 @@ def test_draft_cache_appends_views_and_crops():
     cache = KVCache(num_layers=2)
     keys = torch.arange(2 * 3 * 4, dtype=torch.float32).reshape(2, 3, 4)
     all_keys, all_values = cache.append(0, keys, -keys)
-    assert torch.equal(all_keys, keys) and torch.equal(all_values, -keys) and len(cache) == 3
+    assert torch.equal(all_keys, keys) and torch.equal(all_values, -keys) and cache.length == 3
     more = torch.ones(2, 70, 4)  # past the first buffer's capacity: it grows, keeping what was stored
     all_keys, _ = cache.append(0, more, more)
     assert all_keys.shape == (2, 73, 4) and torch.equal(all_keys[:, :3], keys)

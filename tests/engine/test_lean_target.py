@@ -158,7 +158,7 @@ def _modules_forward(draft, hidden, token_ids, positions, cache=None, mask=None)
     embeds = draft.embed(token_ids, math).to(hidden.dtype)
     cos, sin = draft.rotary(hidden, positions[None])
     if mask is None and hidden.shape[0] > 1:
-        mask = causal_mask(len(cache) if cache is not None else 0, hidden.shape[0], hidden.device)
+        mask = causal_mask(cache.length if cache is not None else 0, hidden.shape[0], hidden.device)
     for index, layer in enumerate(draft.layers):
         if layer.first:
             normed = layer.hidden_norm(hidden)
