@@ -16,10 +16,18 @@ if [ ${#MISSING[@]} -gt 0 ]; then
 fi
 python3 -m venv .venv
 .venv/bin/pip install -q -r requirements.txt
-.venv/bin/ruff check .
-.venv/bin/ruff format --check .
-SPECLENS_REQUIRE_POSTGRES=1 .venv/bin/python -m pytest -q "$@"  # no silent skip of the PostgreSQL tests
+# Lint, both suites: each runs whatever the one before gave, so that one red run shows everything
+# that is red; the script exits non-zero if any failed.
+status=0
+.venv/bin/ruff check . || status=$?
+.venv/bin/ruff format --check . || status=$?
+SPECLENS_REQUIRE_POSTGRES=1 .venv/bin/python -m pytest -q "$@" || status=$?  # no silent skip of PostgreSQL
 # The engine on the floor of the supported transformers range (tests/requirements-floor.txt).
 python3 -m venv .venv-floor
 .venv-floor/bin/pip install -q -r tests/requirements-floor.txt
-.venv-floor/bin/python -m pytest -q -p no:cacheprovider tests/engine -m "not slow"
+floor=0
+.venv-floor/bin/python -m pytest -q -p no:cacheprovider tests/engine -m "not slow" || floor=$?
+if [ "$status" -ne 0 ] || [ "$floor" -ne 0 ]; then
+    echo "tests/run.sh: lint or main suite exit $status, floor-transformers engine tests exit $floor" >&2
+    exit 1
+fi

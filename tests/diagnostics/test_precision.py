@@ -33,33 +33,78 @@ def test_fp32_target_agrees_with_itself(pairs):
         )
 
 
+BF16_SEARCH = 8  # targets tried for a bf16 divergence before the test gives up (~1 s each)
+
+
+def near_tie_target(path, seed: int):
+    """A random 4-layer target at trained-model scale whose head is planted with near-ties: every odd
+    token's row is its even neighbour's times (1 + 2**-9), so the top two logits differ by about one
+    bf16 rounding step at every position. Any difference at all between a verify-sized and a 1-token
+    forward can then flip the argmax; without the plant a CPU whose bf16 kernels round little shows none
+    within a test's budget (issue 38: an AVX2 EPYC showed none in 40 positions of an 8-layer target)."""
+    import torch
+
+    from backend.engine.synthetic import TargetShape, make_target
+
+    shape = TargetShape(num_layers=4, hidden=256, vocab=500, heads=2, kv_heads=1, intermediate=704)
+    model = make_target(path, shape, seed=seed, init_std=0.02)
+    with torch.no_grad():
+        model.lm_head.weight[1::2] = model.lm_head.weight[0::2] * (1 + 2**-9)
+    model.save_pretrained(path)
+    return model
+
+
+def paths_round_alike(target, prompt: list[int], continuation: list[int], width: int) -> bool:
+    """Are the logits of verify-sized chunks bit-identical to those of 1-token decodes along
+    `continuation`? True on a CPU whose bf16 kernels compute each row the same whatever the rows."""
+    import torch
+
+    runner = target.runner
+    with torch.inference_mode():
+        cache = runner.new_cache()
+        runner.forward(torch.tensor([prompt]), cache, 0)
+        position = len(prompt)
+        for first in range(0, len(continuation), width):
+            chunk = continuation[first : first + width]
+            batched = runner.forward(torch.tensor([chunk]), cache, position).logits[0]
+            cache.crop(position)
+            for row, token in enumerate(chunk):
+                single = runner.forward(torch.tensor([[token]]), cache, position + row).logits[0, -1]
+                if not torch.equal(batched[row], single):
+                    return False
+            position += len(chunk)
+    return True
+
+
 def test_a_bf16_divergence_is_the_targets_own_rounding(tmp_path):
-    """A random target at std 0.02 in bf16: where the replay leaves generate's text, the target alone,
-    run along the replay's verify chunks and along 1-token decodes, reproduces both tokens."""
-    from backend.diagnostics.precision import divergence_explained, self_disagreement
+    """Where a bf16 replay leaves generate's text, the target alone, run along the replay's verify
+    chunks and along 1-token decodes, reproduces both tokens. Holds on any CPU: targets with planted
+    near-ties are searched (bounded) for a replay that diverges, and one must be found unless this CPU's
+    bf16 verify and decode forwards are bit-identical, in which case no replay may diverge at all."""
+    from backend.diagnostics.precision import divergence_explained
     from backend.engine.loading import load_target
     from backend.engine.preflight import load_checked_draft
-    from backend.engine.synthetic import (
-        TargetShape,
-        draft_config_dict,
-        make_target,
-        random_draft_tensors,
-        save_draft,
-    )
+    from backend.engine.synthetic import draft_config_dict, random_draft_tensors, save_draft
     from tests.support.oracle import plain_greedy
 
-    shape = TargetShape(num_layers=8, hidden=256, vocab=500, heads=2, kv_heads=1, intermediate=704)
-    model = make_target(tmp_path / "t", shape, init_std=0.02)
-    config = draft_config_dict(model.config, draft_vocab=250)
-    save_draft(tmp_path / "d", config, random_draft_tensors(config))
-    target = load_target(tmp_path / "t", device="cpu", dtype="bf16")
-    draft, report = load_checked_draft(tmp_path / "d", target)
-    prompt = list(range(1, 17))
-    expected = plain_greedy(target, prompt, 40)  # the first divergence is at token 32
-    output, steps = replayed(target, draft, report.wiring, prompt, 40)
-    assert self_disagreement(target, prompt, expected, 4).per_1000 > 0  # bf16 rounding exists here
-    assert output != expected  # at this scale the bf16 replay leaves generate's text (token 32 here)
-    first = next(i for i, (a, b) in enumerate(zip(output, expected, strict=True)) if a != b)
-    check = divergence_explained(target, prompt, steps, first)
-    assert check["explained"]
-    assert (check["verify_argmax"], check["decode_argmax"]) == (output[first], expected[first])
+    prompt, tokens, checked, identical = list(range(1, 17)), 40, [], True
+    for seed in range(BF16_SEARCH):
+        model = near_tie_target(tmp_path / f"t{seed}", seed)
+        config = draft_config_dict(model.config, draft_vocab=250)
+        save_draft(tmp_path / f"d{seed}", config, random_draft_tensors(config))
+        target = load_target(tmp_path / f"t{seed}", device="cpu", dtype="bf16")
+        draft, report = load_checked_draft(tmp_path / f"d{seed}", target)
+        expected = plain_greedy(target, prompt, tokens)
+        output, steps = replayed(target, draft, report.wiring, prompt, tokens)
+        identical = identical and paths_round_alike(target, prompt, expected, 5)
+        if output != expected:
+            first = next(i for i, (a, b) in enumerate(zip(output, expected, strict=True)) if a != b)
+            check = divergence_explained(target, prompt, steps, first)
+            assert check["explained"], (seed, first, check)
+            assert (check["verify_argmax"], check["decode_argmax"]) == (output[first], expected[first])
+            checked.append(seed)
+            break
+    if identical:  # this CPU rounds both shapes alike: a diverging replay would be a SpecLens bug
+        assert checked == [], f"bf16 forwards agree bit for bit, yet seed {checked} diverged"
+    else:
+        assert checked, f"bf16 forwards differ here, but no replay diverged in {BF16_SEARCH} targets"

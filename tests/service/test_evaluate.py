@@ -127,5 +127,6 @@ def test_a_ray_address_with_nothing_listening_fails_in_bounded_time():
     started = time.monotonic()
     with pytest.raises(BadInput, match=rf"Ray cluster 127.0.0.1:{port}: nothing answers .* after 1 s"):
         wait_for_listener(f"127.0.0.1:{port}", 1.0)
-    assert time.monotonic() - started < 8
+    # bounded, not fast: the wait ends (Ray's own retries never do); the margin holds on any machine
+    assert time.monotonic() - started < 60
     wait_for_listener("local", 0.1)  # Ray's own forms are left to Ray

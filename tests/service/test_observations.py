@@ -231,7 +231,7 @@ def test_serve_check_stops_at_the_first_request_the_server_leaves_unanswered():
             request_accept_length(f"http://127.0.0.1:{port}", [1, 2], 4, timeout=0.5)
     finally:
         listener.close()
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 60  # ended by the timeout (the server never answers): any machine
 
 
 def test_agreement_says_what_it_means_for_the_verdict():
