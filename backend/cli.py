@@ -825,7 +825,9 @@ def cmd_serve_check(args) -> tuple[dict, str]:
 def cmd_evaluate(args) -> tuple[dict, str]:
     from pathlib import Path
 
-    from backend.data.importer import read_dataset
+    from backend.data.importer import check_source, read_dataset
+
+    check_source(args.samples)  # a bad path is refused before the model stack is imported
     from backend.engine.loading import read_target_config
     from backend.service import evaluate
 

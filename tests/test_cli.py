@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cli import run_cli
+from tests.support.cli import REPO, run_cli
 from tests.support.datasets import good_record, write_lines
 from tests.support.lint import make_draft, make_lint_target, sglang
 from tests.support.models import write_samples
@@ -692,3 +692,26 @@ def test_a_bad_draft_or_sample_file_is_reported_before_the_target_loads(checkpoi
         result = cli("replay", "--target", str(root / "target"), *extra)
         assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr  # no loading bars
         assert reason in result.stderr
+
+
+@pytest.mark.parametrize("command", ["import", "evaluate"])
+@pytest.mark.parametrize("bad", ["/dev/zero", "no/such/file.jsonl"])
+def test_a_bad_samples_path_is_refused_before_the_model_stack_loads(tmp_path, command, bad):
+    """Issue 44: `import --samples /dev/zero` was refused only after the target's tokenizer (torch,
+    transformers: 10 s on a busy box) had loaded. The path is checked first: exit 2, one line, and
+    neither torch nor transformers imported by the command."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "from backend.cli import main\n"
+        f"code = main([{command!r}, '--samples', {bad!r}, '--db', {f'sqlite:///{tmp_path}/s.db'!r}])\n"
+        "print('HEAVY', sorted(m for m in ('torch', 'transformers') if m in sys.modules))\n"
+        "sys.exit(code)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and bad in done.stderr, done.stderr
+    assert "HEAVY []" in done.stdout

@@ -60,13 +60,20 @@ def detect_format(path: Path) -> str:
     return "sharegpt" if b'"conversations"' in first or b'"messages"' in first else "jsonl"
 
 
-def _source(path: str | Path, format: str | None, tokenizer) -> tuple[Path, str]:
-    """The checked path (a folder, or a regular file) and its format (given, else detected)."""
+def check_source(path: str | Path) -> Path:
+    """A dataset path is a folder or a regular file: checked before anything heavy (a tokenizer, the
+    model stack) is loaded, so a bad path is refused at once."""
     path = Path(path)
     if not path.exists():
         raise BadInput(f"{path}: no such file or directory")
     if not path.is_dir():
         require_regular_file(path)
+    return path
+
+
+def _source(path: str | Path, format: str | None, tokenizer) -> tuple[Path, str]:
+    """The checked path (a folder, or a regular file) and its format (given, else detected)."""
+    path = check_source(path)
     format = format or detect_format(path)
     if format not in FORMATS:
         raise BadInput(f"unknown format {format!r}; use one of {', '.join(FORMATS)}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from backend import BadInput
-from backend.data.importer import ImportResult, stream_dataset
+from backend.data.importer import ImportResult, check_source, stream_dataset
 from backend.data.samples import Sample
 from backend.defaults import DEMO_EVAL
 from backend.service.database import open_database
@@ -38,6 +38,7 @@ def import_dataset(
 ) -> tuple[int, ImportResult]:
     """Validate and store; the dataset and its good samples land in one transaction. A file with no
     good record is refused (BadInput) and nothing is stored."""
+    check_source(path)  # before the target's tokenizer: a bad path costs no model-stack import
     tokenizer, vocab_size = target_vocabulary(target_path)
     format, samples, rejected = stream_dataset(path, tokenizer, vocab_size, format)
     with store.session_scope(open_database(db_url).factory) as session:
