@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
+from urllib.parse import quote
 
 from sqlalchemy import Integer, inspect, select, text
 from sqlalchemy.engine import Connection, Engine, make_url
@@ -57,7 +58,29 @@ def engine_url(url: str) -> str:
     for scheme in ("postgresql://", "postgres://"):
         if url.startswith(scheme):
             return "postgresql+psycopg://" + url[len(scheme) :]
+    if read_only(url):
+        return read_only_sqlite_url(sqlite_path(url))
     return url
+
+
+def read_only(url: str) -> bool:
+    """A SQLite file this process cannot write, or cannot make SQLite's -wal/-shm beside (a read-only
+    file or share, or a read-only mount, even for root): it is opened read-only."""
+    path = sqlite_path(url)
+    if path is None or "?" in url or not path.is_file():
+        return False
+    return not (os.access(path, os.W_OK) and os.access(path.parent, os.W_OK))
+
+
+def read_only_sqlite_url(path: Path) -> str:
+    """Open a SQLite file this process cannot write read-only, so that reads (export, the dashboard's
+    pages) work and writes fail with SQLite's 'attempt to write a readonly database'. mode=ro where
+    SQLite can make its -shm; in a read-only folder without one, immutable=1: no writer can change the
+    file through this path (a writer elsewhere on a share would not be seen)."""
+    query = "mode=ro"
+    if not os.access(path.parent, os.W_OK) and not Path(f"{path}-shm").exists():
+        query += "&immutable=1"
+    return f"sqlite:///file:{quote(str(path.resolve()))}?{query}&uri=true"
 
 
 def display_name(url: str) -> str:

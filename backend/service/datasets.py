@@ -9,7 +9,7 @@ from backend.data.importer import ImportResult, check_source, stream_dataset
 from backend.data.samples import Sample
 from backend.defaults import DEMO_EVAL
 from backend.service.database import open_database
-from db import store
+from db import schema, store
 
 DatasetInfo = store.DatasetInfo
 
@@ -52,7 +52,10 @@ def import_dataset(
 
 
 def ensure_demo_dataset(db_url: str | None) -> int | None:
-    """On a fresh database register the bundled demo's eval set as the first dataset."""
+    """On a fresh database register the bundled demo's eval set as the first dataset (not on one
+    opened read-only: reading it must not need a write)."""
+    if schema.read_only(store.database_url(db_url)):
+        return None
     with store.session_scope(open_database(db_url).factory) as session:
         if store.list_datasets(session) or not DEMO_EVAL.is_file():
             return None

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import json
+import shlex
+import subprocess
+import sys
 
 import pytest
+
+from tests.support.cli import REPO
 
 
 def test_export_formats_round_trip(stored_run, tmp_path):
@@ -96,3 +101,53 @@ def test_the_cli_exports_a_run_from_postgresql(postgres_url, tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert json.loads(out.read_text())["output_ids"] == [4]
+
+
+def _on_a_read_only_mount(folder, *command: str) -> subprocess.CompletedProcess:
+    """`command` in a private mount namespace where `folder` is bind-mounted read-only onto itself:
+    a read-only share, as even root cannot write it (chmod alone does not stop root)."""
+    mounted = f"mount --bind -o ro {shlex.quote(str(folder))} {shlex.quote(str(folder))} && "
+    script = mounted + " ".join(shlex.quote(part) for part in command)
+    return subprocess.run(
+        ["unshare", "-m", "sh", "-c", script], cwd=REPO, capture_output=True, text=True, timeout=300
+    )
+
+
+def test_a_read_only_database_is_read_and_refuses_writes_in_one_line(stored_run, tmp_path):
+    """Issue 44: `export` from a database this process cannot write ended in exit 2 'cannot open the
+    database': reading a run needed write access. Reads work on a read-only file or share; a write is
+    refused with one line naming the database."""
+    import shutil
+
+    if shutil.which("unshare") is None or subprocess.run(["unshare", "-m", "true"]).returncode != 0:
+        pytest.skip("needs a private mount namespace (unshare -m) to make a read-only share")
+    import sqlite3
+
+    source, run_id = stored_run
+    folder = tmp_path / "share"
+    folder.mkdir()
+    # the database alone, as a finished one on a share is: no -wal or -shm beside it for SQLite to use
+    with sqlite3.connect(source[len("sqlite:///") :]) as live, sqlite3.connect(folder / "s.db") as copy:
+        live.backup(copy)
+    url = f"sqlite:///{folder / 's.db'}"
+    out = tmp_path.parent / f"{tmp_path.name}-export.json"  # outside the read-only folder
+    backend = [sys.executable, "-m", "backend"]
+    done = _on_a_read_only_mount(
+        folder, *backend, "export", "--run", str(run_id), "--db", url, "--format", "json", "--out", str(out)
+    )
+    assert done.returncode == 0, done.stderr
+    document = json.loads(out.read_text())
+    assert document["id"] == run_id and document["steps"] and document["status"] == "finished"
+    write = _on_a_read_only_mount(
+        folder,
+        *backend,
+        "import",
+        "--samples",
+        "demo/data/eval.jsonl",
+        "--db",
+        url,
+        "--target",
+        "demo/target",
+    )
+    assert write.returncode == 2 and write.stderr.count("\n") == 1, write.stderr
+    assert "readonly database" in write.stderr and str(folder) in write.stderr
