@@ -24,6 +24,7 @@ checks this):
       tree               tree drafting and verification as SGLang runs them
       wiring             the one parser of an aux-index list: the HF indices that feed fc
     backend.data         files in, validated records out
+      conversations      a chat conversation rendered: tokens, and the mask on each reply (linear)
       features           SpecForge offline feature files (.ckpt)
       importer           every dataset format to validated samples, bad records by line
       per_request        per-request numbers from what each serving engine returns

@@ -66,7 +66,7 @@ def test_a_zip_bomb_feature_file_is_refused_before_unpacking(tmp_path):
 
 
 def test_the_linear_conversation_rendering_equals_the_exact_one():
-    from backend.data.importer import _render_by_prefixes, render_conversation
+    from backend.data.conversations import _render_by_prefixes, render_conversation
     from backend.defaults import DEMO_TARGET
     from backend.engine.loading import load_tokenizer
 
