@@ -965,6 +965,14 @@ def _terminate(_signum, _frame):
     raise Terminated()
 
 
+def _refusal(error: BaseException, url: str | None) -> str | None:
+    if not isinstance(error, SQLAlchemyError | OSError):
+        return None
+    from backend.service.database import refusal
+
+    return refusal(error, url)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     previous = signal.signal(signal.SIGTERM, _terminate)
@@ -980,14 +988,11 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 143 if isinstance(stop, Terminated) else 130
-    except SQLAlchemyError as error:
-        from backend.service.database import database_url
-
-        where = getattr(args, "db", None) or database_url()
-        reason = first_line(getattr(error, "orig", None) or error)
-        print(f"error: database {where}: {reason}", file=sys.stderr)
-        return 2
     except Exception as error:  # noqa: BLE001 - the CLI contract: internal errors exit 1 with a reason
+        said = _refusal(error, getattr(args, "db", None))
+        if said is not None:  # the database or the disk refused: exit 2, one line
+            print(f"error: {said}", file=sys.stderr)
+            return 2
         print(f"internal error: {type(error).__name__}: {error}", file=sys.stderr)
         return 1
     finally:

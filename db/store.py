@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from sqlalchemy import create_engine, delete, event, func, insert, select
+from sqlalchemy import create_engine, delete, event, func, insert, select, update
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
 from backend import BadInput
@@ -304,6 +305,27 @@ def fail_run(
     run.output_ids = list(output_ids or run.output_ids or [])
     run.metrics = metrics or run.metrics or {}
     run.artifact_path, run.artifact_sha256 = artifact_path, artifact_sha256
+
+
+def mark_run_in_place(factory: sessionmaker, run_id: int, *, status: str, error: str) -> None:
+    """The run's status, reason and end time, and nothing else: what can still be written when the
+    full `fail_run` cannot (a full disk, a file-size limit). On SQLite the write-ahead log is first
+    checkpointed and restarted (best effort: the database file may have no room for it either), so
+    the update can reuse the log's existing pages instead of growing it; the row changes by a few
+    bytes. Raises when even this cannot be written."""
+    engine = factory.kw["bind"]
+    if engine.dialect.name == "sqlite":
+        try:
+            with engine.connect() as connection:
+                connection.exec_driver_sql("PRAGMA wal_checkpoint(RESTART)")
+        except DBAPIError:
+            pass  # the update below may still fit in the log as it is
+    with session_scope(factory) as session:
+        session.execute(
+            update(Run)
+            .where(Run.id == run_id)
+            .values(status=status, error=error[:500], finished_at=utc_now())
+        )
 
 
 def get_run(session: Session, run_id: int) -> RunInfo | None:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import errno
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlalchemy.orm import sessionmaker
 
 from db import store
@@ -56,3 +57,21 @@ def reap(database: Database) -> list[int]:
 
 def database_url(url: str | None = None) -> str:
     return store.database_url(url)
+
+
+# a disk that refuses a write (full, over quota, a file-size limit, mounted read-only): the
+# environment's fault, reported in one line as bad input, never as an internal error
+DISK_REFUSED = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS})
+
+
+def refusal(error: BaseException, url: str | None = None) -> str | None:
+    """The one line for an error the database or the disk raised (the CLI's exit 2, the page's
+    message), with what the code that saw it added (e.g. that the run could not be marked); None
+    for any other error. `url` is the database the command used (default: the configured one)."""
+    notes = "".join(f"; {note}" for note in getattr(error, "__notes__", ()))
+    if isinstance(error, SQLAlchemyError):
+        reason = str(getattr(error, "orig", None) or error).strip().splitlines() or [type(error).__name__]
+        return f"database {url or database_url()}: {reason[0]}{notes}"
+    if isinstance(error, OSError) and error.errno in DISK_REFUSED:
+        return f"{error.filename or 'a file'}: {error.strerror}{notes}"
+    return None

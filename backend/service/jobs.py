@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from sqlalchemy.exc import SQLAlchemyError
 
-from backend import BadInput, Terminated
+from backend import BadInput, Terminated, first_line
 from backend.diagnostics.precision import self_disagreement
 from backend.engine.draft_model import Eagle3Draft
 from backend.engine.loading import Target
@@ -30,7 +31,7 @@ from backend.service.database import Database, open_database
 from backend.service.plan import ReplayPlan, resolve
 from backend.service.requests import ReplayRequest
 from db import store
-from db.artifacts import read_artifact, write_artifact
+from db.artifacts import read_artifact, write_artifact, write_whole
 
 # SIGTERM during a recording is honoured between records, never inside a database write: the CLI's
 # handler sets STOP while RECORDING is set, and the replay loop raises Terminated at the next record.
@@ -123,22 +124,58 @@ def record_run(target, draft, plan: ReplayPlan, outcome: ReplayOutcome, writer, 
 
 
 def fail_run(database: Database, plan: ReplayPlan, outcome: ReplayOutcome, writer, tensors, error) -> None:
-    """Every record that arrived whole is written, then the run is marked failed (or interrupted)."""
+    """Every record that arrived whole is written, then the run is marked failed (or interrupted).
+    A disk that refuses the rest (full, a file-size limit) loses only what it refused: the steps
+    committed so far stay, with the hidden states of their part files, and the run is still marked;
+    when even the full update cannot be written, in place (`store.mark_run_in_place`); when that
+    fails too, the error says so, for the CLI's one line."""
+    status = "interrupted" if isinstance(error, KeyboardInterrupt) else "failed"
+    refused: list[str] = []  # what the disk did not take, said in the run's error
     try:
         writer.close()
     except store.RunGone as gone:
         raise BadInput(str(gone)) from None
-    artifact = tensors.save(database.artifact_dir, outcome.run_id)
-    with store.session_scope(database.factory) as session:
-        store.fail_run(
-            session,
-            outcome.run_id,
-            error=f"{type(error).__name__}: {error}\n{traceback.format_exc(limit=3)}",
-            output_ids=outcome.output_ids,
-            metrics=run_metrics(outcome.steps, plan.config.num_steps),
-            status="interrupted" if isinstance(error, KeyboardInterrupt) else "failed",
-            **artifact,
+    except (SQLAlchemyError, OSError) as failure:
+        what = f"{len(writer.steps)} steps of its last batch" if writer.steps else "its last part file"
+        refused.append(f"{what} ({_reason(failure)})")
+    committed = outcome.steps[: writer.committed]
+    artifact = {"artifact_path": None, "artifact_sha256": None}
+    try:  # the hidden states of exactly the committed steps
+        if writer.steps:
+            artifact = recover_artifact(database.artifact_dir, outcome.run_id)
+        else:
+            artifact = tensors.save(database.artifact_dir, outcome.run_id)
+    except OSError as failure:
+        refused.append(f"its artifact ({_reason(failure)})")
+    said = f"{type(error).__name__}: {_reason(error)}"
+    if refused:
+        said += "; not written, the disk refused them: " + "; ".join(refused)
+    try:
+        with store.session_scope(database.factory) as session:
+            store.fail_run(
+                session,
+                outcome.run_id,
+                error=f"{said}\n{traceback.format_exc(limit=3)}",
+                output_ids=None if writer.steps else outcome.output_ids,  # None: the stored partial output
+                metrics=run_metrics(committed, plan.config.num_steps),
+                status=status,
+                **artifact,
+            )
+        return
+    except (SQLAlchemyError, OSError) as failure:
+        said += f"; its metrics were not written either ({_reason(failure)})"
+    try:
+        store.mark_run_in_place(database.factory, outcome.run_id, status=status, error=said)
+    except (SQLAlchemyError, OSError) as failure:
+        error.add_note(
+            f"and run {outcome.run_id} could not be marked {status} ({_reason(failure)}): "
+            "it shows as running until the next open finds its writer gone and marks it interrupted"
         )
+
+
+def _reason(error: BaseException) -> str:
+    """An error's one-line reason (a database error's driver message, without SQLAlchemy's SQL)."""
+    return first_line(getattr(error, "orig", None) or error)
 
 
 def close_run(
@@ -197,6 +234,7 @@ class RunWriter:
         self.steps: list[StepRecord] = []
         self.stats: list[dict] = []
         self.output_ids: list[int] = []  # everything emitted so far, stored with each batch
+        self.committed = 0  # steps committed so far (the run's first `committed` steps)
         self.last_commit = time.perf_counter()
 
     def add(self, record: PrefillRecord | StepRecord, stats: list[dict]) -> None:
@@ -217,10 +255,11 @@ class RunWriter:
         with store.session_scope(self.database.factory) as session:
             if not store.write_run_batch(session, self.run_id, self.steps, stats, self.output_ids):
                 raise store.RunGone(self.run_id)
+        self.committed += len(self.steps)
+        self.steps, self.stats = [], []  # committed: never written twice, whatever follows
+        self.last_commit = time.perf_counter()
         if self.tensors is not None:  # the committed steps' tensors reach the disk too
             self.tensors.flush()
-        self.steps, self.stats = [], []
-        self.last_commit = time.perf_counter()
 
     def close(self) -> None:
         self.flush()
@@ -331,13 +370,8 @@ class RunTensors:
 
 def write_part(folder: Path, name: str, tensors: dict[str, torch.Tensor]) -> None:
     """One part file, written whole or not at all (no digest: parts only live until the merge)."""
-    from safetensors.torch import save_file
-
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{name}.safetensors"
-    partial = path.with_suffix(".partial")
-    save_file({k: v.contiguous() for k, v in tensors.items()}, str(partial))
-    partial.replace(path)
+    write_whole(folder / f"{name}.safetensors", tensors)
 
 
 def merged_tensors(batches: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:

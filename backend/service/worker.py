@@ -65,6 +65,12 @@ def _serve(requests, responses) -> None:
             details = {"preflight": report.to_dict()} if report is not None else {}
             responses.put(("failed", str(error), details, True))
         except BaseException as error:  # noqa: BLE001 - reported to the page; the worker lives on
+            from backend.service.database import refusal
+
+            said = refusal(error)  # the database or the disk refused: one line, as the CLI says it
+            if said is not None:
+                responses.put(("failed", said, {}, True))
+                continue
             message = f"{type(error).__name__}: {error}\n{traceback.format_exc(limit=4)}"
             responses.put(("failed", message, {}, False))
 
