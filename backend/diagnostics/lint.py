@@ -451,19 +451,26 @@ def _aux_ids(engine: str, config: DraftConfig, target: TargetFacts, add) -> None
             )
     else:
         if top is None and nested is not None:
+            # readings.py vllm_v1_wiring / vllm_v2_wiring: vLLM 0.32's V1 runner (its CPU build) reads the
+            # nested ids as HF indices, its V2 runner (the GPU default) ignores them for the defaults.
             fallback = f"HF {defaults}" if defaults else "the defaults HF [2, L//2, L-3]"
-            severity = "info" if defaults == nested_hf else "error"
+            v1_right, v2_right = list(nested) == nested_hf, defaults == nested_hf
+            severity = "info" if v1_right and v2_right else "error"
             add(
                 severity,
                 "aux-ids-field",
-                f"vLLM reads only the top-level eagle_aux_hidden_state_layer_ids; this draft has only the nested "
-                f"eagle_config ids {nested} (HF {nested_hf}), so vLLM silently uses {fallback}"
+                f"This draft has only the nested eagle_config ids {nested} (trained, as SGLang and SpecForge read "
+                f"them, on HF {nested_hf}). vLLM 0.32's V1 runner (the CPU build, VLLM_USE_V2_MODEL_RUNNER=0) "
+                f"reads them as HF indices: HF {list(nested)}"
+                + ("" if v1_right else ", every state one layer low")
+                + f"; its V2 runner (the GPU default) ignores them and uses {fallback}"
                 + (
                     " — the same layers, by luck."
-                    if severity == "info"
+                    if v2_right
                     else " (vLLM PR #50170: acceptance 1.2%, accept length 1.04)."
                 ),
-                f'Add top-level "eagle_aux_hidden_state_layer_ids": {nested_hf} (HF indices).',
+                f'Add top-level "eagle_aux_hidden_state_layer_ids": {nested_hf} (HF indices): both runners read it '
+                "first.",
             )
         if top is not None and defaults and [i + 1 for i in top] == defaults and list(top) != defaults:
             add(

@@ -196,12 +196,16 @@ def _conclude(tally: _Tally, preflight: dict | None, diff: dict | None, probe: d
             signals,
         )
     if tally.level == "error":
+        unseen = probe is None and diff is None
         return Verdict(
             "error",
             "The serving configuration breaks this draft (see the lint).",
             reasons,
-            None,
-            None,
+            "wiring probe" if unseen else None,
+            "the lint's fixes assume the declared wiring is the trained one; only the probe (or the "
+            "training features) can tell"
+            if unseen
+            else None,
             signals,
         )
     if probe is None and diff is None:

