@@ -49,6 +49,8 @@ checks this):
       datasets           datasets: import, list, read samples
       demo_story         the bundled demo's story for Home, read from the demo's own files
       diagnosis          `diagnose` with its models loaded once (CLI and page alike)
+      draft_fix          a copy of a draft with the serving fix written into its config.json
+      engine_check       the replay against a running vLLM, step for step; the wiring it ran named
       evaluate           every (draft, sample) pair of a dataset, summed per draft
       jobs               the job runner: engine records persisted step by step
       models             loaded targets and drafts kept in small LRUs
@@ -60,6 +62,7 @@ checks this):
       requests           what a user asks for, validated once (ReplayRequest, ...)
       runs               stored runs: list, read, delete, export
       tasks              background tasks the dashboard polls
+      vllm_server        vLLM's OpenAI server launched on the pair; one greedy completion on token ids
       warm               the dashboard's model stack imported once per server, in its own thread
       worker             model work in a worker process, not the Streamlit server
     backend.cli          argparse over the service (`python -m backend`); backend.defaults the demo pair

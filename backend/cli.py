@@ -194,7 +194,7 @@ def common(sub, several_drafts: bool = False) -> None:
     sub.add_argument(
         "--engine",
         default="auto",
-        choices=["auto", "sglang", "vllm", "specforge", "speculators", "eagle"],
+        choices=["auto", "sglang", "vllm", "vllm-v2", "specforge", "speculators", "eagle"],
         help="read and run the draft as this engine does (wiring, variant flags, embedding); "
         "auto = the reading of the tool that trained it (docs/reference.md §10)",
     )
@@ -204,6 +204,12 @@ def _preflight_command(commands) -> None:
     pre = commands.add_parser("preflight", help="check a draft against a target")
     common(pre)
     pre.add_argument("--sample-length", type=_positive, help="check the draft's context against this length")
+    pre.add_argument(
+        "--write-fix",
+        metavar="OUT",
+        help="with --engine sglang, vllm or vllm-v2: write a copy of the draft to OUT whose config.json makes "
+        "that engine feed the trained wiring",
+    )
 
 
 def _replay_command(commands) -> None:
@@ -387,7 +393,19 @@ def _serve_check_command(commands) -> None:
     check = commands.add_parser("serve-check", help="per-sample accept length from a server vs the replay")
     common(check)
     check.add_argument(
-        "--url", required=True, help="the SGLang server (its native /generate returns meta_info)"
+        "--url",
+        help="the server: SGLang's (its native /generate returns meta_info), or with --engine vllm vLLM's "
+        "OpenAI server started with --per-request-spec-decode-metrics detailed",
+    )
+    check.add_argument(
+        "--launch",
+        action="store_true",
+        help="with --engine vllm: start vLLM here on 127.0.0.1 with the pair, check, stop it",
+    )
+    check.add_argument(
+        "--vllm-python",
+        metavar="PY",
+        help="the Python that has vLLM, for --launch (default: SPECLENS_VLLM_PYTHON or .venv-vllm/bin/python)",
     )
     check.add_argument("--samples", required=True, help="JSONL samples file: their prompts are sent")
     check.add_argument("--limit", type=_positive, default=8, help="the first N valid samples (default 8)")
@@ -479,6 +497,9 @@ def cmd_preflight(args) -> tuple[dict, str]:
 
     report = preflight(args.draft, args.target, args.sample_length, args.aux_hf_indices).to_dict()
     lines = [f"{c['status'].upper():5} {c['name']}: {c['message']}" for c in report["checks"]]
+    if args.write_fix:
+        report["fixed_draft"] = _write_fix(args, report)
+        lines.append(report["fixed_draft"]["said"])
     if report["engines"]:
         lines.append(f"how each engine reads this draft (training reading: {report['training_engine']}):")
         lines.append(f"  {'engine':<12} {'aux HF':<14} {'feedback':<9} {'embedding':<25} loads")
@@ -490,6 +511,25 @@ def cmd_preflight(args) -> tuple[dict, str]:
             )
     lines.append(f"aux HF indices: {report['aux_hf_indices']}  ->  {'OK' if report['ok'] else 'FAILED'}")
     return report, "\n".join(lines)
+
+
+def _write_fix(args, report: dict) -> dict:
+    from backend.engine.readings import SERVING_ENGINES
+    from backend.service.draft_fix import write_fixed_draft
+
+    if args.engine not in SERVING_ENGINES:
+        raise BadInput(
+            f"--write-fix goes with --engine {' / '.join(SERVING_ENGINES)} (the engine to fix for)"
+        )
+    fix = next((f for f in report["serving_fixes"] if f["engine"] == args.engine), None)
+    if fix is None:
+        return {"path": None, "said": f"no fix to write: {args.engine} already feeds the trained wiring"}
+    path = write_fixed_draft(args.draft, args.write_fix, fix["config_update"])
+    return {
+        "path": str(path),
+        "config_update": fix["config_update"],
+        "said": f"wrote {path}: {fix['message']}",
+    }
 
 
 def load_pair(args, sample_length: int):
@@ -797,7 +837,15 @@ def cmd_observe(args) -> tuple[dict, str]:
 def cmd_serve_check(args) -> tuple[dict, str]:
     from backend.service.observations import ServeCheckSettings, check_server_url, serve_check
 
-    check_server_url(args.url)  # before the target loads
+    vllm = args.engine in ("vllm", "vllm-v2")
+    if (args.url is None) == (not args.launch) or (args.launch and not vllm):
+        raise BadInput(
+            "serve-check: give --url URL, or --launch with --engine vllm (SpecLens starts vLLM on the pair)"
+        )
+    if args.url is not None:
+        check_server_url(args.url)  # before the target loads
+    if vllm:
+        return cmd_vllm_check(args)
     samples, _ = load_samples(args.samples, checked_vocab(args), args.limit)
     settings = ServeCheckSettings(
         args.target,
@@ -819,6 +867,52 @@ def cmd_serve_check(args) -> tuple[dict, str]:
         f"{'mean':>6} {_fmt(result['server_mean_accept_length']):>9} {_fmt(result['replay_mean_accept_length']):>9}"
     )
     lines.append(result["verdict"])
+    return result, "\n".join(lines)
+
+
+def cmd_vllm_check(args) -> tuple[dict, str]:
+    from backend.service.engine_check import EngineCheckSettings, engine_check
+    from backend.service.vllm_server import vllm_python
+
+    if args.launch:
+        vllm_python(args.vllm_python)  # a missing vLLM is refused before the target loads
+    samples, _ = load_samples(args.samples, checked_vocab(args), args.limit)
+    settings = EngineCheckSettings(
+        args.target,
+        args.draft,
+        args.steps,
+        args.max_new_tokens,
+        args.engine,
+        args.aux_hf_indices,
+        timeout=args.timeout,
+        device=args.device,
+        dtype=args.dtype,
+    )
+    bar, progress = percent_bar("vllm-check")
+    try:
+        result = engine_check(
+            args.db, samples, settings, url=args.url, python=args.vllm_python, progress=progress
+        )
+    finally:
+        bar.close()
+    lines = [f"{'prompt':>6} {'vLLM AL':>8} {'replay AL':>9} {'steps':>9}  per-step accepted counts"]
+    for r in result["rows"]:
+        if r["equal_step_for_step"]:
+            said = "equal step for step"
+        else:
+            d = r["first_difference"]
+            said = f"differ from step {d['step']} (vLLM {d['served']}, replay {d['replay']})"
+        lines.append(
+            f"{r['prompt']:>6} {_fmt(r['served_accept_length']):>8} {_fmt(r['replay_accept_length']):>9} "
+            f"{r['served_steps']:>4}/{r['replay_steps']:<4}  {said}"
+            + ("" if r["same_tokens"] in (True, None) else "; the greedy tokens differ")
+        )
+    launched = result.get("launched")
+    if launched and launched.get("aux_layers_line"):
+        lines.append("vLLM's log: " + launched["aux_layers_line"].split("]")[-1].strip())
+    lines.append(f"replayed as {args.engine} with HF {result['wiring']}")
+    lines.append(result["headline"])
+    lines.append(f"kept in {result['folder']} (responses.jsonl: observe --requests reads it)")
     return result, "\n".join(lines)
 
 

@@ -66,6 +66,7 @@ viewer.viewer(run, steps)
 has_reference = bool(stored_runs.token_stat_references(state.db(), run.id))
 references.reference_adder(run, expanded=not has_reference)
 summary.run_summary(run, steps)
+summary.served_by_vllm(run, steps)
 
 if run.status == "running" and not tasks.MANAGER.get(st.session_state.get("decode_task")):
     # A run recording elsewhere (the CLI, or a job this browser session lost on reload): the page

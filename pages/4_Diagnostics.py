@@ -2,7 +2,7 @@
 
 One verdict first (`diagnose`, and the cheap checks below it), then a tab each: checkpoint doctor,
 wiring probe, train-vs-serve diff, serving-flag lint, training accuracy vs live acceptance, the
-speed-up what-if and the server's numbers beside the replay. Model work runs as background tasks;
+speed-up what-if, the server's numbers beside the replay and the replay held against vLLM. Model work runs as background tasks;
 the render code lives in ui/diagnostics/."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import streamlit as st
 
 from ui import state
-from ui.diagnostics import agreement, diff, doctor, lint, probe, server, verdict, whatif
+from ui.diagnostics import agreement, diff, doctor, lint, probe, server, verdict, vllm, whatif
 from ui.html import CSS, md
 
 st.set_page_config(page_title="SpecLens · Diagnostics", layout="wide")
@@ -29,6 +29,7 @@ TABS = {
     "Accuracy vs live": agreement.agreement_tab,
     "Speed-up what-if": whatif.whatif_tab,
     "Server vs replay": server.server_tab,
+    "Served by vLLM": vllm.vllm_tab,
 }
 for tab, render in zip(st.tabs(list(TABS)), TABS.values(), strict=True):
     with tab:

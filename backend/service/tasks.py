@@ -266,6 +266,14 @@ def probe_job(target_path, draft_path, samples, num_steps, budget, live, *, prog
     return {**found.to_dict(), "target": target_path, "draft": draft_path}
 
 
+@job("vllm-check", lambda db_url, settings, *_: f"vLLM check {_name(settings.draft_path)}")
+def vllm_check_job(db_url: str | None, settings, samples, url: str | None, *, progress: Progress) -> dict:
+    """The replay against vLLM (backend/service/engine_check.py): at `url`, or launched here (None)."""
+    from backend.service.engine_check import engine_check
+
+    return engine_check(db_url, samples, settings, url=url, progress=progress)
+
+
 @job("diagnose", lambda target_path, draft_path, *_: f"diagnose {_name(draft_path)}")
 def diagnose_job(target_path, draft_path, samples, options: dict, *, progress: Progress) -> dict:
     """`options`: sglang, vllm, context, engine, num_steps, live_samples (the CLI's flags)."""

@@ -7,8 +7,9 @@ import streamlit as st
 
 from backend.engine.metrics import DEFINITIONS
 from backend.engine.records import StepRecord
+from backend.service.engine_check import first_difference, served_beside
 from backend.service.runs import RunInfo
-from ui import charts
+from ui import charts, state
 from ui.runs import ACCEPT_LENGTH_HELP
 
 
@@ -38,4 +39,31 @@ def run_summary(run: RunInfo, steps: list[StepRecord]) -> None:
     st.caption(
         f"{ACCEPT_LENGTH_HELP}. Marginal: {DEFINITIONS.get('per_position_marginal', '')}. "
         f"Conditional: {DEFINITIONS.get('per_position_conditional', '')}."
+    )
+
+
+def served_by_vllm(run: RunInfo, steps: list[StepRecord]) -> None:
+    """vLLM's own accepted count per step beside the replay's, when an engine check served this prompt."""
+    served = served_beside(state.db(), run)
+    if served is None:
+        return
+    replayed = [s.accepted_count for s in steps]
+    st.subheader("Served by vLLM")
+    step = first_difference(served["served_per_step"], replayed)
+    said = (
+        "equal step for step"
+        if step is None
+        else f"first difference at step {step}: vLLM accepted "
+        f"{served['served_per_step'][step] if step < len(served['served_per_step']) else '-'}, "
+        f"the replay {replayed[step] if step < len(replayed) else '-'}"
+    )
+    (st.success if step is None else st.warning)(
+        f"vLLM at {served['url']} (check {served['check']}"
+        + ("" if served["same_run"] else ", the same prompt and K")
+        + f"): {said}"
+    )
+    st.plotly_chart(charts.served_steps(served["served_per_step"], replayed, step), key="decode_served_steps")
+    st.caption(
+        "Accepted drafts a per verify step: vLLM's metrics.speculative_decoding.per_step_accepted beside the "
+        "replay's (a + 1 tokens committed per step, bonus included)."
     )

@@ -1,0 +1,68 @@
+"""The replay-against-vLLM check without a server: how per-step counts are compared and named, what the
+CLI refuses before anything loads, and the serving fix preflight writes (its effect on a running vLLM is
+tests/real_engine/test_vllm.py)."""
+
+from __future__ import annotations
+
+import json
+
+from backend.engine.readings import wiring_fix
+from backend.service.engine_check import compare, first_difference
+from tests.support.cli import cli_json, run_cli
+
+TOY = ("--target", "demo/target", "--draft", "demo/drafts/final")
+
+
+def test_first_difference_names_the_first_unequal_step_or_a_length_mismatch():
+    assert first_difference([1, 0, 3], [1, 0, 3]) is None
+    assert first_difference([1, 0, 3], [1, 2, 3]) == 1
+    assert first_difference([1, 0], [1, 0, 2]) == 2  # one ran a step more
+    assert first_difference([], []) is None
+
+
+def test_compare_reports_both_counts_at_the_first_difference():
+    served = {"per_step": [2, 1, 0], "accept_length": 2.0, "token_ids": [5, 6, 7, 8, 9, 10]}
+    replayed = {"per_step": [2, 0, 1], "accept_length": 2.0, "output_ids": [5, 6, 7, 8, 9, 10], "run_id": 3}
+    row = compare(0, served, replayed)
+    assert not row["equal_step_for_step"] and row["same_tokens"]
+    assert row["first_difference"] == {"step": 1, "served": 1, "replay": 0}
+    row = compare(1, served, {**replayed, "per_step": [2, 1, 0]})
+    assert row["equal_step_for_step"] and row["first_difference"] is None
+
+
+def test_serve_check_refuses_a_missing_server_or_vllm_in_one_line():
+    base = ("serve-check", *TOY, "--samples", "demo/data/eval.jsonl")
+    for args, said in (
+        (("--launch",), "--launch with --engine vllm"),
+        ((), "give --url URL"),
+        (("--engine", "vllm", "--launch", "--url", "http://127.0.0.1:1"), "give --url URL"),
+        (("--engine", "vllm", "--launch", "--vllm-python", "/nonexistent/python"), "/nonexistent/python"),
+    ):
+        done = run_cli(*base, *args)
+        assert done.returncode == 2, (args, done.stderr[-500:])
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and said in lines[0] and "Traceback" not in done.stderr, (args, lines)
+
+
+def test_preflight_names_vllms_wiring_and_writes_the_fix_both_runners_read(tmp_path):
+    # the toy final is a SpecForge draft: nested [1, 5, 8] = HF [2, 6, 9]
+    report = cli_json("preflight", *TOY, "--engine", "vllm", "--write-fix", str(tmp_path / "fixed"))
+    fixes = {f["engine"]: f for f in report["serving_fixes"]}
+    assert fixes["vllm"]["fed"] == [1, 5, 8] and fixes["vllm"]["trained"] == [2, 6, 9]
+    assert "vllm-v2" not in fixes and "sglang" not in fixes  # the V2 runner's default is [2, 6, 9] here
+    config = json.loads((tmp_path / "fixed" / "config.json").read_text())
+    assert config["eagle_aux_hidden_state_layer_ids"] == [2, 6, 9]
+    assert config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [1, 5, 8]  # SGLang's, kept
+    fixed = cli_json("preflight", "--target", "demo/target", "--draft", str(tmp_path / "fixed"))
+    assert fixed["serving_fixes"] == []
+    assert {e: v["aux_hf_indices"] for e, v in fixed["engines"].items() if e != "eagle"} == dict.fromkeys(
+        ("sglang", "vllm", "vllm-v2", "specforge", "speculators"), [2, 6, 9]
+    )
+    again = run_cli("preflight", *TOY, "--engine", "vllm", "--write-fix", str(tmp_path / "fixed"))
+    assert again.returncode == 2 and "not empty" in again.stderr
+
+
+def test_the_sglang_fix_is_written_in_output_of_layer_ids():
+    words, keys = wiring_fix("sglang", [2, 15, 27])
+    assert keys == {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 14, 26]}} and "HF - 1" in words
+    assert wiring_fix("vllm", [2, 15, 27])[1] == {"eagle_aux_hidden_state_layer_ids": [2, 15, 27]}
