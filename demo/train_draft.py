@@ -15,6 +15,7 @@ import math
 import time
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -37,12 +38,34 @@ def draft_vocabulary(records: list[dict], draft_vocab: int) -> list[int]:
     return sorted(ranked)
 
 
-def new_draft(config_dict: dict, target, used_ids: list[int], seed: int) -> Eagle3Draft:
+def ranked_vocabulary(records: list[dict], target_vocab: int) -> list[int]:
+    """Target ids in the order a draft vocabulary takes them: the training answers' tokens by frequency
+    (ties by id), then the prompts' tokens by frequency, then every other id in id order (a BPE
+    tokenizer's low ids are its earliest, most frequent merges)."""
+    answers, prompts = Counter(), Counter()
+    for r in records:
+        for t, m in zip(r["input_ids"], r["loss_mask"], strict=True):
+            (answers if m else prompts)[t] += 1
+    ranked = sorted(answers, key=lambda t: (-answers[t], t))
+    seen = set(ranked)
+    ranked += [t for t in sorted(prompts, key=lambda t: (-prompts[t], t)) if t not in seen]
+    seen = set(ranked)
+    return ranked + [t for t in range(target_vocab) if t not in seen]
+
+
+def new_draft(config_dict: dict, target, used_ids: list[int], seed: int, head_from_target: bool = False):
+    """A fresh draft sharing (and never training) the target's embedding. `head_from_target`: its
+    lm_head starts as the target's head rows for the draft vocabulary and its final norm as the
+    target's (vLLM speculators' `load_verifier_weights`; SmolLM2's head is its tied embedding)."""
     torch.manual_seed(seed)
     draft = Eagle3Draft(parse_draft_config(config_dict), target.get_input_embeddings())
     d2t, _ = vocab_mapping(used_ids, target.config.vocab_size)
     draft.d2t.copy_(d2t)
     draft.has_vocab_mapping = True
+    if head_from_target:
+        with torch.no_grad():
+            draft.lm_head.weight.copy_(target.lm_head.weight[torch.tensor(sorted(used_ids))])
+            draft.norm.weight.copy_(target.model.norm.weight)
     return draft
 
 
@@ -134,6 +157,7 @@ class DraftSchedule:
     seed: int
     pack_tokens: int = 512
     peak_lr: float = 2e-3
+    checkpoint: Path | None = None  # where the run's state is kept after each epoch (resumable)
 
 
 def train_draft(
@@ -146,7 +170,10 @@ def train_draft(
     on_epoch=None,
     log=print,
 ) -> Eagle3Draft:
-    epochs, steps, seed = schedule.epochs, schedule.steps, schedule.seed
+    """Train `draft` in place. `on_epoch(epoch, draft)` runs after each epoch (the draft in eval mode);
+    a true return stops training there (early stopping). With `schedule.checkpoint`, the run's state (weights,
+    optimizer, data order, epoch) is saved after every epoch and a stopped run resumes from it."""
+    epochs, steps, seed, checkpoint = schedule.epochs, schedule.steps, schedule.seed, schedule.checkpoint
     pack_tokens, peak_lr = schedule.pack_tokens, schedule.peak_lr
     for parameter in target.parameters():
         parameter.requires_grad_(False)
@@ -158,9 +185,20 @@ def train_draft(
     per_epoch = len(packs(lengths, pack_tokens, torch.Generator().manual_seed(seed)))
     total_updates = epochs * per_epoch
     optimizer = torch.optim.AdamW(draft.parameters(), lr=peak_lr, betas=(0.9, 0.95), weight_decay=0.0)
-    update, start = 0, time.time()
+    update, start, first_epoch = 0, time.time(), 0
+    if checkpoint is not None and checkpoint.exists():
+        state = torch.load(checkpoint, weights_only=True)
+        draft.load_state_dict(state["draft"])
+        optimizer.load_state_dict(state["optimizer"])
+        generator.set_state(state["generator"])
+        update, first_epoch = state["update"], state["epoch"]
+        log(f"resumed from {checkpoint} after epoch {first_epoch}")
+        if state["stopped"]:
+            draft.eval()
+            return draft
+    resumed_update = update
     draft.train()
-    for epoch in range(epochs):
+    for epoch in range(first_epoch, epochs):
         tallies = [[0, 0] for _ in range(steps)]
         for batch in packs(lengths, pack_tokens, generator):
             warm = max(1, total_updates // 30)
@@ -187,13 +225,27 @@ def train_draft(
                 elapsed = time.time() - start
                 log(
                     f"draft update {update}/{total_updates}  loss {loss.item():.3f}  "
-                    f"eta {elapsed / update * (total_updates - update) / 60:.1f} min"
+                    f"eta {elapsed / (update - resumed_update) * (total_updates - update) / 60:.1f} min"
                 )
         accs = " ".join(f"{c / max(1, n):.3f}" for c, n in tallies)
         log(f"draft epoch {epoch + 1}/{epochs}: training acc_0..{steps - 1} = {accs}")
+        stop = False
         if on_epoch is not None:
             draft.eval()
-            on_epoch(epoch + 1, draft)
+            stop = bool(on_epoch(epoch + 1, draft))
             draft.train()
+        if checkpoint is not None:
+            state = {
+                "draft": draft.state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "generator": generator.get_state(),
+                "update": update,
+                "epoch": epoch + 1,
+                "stopped": stop,
+            }
+            torch.save(state, checkpoint.with_suffix(".partial"))
+            checkpoint.with_suffix(".partial").replace(checkpoint)
+        if stop:
+            break
     draft.eval()
     return draft
