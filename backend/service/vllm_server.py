@@ -52,18 +52,26 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def launch_command(python: Path, target: str, draft: str, num_steps: int, max_model_len: int, port: int):
-    speculative = {"method": "eagle3", "model": str(draft), "num_speculative_tokens": num_steps}
+def launch_command(
+    python: Path, target: str, draft: str | None, num_steps: int, max_model_len: int, port: int
+) -> list[str]:
+    """vLLM's OpenAI server on the pair (draft None: the target alone, the bench's baseline)."""
+    speculative = []
+    if draft is not None:
+        config = {"method": "eagle3", "model": str(draft), "num_speculative_tokens": num_steps}
+        speculative = [
+            "--speculative-config",
+            json.dumps(config),
+            "--per-request-spec-decode-metrics",
+            "detailed",
+        ]
     return [
         str(python),
         "-m",
         "vllm.entrypoints.openai.api_server",
         "--model",
         str(target),
-        "--speculative-config",
-        json.dumps(speculative),
-        "--per-request-spec-decode-metrics",
-        "detailed",
+        *speculative,
         "--dtype",
         "float32",
         "--enforce-eager",
@@ -118,7 +126,7 @@ def _why_it_died(log_path: Path) -> str:
 @contextmanager
 def launched_server(
     target: str,
-    draft: str,
+    draft: str | None,
     num_steps: int,
     log_path: Path,
     python: str | None = None,
