@@ -18,6 +18,7 @@ import torch
 from backend.diagnostics.probe import ProbeSettings, describe, run_probe
 from backend.diagnostics.reading_probe import rope_scaling, run_reading_probe
 from backend.engine.metrics import acceptance_metrics, simulated_accept_length
+from backend.engine.readings import SERVING_ENGINES, wiring_fix
 from backend.engine.records import PrefillRecord, Progress, no_progress
 from backend.engine.replay import ReplayConfig, replay
 from backend.engine.teacher import (
@@ -136,10 +137,25 @@ def preflight_findings(report: dict, engine: str) -> list[Finding]:
                 )
             )
     training = report.get("training_engine")
-    serving = engine if engine in ("sglang", "vllm") else None
+    serving = engine if engine in SERVING_ENGINES else None
+    for fix in report.get("serving_fixes", []):  # readings.serving_wiring_findings: one per engine
+        if serving and fix["engine"] != serving:
+            continue
+        found.append(
+            Finding(
+                "aux-wiring",
+                "fail" if serving else "info",  # named: the engine under test; else what each would do
+                f"served by {fix['engine']}: {fix['message']}",
+                {"engine": fix["engine"], "fed": fix["fed"], "trained": fix["trained"]},
+                f"In the draft's config.json: {wiring_fix(fix['engine'], fix['trained'])[0]} "
+                f"(python -m backend preflight --engine {fix['engine']} --write-fix OUT writes the copy).",
+            )
+        )
     for item in report.get("disagreements", []):
         if training not in item["engines"] or (serving and serving not in item["engines"]):
             continue
+        if item["what"] == "wiring" and "serving_fixes" in report:
+            continue  # said once per engine above, with its fix
         other = next(e for e in item["engines"] if e != training)
         cls = "aux-wiring" if item["what"] == "wiring" else "variant-flags"
         severity = "fail" if serving and item["what"] != "own_embedding" else "warn"
