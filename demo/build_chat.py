@@ -58,7 +58,10 @@ class Plan:
     coverage: float = 0.99
     draft_intermediate: int = 1536  # the target's own MLP width
     ttt_steps: int = 4
-    epochs: int = 10  # at most; the schedule's cosine spans these, early stopping ends sooner
+    # at most; the schedule's cosine spans these, early stopping ends sooner. On 2 cores one epoch of the
+    # 1,299 records takes about 12 min (285 updates), so final (6) and miswired (3) fit one session
+    epochs: int = 6
+    miswired_epochs: int = 3  # miswired only has to be good on its true wiring for the ratio
     patience: int = 2  # epochs without a better held-out accept length before training stops
     heldout_prompts: int = 8  # held-out chat prompts (never HumanEval) scored after every epoch
     heldout_new_tokens: int = 64
@@ -78,6 +81,7 @@ QUICK = replace(
     eval_new_tokens=16,
     draft_vocab=512,
     epochs=2,
+    miswired_epochs=1,
     heldout_prompts=2,
     heldout_new_tokens=16,
     sharegpt=4,
@@ -398,7 +402,9 @@ def build(out: Path, work: Path, plan: Plan, target_dir: Path) -> None:
             per_prompt.append(sum(a + 1 for a in counts) / max(1, len(counts)))
         return sum(per_prompt) / len(per_prompt), per_prompt
 
-    def train(name: str, features: list[dict], aux_columns: list[int], hf_indices: list[int], seed: int):
+    def train(
+        name: str, features: list[dict], aux_columns: list[int], hf_indices: list[int], seed: int, epochs: int
+    ):
         """Train until the held-out accept length stops improving; export the best epoch as `name`."""
         curve_file = work / f"curve_{name}.json"
         best_file = work / f"best_{name}.pt"
@@ -435,7 +441,7 @@ def build(out: Path, work: Path, plan: Plan, target_dir: Path) -> None:
             features,
             aux_columns,
             train_draft.DraftSchedule(
-                plan.epochs, plan.ttt_steps, seed, plan.pack_tokens, plan.draft_lr, work / f"train_{name}.pt"
+                epochs, plan.ttt_steps, seed, plan.pack_tokens, plan.draft_lr, work / f"train_{name}.pt"
             ),
             on_epoch=on_epoch,
             log=log,
@@ -464,8 +470,10 @@ def build(out: Path, work: Path, plan: Plan, target_dir: Path) -> None:
         features = features_of("chat", records, columns)
         make_data.write_feature_files(data_dir / "features", features[: plan.feature_files], declared_columns)
         runs = {
-            "final": train("final", features, declared_columns, wiring["declared"], SEED + 3),
-            "miswired": train("miswired", features, miswired_columns, wiring["miswired"], SEED + 4),
+            "final": train("final", features, declared_columns, wiring["declared"], SEED + 3, plan.epochs),
+            "miswired": train(
+                "miswired", features, miswired_columns, wiring["miswired"], SEED + 4, plan.miswired_epochs
+            ),
         }
         (drafts_dir / "miswired" / "TRAINED_WIRING.json").write_text(
             json.dumps(
