@@ -149,6 +149,7 @@ def launched_server(
             stdin=subprocess.DEVNULL,
             env={**os.environ, **LAUNCH_ENV},
             start_new_session=True,
+            preexec_fn=_die_with_parent,  # noqa: PLW1509 - one prctl call, no Python state touched
         )
     server = Launched(f"http://127.0.0.1:{port}", log_path, command)
     try:
@@ -170,6 +171,17 @@ def launched_server(
         yield server
     finally:
         _stop(process)
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGTERM when the launching process dies (a dashboard worker killed
+    mid-check must not leave vLLM serving on its own; vLLM stops its engine processes on SIGTERM)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass  # not Linux: the finally of launched_server is the only stop
 
 
 def _healthy(url: str) -> bool:
