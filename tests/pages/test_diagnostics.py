@@ -43,8 +43,10 @@ def test_the_verdict_on_miswired_points_at_the_probe_and_then_names_the_trained_
     assert diagnostics.session_state["global_draft"] == str(DEMO_DRAFTS / "miswired")
     ok(diagnostics.button(key="verdict_run").click().run())
     diagnostics = ok(finish(diagnostics, "verdict_task"))
-    shown = " ".join(i.value for i in diagnostics.info)
-    assert "Unverified" in shown and "Next: run the wiring probe" in shown
+    shown = " ".join(i.value for i in [*diagnostics.info, *diagnostics.error, *diagnostics.warning])
+    # the cheap checks cannot see the miswiring; they do see vLLM 0.32's V1 runner (the CPU build) feeding
+    # SpecForge's nested ids one layer low, and still send the user to the probe
+    assert "serving configuration breaks" in shown and "Next: run the wiring probe" in shown, shown
     assert not any("passed" in s.value.lower() for s in diagnostics.success)
     target = diagnostics.session_state["global_target"]
     checks.remember_probe(
