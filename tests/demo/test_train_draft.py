@@ -6,14 +6,11 @@ from __future__ import annotations
 
 import random
 
-import torch
-
-from backend.engine.synthetic import TargetShape, draft_config_dict, make_target
-from demo import make_data, train_draft
-from demo.build_chat import seed_cache, vocabulary_size
-
 
 def _setup(tmp_path):
+    from backend.engine.synthetic import TargetShape, draft_config_dict, make_target
+    from demo import make_data, train_draft
+
     target = make_target(
         tmp_path / "target", TargetShape(num_layers=4, hidden=32, vocab=96, heads=2, kv_heads=1)
     )
@@ -31,6 +28,8 @@ def _setup(tmp_path):
 
 
 def _train(target, features, used, config, epochs, checkpoint=None, stop_at=None):
+    from demo import train_draft
+
     draft = train_draft.new_draft(config, target, used, seed=5, head_from_target=True)
     seen = []
 
@@ -44,6 +43,10 @@ def _train(target, features, used, config, epochs, checkpoint=None, stop_at=None
 
 
 def test_a_stopped_run_resumes_to_the_weights_of_an_unstopped_one(tmp_path):
+    import torch
+
+    from demo import train_draft
+
     target, _, features, used, config = _setup(tmp_path)
     whole, seen = _train(target, features, used, config, 3)
     assert seen == [1, 2, 3]
@@ -87,6 +90,10 @@ def test_early_stopping_ends_the_run_and_a_resume_keeps_it_ended(tmp_path):
 
 
 def test_the_head_starts_as_the_targets_rows_and_the_embedding_is_not_trained(tmp_path):
+    import torch
+
+    from demo import train_draft
+
     target, _, _, used, config = _setup(tmp_path)
     draft = train_draft.new_draft(config, target, used, seed=5, head_from_target=True)
     assert torch.equal(draft.lm_head.weight, target.lm_head.weight[torch.tensor(used)])
@@ -95,6 +102,9 @@ def test_the_head_starts_as_the_targets_rows_and_the_embedding_is_not_trained(tm
 
 
 def test_the_vocabulary_ranks_answers_then_prompts_then_low_ids():
+    from demo import train_draft
+    from demo.build_chat import vocabulary_size
+
     records = [{"input_ids": [9, 9, 7, 5, 5, 5], "loss_mask": [0, 0, 0, 1, 1, 1]}]
     ranked = train_draft.ranked_vocabulary(records, 12)
     assert ranked[:3] == [5, 9, 7] and sorted(ranked) == list(range(12))
@@ -104,6 +114,8 @@ def test_the_vocabulary_ranks_answers_then_prompts_then_low_ids():
 
 
 def test_the_answers_cache_is_seeded_from_an_earlier_train_file(tmp_path):
+    from demo.build_chat import seed_cache
+
     prompts = [{"prompt": "a"}, {"prompt": "b"}, {"prompt": "c"}]
     earlier = [
         {"prompt": "a", "input_ids": [1, 2, 3], "n_prompt_tokens": 2},
