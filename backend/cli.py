@@ -221,6 +221,12 @@ def _replay_command(commands) -> None:
         "--samples", help="JSONL samples file; the prompt is a sample's first n_prompt_tokens"
     )
     rep.add_argument("--index", type=int, default=0, help="which valid sample of --samples (0-based)")
+    rep.add_argument(
+        "--chat-template",
+        action="store_true",
+        help="with --prompt: send it as one user message behind the target's chat template (as a chat "
+        "server does); without it the text is tokenized raw",
+    )
     rep.add_argument("--db", help="SQLAlchemy URL (default: SPECLENS_DB_URL or sqlite:///data/speclens.db)")
     rep.add_argument("--no-record", action="store_true", help="skip probabilities and hidden states")
     decoding_flags(rep)
@@ -559,7 +565,7 @@ def cmd_replay(args) -> tuple[dict, str]:
         sample = sample_at(args.samples, args.index, vocab_size)
         source = {"prompt_ids": tuple(sample.prompt_ids), "sample_ref": f"{args.samples}#{args.index}"}
     else:
-        source = {"prompt_text": args.prompt, "sample_ref": "prompt"}
+        source = {"prompt_text": args.prompt, "sample_ref": "prompt", "chat_template": args.chat_template}
     request = ReplayRequest(
         args.target,
         args.draft,

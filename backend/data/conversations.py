@@ -256,3 +256,17 @@ def _render_by_prefixes(tokenizer, messages: list[dict], line: int, source: str)
         raise ValueError("the conversation renders to no tokens")
     text = _text_of(tokenizer, messages, len(messages))
     return Sample(input_ids, loss_mask, prompt_len, source, line, {"text": text[:20000]})
+
+
+def user_prompt_ids(tokenizer, text: str) -> list[int]:
+    """A typed prompt as a chat server receives it: one user message rendered with the target's chat
+    template and its generation prompt (the assistant's header), tokenized without added specials (the
+    template writes them). BadInput when the tokenizer has no template."""
+    from backend import BadInput
+
+    if not getattr(tokenizer, "chat_template", None):
+        where = getattr(tokenizer, "name_or_path", "") or "the target"
+        raise BadInput(f"{where}: its tokenizer has no chat template; send the prompt raw")
+    return _tokens(
+        tokenizer, _text_of(tokenizer, [{"role": "user", "content": text}], 1, generation_prompt=True)
+    )

@@ -38,6 +38,7 @@ class ReplayRequest:
     draft: str  # draft directory
     prompt_ids: tuple[int, ...] | None = None  # token ids, used as they are (no template, no BOS)
     prompt_text: str | None = None  # or text, tokenized with the target's tokenizer
+    chat_template: bool = False  # prompt_text as one user message behind the target's chat template
     num_steps: int = 4  # K
     max_new_tokens: int = 128
     aux_hf_indices: tuple[int, ...] | None = None  # wiring override (HF indices); None = declared
@@ -76,6 +77,10 @@ class ReplayRequest:
             self.prompt_text is not None and not self.prompt_text.strip()
         ):
             raise BadInput("the prompt is empty")
+        if self.chat_template and self.prompt_text is None:
+            raise BadInput(
+                "the chat template applies to prompt text, not to token ids (they are used as they are)"
+            )
         if self.max_new_tokens < 1:
             raise BadInput(f"max new tokens must be >= 1, got {self.max_new_tokens}")
 
@@ -149,7 +154,12 @@ class ReplayRequest:
             return list(self.prompt_ids)
         if tokenizer is None:
             raise BadInput(f"target {self.target} has no tokenizer; use a sample's token ids instead")
-        ids = tokenizer(self.prompt_text)["input_ids"]
+        if self.chat_template:
+            from backend.data.conversations import user_prompt_ids
+
+            ids = user_prompt_ids(tokenizer, self.prompt_text)
+        else:
+            ids = tokenizer(self.prompt_text)["input_ids"]
         if not ids:
             raise BadInput("the prompt tokenizes to nothing")
         return ids

@@ -77,3 +77,27 @@ def test_a_run_without_verify_steps_is_explained_not_shown_as_zero(db):
     assert app.metric[0].value == "—" and app.metric[2].value == "0"
     assert "No verify step ran" in app.info[0].value and "accept length is undefined" in app.info[0].value
     assert "limit of 1 new token(s) was reached" in app.info[0].value
+
+
+def test_a_typed_prompt_goes_behind_the_targets_chat_template_unless_unticked(db):
+    """A chat target's typed prompt is sent as a chat server sends it (one user message, the
+    assistant's header after it); unticking the box sends the text raw."""
+    from backend.data.conversations import user_prompt_ids
+    from backend.engine.loading import load_tokenizer
+    from backend.service.runs import get_run_with_steps
+
+    app = ok(page("2_Decode").run())
+    app.radio(key="decode_mode").set_value("Typed prompt").run()
+    assert app.checkbox(key="decode_chat_template").value is True  # the demo target has a template
+    typed = app.text_area(key="decode_prompt").value
+    tokenizer = load_tokenizer(app.session_state["global_target"])
+    prompts = []
+    for templated in (True, False):
+        app.checkbox(key="decode_chat_template").set_value(templated).run()
+        app.number_input(key="decode_max_new").set_value(1).run()
+        app.button(key="decode_start").click().run()
+        app = ok(finish(app, "decode_task"))
+        run, _ = get_run_with_steps(db, app.session_state["global_run_id"])
+        prompts.append(list(run.prompt_ids))
+    assert prompts[0] == user_prompt_ids(tokenizer, typed)
+    assert prompts[1] == tokenizer(typed)["input_ids"] and prompts[0] != prompts[1]

@@ -18,6 +18,7 @@ def request(**kwargs) -> ReplayRequest:
         ({"prompt_ids": None}, "exactly one of prompt ids or prompt text"),
         ({"prompt_text": "hi"}, "exactly one of prompt ids or prompt text"),
         ({"prompt_ids": []}, "the prompt is empty"),
+        ({"chat_template": True}, "the chat template applies to prompt text"),
         ({"prompt_ids": None, "prompt_text": "  "}, "the prompt is empty"),
         ({"num_steps": 0}, "K \\(draft steps\\) must be in 1.."),
         ({"num_steps": MAX_STEPS + 1}, "K \\(draft steps\\) must be in 1.."),
@@ -101,3 +102,37 @@ def test_sglang_rewrites_are_applied_and_both_values_kept():
     assert sglang_shape(None, None, None, "Qwen3ForCausalLM")[0].topk == 1
     with pytest.raises(ValueError, match="requires --speculative-num-steps"):
         sglang_shape(None, 4, 8)
+
+
+SMOLLM2 = __import__("pathlib").Path(__file__).resolve().parents[2] / "demo" / "smollm2"
+
+
+@pytest.mark.skipif(
+    not (SMOLLM2 / "target" / "tokenizer.json").is_file(), reason="run python -m demo.smollm2"
+)
+def test_a_typed_prompt_behind_the_chat_template_is_what_the_bundled_eval_set_holds():
+    """The chat template on a typed prompt renders exactly the ids the real pair's HumanEval samples
+    hold (demo/build_chat rendered them with apply_chat_template); raw text gets no template."""
+    import json
+
+    from backend.engine.loading import load_tokenizer
+
+    tokenizer = load_tokenizer(SMOLLM2 / "target")
+    with open(SMOLLM2 / "data" / "eval.jsonl") as lines:
+        records = [json.loads(next(lines)) for _ in range(3)]
+    for record in records:
+        typed = ReplayRequest("t", "d", prompt_text=record["prompt"], chat_template=True)
+        assert typed.prompt_for(tokenizer) == record["input_ids"][: record["n_prompt_tokens"]]
+        raw = ReplayRequest("t", "d", prompt_text=record["prompt"]).prompt_for(tokenizer)
+        assert "<|im_start|>" not in tokenizer.decode(raw)
+
+
+def test_a_tokenizer_without_a_chat_template_is_refused_with_its_name():
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer(models.WordLevel({"a": 0, "[UNK]": 1}, "[UNK]"))
+    )
+    with pytest.raises(BadInput, match="has no chat template"):
+        ReplayRequest("t", "d", prompt_text="a", chat_template=True).prompt_for(tokenizer)

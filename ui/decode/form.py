@@ -21,12 +21,32 @@ TREE_HELP = (
 )
 
 
+@st.cache_data(show_spinner=False, max_entries=8)
+def has_chat_template(target_path: str) -> bool:
+    """Whether the target's tokenizer files carry a chat template (read from disk, no model load)."""
+    from backend.engine.loading import load_tokenizer
+
+    try:
+        tokenizer = load_tokenizer(target_path)
+    except Exception:  # noqa: BLE001 - an unreadable target is reported by the sidebar; no template here
+        return False
+    return bool(getattr(tokenizer, "chat_template", None))
+
+
 def _prompt_source() -> dict | None:
     """The request's prompt fields: a dataset sample's ids as they are, or typed text."""
     mode = st.radio("Prompt from", ["Dataset sample", "Typed prompt"], horizontal=True, key="decode_mode")
     if mode == "Typed prompt":
         typed = st.text_area("Prompt", "def parse_header(line):\n", key="decode_prompt")
-        return {"prompt_text": typed, "sample_ref": "prompt"}
+        templated = st.checkbox(
+            "Apply the target's chat template",
+            value=has_chat_template(state.target_path()),
+            key="decode_chat_template",
+            help="Send the prompt as one user message behind the target's chat template, with the "
+            "assistant's header after it, as a chat server does. Off: the text is tokenized raw (a base "
+            "model, or to see what a raw prompt does to a chat-trained draft).",
+        )
+        return {"prompt_text": typed, "sample_ref": "prompt", "chat_template": templated}
     preset = st.session_state.get("decode_sample")
     dataset_id, samples = dataset_picker("decode_dataset", preset[0] if preset else None)
     if not samples:

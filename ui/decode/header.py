@@ -19,6 +19,7 @@ from ui.html import md
 from ui.pickers import run_label
 from ui.runs import ACCEPT_LENGTH_HELP
 from ui.tables import engine_readings as engine_table
+from ui.tokens import Pieces
 
 SHORT_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 TARGET_FORWARDS = {  # params.target_forward (backend/engine/lean_target.py)
@@ -140,13 +141,18 @@ def no_steps(run: RunInfo) -> None:
     if run.status != "finished":
         return
     limit = run.params.get("max_new_tokens")
-    why = (
-        f"the run's limit of {limit} new token(s) was reached"
-        if limit is not None and len(run.output_ids) >= limit
-        else "the target ended at its end-of-sequence token"
-    )
+    if limit is not None and len(run.output_ids) >= limit:
+        st.info(
+            f"No verify step ran: the output is {len(run.output_ids)} token(s), the target's own first "
+            f"token from the prefill, and then the run's limit of {limit} new token(s) was reached. There "
+            "is no draft to judge, so accept length is undefined (—). Raise Max new tokens."
+        )
+        return
+    last = run.output_ids[-1] if run.output_ids else None
+    shown = "" if last is None else f" {md(repr(Pieces(run.target_path)(last)))} (id {last})"
     st.info(
-        f"No verify step ran: the output is {len(run.output_ids)} token(s), the target's own first "
-        f"token from the prefill, and then {why}. There is no draft to judge, so accept length is "
-        "undefined (—). Raise Max new tokens or pick a longer prompt or a dataset sample."
+        f"No verify step ran: the target ended at once. Its first token from the prefill was its "
+        f"end-of-sequence token{shown}, so there is no draft to judge and accept length is undefined (—). "
+        "A chat model given a raw prompt often ends like this: tick **Apply the target's chat template** "
+        "for a typed prompt, or pick a dataset sample rendered with the template."
     )
