@@ -13,6 +13,14 @@ DEMO = REPO / "demo"
 DEMO_TARGET = DEMO / "target"
 DEMO_DRAFTS = DEMO / "drafts"
 DEMO_EVAL = DEMO / "data" / "eval.jsonl"
+SMOLLM2 = DEMO / "smollm2"
+
+# Each bundled pair's eval sets, registered on a fresh database (the toy's first: it keeps id 1).
+BUNDLED_EVAL_SETS = (
+    ("demo eval (bundled)", DEMO_EVAL),
+    ("SmolLM2: HumanEval + chat, behind the chat template (bundled)", SMOLLM2 / "data" / "eval.jsonl"),
+    ("SmolLM2: HumanEval, raw prompts, no template (bundled)", SMOLLM2 / "data" / "eval_raw.jsonl"),
+)
 
 
 def default_target() -> str:

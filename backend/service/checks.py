@@ -90,3 +90,20 @@ def verdict(signals: dict, target_path: str, draft_path: str) -> dict:
         signals.get("diff_note"),
         known_probe(target_path, draft_path),
     ).to_dict()
+
+
+def has_chat_template(target_path: str) -> bool:
+    """Whether the target directory's tokenizer carries a chat template, read from its files as
+    transformers finds it (chat_template.jinja, chat_template.json, or tokenizer_config.json's
+    `chat_template`); no tokenizer or model is loaded."""
+    import json
+    from pathlib import Path
+
+    folder = Path(target_path)
+    if (folder / "chat_template.jinja").is_file() or (folder / "chat_template.json").is_file():
+        return True
+    try:
+        config = json.loads((folder / "tokenizer_config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and bool(config.get("chat_template"))

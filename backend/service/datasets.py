@@ -7,7 +7,7 @@ from pathlib import Path
 from backend import BadInput
 from backend.data.importer import ImportResult, check_source, stream_dataset
 from backend.data.samples import Sample
-from backend.defaults import DEMO_EVAL
+from backend.defaults import BUNDLED_EVAL_SETS
 from backend.service.database import open_database
 from db import schema, store
 
@@ -52,15 +52,20 @@ def import_dataset(
 
 
 def ensure_demo_dataset(db_url: str | None) -> int | None:
-    """On a fresh database register the bundled demo's eval set as the first dataset (not on one
-    opened read-only: reading it must not need a write)."""
+    """On a fresh database register each bundled pair's eval sets (the toy's, then the SmolLM2
+    pair's HumanEval with and without the chat template), those on disk; the first one's id. Not on
+    a database opened read-only: reading it must not need a write."""
     if schema.read_only(store.database_url(db_url)):
         return None
     with store.session_scope(open_database(db_url).factory) as session:
-        if store.list_datasets(session) or not DEMO_EVAL.is_file():
+        if store.list_datasets(session):
             return None
-    dataset_id, _ = import_dataset(db_url, DEMO_EVAL, name="demo eval (bundled)", format="jsonl")
-    return dataset_id
+    ids = [
+        import_dataset(db_url, path, name=name, format="jsonl")[0]
+        for name, path in BUNDLED_EVAL_SETS
+        if path.is_file()
+    ]
+    return ids[0] if ids else None
 
 
 def list_datasets(db_url: str | None) -> list[DatasetInfo]:

@@ -82,17 +82,21 @@ def test_named_import_with_an_explicit_format(tmp_path, db_url):
     )
 
 
-def test_demo_dataset_is_registered_once_on_a_fresh_database(db_url):
-    from backend.defaults import DEMO_EVAL
+def test_each_bundled_pairs_eval_sets_are_registered_once_on_a_fresh_database(db_url):
+    from backend.defaults import BUNDLED_EVAL_SETS, DEMO_EVAL, SMOLLM2
     from backend.service.datasets import ensure_demo_dataset, get_samples, list_datasets
 
     dataset_id = ensure_demo_dataset(db_url)
-    (dataset,) = list_datasets(db_url)
-    assert (
-        dataset.id == dataset_id and dataset.name == "demo eval (bundled)" and dataset.path == str(DEMO_EVAL)
-    )
-    assert len(get_samples(db_url, dataset_id)) == dataset.sample_count > 0
-    assert ensure_demo_dataset(db_url) is None and len(list_datasets(db_url)) == 1
+    registered = list_datasets(db_url)
+    assert [(d.name, d.path) for d in registered] == [
+        (n, str(p)) for n, p in BUNDLED_EVAL_SETS if p.is_file()
+    ]
+    first = registered[0]
+    assert first.id == dataset_id and first.name == "demo eval (bundled)" and first.path == str(DEMO_EVAL)
+    assert str(SMOLLM2 / "data" / "eval_raw.jsonl") in [d.path for d in registered]  # committed with the pair
+    for dataset in registered:
+        assert len(get_samples(db_url, dataset.id)) == dataset.sample_count > 0
+    assert ensure_demo_dataset(db_url) is None and len(list_datasets(db_url)) == len(registered)
 
 
 def test_an_upload_is_kept_under_the_data_folder_as_the_datasets_path(tmp_path, vocab_target):

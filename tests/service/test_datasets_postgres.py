@@ -25,8 +25,8 @@ def db_url(postgres_url) -> str:
 test_jsonl_import_stores_the_good_records = sqlite_datasets.test_jsonl_import_stores_the_good_records
 test_file_without_good_records_stores_nothing = sqlite_datasets.test_file_without_good_records_stores_nothing
 test_named_import_with_an_explicit_format = sqlite_datasets.test_named_import_with_an_explicit_format
-test_demo_dataset_is_registered_once_on_a_fresh_database = (
-    sqlite_datasets.test_demo_dataset_is_registered_once_on_a_fresh_database
+test_each_bundled_pairs_eval_sets_are_registered_once_on_a_fresh_database = (
+    sqlite_datasets.test_each_bundled_pairs_eval_sets_are_registered_once_on_a_fresh_database
 )
 
 

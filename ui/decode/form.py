@@ -6,6 +6,7 @@ import streamlit as st
 
 from backend import BadInput
 from backend.engine.wiring import parse_aux_indices
+from backend.service import checks
 from backend.service.requests import ENGINE_CHOICES, ReplayRequest
 from ui import state
 from ui.pickers import dataset_picker
@@ -21,18 +22,6 @@ TREE_HELP = (
 )
 
 
-@st.cache_data(show_spinner=False, max_entries=8)
-def has_chat_template(target_path: str) -> bool:
-    """Whether the target's tokenizer files carry a chat template (read from disk, no model load)."""
-    from backend.engine.loading import load_tokenizer
-
-    try:
-        tokenizer = load_tokenizer(target_path)
-    except Exception:  # noqa: BLE001 - an unreadable target is reported by the sidebar; no template here
-        return False
-    return bool(getattr(tokenizer, "chat_template", None))
-
-
 def _prompt_source() -> dict | None:
     """The request's prompt fields: a dataset sample's ids as they are, or typed text."""
     mode = st.radio("Prompt from", ["Dataset sample", "Typed prompt"], horizontal=True, key="decode_mode")
@@ -40,7 +29,7 @@ def _prompt_source() -> dict | None:
         typed = st.text_area("Prompt", "def parse_header(line):\n", key="decode_prompt")
         templated = st.checkbox(
             "Apply the target's chat template",
-            value=has_chat_template(state.target_path()),
+            value=checks.has_chat_template(state.target_path()),
             key="decode_chat_template",
             help="Send the prompt as one user message behind the target's chat template, with the "
             "assistant's header after it, as a chat server does. Off: the text is tokenized raw (a base "
