@@ -223,6 +223,15 @@ def vocabulary_size(ranked: list[int], tokens: list[int], coverage: float, most:
     return min(most, needed[max(0, math.ceil(coverage * len(needed)) - 1)])
 
 
+def same_plan(draft_dir: Path, config_dict: dict) -> bool:
+    """Whether a built draft has the shape this plan builds (its vocabulary and MLP sizes)."""
+    try:
+        config = json.loads((draft_dir / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return all(config.get(k) == config_dict.get(k) for k in ("draft_vocab_size", "intermediate_size"))
+
+
 def sharegpt(tokenizer, records: list[dict]) -> list[dict]:
     return [
         {
@@ -507,6 +516,34 @@ def build(out: Path, work: Path, plan: Plan, target_dir: Path) -> None:
             )
             + "\n"
         )
+        del features
+    if not same_plan(drafts_dir / "epoch1", config_dict):  # lost, or from an older plan: train it again
+        log("epoch1 is missing or from another plan: training final's first epoch again")
+        features = features_of("chat", records, columns)
+        draft = train_draft.new_draft(config_dict, target, used, SEED + 3, head_from_target=True)
+        train_draft.train_draft(  # final's schedule (its LR curve spans all epochs), stopped after one
+            draft,
+            target,
+            used,
+            features,
+            declared_columns,
+            train_draft.DraftSchedule(
+                plan.epochs,
+                plan.ttt_steps,
+                SEED + 3,
+                plan.pack_tokens,
+                plan.draft_lr,
+                work / "train_epoch1.pt",
+            ),
+            on_epoch=lambda _epoch, _trained: True,
+            log=log,
+        )
+        mean, _ = heldout_accept_length(draft, wiring["declared"])
+        log(
+            f"epoch1 again: held-out accept length {mean:.3f} (final's curve says epoch 1 gave "
+            f"{json.loads(curve_path.read_text())['runs']['final']['curve'][0]['heldout_accept_length']})"
+        )
+        export("epoch1", draft)
         del features
     log(f"chat demo built in {(time.time() - started) / 60:.1f} min")
 
