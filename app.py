@@ -27,10 +27,7 @@ with left:
         f"- **Database:** `{state.db_url()}` ({state.db_backend()})\n- **Target:** `{state.target_path()}`\n"
         f"- **Draft:** `{state.draft_path()}` ({state.draft_name(state.draft_path())})"
     )
-    st.caption(
-        "The bundled demo pair (demo/target, demo/drafts/final) is active until you choose another in "
-        "the sidebar or set SPECLENS_TARGET / SPECLENS_DRAFT / SPECLENS_DB_URL."
-    )
+    st.caption(state.active_setup_note())
 with right:
     st.subheader("Pages")
     for path, _, label in PAGES[1:]:

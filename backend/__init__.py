@@ -30,6 +30,7 @@ checks this):
       per_request        per-request numbers from what each serving engine returns
       samples            the training JSONL, validated record by record
       serving            what a serving engine reports (SGLang logs, vLLM metrics)
+      tokenizer_fit      whether a dataset's ids were made by the target's tokenizer
     backend.diagnostics  one question per file, engine objects in, a report out
       agreement          training accuracy vs live acceptance, per sample
       diagnose           one verdict over every failure class users report
@@ -47,7 +48,7 @@ checks this):
       checks             quick checks the pages run inline (the lint)
       database           one engine and session factory per URL
       datasets           datasets: import, list, read samples
-      demo_story         the bundled demo's story for Home, read from the demo's own files
+      demo_story         the active bundled pair's story for Home, read from the pair's own files
       diagnosis          `diagnose` with its models loaded once (CLI and page alike)
       draft_fix          a copy of a draft with the serving fix written into its config.json
       engine_check       the replay against a running vLLM, step for step; the wiring it ran named
@@ -65,7 +66,7 @@ checks this):
       vllm_server        vLLM's OpenAI server launched on the pair; one greedy completion on token ids
       warm               the dashboard's model stack imported once per server, in its own thread
       worker             model work in a worker process, not the Streamlit server
-    backend.cli          argparse over the service (`python -m backend`); backend.defaults the demo pair
+    backend.cli          argparse over the service (`python -m backend`); backend.defaults the bundled pairs
 
 engine <- data <- diagnostics <- service <- cli / pages. Only `backend.service` and `backend.cli`
 import `db` (db itself imports only the torch-free record types `backend.engine.records` and

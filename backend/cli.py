@@ -17,7 +17,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from backend import BadInput, Terminated, first_line
 from backend.data.per_request import FORMATS as REQUEST_FORMATS
-from backend.defaults import DEMO_EVAL, default_draft, default_target
+from backend.defaults import active_pair, default_draft, default_eval_set, default_target
 
 GATE_FAILED = 3  # exit code: --min-accept-length not met
 
@@ -169,21 +169,21 @@ def common(sub, several_drafts: bool = False) -> None:
     sub.add_argument(
         "--target",
         default=default_target(),
-        help="local Hugging Face target model directory (default: SPECLENS_TARGET or demo/target)",
+        help="local Hugging Face target model directory (default: SPECLENS_TARGET, else the bundled SmolLM2 target once set up, else the toy demo/target)",
     )
     if several_drafts:
         sub.add_argument(
             "--draft",
             action="append",
             help="EAGLE-3 draft directory; repeat the flag for each draft to judge "
-            "(default: SPECLENS_DRAFT or demo/drafts/final)",
+            "(default: SPECLENS_DRAFT, else the default pair's final)",
         )
     else:
         sub.add_argument(
             "--draft",
             default=default_draft(),
             help="EAGLE-3 draft directory, config.json + weights "
-            "(default: SPECLENS_DRAFT or demo/drafts/final)",
+            "(default: SPECLENS_DRAFT, else the default pair's final)",
         )
     sub.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     sub.add_argument("--device", help="cuda, cpu, ... (default: cuda when available)")
@@ -277,7 +277,9 @@ def _probe_command(commands) -> None:
     probe = commands.add_parser("probe", help="which aux-layer wiring was the draft trained on?")
     common(probe)
     probe.add_argument(
-        "--samples", default=str(DEMO_EVAL), help="JSONL samples file (default: the demo's eval set)"
+        "--samples",
+        default=default_eval_set(),
+        help="JSONL samples file (default: the default pair's eval set)",
     )
     probe.add_argument("--limit", type=_positive, default=8, help="use the first N valid samples (default 8)")
     probe.add_argument("--steps", type=_steps, default=4, help="K: TTT steps to score")
@@ -1073,6 +1075,17 @@ def _refusal(error: BaseException, url: str | None) -> str | None:
     return refusal(error, url)
 
 
+def _fallback_note(args) -> None:
+    """A command that ran on the defaults while the real pair is not set up says what it ran on."""
+    fallback = active_pair().fallback
+    if (
+        fallback
+        and not os.environ.get("SPECLENS_TARGET")
+        and getattr(args, "target", None) == default_target()
+    ):
+        print(f"note: using the toy demo pair: {fallback}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     previous = signal.signal(signal.SIGTERM, _terminate)
@@ -1115,4 +1128,5 @@ def main(argv: list[str] | None = None) -> int:
             )
             return GATE_FAILED
         print(f"gate passed: {name} {_fmt(value)} >= {args.min_accept_length}", file=sys.stderr)
+    _fallback_note(args)  # last, and only on success: a refusal stays one line
     return 0

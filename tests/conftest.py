@@ -17,6 +17,9 @@ import pytest
 # threads' spin-waits made them many times slower (test_readings' deepseek-v3 case: 222 s with the
 # default threads vs 6 s with one, under a load of 12 on 2 cores). Subprocesses inherit it.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# The toy pair is the suite's fast fixture: the defaults (backend/defaults.py) would otherwise pick the
+# real SmolLM2 pair wherever tests/run.sh has set it up. Tests of that choice clear it. Subprocesses too.
+os.environ["SPECLENS_DEMO"] = "toy"
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -82,8 +82,9 @@ def test_a_configured_draft_named_like_a_demo_draft_is_the_one_selected(db, tmp_
     monkeypatch.setenv("SPECLENS_DRAFT", str(mine))
     app = ok(page("home").run())
     assert app.session_state["global_draft"] == str(mine)
-    assert app.session_state["global_drafts"]["final"] == str(mine)
-    assert "drafts/final" in app.session_state["global_drafts"]  # the demo's, under its folder
+    box = app.sidebar.selectbox(key="sidebar_draft")
+    assert box.value == "other/final"  # the configured one, told apart by its folder
+    assert "final" in box.options  # the bundled pair's own keeps its plain name
 
 
 def test_home_tells_the_demo_s_story_from_the_demo_s_own_files(db):

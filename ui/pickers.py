@@ -14,6 +14,29 @@ def samples_of(db_url: str, dataset_id: int) -> list:
     return stored_datasets.get_samples(db_url, dataset_id)
 
 
+@st.cache_data(show_spinner=False, max_entries=32)
+def _fit(db_url: str, dataset_id: int, target_path: str):
+    return stored_datasets.tokenizer_fit(db_url, dataset_id, target_path)
+
+
+def tokenizer_warning(dataset_id: int, container=st) -> None:
+    """A warning when the dataset's ids were not made by the active target's tokenizer."""
+    fit = _fit(state.db(), dataset_id, state.target_path())
+    if fit is not None and fit.flags:
+        container.warning(
+            f"Dataset {dataset_id} looks tokenized for another model than the active target "
+            f"({state.target_path()}): " + "; ".join(fit.flags) + ". Its text below is that "
+            "tokenizer's reading of the ids; replays of it say nothing about this pair.",
+            icon="⚠️",
+        )
+
+
+def default_dataset(ids: list[int]) -> int:
+    """The active target's bundled eval set when registered, else the first."""
+    preferred = stored_datasets.preferred_dataset(state.db(), state.target_path())
+    return preferred if preferred in ids else ids[0]
+
+
 def dataset_picker(key: str, preset: int | None = None, container=st):
     """A dataset select box; (dataset id, its samples), or (None, []) with a hint when there is none."""
     datasets = stored_datasets.list_datasets(state.db())
@@ -22,9 +45,9 @@ def dataset_picker(key: str, preset: int | None = None, container=st):
         return None, []
     ids = [d.id for d in datasets]
     names = {d.id: f"{d.id}: {d.name} ({d.sample_count})" for d in datasets}
-    dataset_id = container.selectbox(
-        "Dataset", ids, index=ids.index(preset) if preset in ids else 0, format_func=names.get, key=key
-    )
+    start = preset if preset in ids else default_dataset(ids)
+    dataset_id = container.selectbox("Dataset", ids, index=ids.index(start), format_func=names.get, key=key)
+    tokenizer_warning(dataset_id, container)
     return dataset_id, samples_of(state.db(), dataset_id)
 
 

@@ -10,7 +10,7 @@ import streamlit as st
 from streamlit.errors import StreamlitPageNotFoundError
 
 from backend import BadInput
-from backend.defaults import default_draft, default_target, demo_drafts
+from backend.defaults import REPO, active_pair, default_draft, default_target, pair_of
 from backend.service import checkpoints, datasets, warm
 from backend.service.database import database_url
 from ui.html import md
@@ -41,23 +41,20 @@ def _init() -> None:
     if KEYS["db_url"] not in state:
         state[KEYS["db_url"]] = database_url(os.environ.get("SPECLENS_DB_URL"))
     if KEYS["drafts"] not in state:
-        drafts = demo_drafts()
-        custom = os.environ.get("SPECLENS_DRAFT")
-        if custom:  # the configured draft keeps its name; a demo draft of the same name gets its folder
-            drafts = _merge({Path(custom).name: custom}, list(drafts.items()))
+        # Draft directories beyond the target's bundled ones: the configured one, those added in
+        # earlier sessions, then this session's. drafts() offers those that fit the active target.
         added = _remembered("draft")
-        state[KEYS["drafts"]] = _merge(drafts, added) or {"(none)": default_draft()}
+        custom = os.environ.get("SPECLENS_DRAFT")
+        state[KEYS["drafts"]] = ([custom] if custom else []) + [path for _, path in added]
         if KEYS["draft"] not in state and added and not custom:
             state[KEYS["draft"]] = added[-1][1]  # the draft added last survives a reload
-    if KEYS["draft"] not in state:
-        state[KEYS["draft"]] = default_draft()
     if KEYS["target"] not in state:
         targets = _remembered("target")
         state[KEYS["target"]] = (
-            list(targets.values())[-1]
-            if targets and not os.environ.get("SPECLENS_TARGET")
-            else default_target()
+            targets[-1][1] if targets and not os.environ.get("SPECLENS_TARGET") else default_target()
         )
+    if KEYS["draft"] not in state:
+        state[KEYS["draft"]] = default_draft()
 
 
 def _remembered(role: str) -> list[tuple[str, str]]:
@@ -67,17 +64,6 @@ def _remembered(role: str) -> list[tuple[str, str]]:
     except Exception:  # noqa: BLE001 - an unreachable store must not take the sidebar down
         return []
     return [(name, path) for name, path in found if Path(path, "config.json").is_file()]
-
-
-def _merge(base: dict[str, str], added: list[tuple[str, str]]) -> dict[str, str]:
-    """`base` plus `added`, a name already taken by another path shown with its parent folder."""
-    merged = dict(base)
-    for name, path in added:
-        if path in merged.values():
-            continue
-        label = name if name not in merged else f"{Path(path).parent.name}/{name}"
-        merged[label] = path
-    return merged
 
 
 def db_url() -> str:
@@ -110,8 +96,10 @@ def target_path() -> str:
 
 
 def drafts() -> dict[str, str]:
+    """The drafts offered beside the active target, by unambiguous name (backend.service.checkpoints)."""
     _init()
-    return dict(st.session_state[KEYS["drafts"]])
+    listed = checkpoints.drafts_for(target_path(), st.session_state[KEYS["drafts"]], keep=draft_path())
+    return listed or {"(none)": draft_path()}
 
 
 def draft_path() -> str:
@@ -122,8 +110,8 @@ def draft_path() -> str:
 def add_draft(path: str) -> None:
     """Keep the draft in the database (a reload finds it) and select it."""
     _init()
-    name = checkpoints.remember(db(), "draft", path)
-    st.session_state[KEYS["drafts"]] = _merge(drafts(), [(name, str(Path(path).expanduser()))])
+    checkpoints.remember(db(), "draft", path)
+    st.session_state[KEYS["drafts"]] = [*st.session_state[KEYS["drafts"]], str(Path(path).expanduser())]
     st.session_state[KEYS["draft"]] = str(Path(path).expanduser())
 
 
@@ -135,6 +123,20 @@ def set_value(name: str, value) -> None:
 def get_value(name: str, default=None):
     _init()
     return st.session_state.get(KEYS[name], default)
+
+
+def active_setup_note() -> str:
+    """Which pair is active, in words: a bundled one (and why the toy, when it stands in for the real
+    one), or the user's own."""
+    pair = pair_of(target_path())
+    change = "choose another in the sidebar or set SPECLENS_TARGET / SPECLENS_DRAFT / SPECLENS_DB_URL"
+    if pair is None:
+        return f"Your own target is active (not a bundled pair); {change}."
+    note = f"The bundled {pair.label} is active ({pair.target.relative_to(REPO)}); {change}."
+    fallback = active_pair().fallback
+    if pair.key == "toy" and fallback:
+        note += f" It stands in for the real pair: {fallback}."
+    return note
 
 
 def draft_name(path: str) -> str:
@@ -196,6 +198,7 @@ def sidebar() -> None:
             set_value("target", target)
             if Path(target, "config.json").is_file():
                 checkpoints.remember(db(), "target", target)
+                _follow_target(target)
         if not Path(target).is_dir():
             st.error(f"{md(target)}: no such directory. Pick a local Hugging Face model directory.")
         elif not Path(target, "config.json").is_file():
@@ -216,6 +219,17 @@ def sidebar() -> None:
                     st.error(md(str(error)))
                 else:
                     st.rerun()
+
+
+def _follow_target(target: str) -> None:
+    """A new target whose bundled pair (or any listed draft) fits it: a draft that does not fit gives way
+    to its `final`, else to the first that fits."""
+    if checkpoints.fits(draft_path(), target):
+        return
+    fitting = [p for p in checkpoints.drafts_for(target, st.session_state[KEYS["drafts"]]).values()]
+    if fitting:
+        final = [p for p in fitting if Path(p).name == "final"]
+        set_value("draft", (final or fitting)[0])
 
 
 def follow(widget_key: str, value, options, fallback: int = 0) -> dict:

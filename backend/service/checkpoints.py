@@ -3,6 +3,7 @@ datasets so that a reload (or a colleague on the same PostgreSQL store) finds th
 
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 
 from backend import BadInput
@@ -33,3 +34,75 @@ def remembered(db_url: str | None, role: str) -> list[tuple[str, str]]:
     name (two runs' `final`): the pages tell them apart by their parent folder."""
     with store.session_scope(open_database(db_url).factory) as session:
         return store.remembered_checkpoints(session, role)
+
+
+def _resolved(path: str) -> str:
+    try:
+        return str(Path(path).expanduser().resolve())
+    except (OSError, RuntimeError):
+        return str(path)
+
+
+def _stamp(path: str) -> float:
+    try:
+        return Path(path, "config.json").stat().st_mtime
+    except OSError:
+        return -1.0
+
+
+@lru_cache(maxsize=256)
+def _fits(draft: str, target: str, _draft_stamp: float, _target_stamp: float) -> bool:
+    from backend.engine.draft_config import read_draft_config
+    from backend.engine.loading import read_target_config
+
+    try:
+        config = read_draft_config(draft)
+        text = read_target_config(target)
+    except (BadInput, OSError, ValueError):
+        return False
+    text = text.get_text_config() if hasattr(text, "get_text_config") else text
+    return config.target_hidden_size == text.hidden_size and config.vocab_size == text.vocab_size
+
+
+def fits(draft_path: str, target_path: str) -> bool:
+    """The draft is made for this target: the hidden size it reads and its vocabulary are the target's
+    (read from both config.json files; an unreadable one does not fit)."""
+    return _fits(_resolved(draft_path), _resolved(target_path), _stamp(draft_path), _stamp(target_path))
+
+
+def drafts_for(target_path: str, candidates: list[str], keep: str | None = None) -> dict[str, str]:
+    """The drafts to offer beside this target, by unambiguous name: the target's bundled drafts (plain
+    names: final, epoch1, miswired), then `candidates` (configured, remembered, added) that fit it,
+    each directory once however its path is spelled; `keep` (the active draft) is listed even when it
+    does not fit, so the choice on screen is the one in use. A candidate whose folder name is taken is
+    named by as many trailing path parts as tell it apart (`run2/final`)."""
+    from backend.defaults import pair_of
+
+    pair = pair_of(target_path)
+    bundled = pair.draft_dirs() if pair else {}
+    seen = {_resolved(p) for p in bundled.values()}
+    others: list[str] = []
+    for path in candidates + ([keep] if keep else []):
+        if not path or _resolved(path) in seen or not Path(path, "config.json").is_file():
+            continue
+        if path == keep or fits(path, target_path):
+            seen.add(_resolved(path))
+            others.append(path)
+    names = dict(bundled)
+    for path in others:
+        parts = Path(_resolved(path)).parts
+        label = next(
+            (
+                "/".join(parts[-k:])
+                for k in range(1, len(parts) + 1)
+                if "/".join(parts[-k:]) not in names
+                and all(
+                    "/".join(Path(_resolved(o)).parts[-k:]) != "/".join(parts[-k:])
+                    for o in others
+                    if o != path
+                )
+            ),
+            _resolved(path),
+        )
+        names[label] = path
+    return names

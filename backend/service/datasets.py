@@ -183,3 +183,31 @@ def delete_dataset(db_url: str | None, dataset_id: int) -> bool:
     if folder.parent == uploads:
         shutil.rmtree(folder, ignore_errors=True)
     return True
+
+
+def tokenizer_fit(db_url: str | None, dataset_id: int, target_path: str | None):
+    """Whether the dataset's ids were made by this target's tokenizer (backend.data.tokenizer_fit);
+    None when the target cannot be read (the pages say that elsewhere)."""
+    from backend.data.tokenizer_fit import tokenizer_fit as read_fit
+
+    try:
+        tokenizer, vocab_size = target_vocabulary(target_path)
+    except BadInput:
+        return None
+    if vocab_size is None:
+        return None
+    return read_fit(get_samples(db_url, dataset_id), tokenizer, vocab_size)
+
+
+def preferred_dataset(db_url: str | None, target_path: str | None) -> int | None:
+    """The registered eval set bundled with this target (the first of its pair's), None for a target
+    SpecLens did not bundle or when that set is not registered."""
+    from backend.defaults import pair_of
+
+    pair = pair_of(target_path)
+    if pair is None:
+        return None
+    registered = {str(Path(d.path).resolve()): d.id for d in list_datasets(db_url) if d.path}
+    return next(
+        (registered[str(p.resolve())] for _, p in pair.eval_sets if str(p.resolve()) in registered), None
+    )

@@ -1,27 +1,42 @@
-"""The bundled demo's story for the Home page: which draft is broken, what is wrong with it, read
-from the demo's own files (the lab note of the wiring it was trained on, and the wiring its config
-declares as the training engine reads it), so the story cannot drift from the files."""
+"""A bundled pair's story for the Home page: which draft is broken, what is wrong with it, and how the
+engines read the healthy one, read from the pair's own files (the lab note of the wiring the broken
+draft was trained on, each draft's config as the engines read it, the build's training curve), so the
+story cannot drift from the files. Told for whichever bundled pair (backend.defaults.PAIRS) is active."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, field
 
-from backend.defaults import DEMO_DRAFTS, DEMO_TARGET
+from backend.defaults import REPO, BundledPair, pair_of
 from backend.engine.readings import describe_layers
 
-BROKEN = "miswired"  # the draft of docs/seed-story.md's bug class
 LAB_NOTE = "TRAINED_WIRING.json"
+CURVE = "TRAINING_CURVE.json"
+
+
+@dataclass(frozen=True)
+class EngineReading:
+    engine: str
+    aux_hf_indices: tuple[int, ...]
+    source: str
 
 
 @dataclass(frozen=True)
 class DemoStory:
-    drafts: tuple[str, ...]  # the bundled drafts present (final, epoch1, miswired)
+    pair: str  # BundledPair.key: "toy" or "smollm2"
+    target: str
+    drafts: tuple[str, ...]  # the pair's drafts present (final, epoch1, miswired)
     broken: str
-    trained_aux_hf_indices: tuple[int, ...]  # what the build fed it (its lab note)
-    declared_aux_hf_indices: tuple[int, ...]  # what its config.json makes every engine feed it
+    trained_aux_hf_indices: tuple[int, ...]  # what the build fed the broken draft (its lab note)
+    declared_aux_hf_indices: tuple[int, ...]  # what its config.json makes the training engine feed it
     declared_source: str
+    # How each engine reads the healthy draft's config where one reads it differently from its training
+    # engine (vLLM's V1 runner reads nested ids as HF indices, docs/reference.md §2).
+    final_trained_aux_hf_indices: tuple[int, ...] = ()
+    final_misreadings: tuple[EngineReading, ...] = ()
+    curve: dict = field(default_factory=dict)  # draft -> {"chosen_epoch", "per_epoch"}; the build's file
+    curve_definition: str = ""
 
     @property
     def trained_words(self) -> str:
@@ -32,21 +47,57 @@ class DemoStory:
         return describe_layers(self.declared_aux_hf_indices)
 
 
+def _curve(pair: BundledPair) -> tuple[dict, str]:
+    path = pair.drafts / CURVE
+    try:
+        data = json.loads(path.read_text())
+        runs = {
+            name: {
+                "chosen_epoch": run["chosen_epoch"],
+                "per_epoch": [c["heldout_accept_length"] for c in run["curve"]],
+            }
+            for name, run in data["runs"].items()
+        }
+        return runs, data.get("definition", "")
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}, ""
+
+
 def demo_story(target_path: str) -> DemoStory | None:
-    """The story when the active target is the bundled one and its broken draft is on disk (None
+    """The story when the active target is a bundled one and its broken draft is on disk (None
     otherwise: a user's own pair has no story to tell)."""
     from backend.engine.preflight import preflight
 
-    broken = DEMO_DRAFTS / BROKEN
-    if Path(target_path).resolve() != DEMO_TARGET.resolve() or not (broken / LAB_NOTE).is_file():
+    pair = pair_of(target_path)
+    if pair is None:
+        return None
+    broken = pair.drafts / pair.broken
+    present = tuple(pair.draft_dirs())
+    if not (broken / LAB_NOTE).is_file() or pair.broken not in present:
         return None
     note = json.loads((broken / LAB_NOTE).read_text())
-    report = preflight(str(broken), str(DEMO_TARGET)).to_dict()
-    present = tuple(p.name for p in sorted(DEMO_DRAFTS.iterdir()) if (p / "config.json").is_file())
+    report = preflight(str(broken), str(pair.target)).to_dict()
+    trained_final: tuple[int, ...] = ()
+    misread: list[EngineReading] = []
+    if "final" in present:
+        final = preflight(str(pair.drafts / "final"), str(pair.target)).to_dict()
+        trained_final = tuple(final["aux_hf_indices"])
+        for name, reading in final["engines"].items():
+            if reading.get("loads") and tuple(reading["aux_hf_indices"]) != trained_final:
+                misread.append(
+                    EngineReading(name, tuple(reading["aux_hf_indices"]), reading["wiring_source"])
+                )
+    curve, definition = _curve(pair)
     return DemoStory(
+        pair=pair.key,
+        target=str(pair.target.relative_to(REPO)),
         drafts=present,
-        broken=BROKEN,
+        broken=pair.broken,
         trained_aux_hf_indices=tuple(note["aux_hf_indices"]),
         declared_aux_hf_indices=tuple(report["aux_hf_indices"]),
         declared_source=report.get("wiring_source", ""),
+        final_trained_aux_hf_indices=trained_final,
+        final_misreadings=tuple(misread),
+        curve=curve,
+        curve_definition=definition,
     )

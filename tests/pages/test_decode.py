@@ -51,7 +51,7 @@ def test_decode_bad_override_and_refused_draft(db, tmp_path):
     config = json.loads((REPO / "demo/drafts/final/config.json").read_text())
     (broken / "config.json").write_text(json.dumps(config))
     (broken / "model.safetensors").write_bytes(b"not safetensors")
-    app.session_state["global_drafts"] = {**app.session_state["global_drafts"], "broken": str(broken)}
+    app.session_state["global_drafts"] = [*app.session_state["global_drafts"], str(broken)]
     app.run()
     app.selectbox(key="decode_draft").set_value("broken")
     app.text_input(key="decode_override").set_value("").run()

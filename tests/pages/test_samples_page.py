@@ -129,3 +129,37 @@ def test_an_upload_is_kept_and_says_what_it_was(db):
     ok(app.run())
     assert any(c.value.startswith("Hidden states:") and "no longer at" in c.value for c in app.caption)
     assert not [f for f in app.dataframe if "shape" in f.value.columns]
+
+
+def test_a_dataset_made_with_another_tokenizer_is_flagged(db):
+    """Issue 40: each bundled pair registers its eval sets; SmolLM2's ids read by the toy's tokenizer
+    are named as another tokenizer's, the toy's own set is not flagged."""
+    from backend.defaults import REAL
+    from backend.service.datasets import list_datasets
+
+    app = ok(page("1_Samples").run())
+    ids = {d.path: d.id for d in list_datasets(db)}
+    assert (
+        app.selectbox(key="samples_dataset_select").value == ids[str(REPO / "demo" / "data" / "eval.jsonl")]
+    )
+    assert not [w for w in app.warning if "another model" in w.value]
+    ok(app.selectbox(key="samples_dataset_select").set_value(ids[str(REAL.eval_set)]).run())
+    (warning,) = [w.value for w in app.warning if "another model" in w.value]
+    assert "past the target's vocabulary of 2,048" in warning
+
+
+def test_samples_open_on_the_real_pair_s_own_eval_set(db, monkeypatch):
+    from backend.defaults import REAL
+    from backend.service.datasets import list_datasets
+
+    if not REAL.ready():
+        pytest.skip("the SmolLM2 pair is not set up (python -m demo.smollm2)")
+    monkeypatch.delenv("SPECLENS_DEMO")  # the defaults choose: the real pair, set up
+    app = ok(page("1_Samples").run())
+    ids = {d.path: d.id for d in list_datasets(db)}
+    assert app.selectbox(key="samples_dataset_select").value == ids[str(REAL.eval_set)]
+    assert not [w for w in app.warning if "another model" in w.value]
+    assert table_of(app).value["text"].iloc[0].startswith("<|im_start|>system")  # the template, legible
+    ok(app.selectbox(key="samples_dataset_select").set_value(1).run())  # the toy's, read by SmolLM2
+    (warning,) = [w.value for w in app.warning if "another model" in w.value]
+    assert "span only 0..2046 of the target's 49,152-token vocabulary" in warning

@@ -9,7 +9,7 @@ import streamlit as st
 from backend.service import datasets as stored_datasets
 from ui import state
 from ui.html import md
-from ui.pickers import samples_of
+from ui.pickers import default_dataset, samples_of, tokenizer_warning
 
 
 def _table(datasets: list) -> None:
@@ -47,7 +47,7 @@ def pick_dataset(datasets: list):
     ids = [d.id for d in datasets]
     if st.session_state.get("samples_dataset_select") not in ids:  # first visit, or its dataset was deleted
         chosen = st.session_state.get("samples_dataset")
-        st.session_state["samples_dataset_select"] = chosen if chosen in ids else ids[0]
+        st.session_state["samples_dataset_select"] = chosen if chosen in ids else default_dataset(ids)
     names = {d.id: f"{d.id}: {d.name}" for d in datasets}
     dataset_id = st.selectbox("Dataset", ids, format_func=names.get, key="samples_dataset_select")
     st.session_state["samples_dataset"] = dataset_id
@@ -57,5 +57,6 @@ def pick_dataset(datasets: list):
         st.caption(f"Uploaded as {md(uploaded)}; the file is kept at {md(dataset.path)}.")
     elif dataset.path:
         st.caption(f"Imported from {md(dataset.path)}.")
+    tokenizer_warning(dataset_id)
     _delete(dataset_id)
     return dataset
