@@ -1,4 +1,5 @@
-"""The user-facing path on the bundled demo pair: what a replay costs from generate() to the store.
+"""The user-facing path on a bundled pair (the active one: SmolLM2 once set up, else the toy): what a
+replay costs from generate() to the store, and how close the job runner comes to the pair's ideal.
 
 Modes, each on the same eval prompts, rotated in order across rounds (medians, min and max):
   generate   HF `generate()` greedy
@@ -11,7 +12,17 @@ Modes, each on the same eval prompts, rotated in order across rounds (medians, m
   tree       tree replay (SGLang's steps / topk / draft tokens, default 3 / 4 / 8), recording off
   tree_record  tree replay, recording on, no database
   tree_job   the job runner into SQLite with the tree
-Run with `PYTHONPATH=. python bench/replay_bench.py --demo` (this module does the work).
+Two ratios are printed under the table (issue 40's bars: >= 0.9 and >= 0.85):
+  job / replay    the job runner's tokens/s over the bare replay's: what recording and the store cost
+  job / ideal     the job runner's speed-up over the one-token decode loop, over the pair's ideal
+                  speed-up = accept length x t1 / t_step, where t1 is one 1-token forward of the target
+                  (median over the loop's decode steps, the target's own forward as the replay runs it)
+                  and t_step the mean time of one verify step with its drafts (the engine's own timers,
+                  StepRecord.draft_ms + verify_ms, in the bare replay): what everything outside the
+                  models' forwards costs
+With the vLLM venv (.venv-vllm) present, vLLM's own tokens/s (the target alone, and with the draft) on
+the same prompts join the table (bench/vllm_bench.py's server rows).
+Run with `PYTHONPATH=. python bench/replay_bench.py --demo [--pair toy|smollm2]` (this module does the work).
 """
 
 from __future__ import annotations
@@ -25,9 +36,10 @@ from pathlib import Path
 
 import torch
 
-from backend.defaults import DEMO_DRAFTS, DEMO_EVAL, DEMO_TARGET
+from backend.defaults import BundledPair, active_pair
 from backend.engine.loading import load_target
 from backend.engine.preflight import load_checked_draft
+from backend.engine.records import StepRecord
 from backend.engine.replay import ReplayConfig, output_ids_of, replay
 from backend.engine.target_runner import TransformersRunner
 from backend.service.database import open_database
@@ -40,6 +52,23 @@ MODES = ("generate", "loop", "replay", "record", "job", "job_hf", "tree", "tree_
 TREE = (3, 4, 8)  # steps, topk, num_draft_tokens
 
 
+def one_token_ms(target, prompt: list[int], tokens: int) -> float:
+    """Median wall time of one 1-token forward of the target after the prompt's prefill (its own runner,
+    the lean forward the replay verifies with)."""
+    runner = target.runner
+    times = []
+    with torch.inference_mode():
+        cache = runner.new_cache()
+        logits = runner.forward(torch.tensor([prompt], device=target.device), cache, 0).logits
+        token = int(logits[0, -1].argmax())
+        for position in range(len(prompt), len(prompt) + tokens):
+            started = time.perf_counter()
+            logits = runner.forward(torch.tensor([[token]], device=target.device), cache, position).logits
+            token = int(logits[0, -1].argmax())
+            times.append(time.perf_counter() - started)
+    return 1000 * statistics.median(times)
+
+
 def run_demo(
     prompts: int = 4,
     new_tokens: int = 256,
@@ -47,10 +76,13 @@ def run_demo(
     num_steps: int = 4,
     lengths=(256, 2048),
     tree: tuple[int, int, int] = TREE,
+    pair: BundledPair | None = None,
 ) -> dict:
-    target = load_target(DEMO_TARGET, device="cpu", dtype="fp32")
-    draft, report = load_checked_draft(DEMO_DRAFTS / "final", target)
-    records = [json.loads(line) for line in DEMO_EVAL.read_text().splitlines()[:prompts]]
+    pair = pair or active_pair().pair
+    target_dir, draft_dir = pair.target, pair.drafts / "final"
+    target = load_target(target_dir, device="cpu", dtype="fp32")
+    draft, report = load_checked_draft(draft_dir, target)
+    records = [json.loads(line) for line in pair.eval_set.read_text().splitlines()[:prompts]]
     prompt_ids = [r["input_ids"][: r["n_prompt_tokens"]] for r in records]
     folder = tempfile.mkdtemp(prefix="demo_bench_")
     database = open_database(f"sqlite:///{folder}/bench.db")
@@ -60,8 +92,8 @@ def run_demo(
     def job(prompt, tokens, shape=None, on=target):
         steps, topk, draft_tokens = shape or (num_steps, None, None)
         request = ReplayRequest(
-            str(DEMO_TARGET),
-            str(DEMO_DRAFTS / "final"),
+            str(target_dir),
+            str(draft_dir),
             prompt_ids=tuple(prompt),
             num_steps=steps,
             max_new_tokens=tokens,
@@ -71,10 +103,14 @@ def run_demo(
         outcome = run_plan(database, on, draft, resolve(request, on, draft))
         return outcome.output_ids, len(outcome.steps)
 
+    step_ms: list[float] = []  # draft + verify of each chain step of the bare replay (the ideal's t_step)
+
     def engine(prompt, tokens, record, shape=None):
         steps, topk, draft_tokens = shape or (num_steps, 1, None)
         config = ReplayConfig(steps, tokens, record=record, topk=topk, num_draft_tokens=draft_tokens)
         records = list(replay(target, draft, prompt, report.wiring, config))
+        if shape is None and not record:
+            step_ms.extend(r.draft_ms + r.verify_ms for r in records if isinstance(r, StepRecord))
         return output_ids_of(records), len(records) - 1
 
     run = {
@@ -90,6 +126,7 @@ def run_demo(
     }
     for mode in MODES:  # warm up
         run[mode](prompt_ids[0], 16)
+    step_ms.clear()
     speeds: dict[str, list[float]] = {mode: [] for mode in MODES}
     outputs: dict[str, list] = {}
     verify_steps: dict[str, int | None] = {}
@@ -124,8 +161,8 @@ def run_demo(
     for name, shape in (("chain", (num_steps, None, None)), ("tree", tree)):
         for tokens in lengths:  # flat cost per emitted token: the job runner, short and long
             request = ReplayRequest(
-                str(DEMO_TARGET),
-                str(DEMO_DRAFTS / "final"),
+                str(target_dir),
+                str(draft_dir),
                 prompt_ids=tuple(prompt_ids[0]),
                 num_steps=shape[0],
                 max_new_tokens=tokens,
@@ -141,7 +178,27 @@ def run_demo(
                 "accept_length": outcome.metrics["mean_accept_length"],
             }
     database.close()
+    t1 = statistics.median(one_token_ms(target, p, min(new_tokens, 64)) for p in prompt_ids)
+    t_step = statistics.mean(step_ms)
+    chain_al = next(r["accept_length"] for r in rows if r["mode"] == "replay")
+    ideal = chain_al * t1 / t_step
+    job = next(r for r in rows if r["mode"] == "job")
+    achieved = job["tokens_per_s_median"] / medians["loop"]
     return {
+        "pair": pair.key,
+        "target": str(target_dir),
+        "draft": str(draft_dir),
+        "ideal": {
+            "definition": "accept length x t1 / t_step: t1 = median one 1-token target forward (ms), t_step = "
+            "mean draft + verify ms of one chain step in the bare replay",
+            "accept_length": chain_al,
+            "t1_ms": t1,
+            "t_step_ms": t_step,
+            "ideal_speedup": ideal,
+            "job_speedup_over_loop": achieved,
+            "job_over_ideal": achieved / ideal,
+            "job_over_replay": job["vs_replay"],
+        },
         "rows": rows,
         "ms_per_token_job": per_token["chain"],
         "ms_per_token_tree_job": per_token["tree"],
@@ -157,7 +214,7 @@ def run_demo(
 def table(result: dict) -> str:
     tree = result.get("tree", {})
     lines = [
-        f"demo pair, chain K={result['K']}, tree steps/topk/N={tree.get('steps')}/{tree.get('topk')}/"
+        f"{result.get('pair', 'demo')} pair ({result.get('target', '')} + {result.get('draft', '')}), chain K={result['K']}, tree steps/topk/N={tree.get('steps')}/{tree.get('topk')}/"
         f"{tree.get('num_draft_tokens')}, {result['prompts']} eval prompts x {result['new_tokens']} new tokens, "
         f"{result['rounds']} rounds in rotated order, {result['threads']} threads",
         f"{'mode':<12} {'tok/s median':>12} {'min':>7} {'max':>7} {'x generate':>10} {'x replay':>9} "
@@ -183,11 +240,61 @@ def table(result: dict) -> str:
             f"{b['ms_per_step']:.2f} ms per verify step (ratio {b['ms_per_step'] / a['ms_per_step']:.2f}), "
             f"accept length {a['accept_length']:.2f} / {b['accept_length']:.2f}"
         )
+    for row in result.get("vllm", []):
+        lines.append(
+            f"{row['row']:<16} {row['tokens'] / row['seconds']:>8.1f} tok/s over {row['tokens']} tokens "
+            f"(x generate {row['tokens'] / row['seconds'] / result['generate_tokens_per_s']:.2f}, AL "
+            f"{'n/a' if row['accept_length'] is None else format(row['accept_length'], '.2f')}, start-up "
+            f"{row['startup_seconds']} s; vLLM's own server, same prompts, {result['vllm_new_tokens']} new tokens)"
+        )
+    if "vllm_skipped" in result:
+        lines.append(f"vLLM rows: {result['vllm_skipped']}")
+    ideal = result.get("ideal")
+    if ideal:
+        lines.append(
+            f"ideal speed-up = AL {ideal['accept_length']:.2f} x t1 {ideal['t1_ms']:.2f} ms / t_step "
+            f"{ideal['t_step_ms']:.2f} ms = {ideal['ideal_speedup']:.2f}x the 1-token loop; the job runner "
+            f"reaches {ideal['job_speedup_over_loop']:.2f}x: job / ideal = {ideal['job_over_ideal']:.2f} "
+            f"(bar 0.85), job / replay = {ideal['job_over_replay']:.2f} (bar 0.90)"
+        )
     return "\n".join(lines)
 
 
-def main(out: Path, rounds: int, new_tokens: int) -> int:
-    result = run_demo(rounds=rounds, new_tokens=new_tokens)
+def vllm_speed(result: dict, prompts: int, new_tokens: int, num_steps: int) -> None:
+    """vLLM's own tokens/s on the same pair and prompts, when the vLLM venv is there (bench/vllm_bench.py)."""
+    from argparse import Namespace
+
+    from backend import BadInput
+    from backend.service.vllm_server import vllm_python
+    from bench import vllm_bench
+
+    try:
+        vllm_python()
+    except BadInput as missing:
+        result["vllm_skipped"] = str(missing)
+        return
+    records = [json.loads(line) for line in Path(result["eval_set"]).read_text().splitlines()[:prompts]]
+    ids = [r["input_ids"][: r["n_prompt_tokens"]] for r in records]
+    args = Namespace(
+        target=result["target"], draft=result["draft"], steps=num_steps, max_new_tokens=new_tokens
+    )
+    result["vllm"] = vllm_bench.vllm_rows(args, ids)
+    result["vllm_new_tokens"] = new_tokens
+
+
+def main(out: Path, rounds: int, new_tokens: int, pair: BundledPair | None = None, vllm: bool = True) -> int:
+    pair = pair or active_pair().pair
+    big = pair.key != "toy"  # the real pair: 30 layers on 2 cores; shorter runs, same modes
+    result = run_demo(
+        rounds=rounds, new_tokens=min(new_tokens, 96) if big else new_tokens,
+        lengths=(96, 512) if big else (256, 2048), pair=pair,
+    )  # fmt: skip
+    result["eval_set"] = str(pair.eval_set)
+    result["generate_tokens_per_s"] = next(
+        r["tokens_per_s_median"] for r in result["rows"] if r["mode"] == "generate"
+    )
+    if vllm:
+        vllm_speed(result, result["prompts"], result["new_tokens"], result["K"])
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2, default=str))
     print(table(result))

@@ -468,11 +468,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--demo",
         action="store_true",
-        help="the bundled demo pair instead: generate, greedy loop, replay, replay+record, job runner, and "
-        "the tree (3, 4, 8) replayed, recorded and through the job runner "
-        "(bench/demo_bench.py); --repeats sets the rounds",
+        help="a bundled pair instead: generate, greedy loop, replay, replay+record, job runner, and "
+        "the tree (3, 4, 8) replayed, recorded and through the job runner, the ideal speed-up, vLLM's own "
+        "tokens/s (bench/demo_bench.py); --repeats sets the rounds",
     )
-    parser.add_argument("--demo-tokens", type=int, default=256, help="new tokens per prompt with --demo")
+    parser.add_argument(
+        "--demo-tokens",
+        type=int,
+        default=256,
+        help="new tokens per prompt with --demo (at most 96 on SmolLM2)",
+    )
+    parser.add_argument(
+        "--pair",
+        choices=["toy", "smollm2"],
+        help="with --demo: the bundled pair (default: the active one, SmolLM2 once set up)",
+    )
+    parser.add_argument("--no-vllm", action="store_true", help="with --demo: leave out vLLM's own rows")
     parser.add_argument(
         "--repeats",
         type=int,
@@ -556,7 +567,10 @@ def run_demo(args: argparse.Namespace) -> int:
     out = args.out if args.out != DEFAULT_OUT else DEFAULT_OUT.with_name("replay_bench_demo.json")
     waited = wait_for_quiet(max(0.0, args.quiet_wait), log)
     meter = CpuMeter()
-    code = demo_bench.main(out, max(2, args.repeats), args.demo_tokens)
+    from backend.defaults import PAIRS
+
+    pair = next((p for p in PAIRS if p.key == args.pair), None)
+    code = demo_bench.main(out, max(2, args.repeats), args.demo_tokens, pair, vllm=not args.no_vllm)
     contended = meter.fraction()
     result = json.loads(out.read_text())
     result.update(cpu_wait=contended, quiet_wait_seconds=waited, loadavg_end=os.getloadavg())

@@ -7,6 +7,7 @@ import streamlit as st
 from backend.engine.records import decoding_mode
 from backend.service import datasets as stored_datasets
 from ui import state
+from ui.html import md
 
 
 @st.cache_data(show_spinner=False, max_entries=8)
@@ -25,8 +26,8 @@ def tokenizer_warning(dataset_id: int, container=st) -> None:
     if fit is not None and fit.flags:
         container.warning(
             f"Dataset {dataset_id} looks tokenized for another model than the active target "
-            f"({state.target_path()}): " + "; ".join(fit.flags) + ". Its text below is that "
-            "tokenizer's reading of the ids; replays of it say nothing about this pair.",
+            f"({md(state.target_path())}); its text is this tokenizer's reading of the ids, and replays of "
+            "it say nothing about this pair:\n" + "\n".join(f"- {md(flag)}" for flag in fit.flags),
             icon="⚠️",
         )
 
