@@ -54,7 +54,7 @@ def load_feature_file(path: str | Path, hidden_size: int | None = None) -> Featu
     check_archive_size(path)
     try:
         data = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as error:  # noqa: BLE001 - any unpickling refusal is the user's file
+    except Exception as error:  # any unpickling refusal is the user's file
         raise BadInput(
             f"{path}: not a tensor-only torch file ({type(error).__name__}: {first_line(error)[:200]})"
         ) from error

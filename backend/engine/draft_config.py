@@ -227,7 +227,7 @@ def parse_draft_config(raw: dict, where: str = "draft config.json") -> DraftConf
         llama_args["rope_theta"] = 10000.0
     try:
         llama_config = LlamaConfig(**llama_args)
-    except Exception as error:  # noqa: BLE001 - transformers validates head counts, sizes, rope settings
+    except Exception as error:  # transformers validates head counts, sizes, rope settings
         raise BadInput(f"{where} is inconsistent: {str(error).splitlines()[-1].strip()}") from error
     _check_buildable(llama_config, where)
 

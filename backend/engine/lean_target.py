@@ -183,7 +183,7 @@ def lean_target(model) -> LeanTarget | None:
     lean = LeanTarget(model)
     try:
         lean = lean if _reproduces_transformers(model, lean) else None
-    except Exception:  # any surprise in a model we thought we knew: keep transformers' forward
+    except Exception:  # noqa: BLE001 - any surprise in a model we thought we knew: keep transformers' forward
         lean = None
     _LEAN[model] = (fingerprint, lean)
     return lean

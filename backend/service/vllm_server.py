@@ -142,14 +142,14 @@ def launched_server(
     log_path.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     with log_path.open("w") as log:
-        process = subprocess.Popen(  # noqa: S603 - our own command line, no shell
+        process = subprocess.Popen(  # our own command line, no shell
             command,
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             env={**os.environ, **LAUNCH_ENV},
             start_new_session=True,
-            preexec_fn=_die_with_parent,  # noqa: PLW1509 - one prctl call, no Python state touched
+            preexec_fn=_die_with_parent,  # one prctl call, no Python state touched
         )
     server = Launched(f"http://127.0.0.1:{port}", log_path, command)
     try:
@@ -186,7 +186,7 @@ def _die_with_parent() -> None:
 
 def _healthy(url: str) -> bool:
     try:
-        with urllib.request.urlopen(url + "/health", timeout=5) as response:  # noqa: S310 - loopback
+        with urllib.request.urlopen(url + "/health", timeout=5) as response:  # loopback
             return response.status == 200
     except (urllib.error.URLError, OSError, ValueError):
         return False
@@ -213,7 +213,7 @@ def _post(url: str, path: str, body: dict | None, timeout: float) -> dict:
         url.rstrip("/") + path, data=data, headers={"Content-Type": "application/json"}
     )
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 - the user's URL
+        with urllib.request.urlopen(request, timeout=timeout) as response:  # the user's URL
             answer = json.loads(response.read(MAX_ANSWER_BYTES))
     except urllib.error.HTTPError as error:
         detail = error.read(2000).decode(errors="replace").strip().splitlines()

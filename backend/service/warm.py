@@ -32,7 +32,7 @@ def _import_model_stack() -> None:
 
 
 def _import_once() -> None:
-    import backend.engine.loading  # noqa: F401 - torch, transformers' Auto* classes
+    import backend.engine.loading  # torch, transformers' Auto* classes
     import backend.engine.preflight  # noqa: F401 - the engine the pages call
 
 

@@ -80,7 +80,7 @@ def test_a_server_far_below_the_replay_points_at_the_serving_side(db_url):
 class FakeSGLang(BaseHTTPRequestHandler):
     """Answers POST /generate like SGLang's native endpoint: text and meta_info with the verify count."""
 
-    def do_POST(self):  # noqa: N802 - http.server's name
+    def do_POST(self):  # http.server's name
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         tokens = body["sampling_params"]["max_new_tokens"]
         answer = {
@@ -185,7 +185,7 @@ def test_a_tree_server_is_compared_with_tree_replays_of_its_shape(db_url):
 class ListAnswer(BaseHTTPRequestHandler):
     """A server that is not SGLang's /generate: it answers a JSON array of numbers."""
 
-    def do_POST(self):  # noqa: N802 - http.server's name
+    def do_POST(self):  # http.server's name
         self.rfile.read(int(self.headers["Content-Length"]))
         data = b"[1, 2, 3]"
         self.send_response(200)

@@ -59,7 +59,7 @@ def streamlit_server(env: dict):
         "--browser.gatherUsageStats",
         "false",
     ]
-    log = open(env.get("SPECLENS_SERVER_LOG", os.devnull), "w")  # noqa: SIM115 - closed below
+    log = open(env.get("SPECLENS_SERVER_LOG", os.devnull), "w")  # closed below
     process = subprocess.Popen(
         command, cwd=REPO, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT
     )
