@@ -14,8 +14,8 @@ Modes, each on the same eval prompts, rotated in order across rounds (medians, m
   tree_job   the job runner into SQLite with the tree
 Two ratios are printed under the table (issue 40's bars: >= 0.9 and >= 0.85):
   job / replay    the job runner's tokens/s over the bare replay's: what recording and the store cost
-  job / ideal     the job runner's speed-up over the one-token decode loop, over the pair's ideal
-                  speed-up = accept length x t1 / t_step, where t1 is one 1-token forward of the target
+  job / ideal     the job runner's speed-up over a one-token decode (its tokens/s x t1), over the pair's
+                  ideal speed-up = accept length x t1 / t_step, where t1 is one 1-token forward of the target
                   (median over the loop's decode steps, the target's own forward as the replay runs it)
                   and t_step the mean time of one verify step with its drafts (the engine's own timers,
                   StepRecord.draft_ms + verify_ms, in the bare replay): what everything outside the
@@ -183,7 +183,7 @@ def run_demo(
     chain_al = next(r["accept_length"] for r in rows if r["mode"] == "replay")
     ideal = chain_al * t1 / t_step
     job = next(r for r in rows if r["mode"] == "job")
-    achieved = job["tokens_per_s_median"] / medians["loop"]
+    achieved = job["tokens_per_s_median"] * t1 / 1000  # over a 1-token loop at t1 ms per token
     return {
         "pair": pair.key,
         "target": str(target_dir),
@@ -195,7 +195,7 @@ def run_demo(
             "t1_ms": t1,
             "t_step_ms": t_step,
             "ideal_speedup": ideal,
-            "job_speedup_over_loop": achieved,
+            "job_speedup": achieved,
             "job_over_ideal": achieved / ideal,
             "job_over_replay": job["vs_replay"],
         },
@@ -253,8 +253,8 @@ def table(result: dict) -> str:
     if ideal:
         lines.append(
             f"ideal speed-up = AL {ideal['accept_length']:.2f} x t1 {ideal['t1_ms']:.2f} ms / t_step "
-            f"{ideal['t_step_ms']:.2f} ms = {ideal['ideal_speedup']:.2f}x the 1-token loop; the job runner "
-            f"reaches {ideal['job_speedup_over_loop']:.2f}x: job / ideal = {ideal['job_over_ideal']:.2f} "
+            f"{ideal['t_step_ms']:.2f} ms = {ideal['ideal_speedup']:.2f}x a 1-token decode at t1; the job runner "
+            f"reaches {ideal['job_speedup']:.2f}x (its tokens/s x t1): job / ideal = {ideal['job_over_ideal']:.2f} "
             f"(bar 0.85), job / replay = {ideal['job_over_replay']:.2f} (bar 0.90)"
         )
     return "\n".join(lines)
