@@ -114,6 +114,7 @@ def test_a_link_s_draft_becomes_the_active_draft_once(db):
     app.query_params["draft"] = "miswired"
     app = ok(app.run())
     assert app.sidebar.selectbox(key="sidebar_draft").value == "miswired"
+    assert any("the active draft, on every page" in i.value for i in app.info)  # said, not silent
     assert str(DEMO_DRAFTS / "miswired") in " ".join(c.value for c in app.caption)
     assert "draft" not in app.query_params
     app.sidebar.selectbox(key="sidebar_draft").set_value("final")

@@ -93,11 +93,17 @@ def show_demo_story(target_path: str) -> None:
         label=f"2. Diagnose {story.broken} (press Diagnose): the verdict names the cause and its fix",
         query_params={"draft": story.broken},
     )
-    st.markdown(
-        "3. On that page, the **Wiring probe** tab: which layers the draft was really trained on, tried "
-        "candidate by candidate (teacher-forced accuracy).\n"
-        "4. Then the **Serving-flag lint** tab: the SGLang or vLLM launch command, and the config fix that "
-        "uses the probe's wiring."
+    st.page_link(
+        "pages/4_Diagnostics.py",
+        label="3. On that page, the Wiring probe tab: which layers the draft was really trained on, tried "
+        "candidate by candidate (teacher-forced accuracy)",
+        query_params={"draft": story.broken},
+    )
+    st.page_link(
+        "pages/4_Diagnostics.py",
+        label="4. Then the Serving-flag lint tab: the SGLang or vLLM launch command, and the config fix that "
+        "uses the probe's wiring",
+        query_params={"draft": story.broken},
     )
     if SEED_STORY.is_file():
         with st.expander("The seed story: the debugging session SpecLens grew from (docs/seed-story.md)"):

@@ -154,7 +154,13 @@ def follow_link() -> None:
         return
     del st.query_params["draft"]
     if name in drafts():
-        set_value("draft", drafts()[name])
+        if drafts()[name] != draft_path():
+            set_value("draft", drafts()[name])
+            st.info(
+                f"The link made **{md(name)}** the active draft, on every page from now on; the sidebar's "
+                "Draft box switches back.",
+                icon="ℹ️",
+            )
     else:
         st.warning(f"The link names a draft {md(name)!r} this session does not know; the active one is kept.")
 

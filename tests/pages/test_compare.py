@@ -273,3 +273,20 @@ def test_compare_two_drafts_on_a_sample(db):
     assert "2 run(s) reused (finished runs of the same draft, sample and settings), 0 replayed" in " ".join(
         c.value for c in app.caption
     )
+
+
+def test_the_pickers_match_the_comparison_on_screen(db):
+    """Issue 43 row 6: entering Compare again (its widgets made anew) shows the drafts of the comparison
+    below, not epoch1 vs final, so a batch started from there runs the pair on screen."""
+    steps = [{"position": 2, "drafted": [SELF, SPACE], "accepted": 2, "bonus": NEWLINE}]
+    a, b = store_run(db, "final", steps), store_run(db, "miswired", steps)
+    app = page("3_Compare")
+    app.session_state["global_compare_runs"] = (a, b)
+    app = ok(app.run())
+    assert opened(app) == (a, b)
+    assert (app.selectbox(key="compare_draft_a").value, app.selectbox(key="compare_draft_b").value) == (
+        "final",
+        "miswired",
+    )
+    fresh = ok(page("3_Compare").run())  # nothing on screen: the defaults
+    assert fresh.selectbox(key="compare_draft_a").value == "epoch1"

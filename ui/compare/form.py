@@ -7,6 +7,7 @@ import os
 
 import streamlit as st
 
+from backend.service import runs as stored_runs
 from backend.service.tasks import Comparison
 from ui import state
 from ui.pickers import dataset_picker
@@ -60,13 +61,27 @@ def _which_samples(samples: list, running: bool) -> tuple[list | None, str | Non
     return None, None
 
 
+def _shown_drafts(names: list[str]) -> tuple[str, str]:
+    """The drafts of the comparison on screen (so the pickers, made anew when the page is entered again,
+    match the table below), else epoch1 vs final."""
+    shown = state.get_value("compare")
+    if shown:
+        found = [stored_runs.get_run(state.db(), int(run_id)) for run_id in shown]
+        if all(found):
+            a, b = (state.draft_name(run.draft_path) for run in found)
+            if a in names and b in names:
+                return a, b
+    return "epoch1", "final"
+
+
 def comparison(running: bool) -> Comparison | None:
     """The form (its buttons off while a comparison runs); what a button asked for, else None."""
     names = list(state.drafts())
     with st.expander("Run two drafts", expanded=not state.get_value("compare")):
         c1, c2, c3, c4 = st.columns(4)
-        opens_a = state.linked_select("a", "compare_draft_a", names, "epoch1")  # Home: ?a=final&b=miswired
-        opens_b = state.linked_select("b", "compare_draft_b", names, "final")
+        shown_a, shown_b = _shown_drafts(names)
+        opens_a = state.linked_select("a", "compare_draft_a", names, shown_a)  # Home: ?a=final&b=miswired
+        opens_b = state.linked_select("b", "compare_draft_b", names, shown_b)
         draft_a = c1.selectbox("Draft A", names, key="compare_draft_a", **opens_a)
         draft_b = c2.selectbox("Draft B", names, key="compare_draft_b", **opens_b)
         steps = int(c3.number_input("K", 1, 16, 4, key="compare_steps"))
