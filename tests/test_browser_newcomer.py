@@ -75,7 +75,7 @@ def compare_final_with_miswired(page, db_url: str) -> None:
 def diagnose_miswired(page, url: str) -> str:
     """Home's link 2 opens Diagnostics with miswired active; its verdict is the CLI's."""
     page.goto(url)
-    page.get_by_text("What the bundled demo shows").wait_for(timeout=60_000)
+    page.get_by_text("What the bundled toy pair shows").wait_for(timeout=60_000)
     wait_idle(page)
     page.get_by_role("link", name=re.compile(r"^2\. Diagnose miswired")).click()
     page.get_by_role("button", name="Diagnose", exact=True).wait_for(timeout=180_000)
@@ -110,7 +110,7 @@ def test_a_newcomer_follows_home_s_start_here_path(tmp_path):
     trained, declared = demo_wiring()
     with chromium_page(env, {"width": 1440, "height": 900}) as (url, page):
         page.goto(url)
-        page.get_by_text("What the bundled demo shows").wait_for(timeout=60_000)
+        page.get_by_text("What the bundled toy pair shows").wait_for(timeout=60_000)
         wait_idle(page)
         story = page.get_by_text(re.compile(r"^miswired: the broken one")).first.inner_text()
         assert str(list(trained)) in story and str(list(declared)) in story
