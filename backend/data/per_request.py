@@ -469,6 +469,17 @@ def parse_sglext(response: dict, where: Where, base: dict, k: int | None) -> lis
     # python/sglang/srt/entrypoints/openai/protocol.py SglExt / SpecTokensDetails and utils.py
     # process_spec_tokens_details_from_ret (PR #33518): present when the request set
     # return_spec_tokens_details; a list (one per choice) when n > 1
+    if "sglext" not in response and isinstance(response.get("choices"), list):
+        # utils.py spec_tokens_details_from_meta_info returns None when meta_info has no spec counts (no
+        # verify step ran), and the response then has no sglext at all: a zero-step request, not bad input
+        return [
+            RequestNumbers(
+                **base,
+                verify_steps=0,
+                status="no-verify-steps",
+                note="no sglext: SGLang leaves it out when the request ran no verify step",
+            )
+        ]
     details = where.obj(response.get("sglext"), "sglext").get("spec_tokens_details")
     if details is None:
         return [
@@ -613,7 +624,15 @@ def parse_modelopt(doc: dict, where: Where) -> tuple[list[RequestNumbers], dict]
         num_speculative_tokens=k,
         accept_histogram=histogram,
         engine_accept_length=where.number(doc.get("mean_accept_length"), "mean_accept_length"),
+        # The profile has no drafted count; a fixed-K chain drafts K per verify step, so the acceptance
+        # rate (accepted / drafted) is (accept length - 1) / K: derived, and said so.
+        drafted_tokens=sum(histogram) * k if k else None,
     )
+    if k:
+        numbers.note = (
+            f"drafted tokens derived: {k} (num_speculative_tokens) per verify step, a fixed-K chain; "
+            "acceptance rate = (accept length - 1) / K"
+        )
     finish(numbers, where)
     check_engine_mean(numbers, where, "mean_accept_length")
     notes = []  # the profile's own vectors come from ModelOpt's AcceptanceRate, not from the histogram:
@@ -879,7 +898,7 @@ def parse_records(
         if kind is None and is_stream_chunk(value):
             out.skipped += 1
             continue
-        if kind is None and found not in ("trtllm", "llamacpp"):
+        if kind is None and found not in ("trtllm", "llamacpp", "sglext"):
             where.fail(
                 f"no {found} statistics in this record (top-level keys: {', '.join(sorted(value)[:8])})"
             )

@@ -86,6 +86,17 @@ def test_sglext_spec_tokens_details_with_a_list_for_n_above_one():
     check_against(parsed, P.REQUESTS + N2)
 
 
+def test_sglext_a_response_without_sglext_is_a_zero_step_request():
+    """Issue 42: SGLang leaves sglext out of a response that ran no verify step; that row reads as
+    no-verify-steps and the file is read, not refused. A record that is not a response still is."""
+    parsed = read_requests(P.sglext(drop_empty=True), "sglext.jsonl", num_speculative_tokens=P.K)
+    check_against(parsed, P.REQUESTS + N2)
+    (empty,) = [r for r in parsed.requests if r.status == "no-verify-steps"]
+    assert "no sglext" in empty.note
+    with pytest.raises(BadInput, match="sglext"):
+        read_requests(P.sglext() + '\n{"error": "overloaded"}\n', "sglext.jsonl")
+
+
 def test_trtllm_choices_with_padded_and_short_histograms():
     parsed = read_requests(P.trtllm(), "trt.jsonl")
     assert parsed.format == "trtllm"
@@ -113,6 +124,11 @@ def test_modelopt_profile_is_pooled_and_keyed_by_emitted_length():
     assert close(parsed.extra["profile"]["mean_accept_length_per_request"], t["per_request_mean"])
     assert close(parsed.pooled["accept_length_per_request_mean"], t["per_request_mean"])
     assert parsed.extra["profile"]["disagreements"] == []
+    # issue 42: the acceptance rate follows from a fixed-K chain's profile, and is said to be derived
+    steps = [a for r in P.REQUESTS for a in r]
+    assert close(parsed.pooled["acceptance_rate"], sum(steps) / (len(steps) * P.K))
+    assert abs(parsed.pooled["acceptance_rate"] - (parsed.pooled["accept_length"] - 1) / P.K) < 0.01
+    assert "drafted tokens derived" in parsed.requests[0].note
 
 
 def test_server_info_reads_are_differenced_into_a_window():

@@ -169,7 +169,9 @@ def sglang(requests=REQUESTS, k=K, n_gt_1=True, old_names_for=(4,), stream_last=
     return jsonl(records)
 
 
-def sglext(requests=REQUESTS, k=K, n_gt_1=True) -> str:
+def sglext(requests=REQUESTS, k=K, n_gt_1=True, drop_empty=False) -> str:
+    """drop_empty: a request that ran no verify step has no sglext at all, as SGLang writes it
+    (spec_tokens_details_from_meta_info returns None without spec counts)."""
     records = []
     for i, a_list in enumerate(requests):
         meta = sglang_meta(a_list, k)
@@ -198,6 +200,8 @@ def sglext(requests=REQUESTS, k=K, n_gt_1=True) -> str:
                 "sglext": {"spec_tokens_details": details},
             }
         )
+        if drop_empty and not a_list:
+            del records[-1]["sglext"]
     if n_gt_1:
         both = [sglang_meta([1, 2], k), sglang_meta([0], k)]
         records.append(
