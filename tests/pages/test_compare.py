@@ -290,3 +290,23 @@ def test_the_pickers_match_the_comparison_on_screen(db):
     )
     fresh = ok(page("3_Compare").run())  # nothing on screen: the defaults
     assert fresh.selectbox(key="compare_draft_a").value == "epoch1"
+
+
+def test_an_unfinished_run_shows_no_accept_length_and_says_why(db):
+    """A run whose writer died (the server stopped mid-run) has no metrics: a dash and a warning, not
+    'Accept length 0.00' beside outputs that 'differ' only where it stopped."""
+    from db import store
+    from db.models import Run
+
+    steps = [{"position": 2, "drafted": [SELF, SPACE], "accepted": 2, "bonus": NEWLINE}]
+    a, b = store_run(db, "final", steps), store_run(db, "miswired", steps)
+    factory = store.session_factory(store.make_engine(db))
+    with store.session_scope(factory) as session:  # what the writer's death leaves: no metrics
+        run = session.get(Run, b)
+        run.status, run.error, run.metrics = "interrupted", "interrupted: its writer is gone", {}
+    app = page("3_Compare")
+    app.session_state["global_compare_runs"] = (a, b)
+    app = ok(app.run())
+    values = {m.label: m.value for m in app.metric}
+    assert values["Accept length B"] == "—" and values["Accept length A"] != "—"
+    assert any("Run B is interrupted, not finished" in w.value for w in app.warning)

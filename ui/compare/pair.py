@@ -16,7 +16,7 @@ from ui.compare.timeline import (
     timeline_html,
     timeline_legend,
 )
-from ui.html import CSS
+from ui.html import CSS, md
 from ui.pickers import run_label
 from ui.runs import ACCEPT_LENGTH_HELP
 from ui.tokens import Pieces
@@ -59,11 +59,15 @@ def pick_pair(runs: list[RunInfo]) -> tuple[int, int]:
 
 
 def _metrics(run_a: RunInfo, steps_a, run_b: RunInfo, steps_b, divergence: int | None) -> None:
-    al_a = run_a.metrics.get("mean_accept_length") or 0
-    al_b = run_b.metrics.get("mean_accept_length") or 0
+    al_a, al_b = run_a.metrics.get("mean_accept_length"), run_b.metrics.get("mean_accept_length")
     cells = st.columns(5)
-    cells[0].metric("Accept length A", f"{al_a:.2f}", help=ACCEPT_LENGTH_HELP)
-    cells[1].metric("Accept length B", f"{al_b:.2f}", delta=f"{al_b - al_a:+.2f}", help=ACCEPT_LENGTH_HELP)
+    cells[0].metric("Accept length A", _shown(al_a), help=ACCEPT_LENGTH_HELP)
+    cells[1].metric(
+        "Accept length B",
+        _shown(al_b),
+        delta=None if al_a is None or al_b is None else f"{al_b - al_a:+.2f}",
+        help=ACCEPT_LENGTH_HELP,
+    )
     cells[2].metric("Steps A / B", f"{len(steps_a)} / {len(steps_b)}")
     cells[3].metric(
         "Drafts first differ at",
@@ -75,6 +79,19 @@ def _metrics(run_a: RunInfo, steps_a, run_b: RunInfo, steps_b, divergence: int |
         "Outputs first differ at", "nowhere" if outputs is None else f"output {outputs}", help=OUTPUTS_HELP
     )
     st.caption(f"A: {decoding_mode(run_a.params)} · B: {decoding_mode(run_b.params)}")
+    for side, run in (("A", run_a), ("B", run_b)):
+        if run.status != "finished":
+            st.warning(
+                f"Run {side} is {md(run.status)}, not finished: it has no accept length, and its output stops "
+                f"after {len(run.output_ids)} tokens, so the outputs differ where it "
+                "stopped, not because of the drafts. Compare finished runs (Runs lists them).",
+                icon="⚠️",
+            )
+
+
+def _shown(accept_length) -> str:
+    """A run without an accept length (unfinished, or no verify step) shows a dash, never 0.00."""
+    return "—" if accept_length is None else f"{accept_length:.2f}"
 
 
 def show_pair(run_a: RunInfo, steps_a: list[StepRecord], run_b: RunInfo, steps_b: list[StepRecord]) -> None:
