@@ -77,11 +77,12 @@ def show_demo_story(target_path: str) -> None:
         return
     st.subheader(f"What the bundled {'toy' if story.pair == 'toy' else 'SmolLM2'} pair shows")
     st.markdown(_drafts_text(story))
+    if story.curve_definition:  # the per-epoch numbers above, defined where they are shown
+        definition = story.curve_definition.split(": ", 1)[-1]
+        st.caption(f"Held-out accept length (the build's measure, per epoch above): {md(definition)}.")
     engines = _engines_text(story)
     if engines:
         st.markdown(engines)
-    if story.curve_definition:
-        st.caption(f"Held-out accept length, as the build measured it: {md(story.curve_definition)}.")
     st.markdown("**Start here**: four clicks that find the bug the way a user would.")
     st.page_link(
         "pages/3_Compare.py",
