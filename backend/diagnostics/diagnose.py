@@ -41,6 +41,7 @@ CLASSES = (
     "serving-flags",
     "precision",
     "train-serve-gap",
+    "no-acceptance",
 )
 SEVERITIES = ("fail", "warn", "info")
 # preflight check name -> the class its failure belongs to
@@ -59,6 +60,9 @@ PREFLIGHT_CLASSES = {
 }
 REPEAT_NGRAM = 4
 CONTEXT_DROP = 0.75  # an accept length below this share of the shortest context's is flagged
+# Teacher-forced and live accept lengths both at most this: the draft predicts (almost) nothing,
+# whatever else is wrong (issue 42: a head re-initialised at random served at accept length ~1.0).
+ACCEPTS_NOTHING = 1.05
 
 
 @dataclass
@@ -92,7 +96,9 @@ class Diagnosis:
     @property
     def headline(self) -> str:
         for severity in ("fail", "warn"):
-            worst = [f for f in self.findings if f.severity == severity]
+            worst = sorted(  # a draft that accepts nothing is said first, whatever else is found
+                (f for f in self.findings if f.severity == severity), key=lambda f: f.cls != "no-acceptance"
+            )
             if worst:
                 more = (
                     f" (+{len(worst) - 1} more {severity} finding{'s' * (len(worst) > 2)})"
@@ -525,7 +531,14 @@ def live_findings(
         "samples": len(samples),
         "definition": "live: mean of a + 1 over verify steps; predicted: 1 + simulated accept length (teacher-forced)",
     }
-    if live is not None and predicted is not None and live < 0.8 * predicted and predicted - live > 0.3:
+    if (
+        live is not None
+        and predicted is not None
+        and live <= ACCEPTS_NOTHING
+        and predicted <= ACCEPTS_NOTHING
+    ):
+        found.append(_accepts_nothing(draft, live, predicted, evidence))
+    elif live is not None and predicted is not None and live < 0.8 * predicted and predicted - live > 0.3:
         found.append(
             Finding(
                 "train-serve-gap",
@@ -569,6 +582,28 @@ def live_findings(
                 )
             )
     return found, evidence
+
+
+def _accepts_nothing(draft, live: float, predicted: float, evidence: dict) -> Finding:
+    """The draft predicts nothing the target says, teacher-forced or live: broken whatever else is
+    found. Its head's weight statistics are evidence (a random-init head has a small uniform spread)."""
+    head = draft.lm_head.weight.detach().float()
+    return Finding(
+        "no-acceptance",
+        "fail",
+        f"the draft accepts almost nothing: live accept length {live:.2f}, teacher-forced {predicted:.2f} on "
+        "the same samples. Its weights do not predict the target, whatever else is found",
+        {
+            **evidence,
+            "lm_head_std": float(head.std()),
+            "lm_head_mean_abs": float(head.abs().mean()),
+            "threshold": ACCEPTS_NOTHING,
+        },
+        "Check the draft's head and weights first: an lm_head missing from the checkpoint or overwritten "
+        "(the engine then starts it at random or from the target's, sglang#27908, vllm#27732), a "
+        "checkpoint saved before training, or weights of another target. Re-export from the trained "
+        "checkpoint.",
+    )
 
 
 def _repeats(output: list, position: int) -> bool:

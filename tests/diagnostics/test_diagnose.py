@@ -154,3 +154,40 @@ def test_the_unchanged_draft_has_no_fail_finding_and_miswired_names_its_wiring(t
     named = [wiring[0]["evidence"]["best"], *wiring[0]["evidence"]["as_good_as_best"]]
     assert trained in named  # the trained wiring, or an "X or Y" that includes it
     assert len(named) == 1 or " or " in miswired["headline"]
+
+
+def _random_head(config, directory):
+    """What an engine leaves when the checkpoint has no lm_head: a head at random-init statistics."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(str(directory / "model.safetensors"))
+    head = tensors["lm_head.weight"]
+    generator = torch.Generator().manual_seed(0)
+    tensors["lm_head.weight"] = (torch.randn(head.shape, generator=generator) * 0.02).to(head.dtype)
+    save_file(tensors, str(directory / "model.safetensors"))
+
+
+@pytest.mark.slow
+def test_a_draft_that_accepts_nothing_is_broken_and_said_first(tmp_path):
+    """Issue 42: a copy of a trained draft with its head re-initialised at random is `broken`, and the
+    headline says it accepts nothing before anything else found."""
+    from backend.data.samples import read_jsonl
+    from backend.defaults import DEMO_EVAL, DEMO_TARGET
+    from backend.diagnostics.diagnose import DiagnoseOptions
+    from backend.service import models
+    from backend.service.diagnosis import diagnose
+
+    samples, _ = read_jsonl(DEMO_EVAL, 2048)
+    result = diagnose(
+        str(DEMO_TARGET),
+        _planted(tmp_path, "random-head", _random_head),
+        samples[:4],
+        DiagnoseOptions(live_samples=1),
+    )
+    models.forget()
+    assert result["verdict"] == "broken"
+    assert result["headline"].startswith("no-acceptance: the draft accepts almost nothing")
+    (finding,) = [f for f in result["findings"] if f["class"] == "no-acceptance"]
+    assert finding["evidence"]["live_accept_length"] <= 1.05 and "lm_head" in finding["fix"]
+    assert abs(finding["evidence"]["lm_head_std"] - 0.02) < 0.005  # the random-init spread, as evidence
