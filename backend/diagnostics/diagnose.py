@@ -11,6 +11,7 @@ with any fail, suspect with any warn, ok otherwise; the headline is the worst fi
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 import torch
@@ -18,7 +19,7 @@ import torch
 from backend.diagnostics.probe import ProbeSettings, describe, run_probe
 from backend.diagnostics.reading_probe import rope_scaling, run_reading_probe
 from backend.engine.metrics import acceptance_metrics, simulated_accept_length
-from backend.engine.readings import SERVING_ENGINES, wiring_fix
+from backend.engine.readings import SERVING_ENGINES, VARIANT_FLAGS, wiring_fix
 from backend.engine.records import PrefillRecord, Progress, no_progress
 from backend.engine.replay import ReplayConfig, replay
 from backend.engine.teacher import (
@@ -139,7 +140,7 @@ def preflight_findings(report: dict, engine: str) -> list[Finding]:
                     "fail",
                     f"preflight {check['name']}: {check['message']}",
                     {"check": check},
-                    _preflight_fix(cls),
+                    _missing_flag_fix(check["message"]) or _preflight_fix(cls),
                 )
             )
     training = report.get("training_engine")
@@ -177,6 +178,27 @@ def preflight_findings(report: dict, engine: str) -> list[Finding]:
     return found
 
 
+# The weights a variant flag adds to the draft (backend/engine/draft_model.py): declared true with
+# those weights missing, the flag was not on in training.
+FLAG_TENSORS = {"input_norm.": "norm_before_fc", "fc_norm.": "fc_norm"}
+
+
+def _missing_flag_fix(message: str) -> str | None:
+    """A missing-tensors failure whose tensors belong to a declared flag: the field and value to undo it."""
+    if "missing tensors" not in message:
+        return None
+    missing = message.split(":", 1)[-1]
+    flags = sorted({flag for prefix, flag in FLAG_TENSORS.items() if prefix in missing})
+    if not flags:
+        return None
+    return (
+        "In the draft's config.json set "
+        + ", ".join(f'"{flag}": false' for flag in flags)
+        + ": the checkpoint has none of the weights that flag adds, so the draft was trained without it "
+        "(declared true, every engine would run those weights at random)."
+    )
+
+
 def _preflight_fix(cls: str) -> str:
     return {
         "vocab-mapping": "Export the draft with its d2t/t2d maps (SpecForge writes both when draft_vocab_size < vocab_size).",
@@ -194,7 +216,18 @@ def _reading_fix(what: str, engine: str, report: dict) -> str:
             f"eagle_config.eagle_aux_hidden_state_layer_ids = {nested} (SGLang, output-of-layer ids) and top-level "
             f"eagle_aux_hidden_state_layer_ids = {trained} (vLLM, HF indices)."
         )
+    field_name = READING_FIELDS.get(what, what)
+    trained_value = (report.get("engines", {}).get(report.get("training_engine"), {}) or {}).get(what)
+    if field_name in VARIANT_FLAGS and isinstance(trained_value, bool):
+        return (
+            f'In the draft\'s config.json set "{field_name}": {json.dumps(trained_value)}: the value its training '
+            f"reading ({report.get('training_engine')}) ran; {engine} applies the flag as the config declares it."
+        )
     return f"Serve with an engine (release) that reads this field as training did, or re-export the config for {engine}."
+
+
+# A reading's name -> the config field that sets it, where they differ (readings.VARIANT_FLAGS).
+READING_FIELDS = {"norm_before_lm_head": "norm_output"}
 
 
 def vocab_findings(draft, target_vocab: int, samples: list, num_steps: int) -> list[Finding]:

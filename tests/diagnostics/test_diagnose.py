@@ -92,6 +92,12 @@ PLANTED = {
         "aux-wiring",
         None,
     ),
+    # issue 42: declared on a draft trained without it; the fix names the field and the value
+    "norm-before-fc": (
+        lambda c, d: c.update(norm_before_fc=True),
+        "variant-flags",
+        '"norm_before_fc": false',
+    ),
     "d2t": (_zero_d2t, "vocab-mapping", "d2t"),
     "short-context": (
         lambda c, d: c.update(max_position_embeddings=64),
