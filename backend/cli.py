@@ -1019,7 +1019,8 @@ def cmd_observe_requests(args) -> tuple[dict, str]:
             else f"{pooled['requests']} requests ({counted})"
         ),
         f"pooled accept length {_fmt(pooled['accept_length'])} over {pooled['verify_steps']} verify steps "
-        f"(step-weighted, bonus included); per-request mean {_fmt(pooled['accept_length_per_request_mean'])}; "
+        f"(step-weighted, bonus included); per-request mean {_fmt(pooled['accept_length_per_request_mean'])}"
+        f"{_ci(pooled.get('accept_length_per_request_ci95'))}; "
         f"acceptance rate {_fmt(pooled['acceptance_rate'])}",
     ]
     if pooled["per_position_marginal"]:
@@ -1073,6 +1074,11 @@ def _refusal(error: BaseException, url: str | None) -> str | None:
     from backend.service.database import refusal
 
     return refusal(error, url)
+
+
+def _ci(interval) -> str:
+    """' (95% CI [a, b] over requests)' when there is one."""
+    return "" if not interval else f" (95% CI [{interval[0]:.2f}, {interval[1]:.2f}] over requests)"
 
 
 def _fallback_note(args) -> None:

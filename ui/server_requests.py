@@ -140,10 +140,15 @@ def show_requests(result: dict | None, db_url: str | None, target_path: str, dra
         fmt(pooled["accept_length"]),
         help=definitions["pooled_accept_length"],
     )
+    ci = pooled.get("accept_length_per_request_ci95")
     c2.metric(
         "Per-request mean",
         fmt(pooled["accept_length_per_request_mean"]),
-        help=definitions["accept_length_per_request_mean"],
+        delta=None if not ci else f"95% CI {ci[0]:.2f}-{ci[1]:.2f}",
+        delta_color="off",
+        help=definitions["accept_length_per_request_mean"]
+        + ". "
+        + definitions["accept_length_per_request_ci95"],
     )
     c3.metric("Acceptance rate", fmt(pooled["acceptance_rate"]), help=definitions["acceptance_rate"])
     c4.metric("Verify steps", f"{pooled['verify_steps']:g}", help="over the requests with an accept length")

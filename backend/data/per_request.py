@@ -20,6 +20,7 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from backend import BadInput
+from backend.engine.metrics import mean_ci95
 
 FORMATS = ("vllm", "sglang", "sglext", "trtllm", "llamacpp", "modelopt", "sglang-server-info")
 MEAN_TOLERANCE = 1e-3  # an engine's own ratio vs the one its counts give (ModelOpt rounds to 6 digits)
@@ -31,6 +32,8 @@ DEFINITIONS = {
     "total verify steps (step-weighted; a long request weighs more)",
     "accept_length_per_request_mean": "mean over requests with a verify step of each request's accept "
     "length (a short request weighs as much as a long one)",
+    "accept_length_per_request_ci95": "95% confidence interval of the per-request mean: mean +- t(0.975, "
+    "n-1) x s / sqrt(n) over the requests (accept length varies about +-50% between prompts)",
     "acceptance_rate": "accepted drafts / drafted tokens",
     "per_position_marginal": "P(a >= i) over verify steps, i = 1..K",
     "per_position_conditional": "P(a >= i | a >= i-1), i = 1..K; null where no step reached i-1",
@@ -1026,6 +1029,7 @@ def pooled(requests: list[RequestNumbers]) -> dict:
         "accept_length_per_request_mean": sum(r.accept_length for r in counted) / len(counted)
         if counted
         else None,
+        "accept_length_per_request_ci95": mean_ci95([r.accept_length for r in counted]),
         "acceptance_rate": sum(r.accepted_drafts or 0 for r in rated) / drafted if drafted else None,
         "per_position_marginal": marginal,
         "per_position_conditional": conditional,

@@ -26,6 +26,9 @@ DEFINITIONS = {
     "step k, mapped through d2t, equals the target's argmax (SpecForge acc_k)",
     "simulated_accept_length": "sum_k prod_{j<=k} acc_j over the teacher-forced accuracies; excludes the "
     "bonus token (SpecForge checkpoint selection)",
+    "mean_ci95": "95% confidence interval of a mean over prompts (or samples, requests): mean +- t(0.975, "
+    "n-1) x s / sqrt(n), s the sample standard deviation; accept length varies about +-50% between prompts, "
+    "so two means closer than their intervals allow are not told apart",
     "self_disagreement_per_1000": "positions per 1,000 where the target's argmax over a (K+1)-token verify "
     "forward differs from its argmax over 1-token decodes of the same prefix, in the run's dtype (measured "
     "for non-fp32 runs: where the replay may legitimately leave plain greedy decoding)",
@@ -85,3 +88,25 @@ def simulated_accept_length(acc_per_step: list[float]) -> float:
         running *= acc
         total += running
     return total
+
+
+# Student's t, two-sided 95% (the 0.975 quantile), by degrees of freedom; between entries the next
+# lower one is used (slightly wider: the interval never claims more than it has).
+T975 = {
+    1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
+    11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093,
+    20: 2.086, 21: 2.080, 22: 2.074, 23: 2.069, 24: 2.064, 25: 2.060, 26: 2.056, 27: 2.052, 28: 2.048,
+    29: 2.045, 30: 2.042, 40: 2.021, 60: 2.000, 120: 1.980,
+}  # fmt: skip
+
+
+def mean_ci95(values: list[float]) -> list[float] | None:
+    """[low, high] of the mean's 95% interval over `values` (DEFINITIONS["mean_ci95"]); None under two."""
+    n = len(values)
+    if n < 2:
+        return None
+    mean = sum(values) / n
+    spread = (sum((v - mean) ** 2 for v in values) / (n - 1)) ** 0.5
+    t = T975[max(df for df in T975 if df <= n - 1)] if n - 1 <= 120 else 1.960
+    half = t * spread / n**0.5
+    return [mean - half, mean + half]

@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from itertools import zip_longest
 
+from backend.engine.metrics import DEFINITIONS as METRIC_DEFINITIONS
+from backend.engine.metrics import mean_ci95
 from backend.engine.records import Progress, no_progress
 from backend.service.requests import ReplayRequest
 
@@ -22,6 +24,7 @@ WORST = 5  # samples listed per draft, lowest accept length first
 DEFINITIONS = {
     "mean_accept_length": "mean over the draft's runs of each run's accept length (mean over its verify "
     "steps of accepted drafts + 1, bonus included); runs without a verify step are left out",
+    "mean_accept_length_ci95": METRIC_DEFINITIONS["mean_ci95"] + " (over the draft's runs)",
     "pooled_accept_length": "over all verify steps of all the draft's runs: accepted drafts + 1",
     "per_position_marginal": "P(a >= i) over all verify steps of all the draft's runs",
     "tokens_per_s": "output tokens / decode time (draft + verify, prefill excluded), summed over runs",
@@ -208,6 +211,7 @@ def draft_row(
         "name": name,
         "runs": len(rows),
         "mean_accept_length": sum(lengths) / len(lengths) if lengths else None,
+        "mean_accept_length_ci95": mean_ci95(lengths),
         "pooled_accept_length": (sum(a * n for a, n in enumerate(histogram)) / steps + 1.0)
         if steps
         else None,
@@ -223,6 +227,10 @@ def draft_row(
     }
 
 
+def interval(ci: list[float] | None) -> str:
+    return "-" if ci is None else f"[{ci[0]:.2f}, {ci[1]:.2f}]"
+
+
 def table(result: dict) -> str:
     """The per-draft table the CLI prints."""
     k = max((len(d["per_position_marginal"]) for d in result["drafts"]), default=0)
@@ -230,6 +238,7 @@ def table(result: dict) -> str:
         "draft",
         "runs",
         "mean AL",
+        "95% CI",
         "pooled AL",
         *[f"P(a>={i})" for i in range(1, k + 1)],
         "tok/s",
@@ -242,7 +251,13 @@ def table(result: dict) -> str:
         worst = ", ".join(f"#{w['sample']} ({w['accept_length']:.2f})" for w in d["worst"])
         lines.append(
             " | ".join(
-                [d["name"], str(d["runs"]), fmt(d["mean_accept_length"]), fmt(d["pooled_accept_length"])]
+                [
+                    d["name"],
+                    str(d["runs"]),
+                    fmt(d["mean_accept_length"]),
+                    interval(d.get("mean_accept_length_ci95")),
+                ]
+                + [fmt(d["pooled_accept_length"])]
                 + [fmt(m, 3) for m in marginal]
                 + [fmt(d["tokens_per_s"], 1), worst]
             )

@@ -29,6 +29,8 @@ def check_against(parsed, requests, k=P.K, marginals=True):
     pooled = parsed.pooled
     assert close(pooled["accept_length"], t["pooled_accept_length"])
     assert close(pooled["accept_length_per_request_mean"], t["per_request_mean"])
+    low, high = pooled["accept_length_per_request_ci95"]  # issue 42: the spread over requests beside it
+    assert low < pooled["accept_length_per_request_mean"] < high
     assert close(pooled["acceptance_rate"], t["pooled_acceptance_rate"])
     assert pooled["verify_steps"] == t["verify_steps"]
     if marginals:

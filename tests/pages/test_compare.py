@@ -148,6 +148,7 @@ def test_words_for_diverging_outputs_and_hostile_tokens():
 
 
 def test_batch_summary_counts_wins_and_leaves_out_samples_without_an_accept_length():
+    from backend.engine.metrics import mean_ci95
     from ui.compare.batch import BatchSummary, batch_summary
 
     rows = [
@@ -163,6 +164,7 @@ def test_batch_summary_counts_wins_and_leaves_out_samples_without_an_accept_leng
         mean_a=2.125,
         mean_b=2.625,
         mean_delta=0.5,
+        delta_ci95=mean_ci95([1.0, -1.0, 2.0, 0.0]),
         wins_a=1,
         wins_b=2,
         ties=1,

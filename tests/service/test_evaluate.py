@@ -47,6 +47,7 @@ def numbers(result: dict) -> list[dict]:
 
 def test_local_evaluation_stores_every_pair_and_resumes(tmp_path):
     from backend.service.evaluate import evaluate, table
+    from backend.engine.metrics import mean_ci95
     from backend.service.runs import list_runs
 
     db = f"sqlite:///{tmp_path / 'eval.db'}"
@@ -57,11 +58,12 @@ def test_local_evaluation_stores_every_pair_and_resumes(tmp_path):
     for draft in first["drafts"]:
         lengths = [r["accept_length"] for r in draft["per_sample"]]
         assert draft["mean_accept_length"] == pytest.approx(sum(lengths) / len(lengths))
+        assert draft["mean_accept_length_ci95"] == pytest.approx(mean_ci95(lengths))  # its spread beside it
         assert draft["worst"][0]["accept_length"] == min(lengths) and len(draft["per_position_marginal"]) == 2
     again = evaluate(db, plan())  # resumed: nothing replayed, the same table
     assert (again["replayed"], again["reused"]) == (0, 4) and len(list_runs(db)) == 4
     assert numbers(again) == numbers(first)
-    assert "mean AL" in table(first).splitlines()[0] and len(table(first).splitlines()) == 4
+    assert "mean AL | 95% CI" in table(first).splitlines()[0] and len(table(first).splitlines()) == 4
 
 
 def test_evaluate_cli(tmp_path):

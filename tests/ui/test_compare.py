@@ -41,7 +41,20 @@ def test_the_batch_says_in_words_which_draft_is_better():
     from ui.compare.batch import batch_sentence, batch_summary
 
     rows = [{"AL A": 1.5, "AL B": 2.5}, {"AL A": 2.0, "AL B": 1.9}, {"AL A": 1.0, "AL B": 3.0}]
+    rows += [{"AL A": 1.2, "AL B": 2.4}, {"AL A": 1.1, "AL B": 2.0}, {"AL A": 1.3, "AL B": 2.2}]
     said = batch_sentence(batch_summary(rows), "miswired", "final")
-    assert said.startswith("final (B) is better on these 3 samples: mean accept length 2.47 vs 1.50")
-    assert "higher on 2 of 3 sample(s), lower on 1." in said
+    assert said.startswith("final (B) is better on these 6 samples: mean accept length 2.33 vs 1.35")
+    assert "95% interval of the delta B - A [+0.28, +1.69]" in said
+    assert "higher on 5 of 6 sample(s), lower on 1." in said
     assert "equally" in batch_sentence(batch_summary([{"AL A": 2.0, "AL B": 2.0}]), "a", "b")
+
+
+def test_the_batch_says_when_a_difference_is_within_the_spread():
+    """Issue 42: accept length varies about +-50% between prompts; a mean delta whose 95% interval over
+    samples includes 0 is not called a win."""
+    from ui.compare.batch import batch_sentence, batch_summary
+
+    rows = [{"AL A": 1.5, "AL B": 2.5}, {"AL A": 2.0, "AL B": 1.9}, {"AL A": 1.0, "AL B": 3.0}]
+    said = batch_sentence(batch_summary(rows), "miswired", "final")
+    assert said.startswith("miswired (A) and final (B) are not told apart on these 3 samples")
+    assert "[-1.64, +3.58], which includes 0" in said

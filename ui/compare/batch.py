@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import pandas as pd
 import streamlit as st
 
+from backend.engine.metrics import mean_ci95
 from ui import state
 from ui.html import md
 from ui.runs import ACCEPT_LENGTH_HELP
@@ -24,6 +25,7 @@ class BatchSummary:
     mean_a: float | None
     mean_b: float | None
     mean_delta: float | None
+    delta_ci95: list[float] | None  # the mean delta's 95% interval over samples (paired)
     wins_a: int
     wins_b: int
     ties: int
@@ -45,6 +47,7 @@ def batch_summary(rows: list[dict]) -> BatchSummary:
         mean_a=sum(a for a, _ in pairs) / n if n else None,
         mean_b=sum(b for _, b in pairs) / n if n else None,
         mean_delta=sum(deltas) / n if n else None,
+        delta_ci95=mean_ci95(deltas),
         wins_a=sum(d < -TIE for d in deltas),
         wins_b=sum(d > TIE for d in deltas),
         ties=sum(abs(d) <= TIE for d in deltas),
@@ -62,10 +65,19 @@ def batch_sentence(summary: BatchSummary, name_a: str, name_b: str) -> str:
         return f"{name_a} (A) and {name_b} (B) do equally well on these {n} samples."
     better, worse = ("B", "A") if delta > 0 else ("A", "B")
     names = {"A": name_a, "B": name_b}
+    ci = summary.delta_ci95
+    if ci is not None and ci[0] <= 0 <= ci[1]:
+        return (
+            f"{name_a} (A) and {name_b} (B) are not told apart on these {n} samples: the mean delta B - A "
+            f"{delta:+.2f} lies within its 95% interval over samples [{ci[0]:+.2f}, {ci[1]:+.2f}], which "
+            f"includes 0 ({names[better]} higher on {summary.wins(better)}, lower on {summary.wins(worse)}). "
+            "More samples narrow it."
+        )
     return (
-        f"{names[better]} ({better}) is better on these {n} samples: mean accept length "
-        f"{summary.mean(better):.2f} vs {summary.mean(worse):.2f} ({abs(delta):+.2f}), "
-        f"higher on {summary.wins(better)} of {n} sample(s)"
+        f"{names[better]} ({better}) is better on these {n} sample{'s' * (n != 1)}: mean accept length "
+        f"{summary.mean(better):.2f} vs {summary.mean(worse):.2f} ({abs(delta):+.2f}"
+        + (f"; 95% interval of the delta B - A [{ci[0]:+.2f}, {ci[1]:+.2f}]" if ci is not None else "")
+        + f"), higher on {summary.wins(better)} of {n} sample(s)"
         + (f", lower on {summary.wins(worse)}" if summary.wins(worse) else "")
         + "."
     )
