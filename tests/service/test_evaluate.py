@@ -46,8 +46,8 @@ def numbers(result: dict) -> list[dict]:
 
 
 def test_local_evaluation_stores_every_pair_and_resumes(tmp_path):
-    from backend.service.evaluate import evaluate, table
     from backend.engine.metrics import mean_ci95
+    from backend.service.evaluate import evaluate, table
     from backend.service.runs import list_runs
 
     db = f"sqlite:///{tmp_path / 'eval.db'}"

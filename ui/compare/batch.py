@@ -74,10 +74,11 @@ def batch_sentence(summary: BatchSummary, name_a: str, name_b: str) -> str:
             "More samples narrow it."
         )
     return (
-        f"{names[better]} ({better}) is better on these {n} sample{'s' * (n != 1)}: mean accept length "
+        f"{names[better]} ({better}) is better on {'this sample' if n == 1 else f'these {n} samples'}: "
+        "mean accept length "
         f"{summary.mean(better):.2f} vs {summary.mean(worse):.2f} ({abs(delta):+.2f}"
         + (f"; 95% interval of the delta B - A [{ci[0]:+.2f}, {ci[1]:+.2f}]" if ci is not None else "")
-        + f"), higher on {summary.wins(better)} of {n} sample(s)"
+        + (f"), higher on {summary.wins(better)} of {n} samples" if n > 1 else ")")
         + (f", lower on {summary.wins(worse)}" if summary.wins(worse) else "")
         + "."
     )
