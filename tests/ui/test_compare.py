@@ -44,10 +44,12 @@ def test_the_batch_says_in_words_which_draft_is_better():
     rows += [{"AL A": 1.2, "AL B": 2.4}, {"AL A": 1.1, "AL B": 2.0}, {"AL A": 1.3, "AL B": 2.2}]
     said = batch_sentence(batch_summary(rows), "miswired", "final")
     assert said.startswith("final (B) is better on these 6 samples: mean accept length 2.33 vs 1.35")
-    assert "95% interval of the delta B - A [+0.28, +1.69]" in said
+    assert "(B - A +0.98, 95% interval [+0.28, +1.69])" in said  # one sign convention: B - A
     assert "higher on 5 of 6 samples, lower on 1." in said
     one = batch_sentence(batch_summary(rows[:1]), "miswired", "final")  # issue 43 row 6: one sample
-    assert one == "final (B) is better on this sample: mean accept length 2.50 vs 1.50 (+1.00)."
+    assert one == "final (B) is better on this sample: mean accept length 2.50 vs 1.50 (B - A +1.00)."
+    flipped = batch_sentence(batch_summary([{"AL A": 2.53, "AL B": 1.23}]), "final", "miswired")
+    assert "(B - A -1.30)" in flipped  # as the Mean delta (B - A) metric beside it shows it
     assert "equally" in batch_sentence(batch_summary([{"AL A": 2.0, "AL B": 2.0}]), "a", "b")
 
 

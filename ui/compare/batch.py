@@ -76,8 +76,8 @@ def batch_sentence(summary: BatchSummary, name_a: str, name_b: str) -> str:
     return (
         f"{names[better]} ({better}) is better on {'this sample' if n == 1 else f'these {n} samples'}: "
         "mean accept length "
-        f"{summary.mean(better):.2f} vs {summary.mean(worse):.2f} ({abs(delta):+.2f}"
-        + (f"; 95% interval of the delta B - A [{ci[0]:+.2f}, {ci[1]:+.2f}]" if ci is not None else "")
+        f"{summary.mean(better):.2f} vs {summary.mean(worse):.2f} (B - A {delta:+.2f}"
+        + (f", 95% interval [{ci[0]:+.2f}, {ci[1]:+.2f}]" if ci is not None else "")
         + (f"), higher on {summary.wins(better)} of {n} samples" if n > 1 else ")")
         + (f", lower on {summary.wins(worse)}" if summary.wins(worse) else "")
         + "."
