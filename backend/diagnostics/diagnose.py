@@ -43,6 +43,7 @@ CLASSES = (
     "precision",
     "train-serve-gap",
     "no-acceptance",
+    "synthetic-acceptance",
 )
 SEVERITIES = ("fail", "warn", "info")
 # preflight check name -> the class its failure belongs to
@@ -737,11 +738,15 @@ class Subject:
     view: object
 
 
+# Lint codes with a class of their own (the rest are serving-flags).
+LINT_CLASSES = {"synthetic-acceptance": "synthetic-acceptance", "k-varies-with-load": "synthetic-acceptance"}
+
+
 def lint_as_findings(lint_findings: list[dict]) -> list[Finding]:
     """The serving-flag lint's findings in the diagnosis's classes and severities."""
     return [
         Finding(
-            "serving-flags",
+            LINT_CLASSES.get(finding["code"], "serving-flags"),
             {"error": "fail", "warning": "warn"}.get(finding["severity"], "info"),
             f"{finding['code']}: {finding['message']}",
             {"code": finding["code"], "engine": finding.get("engine")},

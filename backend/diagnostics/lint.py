@@ -48,6 +48,9 @@ class ServingSettings:
     context_length: int | None = None
     max_running_requests: int | None = None
     mixed_chunk: bool = False
+    # Benchmark knobs that replace the draft's acceptance with a made-up one, or vary K with load
+    # (name -> value as written): the served numbers are then not the draft's.
+    knobs: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -114,6 +117,16 @@ def _convert(flag: str, kind, value: str):
     return converted
 
 
+# SGLang environment/envs.py: SGLANG_SIMULATE_ACC_LEN > 0 makes the verify step accept a simulated
+# number of drafts (a benchmark of the serving path, not of the draft); given as VAR=value words.
+SGLANG_SIMULATED = ("SGLANG_SIMULATE_ACC_LEN",)
+# vllm/config/speculative.py SpeculativeConfig: rejection_sample_method "synthetic" accepts drafts at
+# synthetic_acceptance_rates / _length instead of checking them; num_speculative_tokens_per_batch_size
+# changes K with the batch size (vllm/v1/spec_decode/dynamic/utils.py).
+VLLM_SYNTHETIC_KEYS = ("rejection_sample_method", "synthetic_acceptance_rates", "synthetic_acceptance_length")
+VLLM_K_BY_LOAD = "num_speculative_tokens_per_batch_size"
+
+
 def parse_sglang(command: str) -> ServingSettings:
     settings = ServingSettings("sglang")
     words = _split(command)
@@ -121,6 +134,8 @@ def parse_sglang(command: str) -> ServingSettings:
     while index < len(words):
         word = words[index]
         flag, _, inline = word.partition("=")
+        if flag in SGLANG_SIMULATED and inline.strip() not in ("", "0", "0.0"):
+            settings.knobs[flag] = inline
         if flag == "--enable-mixed-chunk":
             settings.mixed_chunk = True
         elif flag in SGLANG_FLAGS:
@@ -169,7 +184,20 @@ def parse_vllm(arguments: str) -> ServingSettings:
         )
     if spec.get("num_speculative_tokens") is not None:
         settings.num_steps = _convert("num_speculative_tokens", int, str(spec["num_speculative_tokens"]))
+    settings.knobs = _vllm_knobs(spec)
     return settings
+
+
+def _vllm_knobs(spec: dict) -> dict:
+    """The benchmark knobs a --speculative-config sets (VLLM_SYNTHETIC_KEYS, VLLM_K_BY_LOAD)."""
+    knobs = {}
+    if str(spec.get("rejection_sample_method", "standard")).lower() == "synthetic" or any(
+        spec.get(key) is not None for key in VLLM_SYNTHETIC_KEYS[1:]
+    ):
+        knobs.update({k: spec[k] for k in VLLM_SYNTHETIC_KEYS if spec.get(k) is not None})
+    if spec.get(VLLM_K_BY_LOAD) is not None:
+        knobs[VLLM_K_BY_LOAD] = spec[VLLM_K_BY_LOAD]
+    return knobs
 
 
 def target_facts(target_dir: str | Path | None, explicit: bool = False) -> TargetFacts:
@@ -268,6 +296,7 @@ def lint(
             "Use 3-5 steps for a chain (e.g. --speculative-num-steps 3 --speculative-eagle-topk 1 "
             "--speculative-num-draft-tokens 4).",
         )
+    _benchmark_knobs(settings, add)
     _vocab_mapping(config, draft.has_d2t, add)
     _context(settings, config, target, add)
     if trained_hf is None:
@@ -277,6 +306,31 @@ def lint(
             settings.engine, config, target, [list(trained_hf), *map(list, trained_ties or [])], add
         )
     return LintReport(findings, settings, effective)
+
+
+def _benchmark_knobs(settings: ServingSettings, add) -> None:
+    """Knobs after which the served acceptance is not the draft's (issue 42, synthetic-acceptance)."""
+    knobs = dict(settings.knobs)
+    by_load = knobs.pop(VLLM_K_BY_LOAD, None)
+    if knobs:
+        written = ", ".join(f"{k}={json.dumps(v) if not isinstance(v, str) else v}" for k, v in knobs.items())
+        add(
+            "error",
+            "synthetic-acceptance",
+            f"{written}: the engine accepts a simulated number of drafts instead of checking them, so the "
+            "accept length it reports is the knob's, not the draft's (a benchmark of the serving path).",
+            "Remove "
+            + " and ".join(knobs)
+            + " to measure the draft; keep it only for throughput benchmarks, never for accept length.",
+        )
+    if by_load is not None:
+        add(
+            "warning",
+            "k-varies-with-load",
+            f"{VLLM_K_BY_LOAD} = {json.dumps(by_load)}: K changes with the batch size, so an accept length "
+            "measured under load mixes several K (and a replay at one K does not match it).",
+            f"Measure at a fixed num_speculative_tokens (drop {VLLM_K_BY_LOAD}), or compare per K.",
+        )
 
 
 def _sglang_shape(settings: ServingSettings, target: TargetFacts, add) -> dict:

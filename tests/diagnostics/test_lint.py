@@ -321,3 +321,46 @@ def test_a_named_target_must_be_readable(drafts, tmp_path):
     (tmp_path / "bad" / "config.json").write_text("[]")
     with pytest.raises(BadInput, match="expected a JSON object"):
         lint_command(None, command, target_dir=tmp_path / "bad")
+
+
+def test_synthetic_acceptance_knobs_are_named(drafts, target_dir):
+    """Issue 42's synthetic-acceptance class: a benchmark knob left on makes the served accept length
+    the knob's, not the draft's (SGLang's SGLANG_SIMULATE_ACC_LEN, vLLM's synthetic rejection sampler);
+    K varying with the batch size mixes several K."""
+    simulated = "SGLANG_SIMULATE_ACC_LEN=2.5 " + sglang(drafts["good"], *CHAIN)
+    found = {
+        f.code: f for f in lint_command(drafts["good"], sglang=simulated, target_dir=target_dir).findings
+    }
+    assert found["synthetic-acceptance"].severity == "error"
+    assert "SGLANG_SIMULATE_ACC_LEN=2.5" in found["synthetic-acceptance"].message
+    off = "SGLANG_SIMULATE_ACC_LEN=0 " + sglang(drafts["good"], *CHAIN)  # set to 0: off
+    assert "synthetic-acceptance" not in codes(
+        lint_command(drafts["good"], sglang=off, target_dir=target_dir)
+    )
+
+    config = {
+        "method": "eagle3",
+        "model": str(drafts["good"]),
+        "num_speculative_tokens": 3,
+        "rejection_sample_method": "synthetic",
+        "synthetic_acceptance_length": 2.8,
+        "num_speculative_tokens_per_batch_size": {"1": 5, "32": 2},
+    }
+    served = f"vllm serve m --speculative-config '{json.dumps(config)}'"
+    report = lint_command(drafts["good"], vllm=served, target_dir=target_dir)
+    assert (
+        codes(report)["synthetic-acceptance"] == "error" and codes(report)["k-varies-with-load"] == "warning"
+    )
+    fix = next(f.fix for f in report.findings if f.code == "synthetic-acceptance")
+    assert "rejection_sample_method" in fix and "synthetic_acceptance_length" in fix
+    plain = lint_command(drafts["good"], vllm=vllm(drafts["good"]), target_dir=target_dir)
+    assert not {"synthetic-acceptance", "k-varies-with-load"} & set(codes(plain))
+
+
+def test_diagnose_names_synthetic_acceptance_as_its_own_class():
+    from backend.diagnostics.diagnose import CLASSES, lint_as_findings
+
+    (finding,) = lint_as_findings(
+        [{"severity": "error", "code": "synthetic-acceptance", "message": "m", "fix": "f"}]
+    )
+    assert finding.cls == "synthetic-acceptance" and finding.severity == "fail" and finding.cls in CLASSES
