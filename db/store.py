@@ -465,10 +465,10 @@ def _sample_info(row: SampleRow) -> Sample:
     )
 
 
-def get_samples(session: Session, dataset_id: int) -> list[Sample]:
-    rows = session.scalars(
-        select(SampleRow).where(SampleRow.dataset_id == dataset_id).order_by(SampleRow.index)
-    )
+def get_samples(session: Session, dataset_id: int, limit: int | None = None) -> list[Sample]:
+    """The dataset's samples in order; the first `limit` only when given."""
+    query = select(SampleRow).where(SampleRow.dataset_id == dataset_id).order_by(SampleRow.index)
+    rows = session.scalars(query if limit is None else query.limit(limit))
     return [_sample_info(row) for row in rows]
 
 

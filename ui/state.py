@@ -232,7 +232,7 @@ def _follow_target(target: str) -> None:
     to its `final`, else to the first that fits."""
     if checkpoints.fits(draft_path(), target):
         return
-    fitting = [p for p in checkpoints.drafts_for(target, st.session_state[KEYS["drafts"]]).values()]
+    fitting = list(checkpoints.drafts_for(target, st.session_state[KEYS["drafts"]]).values())
     if fitting:
         final = [p for p in fitting if Path(p).name == "final"]
         set_value("draft", (final or fitting)[0])

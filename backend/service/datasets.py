@@ -73,9 +73,9 @@ def list_datasets(db_url: str | None) -> list[DatasetInfo]:
         return store.list_datasets(session)
 
 
-def get_samples(db_url: str | None, dataset_id: int) -> list[Sample]:
+def get_samples(db_url: str | None, dataset_id: int, limit: int | None = None) -> list[Sample]:
     with store.session_scope(open_database(db_url).factory) as session:
-        return store.get_samples(session, dataset_id)
+        return store.get_samples(session, dataset_id, limit)
 
 
 def uploads_dir(db_url: str | None) -> Path:
@@ -188,6 +188,7 @@ def delete_dataset(db_url: str | None, dataset_id: int) -> bool:
 def tokenizer_fit(db_url: str | None, dataset_id: int, target_path: str | None):
     """Whether the dataset's ids were made by this target's tokenizer (backend.data.tokenizer_fit);
     None when the target cannot be read (the pages say that elsewhere)."""
+    from backend.data.tokenizer_fit import SAMPLES
     from backend.data.tokenizer_fit import tokenizer_fit as read_fit
 
     try:
@@ -196,7 +197,7 @@ def tokenizer_fit(db_url: str | None, dataset_id: int, target_path: str | None):
         return None
     if vocab_size is None:
         return None
-    return read_fit(get_samples(db_url, dataset_id), tokenizer, vocab_size)
+    return read_fit(get_samples(db_url, dataset_id, limit=SAMPLES), tokenizer, vocab_size)
 
 
 def preferred_dataset(db_url: str | None, target_path: str | None) -> int | None:
