@@ -112,21 +112,16 @@ def default_target() -> str:
     return os.environ.get("SPECLENS_TARGET") or str(active_pair().pair.target)
 
 
+def _default_pair() -> BundledPair:
+    """The default target's bundled pair; the active pair when the target is a user's own."""
+    return pair_of(default_target()) or active_pair().pair
+
+
 def default_draft() -> str:
-    """SPECLENS_DRAFT, else `final` of the default target's pair (of the active pair for a user's own)."""
-    pair = pair_of(default_target()) or active_pair().pair
-    return os.environ.get("SPECLENS_DRAFT") or str(pair.drafts / "final")
+    """SPECLENS_DRAFT, else `final` of the default pair."""
+    return os.environ.get("SPECLENS_DRAFT") or str(_default_pair().drafts / "final")
 
 
 def default_eval_set() -> str:
-    """The samples file a command uses when given none: the eval set of the default target's pair
-    (the active pair's when the target is a user's own)."""
-    pair = pair_of(default_target()) or active_pair().pair
-    return str(pair.eval_set)
-
-
-def demo_drafts(target_path: str | Path | None = None) -> dict[str, str]:
-    """The bundled drafts made for this target (the default target's when None), by name; none for a
-    target SpecLens did not bundle."""
-    pair = pair_of(target_path if target_path is not None else default_target())
-    return pair.draft_dirs() if pair else {}
+    """The samples file a command uses when given none: the default pair's eval set."""
+    return str(_default_pair().eval_set)
