@@ -10,6 +10,7 @@ checks this):
       layouts            every draft format's tensor names, read and write
       lean_target        a lean CPU forward for Llama targets, bit for bit transformers'
       loading            a Hugging Face target and an EAGLE-3 draft loaded from local directories
+      penalties          sampling penalties on the target's (and the draft's) logits
       metrics            acceptance metrics, each with the definition it is computed by
       preflight          a draft checked against a target before anything runs
       readings           how each engine (SGLang, vLLM, SpecForge, speculators, EAGLE) reads a draft
@@ -30,17 +31,22 @@ checks this):
       per_request        per-request numbers from what each serving engine returns
       samples            the training JSONL, validated record by record
       serving            what a serving engine reports (SGLang logs, vLLM metrics)
+      step_signature     the first verify step against the later ones (a hand-off's signature)
       tokenizer_fit      whether a dataset's ids were made by the target's tokenizer
     backend.diagnostics  one question per file, engine objects in, a report out
       agreement          training accuracy vs live acceptance, per sample
       diagnose           one verdict over every failure class users report
+      findings           one finding: class, severity, message, evidence, fix
       doctor             the preflight report plus vocab-mapping facts
+      draft_head         the draft's own head: there, finite, trained, whose
       hidden_diff        the features a draft is fed vs a reference, per token and chunk
       lint               serving flags: what SGLang or vLLM will really run
       mismatch           when a compared chunk is a mismatch; summaries over rows
+      penalty_check      what served sampling penalties cost, measured on live replays
       precision          the target's own verify-vs-decode disagreement in a dtype
       probe              which wiring a draft was trained on
       reading_probe      which reading (RoPE, flags, positions) a draft was trained with
+      serving_features   features that cost acceptance: penalties, grammar, LoRA, caches, PD
       verdict            the cheap checks as one verdict, with the next check to run
       whatif             accept length and speed-up for other K and for trees
     backend.service      the only layer that touches db/ and threads

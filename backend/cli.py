@@ -294,6 +294,12 @@ def _probe_command(commands) -> None:
     probe.add_argument("--live-tokens", type=_positive, default=64)
 
 
+REQUEST_HELP = (
+    "request bodies as sent (a JSON object, a list, or JSONL; OpenAI or SGLang /generate): "
+    "penalties, grammar and adapters they ask for are checked"
+)
+
+
 def _diagnose_command(commands) -> None:
     diag = commands.add_parser(
         "diagnose", help="why is this draft accepted less than it should be? one verdict"
@@ -310,6 +316,7 @@ def _diagnose_command(commands) -> None:
     diag.add_argument(
         "--context", type=_positive, help="the served context length: checks and an accept-length curve"
     )
+    diag.add_argument("--request", metavar="FILE", help=REQUEST_HELP)
     diag.add_argument(
         "--live", type=int, default=2, metavar="N", help="live replays on the first N samples (default 2)"
     )
@@ -444,6 +451,7 @@ def _lint_command(commands) -> None:
     engine = lint.add_mutually_exclusive_group(required=True)
     engine.add_argument("--sglang", help="an SGLang launch command (python -m sglang.launch_server ...)")
     engine.add_argument("--vllm", help="vLLM arguments (vllm serve ... --speculative-config '{...}')")
+    lint.add_argument("--request", metavar="FILE", help=REQUEST_HELP)
     lint.add_argument("--json", action="store_true", help="print one JSON object on stdout")
 
 
@@ -709,6 +717,10 @@ def cmd_diagnose(args) -> tuple[dict, str]:
     from backend.service.diagnosis import diagnose, serving_engine
 
     serving_engine(args.engine, args.sglang, args.vllm)  # contradictions before anything loads
+    if args.request:
+        from backend.diagnostics.serving_features import read_request_bodies
+
+        read_request_bodies(args.request)  # a bad request file before anything loads
     vocab = checked_vocab(args)
     samples = load_samples(args.samples, vocab, args.limit)[0] if args.samples else []
     bar, progress = percent_bar("diagnose")
@@ -719,6 +731,7 @@ def cmd_diagnose(args) -> tuple[dict, str]:
             vllm=args.vllm,
             context=args.context,
             engine=args.engine,
+            request_file=args.request,
             num_steps=args.steps,
             live_samples=max(0, args.live),
             device=args.device,
@@ -786,7 +799,9 @@ def cmd_export(args) -> tuple[dict, str]:
 def cmd_lint(args) -> tuple[dict, str]:
     from backend.diagnostics.lint import lint_command
 
-    report = lint_command(args.draft, args.sglang, args.vllm, args.target).to_dict()
+    report = lint_command(
+        args.draft, args.sglang, args.vllm, args.target, request_file=args.request
+    ).to_dict()
     lines = [
         f"{f['severity'].upper():7} {f['code']}: {f['message']}\n        fix: {f['fix']}"
         for f in report["findings"]
@@ -1025,6 +1040,8 @@ def cmd_observe_requests(args) -> tuple[dict, str]:
     ]
     if pooled["per_position_marginal"]:
         lines.append("per-position P(a >= i): " + ", ".join(_fmt(p) for p in pooled["per_position_marginal"]))
+    if (result.get("first_step") or {}).get("message"):
+        lines.append("signature: " + result["first_step"]["message"])
     if result.get("window"):
         lines.append(
             f"window between the two reads: accept length {_fmt(result['window'].get('accept_length'))}"

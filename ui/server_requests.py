@@ -152,6 +152,15 @@ def show_requests(result: dict | None, db_url: str | None, target_path: str, dra
     )
     c3.metric("Acceptance rate", fmt(pooled["acceptance_rate"]), help=definitions["acceptance_rate"])
     c4.metric("Verify steps", f"{pooled['verify_steps']:g}", help="over the requests with an accept length")
+    first = result.get("first_step")
+    if first and first.get("message"):
+        st.warning("disaggregation: " + md(first["message"]), icon=":material/warning:")
+    elif first:
+        st.caption(
+            f"First verify step accepts {first['first_step_accepted_mean']:.2f} drafts on average, later steps "
+            f"{first['later_steps_accepted_mean']:.2f} ({first['requests']} requests): no hand-off gap. "
+            + md(first["definition"])
+        )
     if result.get("window") is not None:
         window = result["window"]
         st.info(

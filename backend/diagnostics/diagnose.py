@@ -12,10 +12,13 @@ with any fail, suspect with any warn, ok otherwise; the headline is the worst fi
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
+from backend.diagnostics.draft_head import head_findings, is_head_check, missing_head_fix
+from backend.diagnostics.findings import SEVERITIES, Finding
+from backend.diagnostics.penalty_check import penalty_findings
 from backend.diagnostics.probe import ProbeSettings, describe, run_probe
 from backend.diagnostics.reading_probe import rope_scaling, run_reading_probe
 from backend.engine.metrics import acceptance_metrics, simulated_accept_length
@@ -44,8 +47,13 @@ CLASSES = (
     "train-serve-gap",
     "no-acceptance",
     "synthetic-acceptance",
+    "draft-head",
+    "sampling-penalties",
+    "structured-output",
+    "lora",
+    "prefix-cache",
+    "disaggregation",
 )
-SEVERITIES = ("fail", "warn", "info")
 # preflight check name -> the class its failure belongs to
 PREFLIGHT_CLASSES = {
     "d2t": "vocab-mapping",
@@ -65,24 +73,6 @@ CONTEXT_DROP = 0.75  # an accept length below this share of the shortest context
 # Teacher-forced and live accept lengths both at most this: the draft predicts (almost) nothing,
 # whatever else is wrong (issue 42: a head re-initialised at random served at accept length ~1.0).
 ACCEPTS_NOTHING = 1.05
-
-
-@dataclass
-class Finding:
-    cls: str
-    severity: str
-    message: str
-    evidence: dict = field(default_factory=dict)
-    fix: str = ""
-
-    def to_dict(self) -> dict:
-        return {
-            "class": self.cls,
-            "severity": self.severity,
-            "message": self.message,
-            "evidence": self.evidence,
-            "fix": self.fix,
-        }
 
 
 @dataclass
@@ -134,14 +124,18 @@ def preflight_findings(report: dict, engine: str) -> list[Finding]:
     found = []
     for check in report.get("checks", []):
         if check["status"] == "fail":
-            cls = PREFLIGHT_CLASSES.get(check["name"], "variant-flags")
+            head = is_head_check(check)
+            cls = "draft-head" if head else PREFLIGHT_CLASSES.get(check["name"], "variant-flags")
             found.append(
                 Finding(
                     cls,
                     "fail",
                     f"preflight {check['name']}: {check['message']}",
                     {"check": check},
-                    _missing_flag_fix(check["message"]) or _preflight_fix(cls),
+                    " ".join(
+                        filter(None, [head and missing_head_fix(check), _missing_flag_fix(check["message"])])
+                    )
+                    or _preflight_fix(cls),
                 )
             )
     training = report.get("training_engine")
@@ -720,6 +714,7 @@ class DiagnoseOptions:
     vllm: str | None = None
     context: int | None = None
     engine: str = "auto"  # the reading under test (auto: as declared)
+    request_file: str | None = None  # request bodies as sent: penalties, grammar, adapters
     num_steps: int = 4
     live_samples: int = 2
     live_tokens: int = 64
@@ -739,7 +734,11 @@ class Subject:
 
 
 # Lint codes with a class of their own (the rest are serving-flags).
-LINT_CLASSES = {"synthetic-acceptance": "synthetic-acceptance", "k-varies-with-load": "synthetic-acceptance"}
+LINT_CLASSES = {
+    "synthetic-acceptance": "synthetic-acceptance",
+    "k-varies-with-load": "synthetic-acceptance",
+    **{c: c for c in ("sampling-penalties", "structured-output", "lora", "prefix-cache", "disaggregation")},
+}
 
 
 def lint_as_findings(lint_findings: list[dict]) -> list[Finding]:
@@ -763,29 +762,33 @@ def diagnose_loaded(
     lint_findings: list[dict] | None = None,
     options: DiagnoseOptions | None = None,
     progress: Progress = no_progress,
+    penalties: dict | None = None,
 ) -> Diagnosis:
-    """Every check on a loaded pair under its view (`options.engine`'s reading)."""
+    """Every check on a loaded pair under its view (`options.engine`'s reading); `penalties`: the
+    sampling penalties served (request-style names), measured on live replays."""
     options = options or DiagnoseOptions()
     target, draft, num_steps = subject.target, subject.draft, options.num_steps
     ran: dict = {}
     findings = preflight_findings(preflight_report, options.engine)
     ran["preflight"] = "ran"
     findings += lint_as_findings(lint_findings or [])
-    ran["serving flags"] = "ran" if lint_findings is not None else "skipped: no --sglang or --vllm command"
+    ran["serving flags"] = "ran" if lint_findings is not None else "skipped: no --sglang, --vllm or --request"
     findings += vocab_findings(draft, target.vocab_size, samples, num_steps)
     findings += context_findings(draft.config, target.model.config, options.context)
     findings += precision_findings(target, target.model.config)
+    findings += head_findings(draft, target)
+    ran["draft head"] = "ran"
     if not samples:
-        for check in ("wiring probe", "reading probe", "chat template", "live replays"):
+        for check in ("wiring probe", "reading probe", "chat template", "live replays", "penalties"):
             ran[check] = "skipped: no --samples"
         return Diagnosis(findings, ran)
-    findings += _sample_findings(subject, samples, options, ran, progress)
+    findings += _sample_findings(subject, samples, options, ran, progress, penalties or {})
     progress(1.0, "done")
     return Diagnosis(findings, ran)
 
 
 def _sample_findings(
-    subject: Subject, samples: list, options: DiagnoseOptions, ran: dict, progress: Progress
+    subject: Subject, samples: list, options: DiagnoseOptions, ran: dict, progress: Progress, penalties: dict
 ) -> list[Finding]:
     """The checks that need samples, in order (each may use the wiring an earlier one found); what
     each ran on goes into `ran`."""
@@ -833,6 +836,12 @@ def _sample_findings(
     )
     findings += live
     ran["live replays"] = f"ran on {len(live_samples)} samples"
+    if penalties:
+        progress(0.85, "penalties")
+    found, ran["penalties"] = penalty_findings(
+        target, draft, wiring, math, live_samples, num_steps, options.live_tokens, penalties
+    )
+    findings += found
     if options.context:
         progress(0.9, "context curve")
         found, curve = context_curve(target, draft, wiring, math, samples, options.context, num_steps)

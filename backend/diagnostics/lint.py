@@ -14,6 +14,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from backend import BadInput
+from backend.diagnostics.serving_features import (
+    feature_flags,
+    feature_rules,
+    generation_defaults,
+    is_hybrid,
+    read_request_bodies,
+    request_features,
+    served_penalties,
+)
 from backend.engine.draft_config import DraftConfig, read_draft_config, read_json_object
 from backend.engine.loading import config_sizes
 from backend.engine.wiring import default_hf_indices
@@ -51,6 +60,9 @@ class ServingSettings:
     # Benchmark knobs that replace the draft's acceptance with a made-up one, or vary K with load
     # (name -> value as written): the served numbers are then not the draft's.
     knobs: dict = field(default_factory=dict)
+    # Features that cost acceptance (serving_features.feature_flags) and vLLM's speculative config.
+    features: dict = field(default_factory=dict)
+    spec: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -58,6 +70,8 @@ class TargetFacts:
     architecture: str | None
     num_layers: int | None
     max_position_embeddings: int | None
+    hybrid: bool = False  # attention mixed with linear-attention / state-space layers
+    directory: str | None = None  # a local model directory (its generation_config.json is read)
 
 
 @dataclass
@@ -150,6 +164,7 @@ def parse_sglang(command: str) -> ServingSettings:
     if settings.algorithm is None:
         raise BadInput("no --speculative-algorithm in the command: speculative decoding is off")
     settings.algorithm = settings.algorithm.upper()
+    settings.features = feature_flags(words, "sglang")
     return settings
 
 
@@ -185,6 +200,8 @@ def parse_vllm(arguments: str) -> ServingSettings:
     if spec.get("num_speculative_tokens") is not None:
         settings.num_steps = _convert("num_speculative_tokens", int, str(spec["num_speculative_tokens"]))
     settings.knobs = _vllm_knobs(spec)
+    settings.features = feature_flags(words, "vllm")
+    settings.spec = spec
     return settings
 
 
@@ -220,6 +237,8 @@ def target_facts(target_dir: str | Path | None, explicit: bool = False) -> Targe
         architectures if isinstance(architectures, str) else None,
         sizes["num_hidden_layers"],
         sizes["max_position_embeddings"],
+        is_hybrid(raw),
+        str(target_dir),
     )
 
 
@@ -249,8 +268,9 @@ def lint(
     target: TargetFacts,
     trained_hf: list[int] | None = None,
     trained_ties: list[list[int]] | None = None,
+    requests: dict | None = None,
 ) -> LintReport:
-    """`trained_hf`: the HF indices the draft was trained on, when a check found them (the wiring probe's
+    """`requests`: serving_features.request_features of the request bodies, when given. `trained_hf`: the HF indices the draft was trained on, when a check found them (the wiring probe's
     best); `trained_ties`: wirings the probe could not tell from it on its samples. Without them the
     wiring findings take the declared wiring as the trained one."""
     config = draft.config
@@ -297,6 +317,10 @@ def lint(
             "--speculative-num-draft-tokens 4).",
         )
     _benchmark_knobs(settings, add)
+    defaults = generation_defaults(settings.engine, settings.features, target.directory)
+    if served_penalties(defaults, requests):
+        effective["penalties"] = served_penalties(defaults, requests)
+    feature_rules(settings.engine, settings.features, requests, defaults, target.hybrid, settings.spec, add)
     _vocab_mapping(config, draft.has_d2t, add)
     _context(settings, config, target, add)
     if trained_hf is None:
@@ -603,6 +627,7 @@ def lint_command(
     target_dir: str | Path | None = None,
     trained_hf: list[int] | None = None,
     trained_ties: list[list[int]] | None = None,
+    request_file: str | Path | None = None,
 ) -> LintReport:
     if (sglang is None) == (vllm is None):
         raise BadInput("give exactly one of an SGLang launch command or vLLM arguments")
@@ -611,7 +636,8 @@ def lint_command(
     if not draft_dir:
         raise BadInput("no draft directory: pass --draft DIR (the command names none)")
     target = target_facts(target_dir, explicit=True) if target_dir else target_facts(settings.target_path)
-    report = lint(settings, draft_facts(Path(draft_dir)), target, trained_hf, trained_ties)
+    requests = request_features(read_request_bodies(request_file)) if request_file else None
+    report = lint(settings, draft_facts(Path(draft_dir)), target, trained_hf, trained_ties, requests)
     if settings.draft_path and Path(settings.draft_path) != Path(draft_dir):
         report.findings.append(
             Finding(

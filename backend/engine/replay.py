@@ -32,6 +32,8 @@ from backend.engine.draft_model import Eagle3Draft
 from backend.engine.kv_cache import KVCache
 from backend.engine.loading import Target
 from backend.engine.metrics import simulated_accept_length
+from backend.engine.penalties import NONE as NO_PENALTIES
+from backend.engine.penalties import History, Penalties
 from backend.engine.readings import DraftMath
 from backend.engine.records import PrefillRecord, StepRecord
 from backend.engine.sampling import GREEDY, Sampling, exponential_race, inverse_cdf, target_distribution
@@ -59,6 +61,7 @@ class ReplayConfig:
     sampling: Sampling = GREEDY
     draft_attention: str = "ancestors"  # tree drafts: true ancestors, or SGLang's per-rank KV slots
     force_tree: bool = False  # run a chain through the tree path (tests: topk 1 equals the chain)
+    penalties: Penalties = NO_PENALTIES  # on the target when it verifies (and the draft if on_draft)
 
     def __post_init__(self):
         if self.num_steps < 1:
@@ -78,6 +81,8 @@ class ReplayConfig:
                 f"num_draft_tokens must be in 2..{self.shape.max_candidates + 1} for steps="
                 f"{self.num_steps}, topk={self.topk}"
             )
+        if self.penalties.active and self.uses_tree_path:
+            raise ValueError("sampling penalties replay on the greedy chain only (topk 1, temperature 0)")
         if self.draft_attention not in DRAFT_ATTENTION:
             raise ValueError(f"draft_attention must be one of {', '.join(DRAFT_ATTENTION)}")
 
@@ -160,7 +165,12 @@ def draft_catch_up(
 
 
 def draft_chain(
-    draft: Eagle3Draft, cache: KVCache, hidden: torch.Tensor, position: int, config: ReplayConfig
+    draft: Eagle3Draft,
+    cache: KVCache,
+    hidden: torch.Tensor,
+    position: int,
+    config: ReplayConfig,
+    history: History | None = None,
 ) -> Proposal:
     """2. Propose d_1..d_K. `hidden` is the catch-up output at `position` (= n-1); step j feeds
     (out_{j-1}, d_j) at RoPE position n-1+j.
@@ -175,6 +185,9 @@ def draft_chain(
     drafted, rows = [], []
     for j in range(1, config.num_steps + 1):
         logits = draft.logits(hidden, config.math)[-1]
+        if history is not None and config.penalties.on_draft:  # the draft mirrors the penalty
+            to_target = draft.to_target_ids(torch.arange(logits.shape[-1], device=device))
+            logits = history.apply_mapped(logits, config.penalties, to_target, [int(t) for t in drafted])
         target_id = draft.to_target_ids(logits.argmax())
         drafted.append(target_id)
         if config.record:
@@ -193,11 +206,22 @@ def draft_chain(
     return proposal
 
 
-def verify(target: Target, wiring: Wiring, cache, cursor: Cursor, drafted: list[int]) -> Verdict:
-    """3-4. One target forward over [x_n, d_1..d_K]; accept the longest agreeing prefix."""
+def verify(
+    target: Target,
+    wiring: Wiring,
+    cache,
+    cursor: Cursor,
+    drafted: list[int],
+    penalised: tuple[History, Penalties] | None = None,
+) -> Verdict:
+    """3-4. One target forward over [x_n, d_1..d_K]; accept the longest agreeing prefix (of the
+    penalised rows when the request has penalties: row i after d_1..d_i)."""
     ids = torch.tensor([[cursor.pending] + drafted], device=target.device)
     output = target.runner.forward(ids, cache, cursor.position, capture=wiring.aux_hf_indices)
     logits = output.logits[0]
+    if penalised is not None:
+        history, penalties = penalised
+        logits = history.apply(logits, penalties, drafted)
     target_argmax = logits.argmax(-1).tolist()
     accepted = accepted_prefix_length(drafted, target_argmax)
     features = output.features(wiring.aux_hf_indices)[: accepted + 1]
@@ -302,7 +326,14 @@ def replay(
         started = time.perf_counter()
         target_cache = runner.new_cache()
         output = runner.forward(torch.tensor([prompt_ids], device=device), target_cache, 0, capture=indices)
-        first = first_token(output.logits[0, -1], config.sampling, generator)
+        history = None
+        last = output.logits[0, -1]
+        if config.penalties.active:
+            history = History(list(prompt_ids), last.shape[-1], last.device)
+            last = history.apply(last[None], config.penalties)[0]
+        first = first_token(last, config.sampling, generator)
+        if history is not None:
+            history.add([first])
         features = output.features(indices)
         yield PrefillRecord(
             list(prompt_ids),
@@ -332,11 +363,18 @@ def replay(
                 continue
             started = time.perf_counter()
             hidden = draft_catch_up(draft, draft_cache, cursor, config.math)  # 1
-            proposal = draft_chain(draft, draft_cache, hidden, cursor.position - 1, config)  # 2
+            proposal = draft_chain(draft, draft_cache, hidden, cursor.position - 1, config, history)  # 2
             draft_ms = _elapsed_ms(started, device)
 
             started = time.perf_counter()
-            verdict = verify(target, wiring, target_cache, cursor, proposal.drafted_ids)  # 3, 4
+            verdict = verify(
+                target,
+                wiring,
+                target_cache,
+                cursor,
+                proposal.drafted_ids,
+                None if history is None else (history, config.penalties),
+            )  # 3, 4
             roll_back(target_cache, draft_cache, cursor, verdict.accepted)  # 5
             verify_ms = _elapsed_ms(started, device)
 
@@ -348,6 +386,8 @@ def replay(
             )  # 7
             if finished:
                 return
+            if history is not None:
+                history.add(committed)
             cursor = Cursor(
                 cursor.position + verdict.accepted + 1,
                 verdict.bonus,

@@ -37,6 +37,7 @@ def diagnose(
         preflight_findings,
     )
     from backend.diagnostics.lint import lint_command
+    from backend.diagnostics.serving_features import request_lint
     from backend.engine.preflight import preflight
     from backend.service.requests import reading_of
 
@@ -51,15 +52,22 @@ def diagnose(
     if not report["ok"]:  # nothing else means anything until the draft loads
         diagnosis = Diagnosis(preflight_findings(report, engine), {"preflight": "ran: failed"})
         return {**diagnosis.to_dict(), **head, "aux_hf_indices": report["aux_hf_indices"]}
-    lint_findings = None
+    lint_findings, penalties = None, {}
     if options.sglang or options.vllm:
-        lint = lint_command(draft_path, options.sglang, options.vllm, target_path)
+        lint = lint_command(
+            draft_path, options.sglang, options.vllm, target_path, request_file=options.request_file
+        )
         lint_findings = lint.to_dict()["findings"]
+        penalties = lint.effective.get("penalties", {})
+    elif options.request_file:
+        lint_findings, penalties = request_lint(options.request_file, engine)
     progress(0.02, "loading models")
     target, draft, _ = models.pair(target_path, draft_path, options.device, options.dtype)
     view, _ = reading_of(engine, None, draft, target.num_layers)  # BadInput when it cannot run the draft
     subject = Subject(target, draft, draft_path, view)
-    diagnosis = diagnose_loaded(subject, report, list(samples or []), lint_findings, options, progress)
+    diagnosis = diagnose_loaded(
+        subject, report, list(samples or []), lint_findings, options, progress, penalties
+    )
     return {
         **diagnosis.to_dict(),
         **head,

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from backend import BadInput
 from backend.data.per_request import FORMATS, RequestsFile, read_requests
+from backend.data.step_signature import first_step_signature
 from backend.service.database import open_database
 from backend.service.observations import read_source
 from db import store
@@ -185,6 +186,7 @@ def observe_requests(
                 "unmatched_text_prompts": unmatched,
             },
             "worst": worst(rows, parsed, len(rows)),
+            "first_step": first_step_signature(parsed.requests),
         }
     )
     return result
