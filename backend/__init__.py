@@ -39,6 +39,7 @@ checks this):
       findings           one finding: class, severity, message, evidence, fix
       doctor             the preflight report plus vocab-mapping facts
       draft_head         the draft's own head: there, finite, trained, whose
+      feature_match      the features a server fed the draft, slot by slot against the layers
       hidden_diff        the features a draft is fed vs a reference, per token and chunk
       lint               serving flags: what SGLang or vLLM will really run
       mismatch           when a compared chunk is a mismatch; summaries over rows
@@ -59,6 +60,7 @@ checks this):
       draft_fix          a copy of a draft with the serving fix written into its config.json
       engine_check       the replay against a running vLLM, step for step; the wiring it ran named
       evaluate           every (draft, sample) pair of a dataset, summed per draft
+      feature_check      serve-check --features: a server's returned features against the layers
       jobs               the job runner: engine records persisted step by step
       models             loaded targets and drafts kept in small LRUs
       observations       server numbers stored and compared with the replay

@@ -422,7 +422,22 @@ def _serve_check_command(commands) -> None:
         metavar="PY",
         help="the Python that has vLLM, for --launch (default: SPECLENS_VLLM_PYTHON or .venv-vllm/bin/python)",
     )
-    check.add_argument("--samples", required=True, help="JSONL samples file: their prompts are sent")
+    check.add_argument(
+        "--samples",
+        help="JSONL samples file: their prompts are sent (with --responses: the prompts, in order, where "
+        "the responses carry no input_ids)",
+    )
+    check.add_argument(
+        "--features",
+        action="store_true",
+        help="compare the features SGLang fed the draft (meta_info.hidden_states, --enable-return-hidden-states) "
+        "with the target's layers, slot by slot",
+    )
+    check.add_argument(
+        "--responses",
+        metavar="FILE",
+        help="with --features: saved SGLang /generate responses (JSON list or JSONL) instead of --url",
+    )
     check.add_argument("--limit", type=_positive, default=8, help="the first N valid samples (default 8)")
     check.add_argument("--steps", type=_steps, default=4, help="K the server runs (chain: num_steps)")
     check.add_argument("--topk", type=_positive, help="the server's --speculative-eagle-topk (default 1)")
@@ -860,6 +875,10 @@ def cmd_observe(args) -> tuple[dict, str]:
 def cmd_serve_check(args) -> tuple[dict, str]:
     from backend.service.observations import ServeCheckSettings, check_server_url, serve_check
 
+    if args.features or args.responses:
+        return cmd_feature_check(args)
+    if not args.samples:
+        raise BadInput("serve-check: --samples FILE is needed (their prompts are sent)")
     vllm = args.engine in ("vllm", "vllm-v2")
     if (args.url is None) == (not args.launch) or (args.launch and not vllm):
         raise BadInput(
@@ -890,6 +909,52 @@ def cmd_serve_check(args) -> tuple[dict, str]:
         f"{'mean':>6} {_fmt(result['server_mean_accept_length']):>9} {_fmt(result['replay_mean_accept_length']):>9}"
     )
     lines.append(result["verdict"])
+    return result, "\n".join(lines)
+
+
+def cmd_feature_check(args) -> tuple[dict, str]:
+    """serve-check --features (--responses FILE | --url URL): the served features, slot by slot."""
+    from backend.service import feature_check as check
+    from backend.service.observations import check_server_url
+
+    if not args.features:
+        raise BadInput("serve-check: --responses is read with --features")
+    if (args.url is None) == (args.responses is None) or args.launch:
+        raise BadInput(
+            "serve-check --features: give --responses FILE (saved responses) or --url URL (SGLang)"
+        )
+    if args.engine not in ("auto", "sglang"):
+        raise BadInput("serve-check --features reads SGLang's meta_info.hidden_states: use --engine sglang")
+    if args.url is not None:
+        check_server_url(args.url)
+    responses = check.read_responses(args.responses) if args.responses else None
+    prompts = None
+    if args.samples:
+        prompts = [list(s.prompt_ids) for s in load_samples(args.samples, checked_vocab(args), args.limit)[0]]
+    if responses is None:
+        if not prompts:
+            raise BadInput("serve-check --features --url: --samples FILE is needed (their prompts are sent)")
+        responses = [check.request_features(args.url, p, args.max_new_tokens, args.timeout) for p in prompts]
+    result = check.feature_check(
+        args.target or default_target(), args.draft, responses, prompts, args.responses or args.url
+    )
+    lines = [f"{'slot':>4} {'fed HF':>6} {'cosine':>7} {'norm ratio':>10}  runner-up"]
+    for slot in result["slots"]:
+        other = slot["runner_up"]
+        lines.append(
+            f"{slot['slot']:>4} {'-' if slot['best'] is None else slot['best']:>6} {slot['cosine']:>7.4f} "
+            f"{slot['norm_ratio']:>10.3f}  "
+            + (f"HF {other['hf_index']} ({other['cosine']:.4f})" if other else "")
+        )
+    lines.append(
+        f"trained on HF {result['trained_hf']}; SGLang reads the config as HF {result['sglang_reads_hf']}"
+    )
+    lines += [
+        f"response {r['response']}: {r['layout']}, {r['rows_compared']} rows" for r in result["requests"]
+    ]
+    if result["note"]:
+        lines.append(result["note"])
+    lines.append(("ok: " if result["fed_as_trained"] else "MISMATCH: ") + result["verdict"])
     return result, "\n".join(lines)
 
 

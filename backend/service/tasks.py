@@ -283,6 +283,14 @@ def diagnose_job(target_path, draft_path, samples, options: dict, *, progress: P
     return diagnose(target_path, draft_path, samples, DiagnoseOptions(**options), progress)
 
 
+@job("features", lambda target_path, draft_path, *_: f"served features {_name(draft_path)}")
+def feature_check_job(target_path, draft_path, responses, source, *, progress: Progress) -> dict:
+    """serve-check --features on saved SGLang responses (backend.service.feature_check)."""
+    from backend.service.feature_check import feature_check
+
+    return feature_check(target_path, draft_path, responses, None, source, progress)
+
+
 @job("reference", lambda db_url, run_id, reference: f"run {run_id} vs {reference.get('kind')}")
 def reference_job(db_url: str | None, run_id: int, reference: dict, *, progress: Progress) -> dict:
     """Compare a run's fed features with a reference and store the rows (backend.service.references)."""

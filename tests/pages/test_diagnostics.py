@@ -107,3 +107,28 @@ def test_diagnose_on_the_page_is_the_cli_s_verdict(db):
     labels = [x.label for x in diagnostics.expander]
     for finding in expected["findings"]:
         assert any(finding["class"] in label and finding["severity"] in label for label in labels), finding
+
+
+def test_the_server_tab_names_the_slot_the_server_fed(db, tmp_path):
+    """serve-check --features through the page: saved SGLang responses whose slot 0 is one layer low."""
+    import json
+
+    from backend.defaults import DEMO_DRAFTS, DEMO_TARGET
+    from backend.service import models
+    from backend.service.requests import reading_of
+    from tests.support.pages import finish
+    from tests.support.sglang_features import response
+
+    target, draft, _ = models.pair(str(DEMO_TARGET), str(DEMO_DRAFTS / "final"))
+    trained = list(reading_of("auto", None, draft, target.num_layers)[0].wiring.aux_hf_indices)
+    path = tmp_path / "responses.jsonl"
+    path.write_text(json.dumps(response(target, [1, 5, 9, 3, 7, 2], [trained[0] - 1, *trained[1:]])))
+    diagnostics = ok(page("4_Diagnostics").run())
+    diagnostics.text_input(key="features_path").set_value(str(path)).run()
+    ok(diagnostics.button(key="features_run").click().run())
+    diagnostics = ok(finish(diagnostics, "features_task"))
+    shown = " ".join(e.value for e in diagnostics.error)
+    assert f"slot 0 matches HF {trained[0] - 1}, not the trained HF {trained[0]}" in shown, shown
+    diagnostics.text_input(key="features_path").set_value(str(tmp_path / "none.jsonl")).run()
+    ok(diagnostics.button(key="features_run").click().run())
+    assert any("no such response file" in e.value for e in diagnostics.error)

@@ -10,6 +10,7 @@ from backend import BadInput
 from backend.service import observations
 from ui import charts, state
 from ui.diagnostics.common import show_finding
+from ui.diagnostics.features import features_section
 from ui.runs import ACCEPT_LENGTH_HELP
 from ui.server_requests import requests_section
 
@@ -101,3 +102,5 @@ def server_tab() -> None:
         _render(result)
     st.divider()
     requests_section(state.db(), state.target_path(), state.draft_path())  # per-request numbers (issue 30)
+    st.divider()
+    features_section()  # the features SGLang fed the draft (issue 42)
