@@ -1105,8 +1105,9 @@ def cmd_observe_requests(args) -> tuple[dict, str]:
     ]
     if pooled["per_position_marginal"]:
         lines.append("per-position P(a >= i): " + ", ".join(_fmt(p) for p in pooled["per_position_marginal"]))
-    if (result.get("first_step") or {}).get("message"):
-        lines.append("signature: " + result["first_step"]["message"])
+    for signature in ("first_step", "draft_lengths"):
+        if (result.get(signature) or {}).get("message"):
+            lines.append("signature: " + result[signature]["message"])
     if result.get("window"):
         lines.append(
             f"window between the two reads: accept length {_fmt(result['window'].get('accept_length'))}"

@@ -120,6 +120,22 @@ def merge_replays(result: dict) -> None:
     shown["replay"]["which"] = "replays of the same prompts"
 
 
+def _signatures(result: dict) -> None:
+    """The per-step signatures observe_requests found (a hand-off gap, K varying)."""
+    first = result.get("first_step")
+    if first and first.get("message"):
+        st.warning("disaggregation: " + md(first["message"]), icon=":material/warning:")
+    elif first:
+        st.caption(
+            f"First verify step accepts {first['first_step_accepted_mean']:.2f} drafts on average, later steps "
+            f"{first['later_steps_accepted_mean']:.2f} ({first['requests']} requests): no hand-off gap. "
+            + md(first["definition"])
+        )
+    varied = result.get("draft_lengths")
+    if varied and varied.get("message"):
+        st.warning("synthetic-acceptance: " + md(varied["message"]), icon=":material/warning:")
+
+
 def show_requests(result: dict | None, db_url: str | None, target_path: str, draft_path: str) -> None:
     if not result:
         return
@@ -152,15 +168,7 @@ def show_requests(result: dict | None, db_url: str | None, target_path: str, dra
     )
     c3.metric("Acceptance rate", fmt(pooled["acceptance_rate"]), help=definitions["acceptance_rate"])
     c4.metric("Verify steps", f"{pooled['verify_steps']:g}", help="over the requests with an accept length")
-    first = result.get("first_step")
-    if first and first.get("message"):
-        st.warning("disaggregation: " + md(first["message"]), icon=":material/warning:")
-    elif first:
-        st.caption(
-            f"First verify step accepts {first['first_step_accepted_mean']:.2f} drafts on average, later steps "
-            f"{first['later_steps_accepted_mean']:.2f} ({first['requests']} requests): no hand-off gap. "
-            + md(first["definition"])
-        )
+    _signatures(result)
     if result.get("window") is not None:
         window = result["window"]
         st.info(

@@ -81,6 +81,7 @@ class RequestNumbers:
     num_speculative_tokens: int | None = None  # K, where the engine says or the user gave it
     accept_histogram: list[int] | None = None  # steps accepting exactly a drafts, index a
     per_step_accepted: list[int] | None = None
+    draft_lengths: list[int] | None = None  # the distinct numbers of drafts its verify steps ran
     completion_tokens: int | None = None
     prompt_ids: list[int] | None = None
     prompt_text: str | None = None
@@ -329,22 +330,7 @@ def parse_vllm(response: dict, where: Where, base: dict) -> list[RequestNumbers]
         where.fail(
             f"{field_name}.acceptance_histogram has {len(histogram)} entries, vLLM writes K+1 = {k + 1}"
         )
-    by_length = spec.get("acceptance_histogram_by_draft_length")
-    if (
-        by_length is not None
-    ):  # newer revisions: {"k": [k+1 buckets]}, keys are strings; rows sum to the whole
-        rows = where.obj(by_length, f"{field_name}.acceptance_histogram_by_draft_length")
-        summed = [0] * len(histogram)
-        for key, row in rows.items():
-            row = where.counts(row, f"{field_name}.acceptance_histogram_by_draft_length[{key}]")
-            for a, c in enumerate(row):
-                if a >= len(summed):
-                    where.fail(f"{field_name}.acceptance_histogram_by_draft_length[{key}] is longer than K+1")
-                summed[a] += c
-        if summed != histogram:
-            where.fail(
-                f"{field_name}.acceptance_histogram_by_draft_length does not sum to acceptance_histogram"
-            )
+    by_length = _by_draft_length(spec, histogram, where, field_name)
     steps = where.count(spec.get("num_spec_steps"), f"{field_name}.num_spec_steps")
     per_step = spec.get("per_step_accepted")
     numbers = RequestNumbers(
@@ -364,15 +350,53 @@ def parse_vllm(response: dict, where: Where, base: dict) -> list[RequestNumbers]
         ),
         converted_from=CONVERTED["vllm"],
     )
-    drafted = spec.get("per_step_drafted")
-    if (
-        drafted is not None
-        and sum(where.counts(drafted, f"{field_name}.per_step_drafted")) != numbers.drafted_tokens
-    ):
-        where.fail(f"{field_name}.per_step_drafted does not sum to num_draft_tokens")
+    numbers.draft_lengths = _draft_lengths(spec, numbers, by_length, where, field_name)
     finish(numbers, where)
     check_engine_mean(numbers, where, f"{field_name}.mean_acceptance_length")
     return [numbers]
+
+
+def _by_draft_length(spec: dict, histogram: list[int], where: Where, field_name: str) -> set[str] | None:
+    """Newer revisions' {"k": [k+1 buckets]} (string keys), checked to sum to the histogram: the keys
+    with a step."""
+    by_length = spec.get("acceptance_histogram_by_draft_length")
+    if by_length is None:
+        return None
+    rows = where.obj(by_length, f"{field_name}.acceptance_histogram_by_draft_length")
+    summed = [0] * len(histogram)
+    lengths = set()
+    for key, row in rows.items():
+        row = where.counts(row, f"{field_name}.acceptance_histogram_by_draft_length[{key}]")
+        for a, c in enumerate(row):
+            if a >= len(summed):
+                where.fail(f"{field_name}.acceptance_histogram_by_draft_length[{key}] is longer than K+1")
+            summed[a] += c
+        if sum(row):
+            lengths.add(key)
+    if summed != histogram:
+        where.fail(f"{field_name}.acceptance_histogram_by_draft_length does not sum to acceptance_histogram")
+    return lengths
+
+
+def _draft_lengths(spec: dict, numbers, by_length: set[str] | None, where: Where, field_name: str):
+    """The distinct draft lengths of the steps: per_step_drafted (checked against the total), else the
+    histogram's keys."""
+    drafted = spec.get("per_step_drafted")
+    if drafted is not None:
+        drafted = where.counts(drafted, f"{field_name}.per_step_drafted")
+        if sum(drafted) != numbers.drafted_tokens:
+            where.fail(f"{field_name}.per_step_drafted does not sum to num_draft_tokens")
+        return sorted(set(drafted))
+    if by_length is not None:
+        return sorted(_draft_length(key, where, field_name) for key in by_length)
+    return None
+
+
+def _draft_length(key: str, where: Where, field_name: str) -> int:
+    try:
+        return int(key)
+    except ValueError:
+        where.fail(f"{field_name}.acceptance_histogram_by_draft_length: key {key!r} is not a draft length")
 
 
 # SGLang's names over its releases: (verify steps, correct drafts, proposed drafts, histogram).

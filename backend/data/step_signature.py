@@ -45,3 +45,29 @@ def first_step_signature(requests) -> dict | None:
         ),
         "definition": DEFINITION,
     }
+
+
+def draft_length_signature(requests) -> dict | None:
+    """The numbers of drafts the verify steps ran, over the requests that say (vLLM's
+    acceptance_histogram_by_draft_length / per_step_drafted): more than one, and K changed while
+    serving (num_speculative_tokens_per_batch_size, or speculation shortened under load), so the accept
+    length mixes several K. None where no request says."""
+    told = [r.draft_lengths for r in requests if r.status == "ok" and r.draft_lengths]
+    if not told:
+        return None
+    lengths = sorted({k for r in told for k in r})
+    varies = len(lengths) > 1
+    return {
+        "requests": len(told),
+        "draft_lengths": lengths,
+        "signature": "synthetic-acceptance" if varies else None,
+        "message": (
+            f"verify steps drafted {', '.join(map(str, lengths))} tokens over {len(told)} requests: K changed while "
+            "serving (vLLM's num_speculative_tokens_per_batch_size, or speculation shortened under load), so the "
+            "accept length mixes several K and a replay at one K does not reproduce it"
+            if varies
+            else None
+        ),
+        "definition": "the draft lengths with at least one verify step, from acceptance_histogram_by_draft_length "
+        "or per_step_drafted",
+    }

@@ -747,7 +747,9 @@ def lint_as_findings(lint_findings: list[dict]) -> list[Finding]:
         Finding(
             LINT_CLASSES.get(finding["code"], "serving-flags"),
             {"error": "fail", "warning": "warn"}.get(finding["severity"], "info"),
-            f"{finding['code']}: {finding['message']}",
+            finding["message"]
+            if LINT_CLASSES.get(finding["code"]) == finding["code"]  # its class names it already
+            else f"{finding['code']}: {finding['message']}",
             {"code": finding["code"], "engine": finding.get("engine")},
             finding.get("fix", ""),
         )

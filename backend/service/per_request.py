@@ -17,7 +17,7 @@ from pathlib import Path
 
 from backend import BadInput
 from backend.data.per_request import FORMATS, RequestsFile, read_requests
-from backend.data.step_signature import first_step_signature
+from backend.data.step_signature import draft_length_signature, first_step_signature
 from backend.service.database import open_database
 from backend.service.observations import read_source
 from db import store
@@ -187,6 +187,7 @@ def observe_requests(
             },
             "worst": worst(rows, parsed, len(rows)),
             "first_step": first_step_signature(parsed.requests),
+            "draft_lengths": draft_length_signature(parsed.requests),
         }
     )
     return result

@@ -96,3 +96,19 @@ def test_a_head_copied_from_the_target_is_said(tmp_path):
 
     (finding,) = _head(_diagnose(_copy(tmp_path, "target-head", copy_target_rows)), "info")
     assert finding["evidence"]["mean_row_cosine_with_target"] > 0.9999 and "copied" in finding["message"]
+
+
+@pytest.mark.slow
+def test_diagnose_json_names_the_random_head(tmp_path):
+    from backend.defaults import DEMO_TARGET
+    from tests.support.cli import cli_json
+
+    def reinit(tensors, torch):
+        head = tensors["lm_head.weight"]
+        tensors["lm_head.weight"] = (
+            torch.randn(head.shape, generator=torch.Generator().manual_seed(1)) * 0.02
+        ).to(head.dtype)
+
+    draft = _copy(tmp_path, "random", reinit)
+    result = cli_json("diagnose", "--target", str(DEMO_TARGET), "--draft", draft)
+    assert result["verdict"] == "broken" and result["headline"].startswith("draft-head:")

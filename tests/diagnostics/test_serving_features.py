@@ -5,6 +5,7 @@ lines and request bodies; the healthy command gets none of them."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
@@ -192,6 +193,25 @@ def test_diagnose_json_names_each_serving_class_on_the_demo_pair(tmp_path):
     )
     by_flags = cli_json(*base, "--sglang", command)
     assert "disaggregation" in {f["class"] for f in by_flags["findings"]}
+    hybrid = tmp_path / "hybrid-target"
+    shutil.copytree(DEMO_TARGET, hybrid)
+    config = json.loads((hybrid / "config.json").read_text())
+    config["layer_types"] = ["linear_attention", "linear_attention", "full_attention"] * (
+        config["num_hidden_layers"] // 3
+    )
+    (hybrid / "config.json").write_text(json.dumps(config))
+    spec = {"method": "eagle3", "model": str(draft), "num_speculative_tokens": 4}
+    served = cli_json(
+        "diagnose",
+        "--target",
+        str(hybrid),
+        "--draft",
+        str(draft),
+        "--vllm",
+        f"vllm serve {hybrid} --speculative-config '{json.dumps(spec)}'",
+    )
+    (cache,) = [f for f in served["findings"] if f["class"] == "prefix-cache"]
+    assert cache["severity"] == "warn" and cache["message"].startswith("the target is a hybrid model")
     bad = run_cli(*base, "--request", str(tmp_path / "missing.jsonl"))
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "missing.jsonl" in bad.stderr
 
@@ -222,3 +242,26 @@ def test_diagnose_measures_what_a_served_penalty_costs(tmp_path):
     assert evidence["accept_length_penalty_on_target"] < evidence["accept_length_without_penalty"] - 0.1
     assert finding["severity"] == "warn" and "repetition_penalty=1.3" in finding["message"]
     assert result["checks"]["penalties"] == "ran on 2 samples"
+
+
+def test_steps_of_several_draft_lengths_say_k_varied():
+    """vLLM's per-request blocks: per_step_drafted (or the histogram by draft length) shows K changed."""
+    from backend.data.per_request import read_requests
+    from backend.data.step_signature import draft_length_signature
+    from tests.support import per_request_payloads as payloads
+
+    requests = [[2, 1, 3], [3, 2, 2, 3], [1, 2, 2]]
+    text = payloads.vllm(requests, stream_last=False)
+    assert draft_length_signature(read_requests(text, "r.jsonl", "auto", None).requests)["signature"] is None
+    records = [json.loads(line) for line in text.splitlines()]
+    block = records[1]["metrics"]["speculative_decoding"]
+    block["per_step_drafted"] = [3, 3, 1, 1]  # K cut to 1 under load for two steps
+    block["per_step_accepted"] = [3, 2, 1, 1]
+    block["num_draft_tokens"], block["num_accepted_draft_tokens"] = 8, 7
+    block["acceptance_histogram"] = [0, 2, 1, 1]
+    block["acceptance_histogram_by_draft_length"] = {"3": [0, 0, 1, 1], "1": [0, 2, 0, 0]}
+    block["mean_acceptance_length"] = 1 + 7 / 4
+    block["draft_acceptance_rate"] = 7 / 8
+    parsed = read_requests("\n".join(json.dumps(r) for r in records), "r.jsonl", "auto", None)
+    varied = draft_length_signature(parsed.requests)
+    assert varied["draft_lengths"] == [1, 3] and "K changed while serving" in varied["message"]
