@@ -31,8 +31,8 @@ def _render(result: dict) -> None:
             "trained (HF index)": result["trained_hf"][s["slot"]]
             if s["slot"] < len(result["trained_hf"])
             else None,
-            "cosine": round(s["cosine"], 4),
-            "norm ratio": round(s["norm_ratio"], 3),
+            "cosine": f"{s['cosine']:.4f}",
+            "norm ratio": f"{s['norm_ratio']:.3f}",
             "runner-up": f"HF {s['runner_up']['hf_index']} ({s['runner_up']['cosine']:.4f})"
             if s["runner_up"]
             else "",
