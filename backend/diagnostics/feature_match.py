@@ -95,6 +95,7 @@ def match_slots(rows: torch.Tensor, states: dict[int, torch.Tensor], hidden: int
                     "cosine": float(cosine.mean()),
                     "cosine_min": float(cosine.min()),
                     "norm_ratio": float(ratio.mean()),
+                    "per_token": [round(float(c), 5) for c in cosine],
                 }
             )
         scores.sort(key=lambda s: -s["cosine"])

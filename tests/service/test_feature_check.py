@@ -35,6 +35,8 @@ def test_features_fed_as_trained_match_slot_for_slot(demo):
     result, trained = check(demo, lambda t, n: t)
     assert result["fed_as_trained"] and [s["best"] for s in result["slots"]] == trained
     assert all(s["cosine"] > 0.999 and abs(s["norm_ratio"] - 1) < 0.01 for s in result["slots"])
+    rows = sum(r["rows_compared"] for r in result["requests"])
+    assert all(len(s["top"][0]["per_token"]) == rows for s in result["slots"])  # a cosine per token
     assert {r["layout"] for r in result["requests"]} == {"sglang>=28496"}
     assert result["note"] is None
 
