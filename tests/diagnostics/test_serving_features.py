@@ -200,7 +200,13 @@ def test_diagnose_json_names_each_serving_class_on_the_demo_pair(tmp_path):
         config["num_hidden_layers"] // 3
     )
     (hybrid / "config.json").write_text(json.dumps(config))
-    spec = {"method": "eagle3", "model": str(draft), "num_speculative_tokens": 4}
+    spec = {
+        "method": "eagle3",
+        "model": str(draft),
+        "num_speculative_tokens": 4,
+        "rejection_sample_method": "synthetic",
+        "synthetic_acceptance_length": 3.1,
+    }
     served = cli_json(
         "diagnose",
         "--target",
@@ -212,6 +218,7 @@ def test_diagnose_json_names_each_serving_class_on_the_demo_pair(tmp_path):
     )
     (cache,) = [f for f in served["findings"] if f["class"] == "prefix-cache"]
     assert cache["severity"] == "warn" and cache["message"].startswith("the target is a hybrid model")
+    assert {"fail"} == {f["severity"] for f in served["findings"] if f["class"] == "synthetic-acceptance"}
     bad = run_cli(*base, "--request", str(tmp_path / "missing.jsonl"))
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "missing.jsonl" in bad.stderr
 
