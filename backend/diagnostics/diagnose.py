@@ -341,26 +341,26 @@ def precision_findings(target, target_config) -> list[Finding]:
 # ------------------------------------------------------------------------------ with samples
 
 
-def wiring_findings(report, num_layers: int) -> list[Finding]:
+def wiring_findings(report, num_layers: int, draft_dir: str | None = None) -> list[Finding]:
+    """The probe's verdict as a finding: every tied wiring named (`ProbeReport.tied`, the one set every
+    view uses); the fix writes a wiring only when the probe separated it, else says how to separate."""
     if report.confirmed:
         return []
-    best = report.best
-    tied = [c for c in report.as_good if c is not report.declared]
-    named = [best] + tied
-    names = " or ".join(f"HF {list(c.aux_hf_indices)}" for c in named[:3])
-    nested = [[i - 1 for i in c.aux_hf_indices] for c in named[:3]]
+    best, tied = report.best, report.tied
+    names = " or ".join(f"HF {list(c.aux_hf_indices)}" for c in tied)
     message = (
         f"the draft was trained on {names}, not on the declared {describe(report.declared.aux_hf_indices, num_layers)}: "
         f"acc_0 {best.acc_step0:.3f} vs {report.declared.acc_step0:.3f}"
     )
-    if len(named) > 1:
-        message += f" ({report.n_samples} samples cannot tell {' from '.join(f'HF {list(c.aux_hf_indices)}' for c in named[:2])})"
+    if len(tied) > 1:
+        message += f" ({report.n_samples} samples cannot tell these {len(tied)} apart)"
     fix = (
-        f"Declare the trained wiring: eagle_config.eagle_aux_hidden_state_layer_ids = {nested[0]} (SGLang/SpecForge) "
-        f"and top-level eagle_aux_hidden_state_layer_ids = {list(best.aux_hf_indices)} (vLLM)"
+        f"Declare the trained wiring: eagle_config.eagle_aux_hidden_state_layer_ids = "
+        f"{[i - 1 for i in best.aux_hf_indices]} (SGLang/SpecForge) and top-level "
+        f"eagle_aux_hidden_state_layer_ids = {list(best.aux_hf_indices)} (vLLM)."
+        if report.separated
+        else report.how_to_separate(draft_dir)
     )
-    if len(named) > 1:
-        fix += f"; or {nested[1]} / {list(named[1].aux_hf_indices)}: the samples cannot tell which, run the probe with more samples"
     return [
         Finding(
             "aux-wiring",
@@ -369,11 +369,13 @@ def wiring_findings(report, num_layers: int) -> list[Finding]:
             {
                 "declared": list(report.declared.aux_hf_indices),
                 "best": list(best.aux_hf_indices),
-                "as_good_as_best": [list(c.aux_hf_indices) for c in tied],
+                "tied": [list(c.aux_hf_indices) for c in tied],
+                "as_good_as_best": [list(c.aux_hf_indices) for c in tied[1:]],
+                "separated": report.separated,
                 "acc_step0": {"declared": report.declared.acc_step0, "best": best.acc_step0},
                 "n_positions": best.n_positions,
             },
-            fix + ".",
+            fix,
         )
     ]
 
@@ -808,7 +810,7 @@ def _sample_findings(
         progress=lambda f, m: progress(0.05 + 0.3 * f, f"wiring probe: {m}"),
     )
     ran["wiring probe"] = f"ran on {len(samples)} samples"
-    findings += wiring_findings(probe, target.num_layers)
+    findings += wiring_findings(probe, target.num_layers, subject.draft_dir)
     if not probe.confirmed:
         wiring = Wiring(tuple(probe.best.aux_hf_indices), "the wiring probe's best")
     progress(0.35, "reading probe")

@@ -598,8 +598,7 @@ def _aux_ids_against(
     ties = (
         ""
         if len(trained) == 1
-        else f" The probe cannot tell {found} apart on its samples: the train-vs-serve diff against the draft's "
-        "training features, or the training run's own config, settles which; the fix below writes its best."
+        else f" The probe cannot tell {found} apart on its samples, so this lint writes none of them yet."
     )
     add(
         "error",
@@ -608,12 +607,11 @@ def _aux_ids_against(
         f"(from the draft's config): the draft sees layers it was never trained on.{ties}",
         f'Write the trained wiring in both fields: "eagle_config": {{"eagle_aux_hidden_state_layer_ids": '
         f"{[i - 1 for i in best]}}} (SGLang, output-of-layer ids = HF - 1) and top-level "
-        f'"eagle_aux_hidden_state_layer_ids": {best} (vLLM, HF indices)'
-        + (
-            "."
-            if len(trained) == 1
-            else f", the probe's best; or another of {found} once a check settles it."
-        ),
+        f'"eagle_aux_hidden_state_layer_ids": {best} (vLLM, HF indices).'
+        if len(trained) == 1
+        else f"Separate {found} first: run the wiring probe on more samples (python -m backend probe --samples "
+        "FILE --limit 32) or hold the served features against the draft's training features (Train vs serve); "
+        "then write the one it separates in both fields (nested SGLang ids = HF - 1, top-level vLLM ids = HF).",
     )
 
 

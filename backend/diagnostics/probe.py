@@ -109,6 +109,28 @@ class ProbeReport:
         floor = self.best.acc_step0 - confirm_margin(self.best)
         return [c for c in self.candidates[1:] if c.acc_step0 >= floor]
 
+    @property
+    def tied(self) -> list[Candidate]:
+        """The one set of wirings the samples cannot tell apart, best first: every view names these
+        (the headline, the evidence, the fix, the lint). Just the declared one when it is confirmed."""
+        if self.confirmed:
+            return [self.declared]
+        return [self.best, *(c for c in self.as_good if c is not self.declared)]
+
+    @property
+    def separated(self) -> bool:
+        """One wiring stands out: a fix may write it. Otherwise the fix says how to separate them."""
+        return len(self.tied) == 1
+
+    def how_to_separate(self, draft_dir: str | None = None) -> str:
+        names = " / ".join(f"HF {list(c.aux_hf_indices)}" for c in self.tied)
+        return (
+            f"{self.n_samples} samples cannot tell {names} apart, so no wiring is written yet: run the probe on more "
+            f"samples (python -m backend probe --draft {draft_dir or 'DRAFT'} --samples FILE --limit {4 * self.n_samples}, "
+            "or the Wiring probe tab with more samples), or hold the served features against the draft's training "
+            "features (Train vs serve). Until then each of them serves the draft about as well."
+        )
+
     def to_dict(self) -> dict:
         return {
             "declared": {**self.declared.to_dict(), "source": self.declared_source},
@@ -118,10 +140,15 @@ class ProbeReport:
             "confirmed": self.confirmed,
             "confirm_margin": confirm_margin(self.best),
             "as_good_as_best": [list(c.aux_hf_indices) for c in self.as_good],
+            "tied": [list(c.aux_hf_indices) for c in self.tied],
+            "separated": self.separated,
             "config": {
                 "sglang": {"eagle_config": {"eagle_aux_hidden_state_layer_ids": self.sglang_ids}},
                 "vllm": {"eagle_aux_hidden_state_layer_ids": self.vllm_ids},
-            },
+            }
+            if self.separated
+            else None,
+            "how_to_separate": None if self.separated else self.how_to_separate(),
             "seconds": self.seconds,
             "num_steps": self.num_steps,
             "n_samples": self.n_samples,
@@ -347,13 +374,11 @@ def verdict(report: ProbeReport, num_layers: int) -> str:
             f"{describe(declared.aux_hf_indices, num_layers)}: acc_0 {best.acc_step0:.3f} vs "
             f"{declared.acc_step0:.3f} with the declared wiring{loss}{live}. {config}"
         )
-    others = ", ".join(f"HF {list(c.aux_hf_indices)} ({c.acc_step0:.3f})" for c in tied[:3])
-    more = f" and {len(tied) - 3} more" if len(tied) > 3 else ""
+    others = ", ".join(f"HF {list(c.aux_hf_indices)} ({c.acc_step0:.3f})" for c in tied)
     return (
         f"The draft was not trained on the declared {describe(declared.aux_hf_indices, num_layers)}: "
         f"the best wiring, {describe(best.aux_hf_indices, num_layers)}, scores acc_0 {best.acc_step0:.3f} vs "
-        f"{declared.acc_step0:.3f} with the declared wiring{loss}{live}. {report.n_samples} samples cannot tell "
-        f"it from {others}{more}: within the noise (±{confirm_margin(best):.3f}, two standard errors over "
-        f"{best.n_positions} positions), so the trained wiring may be any of them; each serves the draft "
-        f"about as well. {config}"
+        f"{declared.acc_step0:.3f} with the declared wiring{loss}{live}. It is within the noise "
+        f"(±{confirm_margin(best):.3f}, two standard errors over {best.n_positions} positions) of {others}. "
+        + report.how_to_separate()
     )

@@ -45,6 +45,8 @@ def probe_wirings(report: dict | None) -> list[list[int]]:
     could not tell from the best on its samples; [] when it confirmed the declared one (or none ran)."""
     if report is None or report.get("confirmed"):
         return []
+    if report.get("tied"):
+        return [list(w) for w in report["tied"]]
     best = list(report["best"]["aux_hf_indices"])
     return [best, *(list(w) for w in report.get("as_good_as_best") or [] if list(w) != best)]
 

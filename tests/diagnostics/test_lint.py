@@ -276,8 +276,10 @@ def test_wirings_the_probe_cannot_tell_apart_are_all_named(drafts, target_dir):
     )
     (finding,) = [f for f in report.findings if f.code == "aux-ids-not-trained"]
     assert "HF [0, 1, 4] or HF [0, 2, 4] or HF [0, 3, 4]" in finding.message
-    assert "cannot tell" in finding.message and "train-vs-serve diff" in finding.message
-    assert "the probe's best" in finding.fix and "[2, 16, 29]" not in finding.fix
+    assert "cannot tell" in finding.message and "writes none of them yet" in finding.message
+    # issue 43 row 1: no wiring written while they are tied; the fix says how to separate them
+    assert finding.fix.startswith("Separate HF [0, 1, 4] or HF [0, 2, 4] or HF [0, 3, 4] first")
+    assert "[-1, 0, 3]" not in finding.fix and "[2, 16, 29]" not in finding.fix
     served_among_ties = lint_command(
         drafts["good"],
         vllm=vllm(drafts["good"]),

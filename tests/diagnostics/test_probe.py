@@ -26,8 +26,12 @@ def test_probe_names_the_embedding_wiring_of_a_miswired_draft(bigram_setup):
     assert report.best.live_accept_length > report.declared.live_accept_length
     as_dict = report.to_dict()
     assert {"declared", "candidates", "best", "verdict"} <= set(as_dict)
-    assert as_dict["config"]["vllm"]["eagle_aux_hidden_state_layer_ids"][0] == 0
-    assert as_dict["config"]["sglang"]["eagle_config"]["eagle_aux_hidden_state_layer_ids"][0] == -1
+    if as_dict["separated"]:  # the config to paste writes the one wiring the probe separated
+        assert as_dict["config"]["vllm"]["eagle_aux_hidden_state_layer_ids"][0] == 0
+        assert as_dict["config"]["sglang"]["eagle_config"]["eagle_aux_hidden_state_layer_ids"][0] == -1
+    else:  # tied wirings: nothing to paste, and how to separate them
+        assert as_dict["config"] is None and len(as_dict["tied"]) > 1
+        assert all(w[0] == 0 for w in as_dict["tied"]) and "more samples" in as_dict["how_to_separate"]
     # progress: (fraction, message), fractions within 0..1 and ending done
     assert reports and all(0.0 <= f <= 1.0 and isinstance(m, str) for f, m in reports)
     assert reports[-1] == (1.0, "done")
@@ -71,10 +75,15 @@ def test_wirings_inside_the_noise_of_the_best_are_named_as_good():
     assert not tied.confirmed and tied.as_good == [tie]  # margin 2 * sqrt(.592 * .408 / 762) = 0.036
     text = verdict(tied, 12)
     assert text.startswith("The draft was not trained on the declared HF [2, 6, 9]")
-    assert "cannot tell it from HF [0, 2, 6] (0.584)" in text and "[0, 4, 6]" not in text
-    assert tied.to_dict()["as_good_as_best"] == [[0, 2, 6]]
+    assert "within the noise" in text and "of HF [0, 2, 6] (0.584)" in text and "[0, 4, 6]" not in text
+    # issue 43 row 1: one tied set everywhere, and no wiring written until the probe separates one
+    assert "cannot tell HF [0, 1, 6] / HF [0, 2, 6] apart, so no wiring is written yet" in text
+    as_dict = tied.to_dict()
+    assert as_dict["tied"] == [[0, 1, 6], [0, 2, 6]] and as_dict["as_good_as_best"] == [[0, 2, 6]]
+    assert as_dict["config"] is None and "--limit 24" in as_dict["how_to_separate"]
     alone = report([best, far, declared])
     assert alone.as_good == [] and verdict(alone, 12).startswith("The draft was trained on HF [0, 1, 6]")
+    assert alone.to_dict()["config"]["vllm"] == {"eagle_aux_hidden_state_layer_ids": [0, 1, 6]}
 
 
 def _redeclared(setup, tmp_path, name: str, top_level_ids: list[int]):

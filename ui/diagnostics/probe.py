@@ -33,14 +33,9 @@ def _render(report: dict) -> None:
         f"{report['seconds']:.1f} s. acc_0: teacher-forced top-1 accuracy at TTT step 0; predicted accept "
         "length = 1 + sum_k prod_(j<=k) acc_j."
     )
-    ties = checks.probe_wirings(report)[1:]  # none when the probe confirmed the declared wiring
-    if ties:
-        st.warning(
-            f"The config below writes the probe's best, HF {report['best']['aux_hf_indices']}; on these "
-            f"{report['n_samples']} samples it cannot be told from "
-            + " or ".join(f"HF {w}" for w in ties)
-            + ". More samples, or the Train vs serve tab with the draft's training features, settle which."
-        )
+    if report["config"] is None:  # the samples cannot tell the tied wirings apart: nothing to paste yet
+        st.warning(report["how_to_separate"])
+        return
     st.code(
         f"# SGLang (draft config.json)\n{json.dumps(report['config']['sglang'])}\n"
         f"# vLLM (draft config.json)\n{json.dumps(report['config']['vllm'])}",
