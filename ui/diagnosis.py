@@ -3,13 +3,12 @@ prints with --json."""
 
 from __future__ import annotations
 
-import json
-
 import streamlit as st
 
 from backend.service.requests import ENGINE_CHOICES
 from ui.html import md
 from ui.pickers import first_samples
+from ui.tables import evidence_table, title
 
 SHOW = {"ok": st.success, "suspect": st.warning, "broken": st.error}
 WORDS = {"ok": "OK", "suspect": "Suspect", "broken": "Broken"}
@@ -26,13 +25,25 @@ def show_diagnosis(result: dict, stale: str | None = None) -> None:
         f"{result.get('n_samples', 0)} samples. Checks: "
         + "; ".join(f"{md(k)}: {md(str(v))}" for k, v in result["checks"].items())
     )
-    for finding in result["findings"]:
-        label = f"{ICONS[finding['severity']]} · {finding['class']} · {md(finding['message'][:120])}"
+    measured = result.get("measured")
+    if measured:
+        predicted = measured.get("predicted_accept_length")
+        st.metric(
+            "Live accept length (measured)",
+            f"{measured['live_accept_length']:.2f}",
+            delta=None if predicted is None else f"teacher-forced prediction {predicted:.2f}",
+            delta_color="off",
+            help=f"{measured['definition']}. {measured['samples']} samples, {measured['verify_steps']} verify steps, "
+            f"{measured['max_new_tokens']} new tokens each; assuming {measured['assumes']}.",
+        )
+        st.caption(f"Live replays assumed {md(measured['assumes'])}.")
+    for number, finding in enumerate(result["findings"]):
+        label = f"{ICONS[finding['severity']]} · {finding['class']} · {md(title(finding['message']))}"
         with st.expander(label, expanded=finding["severity"] == "fail"):
             st.markdown(md(finding["message"]))
             if finding["fix"]:
                 st.markdown(f"**Fix:** {md(finding['fix'])}")
-            st.code(json.dumps(finding["evidence"], indent=1, default=str)[:4000], language="json")
+            evidence_table(finding["evidence"], f"evidence_{number}_{finding['class']}")
 
 
 def diagnose_form() -> tuple[list, dict] | None:

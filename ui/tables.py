@@ -32,3 +32,42 @@ def engine_readings(readings: dict, key: str) -> None:
         st.warning(md(finding["message"]))
     if not readings["disagreements"]:
         st.success("The serving engines and the training reading agree on this draft.")
+
+
+def _cell(value) -> str:
+    """One evidence value on one line: numbers to 4 significant digits, lists and objects compact."""
+    if isinstance(value, bool) or value is None:
+        return str(value)
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, (list, tuple)):
+        inner = ", ".join(_cell(v) for v in value[:12])
+        return f"[{inner}{', ...' if len(value) > 12 else ''}]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_cell(v)}" for k, v in list(value.items())[:8]) + "}"
+    return str(value)
+
+
+def evidence_rows(evidence: dict, prefix: str = "") -> list[dict]:
+    """A finding's evidence as (field, value) rows: nested objects of scalars become dotted fields."""
+    rows = []
+    for key, value in evidence.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value and all(not isinstance(v, (dict, list)) for v in value.values()):
+            rows += evidence_rows(value, f"{name}.")
+        else:
+            rows.append({"field": name, "value": _cell(value)})
+    return rows
+
+
+def evidence_table(evidence: dict, key: str) -> None:
+    if evidence:
+        st.dataframe(pd.DataFrame(evidence_rows(evidence)), hide_index=True, key=key, width="stretch")
+
+
+def title(text: str, limit: int = 110) -> str:
+    """A collapsed title: the text up to `limit` characters, cut at a word and ended with an ellipsis."""
+    if len(text) <= limit:
+        return text
+    cut = text[:limit].rsplit(" ", 1)[0].rstrip(",;:(")
+    return cut + "…"

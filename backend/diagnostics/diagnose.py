@@ -79,6 +79,7 @@ ACCEPTS_NOTHING = 1.05
 class Diagnosis:
     findings: list[Finding]
     ran: dict  # check -> what it did ("ran", "skipped: why")
+    measured: dict | None = None  # the live replays' accept length, with the wiring and reading it ran
 
     @property
     def verdict(self) -> str:
@@ -111,6 +112,7 @@ class Diagnosis:
             "headline": self.headline,
             "findings": [f.to_dict() for f in findings],
             "checks": self.ran,
+            "measured": self.measured,
             "classes": list(CLASSES),
         }
 
@@ -440,8 +442,11 @@ def _candidate_fix(best, tied) -> str:
     return text[0].upper() + text[1:] + "."
 
 
-def template_findings(target, draft, wiring, math, samples: list, num_steps: int) -> list[Finding]:
-    """The samples' rendering against the served chat template, and acc both ways."""
+def template_findings(
+    target, draft, wiring, math, samples: list, num_steps: int, assumes: str = "the declared wiring"
+) -> list[Finding]:
+    """The samples' rendering against the served chat template, and acc both ways; every predicted
+    number says the wiring and reading it assumes (`assumes`)."""
     tokenizer = target.tokenizer
     template = getattr(tokenizer, "chat_template", None) if tokenizer is not None else None
     if not template or not samples:
@@ -504,6 +509,7 @@ def template_findings(target, draft, wiring, math, samples: list, num_steps: int
             "predicted_accept_length_raw": raw_al,
             "samples_compared": len(other),
             "definition": "1 + simulated accept length (teacher-forced, same answers)",
+            "assumes": assumes,
         }
     )
     if raw_al > served_al + 0.15:
@@ -512,7 +518,7 @@ def template_findings(target, draft, wiring, math, samples: list, num_steps: int
                 "chat-template",
                 "fail",
                 f"the draft predicts the target far better behind raw prompts than behind the chat template "
-                f"(predicted accept length {raw_al:.2f} raw vs {served_al:.2f} templated): it was trained on raw "
+                f"(predicted accept length {raw_al:.2f} raw vs {served_al:.2f} templated, assuming {assumes}): it was trained on raw "
                 "prompts, and served requests carry the template",
                 evidence,
                 "Retrain on the target's answers rendered with its chat template (SpecForge's --chat-template), loss on the assistant tokens.",
@@ -524,7 +530,7 @@ def template_findings(target, draft, wiring, math, samples: list, num_steps: int
                 "chat-template",
                 "info",
                 f"{100 * (1 - share):.0f}% of these samples are raw prompts without the target's chat template; a chat server "
-                f"sends the template (predicted accept length {raw_al:.2f} raw vs {served_al:.2f} templated, no loss)",
+                f"sends the template (predicted accept length {raw_al:.2f} raw vs {served_al:.2f} templated, assuming {assumes}; no loss)",
                 evidence,
             )
         ]
@@ -532,10 +538,11 @@ def template_findings(target, draft, wiring, math, samples: list, num_steps: int
 
 
 def live_findings(
-    target, draft, wiring, math, samples: list, num_steps: int, predicted: float | None, max_new_tokens: int
+    target, draft, wiring, math, samples: list, shape: tuple[int, int], predicted: float | None, assumes: str
 ) -> tuple[list[Finding], dict]:
     """Replays of the samples' prompts: the live accept length against the teacher's prediction
     (train-serve-gap) and the accept length on repeating spans against the rest (repetition)."""
+    num_steps, max_new_tokens = shape  # K, and the tokens each replay generates
     counts, repeating, rest = [], [], []
     for sample in samples:
         prompt = list(sample.input_ids[: sample.prompt_len])
@@ -560,6 +567,7 @@ def live_findings(
         "verify_steps": len(counts),
         "samples": len(samples),
         "definition": "live: mean of a + 1 over verify steps; predicted: 1 + simulated accept length (teacher-forced)",
+        "assumes": assumes,
     }
     if (
         live is not None
@@ -573,7 +581,7 @@ def live_findings(
             Finding(
                 "train-serve-gap",
                 "warn",
-                f"the live accept length {live:.2f} is well below the {predicted:.2f} teacher-forced accuracy predicts on the same samples: "
+                f"the live accept length {live:.2f} is well below the {predicted:.2f} teacher-forced accuracy predicts on the same samples ({assumes}): "
                 "the served prompts are not the training distribution (the draft's own outputs drift from the samples' answers)",
                 evidence,
                 "Train on the target's own regenerated answers to prompts like the served ones.",
@@ -786,13 +794,20 @@ def diagnose_loaded(
         for check in ("wiring probe", "reading probe", "chat template", "live replays", "penalties"):
             ran[check] = "skipped: no --samples"
         return Diagnosis(findings, ran)
-    findings += _sample_findings(subject, samples, options, ran, progress, penalties or {})
+    measured: dict = {}
+    findings += _sample_findings(subject, samples, options, ran, progress, penalties or {}, measured)
     progress(1.0, "done")
-    return Diagnosis(findings, ran)
+    return Diagnosis(findings, ran, measured or None)
 
 
 def _sample_findings(
-    subject: Subject, samples: list, options: DiagnoseOptions, ran: dict, progress: Progress, penalties: dict
+    subject: Subject,
+    samples: list,
+    options: DiagnoseOptions,
+    ran: dict,
+    progress: Progress,
+    penalties: dict,
+    measured: dict,
 ) -> list[Finding]:
     """The checks that need samples, in order (each may use the wiring an earlier one found); what
     each ran on goes into `ran`."""
@@ -813,6 +828,11 @@ def _sample_findings(
     findings += wiring_findings(probe, target.num_layers, subject.draft_dir)
     if not probe.confirmed:
         wiring = Wiring(tuple(probe.best.aux_hf_indices), "the wiring probe's best")
+    assumes = (
+        f"HF {list(wiring.aux_hf_indices)}, "
+        + ("the wiring probe's best, not the declared one" if not probe.confirmed else "the declared wiring")
+        + f", read as {subject.view.engine}"
+    )
     progress(0.35, "reading probe")
     readings = run_reading_probe(
         target,
@@ -826,7 +846,7 @@ def _sample_findings(
     ran["reading probe"] = f"ran on {readings.n_samples} samples, {len(readings.candidates)} readings"
     findings += reading_findings(readings)
     progress(0.65, "chat template")
-    findings += template_findings(target, draft, wiring, math, samples, num_steps)
+    findings += template_findings(target, draft, wiring, math, samples, num_steps, assumes)
     ran["chat template"] = (
         "ran"
         if target.tokenizer is not None and getattr(target.tokenizer, "chat_template", None)
@@ -835,10 +855,22 @@ def _sample_findings(
     progress(0.75, "live replays")
     live_samples = samples[: options.live_samples]
     predicted = _predicted(target, draft, wiring, math, live_samples, num_steps)
-    live, _ = live_findings(
-        target, draft, wiring, math, live_samples, num_steps, predicted, options.live_tokens
+    live, evidence = live_findings(
+        target, draft, wiring, math, live_samples, (num_steps, options.live_tokens), predicted, assumes
     )
     findings += live
+    if evidence["live_accept_length"] is not None:
+        measured.update(
+            {
+                "live_accept_length": evidence["live_accept_length"],
+                "predicted_accept_length": evidence["predicted_accept_length"],
+                "samples": len(live_samples),
+                "verify_steps": evidence["verify_steps"],
+                "max_new_tokens": options.live_tokens,
+                "assumes": assumes,
+                "definition": evidence["definition"],
+            }
+        )
     ran["live replays"] = f"ran on {len(live_samples)} samples"
     if penalties:
         progress(0.85, "penalties")

@@ -107,6 +107,15 @@ def test_diagnose_on_the_page_is_the_cli_s_verdict(db):
     labels = [x.label for x in diagnostics.expander]
     for finding in expected["findings"]:
         assert any(finding["class"] in label and finding["severity"] in label for label in labels), finding
+    # issue 43 row 2: the verdict shows the live accept length it measured, with what it assumed
+    (live,) = [m for m in diagnostics.metric if m.label == "Live accept length (measured)"]
+    assert live.value == f"{expected['measured']['live_accept_length']:.2f}"
+    assert "the wiring probe's best" in expected["measured"]["assumes"]
+    template = [f for f in expected["findings"] if f["class"] == "chat-template"]
+    assert all("assuming HF" in f["message"] for f in template)
+    # row 12: titles cut at a word end with an ellipsis; evidence is a table, not JSON
+    assert all(label.endswith("…") or len(label) < 150 for label in labels)
+    assert not any('"evidence"' in c.value or c.value.startswith("{\n") for c in diagnostics.code)
 
 
 def test_the_server_tab_names_the_slot_the_server_fed(db, tmp_path):
