@@ -25,7 +25,9 @@ def test_evidence_becomes_one_row_per_field_with_compact_values():
 def test_titles_end_at_a_word_with_an_ellipsis():
     from ui.tables import title
 
-    text = "the draft was trained on HF [0, 1, 6] or HF [0, 2, 6], not on the declared HF [2, 6, 9]: acc_0 0.59"
+    text = (
+        "the draft was trained on HF [0, 1, 6] or HF [0, 2, 6], not on the declared HF [2, 6, 9]: acc_0 0.59"
+    )
     assert title(text) == text
     short = title(text, 40)
     assert short.endswith("…") and len(short) <= 41 and text.startswith(short[:-1])
