@@ -821,8 +821,8 @@ def cmd_lint(args) -> tuple[dict, str]:
         f"{f['severity'].upper():7} {f['code']}: {f['message']}\n        fix: {f['fix']}"
         for f in report["findings"]
     ]
-    effective = ", ".join(f"{k}={v}" for k, v in report["effective"].items())
-    lines.append(f"{report['engine']} will run: {effective}" if effective else "")
+    if report["effective_flags"]:
+        lines.append(f"{report['engine']} will run: {report['effective_flags']}")
     lines.append(f"{len(report['findings'])} findings, {report['errors']} errors")
     return report, "\n".join(line for line in lines if line)
 

@@ -25,9 +25,11 @@ from backend.diagnostics.serving_features import (
 )
 from backend.engine.draft_config import DraftConfig, read_draft_config, read_json_object
 from backend.engine.loading import config_sizes
+from backend.engine.shapes import SGLANG_AUTO_CHAIN, SGLANG_AUTO_DEFAULT, sglang_flags, sglang_rewrites
 from backend.engine.wiring import default_hf_indices
 
 SGLANG_MAX_RUNNING_REQUESTS = 48
+DEFAULT_CHAIN_K = 3  # the chain every fix recommends when no run of the draft says better
 EAGLE3_ARCHITECTURES = ("LlamaForCausalLMEagle3", "Eagle3Speculator")
 
 
@@ -88,8 +90,18 @@ class LintReport:
             "engine": self.requested.engine,
             "requested": asdict(self.requested),
             "effective": self.effective,
+            "effective_flags": effective_flags(self.requested.engine, self.effective),
             "errors": sum(f.severity == "error" for f in findings),
         }
+
+
+def effective_flags(engine: str, effective: dict) -> str | None:
+    """What will run, written as the engine's command line writes it."""
+    if engine == "sglang":
+        shape = [effective.get(k) for k in ("num_steps", "topk", "num_draft_tokens")]
+        return None if None in shape else sglang_flags(*shape)
+    k = effective.get("num_speculative_tokens")
+    return None if k is None else f"--speculative-config '{{\"num_speculative_tokens\": {k}, ...}}'"
 
 
 # ----------------------------------------------------------------------------- parsing
@@ -269,16 +281,20 @@ def lint(
     trained_hf: list[int] | None = None,
     trained_ties: list[list[int]] | None = None,
     requests: dict | None = None,
+    chain_k: tuple[int, str] | None = None,
 ) -> LintReport:
-    """`requests`: serving_features.request_features of the request bodies, when given. `trained_hf`: the HF indices the draft was trained on, when a check found them (the wiring probe's
+    """`chain_k`: the chain length to recommend and why (the Speed-up what-if's best K on a run of this
+    draft; default DEFAULT_CHAIN_K). `requests`: serving_features.request_features of the request bodies,
+    when given. `trained_hf`: the HF indices the draft was trained on, when a check found them (the wiring probe's
     best); `trained_ties`: wirings the probe could not tell from it on its samples. Without them the
     wiring findings take the declared wiring as the trained one."""
     config = draft.config
     findings: list[Finding] = []
     add = lambda *args: findings.append(Finding(*args))  # noqa: E731
     effective: dict = {}
+    chain = chain_k or (DEFAULT_CHAIN_K, "a typical chain; the Speed-up what-if picks K from a run")
     if settings.engine == "sglang":
-        effective = _sglang_shape(settings, target, add)
+        effective = _sglang_shape(settings, target, chain, add)
         _sglang_algorithm(settings, draft, add)
         if settings.token_map and settings.algorithm == "EAGLE3":
             add(
@@ -313,8 +329,9 @@ def lint(
             "single-draft-step",
             "Only 1 draft token per verify step: accept length can never exceed 2.0 (1 draft + the bonus), "
             "whatever the draft's accuracy.",
-            "Use 3-5 steps for a chain (e.g. --speculative-num-steps 3 --speculative-eagle-topk 1 "
-            "--speculative-num-draft-tokens 4).",
+            f"Use {sglang_flags(chain[0], 1, chain[0] + 1)} ({chain[1]})."
+            if settings.engine == "sglang"
+            else f'Set "num_speculative_tokens": {chain[0]} in --speculative-config ({chain[1]}).',
         )
     _benchmark_knobs(settings, add)
     defaults = generation_defaults(settings.engine, settings.features, target.directory)
@@ -357,55 +374,49 @@ def _benchmark_knobs(settings: ServingSettings, add) -> None:
         )
 
 
-def _sglang_shape(settings: ServingSettings, target: TargetFacts, add) -> dict:
-    """num_steps / topk / num_draft_tokens as SGLang will run them (rules 1 and 2)."""
+def _sglang_shape(settings: ServingSettings, target: TargetFacts, chain: tuple[int, str], add) -> dict:
+    """num_steps / topk / num_draft_tokens as SGLang will run them: backend/engine/shapes.py's rules
+    (`sglang_rewrites`, the replay's too), each rewrite or refusal a finding."""
     steps, topk, tokens = settings.num_steps, settings.topk, settings.num_draft_tokens
-    if steps is None:
-        if target.architecture is None:
-            chosen, arch_note = None, "the target's architecture (unknown here: pass --target DIR)"
-        else:
-            chosen = (5, 4, 8) if target.architecture == "LlamaForCausalLM" else (3, 1, 4)
-            arch_note = target.architecture
-        overridden = [
-            f
-            for f, v in (("--speculative-eagle-topk", topk), ("--speculative-num-draft-tokens", tokens))
-            if v is not None
-        ]
-        note = (
-            f" Your {' and '.join(overridden)} {'is' if len(overridden) == 1 else 'are'} replaced too."
-            if overridden
-            else ""
-        )
-        shape = (
-            f"(steps, topk, draft tokens) = {chosen}"
-            if chosen
-            else "(5, 4, 8) for LlamaForCausalLM, (3, 1, 4) for most others"
-        )
+    recommended = f"{sglang_flags(chain[0], 1, chain[0] + 1)} ({chain[1]})"
+    if steps is None and topk is None and tokens is None and target.architecture is None:
         add(
             "warning",
             "defaults-by-architecture",
-            f"--speculative-num-steps is not set, so SGLang chooses all three speculative settings from "
-            f"{arch_note}: {shape}.{note}",
-            "Set --speculative-num-steps, --speculative-eagle-topk and --speculative-num-draft-tokens together.",
+            "--speculative-num-steps is not set, so SGLang chooses all three speculative settings from the "
+            f"target's architecture (unknown here: pass --target DIR): {SGLANG_AUTO_DEFAULT} for Llama and most "
+            f"models, {SGLANG_AUTO_CHAIN} for DeepSeek V2/V3, GptOss and Bailing MoE.",
+            f"Set the three flags together, e.g. {recommended}.",
         )
-        if chosen is None:
-            return {"num_steps": None, "topk": None, "num_draft_tokens": None}
-        steps, topk, tokens = chosen
-    topk = 1 if topk is None else topk
-    if topk == 1 and tokens != steps + 1:
-        if tokens is not None:
+        return {"num_steps": None, "topk": None, "num_draft_tokens": None}
+    try:
+        shape, rewrites = sglang_rewrites(steps, topk, tokens, target.architecture)
+    except ValueError as error:
+        add(
+            "error",
+            "sglang-refuses",
+            f"SGLang does not start with these flags: {error}.",
+            f"Use {recommended}.",
+        )
+        return {"num_steps": None, "topk": None, "num_draft_tokens": None}
+    for rewrite in rewrites:
+        if rewrite.code == "defaults-by-architecture":
+            add(
+                "warning",
+                rewrite.code,
+                f"--speculative-num-steps is not set: {rewrite.message}.",
+                f"Set the three flags together, e.g. {recommended}.",
+            )
+        else:  # topk1-draft-tokens-reset
             add(
                 "error",
-                "topk1-draft-tokens-reset",
-                f"With --speculative-eagle-topk 1 (a chain) SGLang resets --speculative-num-draft-tokens "
-                f"{tokens} to num_steps + 1 = {steps + 1}, logging only a warning. You asked for {tokens} verified "
-                f"tokens and get {steps + 1}.",
-                f"For a chain of {tokens - 1} drafts: --speculative-num-steps {tokens - 1} "
-                f"--speculative-eagle-topk 1 --speculative-num-draft-tokens {tokens}; for a tree keep "
-                f"{tokens} draft tokens and raise --speculative-eagle-topk above 1.",
+                rewrite.code,
+                f"{rewrite.message[0].upper()}{rewrite.message[1:]}: you asked for {tokens} verified "
+                f"tokens and get {shape.num_draft_tokens}.",
+                f"For a chain: {recommended}; for a tree keep --speculative-num-draft-tokens {tokens} and raise "
+                "--speculative-eagle-topk above 1.",
             )
-        tokens = steps + 1
-    return {"num_steps": steps, "topk": topk, "num_draft_tokens": tokens}
+    return {"num_steps": shape.num_steps, "topk": shape.topk, "num_draft_tokens": shape.num_draft_tokens}
 
 
 def _sglang_algorithm(settings: ServingSettings, draft: DraftFacts, add) -> None:
@@ -626,6 +637,7 @@ def lint_command(
     trained_hf: list[int] | None = None,
     trained_ties: list[list[int]] | None = None,
     request_file: str | Path | None = None,
+    chain_k: tuple[int, str] | None = None,
 ) -> LintReport:
     if (sglang is None) == (vllm is None):
         raise BadInput("give exactly one of an SGLang launch command or vLLM arguments")
@@ -635,7 +647,7 @@ def lint_command(
         raise BadInput("no draft directory: pass --draft DIR (the command names none)")
     target = target_facts(target_dir, explicit=True) if target_dir else target_facts(settings.target_path)
     requests = request_features(read_request_bodies(request_file)) if request_file else None
-    report = lint(settings, draft_facts(Path(draft_dir)), target, trained_hf, trained_ties, requests)
+    report = lint(settings, draft_facts(Path(draft_dir)), target, trained_hf, trained_ties, requests, chain_k)
     if settings.draft_path and Path(settings.draft_path) != Path(draft_dir):
         report.findings.append(
             Finding(

@@ -3,16 +3,50 @@
 from __future__ import annotations
 
 
-def lint(draft_path: str, command: str, engine: str, target_path: str | None) -> dict:
+def lint(
+    draft_path: str, command: str, engine: str, target_path: str | None, db_url: str | None = None
+) -> dict:
     """Findings for an SGLang launch command (engine 'SGLang') or vLLM arguments ('vLLM'). Once the
     wiring probe ran on this pair and rejected the declared wiring, the findings use what it found (its
-    best and the wirings it could not tell from it), so none suggests the declared wiring again."""
+    best and the wirings it could not tell from it), so none suggests the declared wiring again. The
+    chain every fix recommends is the Speed-up what-if's best K on the draft's newest greedy chain run."""
     from backend.diagnostics.lint import lint_command
 
     sglang, vllm = (command, None) if engine.lower() == "sglang" else (None, command)
     found = trained_wirings(target_path, draft_path) if target_path else []
     best, ties = (found[0], found[1:]) if found else (None, None)
-    return lint_command(draft_path, sglang, vllm, target_path, best, ties).to_dict()
+    chain = whatif_best_k(db_url, draft_path) if db_url else None
+    return lint_command(draft_path, sglang, vllm, target_path, best, ties, chain_k=chain).to_dict()
+
+
+def whatif_best_k(db_url: str | None, draft_path: str) -> tuple[int, str] | None:
+    """(K, why) of the highest predicted speed-up (backend/diagnostics/whatif.py) on the newest finished
+    greedy chain run of `draft_path`; None without one."""
+    from pathlib import Path
+
+    from backend.diagnostics.whatif import predict
+    from backend.service.runs import list_runs
+
+    wanted = str(Path(draft_path).resolve())
+    for run in list_runs(db_url, limit=200):
+        histogram, k = run.metrics.get("accept_histogram"), run.params.get("num_steps")
+        chain = int(run.params.get("topk") or 1) == 1 and not run.params.get("sampling_rule")
+        timed = run.metrics.get("verify_ms_total") and run.metrics.get("draft_ms_total")
+        if run.status != "finished" or not histogram or not k or not chain or not timed:
+            continue
+        if str(Path(run.draft_path).resolve()) != wanted:
+            continue
+        counts = [a for a, n in enumerate(histogram) for _ in range(n)]
+        rows = predict(counts, k, run.metrics.get("draft_ms_total", 0), run.metrics.get("verify_ms_total", 0))
+        if rows:
+            top = max(rows, key=lambda r: r.predicted_speedup)
+            return top.num_steps, (
+                f"the Speed-up what-if's best K on run #{run.id}: predicted speed-up "
+                f"{top.predicted_speedup:.2f}x, accept length {top.predicted_accept_length:.2f}"
+                + (", extrapolated past the run's K" if top.extrapolated else "")
+                + ")"
+            ).replace(": predicted", " (predicted", 1)
+    return None
 
 
 def engine_readings(draft_path: str, target_path: str) -> dict:

@@ -105,23 +105,79 @@ def test_eagle3_algorithm_with_eagle1_draft(drafts):
 
 
 def test_defaults_chosen_by_target_architecture(drafts, target_dir):
-    command = sglang(
-        drafts["good"], "--speculative-eagle-topk 1 --speculative-num-draft-tokens 4", target=target_dir
-    )
-    report = lint_command(drafts["good"], sglang=command)
+    """SGLang's auto_choose_speculative_params: (5, 4, 8) for Llama and unlisted architectures,
+    (3, 1, 4) for DeepSeek V2/V3, GptOss, Bailing MoE. Topk or draft tokens without num-steps: SGLang
+    asserts and does not start (the same rule the replay applies, backend/engine/shapes.py)."""
+    report = lint_command(drafts["good"], sglang=sglang(drafts["good"], target=target_dir))
     finding = next(f for f in report.findings if f.code == "defaults-by-architecture")
-    assert "(5, 4, 8)" in finding.message and "replaced" in finding.message
+    assert "steps=5, topk=4, draft tokens=8" in finding.message
     assert report.effective == {"num_steps": 5, "topk": 4, "num_draft_tokens": 8}
-    other = target_dir.parent / "qwen-target"
-    llama_config(num_hidden_layers=LAYERS, architectures=["Qwen2ForCausalLM"]).save_pretrained(other)
-    report = lint_command(drafts["good"], sglang=sglang(drafts["good"], target=other))
-    assert report.effective == {"num_steps": 3, "topk": 1, "num_draft_tokens": 4}
+    for architecture, expected in (("Qwen2ForCausalLM", (5, 4, 8)), ("DeepseekV3ForCausalLM", (3, 1, 4))):
+        other = target_dir.parent / f"{architecture}-target"
+        llama_config(num_hidden_layers=LAYERS, architectures=[architecture]).save_pretrained(other)
+        report = lint_command(drafts["good"], sglang=sglang(drafts["good"], target=other))
+        assert tuple(report.effective.values()) == expected, architecture
+    refused = lint_command(
+        drafts["good"],
+        sglang=sglang(
+            drafts["good"], "--speculative-eagle-topk 1 --speculative-num-draft-tokens 4", target=target_dir
+        ),
+    )
+    (finding,) = [f for f in refused.findings if f.code == "sglang-refuses"]
+    assert finding.severity == "error" and "requires --speculative-num-steps" in finding.message
 
 
-def test_defaults_without_a_known_target_say_both_options(drafts):
-    report = lint_command(drafts["good"], sglang=sglang(drafts["good"]))
-    finding = next(f for f in report.findings if f.code == "defaults-by-architecture")
-    assert "(5, 4, 8) for LlamaForCausalLM" in finding.message
+def test_the_lint_and_the_replay_apply_one_set_of_sglang_rules(drafts, target_dir):
+    """Issue 41: every flag case of docs/reference.md §9 and §12 gets the same answer from the lint and
+    the replay's request (both call shapes.sglang_rewrites)."""
+    from backend import BadInput
+    from backend.service.requests import ReplayRequest
+
+    cases = [
+        (None, None, None),
+        (1, 1, 16),
+        (3, 1, 4),
+        (5, None, None),
+        (3, 4, 8),
+        (2, 2, 7),
+        (2, 2, 8),
+        (None, 4, 8),
+        (None, 1, None),
+        (4, 4, None),
+    ]
+    for steps, topk, tokens in cases:
+        flags = " ".join(
+            f"{flag} {value}"
+            for flag, value in (
+                ("--speculative-num-steps", steps),
+                ("--speculative-eagle-topk", topk),
+                ("--speculative-num-draft-tokens", tokens),
+            )
+            if value is not None
+        )
+        report = lint_command(drafts["good"], sglang=sglang(drafts["good"], flags, target=target_dir))
+        try:
+            request = ReplayRequest(
+                str(target_dir),
+                str(drafts["good"]),
+                prompt_ids=(1,),
+                num_steps=steps or 4,
+                topk=topk,
+                num_draft_tokens=tokens,
+            )
+            shape = request.decoding("LlamaForCausalLM").shape if steps is not None else None
+        except BadInput:
+            shape = "refused"
+        linted = tuple(report.effective[k] for k in ("num_steps", "topk", "num_draft_tokens"))
+        refused = any(f.code == "sglang-refuses" for f in report.findings)
+        if shape == "refused":
+            assert refused and linted == (None, None, None), (steps, topk, tokens)
+        elif shape is not None:
+            assert not refused and linted == (shape.num_steps, shape.topk, shape.num_draft_tokens), (
+                steps,
+                topk,
+                tokens,
+            )
 
 
 def test_missing_d2t(drafts):

@@ -99,7 +99,8 @@ def test_sglang_rewrites_are_applied_and_both_values_kept():
     assert request(temperature=0.7, top_k=1).decoding().greedy  # SGLang: top_k 1 is greedy
     assert request(temperature=0.7, engine="vllm").decoding().rule == "vllm"
     assert sglang_shape(None, None, None, "LlamaForCausalLM")[0].num_draft_tokens == 8  # auto-choose
-    assert sglang_shape(None, None, None, "Qwen3ForCausalLM")[0].topk == 1
+    assert sglang_shape(None, None, None, "Qwen3ForCausalLM")[0].topk == 4  # unlisted: (5, 4, 8)
+    assert sglang_shape(None, None, None, "DeepseekV3ForCausalLM")[0].topk == 1
     with pytest.raises(ValueError, match="requires --speculative-num-steps"):
         sglang_shape(None, 4, 8)
 

@@ -29,8 +29,8 @@ def _render(report: dict, trained) -> None:
         st.success("No findings.")
     for finding in report["findings"]:
         show_finding(finding)
-    if report["effective"]:
-        st.caption(f"{report['engine']} will run: {md(report['effective'])}")
+    if report["effective_flags"]:
+        st.caption(f"{report['engine']} will run: `{report['effective_flags']}`")
     if trained:
         st.caption(
             "Wiring findings use the layers the wiring probe found this draft trained on: "
@@ -58,7 +58,7 @@ def lint_tab() -> None:
     )
     if st.button("Lint", key="lint_run"):
         try:
-            report = checks.lint(state.draft_path(), command, engine, state.target_path())
+            report = checks.lint(state.draft_path(), command, engine, state.target_path(), state.db())
             trained = checks.trained_wirings(state.target_path(), state.draft_path())
         except BadInput as error:
             st.error(md(error))
