@@ -46,6 +46,7 @@ checks this):
       penalty_check      what served sampling penalties cost, measured on live replays
       precision          the target's own verify-vs-decode disagreement in a dtype
       probe              which wiring a draft was trained on
+      probe_settings     the probe's settings, torch-free (pages compare a stored probe's)
       reading_probe      which reading (RoPE, flags, positions) a draft was trained with
       serving_features   features that cost acceptance: penalties, grammar, LoRA, caches, PD
       verdict            the cheap checks as one verdict, with the next check to run

@@ -80,6 +80,7 @@ class Diagnosis:
     findings: list[Finding]
     ran: dict  # check -> what it did ("ran", "skipped: why")
     measured: dict | None = None  # the live replays' accept length, with the wiring and reading it ran
+    probe: dict | None = None  # the wiring probe's report and settings (the probe tab reuses it)
 
     @property
     def verdict(self) -> str:
@@ -113,6 +114,7 @@ class Diagnosis:
             "findings": [f.to_dict() for f in findings],
             "checks": self.ran,
             "measured": self.measured,
+            "probe": self.probe,
             "classes": list(CLASSES),
         }
 
@@ -797,7 +799,8 @@ def diagnose_loaded(
     measured: dict = {}
     findings += _sample_findings(subject, samples, options, ran, progress, penalties or {}, measured)
     progress(1.0, "done")
-    return Diagnosis(findings, ran, measured or None)
+    probe = measured.pop("probe", None)
+    return Diagnosis(findings, ran, measured or None, probe)
 
 
 def _sample_findings(
@@ -815,15 +818,21 @@ def _sample_findings(
     wiring, math = subject.view.wiring, subject.view.math
     findings: list[Finding] = []
     progress(0.05, "wiring probe")
+    settings = ProbeSettings(num_steps, options.probe_budget)
     probe = run_probe(
         target,
         draft,
         wiring,
         samples,
-        ProbeSettings(num_steps, options.probe_budget),
+        settings,
         math=math,
         progress=lambda f, m: progress(0.05 + 0.3 * f, f"wiring probe: {m}"),
     )
+    measured["probe"] = {
+        **probe.to_dict(),
+        "settings": settings.describe(samples),
+        "ran_by": f"Diagnose (read as {subject.view.engine})",
+    }
     ran["wiring probe"] = f"ran on {len(samples)} samples"
     findings += wiring_findings(probe, target.num_layers, subject.draft_dir)
     if not probe.confirmed:

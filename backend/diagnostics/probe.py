@@ -16,6 +16,7 @@ import math
 import time
 from dataclasses import dataclass, field
 
+from backend.diagnostics.probe_settings import ProbeSettings, sample_keys  # noqa: F401 (re-exported)
 from backend.engine.draft_model import Eagle3Draft
 from backend.engine.loading import Target
 from backend.engine.metrics import acceptance_metrics, simulated_accept_length
@@ -194,18 +195,6 @@ def initial_candidates(draft: Eagle3Draft, declared: Wiring, num_layers: int) ->
 def describe(indices, num_layers: int) -> str:
     names = ["embedding output" if i == 0 else f"output of layer {i - 1}" for i in indices]
     return f"HF {list(indices)} ({', '.join(names)})"
-
-
-@dataclass(frozen=True)
-class ProbeSettings:
-    """How far the probe looks: K of the teacher-forced scores, how many candidates the search may
-    add, and the live replays of the best candidates (on the first `live_samples` samples, 0: none,
-    `live_tokens` new tokens each)."""
-
-    num_steps: int = 4
-    search_budget: int = 40
-    live_samples: int = 0
-    live_tokens: int = 64
 
 
 def run_probe(

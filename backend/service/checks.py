@@ -70,6 +70,14 @@ def remember_probe(target_path: str, draft_path: str, report: dict) -> None:
     _PROBES[(str(target_path), str(draft_path))] = report
 
 
+def probe_settings(num_steps: int, budget: int, live: int, samples: list) -> dict:
+    """What a probe with these settings on these samples would use (ProbeSettings.describe), to match
+    it against a stored probe's."""
+    from backend.diagnostics.probe_settings import ProbeSettings
+
+    return ProbeSettings(num_steps, budget, live).describe(samples)
+
+
 def known_probe(target_path: str, draft_path: str) -> dict | None:
     return _PROBES.get((str(target_path), str(draft_path)))
 

@@ -263,7 +263,13 @@ def probe_job(target_path, draft_path, samples, num_steps, budget, live, *, prog
     target, draft, report = models.pair(target_path, draft_path)
     settings = ProbeSettings(num_steps, budget, live)
     found = run_probe(target, draft, report.wiring, samples, settings, progress=progress)
-    return {**found.to_dict(), "target": target_path, "draft": draft_path}
+    return {
+        **found.to_dict(),
+        "target": target_path,
+        "draft": draft_path,
+        "settings": settings.describe(samples),
+        "ran_by": "the probe tab",
+    }
 
 
 @job("vllm-check", lambda db_url, settings, *_: f"vLLM check {_name(settings.draft_path)}")

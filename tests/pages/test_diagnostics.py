@@ -113,6 +113,12 @@ def test_diagnose_on_the_page_is_the_cli_s_verdict(db):
     assert "the wiring probe's best" in expected["measured"]["assumes"]
     template = [f for f in expected["findings"] if f["class"] == "chat-template"]
     assert all("assuming HF" in f["message"] for f in template)
+    # row 4: the probe tab shows the probe Diagnose ran on the same samples instead of starting over
+    diagnostics.number_input(key="probe_n").set_value(4).run()
+    reused = [i.value for i in diagnostics.info if "the probe Diagnose" in i.value]
+    assert reused and "nothing to re-run" in reused[0], [i.value for i in diagnostics.info]
+    diagnostics.number_input(key="probe_steps").set_value(3).run()
+    assert any("settings differ" in i.value and "K 4 (here 3)" in i.value for i in diagnostics.info)
     # row 12: titles cut at a word end with an ellipsis; evidence is a table, not JSON
     assert all(label.endswith("…") or len(label) < 150 for label in labels)
     assert not any('"evidence"' in c.value or c.value.startswith("{\n") for c in diagnostics.code)

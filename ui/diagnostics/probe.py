@@ -51,15 +51,46 @@ def probe_tab() -> None:
     samples = first_samples("probe", default_n=8)
     c1, c2, c3 = st.columns(3)
     steps = int(c1.number_input("K (TTT steps)", 1, 8, 4, key="probe_steps"))
-    budget = int(c2.number_input("Search budget (extra candidates)", 0, 200, 40, key="probe_budget"))
-    live = int(c3.number_input("Live replays on first N samples", 0, 5, 2, key="probe_live"))
+    budget = int(c2.number_input("Search budget (extra candidates)", 0, 200, 20, key="probe_budget"))
+    live = int(c3.number_input("Live replays on first N samples", 0, 5, 0, key="probe_live"))
+    wanted = checks.probe_settings(steps, budget, live, samples)
+    known = checks.known_probe(state.target_path(), state.draft_path())
     if st.button("Run the probe", key="probe_run") and samples:
         st.session_state["probe_task"] = tasks.start_probe(
             state.target_path(), state.draft_path(), samples, steps, budget, live
         )
+    elif (
+        known and "candidates" in known and "probe_task" not in st.session_state
+    ):  # measured already: show it
+        _reused(known, wanted)
     task_panel(
         "probe_task",
         _render,
         on_finish=lambda report: checks.remember_probe(report["target"], report["draft"], report),
         adopt="probe",
     )
+
+
+def _reused(known: dict, wanted: dict) -> None:
+    """The stored probe of this pair, and whether it answers the settings on screen."""
+    ran = known.get("settings") or {}
+    names = {"num_steps": "K", "search_budget": "search budget", "live_samples": "live replays"}
+    differ = [
+        f"{label} {ran.get(key)} (here {wanted[key]})"
+        for key, label in names.items()
+        if ran.get(key) != wanted[key]
+    ]
+    if ran.get("sample_keys") != wanted["sample_keys"]:
+        differ.append(
+            f"{len(ran.get('sample_keys') or [])} other samples (here {len(wanted['sample_keys'])})"
+        )
+    source = known.get("ran_by", "an earlier run")
+    st.info(
+        f"Shown: the probe {source} ran on this pair in {known.get('seconds', 0):.0f} s"
+        + (
+            " with these settings and samples; nothing to re-run."
+            if not differ
+            else f". Its settings differ from the ones above: {'; '.join(differ)}. Run the probe to measure them."
+        )
+    )
+    _render(known)

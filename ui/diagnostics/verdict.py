@@ -33,7 +33,18 @@ def diagnose_section() -> None:
         st.session_state["diagnose_task"] = tasks.start_diagnose(
             state.target_path(), state.draft_path(), samples, options
         )
-    task_panel("diagnose_task", lambda result: show_diagnosis(result, stale_note(result)), adopt="diagnose")
+    task_panel(
+        "diagnose_task",
+        lambda result: show_diagnosis(result, stale_note(result)),
+        on_finish=_keep_probe,
+        adopt="diagnose",
+    )
+
+
+def _keep_probe(result: dict) -> None:
+    """Diagnose's wiring probe, kept for the probe tab and the lint (issue 43 row 4)."""
+    if result.get("probe"):
+        checks.remember_probe(result["target"], result["draft"], result["probe"])
 
 
 def cheap_checks() -> None:
