@@ -22,11 +22,27 @@ def stored_fields(step: StepRecord) -> dict:
     return {name: getattr(step, name) for name in STORED_STEP_FIELDS}
 
 
-def steps_frame(steps: list[StepRecord]) -> pd.DataFrame:
+def steps_frame(steps: list[StepRecord], run: store.RunInfo | None = None, text=None) -> pd.DataFrame:
+    """One row a verify step: `step` numbered from 1 as the dashboard shows it, the stored fields,
+    the tokens as text when `text` (ids -> str, the target's tokenizer) is given, and the run's
+    identity on every row so a row read alone says where it came from."""
     rows = []
     for step in steps:
-        row = stored_fields(step)
+        row = {"step": step.step_index + 1}
+        if run is not None:
+            row.update(
+                run_id=run.id,
+                target=Path(run.target_path).name,
+                draft=Path(run.draft_path).name,
+                num_steps_k=run.params.get("num_steps"),
+            )
+        row.update(stored_fields(step))
         row["drafted_count"] = len(step.drafted_ids)
+        if text is not None:
+            row["drafted_text"] = text(step.drafted_ids)
+            row["accepted_text"] = text(step.drafted_ids[: step.accepted_count])
+            row["bonus_text"] = text([step.bonus_id])
+            row["committed_text"] = text(step.committed_ids)
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -40,7 +56,8 @@ def run_document(run: store.RunInfo, steps: list[StepRecord]) -> dict:
     return document
 
 
-def export_run(factory, run_id: int, format: str, out: str | Path) -> Path:
+def export_run(factory, run_id: int, format: str, out: str | Path, text_for=None) -> Path:
+    """`text_for(target_path)`: the ids -> text function for the run's target (or None)."""
     if format not in EXPORT_FORMATS:
         raise ExportError(f"unknown format {format!r}; use one of {', '.join(EXPORT_FORMATS)}")
     with store.session_scope(factory) as session:
@@ -52,7 +69,7 @@ def export_run(factory, run_id: int, format: str, out: str | Path) -> Path:
     check_target(out, factory)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_bytes(export_bytes(run, steps, format))
+        out.write_bytes(export_bytes(run, steps, format, text_for(run.target_path) if text_for else None))
     except OSError as error:
         raise ExportError(f"{out}: cannot write ({error.strerror or error})") from None
     return out
@@ -77,11 +94,12 @@ def check_target(out: Path, factory) -> None:
         raise ExportError(f"{out}: not a regular file")
 
 
-def export_bytes(run: store.RunInfo, steps: list[StepRecord], format: str) -> bytes:
-    """The file's content, for the dashboard's download button and the CLI alike."""
+def export_bytes(run: store.RunInfo, steps: list[StepRecord], format: str, text=None) -> bytes:
+    """The file's content, for the dashboard's download button and the CLI alike; `text`: ids -> str
+    (the target's tokenizer) for the text columns."""
     if format == "json":
         return json.dumps(run_document(run, steps), indent=1).encode()
-    frame = steps_frame(steps)
+    frame = steps_frame(steps, run, text)
     if format == "csv":
         for column in frame.columns:  # lists and dicts as JSON text: one cell per step, readable back
             if frame[column].map(lambda v: isinstance(v, (list, dict))).any():

@@ -8,7 +8,8 @@ from backend import BadInput
 from backend.service import runs as stored_runs
 from ui import state
 from ui.html import md
-from ui.runs import ACCEPT_LENGTH_HELP, list_runs, runs_frame
+from ui.pickers import run_label
+from ui.runs import ACCEPT_LENGTH_HELP, WALL_HELP, dataset_names, list_runs, run_facts, runs_frame
 
 st.set_page_config(page_title="SpecLens · Runs", layout="wide")
 state.sidebar()
@@ -18,11 +19,13 @@ runs = list_runs(limit=1000)
 if not runs:
     st.info("No runs yet: start one on the Decode page or with `python -m backend replay`.")
     st.stop()
-frame = runs_frame(runs)
+frame = runs_frame(runs, dataset_names())
 c1, c2, c3 = st.columns(3)
 statuses = c1.multiselect("Status", sorted(frame["status"].unique()), key="runs_filter_status")
 drafts = c2.multiselect("Draft", sorted(frame["draft"].unique()), key="runs_filter_draft")
-sample = c3.text_input("Sample contains", key="runs_filter_sample")
+sample = c3.text_input(
+    "Sample contains", key="runs_filter_sample", help="matches the sample's dataset name, index or prompt"
+)
 shown = frame
 if statuses:
     shown = shown[shown["status"].isin(statuses)]
@@ -33,13 +36,14 @@ if sample:
 st.dataframe(shown, hide_index=True, width="stretch", key="runs_table")
 st.caption(
     f"{len(shown)} of {len(frame)} runs. {ACCEPT_LENGTH_HELP}; acceptance rate = accepted drafts / drafted "
-    "tokens."
+    f"tokens; {WALL_HELP}."
 )
 
 run_ids = shown["run"].tolist()
 if not run_ids:
     st.stop()
-run_id = st.selectbox("Run", run_ids, key="runs_pick")
+by_id = {r.id: r for r in runs}
+run_id = st.selectbox("Run", run_ids, key="runs_pick", format_func=lambda i: run_label(by_id[i]))
 run, steps = stored_runs.get_run_with_steps(state.db(), run_id)
 if run is None:
     st.warning(f"Run {run_id} no longer exists.")
@@ -48,17 +52,9 @@ if run.error:
     st.error(f"Run {run.id} {run.status}: {md(run.error.splitlines()[0])}")
     with st.expander("Full error"):
         st.code(run.error)
-st.json(
-    {
-        "metrics": run.metrics,
-        "params": run.params,
-        "aux_hf_indices": run.aux_hf_indices,
-        "target": run.target_path,
-        "draft": run.draft_path,
-        "steps": len(steps),
-    },
-    expanded=False,
-)
+st.dataframe(run_facts(run, len(steps)), hide_index=True, key="runs_facts", width="stretch")
+with st.expander("Everything stored with this run (parameters and metrics, JSON)"):
+    st.json({"params": run.params, "metrics": run.metrics}, expanded=True)
 left, middle, right, last = st.columns(4)
 for column, fmt, mime in (
     (left, "csv", "text/csv"),

@@ -40,14 +40,16 @@ def histogram(counts: list[int], title: str) -> go.Figure:
 
 
 def step_times(draft_ms: list[float], verify_ms: list[float]) -> go.Figure:
-    steps = list(range(len(draft_ms)))
+    """Wall-clock time of each verify step's draft and verify, steps numbered from 1 as on screen."""
+    steps = list(range(1, len(draft_ms) + 1))
     figure = go.Figure()
-    figure.add_bar(x=steps, y=draft_ms, name="draft ms")
-    figure.add_bar(x=steps, y=verify_ms, name="verify ms")
+    figure.add_bar(x=steps, y=draft_ms, name="draft")
+    figure.add_bar(x=steps, y=verify_ms, name="verify")
     figure.update_layout(
-        title="Time per verify step",
+        title="Time per verify step (wall clock, this machine)",
         barmode="stack",
-        xaxis_title="step",
+        xaxis_title="verify step (1 = first)",
+        yaxis_title="ms",
         height=300,
         margin=dict(l=10, r=10, t=40, b=10),
         legend=LEGEND_BELOW,
@@ -58,14 +60,15 @@ def step_times(draft_ms: list[float], verify_ms: list[float]) -> go.Figure:
 def served_steps(served: list[int], replayed: list[int], first_difference: int | None) -> go.Figure:
     """Accepted drafts per verify step, vLLM's beside the replay's; the first difference marked."""
     figure = go.Figure()
-    figure.add_bar(x=list(range(len(served))), y=served, name="vLLM accepted")
-    figure.add_bar(x=list(range(len(replayed))), y=replayed, name="replay accepted")
+    figure.add_bar(x=list(range(1, len(served) + 1)), y=served, name="vLLM accepted")
+    figure.add_bar(x=list(range(1, len(replayed) + 1)), y=replayed, name="replay accepted")
     if first_difference is not None:
-        figure.add_vline(x=first_difference, line_dash="dash", annotation_text="first difference")
+        figure.add_vline(x=first_difference + 1, line_dash="dash", annotation_text="first difference")
     figure.update_layout(
         title="Accepted drafts per step, vLLM vs replay",
         barmode="group",
-        xaxis_title="verify step",
+        xaxis_title="verify step (1 = first)",
+        yaxis_title="accepted drafts a",
         height=300,
         margin=dict(l=10, r=10, t=40, b=10),
         legend=LEGEND_BELOW,

@@ -39,6 +39,12 @@ def show(piece: str) -> str:
     return escape(piece.replace("\t", "    "))
 
 
+def visible(piece: str) -> str:
+    """A token piece with its whitespace shown, as the top-5 lists show it: escapes for newlines and
+    tabs (repr's), and ␣ for each space, leading ones included."""
+    return repr(piece)[1:-1].replace(" ", "\u2423")
+
+
 def legend() -> str:
     items = "".join(f'<span class="{cls}">{name}</span>' for name, cls in STATUS_CLASS.items())
     return f'<div class="sl-legend">{items}</div>'
@@ -75,7 +81,7 @@ def chips_html(step, piece_of) -> str:
         alternatives = ""
         if i < len(step.draft_top_ids):
             alternatives = "\n  ".join(
-                f"{piece_of(t)!r} {p:.2f}"
+                f"{visible(piece_of(t))} {p:.2f}"
                 for t, p in zip(step.draft_top_ids[i], step.draft_top_probs[i], strict=False)
             )
         argmax = step.target_argmax_ids[i] if i < len(step.target_argmax_ids) else None
@@ -84,7 +90,8 @@ def chips_html(step, piece_of) -> str:
             ""
             if argmax is None
             else (
-                f"target: {piece_of(argmax)!r}" + (f" p={argmax_prob:.2f}" if argmax_prob is not None else "")
+                f"target: {visible(piece_of(argmax))}"
+                + (f" p={argmax_prob:.2f}" if argmax_prob is not None else "")
             )
         )
         sampled = sampled_decision(step, i)
@@ -95,14 +102,14 @@ def chips_html(step, piece_of) -> str:
         ) + f"{target_line}\ntop-5:\n  {alternatives}"
         chips.append(
             f'<div class="sl-chip {STATUS_CLASS[status]}" title="{escape(status, quote=True)}">'
-            f"<div>d{i + 1} · {escape(status)}</div><b>{show(repr(piece_of(token))[1:-1])}</b>"
+            f"<div>d{i + 1} · {escape(status)}</div><b>{show(visible(piece_of(token)))}</b>"
             f'<div class="sl-meta">{escape(meta)}</div></div>'
         )
     bonus_row = step.accepted_count
     bonus_prob = step.target_argmax_probs[bonus_row] if bonus_row < len(step.target_argmax_probs) else None
     chips.append(
         f'<div class="sl-chip sl-bonus"><div>bonus (target row {bonus_row})</div>'
-        f'<b>{show(repr(piece_of(step.bonus_id))[1:-1])}</b><div class="sl-meta">'
+        f'<b>{show(visible(piece_of(step.bonus_id)))}</b><div class="sl-meta">'
         + (f"target p={bonus_prob:.2f}" if bonus_prob is not None else "")
         + "</div></div>"
     )

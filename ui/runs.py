@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pandas as pd
 import streamlit as st
 
@@ -9,16 +12,65 @@ from backend.engine.records import decoding_mode
 from backend.service import runs as stored_runs
 from ui import state
 
+COLUMNS = [
+    "run",
+    "status",
+    "created",
+    "target",
+    "draft",
+    "sample",
+    "K",
+    "mode",
+    "engine",
+    "tokens",
+    "verify steps",
+    "accept length",
+    "acceptance rate",
+    "wall s",
+    "tokens/s",
+    "aux HF indices",
+    "device · dtype",
+    "error",
+]
+WALL_HELP = (
+    "wall s: the run's record created -> finished (the replay, stored as it runs; model loading before it "
+    "is not counted); tokens/s = output tokens / wall s"
+)
 
-def runs_frame(runs: list[stored_runs.RunInfo]) -> pd.DataFrame:
-    return pd.DataFrame(
-        [
+
+def short_path(path: str) -> str:
+    """The last two parts of a model directory (demo/target, smollm2/target): both bundled targets are
+    called `target`."""
+    parts = Path(path).parts
+    return "/".join(parts[-2:]) if len(parts) >= 2 else path
+
+
+def sample_name(ref: str | None, datasets: dict[int, str]) -> str:
+    """'dataset 2 #5' as 'humaneval.jsonl #5 (dataset 2)', so the search finds a source by name."""
+    match = re.fullmatch(r"dataset (\d+) #(\d+)", ref or "")
+    if match and int(match.group(1)) in datasets:
+        return f"{datasets[int(match.group(1))]} #{match.group(2)} (dataset {match.group(1)})"
+    return ref or ""
+
+
+def wall_seconds(run) -> float | None:
+    if run.finished_at is None or run.created_at is None:
+        return None
+    return max(0.0, (run.finished_at - run.created_at).total_seconds())
+
+
+def runs_frame(runs: list[stored_runs.RunInfo], datasets: dict[int, str] | None = None) -> pd.DataFrame:
+    rows = []
+    for r in runs:
+        wall = wall_seconds(r)
+        rows.append(
             {
                 "run": r.id,
                 "status": r.status,
                 "created": r.created_at.strftime("%Y-%m-%d %H:%M:%S") if r.created_at else "",
+                "target": short_path(r.target_path),
                 "draft": state.draft_name(r.draft_path),
-                "sample": r.sample_ref or "",
+                "sample": sample_name(r.sample_ref, datasets or {}),
                 "K": r.params.get("num_steps"),
                 "mode": decoding_mode(r.params),
                 "engine": r.params.get("engine", ""),
@@ -26,30 +78,50 @@ def runs_frame(runs: list[stored_runs.RunInfo]) -> pd.DataFrame:
                 "verify steps": r.step_count,
                 "accept length": r.metrics.get("mean_accept_length"),
                 "acceptance rate": r.metrics.get("acceptance_rate"),
+                "wall s": None if wall is None else round(wall, 1),
+                "tokens/s": round(len(r.output_ids) / wall, 1) if wall else None,
                 "aux HF indices": str(r.aux_hf_indices),
                 "device · dtype": f"{r.params.get('device', '?')} · {r.params.get('dtype', '?')}",
                 "error": (r.error or "").splitlines()[0] if r.error else "",
             }
-            for r in runs
-        ],
-        columns=[
-            "run",
-            "status",
-            "created",
-            "draft",
-            "sample",
-            "K",
-            "mode",
-            "engine",
-            "tokens",
-            "verify steps",
-            "accept length",
-            "acceptance rate",
-            "aux HF indices",
-            "device · dtype",
-            "error",
-        ],
-    )
+        )
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def run_facts(run, steps: int) -> pd.DataFrame:
+    """The chosen run as labelled rows (what, value)."""
+    wall = wall_seconds(run)
+    metrics, params = run.metrics or {}, run.params or {}
+    al = metrics.get("mean_accept_length")
+    facts = [
+        ("target", run.target_path),
+        ("draft", run.draft_path),
+        ("sample", sample_name(run.sample_ref, dataset_names())),
+        (
+            "decoding",
+            f"K = {params.get('num_steps')}, {decoding_mode(params)}, read as {params.get('engine', '?')}",
+        ),
+        ("aux HF indices", f"{run.aux_hf_indices} ({params.get('wiring_source', '')})"),
+        ("device · dtype", f"{params.get('device', '?')} · {params.get('dtype', '?')}"),
+        ("accept length", "—" if al is None else f"{al:.3f} (mean of a + 1 over {steps} verify steps)"),
+        ("output tokens", str(len(run.output_ids))),
+        ("created → finished", f"{run.created_at:%Y-%m-%d %H:%M:%S} → {run.finished_at or '—'}"),
+        (
+            "wall",
+            "—"
+            if wall is None
+            else f"{wall:.1f} s, {len(run.output_ids) / wall:.1f} tokens/s"
+            if wall
+            else "0 s",
+        ),
+    ]
+    return pd.DataFrame(facts, columns=["what", "value"])
+
+
+def dataset_names() -> dict[int, str]:
+    from backend.service.datasets import list_datasets
+
+    return {d.id: d.name for d in list_datasets(state.db())}
 
 
 def list_runs(limit: int = 500) -> list[stored_runs.RunInfo]:

@@ -4,6 +4,7 @@ preflight report of a refused draft) or its rendered result."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import pandas as pd
@@ -57,7 +58,11 @@ def _poll(key: str, on_finish: Callable | None) -> None:
     if task is None:
         return
     if task.active:
-        st.progress(task.progress, text=f"{task.label}: {task.message or task.status}")
+        elapsed = time.time() - task.started
+        st.progress(
+            task.progress,
+            text=f"{task.label}: {task.message or task.status} · {100 * task.progress:.0f}% · {elapsed:.0f} s",
+        )
     elif st.session_state.get(f"{key}_seen") != (task.id, task.status):
         st.session_state[f"{key}_seen"] = (task.id, task.status)
         if task.status == "done" and on_finish is not None:

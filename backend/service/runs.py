@@ -133,13 +133,28 @@ def token_stat_references(db_url: str | None, run_id: int) -> list[str]:
         return store.token_stat_references(session, run_id)
 
 
+def token_text(target_path: str):
+    """ids -> text with the target's tokenizer.json (the `tokenizers` library, no torch); None when the
+    target has none (or is gone): the export then has ids only."""
+    from tokenizers import Tokenizer
+
+    path = Path(target_path) / "tokenizer.json"
+    try:
+        tokenizer = Tokenizer.from_file(str(path)) if path.is_file() else None
+    except Exception:  # noqa: BLE001 - an unreadable tokenizer leaves the export with ids only
+        return None
+    if tokenizer is None:
+        return None
+    return lambda ids: tokenizer.decode(list(ids), skip_special_tokens=False)
+
+
 def run_file(run: RunInfo, steps: list[StepRecord], format: str) -> bytes:
     """The run as CSV, JSON or Parquet bytes (the dashboard's download buttons)."""
-    return export_bytes(run, steps, format)
+    return export_bytes(run, steps, format, token_text(run.target_path))
 
 
 def export(db_url: str | None, run_id: int, format: str, out: str | Path) -> Path:
     try:
-        return export_run(open_database(db_url).factory, run_id, format, out)
+        return export_run(open_database(db_url).factory, run_id, format, out, token_text)
     except ExportError as error:
         raise BadInput(str(error)) from error

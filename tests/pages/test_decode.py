@@ -29,7 +29,15 @@ def test_decode_runs_in_the_background_and_steps(db):
     ok(app.button(key="decode_prev").click().run())
     assert app.session_state["decode_step"] == 0
     run_id = app.session_state["global_run_id"]
-    _, steps = get_run_with_steps(db, run_id)
+    run, steps = get_run_with_steps(db, run_id)
+    # issue 43 row 10: when the cap cut the last step, the page says why tokens / steps differs
+    emitted = sum(s.accepted_count + 1 for s in steps)
+    noted = [c.value for c in app.caption if c.value.startswith("Accept length = ")]
+    assert bool(noted) == (emitted != len(run.output_ids) - 1), noted
+    if noted:
+        assert (
+            f"{emitted} tokens the {len(steps)} verify steps emitted" in noted[0] and "token cap" in noted[0]
+        )
     rejecting = [i for i, s in enumerate(steps) if s.accepted_count < len(s.drafted_ids) and i > 0]
     button = app.button(key="decode_next_rejection")
     assert button.label == (

@@ -30,7 +30,22 @@ def test_runs_filter_and_delete(db):
             db,
         )
     runs = ok(page("5_Runs").run())
+    table = frame_with(runs, "acceptance rate")
+    assert len(table) == 2
+    # issue 43 row 9: target and speed columns, the sample by its dataset's name, labelled details
+    from backend.service.datasets import list_datasets
+
+    name = next(d.name for d in list_datasets(db) if d.id == 1)
+    assert set(table["target"]) == {"demo/target"} and table["tokens/s"].notna().all()
+    assert all(value.startswith(f"{name} #0") for value in table["sample"])
+    runs.text_input(key="runs_filter_sample").set_value(name[:5]).run()
     assert len(frame_with(runs, "acceptance rate")) == 2
+    facts = frame_with(runs, "what")
+    assert {"target", "draft", "sample", "wall"} <= set(facts["what"])
+    assert (
+        runs.selectbox(key="runs_pick").format_func(runs.selectbox(key="runs_pick").value).startswith("run ")
+    )
+    runs.text_input(key="runs_filter_sample").set_value("").run()
     runs.multiselect(key="runs_filter_draft").set_value(["epoch1"]).run()
     assert len(frame_with(runs, "acceptance rate")) == 1
     ok(runs.button(key="runs_delete").click().run())

@@ -23,7 +23,9 @@ def test_list_read_export_and_delete(stored_run, tmp_path):
     assert document["id"] == run_id and [s["bonus_id"] for s in document["steps"]] == [
         s.bonus_id for s in steps
     ]
-    assert runs.run_file(run, steps, "csv").decode().startswith("step_index,")
+    csv = runs.run_file(run, steps, "csv").decode()
+    assert csv.startswith("step,run_id,target,draft,num_steps_k,step_index,")  # issue 43 row 9: readable
+    assert "drafted_text" in csv.splitlines()[0] and "committed_text" in csv.splitlines()[0]
     assert runs.run_file(run, steps, "parquet")[:4] == b"PAR1"
     out = runs.export(url, run_id, "json", tmp_path / "run.json")
     assert json.loads(out.read_text())["id"] == run_id

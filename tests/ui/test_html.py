@@ -103,5 +103,29 @@ def test_a_sampled_rejection_shows_the_draw_and_the_rule_not_the_argmax():
     assert "accepted (u <= p)" in sampled_decision(sampled, 0)
     assert "no draw" in sampled_decision(sampled, 2)
     html = chips_html(sampled, piece)
-    assert "target argmax: &#x27;ok&#x27;" in html and "draw u=0.710" in html
+    assert "target argmax: ok" in html and "draw u=0.710" in html
     assert sampled_decision(step(), 1) is None  # greedy: the argmax is the rule
+
+
+def test_chips_show_whitespace_as_the_top_5_list_does():
+    """Issue 43 row 10: a chip of a leading-space or newline piece shows it, as its alternatives do."""
+    from types import SimpleNamespace
+
+    from ui.html import chips_html
+
+    pieces = {1: " def", 2: "\n", 3: "x"}
+    step = SimpleNamespace(
+        drafted_ids=[1, 2],
+        accepted_count=1,
+        draft_probs=[0.9, 0.5],
+        draft_top_ids=[[1, 3], [2, 3]],
+        draft_top_probs=[[0.9, 0.1], [0.5, 0.5]],
+        target_argmax_ids=[1, 3, 3],
+        target_argmax_probs=[0.8, 0.7, 0.6],
+        bonus_id=3,
+        tree=None,
+        sampled=None,
+    )
+    html = chips_html(step, pieces.get)
+    assert "<b>\u2423def</b>" in html and "<b>\\n</b>" in html
+    assert "\u2423def 0.90" in html  # the alternatives list writes it the same way

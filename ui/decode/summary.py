@@ -53,7 +53,7 @@ def served_by_vllm(run: RunInfo, steps: list[StepRecord]) -> None:
     said = (
         "equal step for step"
         if step is None
-        else f"first difference at step {step}: vLLM accepted "
+        else f"first difference at step {step + 1}: vLLM accepted "
         f"{served['served_per_step'][step] if step < len(served['served_per_step']) else '-'}, "
         f"the replay {replayed[step] if step < len(replayed) else '-'}"
     )
