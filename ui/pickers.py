@@ -69,3 +69,28 @@ def run_label(run) -> str:
         f"{decoding_mode(run.params)} · {run.params.get('engine', '')} · "
         f"{run.sample_ref or ''} · {len(run.output_ids)} tokens · AL {'n/a' if al is None else f'{al:.2f}'}"
     )
+
+
+PREVIEW_LINES = 6
+
+
+def prompt_tail(prompt_ids, target_path: str | None, lines: int = PREVIEW_LINES) -> str:
+    """The prompt's last `lines` lines as text (the target's tokenizer), with a mark where it was cut."""
+    from ui.tokens import Pieces
+
+    text = Pieces(target_path).text(list(prompt_ids))
+    kept = text.rstrip("\n").split("\n")
+    tail = "\n".join(kept[-lines:])
+    return ("…\n" if len(kept) > lines else "") + tail
+
+
+def sample_preview(sample, target_path: str | None, container=None) -> None:
+    """What a picked sample is before anything runs: its size, source and the prompt's last lines."""
+    where = container or st
+    answer = len(sample.input_ids) - sample.prompt_len
+    where.caption(
+        f"{sample.prompt_len} prompt tokens, {answer} answer tokens"
+        + (f", source {md(sample.source)}" if sample.source else "")
+        + f"; the prompt ends (last {PREVIEW_LINES} lines):"
+    )
+    where.code(prompt_tail(sample.prompt_ids, target_path), language=None)

@@ -16,6 +16,14 @@ def test_decode_runs_in_the_background_and_steps(db):
     from backend.service.runs import get_run_with_steps
 
     app = ok(page("2_Decode").run())
+    # issue 43 row 8: the picked sample is previewed: the prompt's last lines, before anything runs
+    from backend.defaults import DEMO_TARGET
+    from backend.service.datasets import get_samples
+    from ui.pickers import prompt_tail
+
+    first = get_samples(db, app.selectbox(key="decode_dataset").value)[0]
+    assert any(c.value == prompt_tail(first.prompt_ids, str(DEMO_TARGET)) for c in app.code)
+    assert any("prompt tokens" in c.value and "the prompt ends" in c.value for c in app.caption)
     app.number_input(key="decode_max_new").set_value(32).run()
     app.button(key="decode_start").click().run()
     app = ok(finish(app, "decode_task"))

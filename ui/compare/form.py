@@ -10,7 +10,7 @@ import streamlit as st
 from backend.service import runs as stored_runs
 from backend.service.tasks import Comparison
 from ui import state
-from ui.pickers import dataset_picker
+from ui.pickers import dataset_picker, sample_preview
 
 REUSE_HELP = (
     "A finished run of the same target, draft, prompt, K, topk, N, max new tokens, sampling, engine "
@@ -43,6 +43,7 @@ def _which_samples(samples: list, running: bool) -> tuple[list | None, str | Non
     """(the samples a button asked for, the Ray address for a batch), or (None, None)."""
     single, batch = st.columns(2)
     index = single.number_input("Sample #", 0, len(samples) - 1, 0, key="compare_index")
+    sample_preview(samples[int(index)], state.target_path(), single)
     count = batch.number_input(
         "Batch: first N samples", 1, len(samples), min(6, len(samples)), key="compare_batch_n"
     )

@@ -17,7 +17,7 @@ from ui.compare.timeline import (
     timeline_legend,
 )
 from ui.html import CSS, md
-from ui.pickers import run_label
+from ui.pickers import prompt_tail, run_label
 from ui.runs import ACCEPT_LENGTH_HELP
 from ui.tokens import Pieces
 
@@ -109,6 +109,8 @@ def show_pair(run_a: RunInfo, steps_a: list[StepRecord], run_b: RunInfo, steps_b
     )
     start = len(run_a.prompt_ids) + offset
     window = (start, start + WINDOW)
+    st.caption("The prompt ends (the outputs below continue it):")
+    st.code(prompt_tail(run_a.prompt_ids, run_a.target_path), language=None)
     st.html(
         CSS
         + timeline_legend()

@@ -9,7 +9,7 @@ from backend.engine.wiring import parse_aux_indices
 from backend.service import checks
 from backend.service.requests import ENGINE_CHOICES, ReplayRequest
 from ui import state
-from ui.pickers import dataset_picker
+from ui.pickers import dataset_picker, sample_preview
 
 ENGINE_HELP = (
     "Whose reading of the draft to replay: which layers feed it, which variant flags count, whose "
@@ -48,8 +48,7 @@ def _prompt_source() -> dict | None:
         key="decode_index",
     )
     chosen = samples[int(index)]
-    st.caption(f"{chosen.prompt_len} prompt tokens, source:")
-    st.text(chosen.source)
+    sample_preview(chosen, state.target_path())
     return {
         "prompt_ids": tuple(chosen.prompt_ids),
         "sample_id": chosen.id,
