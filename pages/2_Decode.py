@@ -7,14 +7,12 @@ import time
 
 import streamlit as st
 
+from backend.service import checks, tasks
 from backend.service import runs as stored_runs
-from backend.service import tasks
 from ui import state
 from ui.decode import form, header, references, summary, viewer
 from ui.runs import get_run, list_runs
 from ui.taskview import task_panel
-
-AUTO_REFERENCE = {"kind": "target_hidden"}
 
 st.set_page_config(page_title="SpecLens · Decode", layout="wide")
 state.sidebar()
@@ -22,8 +20,10 @@ st.title("Decode")
 
 request = form.replay_request(expanded=not list_runs(limit=1))
 if request is not None:
-    # the step viewer opens on a comparison: the draft's output hidden against the target's own
-    st.session_state["decode_task"] = tasks.start_replay(state.db(), request, reference=AUTO_REFERENCE)
+    # the step viewer opens on a comparison that tells healthy from broken (checks.default_reference)
+    fed = list(request.aux_hf_indices) if request.aux_hf_indices else None
+    reference = checks.default_reference(request.target, request.draft, fed)
+    st.session_state["decode_task"] = tasks.start_replay(state.db(), request, reference=reference)
 
 
 def pick_up_run(result: dict) -> None:

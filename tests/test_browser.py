@@ -158,9 +158,10 @@ def test_dashboard_in_chromium(tmp_path, hostile_dataset):
         tokens = int(
             page.locator('[data-testid="stMetric"]').filter(has_text="Tokens").inner_text().split()[-1]
         )
-        # it opens on a comparison (the draft's output hidden against the target's), in a window around
-        # the step (issue 31 item 8); the whole run of fed features covers prompt and output
-        assert selected(page, "Reference") == "target hidden (draft out)"
+        # it opens on a comparison that tells healthy from broken (issue 43 row 5: the wiring a serving
+        # engine would feed this draft), in a window around the step (issue 31 item 8); the whole run of
+        # fed features covers prompt and output
+        assert selected(page, "Reference").startswith("wiring HF "), selected(page, "Reference")
         first, last = heatmap_span(page)
         assert last - first <= 128, (first, last)
         page.get_by_role("combobox", name="Reference", exact=True).first.click()

@@ -49,6 +49,30 @@ def whatif_best_k(db_url: str | None, draft_path: str) -> tuple[int, str] | None
     return None
 
 
+def default_reference(target_path: str, draft_path: str, fed: list[int] | None = None) -> dict:
+    """The hidden-state reference a new Decode run opens on: one that tells a healthy draft from a broken
+    one (issue 43 row 5). The fed features against, in order: the wiring the probe found this draft
+    trained on, when it rejected the declared one; a wiring a serving engine would feed instead (its
+    reading of the config); the target's own hidden vs the draft's output, when every engine feeds the
+    declared wiring. `fed`: the wiring the run feeds (default: the declared one)."""
+    trained = trained_wiring(target_path, draft_path)
+    if trained is not None and list(trained) != list(fed or []):
+        return {"kind": "wiring", "aux_hf_indices": list(trained), "why": "the wiring probe's best"}
+    try:
+        readings = engine_readings(draft_path, target_path)
+    except Exception:  # noqa: BLE001 - an unreadable pair has no reading to compare; the replay says why
+        return {"kind": "target_hidden", "why": "the draft's output against the target's hidden"}
+    declared = fed or (readings["engines"].get(readings.get("training_engine")) or {}).get("aux_hf_indices")
+    for engine, view in readings["engines"].items():
+        if view.get("loads") and declared and list(view["aux_hf_indices"]) != list(declared):
+            return {
+                "kind": "wiring",
+                "aux_hf_indices": list(view["aux_hf_indices"]),
+                "why": f"what {engine} feeds",
+            }
+    return {"kind": "target_hidden", "why": "every engine feeds the declared wiring"}
+
+
 def engine_readings(draft_path: str, target_path: str) -> dict:
     """How each engine reads the draft on this target, and where they disagree (preflight's table)."""
     from backend.engine.preflight import preflight

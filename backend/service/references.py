@@ -30,7 +30,8 @@ from db.artifacts import read_artifact
 def reference_label(reference: dict) -> str:
     kind = reference.get("kind")
     if kind == "wiring":
-        return f"wiring HF {list(reference['aux_hf_indices'])}"
+        why = f" ({reference['why']})" if reference.get("why") else ""
+        return f"wiring HF {list(reference['aux_hf_indices'])}{why}"
     if kind == "features":
         return f"features {Path(reference['path']).name}"
     if kind == "run":

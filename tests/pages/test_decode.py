@@ -30,8 +30,19 @@ def test_decode_runs_in_the_background_and_steps(db):
     app.run()
     assert float(app.metric[0].value) >= 1.0 and app.session_state["decode_step"] == 0
     assert any("target forward: SpecLens's lean Llama forward" in c.value for c in app.caption)
-    # the step viewer opens on a comparison computed with the replay, not on norms (issue 31 item 8)
-    assert app.selectbox(key="decode_reference").value == "target hidden (draft out)"
+    # the step viewer opens on a comparison computed with the replay, not on norms (issue 31 item 8),
+    # and one that tells healthy from broken (issue 43 row 5): here the wiring vLLM 0.32's V1 runner
+    # would feed this SpecForge draft, one layer low
+    from backend.service import checks
+    from backend.service.references import reference_label
+
+    run_id = app.session_state["global_run_id"]
+    run, _ = get_run_with_steps(db, run_id)
+    expected = checks.default_reference(run.target_path, run.draft_path)
+    assert expected["kind"] == "wiring" and "vllm" in expected["why"]
+    assert app.selectbox(key="decode_reference").value == reference_label(expected)
+    (rows,) = app.table
+    assert list(rows.value.columns[:2]) == ["position", "chunk"]  # every row says its position
     ok(app.button(key="decode_next").click().run())
     assert app.session_state["decode_step"] == 1
     ok(app.button(key="decode_prev").click().run())

@@ -7,7 +7,7 @@ import streamlit as st
 
 from backend import BadInput
 from backend.engine.wiring import parse_aux_indices
-from backend.service import tasks
+from backend.service import checks, tasks
 from backend.service.runs import RunInfo
 from ui import state
 from ui.html import md
@@ -21,7 +21,14 @@ KINDS = ["another wiring", "training features (.ckpt)", "a second run", "target 
 def _spec(kind: str, run: RunInfo) -> dict | None:
     """The reference job's spec from the chosen kind's widgets (None: nothing to compute yet)."""
     if kind == "another wiring":
-        text = st.text_input("HF indices", "0,2,4", key="decode_reference_wiring")
+        suggested = checks.default_reference(run.target_path, run.draft_path, list(run.aux_hf_indices))
+        wiring = suggested.get("aux_hf_indices") or run.aux_hf_indices
+        text = st.text_input(
+            "HF indices",
+            ",".join(map(str, wiring)),
+            key=f"decode_reference_wiring_{run.id}",
+            help=f"Prefilled with {suggested.get('why', 'the run') if suggested.get('aux_hf_indices') else 'the wiring the run fed'}.",
+        )
         return {"kind": "wiring", "aux_hf_indices": list(parse_aux_indices(text) or ())}
     if kind == "training features (.ckpt)":
         path = st.text_input("Feature file", "demo/data/features/data_0.ckpt", key="decode_reference_ckpt")

@@ -146,14 +146,25 @@ def _reference_rows(run: RunInfo, steps: list[StepRecord]) -> tuple[str, list[di
     return reference, token_stats(state.db(), run.id, chosen, version, freshness)
 
 
+SHORT_COLUMNS = {
+    "norm": "norm",
+    "cosine": "cosine",
+    "norm_ratio": "norm ratio",
+    "relative_error": "rel. error",
+}
+
+
 def _rows_table(step: StepRecord, reference: str, rows: list[dict]) -> None:
     window = set(range(step.position, step.position + step.accepted_count + 1))
     here = [r for r in rows if r["position"] in window]
     if here:
         frame = pd.DataFrame(here).drop(columns=["reference"]).dropna(axis="columns", how="all")
         frame["chunk"] = frame["chunk"].map(chunk_labels(frame["chunk"]))
-        # a static table: a step click redraws it, and a grid widget costs more to mount than to read
-        st.table(frame.set_index("position").style.format(precision=4, na_rep="—"))
+        frame = frame.rename(columns=SHORT_COLUMNS)
+        frame = frame[[c for c in ("position", "chunk", *SHORT_COLUMNS.values()) if c in frame.columns]]
+        # a static table: a step click redraws it, and a grid widget costs more to mount than to read;
+        # every row carries its position and chunk (a step covers several positions)
+        st.table(frame.style.hide(axis="index").format(precision=4, na_rep="—"))
         if reference.startswith("target hidden"):
             st.caption(
                 "Cosine of the draft's output hidden with the target's last hidden at the same position. "
