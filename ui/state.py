@@ -146,6 +146,16 @@ def draft_name(path: str) -> str:
     return Path(path).name
 
 
+def wait_for_engine(what: str) -> None:
+    """Wait, behind a visible notice, until the model stack is imported: no page imports it while the
+    warm thread does (two importing threads can break transformers, backend/service/warm.py)."""
+    if not warm.ready():
+        with st.spinner(
+            f"Loading torch and transformers for {what} (once per server start, a few seconds)..."
+        ):
+            warm.wait()
+
+
 def follow_link() -> None:
     """A link's `?draft=NAME` makes that draft active (Home's start-here links); read once, then
     dropped from the address so a later choice in the sidebar is not overridden by it."""
@@ -182,12 +192,13 @@ def linked_select(param: str, widget_key: str, options: list[str], default: str 
     return {"index": options.index(default) if default in options else 0}
 
 
-def sidebar() -> None:
-    """The active database, target and draft, on every page; each page calls it first."""
+def sidebar(engine: bool = True) -> None:
+    """The active database, target and draft, on every page; each page calls it first. `engine`: the
+    page's first lines need the model stack (else the page draws its torch-free part first and calls
+    `wait_for_engine` where it needs it: Home, issue 43 row 7)."""
     warm.start()  # the model stack imports outside any script thread (backend/service/warm.py)
-    if not warm.ready():  # and no page imports it meanwhile: two importing threads can break it
-        with st.spinner("Loading torch and transformers (once per server start)..."):
-            warm.wait()
+    if engine:
+        wait_for_engine("this page")
     _init()
     follow_link()
     with st.sidebar:
