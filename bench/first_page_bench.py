@@ -59,7 +59,7 @@ def one_run(page_name: str, browser) -> dict:
             try:
                 page.goto(url, timeout=5_000)
                 break
-            except Exception:  # noqa: BLE001 - the server is not listening yet
+            except Exception:  # the server is not listening yet (re-raised after 120 s)
                 if time.perf_counter() - started > 120:
                     raise
                 time.sleep(0.2)

@@ -12,7 +12,15 @@ from pathlib import Path
 import pytest
 
 from backend.defaults import DEMO_TARGET
-from tests.support.browser import BROWSER_MARKS, SHOTS, chromium_page, probe_then_lint, selected, wait_idle
+from tests.support.browser import (
+    BROWSER_MARKS,
+    SHOTS,
+    chromium_page,
+    open_expander,
+    probe_then_lint,
+    selected,
+    wait_idle,
+)
 from tests.support.demo import demo_wiring
 
 HOSTILE = "x = '<script>alert(1)</script>' + '<img src=x onerror=alert(1)>'\n"
@@ -39,14 +47,6 @@ def hostile_dataset(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("browser") / "hostile.jsonl"
     path.write_text(json.dumps(record) + "\n{broken json\n")
     return path
-
-
-def open_expander(page, title: str) -> None:
-    """Open a Streamlit expander (a <details>) unless it is open already: a click would close it."""
-    summary = page.locator("summary").filter(has_text=title).first
-    if summary.locator("xpath=..").get_attribute("open") is None:
-        summary.click()
-    page.wait_for_timeout(300)
 
 
 def heatmap_span(page) -> tuple[int, int]:

@@ -93,4 +93,4 @@ def sample_preview(sample, target_path: str | None, container=None) -> None:
         + (f", source {md(sample.source)}" if sample.source else "")
         + f"; the prompt ends (last {PREVIEW_LINES} lines):"
     )
-    where.code(prompt_tail(sample.prompt_ids, target_path), language=None)
+    where.code(prompt_tail(sample.prompt_ids, target_path), language=None, wrap_lines=True)

@@ -280,6 +280,11 @@ def test_compare_two_drafts_on_a_sample(db):
 def test_the_pickers_match_the_comparison_on_screen(db):
     """Issue 43 row 6: entering Compare again (its widgets made anew) shows the drafts of the comparison
     below, not epoch1 vs final, so a batch started from there runs the pair on screen."""
+    empty = ok(page("3_Compare").run())  # nothing to show below: epoch1 vs final
+    assert (empty.selectbox(key="compare_draft_a").value, empty.selectbox(key="compare_draft_b").value) == (
+        "epoch1",
+        "final",
+    )
     steps = [{"position": 2, "drafted": [SELF, SPACE], "accepted": 2, "bonus": NEWLINE}]
     a, b = store_run(db, "final", steps), store_run(db, "miswired", steps)
     app = page("3_Compare")
@@ -290,8 +295,13 @@ def test_the_pickers_match_the_comparison_on_screen(db):
         "final",
         "miswired",
     )
-    fresh = ok(page("3_Compare").run())  # nothing on screen: the defaults
-    assert fresh.selectbox(key="compare_draft_a").value == "epoch1"
+    # a new session shows the two newest runs side by side: the pickers follow them too
+    fresh = ok(page("3_Compare").run())
+    assert opened(fresh) == (a, b)
+    assert (fresh.selectbox(key="compare_draft_a").value, fresh.selectbox(key="compare_draft_b").value) == (
+        "final",
+        "miswired",
+    )
 
 
 def test_an_unfinished_run_shows_no_accept_length_and_says_why(db):

@@ -129,6 +129,14 @@ def selected(page, label: str) -> str:
     return page.get_by_role("combobox", name=label, exact=True).first.input_value()
 
 
+def open_expander(page, title: str) -> None:
+    """Open a Streamlit expander (a <details>) unless it is open already: a click would close it."""
+    summary = page.locator("summary").filter(has_text=title).first
+    if summary.locator("xpath=..").get_attribute("open") is None:
+        summary.click()
+    page.wait_for_timeout(300)
+
+
 def probe_then_lint(page, trained, declared, probe_shot: Path, lint_shot: Path) -> None:
     """On Diagnostics with the mis-wired draft active: the wiring probe names the trained wiring (its
     best, or among the wirings it cannot tell from the best), and the vLLM lint's fix then writes a

@@ -63,9 +63,12 @@ def _which_samples(samples: list, running: bool) -> tuple[list | None, str | Non
 
 
 def _shown_drafts(names: list[str]) -> tuple[str, str]:
-    """The drafts of the comparison on screen (so the pickers, made anew when the page is entered again,
-    match the table below), else epoch1 vs final."""
-    shown = state.get_value("compare")
+    """The drafts of the runs on screen below (`pair.shown_pair`: so the pickers, made anew when the
+    page is entered again or in a new session, match them), else epoch1 vs final."""
+    from ui.compare.pair import shown_pair
+    from ui.runs import list_runs
+
+    shown = shown_pair([r.id for r in list_runs(limit=300)])
     if shown:
         found = [stored_runs.get_run(state.db(), int(run_id)) for run_id in shown]
         if all(found):

@@ -42,9 +42,15 @@ def _picked_here() -> None:
     state.followed("compare_run_b", chosen[1])
 
 
+def shown_pair(run_ids: list[int]) -> tuple[int, int] | None:
+    """The two runs side by side: the comparison last finished or picked, else the two newest runs.
+    The form's draft pickers follow the same pair (issue 43 row 6)."""
+    return state.get_value("compare") or ((run_ids[1], run_ids[0]) if len(run_ids) >= 2 else None)
+
+
 def pick_pair(runs: list[RunInfo]) -> tuple[int, int]:
     run_ids = [r.id for r in runs]
-    preset = state.get_value("compare") or (run_ids[1], run_ids[0])
+    preset = shown_pair(run_ids)
     label = {r.id: run_label(r) for r in runs}
     left, right = st.columns(2)
     chosen = []
@@ -110,7 +116,7 @@ def show_pair(run_a: RunInfo, steps_a: list[StepRecord], run_b: RunInfo, steps_b
     start = len(run_a.prompt_ids) + offset
     window = (start, start + WINDOW)
     st.caption("The prompt ends (the outputs below continue it):")
-    st.code(prompt_tail(run_a.prompt_ids, run_a.target_path), language=None)
+    st.code(prompt_tail(run_a.prompt_ids, run_a.target_path), language=None, wrap_lines=True)
     st.html(
         CSS
         + timeline_legend()
