@@ -46,7 +46,17 @@ def one_run(page_name: str, browser) -> dict:
     env["SPECLENS_DB_URL"] = f"sqlite:///{tempfile.mkdtemp()}/bench.db"
     started = time.perf_counter()
     server = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true", "--server.port", str(port)],
+        [
+            sys.executable,
+            "-m",
+            "streamlit",
+            "run",
+            "app.py",
+            "--server.headless",
+            "true",
+            "--server.port",
+            str(port),
+        ],
         cwd=ROOT,
         env=env,
         stdout=subprocess.DEVNULL,
