@@ -190,10 +190,22 @@ def feature_rules(
         if requests and requests["penalties"]:
             where.append(f"{requests['penalties']} of {requests['requests']} requests")
         written = ", ".join(f"{k}={v:g}" for k, v in penalties.items())
+        refused = [
+            k
+            for k, v in penalties.items()
+            if (k == "repetition_penalty" and v <= 0) or (k != "repetition_penalty" and not -2 <= v <= 2)
+        ]
+        range_note = (
+            f" {', '.join(refused)} outside the range the engines accept (repetition > 0, frequency and presence "
+            "in [-2, 2], vLLM's SamplingParams): such requests are refused, not served."
+            if refused
+            else ""
+        )
         add(
             "warning",
             "sampling-penalties",
-            f"{written} ({' and '.join(where)}): {PENALTY_BEHAVIOUR.get(engine, PENALTY_BEHAVIOUR['vllm'])}.",
+            f"{written} ({' and '.join(where)}): {PENALTY_BEHAVIOUR.get(engine, PENALTY_BEHAVIOUR['vllm'])}."
+            + range_note,
             "Measure the cost: diagnose --request FILE --samples ... replays with the penalty on the target only "
             "and on both; if it is large, serve speculative requests without the penalty or on a release that "
             "applies it to the draft.",

@@ -76,6 +76,47 @@ def request_features(url: str, prompt_ids: list[int], max_new_tokens: int, timeo
     return {**answer, "input_ids": prompt_ids}
 
 
+def _vocab_size(target_path: str) -> int | None:
+    try:
+        config = json.loads((Path(target_path) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None  # loading the target says why
+    config = config.get("text_config", config) if isinstance(config, dict) else {}
+    size = config.get("vocab_size") if isinstance(config, dict) else None
+    return size if isinstance(size, int) and size > 0 else None
+
+
+def _checked(responses: list[dict], prompts, source: str, vocab: int | None) -> list[tuple]:
+    """Every response's (prompt, output ids, aligned rows, positions, layout), each checked: a bad one is
+    refused, naming it, before a model loads."""
+    from backend.diagnostics.feature_match import aligned, served_rows
+
+    def valid(ids) -> bool:
+        return isinstance(ids, list) and all(
+            isinstance(t, int) and not isinstance(t, bool) and 0 <= t < (vocab or 2**31) for t in ids
+        )
+
+    checked = []
+    for number, response in enumerate(responses):
+        where = f"{source}: response {number + 1}"
+        prompt = response.get("input_ids")
+        if prompt is None:
+            if prompts is None or number >= len(prompts):
+                raise BadInput(
+                    f"{where}: no input_ids beside it; give --samples in the order the requests were sent"
+                )
+            prompt = prompts[number]
+        if not prompt or not valid(prompt):
+            raise BadInput(f"{where}: input_ids must be a non-empty list of token ids below {vocab}")
+        prefill, decode, output_ids = served_rows(response, where)
+        if not valid(output_ids):
+            raise BadInput(f"{where}: output_ids hold ids outside the target's vocabulary ({vocab})")
+        checked.append(
+            (list(prompt), output_ids, *aligned(len(prompt), prefill, decode, len(output_ids), where))
+        )
+    return checked
+
+
 def feature_check(
     target_path: str,
     draft_path: str,
@@ -89,39 +130,20 @@ def feature_check(
 
     from backend.diagnostics.feature_match import (
         CLOSE,
-        aligned,
         layer_states,
         match_slots,
-        served_rows,
         verdict,
     )
     from backend.service import models
     from backend.service.requests import reading_of
 
+    parsed = _checked(responses, prompts, source, _vocab_size(target_path))  # before any model loads
     target, draft, _ = models.pair(target_path, draft_path)
     trained = list(reading_of("auto", None, draft, target.num_layers)[0].wiring.aux_hf_indices)
     sglang = list(reading_of("sglang", None, draft, target.num_layers)[0].wiring.aux_hf_indices)
     all_rows, all_states, per_request = [], [], []
-    for number, response in enumerate(responses):
-        where = f"{source}: response {number + 1}"
-        progress(number / len(responses), f"response {number + 1}/{len(responses)}")
-        prompt = response.get("input_ids")
-        if prompt is None:
-            if prompts is None or number >= len(prompts):
-                raise BadInput(
-                    f"{where}: no input_ids beside it; give --samples in the order the requests were sent"
-                )
-            prompt = prompts[number]
-        if (
-            not isinstance(prompt, list)
-            or not prompt
-            or not all(isinstance(t, int) and 0 <= t < target.vocab_size for t in prompt)
-        ):
-            raise BadInput(
-                f"{where}: input_ids must be a non-empty list of token ids below {target.vocab_size}"
-            )
-        prefill, decode, output_ids = served_rows(response, where)
-        rows, positions, layout = aligned(len(prompt), prefill, decode, len(output_ids), where)
+    for number, (prompt, output_ids, rows, positions, layout) in enumerate(parsed):
+        progress(number / len(parsed), f"response {number + 1}/{len(parsed)}")
         states = layer_states(target, (list(prompt) + list(output_ids))[:positions])
         own = match_slots(rows, states, target.hidden_size)
         per_request.append(

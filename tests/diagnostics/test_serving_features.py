@@ -272,3 +272,14 @@ def test_steps_of_several_draft_lengths_say_k_varied():
     parsed = read_requests("\n".join(json.dumps(r) for r in records), "r.jsonl", "auto", None)
     varied = draft_length_signature(parsed.requests)
     assert varied["draft_lengths"] == [1, 3] and "K changed while serving" in varied["message"]
+
+
+def test_penalties_outside_the_engines_range_are_said_refused(setup, tmp_path):
+    bodies = tmp_path / "req.json"
+    bodies.write_text(json.dumps({"prompt": "x", "frequency_penalty": 9, "repetition_penalty": "1.3"}))
+    report = lint_command(
+        setup["draft"], vllm=vllm(setup["draft"]), target_dir=setup["target"], request_file=bodies
+    )
+    finding = codes(report)["sampling-penalties"]
+    assert "frequency_penalty=9" in finding.message and "refused" in finding.message
+    assert "repetition_penalty" not in finding.message.split(":")[0]  # a string is not a penalty value

@@ -83,6 +83,9 @@ def test_bad_payloads_are_refused_with_one_line(demo, tmp_path):
             draft_path,
             [{"output_ids": [1], "meta_info": {"hidden_states": [[0.0]]}, "input_ids": [1, 2]}],
         )
+    bad_ids = {"output_ids": [1, 10**9], "meta_info": {"hidden_states": [[0.0]]}, "input_ids": [1]}
+    with pytest.raises(BadInput, match="response 1: output_ids hold ids outside the target's vocabulary"):
+        feature_check(target_path, draft_path, [bad_ids])
     (tmp_path / "r.jsonl").write_text("{}\nnot json\n")
     with pytest.raises(BadInput, match="line 2 is not JSON"):
         read_responses(tmp_path / "r.jsonl")
