@@ -38,6 +38,7 @@ checks this):
       tokenizer_fit      whether a dataset's ids were made by the target's tokenizer
     backend.diagnostics  one question per file, engine objects in, a report out
       agreement          training accuracy vs live acceptance, per sample
+      cheap_checks       diagnose's checks without samples: preflight by class, vocab, context, precision
       diagnose           one verdict over every failure class users report
       findings           one finding: class, severity, message, evidence, fix
       doctor             the preflight report plus vocab-mapping facts
@@ -51,6 +52,7 @@ checks this):
       probe              which wiring a draft was trained on
       probe_settings     the probe's settings, torch-free (pages compare a stored probe's)
       reading_probe      which reading (RoPE, flags, positions) a draft was trained with
+      sample_checks      diagnose's checks on samples: probes as findings, template, live replays, context
       serving_features   features that cost acceptance: penalties, grammar, LoRA, caches, PD
       verdict            the cheap checks as one verdict, with the next check to run
       whatif             accept length and speed-up for other K and for trees
