@@ -24,6 +24,7 @@ checks this):
       teacher            teacher-forced accuracy acc_k (SpecForge's definition)
       tree               tree drafting and verification as SGLang runs them
       wiring             the one parser of an aux-index list: the HF indices that feed fc
+      json_config        model config files read as plain, checked JSON (torch-free)
     backend.data         files in, validated records out
       conversations      a chat conversation rendered: tokens, and the mask on each reply (linear)
       features           SpecForge offline feature files (.ckpt)
@@ -34,6 +35,7 @@ checks this):
       request_numbers    one request's counts, the metrics computed from them, their definitions
       samples            the training JSONL, validated record by record
       serving            what a serving engine reports (SGLang logs, vLLM metrics)
+      serving_command    a serving command read as the engine reads it (flags, knobs, target facts)
       step_signature     the first verify step against the later ones (a hand-off's signature)
       tokenizer_fit      whether a dataset's ids were made by the target's tokenizer
     backend.diagnostics  one question per file, engine objects in, a report out
@@ -46,6 +48,7 @@ checks this):
       feature_match      the features a server fed the draft, slot by slot against the layers
       hidden_diff        the features a draft is fed vs a reference, per token and chunk
       lint               serving flags: what SGLang or vLLM will really run
+      lint_wiring        the lint's wiring rules: which field, in which convention, each engine reads
       mismatch           when a compared chunk is a mismatch; summaries over rows
       penalty_check      what served sampling penalties cost, measured on live replays
       precision          the target's own verify-vs-decode disagreement in a dtype

@@ -9,24 +9,28 @@ loss; info: worth knowing), a stable code, an explanation and the fix.
 from __future__ import annotations
 
 import json
-import shlex
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from backend import BadInput
+from backend.data.serving_command import (
+    VLLM_K_BY_LOAD,
+    ServingSettings,
+    TargetFacts,
+    parse_sglang,
+    parse_vllm,
+    target_facts,
+)
+from backend.diagnostics.lint_wiring import aux_ids, aux_ids_against
 from backend.diagnostics.serving_features import (
-    feature_flags,
     feature_rules,
     generation_defaults,
-    is_hybrid,
     read_request_bodies,
     request_features,
     served_penalties,
 )
-from backend.engine.draft_config import DraftConfig, read_draft_config, read_json_object
-from backend.engine.loading import config_sizes
+from backend.engine.draft_config import DraftConfig, read_draft_config
 from backend.engine.shapes import SGLANG_AUTO_CHAIN, SGLANG_AUTO_DEFAULT, sglang_flags, sglang_rewrites
-from backend.engine.wiring import default_hf_indices
 
 SGLANG_MAX_RUNNING_REQUESTS = 48
 DEFAULT_CHAIN_K = 3  # the chain every fix recommends when no run of the draft says better
@@ -42,38 +46,6 @@ class Finding:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-@dataclass
-class ServingSettings:
-    """What the command line asks for (None = not given) and, after `effective_*`, what runs."""
-
-    engine: str  # sglang | vllm
-    algorithm: str | None = None
-    draft_path: str | None = None
-    target_path: str | None = None
-    num_steps: int | None = None
-    topk: int | None = None
-    num_draft_tokens: int | None = None
-    token_map: str | None = None
-    context_length: int | None = None
-    max_running_requests: int | None = None
-    mixed_chunk: bool = False
-    # Benchmark knobs that replace the draft's acceptance with a made-up one, or vary K with load
-    # (name -> value as written): the served numbers are then not the draft's.
-    knobs: dict = field(default_factory=dict)
-    # Features that cost acceptance (serving_features.feature_flags) and vLLM's speculative config.
-    features: dict = field(default_factory=dict)
-    spec: dict = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class TargetFacts:
-    architecture: str | None
-    num_layers: int | None
-    max_position_embeddings: int | None
-    hybrid: bool = False  # attention mixed with linear-attention / state-space layers
-    directory: str | None = None  # a local model directory (its generation_config.json is read)
 
 
 @dataclass
@@ -102,156 +74,6 @@ def effective_flags(engine: str, effective: dict) -> str | None:
         return None if None in shape else sglang_flags(*shape)
     k = effective.get("num_speculative_tokens")
     return None if k is None else f"--speculative-config '{{\"num_speculative_tokens\": {k}, ...}}'"
-
-
-# ----------------------------------------------------------------------------- parsing
-
-SGLANG_FLAGS = {
-    "--speculative-algorithm": ("algorithm", str),
-    "--speculative-draft-model-path": ("draft_path", str),
-    "--speculative-draft-model": ("draft_path", str),
-    "--speculative-num-steps": ("num_steps", int),
-    "--speculative-eagle-topk": ("topk", int),
-    "--speculative-num-draft-tokens": ("num_draft_tokens", int),
-    "--speculative-token-map": ("token_map", str),
-    "--model-path": ("target_path", str),
-    "--model": ("target_path", str),
-    "--context-length": ("context_length", int),
-    "--max-running-requests": ("max_running_requests", int),
-}
-
-
-def _split(command: str) -> list[str]:
-    try:
-        return shlex.split(command.replace("\\\n", " "))
-    except ValueError as error:
-        raise BadInput(f"cannot split the command line: {error}") from error
-
-
-MAX_FLAG_INT = 2**31 - 1  # the engines parse these into 32-bit fields (and no draft runs more)
-
-
-def _convert(flag: str, kind, value: str):
-    """A flag's value as the engine's argument parser types it; every integer these flags take
-    (steps, topk, draft tokens, context, running requests) is positive."""
-    try:
-        converted = kind(value)
-    except ValueError as error:
-        raise BadInput(f"{flag} expects an integer, got {value!r}") from error
-    if kind is int and not 1 <= converted <= MAX_FLAG_INT:
-        raise BadInput(f"{flag} must be a positive integer (1..{MAX_FLAG_INT}), got {value}")
-    return converted
-
-
-# SGLang environment/envs.py: SGLANG_SIMULATE_ACC_LEN > 0 makes the verify step accept a simulated
-# number of drafts (a benchmark of the serving path, not of the draft); given as VAR=value words.
-SGLANG_SIMULATED = ("SGLANG_SIMULATE_ACC_LEN",)
-# vllm/config/speculative.py SpeculativeConfig: rejection_sample_method "synthetic" accepts drafts at
-# synthetic_acceptance_rates / _length instead of checking them; num_speculative_tokens_per_batch_size
-# changes K with the batch size (vllm/v1/spec_decode/dynamic/utils.py).
-VLLM_SYNTHETIC_KEYS = ("rejection_sample_method", "synthetic_acceptance_rates", "synthetic_acceptance_length")
-VLLM_K_BY_LOAD = "num_speculative_tokens_per_batch_size"
-
-
-def parse_sglang(command: str) -> ServingSettings:
-    settings = ServingSettings("sglang")
-    words = _split(command)
-    index = 0
-    while index < len(words):
-        word = words[index]
-        flag, _, inline = word.partition("=")
-        if flag in SGLANG_SIMULATED and inline.strip() not in ("", "0", "0.0"):
-            settings.knobs[flag] = inline
-        if flag == "--enable-mixed-chunk":
-            settings.mixed_chunk = True
-        elif flag in SGLANG_FLAGS:
-            name, kind = SGLANG_FLAGS[flag]
-            if not inline:
-                index += 1
-                if index >= len(words) or words[index].startswith("--"):
-                    raise BadInput(f"{flag} needs a value")
-                inline = words[index]
-            setattr(settings, name, _convert(flag, kind, inline))
-        index += 1
-    if settings.algorithm is None:
-        raise BadInput("no --speculative-algorithm in the command: speculative decoding is off")
-    settings.algorithm = settings.algorithm.upper()
-    settings.features = feature_flags(words, "sglang")
-    return settings
-
-
-def parse_vllm(arguments: str) -> ServingSettings:
-    settings = ServingSettings("vllm")
-    words = _split(arguments)
-    spec_config = None
-    for index, word in enumerate(words):
-        flag, _, inline = word.partition("=")
-        value = inline or (words[index + 1] if index + 1 < len(words) else None)
-        if flag in ("--speculative-config", "--speculative_config"):
-            spec_config = value
-        elif flag in ("--max-model-len", "--max_model_len") and value is not None:
-            settings.context_length = _convert(flag, int, value)
-        elif flag == "--model" and value is not None:
-            settings.target_path = value
-        elif flag == "serve" and index + 1 < len(words) and not words[index + 1].startswith("-"):
-            settings.target_path = words[index + 1]
-    if spec_config is None:
-        raise BadInput("no --speculative-config in the arguments: speculative decoding is off")
-    try:
-        spec = json.loads(spec_config)
-    except json.JSONDecodeError as error:
-        raise BadInput(f"--speculative-config is not valid JSON ({error})") from error
-    if not isinstance(spec, dict):
-        raise BadInput("--speculative-config must be a JSON object")
-    settings.algorithm = str(spec.get("method", "")).lower() or None
-    settings.draft_path = spec.get("model")
-    if settings.draft_path is not None and not isinstance(settings.draft_path, str):
-        raise BadInput(
-            f"--speculative-config: model must be the draft's path, got {settings.draft_path!r:.60}"
-        )
-    if spec.get("num_speculative_tokens") is not None:
-        settings.num_steps = _convert("num_speculative_tokens", int, str(spec["num_speculative_tokens"]))
-    settings.knobs = _vllm_knobs(spec)
-    settings.features = feature_flags(words, "vllm")
-    settings.spec = spec
-    return settings
-
-
-def _vllm_knobs(spec: dict) -> dict:
-    """The benchmark knobs a --speculative-config sets (VLLM_SYNTHETIC_KEYS, VLLM_K_BY_LOAD)."""
-    knobs = {}
-    if str(spec.get("rejection_sample_method", "standard")).lower() == "synthetic" or any(
-        spec.get(key) is not None for key in VLLM_SYNTHETIC_KEYS[1:]
-    ):
-        knobs.update({k: spec[k] for k in VLLM_SYNTHETIC_KEYS if spec.get(k) is not None})
-    if spec.get(VLLM_K_BY_LOAD) is not None:
-        knobs[VLLM_K_BY_LOAD] = spec[VLLM_K_BY_LOAD]
-    return knobs
-
-
-def target_facts(target_dir: str | Path | None, explicit: bool = False) -> TargetFacts:
-    """The target's architecture, depth and context from its config.json. A target the user named
-    (--target) must be a readable model directory; one the serving command names may be a hub id
-    (then nothing is known), but a local directory it names must be readable too."""
-    if not target_dir:
-        return TargetFacts(None, None, None)
-    path = Path(target_dir) / "config.json"
-    if not path.is_file():
-        if explicit:
-            raise BadInput(f"--target {target_dir}: not a local model directory (no config.json)")
-        return TargetFacts(None, None, None)
-    raw = read_json_object(path)
-    sizes = config_sizes(raw, path, ("num_hidden_layers", "max_position_embeddings"))
-    architectures = raw.get("architectures")
-    if isinstance(architectures, list):
-        architectures = architectures[0] if architectures else None
-    return TargetFacts(
-        architectures if isinstance(architectures, str) else None,
-        sizes["num_hidden_layers"],
-        sizes["max_position_embeddings"],
-        is_hybrid(raw),
-        str(target_dir),
-    )
 
 
 # ----------------------------------------------------------------------------- rules
@@ -341,9 +163,9 @@ def lint(
     _vocab_mapping(config, draft.has_d2t, add)
     _context(settings, config, target, add)
     if trained_hf is None:
-        _aux_ids(settings.engine, config, target, add)
+        aux_ids(settings.engine, config, target, add)
     else:
-        _aux_ids_against(
+        aux_ids_against(
             settings.engine, config, target, [list(trained_hf), *map(list, trained_ties or [])], add
         )
     return LintReport(findings, settings, effective)
@@ -500,130 +322,6 @@ def _context(settings: ServingSettings, config: DraftConfig, target: TargetFacts
             f"Cap the context at {config.max_position_embeddings} for speculative requests, or train the draft "
             "on longer sequences.",
         )
-
-
-def _aux_ids(engine: str, config: DraftConfig, target: TargetFacts, add) -> None:
-    nested, top = config.nested_aux_ids, config.top_level_aux_ids
-    layers = target.num_layers
-    defaults = default_hf_indices(layers) if layers else None
-    nested_hf = [i + 1 for i in nested] if nested is not None else None
-    if nested is not None and top is not None and list(top) != nested_hf:
-        same = list(top) == list(nested)
-        add(
-            "error",
-            "aux-ids-disagree",
-            f"The draft declares aux ids twice: nested {nested} (output-of-layer: HF {nested_hf}) and top-level "
-            f"{top} (HF indices). SGLang uses HF {nested_hf}, vLLM uses HF {top}"
-            + (": the same list in both fields selects layers one apart (vLLM PR #43671)." if same else "."),
-            "Keep the wiring the draft was trained on (python -m backend probe tells which) and write it as "
-            "nested ids = HF - 1 and top-level ids = HF.",
-        )
-    if engine == "sglang":
-        if nested is None and top is not None:
-            fallback = f"HF {defaults}" if defaults else "the defaults HF [2, L//2, L-3]"
-            severity = "info" if defaults == list(top) else "warning"
-            add(
-                severity,
-                "aux-ids-field",
-                f"SGLang reads eagle_config.eagle_aux_hidden_state_layer_ids; this draft only has the top-level "
-                f"field {top} (vLLM's), so SGLang falls back to {fallback}.",
-                f'Add "eagle_config": {{"eagle_aux_hidden_state_layer_ids": {[i - 1 for i in top]}}} '
-                "(output-of-layer ids = HF - 1).",
-            )
-        if nested is not None and defaults and list(nested) == defaults and nested_hf != defaults:
-            add(
-                "warning",
-                "aux-ids-convention",
-                f"Nested ids {nested} equal the default HF indices for L={layers}, but the nested field is read "
-                f"as output-of-layer ids: SGLang selects HF {nested_hf}, one layer above each default.",
-                f"If the draft was trained on the defaults write {[i - 1 for i in defaults]} in eagle_config.",
-            )
-    else:
-        if top is None and nested is not None:
-            # readings.py vllm_v1_wiring / vllm_v2_wiring: vLLM 0.32's V1 runner (its CPU build) reads the
-            # nested ids as HF indices, its V2 runner (the GPU default) ignores them for the defaults.
-            fallback = f"HF {defaults}" if defaults else "the defaults HF [2, L//2, L-3]"
-            v1_right, v2_right = list(nested) == nested_hf, defaults == nested_hf
-            severity = "info" if v1_right and v2_right else "error"
-            add(
-                severity,
-                "aux-ids-field",
-                f"This draft has only the nested eagle_config ids {nested} (trained, as SGLang and SpecForge read "
-                f"them, on HF {nested_hf}). vLLM 0.32's V1 runner (the CPU build, VLLM_USE_V2_MODEL_RUNNER=0) "
-                f"reads them as HF indices: HF {list(nested)}"
-                + ("" if v1_right else ", every state one layer low")
-                + f"; its V2 runner (the GPU default) ignores them and uses {fallback}"
-                + (
-                    " — the same layers, by luck."
-                    if v2_right
-                    else " (vLLM PR #50170: acceptance 1.2%, accept length 1.04)."
-                ),
-                f'Add top-level "eagle_aux_hidden_state_layer_ids": {nested_hf} (HF indices): both runners read it '
-                "first.",
-            )
-        if top is not None and defaults and [i + 1 for i in top] == defaults and list(top) != defaults:
-            add(
-                "warning",
-                "aux-ids-convention",
-                f"Top-level ids {top} equal the defaults written as output-of-layer ids for L={layers}, but vLLM "
-                f"reads them as HF indices: it selects HF {top}, one layer below each default.",
-                f"If the draft was trained on the defaults write {defaults} at the top level.",
-            )
-
-
-def served_hf(engine: str, config: DraftConfig, num_layers: int | None) -> list[int] | None:
-    """The HF indices an engine feeds this draft (docs/reference.md §2): SGLang reads the nested
-    output-of-layer ids (+1), vLLM the top-level HF ids; either falls back to the defaults."""
-    nested, top = config.nested_aux_ids, config.top_level_aux_ids
-    if engine == "sglang" and nested is not None:
-        return [i + 1 for i in nested]
-    if engine != "sglang" and top is not None:
-        return list(top)
-    return default_hf_indices(num_layers) if num_layers else None
-
-
-def _aux_ids_against(
-    engine: str, config: DraftConfig, target: TargetFacts, trained: list[list[int]], add
-) -> None:
-    """The wiring findings once the trained layers are known (`trained`: the probe's best, then the
-    wirings it could not tell from the best): never suggest the declared wiring when the probe rejected
-    it; say what to write so that this engine feeds the trained layers, and when several wirings are
-    within the probe's noise, name them all and say which check settles it."""
-    served = served_hf(engine, config, target.num_layers)
-    name = "SGLang" if engine == "sglang" else "vLLM"
-    best = trained[0]
-    found = " or ".join(f"HF {w}" for w in trained)
-    if served in trained:
-        add(
-            "info",
-            "aux-ids-trained",
-            f"{name} feeds HF {served}, "
-            + (
-                "the layers the wiring probe found this draft trained on."
-                if len(trained) == 1
-                else f"one of the wirings the probe found this draft trained on ({found}: it cannot tell them apart)."
-            ),
-            "Nothing to change for the wiring.",
-        )
-        return
-    ties = (
-        ""
-        if len(trained) == 1
-        else f" The probe cannot tell {found} apart on its samples, so this lint writes none of them yet."
-    )
-    add(
-        "error",
-        "aux-ids-not-trained",
-        f"The wiring probe found this draft trained on {found}, but {name} will feed HF {served} "
-        f"(from the draft's config): the draft sees layers it was never trained on.{ties}",
-        f'Write the trained wiring in both fields: "eagle_config": {{"eagle_aux_hidden_state_layer_ids": '
-        f"{[i - 1 for i in best]}}} (SGLang, output-of-layer ids = HF - 1) and top-level "
-        f'"eagle_aux_hidden_state_layer_ids": {best} (vLLM, HF indices).'
-        if len(trained) == 1
-        else f"Separate {found} first: run the wiring probe on more samples (python -m backend probe --samples "
-        "FILE --limit 32) or hold the served features against the draft's training features (Train vs serve); "
-        "then write the one it separates in both fields (nested SGLang ids = HF - 1, top-level vLLM ids = HF).",
-    )
 
 
 # ----------------------------------------------------------------------------- entry point

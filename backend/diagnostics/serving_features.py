@@ -15,21 +15,6 @@ from pathlib import Path
 
 from backend import BadInput
 
-# Flags (as the engines spell them) -> the feature they turn on. A value of None: the flag takes no
-# value. SGLang: python/sglang/srt/server_args.py; vLLM: vllm/engine/arg_utils.py.
-SGLANG_FEATURE_FLAGS = {
-    "--enable-lora": ("lora", None),
-    "--lora-paths": ("lora", str),
-    "--disaggregation-mode": ("disaggregation", str),
-}
-VLLM_FEATURE_FLAGS = {
-    "--enable-lora": ("lora", None),
-    "--lora-modules": ("lora", str),
-    "--kv-transfer-config": ("kv_transfer", str),
-    "--no-enable-prefix-caching": ("prefix_caching_off", None),
-    "--generation-config": ("generation_config", str),
-    "--override-generation-config": ("override_generation_config", str),
-}
 # Request fields (top level, or SGLang's sampling_params) and their neutral values.
 PENALTIES = {"repetition_penalty": 1.0, "frequency_penalty": 0.0, "presence_penalty": 0.0}
 MIN_TOKENS = ("min_tokens", "min_new_tokens")
@@ -49,25 +34,6 @@ LORA_FIELDS = ("lora_path", "lora_request", "lora_name")
 # vLLM's prefix caching is on unless turned off (vllm/config/cache.py CacheConfig.enable_prefix_caching)
 # and its generation config "auto" applies the target's generation_config.json to every request
 # (vllm/config/model.py ModelConfig.get_diff_sampling_param).
-
-
-def feature_flags(words: list[str], engine: str) -> dict:
-    """The feature flags among a command line's words: {feature: value as written (True: no value)}."""
-    table = SGLANG_FEATURE_FLAGS if engine == "sglang" else VLLM_FEATURE_FLAGS
-    found: dict = {}
-    for index, word in enumerate(words):
-        flag, _, inline = word.partition("=")
-        if flag not in table:
-            continue
-        name, kind = table[flag]
-        if kind is None:
-            found[name] = True
-            continue
-        value = inline or (words[index + 1] if index + 1 < len(words) else "")
-        if not value or value.startswith("--"):
-            raise BadInput(f"{flag} needs a value")
-        found[name] = value
-    return found
 
 
 def read_request_bodies(path: str | Path) -> list[dict]:
@@ -278,16 +244,6 @@ def _kv_role(config: str | None) -> str | None:
     except json.JSONDecodeError as error:
         raise BadInput(f"--kv-transfer-config is not valid JSON ({error.msg})") from None
     return parsed.get("kv_role") if isinstance(parsed, dict) else None
-
-
-def is_hybrid(config: dict) -> bool:
-    """A target mixing attention with linear-attention / state-space layers (layer_types, Jamba- and
-    Nemotron-H-style patterns)."""
-    kinds = config.get("layer_types") or config.get("layers_block_type")
-    if isinstance(kinds, list) and len({str(k) for k in kinds}) > 1:
-        return any("attention" not in str(k) or "linear" in str(k) for k in kinds)
-    pattern = config.get("hybrid_override_pattern")
-    return isinstance(pattern, str) and len(set(pattern)) > 1
 
 
 def request_lint(request_file: str | Path, engine: str) -> tuple[list[dict], dict]:

@@ -16,6 +16,7 @@ import torch
 from transformers import LlamaConfig
 
 from backend import BadInput, first_line
+from backend.engine.json_config import read_json_object
 from backend.engine.readings import VARIANT_FLAGS  # kept as declared here; readings decide their meaning
 
 # Every architecture string an engine accepts for an EAGLE-3 draft (docs/reference.md §10).
@@ -138,27 +139,6 @@ def _flatten(raw: dict) -> dict:
     merged = dict(raw.get("transformer_layer_config") or {})
     merged.update({k: v for k, v in raw.items() if k != "transformer_layer_config"})
     return merged
-
-
-MAX_CONFIG_BYTES = 16 * 1024 * 1024
-
-
-def read_json_object(file: Path) -> dict:
-    """A JSON object from a config file: a regular file of bounded size, UTF-8, an object. Every
-    failure is a BadInput naming the file."""
-    if not file.is_file():
-        raise BadInput(f"{file}: not a regular file")
-    if file.stat().st_size > MAX_CONFIG_BYTES:
-        raise BadInput(f"{file}: {file.stat().st_size} bytes is too large for a config file")
-    try:
-        raw = json.loads(file.read_bytes().decode("utf-8-sig"))
-    except UnicodeDecodeError:
-        raise BadInput(f"{file}: not UTF-8 text") from None
-    except (json.JSONDecodeError, RecursionError) as error:
-        raise BadInput(f"{file}: not valid JSON ({first_line(error)})") from None
-    if not isinstance(raw, dict):
-        raise BadInput(f"{file}: expected a JSON object")
-    return raw
 
 
 def read_config_file(draft_dir: Path) -> dict:

@@ -19,8 +19,9 @@ from safetensors.torch import load_file
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from backend import BadInput, first_line
-from backend.engine.draft_config import DraftConfig, read_draft_config, read_json_object
+from backend.engine.draft_config import DraftConfig, read_draft_config
 from backend.engine.draft_model import Eagle3Draft
+from backend.engine.json_config import config_sizes, read_json_object
 from backend.engine.layouts import file_name, to_internal_names
 from backend.engine.lean_target import target_runner
 from backend.engine.readings import read_as
@@ -92,19 +93,6 @@ def pick_dtype(device: torch.device, dtype: str | None = None) -> torch.dtype:
 
 
 TARGET_SIZES = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads")
-
-
-def config_sizes(raw: dict, file: Path, keys) -> dict[str, int | None]:
-    """{key: value} of a model config's sizes (top level, else text_config), each absent (None) or a
-    positive integer; BadInput naming the file otherwise."""
-    text_config = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else {}
-    sizes = {}
-    for key in keys:
-        value = raw.get(key, text_config.get(key))
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-            raise BadInput(f"{file}: {key} must be a positive integer, got {value!r}")
-        sizes[key] = value
-    return sizes
 
 
 def read_target_config(path: str | Path):
