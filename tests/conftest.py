@@ -33,6 +33,19 @@ def job_worker():
     WORKER.stop()
 
 
+@pytest.fixture(autouse=True)
+def no_remembered_probe():
+    """A wiring probe that a page test runs stays in this process's memory, as it would on a server
+    (backend/service/checks.py, `remember_probe`). Without this fixture the verdict and the lint of a
+    later test in the same process would read that probe. Each test starts with none remembered."""
+    yield
+    import sys
+
+    checks = sys.modules.get("backend.service.checks")  # nothing to clear if it was never imported
+    if checks is not None:
+        checks._PROBES.clear()
+
+
 @pytest.fixture(scope="session")
 def models_root(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("models")

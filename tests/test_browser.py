@@ -111,6 +111,10 @@ def test_dashboard_in_chromium(tmp_path, hostile_dataset):
 
         # Decode: a hidden-state reference finishes on screen (no refresh) and is selected
         open_expander(page, "Add a hidden-state reference")
+        indices = page.get_by_role("textbox", name="HF indices", exact=True)
+        indices.fill("0,2,4")  # prefilled with a reading to compare (the probe's or a default); typed here
+        indices.press("Enter")
+        wait_idle(page)
         page.get_by_role("button", name="Compute").click()
         page.get_by_text(re.compile(r"rows stored as 'wiring HF \[0, 2, 4\]'")).wait_for(timeout=120_000)
         wait_idle(page)
