@@ -1,4 +1,4 @@
-"""`python -m backend <command>`: the CLI lives in backend/cli.py."""
+"""`python -m backend <command>`: the CLI lives in the backend/cli package."""
 
 import sys
 

@@ -43,7 +43,7 @@ def layer_of(path: Path) -> str | None:
     parts = path.relative_to(REPO / "backend").parts
     if parts[0] in LAYERS:
         return parts[0]
-    return "cli" if parts[0] in ("cli.py", "__main__.py") else None
+    return "cli" if parts[0] in ("cli", "__main__.py") else None
 
 
 def backend_layer(module: str) -> str | None:

@@ -1,0 +1,27 @@
+"""Commands on stored data: import a dataset, export a run."""
+
+from __future__ import annotations
+
+
+def cmd_import(args) -> tuple[dict, str]:
+    from backend.service.datasets import ensure_demo_dataset, import_dataset
+
+    ensure_demo_dataset(args.db)
+    dataset_id, result = import_dataset(args.db, args.samples, args.name, args.target, args.format)
+    rejected = [{"line": r.line, "reason": r.reason} for r in result.rejected]
+    lines = [
+        f"dataset {dataset_id}: imported {result.imported} {result.format} samples, rejected {len(rejected)}"
+    ] + [f"  line {r['line']}: {r['reason']}" for r in rejected[:50]]
+    return {
+        "dataset_id": dataset_id,
+        "imported": result.imported,
+        "rejected": rejected,
+        "format": result.format,
+    }, "\n".join(lines)
+
+
+def cmd_export(args) -> tuple[dict, str]:
+    from backend.service.runs import export
+
+    path = export(args.db, args.run, args.format, args.out)
+    return {"run_id": args.run, "format": args.format, "out": str(path)}, f"wrote {path}"

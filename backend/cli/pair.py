@@ -1,0 +1,326 @@
+"""Commands that load the target and the draft: preflight, replay, teacher, probe, diagnose, evaluate."""
+
+from __future__ import annotations
+
+import sys
+
+from backend import BadInput
+from backend.cli.flags import replay_settings
+from backend.cli.render import fmt, percent_bar, progress_bar
+from backend.defaults import default_draft
+
+
+def cmd_preflight(args) -> tuple[dict, str]:
+    from backend.engine.preflight import preflight
+
+    report = preflight(args.draft, args.target, args.sample_length, args.aux_hf_indices).to_dict()
+    lines = [f"{c['status'].upper():5} {c['name']}: {c['message']}" for c in report["checks"]]
+    if args.write_fix:
+        report["fixed_draft"] = _write_fix(args, report)
+        lines.append(report["fixed_draft"]["said"])
+    if report["engines"]:
+        lines.append(f"how each engine reads this draft (training reading: {report['training_engine']}):")
+        lines.append(f"  {'engine':<12} {'aux HF':<14} {'feedback':<9} {'embedding':<25} loads")
+        for name, view in report["engines"].items():
+            loads = "yes" if view["loads"] else f"no: {view['refusal']}"
+            lines.append(
+                f"  {name:<12} {str(view['aux_hf_indices']):<14} {view['feedback']:<9} "
+                f"{view['embedding']:<25} {loads}"
+            )
+    lines.append(f"aux HF indices: {report['aux_hf_indices']}  ->  {'OK' if report['ok'] else 'FAILED'}")
+    return report, "\n".join(lines)
+
+
+def _write_fix(args, report: dict) -> dict:
+    from backend.engine.readings import SERVING_ENGINES
+    from backend.service.draft_fix import write_fixed_draft
+
+    if args.engine not in SERVING_ENGINES:
+        raise BadInput(
+            f"--write-fix goes with --engine {' / '.join(SERVING_ENGINES)} (the engine to fix for)"
+        )
+    fix = next((f for f in report["serving_fixes"] if f["engine"] == args.engine), None)
+    if fix is None:
+        return {"path": None, "said": f"no fix to write: {args.engine} already feeds the trained wiring"}
+    path = write_fixed_draft(args.draft, args.write_fix, fix["config_update"])
+    return {
+        "path": str(path),
+        "config_update": fix["config_update"],
+        "said": f"wrote {path}: {fix['message']}",
+    }
+
+
+def load_pair(args, sample_length: int):
+    """(target, draft, wiring) for teacher/probe: the draft is refused with the preflight's reasons
+    when it fails; its warnings go to stderr."""
+    from backend.service import models
+    from backend.service.plan import preflight_warnings
+    from backend.service.requests import reading_of
+
+    target, draft, report = models.pair(args.target, args.draft, args.device, args.dtype)
+    view, wiring = reading_of(args.engine, args.aux_hf_indices, draft, target.num_layers)
+    for warning in preflight_warnings(report, draft, sample_length) + list(view.notes):
+        print(f"warning: {warning}", file=sys.stderr)
+    return target, draft, wiring, view
+
+
+def cmd_replay(args) -> tuple[dict, str]:
+    from backend.data.samples import sample_at
+    from backend.engine.metrics import DEFINITIONS
+    from backend.engine.records import decoding_mode
+    from backend.service import models
+    from backend.service.jobs import run_replay
+    from backend.service.requests import ReplayRequest
+
+    vocab_size = checked_vocab(args)
+    if args.samples:
+        sample = sample_at(args.samples, args.index, vocab_size)
+        source = {"prompt_ids": tuple(sample.prompt_ids), "sample_ref": f"{args.samples}#{args.index}"}
+    else:
+        source = {"prompt_text": args.prompt, "sample_ref": "prompt", "chat_template": args.chat_template}
+    request = ReplayRequest(
+        args.target,
+        args.draft,
+        record=not args.no_record,
+        **replay_settings(args),
+        **source,
+    )
+    bar = progress_bar(args.max_new_tokens, "replay")
+    try:
+        outcome = run_replay(
+            request,
+            args.db,
+            lambda fraction, _message: bar.update(round(fraction * args.max_new_tokens) - bar.n),
+        )
+    finally:
+        bar.close()
+    for warning in outcome.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    target = models.target(args.target, args.device, args.dtype, args.device_map, args.max_memory)  # cached
+    metrics, wiring = outcome.metrics, outcome.wiring
+    result = {
+        "run_id": outcome.run_id,
+        "output_ids": outcome.output_ids,
+        "steps": [
+            {"drafted": s.drafted_ids, "accepted": s.accepted_count, "bonus": s.bonus_id, "tree": s.tree}
+            for s in outcome.steps
+        ],
+        "mean_accept_length": metrics["mean_accept_length"],
+        "accepted_per_step": [s.accepted_count for s in outcome.steps],
+        "per_position_marginal": metrics["per_position_marginal"],
+        "per_position_conditional": metrics["per_position_conditional"],
+        "aux_hf_indices": list(wiring.aux_hf_indices),
+        "wiring_source": wiring.source,
+        "engine": outcome.engine,
+        "acceptance_rate": metrics["acceptance_rate"],
+        "accept_histogram": metrics["accept_histogram"],
+        "num_steps": args.steps,
+        "device": str(target.device),
+        "dtype": str(target.dtype).replace("torch.", ""),
+        "self_disagreement_per_1000": metrics.get("self_disagreement_per_1000"),
+        "mode": decoding_mode(outcome.params),
+        "topk": outcome.params["topk"],
+        "num_draft_tokens": outcome.params["num_draft_tokens"],
+        "requested": outcome.params["requested"],
+        "sampling": {
+            k: outcome.params[k] for k in ("temperature", "top_p", "top_k", "seed", "sampling_rule")
+        },
+        "draft_attention": outcome.params["draft_attention"],
+        "expected_accept_length": metrics.get("expected_accept_length"),
+        "definitions": {
+            k: DEFINITIONS[k]
+            for k in (
+                "mean_accept_length",
+                "per_position_marginal",
+                "per_position_conditional",
+                "acceptance_rate",
+                "self_disagreement_per_1000",
+                "expected_accept_length",
+            )
+        },
+    }
+    text = (
+        f"run {outcome.run_id}: {len(outcome.output_ids)} tokens in {len(outcome.steps)} verify steps, "
+        f"accept length {fmt(metrics['mean_accept_length'])} (mean of a+1, bonus included), "
+        f"K={args.steps}, {decoding_mode(outcome.params)}, aux HF indices {list(wiring.aux_hf_indices)} "
+        f"({wiring.source})"
+    )
+    if metrics.get("expected_accept_length") is not None and outcome.params.get("sampling_rule"):
+        text += f"; expected accept length {fmt(metrics['expected_accept_length'])}"
+    if target.tokenizer is not None:
+        text += "\n" + target.tokenizer.decode(outcome.output_ids)
+    return result, text
+
+
+def cmd_teacher(args) -> tuple[dict, str]:
+    from backend.engine.teacher import TeacherCounts, teacher_forced_counts
+
+    samples, rejected = load_samples(args.samples, checked_vocab(args), args.limit)
+    target, draft, wiring, view = load_pair(args, max(len(s.input_ids) for s in samples))
+    totals = TeacherCounts([0] * args.steps, [0] * args.steps)
+    bar = progress_bar(len(samples), "teacher")
+    bar.unit = "sample"
+    for sample in samples:
+        totals.add(
+            teacher_forced_counts(
+                target, draft, wiring, sample.input_ids, sample.loss_mask, args.steps, view.math
+            )
+        )
+        bar.update(1)
+    bar.close()
+    result = {
+        "acc_per_step": totals.acc_per_step,
+        "simulated_accept_length": totals.simulated_accept_length,
+        "n_positions": totals.counted[0],
+        "n_samples": len(samples),
+        "aux_hf_indices": list(wiring.aux_hf_indices),
+        "wiring_source": wiring.source,
+        "engine": view.engine,
+        "rejected": [{"line": r.line, "reason": r.reason} for r in rejected],
+    }
+    text = (
+        f"{len(samples)} samples, {totals.counted[0]} loss-masked positions; acc_k = "
+        + ", ".join(fmt(a) for a in totals.acc_per_step)
+        + f"; simulated accept length {fmt(totals.simulated_accept_length)} (sum_k prod_j<=k acc_j, no bonus)"
+    )
+    return result, text
+
+
+def checked_vocab(args) -> int:
+    """The target's vocab size from its config, after both configs are checked: a bad target,
+    draft or flag is reported before any weights load (seconds, and progress bars, later)."""
+    from backend.engine.draft_config import read_draft_config
+    from backend.engine.loading import pick_device, read_target_config
+    from backend.engine.wiring import check_indices
+
+    config = read_target_config(args.target)
+    if isinstance(getattr(args, "draft", None), str):
+        read_draft_config(args.draft)
+    if getattr(args, "aux_hf_indices", None) is not None:  # a wiring the target cannot have, before loading
+        check_indices(args.aux_hf_indices, config.num_hidden_layers)
+    pick_device(getattr(args, "device", None))
+    return config.vocab_size
+
+
+def load_samples(path: str, vocab_size: int, limit: int | None):
+    from backend.data.samples import read_jsonl
+
+    samples, rejected = read_jsonl(path, vocab_size)
+    if not samples:
+        raise BadInput(
+            f"{path}: no valid sample"
+            + (f" (line {rejected[0].line}: {rejected[0].reason})" if rejected else "")
+        )
+    return (samples[:limit] if limit else samples), rejected
+
+
+def cmd_diagnose(args) -> tuple[dict, str]:
+    from backend.diagnostics.diagnose import DiagnoseOptions
+    from backend.service.diagnosis import diagnose, serving_engine
+
+    serving_engine(args.engine, args.sglang, args.vllm)  # contradictions before anything loads
+    if args.request:
+        from backend.diagnostics.serving_features import read_request_bodies
+
+        read_request_bodies(args.request)  # a bad request file before anything loads
+    vocab = checked_vocab(args)
+    samples = load_samples(args.samples, vocab, args.limit)[0] if args.samples else []
+    bar, progress = percent_bar("diagnose")
+
+    try:
+        options = DiagnoseOptions(
+            sglang=args.sglang,
+            vllm=args.vllm,
+            context=args.context,
+            engine=args.engine,
+            request_file=args.request,
+            num_steps=args.steps,
+            live_samples=max(0, args.live),
+            device=args.device,
+            dtype=args.dtype,
+        )
+        result = diagnose(args.target, args.draft, samples, options, progress)
+    finally:
+        bar.close()
+    lines = [f"verdict: {result['verdict'].upper()}: {result['headline']}"]
+    for finding in result["findings"]:
+        lines.append(f"  {finding['severity'].upper():4} {finding['class']}: {finding['message']}")
+        if finding["fix"]:
+            lines.append(f"       fix: {finding['fix']}")
+    lines += [f"  ({check}: {what})" for check, what in result["checks"].items()]
+    return result, "\n".join(lines)
+
+
+def cmd_probe(args) -> tuple[dict, str]:
+    from backend.diagnostics.probe import ProbeSettings, run_probe
+
+    samples, _ = load_samples(args.samples, checked_vocab(args), args.limit)
+    target, draft, wiring, view = load_pair(args, max(len(s.input_ids) for s in samples))
+    bar, progress = percent_bar("probe")
+
+    try:
+        settings = ProbeSettings(args.steps, args.budget, args.live, args.live_tokens)
+        report = run_probe(target, draft, wiring, samples, settings, progress, view.math)
+    finally:
+        bar.close()
+    lines = [f"{'HF indices':>14}  acc_0  pred. AL  label"]
+    for c in report.candidates[:12]:
+        predicted = "  n/a " if c.simulated is None else f"{1 + c.simulated:6.2f}"
+        lines.append(
+            f"{str(list(c.aux_hf_indices)):>14}  {c.acc_step0:.3f}  {predicted}    {'; '.join(c.labels)}"
+        )
+    lines.append(f"({len(report.candidates)} candidates, {report.n_samples} samples, {report.seconds:.1f} s)")
+    lines.append(report.verdict)
+    return report.to_dict(), "\n".join(lines)
+
+
+def cmd_evaluate(args) -> tuple[dict, str]:
+    from pathlib import Path
+
+    from backend.data.importer import check_source, read_dataset
+
+    check_source(args.samples)  # a bad path is refused before the model stack is imported
+    from backend.engine.loading import read_target_config
+    from backend.service import evaluate
+
+    drafts = args.draft or [default_draft()]
+    tokenizer = None
+    if args.format in (None, "sharegpt", "prompts"):
+        from backend.engine.loading import load_tokenizer
+
+        tokenizer = load_tokenizer(args.target)  # None when it has none or it cannot be read
+    vocab = read_target_config(args.target).vocab_size
+    dataset = read_dataset(args.samples, tokenizer, vocab, args.format)
+    samples = [s for s in dataset.samples if not args.source or args.source in (s.source or "")]
+    for index, sample in enumerate(dataset.samples):
+        sample.index = index  # the position in the file's valid samples, as replay --index counts
+    samples = samples[: args.limit] if args.limit else samples
+    if not samples:
+        why = (
+            f"; {len(dataset.rejected)} rejected, the first: line {dataset.rejected[0].line}: {dataset.rejected[0].reason}"
+            if dataset.rejected
+            else ""
+        )
+        raise BadInput(f"{args.samples}: no sample to evaluate (after --source / --limit){why}")
+    settings = replay_settings(args)
+    plan = evaluate.Plan(
+        args.target, drafts, samples, settings, str(args.samples), {d: Path(d).name or d for d in drafts}
+    )
+    total = len(drafts) * len(samples)
+    bar = progress_bar(total, "evaluate", unit="run")
+
+    def report(fraction: float, message: str) -> None:
+        bar.update(round(fraction * total) - bar.n)
+        bar.set_postfix_str(message[-60:], refresh=False)
+
+    try:
+        result = evaluate.evaluate(
+            args.db, plan, not args.no_resume, report, args.ray, args.workers, args.ray_timeout
+        )
+    finally:
+        bar.close()
+    text = (
+        f"{len(samples)} samples x {len(drafts)} drafts: {result['replayed']} replayed, {result['reused']} "
+        f"already stored\n" + evaluate.table(result)
+    )
+    return result, text
