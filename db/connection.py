@@ -1,0 +1,104 @@
+"""The database: its URL, an engine with its schema ready, sessions, and where artifacts go."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from sqlalchemy import create_engine, event
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from backend import BadInput
+from db import schema
+
+DEFAULT_DB_PATH = Path("data") / "speclens.db"
+
+
+def database_url(url: str | None = None) -> str:
+    """Explicit URL, else SPECLENS_DB_URL, else the SQLite file data/speclens.db."""
+    return url or os.environ.get("SPECLENS_DB_URL") or f"sqlite:///{DEFAULT_DB_PATH}"
+
+
+def make_engine(url: str | None = None) -> Engine:
+    """An engine on `url` with its schema created or upgraded (db/schema.py). SQLite: WAL, foreign
+    keys, writers wait for each other. PostgreSQL (psycopg 3): connections checked before use (a
+    shared server restarts), JSON written strictly (PostgreSQL refuses NaN and Infinity)."""
+    url = database_url(url)
+    if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
+        Path(url[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
+    opened = schema.engine_url(url)
+    try:
+        if opened.startswith("postgresql"):
+            engine = create_engine(opened, pool_pre_ping=True, json_serializer=strict_json)
+        else:
+            engine = create_engine(opened)
+    except ImportError as error:  # mysql://, oracle://...: a dialect whose driver is not installed
+        raise BadInput(
+            f"database {schema.display_name(url)}: its driver is not installed ({error.name or error}); "
+            "SpecLens ships drivers for SQLite and PostgreSQL (psycopg 3)"
+        ) from None
+    if engine.dialect.name == "sqlite":
+
+        @event.listens_for(engine, "connect")
+        def _sqlite_pragmas(connection, _record):
+            cursor = connection.cursor()
+            try:  # readers (the dashboard) never block the writer; a read-only folder keeps its mode
+                cursor.execute("PRAGMA journal_mode=WAL")
+            except sqlite3.DatabaseError:
+                pass
+            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.execute("PRAGMA busy_timeout=30000")  # concurrent writers wait instead of failing
+            cursor.close()
+
+    schema.prepare(engine, url)
+    return engine
+
+
+def strict_json(value) -> str:
+    """JSON that PostgreSQL's json type accepts: a non-finite float (NaN, Infinity) is written as
+    null instead of failing the whole write (SQLite keeps them as Python's json writes them)."""
+    try:
+        return json.dumps(value, allow_nan=False)
+    except ValueError:
+        return json.dumps(_finite(value), allow_nan=False)
+
+
+def _finite(value):
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value
+
+
+def artifact_root(url: str | None = None) -> Path:
+    """Where safetensors artifacts go: beside a SQLite file, else SPECLENS_ARTIFACT_DIR or data/artifacts."""
+    url = database_url(url)
+    if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
+        return Path(url[len("sqlite:///") :]).parent / "artifacts"
+    return Path(os.environ.get("SPECLENS_ARTIFACT_DIR", "data/artifacts"))
+
+
+def session_factory(engine: Engine) -> sessionmaker:
+    return sessionmaker(engine, expire_on_commit=False)
+
+
+@contextmanager
+def session_scope(factory: sessionmaker) -> Iterator[Session]:
+    session = factory()
+    try:
+        yield session
+        session.commit()
+    except BaseException:
+        session.rollback()
+        raise
+    finally:
+        session.close()

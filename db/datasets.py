@@ -1,0 +1,104 @@
+"""Datasets and their samples: stored (at once or streamed), listed, read, deleted."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import func, insert, select
+from sqlalchemy.orm import Session
+
+from backend.data.samples import Sample
+from db.models import Dataset, SampleRow
+
+# ------------------------------------------------------------------------------ datasets
+
+
+@dataclass
+class DatasetInfo:
+    id: int
+    name: str
+    path: str | None
+    format: str
+    created_at: datetime
+    sample_count: int = 0
+
+
+def create_dataset(
+    session: Session, *, name: str, path: str | None, format: str, samples: Iterable[Sample]
+) -> int:
+    """The dataset and all its samples in the caller's transaction: all land or none."""
+    return create_dataset_streaming(session, name=name, path=path, format=format, samples=samples)[0]
+
+
+def create_dataset_streaming(
+    session: Session, *, name: str, path: str | None, format: str, samples: Iterable[Sample], batch: int = 256
+) -> tuple[int, int]:
+    """(dataset id, samples stored): the samples are inserted in batches as the iterator yields
+    them, inside the caller's one transaction (all land or none; memory: one batch)."""
+    dataset = Dataset(name=name, path=path, format=format)
+    session.add(dataset)
+    session.flush()
+    rows, count = [], 0
+    for s in samples:
+        rows.append(
+            {
+                "dataset_id": dataset.id,
+                "index": count,
+                "line": s.line,
+                "source": s.source or "",
+                "input_ids": list(s.input_ids),
+                "loss_mask": list(s.loss_mask),
+                "prompt_len": s.prompt_len,
+                "seq_len": len(s.input_ids),
+                "extra": dict(s.extra or {}),
+            }
+        )
+        count += 1
+        if len(rows) >= batch:
+            session.execute(insert(SampleRow), rows)
+            rows = []
+    if rows:
+        session.execute(insert(SampleRow), rows)
+    return dataset.id, count
+
+
+def delete_dataset(session: Session, dataset_id: int) -> str | None:
+    """Delete a dataset and its samples (runs keep their prompts; their sample link is cleared).
+    Returns the dataset's source path, or None when there was no such dataset."""
+    dataset = session.get(Dataset, dataset_id)
+    if dataset is None:
+        return None
+    path = dataset.path or ""
+    session.delete(dataset)
+    return path
+
+
+def list_datasets(session: Session) -> list[DatasetInfo]:
+    counts = dict(
+        session.execute(select(SampleRow.dataset_id, func.count()).group_by(SampleRow.dataset_id)).all()
+    )
+    rows = session.scalars(select(Dataset).order_by(Dataset.id)).all()
+    return [DatasetInfo(d.id, d.name, d.path, d.format, d.created_at, counts.get(d.id, 0)) for d in rows]
+
+
+def _sample_info(row: SampleRow) -> Sample:
+    return Sample(
+        list(row.input_ids),
+        list(row.loss_mask),
+        row.prompt_len,
+        row.source,
+        row.line,
+        dict(row.extra or {}),
+        row.id,
+        row.dataset_id,
+        row.index,
+    )
+
+
+def get_samples(session: Session, dataset_id: int, limit: int | None = None) -> list[Sample]:
+    """The dataset's samples in order; the first `limit` only when given."""
+    query = select(SampleRow).where(SampleRow.dataset_id == dataset_id).order_by(SampleRow.index)
+    rows = session.scalars(query if limit is None else query.limit(limit))
+    return [_sample_info(row) for row in rows]
