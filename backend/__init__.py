@@ -14,8 +14,12 @@ checks this):
       metrics            acceptance metrics, each with the definition it is computed by
       preflight          a draft checked against a target before anything runs
       readings           how each engine (SGLang, vLLM, SpecForge, speculators, EAGLE) reads a draft
+      reading_fixes      where the readings part ways; the config change a serving engine needs
       records            the records the engine yields, one type per concept (torch-free)
-      replay             greedy chain speculative decoding, one verify step at a time
+      replay             speculative decoding replayed one verify step at a time (the loop)
+      step_state         what a step reads and leaves: ReplayConfig, caches, cursor, catch-up, budget
+      chain_step         one greedy chain step: draft, verify, accept, roll back, record
+      tree_step          one tree (or sampled) step: draft tree, tree-masked verify, acceptance walk
       safetensors_header a safetensors header checked before any tensor is read
       sampling           temperature sampling and each engine's acceptance rule
       shapes             a speculative step's shape and SGLang's rules for its flags (torch-free)

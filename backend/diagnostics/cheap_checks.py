@@ -10,7 +10,8 @@ import torch
 from backend.diagnostics.draft_head import is_head_check, missing_head_fix
 from backend.diagnostics.findings import Finding
 from backend.diagnostics.reading_probe import rope_scaling
-from backend.engine.readings import SERVING_ENGINES, VARIANT_FLAGS, wiring_fix
+from backend.engine.reading_fixes import wiring_fix
+from backend.engine.readings import SERVING_ENGINES, VARIANT_FLAGS
 from backend.engine.teacher import (
     draft_vocab_mask,
 )
@@ -52,7 +53,7 @@ def preflight_findings(report: dict, engine: str) -> list[Finding]:
             )
     training = report.get("training_engine")
     serving = engine if engine in SERVING_ENGINES else None
-    for fix in report.get("serving_fixes", []):  # readings.serving_wiring_findings: one per engine
+    for fix in report.get("serving_fixes", []):  # reading_fixes.serving_wiring_findings: one per engine
         if serving and fix["engine"] != serving:
             continue
         found.append(

@@ -23,13 +23,12 @@ from backend.engine.loading import (
     read_draft,
     read_target_config,
 )
+from backend.engine.reading_fixes import disagreements, serving_wiring_findings
 from backend.engine.readings import (
     DESCRIPTIONS,
     ENGINES,
     EngineView,
-    disagreements,
     read_as,
-    serving_wiring_findings,
     training_engine,
 )
 from backend.engine.wiring import Wiring, check_indices, override_wiring
@@ -49,7 +48,7 @@ class PreflightReport:
     engines: dict = field(default_factory=dict)  # engine name -> EngineView (backend/engine/readings.py)
     training_engine: str | None = None
     disagreements: list = field(default_factory=list)
-    serving_fixes: list = field(default_factory=list)  # readings.serving_wiring_findings
+    serving_fixes: list = field(default_factory=list)  # reading_fixes.serving_wiring_findings
 
     @property
     def ok(self) -> bool:

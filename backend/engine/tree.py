@@ -49,7 +49,7 @@ from backend.engine.sampling import (
 from backend.engine.shapes import TreeShape
 
 if TYPE_CHECKING:
-    from backend.engine.replay import ReplayConfig  # replay imports this module
+    from backend.engine.step_state import ReplayConfig
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""A copy of a draft with the serving fix written into its config.json (readings.wiring_fix): the
+"""A copy of a draft with the serving fix written into its config.json (reading_fixes.wiring_fix): the
 weights and every other file copied unchanged, so that the fixed draft can be served and checked
 (`serve-check --engine vllm --launch --draft OUT`) before the original is touched."""
 

@@ -192,7 +192,7 @@ def test_bad_config_and_empty_prompt_are_refused(pairs):
 
 
 def test_accept_rule():
-    from backend.engine.replay import accepted_prefix_length
+    from backend.engine.chain_step import accepted_prefix_length
 
     assert accepted_prefix_length([1, 2, 3], [1, 2, 9, 4]) == 2
     assert accepted_prefix_length([5, 2, 3], [1, 2, 3, 4]) == 0
@@ -200,7 +200,7 @@ def test_accept_rule():
 
 
 def test_commit_stops_at_eos_and_the_budget():
-    from backend.engine.replay import commit_within_budget
+    from backend.engine.step_state import commit_within_budget
 
     assert commit_within_budget([4, 5, 6], produced=2, eos={9}, max_new_tokens=10) == ([4, 5, 6], False)
     assert commit_within_budget([4, 9, 6], produced=2, eos={9}, max_new_tokens=10) == ([4, 9], True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from backend.engine.readings import wiring_fix
+from backend.engine.reading_fixes import wiring_fix
 from backend.service.engine_check import compare, first_difference
 from tests.support.cli import cli_json, run_cli
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from backend.engine.capture import AuxCapture
-from backend.engine.replay import accepted_prefix_length
+from backend.engine.chain_step import accepted_prefix_length
 
 
 @torch.inference_mode()

@@ -1,0 +1,238 @@
+"""One greedy chain step (topk 1, greedy acceptance): steps 1-7 of docs/reference.md §4 as replay.py's
+docstring lists them."""
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from backend.engine.draft_model import Eagle3Draft
+from backend.engine.kv_cache import KVCache
+from backend.engine.loading import Target
+from backend.engine.metrics import simulated_accept_length
+from backend.engine.penalties import History, Penalties
+from backend.engine.records import StepRecord
+from backend.engine.step_state import (
+    Caches,
+    Cursor,
+    ReplayConfig,
+    commit_within_budget,
+    draft_catch_up,
+    elapsed_ms,
+)
+from backend.engine.wiring import Wiring
+
+
+@dataclass
+class Proposal:
+    """The chain d_1..d_K and, when recording, what the draft believed about each token."""
+
+    drafted_ids: list[int] = field(default_factory=list)
+    probs: list[float] = field(default_factory=list)
+    top_ids: list[list[int]] = field(default_factory=list)
+    top_probs: list[list[float]] = field(default_factory=list)
+    hidden: list[torch.Tensor] = field(default_factory=list)
+
+
+@dataclass
+class Verdict:
+    """What the target's verify forward decided."""
+
+    target_argmax: list[int]  # argmax of rows 0..K
+    accepted: int  # a
+    bonus: int  # argmax of row a
+    features: torch.Tensor  # [a+1, 3*Ht] fused features of positions n..n+a
+    logits: torch.Tensor  # [K+1, V]
+
+    @property
+    def emitted(self) -> list[int]:
+        return self.target_argmax[: self.accepted] + [self.bonus]
+
+
+def accepted_prefix_length(drafted: list[int], target_argmax: list[int]) -> int:
+    """Greedy acceptance: the longest prefix where d_i equals the argmax of the row before it."""
+    accepted = 0
+    while accepted < len(drafted) and drafted[accepted] == target_argmax[accepted]:
+        accepted += 1
+    return accepted
+
+
+def draft_chain(
+    draft: Eagle3Draft,
+    cache: KVCache,
+    hidden: torch.Tensor,
+    position: int,
+    config: ReplayConfig,
+    history: History | None = None,
+) -> Proposal:
+    """2. Propose d_1..d_K. `hidden` is the catch-up output at `position` (= n-1); step j feeds
+    (out_{j-1}, d_j) at RoPE position n-1+j.
+
+    The chain stays on the device: each d_j is fed back as the tensor it was computed as, and the
+    host reads the K proposals once, at the end (on a GPU, no synchronisation per draft step). When
+    recording, the probabilities and top-k alternatives of all K steps come from one softmax and one
+    top-k over the K logit rows, read with one copy."""
+    proposal = Proposal()
+    device = hidden.device
+    positions = torch.arange(position + 1, position + config.num_steps, device=device)
+    drafted, rows = [], []
+    for j in range(1, config.num_steps + 1):
+        logits = draft.logits(hidden, config.math)[-1]
+        if history is not None and config.penalties.on_draft:  # the draft mirrors the penalty
+            to_target = draft.to_target_ids(torch.arange(logits.shape[-1], device=device))
+            logits = history.apply_mapped(logits, config.penalties, to_target, [int(t) for t in drafted])
+        target_id = draft.to_target_ids(logits.argmax())
+        drafted.append(target_id)
+        if config.record:
+            rows.append(logits)
+            proposal.hidden.append(hidden[-1].detach().to("cpu"))
+        if j < config.num_steps:
+            fed = draft.feedback(hidden, config.math)  # out, or norm(out) under EAGLE 3.1 readings
+            hidden = draft(fed, target_id.view(1), positions[j - 1 : j], cache, math=config.math)
+    proposal.drafted_ids = torch.stack(drafted).tolist()
+    if config.record:
+        probs = torch.softmax(torch.stack(rows), dim=-1)
+        top = probs.topk(min(config.top_alternatives, probs.shape[-1]))
+        proposal.probs = top.values[:, 0].tolist()  # the argmax's probability: d_j's own
+        proposal.top_ids = draft.to_target_ids(top.indices).tolist()
+        proposal.top_probs = top.values.tolist()
+    return proposal
+
+
+def verify(
+    target: Target,
+    wiring: Wiring,
+    cache,
+    cursor: Cursor,
+    drafted: list[int],
+    penalised: tuple[History, Penalties] | None = None,
+) -> Verdict:
+    """3-4. One target forward over [x_n, d_1..d_K]; accept the longest agreeing prefix (of the
+    penalised rows when the request has penalties: row i after d_1..d_i)."""
+    ids = torch.tensor([[cursor.pending] + drafted], device=target.device)
+    output = target.runner.forward(ids, cache, cursor.position, capture=wiring.aux_hf_indices)
+    logits = output.logits[0]
+    if penalised is not None:
+        history, penalties = penalised
+        logits = history.apply(logits, penalties, drafted)
+    target_argmax = logits.argmax(-1).tolist()
+    accepted = accepted_prefix_length(drafted, target_argmax)
+    features = output.features(wiring.aux_hf_indices)[: accepted + 1]
+    return Verdict(target_argmax, accepted, target_argmax[accepted], features, logits)
+
+
+def roll_back(target_cache, draft_cache: KVCache, cursor: Cursor, accepted: int) -> None:
+    """5. Keep x_n, d_1..d_a in the target cache; drop the draft's speculative chain entries."""
+    target_cache.crop(cursor.position + accepted + 1)
+    draft_cache.crop(cursor.position)
+
+
+def step_record(
+    step_index: int,
+    cursor: Cursor,
+    proposal: Proposal,
+    verdict: Verdict,
+    committed: list[int],
+    draft_ms: float,
+    verify_ms: float,
+    record: bool,
+) -> StepRecord:
+    """7. The step's record, built once."""
+    recorded = {}
+    if record:
+        target_probs = torch.softmax(verdict.logits.float(), dim=-1)
+        recorded = dict(
+            target_argmax_probs=target_probs.max(-1).values.tolist(),
+            draft_probs=proposal.probs,
+            draft_top_ids=proposal.top_ids,
+            draft_top_probs=proposal.top_probs,
+            # rows for positions n..n+c: a step cut short keeps no features past the output
+            aux_features=verdict.features[: min(len(committed), verdict.accepted) + 1].to("cpu"),
+            draft_hidden=torch.stack(proposal.hidden),
+        )
+    return StepRecord(
+        step_index,
+        cursor.position,
+        cursor.pending,
+        proposal.drafted_ids,
+        verdict.accepted,
+        verdict.bonus,
+        committed,
+        verdict.target_argmax,
+        draft_ms,
+        verify_ms,
+        tree=chain_tree(proposal, verdict, recorded.get("target_argmax_probs")),
+        **recorded,
+    )
+
+
+def chain_tree(proposal: Proposal, verdict: Verdict, argmax_probs: list[float] | None) -> dict:
+    """A greedy chain step as a tree: node j hangs from node j-1, scores are the running product
+    of the draft's probabilities (recorded runs), each node is accepted iff it is the argmax."""
+    drafted, accepted = proposal.drafted_ids, verdict.accepted
+    tree = {
+        "tokens": list(drafted),
+        "parents": list(range(-1, len(drafted) - 1)),
+        "depths": list(range(1, len(drafted) + 1)),
+        "accepted_path": list(range(accepted)),
+        "decisions": ["accepted"] * accepted + ["rejected"] + ["unreached"] * (len(drafted) - accepted - 1)
+        if accepted < len(drafted)
+        else ["accepted"] * accepted,
+    }
+    if proposal.probs:
+        scores, running = [], 1.0
+        for p in proposal.probs:
+            running *= p
+            scores.append(running)
+        tree.update(scores=scores, draft_probs=list(proposal.probs))
+        tree["accept_probs"] = [float(d == a) for d, a in zip(drafted, verdict.target_argmax, strict=False)]
+        tree["expected_accepted"] = float(
+            simulated_accept_length(tree["accept_probs"])
+        )  # sum of path products
+        tree["argmax"], tree["argmax_probs"] = list(verdict.target_argmax), list(argmax_probs or [])
+    return tree
+
+
+def chain_step(
+    target: Target,
+    draft: Eagle3Draft,
+    wiring: Wiring,
+    caches: Caches,
+    cursor: Cursor,
+    config: ReplayConfig,
+    history: History | None,
+    step_index: int,
+) -> tuple[StepRecord, Cursor | None]:
+    """One verify step of the greedy chain. Returns the record and the next cursor (None when the
+    replay is finished); a request's penalty history takes the committed tokens."""
+    device, target_cache, draft_cache = target.device, caches.target, caches.draft
+    started = time.perf_counter()
+    hidden = draft_catch_up(draft, draft_cache, cursor, config.math)  # 1
+    proposal = draft_chain(draft, draft_cache, hidden, cursor.position - 1, config, history)  # 2
+    draft_ms = elapsed_ms(started, device)
+
+    started = time.perf_counter()
+    penalised = None if history is None else (history, config.penalties)
+    verdict = verify(target, wiring, target_cache, cursor, proposal.drafted_ids, penalised)  # 3, 4
+    roll_back(target_cache, draft_cache, cursor, verdict.accepted)  # 5
+    verify_ms = elapsed_ms(started, device)
+
+    eos = set(target.eos_token_ids)
+    committed, finished = commit_within_budget(
+        verdict.emitted, cursor.produced, eos, config.max_new_tokens
+    )  # 6
+    record = step_record(
+        step_index, cursor, proposal, verdict, committed, draft_ms, verify_ms, config.record
+    )  # 7
+    if finished:
+        return record, None
+    if history is not None:
+        history.add(committed)
+    return record, Cursor(
+        cursor.position + verdict.accepted + 1,
+        verdict.bonus,
+        cursor.produced + len(committed),
+        verdict.features,
+        verdict.emitted,
+        cursor.position,
+    )

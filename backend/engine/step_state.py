@@ -1,0 +1,117 @@
+"""The state one verify step reads and leaves: the replay's settings (ReplayConfig), the two caches,
+the cursor, the draft's catch-up over the committed positions, and committing within the budget.
+
+Chain steps (chain_step.py) and tree steps (tree_step.py) share these; replay.py runs the loop."""
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from backend.engine.draft_model import Eagle3Draft
+from backend.engine.kv_cache import KVCache
+from backend.engine.penalties import NONE as NO_PENALTIES
+from backend.engine.penalties import Penalties
+from backend.engine.readings import DraftMath
+from backend.engine.sampling import GREEDY, Sampling
+from backend.engine.shapes import DRAFT_ATTENTION, TreeShape
+
+
+@dataclass(frozen=True)
+class ReplayConfig:
+    num_steps: int = 4  # K: drafted tokens per verify step
+    max_new_tokens: int = 128
+    record: bool = True  # probabilities, top-k alternatives and hidden states
+    top_alternatives: int = 5
+    math: DraftMath | None = None  # the draft's math under an engine's reading (None: the training reading)
+    topk: int = 1  # k: children per frontier node (1: a chain)
+    num_draft_tokens: int | None = None  # N: verified tokens incl. the root (SGLang's effective value)
+    sampling: Sampling = GREEDY
+    draft_attention: str = "ancestors"  # tree drafts: true ancestors, or SGLang's per-rank KV slots
+    force_tree: bool = False  # run a chain through the tree path (tests: topk 1 equals the chain)
+    penalties: Penalties = NO_PENALTIES  # on the target when it verifies (and the draft if on_draft)
+
+    def __post_init__(self):
+        if self.num_steps < 1:
+            raise ValueError("num_steps (K) must be >= 1")
+        if self.max_new_tokens < 1:
+            raise ValueError("max_new_tokens must be >= 1")
+        if self.topk < 1:
+            raise ValueError("topk must be >= 1")
+        if self.num_draft_tokens is None:
+            if self.topk > 1:
+                raise ValueError("topk > 1 needs num_draft_tokens")
+            object.__setattr__(self, "num_draft_tokens", self.num_steps + 1)
+        if self.topk == 1 and self.num_draft_tokens != self.num_steps + 1:
+            raise ValueError("a chain (topk 1) verifies num_steps + 1 tokens")
+        if not 2 <= self.num_draft_tokens <= self.shape.max_candidates + 1:
+            raise ValueError(
+                f"num_draft_tokens must be in 2..{self.shape.max_candidates + 1} for steps="
+                f"{self.num_steps}, topk={self.topk}"
+            )
+        if self.penalties.active and self.uses_tree_path:
+            raise ValueError("sampling penalties replay on the greedy chain only (topk 1, temperature 0)")
+        if self.draft_attention not in DRAFT_ATTENTION:
+            raise ValueError(f"draft_attention must be one of {', '.join(DRAFT_ATTENTION)}")
+
+    @property
+    def shape(self) -> TreeShape:
+        return TreeShape(self.num_steps, self.topk, self.num_draft_tokens)
+
+    @property
+    def uses_tree_path(self) -> bool:
+        return self.topk > 1 or not self.sampling.greedy or self.force_tree
+
+
+@dataclass(frozen=True)
+class Caches:
+    """The two KV caches of one replay: the target's (its runner's) and the draft's."""
+
+    target: object
+    draft: KVCache
+
+
+@dataclass
+class Cursor:
+    """Where the decode stands: the pending token x_n at position n, and what the draft must catch
+    up on (the features and next tokens of the positions the target committed last)."""
+
+    position: int
+    pending: int
+    produced: int
+    catch_up_features: torch.Tensor
+    catch_up_tokens: list[int]
+    catch_up_start: int
+
+
+def draft_catch_up(
+    draft: Eagle3Draft, cache: KVCache, cursor: Cursor, math: DraftMath | None = None
+) -> torch.Tensor:
+    """1. Run the draft over committed positions with (A_p, x_{p+1}); return the last output hidden
+    [1, H], from which d_1 is read."""
+    features, tokens, start = cursor.catch_up_features, cursor.catch_up_tokens, cursor.catch_up_start
+    device = features.device
+    positions = torch.arange(start, start + len(tokens), device=device)
+    hidden = draft(
+        draft.fuse(features, math), torch.tensor(tokens, device=device), positions, cache, math=math
+    )
+    return hidden[-1:]
+
+
+def commit_within_budget(
+    emitted: list[int], produced: int, eos: set[int], max_new_tokens: int
+) -> tuple[list[int], bool]:
+    """6. The emitted tokens that fit: up to and including an EOS, at most max_new_tokens in all.
+    Returns (committed, finished)."""
+    committed = []
+    for token in emitted:
+        committed.append(token)
+        if token in eos or produced + len(committed) >= max_new_tokens:
+            return committed, True
+    return committed, False
+
+
+def elapsed_ms(started: float, device: torch.device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return (time.perf_counter() - started) * 1000.0
