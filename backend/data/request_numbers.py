@@ -9,22 +9,21 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from backend import BadInput
+from backend.engine.metrics import definitions, position_rates
 
 MEAN_TOLERANCE = 1e-3  # an engine's own ratio vs the one its counts give (ModelOpt rounds to 6 digits)
 
-DEFINITIONS = {
-    "accept_length": "accept length: mean over verify steps of a + 1 (a accepted drafts, bonus token "
-    "included) = 1 + accepted drafts / verify steps",
-    "pooled_accept_length": "pooled accept length: total (a + 1) over all verify steps of all requests / "
-    "total verify steps (step-weighted; a long request weighs more)",
-    "accept_length_per_request_mean": "mean over requests with a verify step of each request's accept "
-    "length (a short request weighs as much as a long one)",
-    "accept_length_per_request_ci95": "95% confidence interval of the per-request mean: mean +- t(0.975, "
-    "n-1) x s / sqrt(n) over the requests (accept length varies about +-50% between prompts)",
-    "acceptance_rate": "accepted drafts / drafted tokens",
-    "per_position_marginal": "P(a >= i) over verify steps, i = 1..K",
-    "per_position_conditional": "P(a >= i | a >= i-1), i = 1..K; null where no step reached i-1",
-}
+DEFINITIONS = definitions(  # the per-request result's keys, from the one DEFINITIONS
+    {
+        "accept_length": "mean_accept_length",
+        "pooled_accept_length": "pooled_accept_length",
+        "accept_length_per_request_mean": "mean_accept_length_over_prompts",
+        "accept_length_per_request_ci95": "mean_ci95",
+        "acceptance_rate": "acceptance_rate",
+        "per_position_marginal": "per_position_marginal",
+        "per_position_conditional": "per_position_conditional",
+    }
+)
 
 CONVERTED = {
     "vllm": "vLLM metrics.speculative_decoding: a from acceptance_histogram (index = accepted drafts, "
@@ -164,13 +163,7 @@ def dense(histogram: dict | list, where: Where, name: str) -> list[int]:
 def histogram_metrics(histogram: list[int], k: int | None) -> tuple[list, list]:
     """(marginal, conditional) for positions 1..K, K = the configured draft length where known, else
     the largest a observed (positions past it are then not reported: nothing says they were drafted)."""
-    steps = sum(histogram)
-    positions = k if k is not None else len(histogram) - 1
-    padded = histogram + [0] * max(0, positions + 1 - len(histogram))
-    reached = [sum(padded[i:]) for i in range(positions + 1)]  # reached[0] = steps
-    marginal = [reached[i] / steps if steps else None for i in range(1, positions + 1)]
-    conditional = [reached[i] / reached[i - 1] if reached[i - 1] else None for i in range(1, positions + 1)]
-    return marginal, conditional
+    return position_rates(histogram, k if k is not None else len(histogram) - 1)
 
 
 def check_histogram(n: RequestNumbers, where: Where) -> None:

@@ -17,15 +17,15 @@ import re
 from dataclasses import asdict, dataclass, field
 
 from backend import BadInput
+from backend.engine.metrics import definitions
 
-DEFINITIONS = {
-    "sglang": "accept length = mean of the logged `accept len` values (SGLang logs, per decode-log interval, "
-    "accepted tokens per verify step including the bonus)",
-    "vllm": "accept length = 1 + accepted tokens / drafts (vLLM mean acceptance length, bonus included); "
-    "per-position = accepted tokens at position i / drafts (P(a > i), marginal)",
-    "vllm-v0": "accept length = emitted tokens / verify steps, verify steps = draft tokens / K "
-    "(needs K; vLLM V0 exposes no draft count)",
-}
+DEFINITIONS = definitions(  # by where the server's number was read, from the one DEFINITIONS
+    {
+        "sglang": "sglang_log_accept_length",
+        "vllm": "vllm_metrics_accept_length",
+        "vllm-v0": "vllm_v0_metrics_accept_length",
+    }
+)
 
 
 @dataclass

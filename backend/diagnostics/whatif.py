@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from backend.engine.metrics import simulated_accept_length
+from backend.engine.metrics import accept_histogram, position_rates, simulated_accept_length
 
 MODEL = (
     "AL(K) = 1 + sum_k prod_{i<=k} alpha_i (alpha_i: measured conditional acceptance); "
@@ -34,11 +34,8 @@ class WhatIfRow:
 
 
 def conditional_rates(accepted_counts: list[int], num_steps: int) -> list[float | None]:
-    rates = []
-    for i in range(1, num_steps + 1):
-        reached = sum(1 for a in accepted_counts if a >= i - 1)
-        rates.append(sum(1 for a in accepted_counts if a >= i) / reached if reached else None)
-    return rates
+    """P(a >= i | a >= i-1), i = 1..K, of the measured steps (metrics.position_rates)."""
+    return position_rates(accept_histogram(accepted_counts, num_steps), num_steps)[1]
 
 
 def predict(

@@ -32,6 +32,19 @@ DEFINITIONS = {
     "self_disagreement_per_1000": "positions per 1,000 where the target's argmax over a (K+1)-token verify "
     "forward differs from its argmax over 1-token decodes of the same prefix, in the run's dtype (measured "
     "for non-fp32 runs: where the replay may legitimately leave plain greedy decoding)",
+    # Over several requests or runs (served numbers, evaluate, Compare)
+    "pooled_accept_length": "pooled accept length: total (a + 1) over all verify steps of all requests (or "
+    "runs) / total verify steps (step-weighted; a long request weighs more)",
+    "mean_accept_length_over_prompts": "mean over requests (or runs, one a prompt) with a verify step of "
+    "each one's accept length (a short one weighs as much as a long one); those without a step are left out",
+    "tokens_per_s": "output tokens / decode time (draft + verify, prefill excluded), summed over runs",
+    # What a server's own aggregate number means, by where it was read (observe)
+    "sglang_log_accept_length": "accept length = mean of the logged `accept len` values (SGLang logs, per "
+    "decode-log interval, accepted tokens per verify step including the bonus)",
+    "vllm_metrics_accept_length": "accept length = 1 + accepted tokens / drafts (vLLM mean acceptance "
+    "length, bonus included); per-position = accepted tokens at position i / drafts (P(a > i), marginal)",
+    "vllm_v0_metrics_accept_length": "accept length = emitted tokens / verify steps, verify steps = draft "
+    "tokens / K (needs K; vLLM V0 exposes no draft count)",
 }
 
 
@@ -50,17 +63,39 @@ class AcceptanceMetrics:
         return asdict(self)
 
 
-def acceptance_metrics(accepted_counts: list[int], num_steps: int) -> AcceptanceMetrics:
-    """Metrics from the accepted count a of each verify step (0 <= a <= K)."""
+def definitions(names: dict[str, str] | tuple[str, ...]) -> dict[str, str]:
+    """The definitions an output carries, from the one DEFINITIONS: a tuple of keys, or {the output's
+    key: the DEFINITIONS key} where an output names a number its own way."""
+    pairs = names.items() if isinstance(names, dict) else ((name, name) for name in names)
+    return {key: DEFINITIONS[name] for key, name in pairs}
+
+
+def position_rates(histogram: list[int], positions: int) -> tuple[list, list]:
+    """(per_position_marginal, per_position_conditional) for positions 1..`positions` from an accept
+    histogram (entry a = verify steps accepting exactly a drafts): the one computation of both, for a
+    replay's steps, a server's histogram and the what-if alike. None where nothing was reached."""
+    steps = sum(histogram)
+    padded = list(histogram) + [0] * max(0, positions + 1 - len(histogram))
+    reached = [sum(padded[i:]) for i in range(positions + 1)]  # reached[0] = steps
+    marginal = [reached[i] / steps if steps else None for i in range(1, positions + 1)]
+    conditional = [reached[i] / reached[i - 1] if reached[i - 1] else None for i in range(1, positions + 1)]
+    return marginal, conditional
+
+
+def accept_histogram(accepted_counts: list[int], num_steps: int) -> list[int]:
+    """Verify steps accepting exactly a = 0..K drafts; ValueError for a count outside 0..K."""
     if any(not 0 <= a <= num_steps for a in accepted_counts):
         raise ValueError(f"accepted counts must lie in 0..{num_steps}: {accepted_counts}")
+    return [sum(1 for a in accepted_counts if a == k) for k in range(num_steps + 1)]
+
+
+def acceptance_metrics(accepted_counts: list[int], num_steps: int) -> AcceptanceMetrics:
+    """Metrics from the accepted count a of each verify step (0 <= a <= K)."""
+    histogram = accept_histogram(accepted_counts, num_steps)
+    marginal, conditional = position_rates(histogram, num_steps)
     steps = len(accepted_counts)
-    histogram = [sum(1 for a in accepted_counts if a == k) for k in range(num_steps + 1)]
-    reached = [sum(1 for a in accepted_counts if a >= i) for i in range(num_steps + 1)]  # reached[0] = steps
     if steps == 0:
-        return AcceptanceMetrics(
-            num_steps, 0, None, None, None, [None] * num_steps, [None] * num_steps, histogram
-        )
+        return AcceptanceMetrics(num_steps, 0, None, None, None, marginal, conditional, histogram)
     total = sum(accepted_counts)
     return AcceptanceMetrics(
         num_steps=num_steps,
@@ -68,10 +103,8 @@ def acceptance_metrics(accepted_counts: list[int], num_steps: int) -> Acceptance
         mean_accept_length=total / steps + 1.0,
         accepted_drafts_per_step=total / steps,
         acceptance_rate=total / (steps * num_steps),
-        per_position_marginal=[reached[i] / steps for i in range(1, num_steps + 1)],
-        per_position_conditional=[
-            reached[i] / reached[i - 1] if reached[i - 1] else None for i in range(1, num_steps + 1)
-        ],
+        per_position_marginal=marginal,
+        per_position_conditional=conditional,
         accept_histogram=histogram,
     )
 

@@ -14,21 +14,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from itertools import zip_longest
 
-from backend.engine.metrics import DEFINITIONS as METRIC_DEFINITIONS
-from backend.engine.metrics import mean_ci95
+from backend.engine.metrics import definitions, mean_ci95
 from backend.engine.records import Progress, no_progress
 from backend.service.requests import ReplayRequest
 
 WORST = 5  # samples listed per draft, lowest accept length first
 
-DEFINITIONS = {
-    "mean_accept_length": "mean over the draft's runs of each run's accept length (mean over its verify "
-    "steps of accepted drafts + 1, bonus included); runs without a verify step are left out",
-    "mean_accept_length_ci95": METRIC_DEFINITIONS["mean_ci95"] + " (over the draft's runs)",
-    "pooled_accept_length": "over all verify steps of all the draft's runs: accepted drafts + 1",
-    "per_position_marginal": "P(a >= i) over all verify steps of all the draft's runs",
-    "tokens_per_s": "output tokens / decode time (draft + verify, prefill excluded), summed over runs",
-}
+DEFINITIONS = definitions(  # evaluate's keys, from the one DEFINITIONS
+    {
+        "mean_accept_length": "mean_accept_length_over_prompts",
+        "mean_accept_length_ci95": "mean_ci95",
+        "pooled_accept_length": "pooled_accept_length",
+        "per_position_marginal": "per_position_marginal",
+        "tokens_per_s": "tokens_per_s",
+    }
+)
 
 
 @dataclass(frozen=True)
