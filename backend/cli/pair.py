@@ -195,7 +195,7 @@ def checked_vocab(args) -> int:
 
     config = read_target_config(args.target)
     if isinstance(getattr(args, "draft", None), str):
-        read_draft_config(args.draft)
+        read_draft_config(args.draft).check_buildable()
     if getattr(args, "aux_hf_indices", None) is not None:  # a wiring the target cannot have, before loading
         check_indices(args.aux_hf_indices, config.num_hidden_layers)
     pick_device(getattr(args, "device", None))

@@ -3,6 +3,10 @@
 Layouts met in the wild (docs/reference.md §1): SpecForge/SGLang (`LlamaForCausalLMEagle3`,
 nested `eagle_config`), EAGLE's own releases (`LlamaForCausalLM`), and vLLM speculators
 (`Eagle3Speculator`, the decoder settings nested in `transformer_layer_config`).
+
+Plain Python: the dashboard's server reads drafts with it and imports no torch. The transformers
+LlamaConfig the decoder layer is built from, and the checks transformers leaves to build time, are in
+draft_llama.py (`DraftConfig.llama_config`, `DraftConfig.check_buildable`).
 """
 
 from __future__ import annotations
@@ -12,10 +16,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
-import torch
-from transformers import LlamaConfig
-
-from backend import BadInput, first_line
+from backend import BadInput
 from backend.engine.json_config import read_json_object
 from backend.engine.readings import VARIANT_FLAGS  # kept as declared here; readings decide their meaning
 
@@ -31,6 +32,15 @@ KNOWN_ARCHITECTURES = (
 
 # transformers 5.x folds these into `rope_parameters`; they are not keys of LlamaConfig().to_dict().
 ROPE_KEYS = {"rope_theta", "rope_scaling", "rope_parameters"}
+# LlamaConfig().to_dict()'s keys, on every transformers the requirements allow (4.57 .. 5.x; the union:
+# tests/engine/test_draft_config.py checks the installed one against it), beside the RoPE keys.
+LLAMA_KEYS = {
+    "attention_bias", "attention_dropout", "head_dim", "hidden_act", "hidden_size", "initializer_range",
+    "intermediate_size", "max_position_embeddings", "mlp_bias", "num_attention_heads", "num_hidden_layers",
+    "num_key_value_heads", "pretraining_tp", "rms_norm_eps", "tie_word_embeddings", "use_cache", "vocab_size",
+    "architectures", "model_type", "bos_token_id", "eos_token_id", "pad_token_id",
+    *ROPE_KEYS,
+}  # fmt: skip
 
 # Keys SpecLens reads (beyond LlamaConfig's own).
 EAGLE_KEYS = {
@@ -109,13 +119,37 @@ class DraftConfig:
     norm_before_residual: bool | None
     nested_aux_ids: list[int] | None
     top_level_aux_ids: list[int] | None
-    llama_config: LlamaConfig = field(repr=False)
+    llama_args: dict = field(repr=False)  # what the decoder layer's LlamaConfig is built from
     explicit_head_dim: bool = False  # head_dim given in the config (it may differ from hidden / heads)
     layer_model_type: str = "llama"  # the decoder layer's family (speculators: transformer_layer_config)
     speculators_format: bool = False
     ignored_keys: dict = field(default_factory=dict)  # key -> why it is harmless
     refused: list = field(default_factory=list)  # why the draft needs math SpecLens does not have
     unknown_keys: list[str] = field(default_factory=list)  # neither used nor known: a warning
+    where: str = "draft config.json"  # the file, as every BadInput names it
+
+    @property
+    def llama_config(self):
+        """The transformers LlamaConfig the draft layer is built from (draft_llama.py: imports
+        transformers), made once; BadInput naming the file when transformers cannot build it."""
+        built = self.__dict__.get("_llama_config")
+        if built is None:
+            from backend.engine.draft_llama import llama_config_of
+
+            built = llama_config_of(self.llama_args, self.where)
+            object.__setattr__(self, "_llama_config", built)
+        return built
+
+    def __getstate__(self) -> dict:
+        """Pickled without the LlamaConfig made from it (a reader job's config then unpickles without
+        transformers; it is made again where it is asked for)."""
+        return {k: v for k, v in self.__dict__.items() if k != "_llama_config"}
+
+    def check_buildable(self) -> DraftConfig:
+        """What only transformers can tell: the layer can be built from these settings (activation, RoPE,
+        head counts). Returns self; BadInput naming the file otherwise."""
+        _ = self.llama_config
+        return self
 
     @property
     def qk_norm(self) -> bool:
@@ -188,7 +222,6 @@ def parse_draft_config(raw: dict, where: str = "draft config.json") -> DraftConf
             f"{where} is inconsistent: num_attention_heads {heads} is not a multiple of "
             f"num_key_value_heads {kv_heads}"
         )
-    llama_keys = set(LlamaConfig().to_dict()) | ROPE_KEYS
     # Token ids are the target's business (and a draft's ids may exceed its own small vocab).
     ignored = {"architectures", "model_type", "bos_token_id", "eos_token_id", "pad_token_id"}
     for key in (
@@ -201,15 +234,10 @@ def parse_draft_config(raw: dict, where: str = "draft config.json") -> DraftConf
         size(flat, key, None if key in ("intermediate_size", "vocab_size") else 1)  # a clear reason first
     _epsilon(flat, where)
     # null means absent (export templates write nulls); token ids are the target's business
-    llama_args = {k: v for k, v in flat.items() if k in llama_keys and k not in ignored and v is not None}
+    llama_args = {k: v for k, v in flat.items() if k in LLAMA_KEYS and k not in ignored and v is not None}
     # The draft's RoPE is its own: base 10000 when the config says nothing (never the target's).
     if "rope_theta" not in flat and "rope_parameters" not in flat and "rope_scaling" not in flat:
         llama_args["rope_theta"] = 10000.0
-    try:
-        llama_config = LlamaConfig(**llama_args)
-    except Exception as error:  # transformers validates head counts, sizes, rope settings
-        raise BadInput(f"{where} is inconsistent: {str(error).splitlines()[-1].strip()}") from error
-    _check_buildable(llama_config, where)
 
     ignored, refused, unknown = classify_keys(flat, eagle)
 
@@ -240,19 +268,19 @@ def parse_draft_config(raw: dict, where: str = "draft config.json") -> DraftConf
         norm_before_residual=flag("norm_before_residual"),
         nested_aux_ids=_int_list(where, eagle.get("eagle_aux_hidden_state_layer_ids")),
         top_level_aux_ids=_int_list(where, raw.get("eagle_aux_hidden_state_layer_ids")),
-        llama_config=llama_config,
+        llama_args=llama_args,
         explicit_head_dim=bool(explicit_head_dim),
         layer_model_type=str(layer.get("model_type") or flat.get("model_type") or "llama"),
         speculators_format="Eagle3Speculator" in architectures or "speculators_model_type" in raw,
         ignored_keys=ignored,
         refused=refused,
         unknown_keys=unknown,
+        where=where,
     )
 
 
 def classify_keys(flat: dict, eagle: dict) -> tuple[dict, list[str], list[str]]:
     """(harmless keys with the reason, reasons to refuse, unknown keys) of a flattened config."""
-    llama_keys = set(LlamaConfig().to_dict()) | ROPE_KEYS
     ignored, refused = {}, []
     for key in flat:
         if key in GENERIC_HF_KEYS:
@@ -287,36 +315,9 @@ def classify_keys(flat: dict, eagle: dict) -> tuple[dict, list[str], list[str]]:
     unknown = sorted(
         k
         for k in flat
-        if k not in llama_keys | EAGLE_KEYS | set(MLA_KEYS) | set(MOE_KEYS) and k not in ignored
+        if k not in LLAMA_KEYS | EAGLE_KEYS | set(MLA_KEYS) | set(MOE_KEYS) and k not in ignored
     )
     return ignored, refused, unknown
-
-
-def _check_buildable(llama_config: LlamaConfig, where: str) -> None:
-    """The activation and the RoPE settings the draft layer is built from must exist: transformers
-    accepts any string in the config and fails only when the layer is built (KeyError, TypeError)."""
-    from transformers.activations import ACT2FN
-    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
-
-    act = llama_config.hidden_act
-    if not isinstance(act, str) or act not in ACT2FN:
-        raise BadInput(f"{where}: hidden_act {act!r:.60} is not an activation transformers knows")
-    params = getattr(llama_config, "rope_parameters", None) or {}
-    theta = (
-        params.get("rope_theta", getattr(llama_config, "rope_theta", None))
-        if isinstance(params, dict)
-        else None
-    )
-    if theta is not None and (isinstance(theta, bool) or not isinstance(theta, int | float) or not theta > 0):
-        raise BadInput(f"{where}: rope_theta must be a positive number, got {theta!r:.60}")
-    try:
-        with torch.device("meta"):  # validation only: nothing is allocated, whatever the sizes
-            LlamaRotaryEmbedding(llama_config)
-    except Exception as error:  # noqa: BLE001 - a bad rope_theta / rope_scaling / rope_parameters
-        reason = first_line(error)
-        if isinstance(error, KeyError):
-            reason = f"unknown rope type {reason}"
-        raise BadInput(f"{where}: its RoPE settings cannot be used ({reason:.200})") from None
 
 
 def _size(flat: dict, key: str, default: int | None = None, *, where: str) -> int:

@@ -21,7 +21,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from backend import BadInput, first_line
 from backend.engine.draft_config import DraftConfig, read_draft_config
 from backend.engine.draft_model import Eagle3Draft
-from backend.engine.json_config import config_sizes, read_json_object
+from backend.engine.json_config import TOKENIZER_FILES, config_sizes, read_json_object
 from backend.engine.layouts import file_name, to_internal_names
 from backend.engine.lean_target import target_runner
 from backend.engine.readings import read_as
@@ -107,9 +107,6 @@ def read_target_config(path: str | Path):
         return AutoConfig.from_pretrained(path, local_files_only=True)
     except Exception as error:  # noqa: BLE001 - transformers' many config errors: the file is the cause
         raise BadInput(f"{file}: transformers cannot read it ({first_line(error)})") from None
-
-
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
 
 def load_tokenizer(path: str | Path):
@@ -257,7 +254,7 @@ def read_draft(draft_dir: str | Path) -> DraftFiles:
     draft_dir = Path(draft_dir)
     if not draft_dir.is_dir():
         raise BadInput(f"draft {draft_dir}: no such directory")
-    config = read_draft_config(draft_dir)
+    config = read_draft_config(draft_dir).check_buildable()  # transformers' own checks, before tensors
     tensors, weights_file = read_draft_tensors(draft_dir)
     tensors, notes, original = to_internal_names(tensors)
     return DraftFiles(str(draft_dir), config, tensors, weights_file, notes, original)

@@ -177,3 +177,33 @@ def test_nulls_mean_absent_as_export_templates_write_them():
         parsed.use_aux_hidden_state and parsed.rms_norm_eps == 1e-6 and parsed.max_position_embeddings == 2048
     )
     assert parsed.nested_aux_ids is None and not parsed.explicit_head_dim
+
+
+def test_the_plain_key_list_covers_the_installed_llama_config():
+    """draft_config.py classifies keys without transformers (the dashboard's server imports none): its
+    list must hold every key the installed LlamaConfig has (run on the floor and the newest release)."""
+    from transformers import LlamaConfig
+
+    from backend.engine.draft_config import GENERIC_HF_KEYS, LLAMA_KEYS
+
+    missing = set(LlamaConfig().to_dict()) - LLAMA_KEYS - GENERIC_HF_KEYS
+    assert not missing, f"add to draft_config.LLAMA_KEYS: {sorted(missing)}"
+
+
+def test_parsing_a_draft_config_imports_neither_torch_nor_transformers(tmp_path):
+    """Config parsing is plain Python; what only transformers can check waits for check_buildable."""
+    import json
+    import subprocess
+    import sys
+
+    (tmp_path / "config.json").write_text(json.dumps({**EAGLE_RELEASE, "hidden_act": "nope"}))
+    code = (
+        "import sys\nfrom backend.engine.draft_config import read_draft_config\n"
+        f"config = read_draft_config({str(tmp_path)!r})\n"
+        "print(config.hidden_size, sorted(m for m in ('torch', 'transformers') if m in sys.modules))\n"
+        "try:\n    config.check_buildable()\nexcept ValueError as error:\n    print('refused:', error)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    first, second = out.splitlines()
+    assert first == f"{EAGLE_RELEASE['hidden_size']} []"
+    assert second.startswith(f"refused: {tmp_path / 'config.json'}: hidden_act 'nope'")
