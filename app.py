@@ -11,7 +11,7 @@ from ui.runs import ACCEPT_LENGTH_HELP, list_runs, runs_frame
 from ui.state import PAGES
 
 st.set_page_config(page_title="SpecLens", layout="wide")
-state.sidebar(engine=False)  # the title and the setup first; the story waits for the model stack
+state.sidebar()
 st.title("SpecLens")
 st.write(
     "What really happens inside EAGLE-3 speculative decoding, token by token. SpecLens loads a Hugging "
@@ -32,7 +32,6 @@ with right:
     st.subheader("Pages")
     for path, _, label in PAGES[1:]:
         st.page_link(path, label=label)
-state.wait_for_engine("the bundled pair's story")
 show_demo_story(state.target_path())
 st.subheader("Recent runs")
 runs = list_runs(limit=20)

@@ -4,6 +4,7 @@ checks this):
     backend.engine       the algorithm (torch, transformers)
       capture            forward hooks on the target capturing the residual stream at HF indices
       dispatch           a target split across devices (accelerate's device_map, max_memory)
+      draft_llama        a draft's LlamaConfig and the checks transformers leaves to build time
       draft_config       a draft's config.json, whatever its layout, as one typed description
       draft_model        the EAGLE-3 draft network, each step written out
       kv_cache           the KV caches: one protocol, three kinds of entries
@@ -79,13 +80,13 @@ checks this):
       observations       server numbers stored and compared with the replay
       per_request        per-request server numbers beside the replay; the worst requests replayed
       plan               a request resolved once against the loaded pair (ReplayPlan: reading, wiring, shape)
+      readers            reads that need torch or transformers, for the dashboard, in a process of their own
       ray_eval           `evaluate` fanned out to Ray actors
       references         hidden-state references for a stored run
       requests           what a user asks for, validated once (ReplayRequest, ...)
       runs               stored runs: list, read, delete, export
       tasks              background tasks the dashboard polls
       vllm_server        vLLM's OpenAI server launched on the pair; one greedy completion on token ids
-      warm               the dashboard's model stack imported once per server, in its own thread
       worker             model work in a worker process, not the Streamlit server
     backend.cli          argparse over the service (`python -m backend`); backend.defaults the bundled pairs
 

@@ -12,11 +12,6 @@ from ui.html import md
 SEED_STORY = REPO / "docs" / "seed-story.md"
 
 
-@st.cache_data(show_spinner=False, max_entries=4)
-def story_of(target_path: str) -> DemoStory | None:
-    return demo_story(target_path)
-
-
 def _drafts_text(story: DemoStory) -> str:
     trained, declared = list(story.trained_aux_hf_indices), list(story.declared_aux_hf_indices)
     broken = (
@@ -72,7 +67,7 @@ def _engines_text(story: DemoStory) -> str:
 
 def show_demo_story(target_path: str) -> None:
     with st.spinner("Reading the bundled drafts as the engines read them..."):
-        story = story_of(target_path)
+        story = demo_story(target_path)  # cached by the pair's files (backend/service/demo_story.py)
     if story is None:
         return
     st.subheader(f"What the bundled {'toy' if story.pair == 'toy' else 'SmolLM2'} pair shows")

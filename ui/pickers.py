@@ -15,14 +15,9 @@ def samples_of(db_url: str, dataset_id: int) -> list:
     return stored_datasets.get_samples(db_url, dataset_id)
 
 
-@st.cache_data(show_spinner=False, max_entries=32)
-def _fit(db_url: str, dataset_id: int, target_path: str):
-    return stored_datasets.tokenizer_fit(db_url, dataset_id, target_path)
-
-
 def tokenizer_warning(dataset_id: int, container=st) -> None:
     """A warning when the dataset's ids were not made by the active target's tokenizer."""
-    fit = _fit(state.db(), dataset_id, state.target_path())
+    fit = stored_datasets.tokenizer_fit(state.db(), dataset_id, state.target_path())  # cached there
     if fit is not None and fit.flags:
         container.warning(
             f"Dataset {dataset_id} looks tokenized for another model than the active target "

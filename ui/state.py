@@ -11,7 +11,7 @@ from streamlit.errors import StreamlitPageNotFoundError
 
 from backend import BadInput
 from backend.defaults import REPO, active_pair, default_draft, default_target, pair_of
-from backend.service import checkpoints, datasets, warm
+from backend.service import checkpoints, datasets
 from backend.service.database import database_url
 from ui.html import md
 
@@ -146,16 +146,6 @@ def draft_name(path: str) -> str:
     return Path(path).name
 
 
-def wait_for_engine(what: str) -> None:
-    """Wait, behind a visible notice, until the model stack is imported: no page imports it while the
-    warm thread does (two importing threads can break transformers, backend/service/warm.py)."""
-    if not warm.ready():
-        with st.spinner(
-            f"Loading torch and transformers for {what} (once per server start, a few seconds)..."
-        ):
-            warm.wait()
-
-
 def follow_link() -> None:
     """A link's `?draft=NAME` makes that draft active (Home's start-here links); read once, then
     dropped from the address so a later choice in the sidebar is not overridden by it."""
@@ -192,13 +182,15 @@ def linked_select(param: str, widget_key: str, options: list[str], default: str 
     return {"index": options.index(default) if default in options else 0}
 
 
-def sidebar(engine: bool = True) -> None:
-    """The active database, target and draft, on every page; each page calls it first. `engine`: the
-    page's first lines need the model stack (else the page draws its torch-free part first and calls
-    `wait_for_engine` where it needs it: Home, issue 43 row 7)."""
-    warm.start()  # the model stack imports outside any script thread (backend/service/warm.py)
-    if engine:
-        wait_for_engine("this page")
+def sidebar() -> None:
+    """The active database, target and draft, on every page; each page calls it first. The job worker
+    starts with the first page a server draws: model work runs there, never in the server, which
+    imports neither torch nor transformers (tests/test_torch_free.py)."""
+    from backend.service.readers import READER
+    from backend.service.worker import WORKER
+
+    WORKER.prestart()  # both import torch at once, in their own processes, while the page draws
+    READER.prestart()
     _init()
     follow_link()
     with st.sidebar:

@@ -30,6 +30,8 @@ from backend.diagnostics.serving_features import (
     served_penalties,
 )
 from backend.engine.draft_config import DraftConfig, read_draft_config
+from backend.engine.layouts import to_internal_names
+from backend.engine.safetensors_header import tensor_shapes
 from backend.engine.shapes import SGLANG_AUTO_CHAIN, SGLANG_AUTO_DEFAULT, sglang_flags, sglang_rewrites
 
 SGLANG_MAX_RUNNING_REQUESTS = 48
@@ -332,11 +334,15 @@ def lint_command(
     sglang: str | None = None,
     vllm: str | None = None,
     target_dir: str | Path | None = None,
-    trained_hf: list[int] | None = None,
-    trained_ties: list[list[int]] | None = None,
+    trained: list[list[int]] | None = None,
     request_file: str | Path | None = None,
     chain_k: tuple[int, str] | None = None,
+    facts: DraftFacts | None = None,
 ) -> LintReport:
+    """The lint of a command against a draft. `trained`: the wirings the probe found the draft trained
+    on, best first (more than one when it could not tell them apart); `facts`: draft_facts of the draft
+    when the caller read them already."""
+    trained_hf, trained_ties = (trained[0], trained[1:]) if trained else (None, None)
     if (sglang is None) == (vllm is None):
         raise BadInput("give exactly one of an SGLang launch command or vLLM arguments")
     settings = parse_sglang(sglang) if sglang is not None else parse_vllm(vllm)
@@ -345,7 +351,9 @@ def lint_command(
         raise BadInput("no draft directory: pass --draft DIR (the command names none)")
     target = target_facts(target_dir, explicit=True) if target_dir else target_facts(settings.target_path)
     requests = request_features(read_request_bodies(request_file)) if request_file else None
-    report = lint(settings, draft_facts(Path(draft_dir)), target, trained_hf, trained_ties, requests, chain_k)
+    report = lint(
+        settings, facts or draft_facts(Path(draft_dir)), target, trained_hf, trained_ties, requests, chain_k
+    )
     if settings.draft_path and Path(settings.draft_path) != Path(draft_dir):
         report.findings.append(
             Finding(
@@ -360,13 +368,19 @@ def lint_command(
 
 def draft_facts(draft_dir: Path) -> DraftFacts:
     """The config, and from the weights whether d2t is there and how wide fc's input is. Weights that
-    cannot be read leave both unknown (preflight reports why)."""
-    from backend.engine.loading import read_draft
-
+    cannot be read leave both unknown (preflight reports why). Safetensors weights are read from their
+    headers (no torch); a pytorch_model.bin only torch can read (the dashboard reads it in its reader
+    process: backend/service/checks.py)."""
     config = read_draft_config(draft_dir)
     try:
-        tensors = read_draft(draft_dir).tensors
+        shapes = tensor_shapes(draft_dir)
+        if shapes is None:
+            from backend.engine.loading import read_draft
+
+            shapes = {name: list(t.shape) for name, t in read_draft(draft_dir).tensors.items()}
+        else:
+            shapes = to_internal_names(shapes)[0]
     except BadInput:
         return DraftFacts(config, has_d2t=False, fc_input_width=None)
-    fc = tensors.get("fc.weight")
-    return DraftFacts(config, "d2t" in tensors, int(fc.shape[1]) if fc is not None else None)
+    fc = shapes.get("fc.weight")
+    return DraftFacts(config, "d2t" in shapes, int(fc[1]) if fc is not None else None)

@@ -9,6 +9,12 @@ from pathlib import Path
 from backend import BadInput, first_line
 
 MAX_CONFIG_BYTES = 16 * 1024 * 1024
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "tokenizer.model",
+    "vocab.json",
+)  # any: a tokenizer
 
 
 def read_json_object(file: Path) -> dict:

@@ -88,3 +88,28 @@ def _checked_entry(path: Path, name: str, entry, data_bytes: int) -> tuple[str, 
             f"{offsets[1] - offsets[0]}"
         )
     return dtype, shape, offsets
+
+
+def tensor_shapes(draft_dir: str | Path) -> dict[str, list[int]] | None:
+    """{file name: shape} of a checkpoint's safetensors weights, read from their headers alone (one
+    model.safetensors, or the shards model.safetensors.index.json lists): no tensor is loaded and torch
+    is not imported. None when the weights are a pytorch_model.bin (only torch reads a pickle) or
+    missing; BadInput naming the file for a bad header or index."""
+    draft_dir = Path(draft_dir)
+    single, index = draft_dir / "model.safetensors", draft_dir / "model.safetensors.index.json"
+    if single.is_file():
+        return {name: entry["shape"] for name, entry in check_safetensors(single).items()}
+    if not index.is_file():
+        return None
+    try:
+        weight_map = json.loads(index.read_text())["weight_map"]
+        shards = sorted(set(weight_map.values()))
+    except (json.JSONDecodeError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as error:
+        raise BadInput(f"{index}: not an index file with a weight_map ({error})") from None
+    shapes = {}
+    for shard in shards:
+        file = draft_dir / str(shard)
+        if file.resolve().parent != draft_dir.resolve() or not file.is_file():
+            raise BadInput(f"{index}: shard {shard!r} is not a file in {draft_dir}")
+        shapes.update({n: e["shape"] for n, e in check_safetensors(file).items()})
+    return {name: shapes[name] for name in weight_map if name in shapes}

@@ -52,9 +52,6 @@ def _stamp(path: str) -> float:
 
 @lru_cache(maxsize=256)
 def _fits(draft: str, target: str, _draft_stamp: float, _target_stamp: float) -> bool:
-    from backend.service import warm
-
-    warm.wait()  # the config readers import transformers: never beside the dashboard's warm import
     from backend.engine.draft_config import read_draft_config
     from backend.engine.loading import read_target_config
 

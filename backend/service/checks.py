@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
+from pathlib import Path
+
+from backend import BadInput
+
 
 def lint(
     draft_path: str, command: str, engine: str, target_path: str | None, db_url: str | None = None
@@ -14,9 +19,30 @@ def lint(
 
     sglang, vllm = (command, None) if engine.lower() == "sglang" else (None, command)
     found = trained_wirings(target_path, draft_path) if target_path else []
-    best, ties = (found[0], found[1:]) if found else (None, None)
     chain = whatif_best_k(db_url, draft_path) if db_url else None
-    return lint_command(draft_path, sglang, vllm, target_path, best, ties, chain_k=chain).to_dict()
+    facts = _bin_draft_facts(draft_path)
+    return lint_command(draft_path, sglang, vllm, target_path, found, chain_k=chain, facts=facts).to_dict()
+
+
+def _bin_draft_facts(draft_path: str):
+    """A pytorch_model.bin draft's facts for the lint, read in the reader process (only torch reads a
+    pickle); None for safetensors weights, which the lint reads from their headers itself."""
+    from backend.engine.safetensors_header import tensor_shapes
+    from backend.service.readers import in_reader
+
+    try:
+        if tensor_shapes(draft_path) is not None or not Path(draft_path, "pytorch_model.bin").is_file():
+            return None
+    except BadInput:
+        return None  # the lint says why the weights cannot be read
+    return in_reader(read_bin_draft_facts, draft_path)
+
+
+def read_bin_draft_facts(draft_path: str, progress=None):
+    """draft_facts of a .bin draft (a reader job: torch reads the pickle, weights only)."""
+    from backend.diagnostics.lint import draft_facts
+
+    return draft_facts(Path(draft_path))
 
 
 def whatif_best_k(db_url: str | None, draft_path: str) -> tuple[int, str] | None:
@@ -74,7 +100,28 @@ def default_reference(target_path: str, draft_path: str, fed: list[int] | None =
 
 
 def engine_readings(draft_path: str, target_path: str) -> dict:
-    """How each engine reads the draft on this target, and where they disagree (preflight's table)."""
+    """How each engine reads the draft on this target, and where they disagree (preflight's table).
+    Preflight reads the draft's tensors: it runs in the reader process, and its answer is kept until
+    the draft's or the target's files change."""
+    from backend.service.readers import stamp
+
+    files = [
+        Path(draft_path, f) for f in ("config.json", "model.safetensors", "model.safetensors.index.json")
+    ]
+    return _engine_readings(
+        str(draft_path), str(target_path), stamp(*files, Path(target_path, "config.json"))
+    )
+
+
+@lru_cache(maxsize=32)
+def _engine_readings(draft_path: str, target_path: str, _stamp: tuple) -> dict:
+    from backend.service.readers import in_reader
+
+    return in_reader(read_engine_readings, draft_path, target_path)
+
+
+def read_engine_readings(draft_path: str, target_path: str, progress=None) -> dict:
+    """engine_readings' reading (a reader job)."""
     from backend.engine.preflight import preflight
 
     report = preflight(draft_path, target_path).to_dict()

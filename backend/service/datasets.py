@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 
 from backend import BadInput
 from backend.data.importer import ImportResult, check_source, stream_dataset
 from backend.data.samples import Sample
 from backend.defaults import BUNDLED_EVAL_SETS
+from backend.engine.json_config import TOKENIZER_FILES
 from backend.service.database import open_database
+from backend.service.readers import in_reader, stamp
 from db import schema, store
 
 DatasetInfo = store.DatasetInfo
@@ -187,7 +190,21 @@ def delete_dataset(db_url: str | None, dataset_id: int) -> bool:
 
 def tokenizer_fit(db_url: str | None, dataset_id: int, target_path: str | None):
     """Whether the dataset's ids were made by this target's tokenizer (backend.data.tokenizer_fit);
-    None when the target cannot be read (the pages say that elsewhere)."""
+    None when the target cannot be read (the pages say that elsewhere). The tokenizer is loaded in the
+    reader process (transformers); the answer is kept until the target's files change."""
+    if not target_path:
+        return None
+    files = [Path(target_path, "config.json"), *(Path(target_path, f) for f in TOKENIZER_FILES)]
+    return _fit(db_url, dataset_id, str(target_path), stamp(*files))
+
+
+@lru_cache(maxsize=64)
+def _fit(db_url: str | None, dataset_id: int, target_path: str, _stamp: tuple):
+    return in_reader(read_tokenizer_fit, db_url, dataset_id, target_path)
+
+
+def read_tokenizer_fit(db_url: str | None, dataset_id: int, target_path: str, progress=None):
+    """tokenizer_fit's reading (a reader job: the tokenizer needs transformers)."""
     from backend.data.tokenizer_fit import SAMPLES
     from backend.data.tokenizer_fit import tokenizer_fit as read_fit
 

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from backend.defaults import REPO, BundledPair, pair_of
 from backend.engine.reading_fixes import describe_layers
+from backend.service.readers import in_reader, stamp
 
 LAB_NOTE = "TRAINED_WIRING.json"
 CURVE = "TRAINING_CURVE.json"
@@ -65,7 +67,24 @@ def _curve(pair: BundledPair) -> tuple[dict, str]:
 
 def demo_story(target_path: str) -> DemoStory | None:
     """The story when the active target is a bundled one and its broken draft is on disk (None
-    otherwise: a user's own pair has no story to tell)."""
+    otherwise: a user's own pair has no story to tell). The drafts are read in the reader process
+    (preflight reads their tensors); the story is kept until one of the files it read changes."""
+    pair = pair_of(target_path)
+    if pair is None:
+        return None
+    files = [pair.target / "config.json", pair.drafts / CURVE]
+    for name in pair.draft_dirs():
+        files += [pair.drafts / name / f for f in ("config.json", "model.safetensors", LAB_NOTE)]
+    return _story(str(pair.target), stamp(*files))
+
+
+@lru_cache(maxsize=8)
+def _story(target_path: str, _stamp: tuple) -> DemoStory | None:
+    return in_reader(read_story, target_path)
+
+
+def read_story(target_path: str, progress=None) -> DemoStory | None:
+    """The story read from the pair's files (a reader job: preflight imports torch)."""
     from backend.engine.preflight import preflight
 
     pair = pair_of(target_path)

@@ -76,7 +76,8 @@ def _serve(requests, responses) -> None:
 
 
 class Worker:
-    def __init__(self) -> None:
+    def __init__(self, name: str = "speclens-worker") -> None:
+        self.name = name
         self._context = multiprocessing.get_context("spawn")
         self._process = None
         self._lock = threading.Lock()  # one job at a time (the models are shared inside)
@@ -88,7 +89,7 @@ class Worker:
     def _start(self) -> None:
         self._requests, self._responses = self._context.Queue(), self._context.Queue()
         self._process = self._context.Process(
-            target=_serve, args=(self._requests, self._responses), name="speclens-worker", daemon=True
+            target=_serve, args=(self._requests, self._responses), name=self.name, daemon=True
         )
         # `spawn` re-imports the parent's __main__ in the child. Under Streamlit (and its AppTest)
         # __main__ can be a page script, which must not run there: the worker needs only importable

@@ -300,14 +300,12 @@ def test_a_wiring_the_probe_rejected_is_never_suggested(drafts, target_dir):
     for engine, report in (
         (
             "vLLM",
-            lint_command(
-                drafts["good"], vllm=vllm(drafts["good"]), target_dir=target_dir, trained_hf=trained
-            ),
+            lint_command(drafts["good"], vllm=vllm(drafts["good"]), target_dir=target_dir, trained=[trained]),
         ),
         (
             "SGLang",
             lint_command(
-                drafts["good"], sglang=sglang(drafts["good"], CHAIN, target=target_dir), trained_hf=trained
+                drafts["good"], sglang=sglang(drafts["good"], CHAIN, target=target_dir), trained=[trained]
             ),
         ),
     ):
@@ -317,7 +315,7 @@ def test_a_wiring_the_probe_rejected_is_never_suggested(drafts, target_dir):
         assert "[-1, 1, 3]" in aux[0].fix and "[0, 2, 4]" in aux[0].fix and "16" not in aux[0].fix
     # the declared wiring confirmed by the probe: no wiring error
     report = lint_command(
-        drafts["good"], vllm=vllm(drafts["good"]), target_dir=target_dir, trained_hf=[2, 16, 29]
+        drafts["good"], vllm=vllm(drafts["good"]), target_dir=target_dir, trained=[[2, 16, 29]]
     )
     assert codes(report)["aux-ids-trained"] == "info" and "aux-ids-not-trained" not in codes(report)
 
@@ -328,7 +326,7 @@ def test_wirings_the_probe_cannot_tell_apart_are_all_named(drafts, target_dir):
     a served wiring among the tied ones is no error."""
     best, tied = [0, 1, 4], [[0, 2, 4], [0, 3, 4]]
     report = lint_command(
-        drafts["good"], vllm=vllm(drafts["good"]), target_dir=target_dir, trained_hf=best, trained_ties=tied
+        drafts["good"], vllm=vllm(drafts["good"]), target_dir=target_dir, trained=[best, *tied]
     )
     (finding,) = [f for f in report.findings if f.code == "aux-ids-not-trained"]
     assert "HF [0, 1, 4] or HF [0, 2, 4] or HF [0, 3, 4]" in finding.message
@@ -340,8 +338,7 @@ def test_wirings_the_probe_cannot_tell_apart_are_all_named(drafts, target_dir):
         drafts["good"],
         vllm=vllm(drafts["good"]),
         target_dir=target_dir,
-        trained_hf=best,
-        trained_ties=[[2, 16, 29]],
+        trained=[best, [2, 16, 29]],
     )
     assert codes(served_among_ties)["aux-ids-trained"] == "info"
 

@@ -220,3 +220,33 @@ def test_a_device_that_is_not_here_is_bad_input(device, reason):
     with pytest.raises(BadInput, match=reason):
         pick_device(device)
     assert pick_device("cpu").type == "cpu"
+
+
+def test_tensor_shapes_from_headers_match_the_loaded_draft(tmp_path, target_dirs):
+    """The torch-free header read (what the lint uses in the dashboard's server) gives the shapes the
+    loader gives, for one file and for shards; a .bin gives None (only torch reads it); a shard outside
+    the folder is refused."""
+    from safetensors.torch import save_file
+
+    from backend.engine.loading import read_draft_tensors
+    from backend.engine.safetensors_header import tensor_shapes
+
+    draft_dir = write_draft(tmp_path / "one", target_dirs[4])
+    loaded, _ = read_draft_tensors(draft_dir)
+    assert tensor_shapes(draft_dir) == {n: list(t.shape) for n, t in loaded.items()}
+    sharded = tmp_path / "sharded"
+    sharded.mkdir()
+    (sharded / "config.json").write_text((draft_dir / "config.json").read_text())
+    names = sorted(loaded)
+    halves = {"model-00001-of-00002.safetensors": names[::2], "model-00002-of-00002.safetensors": names[1::2]}
+    for shard, members in halves.items():
+        save_file({n: loaded[n].contiguous() for n in members}, str(sharded / shard))
+    weight_map = {n: shard for shard, members in halves.items() for n in members}
+    (sharded / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    assert tensor_shapes(sharded) == {n: list(t.shape) for n, t in loaded.items()}
+    (sharded / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": {**weight_map, names[0]: "../one/model.safetensors"}})
+    )
+    with pytest.raises(BadInput, match="is not a file in"):
+        tensor_shapes(sharded)
+    assert tensor_shapes(tmp_path) is None  # no safetensors weights at all

@@ -62,3 +62,34 @@ def test_the_verdict_on_the_bundled_miswired_draft():
         assert str(trained) in fixes and str(declared) not in fixes
     finally:
         checks._PROBES.clear()
+
+
+def test_the_lint_of_a_bin_draft_reads_its_weights_in_the_reader(tmp_path):
+    """A pytorch_model.bin draft: the lint's facts (d2t present, fc's width) come from the reader
+    process (only torch reads a pickle), and the findings equal those of the same draft as safetensors."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file
+
+    from backend.defaults import DEMO_DRAFTS, DEMO_TARGET
+    from backend.service import checks
+
+    bin_draft = tmp_path / "final_bin"
+    bin_draft.mkdir()
+    shutil.copy(DEMO_DRAFTS / "final" / "config.json", bin_draft / "config.json")
+    torch.save(load_file(str(DEMO_DRAFTS / "final" / "model.safetensors")), bin_draft / "pytorch_model.bin")
+    facts = checks._bin_draft_facts(str(bin_draft))
+    assert facts is not None and facts.has_d2t and facts.fc_input_width == 3 * facts.config.target_hidden_size
+    assert checks._bin_draft_facts(str(DEMO_DRAFTS / "final")) is None  # safetensors: read from headers
+
+    def findings(draft):
+        command = (
+            f'vllm serve {DEMO_TARGET} --speculative-config \'{{"method": "eagle3", "model": "{draft}"}}\''
+        )
+        return [
+            (f["code"], f["severity"])
+            for f in checks.lint(str(draft), command, "vLLM", str(DEMO_TARGET))["findings"]
+        ]
+
+    assert findings(bin_draft) == findings(DEMO_DRAFTS / "final")

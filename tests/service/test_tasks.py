@@ -242,7 +242,7 @@ def test_doctor_and_train_vs_serve_tasks(bigram_setup, tmp_path):
 
 
 def test_the_worker_starts_ahead_and_has_the_model_stack_before_its_first_job():
-    """The dashboard starts the worker with the server (backend/service/warm.py): the worker imports
+    """The dashboard starts the worker with the server (ui/state.py sidebar): the worker imports
     torch, transformers and the job code before it takes a job, and the started one runs the jobs."""
     from backend.service.worker import WORKER
     from tests.support import jobs

@@ -138,10 +138,9 @@ def cap_note(run: RunInfo, steps: list[StepRecord]) -> None:
         )
 
 
-@st.cache_data(show_spinner=False, max_entries=8)
 def readings_of(draft_path: str, target_path: str) -> dict | None:
     try:
-        return engine_readings(draft_path, target_path)
+        return engine_readings(draft_path, target_path)  # cached by the files it read
     except BadInput:
         return None
 
