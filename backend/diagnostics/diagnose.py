@@ -20,7 +20,7 @@ from backend.diagnostics.cheap_checks import (
     vocab_findings,
 )
 from backend.diagnostics.draft_head import head_findings
-from backend.diagnostics.findings import SEVERITIES, Finding
+from backend.diagnostics.findings import SEVERITIES, Finding, severity
 from backend.diagnostics.penalty_check import penalty_findings
 from backend.diagnostics.probe import ProbeSettings, run_probe
 from backend.diagnostics.reading_probe import run_reading_probe
@@ -72,13 +72,13 @@ class Diagnosis:
 
     @property
     def headline(self) -> str:
-        for severity in ("fail", "warn"):
+        for level in ("fail", "warn"):
             worst = sorted(  # a draft that accepts nothing is said first, whatever else is found
-                (f for f in self.findings if f.severity == severity), key=lambda f: f.cls != "no-acceptance"
+                (f for f in self.findings if f.severity == level), key=lambda f: f.cls != "no-acceptance"
             )
             if worst:
                 more = (
-                    f" (+{len(worst) - 1} more {severity} finding{'s' * (len(worst) > 2)})"
+                    f" (+{len(worst) - 1} more {level} finding{'s' * (len(worst) > 2)})"
                     if len(worst) > 1
                     else ""
                 )
@@ -144,7 +144,7 @@ def lint_as_findings(lint_findings: list[dict]) -> list[Finding]:
     return [
         Finding(
             LINT_CLASSES.get(finding["code"], "serving-flags"),
-            {"error": "fail", "warning": "warn"}.get(finding["severity"], "info"),
+            severity(finding["severity"]),
             finding["message"]
             if LINT_CLASSES.get(finding["code"]) == finding["code"]  # its class names it already
             else f"{finding['code']}: {finding['message']}",

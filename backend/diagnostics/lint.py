@@ -21,6 +21,7 @@ from backend.data.serving_command import (
     parse_vllm,
     target_facts,
 )
+from backend.diagnostics.findings import SEVERITIES, Finding, severity, spelled
 from backend.diagnostics.lint_wiring import aux_ids, aux_ids_against
 from backend.diagnostics.serving_features import (
     feature_rules,
@@ -39,17 +40,6 @@ DEFAULT_CHAIN_K = 3  # the chain every fix recommends when no run of the draft s
 EAGLE3_ARCHITECTURES = ("LlamaForCausalLMEagle3", "Eagle3Speculator")
 
 
-@dataclass(frozen=True)
-class Finding:
-    severity: str  # error | warning | info
-    code: str
-    message: str
-    fix: str
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
 @dataclass
 class LintReport:
     findings: list[Finding]
@@ -57,15 +47,18 @@ class LintReport:
     effective: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
-        order = {"error": 0, "warning": 1, "info": 2}
-        findings = sorted(self.findings, key=lambda f: order[f.severity])
+        """The lint's JSON (CLI contract): each finding's severity, code, message and fix, worst first."""
+        findings = sorted(self.findings, key=lambda f: SEVERITIES.index(f.severity))
         return {
-            "findings": [f.to_dict() for f in findings],
+            "findings": [
+                {"severity": spelled(f.severity, "lint"), "code": f.cls, "message": f.message, "fix": f.fix}
+                for f in findings
+            ],
             "engine": self.requested.engine,
             "requested": asdict(self.requested),
             "effective": self.effective,
             "effective_flags": effective_flags(self.requested.engine, self.effective),
-            "errors": sum(f.severity == "error" for f in findings),
+            "errors": sum(f.severity == "fail" for f in findings),
         }
 
 
@@ -114,7 +107,10 @@ def lint(
     wiring findings take the declared wiring as the trained one."""
     config = draft.config
     findings: list[Finding] = []
-    add = lambda *args: findings.append(Finding(*args))  # noqa: E731
+
+    def add(word: str, code: str, message: str, fix: str) -> None:  # the rules write the lint's words
+        findings.append(Finding(code, severity(word), message, fix=fix))
+
     effective: dict = {}
     chain = chain_k or (DEFAULT_CHAIN_K, "a typical chain; the Speed-up what-if picks K from a run")
     if settings.engine == "sglang":
@@ -357,10 +353,10 @@ def lint_command(
     if settings.draft_path and Path(settings.draft_path) != Path(draft_dir):
         report.findings.append(
             Finding(
-                "info",
                 "draft-path",
+                "info",
                 f"The command serves {settings.draft_path}; linted against the local copy {draft_dir}.",
-                "Make sure both are the same checkpoint.",
+                fix="Make sure both are the same checkpoint.",
             )
         )
     return report

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from backend.diagnostics.findings import severity
+
 LEVELS = ("ok", "unverified", "warning", "error")  # worst last
 ACTIONS = ("fix the checkpoint",)  # next steps that are not a check to run
 
@@ -50,9 +52,10 @@ def _lint_signal(findings: list[dict] | None) -> str:
     if findings is None:
         return "not run"
     counts = {
-        severity: sum(f.get("severity") == severity for f in findings) for severity in ("error", "warning")
+        word: sum(severity(f.get("severity", "info")) == level for f in findings)
+        for level, word in (("fail", "error"), ("warn", "warning"))
     }
-    found = [f"{n} {severity}{'s' if n > 1 else ''}" for severity, n in counts.items() if n]
+    found = [f"{n} {word}{'s' if n > 1 else ''}" for word, n in counts.items() if n]
     return ", ".join(found) if found else "passed"
 
 
@@ -115,7 +118,7 @@ def _add_preflight(tally: _Tally, preflight: dict | None) -> Verdict | None:
 
 def _add_lint(tally: _Tally, lint_findings: list[dict] | None) -> None:
     for finding in lint_findings or []:
-        level = {"error": "error", "warning": "warning"}.get(finding.get("severity"))
+        level = {"fail": "error", "warn": "warning"}.get(severity(finding.get("severity", "info")))
         if level is not None:
             tally.worsen(
                 level, f"lint ({finding.get('engine', '')}): {finding.get('code')}: {finding.get('message')}"

