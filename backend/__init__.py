@@ -16,6 +16,7 @@ checks this):
       preflight          a draft checked against a target before anything runs
       readings           how each engine (SGLang, vLLM, SpecForge, speculators, EAGLE) reads a draft
       reading_fixes      where the readings part ways; the config change a serving engine needs
+      run_settings       how a run ran, stored with it and read back typed (torch-free)
       records            the records the engine yields, one type per concept (torch-free)
       replay             speculative decoding replayed one verify step at a time (the loop)
       step_state         what a step reads and leaves: ReplayConfig, caches, cursor, catch-up, budget
@@ -91,8 +92,8 @@ checks this):
     backend.cli          argparse over the service (`python -m backend`); backend.defaults the bundled pairs
 
 engine <- data <- diagnostics <- service <- cli / pages. Only `backend.service` and `backend.cli`
-import `db` (db itself imports only the torch-free record types `backend.engine.records` and
-`backend.data.samples`). Only `pages/` and `ui/` import streamlit; pages and ui never import torch
+import `db` (db itself imports only the torch-free record types `backend.engine.records`,
+`backend.engine.run_settings` and `backend.data.samples`). Only `pages/` and `ui/` import streamlit; pages and ui never import torch
 or transformers (directly or through what they import) and define no work that touches a model:
 they build requests and call `backend.service`. The reference the code cites is docs/reference.md.
 """

@@ -15,6 +15,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
 from backend.engine.records import STORED_STEP_FIELDS, StepRecord
+from backend.engine.run_settings import RunSettings
 from db.connection import session_scope
 from db.models import Run, Step, TokenStat, utc_now
 
@@ -42,6 +43,11 @@ class RunInfo:
     step_count: int = 0
     sample_id: int | None = None
     heartbeat_at: datetime | None = None  # the writer's last write (running runs)
+
+    @property
+    def settings(self) -> RunSettings:
+        """How the run ran, typed (`params` is the stored dict, kept whole for export)."""
+        return RunSettings.from_dict(self.params)
 
 
 def _run_info(run: Run, step_count: int = 0) -> RunInfo:

@@ -19,7 +19,12 @@ PAGE_BACKEND_ALLOWED = {
     "backend.diagnostics.mismatch",
     "backend.diagnostics.whatif",
 }
-DB_BACKEND_ALLOWED = {"backend", "backend.engine.records", "backend.data.samples"}
+DB_BACKEND_ALLOWED = {
+    "backend",
+    "backend.engine.records",
+    "backend.engine.run_settings",
+    "backend.data.samples",
+}
 HEAVY = ("torch", "transformers", "safetensors")
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import streamlit as st
 
-from backend.engine.records import decoding_mode
 from backend.service import datasets as stored_datasets
 from ui import state
 from ui.html import md
@@ -60,8 +59,8 @@ def first_samples(key: str, default_n: int = 8) -> list:
 def run_label(run) -> str:
     al = (run.metrics or {}).get("mean_accept_length")
     return (
-        f"run {run.id} · {run.status} · {state.draft_name(run.draft_path)} · K={run.params.get('num_steps')} · "
-        f"{decoding_mode(run.params)} · {run.params.get('engine', '')} · "
+        f"run {run.id} · {run.status} · {state.draft_name(run.draft_path)} · K={run.settings.num_steps} · "
+        f"{run.settings.mode} · {run.settings.engine or ''} · "
         f"{run.sample_ref or ''} · {len(run.output_ids)} tokens · AL {'n/a' if al is None else f'{al:.2f}'}"
     )
 

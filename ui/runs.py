@@ -8,7 +8,6 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from backend.engine.records import decoding_mode
 from backend.service import runs as stored_runs
 from ui import state
 
@@ -71,9 +70,9 @@ def runs_frame(runs: list[stored_runs.RunInfo], datasets: dict[int, str] | None 
                 "target": short_path(r.target_path),
                 "draft": state.draft_name(r.draft_path),
                 "sample": sample_name(r.sample_ref, datasets or {}),
-                "K": r.params.get("num_steps"),
-                "mode": decoding_mode(r.params),
-                "engine": r.params.get("engine", ""),
+                "K": r.settings.num_steps,
+                "mode": r.settings.mode,
+                "engine": r.settings.engine or "",
                 "tokens": len(r.output_ids),
                 "verify steps": r.step_count,
                 "accept length": r.metrics.get("mean_accept_length"),
@@ -81,7 +80,7 @@ def runs_frame(runs: list[stored_runs.RunInfo], datasets: dict[int, str] | None 
                 "wall s": None if wall is None else round(wall, 1),
                 "tokens/s": round(len(r.output_ids) / wall, 1) if wall else None,
                 "aux HF indices": str(r.aux_hf_indices),
-                "device · dtype": f"{r.params.get('device', '?')} · {r.params.get('dtype', '?')}",
+                "device · dtype": f"{r.settings.device or '?'} · {r.settings.dtype or '?'}",
                 "error": (r.error or "").splitlines()[0] if r.error else "",
             }
         )
@@ -91,7 +90,7 @@ def runs_frame(runs: list[stored_runs.RunInfo], datasets: dict[int, str] | None 
 def run_facts(run, steps: int) -> pd.DataFrame:
     """The chosen run as labelled rows (what, value)."""
     wall = wall_seconds(run)
-    metrics, params = run.metrics or {}, run.params or {}
+    metrics, settings = run.metrics or {}, run.settings
     al = metrics.get("mean_accept_length")
     facts = [
         ("target", run.target_path),
@@ -99,10 +98,10 @@ def run_facts(run, steps: int) -> pd.DataFrame:
         ("sample", sample_name(run.sample_ref, dataset_names())),
         (
             "decoding",
-            f"K = {params.get('num_steps')}, {decoding_mode(params)}, read as {params.get('engine', '?')}",
+            f"K = {settings.num_steps}, {settings.mode}, read as {settings.engine or '?'}",
         ),
-        ("aux HF indices", f"{run.aux_hf_indices} ({params.get('wiring_source', '')})"),
-        ("device · dtype", f"{params.get('device', '?')} · {params.get('dtype', '?')}"),
+        ("aux HF indices", f"{run.aux_hf_indices} ({settings.wiring_source})"),
+        ("device · dtype", f"{settings.device or '?'} · {settings.dtype or '?'}"),
         ("accept length", "—" if al is None else f"{al:.3f} (mean of a + 1 over {steps} verify steps)"),
         ("output tokens", str(len(run.output_ids))),
         ("created → finished", f"{run.created_at:%Y-%m-%d %H:%M:%S} → {run.finished_at or '—'}"),

@@ -119,7 +119,7 @@ def decoding_flags(sub) -> None:
 
 
 # The ReplayRequest fields that common(), decoding_flags() and dispatch_flags() set under their own
-# names (K is --steps: num_steps); replay and evaluate read them from the flags through replay_settings.
+# names (K is --steps: num_steps); replay and evaluate read them from the flags through request_fields.
 SAME_NAMED_SETTINGS = (
     "max_new_tokens",
     "aux_hf_indices",
@@ -138,7 +138,7 @@ SAME_NAMED_SETTINGS = (
 )
 
 
-def replay_settings(args) -> dict:
+def request_fields(args) -> dict:
     """The ReplayRequest settings the flags give, for one replay (cmd_replay) or every pair (evaluate)."""
     return {"num_steps": args.steps} | {name: getattr(args, name) for name in SAME_NAMED_SETTINGS}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from backend import BadInput
-from backend.cli.flags import replay_settings
+from backend.cli.flags import request_fields
 from backend.cli.render import fmt, percent_bar, progress_bar
 from backend.defaults import default_draft
 
@@ -67,8 +67,6 @@ def load_pair(args, sample_length: int):
 def cmd_replay(args) -> tuple[dict, str]:
     from backend.data.samples import sample_at
     from backend.engine.metrics import DEFINITIONS
-    from backend.engine.records import decoding_mode
-    from backend.service import models
     from backend.service.jobs import run_replay
     from backend.service.requests import ReplayRequest
 
@@ -82,7 +80,7 @@ def cmd_replay(args) -> tuple[dict, str]:
         args.target,
         args.draft,
         record=not args.no_record,
-        **replay_settings(args),
+        **request_fields(args),
         **source,
     )
     bar = progress_bar(args.max_new_tokens, "replay")
@@ -96,8 +94,7 @@ def cmd_replay(args) -> tuple[dict, str]:
         bar.close()
     for warning in outcome.warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    target = models.target(args.target, args.device, args.dtype, args.device_map, args.max_memory)  # cached
-    metrics, wiring = outcome.metrics, outcome.wiring
+    metrics, wiring, settings = outcome.metrics, outcome.wiring, outcome.settings
     result = {
         "run_id": outcome.run_id,
         "output_ids": outcome.output_ids,
@@ -115,17 +112,17 @@ def cmd_replay(args) -> tuple[dict, str]:
         "acceptance_rate": metrics["acceptance_rate"],
         "accept_histogram": metrics["accept_histogram"],
         "num_steps": args.steps,
-        "device": str(target.device),
-        "dtype": str(target.dtype).replace("torch.", ""),
+        "device": settings.device,
+        "dtype": settings.dtype,
         "self_disagreement_per_1000": metrics.get("self_disagreement_per_1000"),
-        "mode": decoding_mode(outcome.params),
-        "topk": outcome.params["topk"],
-        "num_draft_tokens": outcome.params["num_draft_tokens"],
-        "requested": outcome.params["requested"],
+        "mode": settings.mode,
+        "topk": settings.topk,
+        "num_draft_tokens": settings.num_draft_tokens,
+        "requested": settings.requested,
         "sampling": {
-            k: outcome.params[k] for k in ("temperature", "top_p", "top_k", "seed", "sampling_rule")
+            k: getattr(settings, k) for k in ("temperature", "top_p", "top_k", "seed", "sampling_rule")
         },
-        "draft_attention": outcome.params["draft_attention"],
+        "draft_attention": settings.draft_attention,
         "expected_accept_length": metrics.get("expected_accept_length"),
         "definitions": {
             k: DEFINITIONS[k]
@@ -142,13 +139,13 @@ def cmd_replay(args) -> tuple[dict, str]:
     text = (
         f"run {outcome.run_id}: {len(outcome.output_ids)} tokens in {len(outcome.steps)} verify steps, "
         f"accept length {fmt(metrics['mean_accept_length'])} (mean of a+1, bonus included), "
-        f"K={args.steps}, {decoding_mode(outcome.params)}, aux HF indices {list(wiring.aux_hf_indices)} "
+        f"K={args.steps}, {settings.mode}, aux HF indices {list(wiring.aux_hf_indices)} "
         f"({wiring.source})"
     )
-    if metrics.get("expected_accept_length") is not None and outcome.params.get("sampling_rule"):
+    if metrics.get("expected_accept_length") is not None and settings.sampling_rule:
         text += f"; expected accept length {fmt(metrics['expected_accept_length'])}"
-    if target.tokenizer is not None:
-        text += "\n" + target.tokenizer.decode(outcome.output_ids)
+    if outcome.output_text is not None:
+        text += "\n" + outcome.output_text
     return result, text
 
 
@@ -302,7 +299,7 @@ def cmd_evaluate(args) -> tuple[dict, str]:
             else ""
         )
         raise BadInput(f"{args.samples}: no sample to evaluate (after --source / --limit){why}")
-    settings = replay_settings(args)
+    settings = request_fields(args)
     plan = evaluate.Plan(
         args.target, drafts, samples, settings, str(args.samples), {d: Path(d).name or d for d in drafts}
     )

@@ -28,11 +28,10 @@ from backend.engine.readings import (
     DESCRIPTIONS,
     ENGINES,
     EngineView,
-    fed_wiring,
     read_as,
     training_engine,
 )
-from backend.engine.wiring import Wiring
+from backend.engine.wiring import Wiring, fed_wiring
 
 
 @dataclass
@@ -212,7 +211,7 @@ def _check_architecture(config: DraftConfig, add) -> None:
 
 def _check_wiring(config: DraftConfig, num_layers: int, override, training: EngineView, add) -> Wiring | None:
     try:
-        wiring = fed_wiring(training, override, num_layers)  # the one rule (readings.fed_wiring)
+        wiring = fed_wiring(training, override, num_layers)  # the one rule (wiring.fed_wiring)
     except BadInput as error:
         add("wiring", "fail", str(error))
         return None

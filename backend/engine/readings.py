@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING
 
 from backend import BadInput
-from backend.engine.wiring import Wiring, check_indices, default_hf_indices, override_wiring
+from backend.engine.wiring import Wiring, check_indices, default_hf_indices
 
 if TYPE_CHECKING:
     from backend.engine.draft_config import DraftConfig
@@ -443,15 +443,3 @@ def declared_wiring(config: DraftConfig, num_target_layers: int) -> Wiring:
     wiring = read_as("auto", config, num_target_layers, False).wiring
     check_indices(wiring.aux_hf_indices, num_target_layers)
     return wiring
-
-
-def fed_wiring(view: EngineView, override, num_target_layers: int) -> Wiring:
-    """The HF indices fed to the draft: the `override` (checked against the target's depth in
-    wiring.override_wiring), else what `view`'s engine reads (checked in `_read`). BadInput when that
-    engine cannot run the draft. The one rule: preflight, replays, the teacher, the probe and every
-    dashboard job reach it (through service/requests.py::reading_of where a draft is loaded)."""
-    if override is not None:
-        return override_wiring(override, num_target_layers)
-    if not view.loads:
-        raise BadInput(view.refusal)
-    return view.wiring

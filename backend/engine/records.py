@@ -69,19 +69,3 @@ class StepRecord:
 STORED_STEP_FIELDS = tuple(
     name for name in StepRecord.__dataclass_fields__ if name not in ("aux_features", "draft_hidden")
 )
-
-
-def decoding_mode(params: dict) -> str:
-    """How a run drafted and accepted, from its stored params: "chain greedy", "tree k=4 N=8
-    sampled T=0.7", ... (runs stored before trees existed are greedy chains)."""
-    topk = int(params.get("topk") or 1)
-    shape = "chain" if topk == 1 else f"tree k={topk} N={params.get('num_draft_tokens')}"
-    temperature = float(params.get("temperature") or 0.0)
-    if temperature == 0 or params.get("top_k") == 1:
-        return f"{shape} greedy"
-    extra = "".join(
-        f" {name}={params[name]:g}" if isinstance(params.get(name), float) else f" {name}={params[name]}"
-        for name in ("top_p", "top_k")
-        if params.get(name) not in (None, 0, -1, 1.0)
-    )
-    return f"{shape} sampled T={temperature:g}{extra} seed={params.get('seed', 0)}"

@@ -14,8 +14,12 @@ declares, and what each engine makes of it, is read in backend/engine/readings.p
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from backend import BadInput
+
+if TYPE_CHECKING:
+    from backend.engine.readings import EngineView
 
 CONVENTIONS = {
     "hf": "HF hidden_states index (0 = embedding output, k = output of layer k-1)",
@@ -89,3 +93,15 @@ def check_indices(indices, num_target_layers: int) -> None:
             f"aux HF indices {bad} out of range: the target has {num_target_layers} layers, "
             f"so valid HF indices are 0..{num_target_layers}"
         )
+
+
+def fed_wiring(view: EngineView, override, num_target_layers: int) -> Wiring:
+    """The HF indices fed to the draft: the `override` (checked against the target's depth in
+    wiring.override_wiring), else what `view`'s engine reads (checked in `_read`). BadInput when that
+    engine cannot run the draft. The one rule: preflight, replays, the teacher, the probe and every
+    dashboard job reach it (through service/requests.py::reading_of where a draft is loaded)."""
+    if override is not None:
+        return override_wiring(override, num_target_layers)
+    if not view.loads:
+        raise BadInput(view.refusal)
+    return view.wiring

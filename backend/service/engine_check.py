@@ -262,7 +262,7 @@ def served_beside(db_url: str | None, run) -> dict | None:
     root = (database.artifact_dir or Path("data")) / "engine-checks"
     if not root.is_dir():
         return None
-    k = run.params.get("num_steps")
+    k = run.settings.num_steps
     for result_file in sorted(root.glob("*/result.json"), reverse=True):
         try:
             result = json.loads(result_file.read_text())

@@ -11,7 +11,7 @@ print the same table for the same runs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import zip_longest
 
 from backend.engine.metrics import definitions, mean_ci95
@@ -33,27 +33,37 @@ DEFINITIONS = definitions(  # evaluate's keys, from the one DEFINITIONS
 
 @dataclass(frozen=True)
 class Pair:
-    """One replay to do: a draft on a sample, with its settings (ReplayRequest fields, as sorted
-    items so a pair can key a dict)."""
+    """One replay to do: a draft on a sample, as the request that replays it (frozen: a pair keys a
+    dict)."""
 
-    target: str
-    draft: str
+    request: ReplayRequest
     sample_index: int
-    sample_id: int | None
-    sample_ref: str
-    prompt_ids: tuple[int, ...]
-    settings: tuple = ()
     label: str = ""  # how progress messages name it
 
-    def request(self) -> ReplayRequest:
-        return ReplayRequest(
-            self.target,
-            self.draft,
-            prompt_ids=self.prompt_ids,
-            sample_id=self.sample_id,
-            sample_ref=self.sample_ref,
-            **dict(self.settings),
+    @property
+    def draft(self) -> str:
+        return self.request.draft
+
+
+def pairs_of(template: ReplayRequest, drafts: list[str], samples: list, ref, label) -> list[Pair]:
+    """Each draft on each sample: `template` (validated when it was made) with the draft and the
+    sample's prompt put in (dataclasses.replace, which validates them too). `ref(sample)` names the
+    sample in the run, `label(draft, sample)` in progress messages."""
+    return [
+        Pair(
+            replace(
+                template,
+                draft=draft,
+                prompt_ids=tuple(sample.prompt_ids),
+                sample_id=getattr(sample, "id", None),
+                sample_ref=ref(sample),
+            ),
+            sample.index,
+            label(draft, sample),
         )
+        for draft in drafts
+        for sample in samples
+    ]
 
 
 @dataclass
@@ -66,25 +76,20 @@ class Plan:
     names: dict[str, str] = field(default_factory=dict)  # draft path -> short name for the table
 
     def pairs(self) -> list[Pair]:
-        return [
-            Pair(
-                self.target,
-                draft,
-                sample.index,
-                getattr(sample, "id", None),
-                f"{self.dataset_ref}#{sample.index}",
-                tuple(sample.prompt_ids),
-                tuple(sorted(self.settings.items())),
-                f"{self.names.get(draft, draft)} sample {sample.index}",
-            )
-            for draft in self.drafts
-            for sample in self.samples
-        ]
-
-    def check(self) -> None:
-        """Refuse bad settings before any model loads (ReplayRequest validates each field)."""
-        for draft in self.drafts:
-            ReplayRequest(self.target, draft, prompt_ids=(0,), **self.settings)
+        """Every (draft, sample) pair; a bad setting is refused here, before any model loads."""
+        if not self.drafts or not self.samples:
+            return []
+        first = self.samples[0]
+        template = ReplayRequest(
+            self.target, self.drafts[0], prompt_ids=tuple(first.prompt_ids), **self.settings
+        )
+        return pairs_of(
+            template,
+            self.drafts,
+            self.samples,
+            lambda sample: f"{self.dataset_ref}#{sample.index}",
+            lambda draft, sample: f"{self.names.get(draft, draft)} sample {sample.index}",
+        )
 
 
 def existing_run(db_url: str | None, pair: Pair):
@@ -92,10 +97,9 @@ def existing_run(db_url: str | None, pair: Pair):
     from backend.engine.loading import pick_device, pick_dtype
     from backend.service.runs import find_finished_run
 
-    settings = dict(pair.settings)
-    device = pick_device(settings.get("device"))
-    dtype = str(pick_dtype(device, settings.get("dtype"))).replace("torch.", "")
-    return find_finished_run(db_url, pair.request(), str(device), dtype)
+    device = pick_device(pair.request.device)
+    dtype = str(pick_dtype(device, pair.request.dtype)).replace("torch.", "")
+    return find_finished_run(db_url, pair.request, str(device), dtype)
 
 
 def run_pair(db_url: str | None, pair: Pair, progress: Progress = no_progress) -> int:
@@ -105,7 +109,7 @@ def run_pair(db_url: str | None, pair: Pair, progress: Progress = no_progress) -
     found = existing_run(db_url, pair)
     if found is not None:
         return found.id
-    return run_replay(pair.request(), db_url, progress).run_id
+    return run_replay(pair.request, db_url, progress).run_id
 
 
 def run_pairs(
@@ -138,7 +142,7 @@ def run_pairs(
             def inner(fraction: float, message: str, number=number, where=where) -> None:
                 progress((number + min(1.0, max(0.0, fraction))) / len(pairs), f"{where}: {message}")
 
-            run_ids[pair] = run_replay(pair.request(), db_url, inner).run_id
+            run_ids[pair] = run_replay(pair.request, db_url, inner).run_id
         progress((number + 1) / len(pairs), f"{where}: done ({reused} already stored)")
     return run_ids, reused
 
@@ -154,7 +158,6 @@ def evaluate(
 ) -> dict:
     """Every pair of the plan (in this process, or on Ray, waiting at most `ray_timeout` s for the
     cluster), then the per-draft summary."""
-    plan.check()
     pairs = plan.pairs()
     stats: dict = {}  # on Ray: workers started, pairs retried
     run_ids, reused = run_pairs(db_url, pairs, resume, progress, ray, workers, stats, ray_timeout)

@@ -25,6 +25,7 @@ from backend.engine.loading import Target
 from backend.engine.metrics import acceptance_metrics, expected_accept_length
 from backend.engine.records import PrefillRecord, Progress, StepRecord, no_progress
 from backend.engine.replay import replay
+from backend.engine.run_settings import RunSettings
 from backend.engine.wiring import Wiring
 from backend.service import models
 from backend.service.database import Database, open_database
@@ -49,7 +50,8 @@ class ReplayOutcome:
     warnings: list[str]  # preflight and context warnings, for the CLI's stderr and the page
     engine: str = "auto"  # the reading the run used
     prefill_ms: float = 0.0
-    params: dict = field(default_factory=dict)  # the run's stored params
+    settings: RunSettings = field(default_factory=RunSettings)  # how it ran (stored as its params)
+    output_text: str | None = None  # the output in the target's tokenizer (None without one)
     artifact_path: str | None = None
 
 
@@ -85,24 +87,26 @@ def run_plan(
         raise
     RECORDING.clear()
     close_run(database, target, plan, outcome, writer, tensors, progress)
+    if target.tokenizer is not None:
+        outcome.output_text = target.tokenizer.decode(outcome.output_ids)
     return outcome
 
 
 def open_run(database: Database, target: Target, plan: ReplayPlan) -> ReplayOutcome:
     """The run's row, with its params, before the first record."""
-    request, params = plan.request, plan.params(target)
+    request, settings = plan.request, plan.settings(target)
     with store.session_scope(database.factory) as session:
         run_id = store.create_run(
             session,
             kind="replay",
             target_path=target.path,
             draft_path=request.draft,
-            params=params,
+            params=settings.to_dict(),
             aux_hf_indices=list(plan.wiring.aux_hf_indices),
             given=store.RunInput(list(plan.prompt_ids), request.sample_ref, request.sample_id),
         )
     return ReplayOutcome(
-        run_id, [], [], {}, plan.wiring, list(plan.warnings), plan.view.engine, params=params
+        run_id, [], [], {}, plan.wiring, list(plan.warnings), plan.view.engine, settings=settings
     )
 
 

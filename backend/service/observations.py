@@ -130,12 +130,10 @@ def replay_accept_length(
             for r in store.list_runs(session, limit=1000)
             if r.status == "finished"
             and Path(r.draft_path).resolve() == Path(draft_path).resolve()
-            and (num_steps is None or r.params.get("num_steps") == num_steps)
-            and int(r.params.get("topk") or 1) == topk
-            and (
-                topk == 1 or num_draft_tokens is None or r.params.get("num_draft_tokens") == num_draft_tokens
-            )
-            and not r.params.get("sampling_rule")
+            and (num_steps is None or r.settings.num_steps == num_steps)
+            and r.settings.topk == topk
+            and (topk == 1 or num_draft_tokens is None or r.settings.num_draft_tokens == num_draft_tokens)
+            and r.settings.greedy
         ]
     pooled: list[int] = []  # verify steps accepting exactly a drafts, over every run
     for run in runs:

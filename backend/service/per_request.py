@@ -41,10 +41,8 @@ def greedy_replays(db_url: str | None, draft_path: str | None, k: int | None) ->
             if r.kind == "replay"
             and r.status == "finished"
             and same_path(r.draft_path, draft_path)
-            and (k is None or r.params.get("num_steps") == k)
-            and int(r.params.get("topk") or 1) == 1
-            and not r.params.get("sampling_rule")
-            and not float(r.params.get("temperature") or 0)
+            and (k is None or r.settings.num_steps == k)
+            and r.settings.greedy_chain
         ]
 
 
@@ -91,7 +89,7 @@ def match_replays(parsed: RequestsFile, runs: list) -> list[dict]:
     for number, r in enumerate(parsed.requests):
         same = by_prompt.get(tuple(r.prompt_ids), []) if r.prompt_ids else []
         as_long = [
-            x for x in same if r.completion_tokens and x.params.get("max_new_tokens") == r.completion_tokens
+            x for x in same if r.completion_tokens and x.settings.max_new_tokens == r.completion_tokens
         ]
         run = (as_long or same or [None])[0]
         replayed = run.metrics.get("mean_accept_length") if run else None
@@ -275,11 +273,11 @@ def profile_from_runs(db_url: str | None, run_ids: list[int]) -> dict:
     pairs = {(Path(r.target_path).resolve(), Path(r.draft_path).resolve()) for r in runs}
     if len(pairs) != 1:
         raise BadInput(f"runs {run_ids} are of different drafts or targets: one profile describes one draft")
-    ks = {r.params.get("num_steps") for r in runs}
+    ks = {r.settings.num_steps for r in runs}
     if len(ks) != 1:
         raise BadInput(f"runs {run_ids} were replayed at different K ({sorted(ks)}): one profile is one K")
     k = ks.pop()
-    if any(int(r.params.get("topk") or 1) != 1 for r in runs):
+    if any(r.settings.topk != 1 for r in runs):
         raise BadInput("a tree run's accepted count is not a longest-prefix length: export chain runs only")
     pooled: list[int] = [0] * (k + 1)
     per_run = []
@@ -312,7 +310,7 @@ def profile_from_runs(db_url: str | None, run_ids: list[int]) -> dict:
             "engine": "speclens replay (greedy)",
             "runs": run_ids,
             "num_samples": len(runs),
-            "max_new_tokens": sorted({r.params.get("max_new_tokens") for r in runs}),
+            "max_new_tokens": sorted({r.settings.max_new_tokens for r in runs}),
         },
     }
 

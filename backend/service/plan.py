@@ -17,6 +17,7 @@ from backend.engine.dispatch import placement
 from backend.engine.preflight import PreflightReport, context_check
 from backend.engine.readings import EngineView
 from backend.engine.replay import ReplayConfig
+from backend.engine.run_settings import RunSettings
 from backend.engine.sampling import Sampling
 from backend.engine.wiring import Wiring
 from backend.service.requests import Decoding, ReplayRequest
@@ -32,36 +33,36 @@ class ReplayPlan:
     prompt_ids: tuple[int, ...]
     warnings: tuple[str, ...]  # preflight, context, the reading's and the decoding's notes
 
-    def params(self, target) -> dict:
-        """The run's stored params: how it ran, in the user's terms and in the engine's."""
+    def settings(self, target) -> RunSettings:
+        """How the run ran, in the user's terms and in the engine's (stored as its params)."""
         request, config, decoding = self.request, self.config, self.decoding
-        return {
-            "num_steps": config.num_steps,
-            "max_new_tokens": config.max_new_tokens,
-            "record": config.record,
-            "device": str(target.device),
-            "dtype": str(target.dtype).replace("torch.", ""),
-            "target_placement": placement(target.model),
+        return RunSettings(
+            num_steps=config.num_steps,
+            max_new_tokens=config.max_new_tokens,
+            record=config.record,
+            device=str(target.device),
+            dtype=str(target.dtype).replace("torch.", ""),
+            target_placement=placement(target.model),
             # whose arithmetic ran the target: SpecLens's lean forward (checked bit for bit against
             # transformers' when the target was loaded, backend/engine/lean_target.py) or transformers' own
-            "target_forward": target.runner.name,
-            "wiring_source": self.wiring.source,
-            "wiring_override": list(request.aux_hf_indices or []) or None,
-            "engine": self.view.engine,
-            "engine_requested": request.engine,
-            "draft_math": asdict(self.view.math),
+            target_forward=target.runner.name,
+            wiring_source=self.wiring.source,
+            wiring_override=tuple(request.aux_hf_indices) if request.aux_hf_indices else None,
+            engine=self.view.engine,
+            engine_requested=request.engine,
+            draft_math=asdict(self.view.math),
             # how it drafted and accepted: SGLang's effective flags, and what was asked for
-            "topk": config.topk,
-            "num_draft_tokens": config.num_draft_tokens,
-            "temperature": request.temperature,
-            "top_p": request.top_p,
-            "top_k": request.top_k,
-            "seed": request.seed,
-            "sampling_rule": None if decoding.greedy else decoding.rule,
-            "draft_attention": request.draft_attention if config.topk > 1 else None,
-            "requested": decoding.requested,
-            "decoding_notes": decoding.notes,
-        }
+            topk=config.topk,
+            num_draft_tokens=config.num_draft_tokens,
+            temperature=float(request.temperature),
+            top_p=float(request.top_p),
+            top_k=int(request.top_k),
+            seed=int(request.seed),
+            sampling_rule=None if decoding.greedy else decoding.rule,
+            draft_attention=request.draft_attention if config.topk > 1 else None,
+            requested=decoding.requested,
+            decoding_notes=tuple(decoding.notes),
+        )
 
 
 def resolve(

@@ -180,7 +180,6 @@ def evaluate_on_ray(
 ) -> dict:
     """evaluate.evaluate with its pairs on Ray (`hook`: see run_pairs_on_ray)."""
     cluster = cluster or Cluster()
-    plan.check()
     pairs = plan.pairs()
     stats: dict = {}
     run_ids, reused = run_pairs_on_ray(db_url, pairs, cluster, resume, progress, hook, stats)

@@ -11,9 +11,9 @@ import math
 from dataclasses import dataclass, field
 
 from backend import BadInput
-from backend.engine.readings import ENGINES, EngineView, fed_wiring, read_as
+from backend.engine.readings import ENGINES, EngineView, read_as
 from backend.engine.shapes import DRAFT_ATTENTION, TreeShape, sglang_shape
-from backend.engine.wiring import Wiring, check_override
+from backend.engine.wiring import Wiring, check_override, fed_wiring
 
 MAX_STEPS = 64
 MAX_TOPK = 16

@@ -8,6 +8,7 @@ from sqlalchemy import select
 
 from backend import BadInput
 from backend.engine.records import StepRecord
+from backend.engine.run_settings import AskedSettings, RunSettings
 from backend.service.database import open_database, reap
 from backend.service.requests import ReplayRequest
 from db import store
@@ -31,50 +32,35 @@ def get_run(db_url: str | None, run_id: int) -> RunInfo | None:
         return store.get_run(session, run_id)
 
 
-def replay_settings(request: ReplayRequest) -> dict:
-    """What a finished run's stored params must say for it to answer `request` (besides its target,
-    draft and prompt): K, the effective tree shape, max new tokens, sampling, the engine reading
-    asked for and the wiring override. Device and dtype are matched by `find_finished_run`."""
+def asked_by(request: ReplayRequest) -> AskedSettings:
+    """What a finished run's settings must say for it to answer `request` (besides its target, draft
+    and prompt): equal to the run's `RunSettings.asked`. Device and dtype are matched by
+    `find_finished_run`."""
     shape = request.decoding().shape  # num_steps is always given, so the architecture plays no part
-    return {
-        "num_steps": shape.num_steps,
-        "topk": shape.topk,
-        "num_draft_tokens": shape.num_draft_tokens,
-        "max_new_tokens": request.max_new_tokens,
-        "engine_requested": request.engine,
-        "wiring_override": list(request.aux_hf_indices) if request.aux_hf_indices else None,
-        "temperature": float(request.temperature),
-        "top_p": float(request.top_p),
-        "top_k": int(request.top_k),
-        "seed": int(request.seed),
-        "draft_attention": request.draft_attention if shape.topk > 1 else None,
-    }
-
-
-def _same_settings(params: dict, wanted: dict) -> bool:
-    for name, value in wanted.items():
-        stored = params.get(name)
-        if name == "wiring_override":
-            stored = list(stored) if stored else None
-        elif isinstance(value, float):
-            try:
-                stored = float(stored)
-            except (TypeError, ValueError):
-                return False
-        if stored != value:
-            return False
-    return True
+    return AskedSettings(
+        num_steps=shape.num_steps,
+        topk=shape.topk,
+        num_draft_tokens=shape.num_draft_tokens,
+        max_new_tokens=request.max_new_tokens,
+        engine_requested=request.engine,
+        wiring_override=tuple(request.aux_hf_indices) if request.aux_hf_indices else None,
+        temperature=float(request.temperature),
+        top_p=float(request.top_p),
+        top_k=int(request.top_k),
+        seed=int(request.seed),
+        draft_attention=request.draft_attention if shape.topk > 1 else None,
+    )
 
 
 def find_finished_run(
     db_url: str | None, request: ReplayRequest, device: str | None = None, dtype: str | None = None
 ) -> RunInfo | None:
     """The newest finished replay of the same target, draft and prompt with the same settings
-    (`replay_settings`), one of the same sample first; None when there is none. `device` and `dtype`
+    (`asked_by`), one of the same sample first; None when there is none. `device` and `dtype`
     are the ones the request would run on (None: any); a recorded request needs a recorded run."""
     if request.prompt_ids is None:
         return None  # a text prompt's ids depend on the tokenizer: replay it
-    wanted = replay_settings(request)
+    wanted = asked_by(request)
     prompt = list(request.prompt_ids)
 
     def variants(path: str) -> list[str]:
@@ -93,14 +79,15 @@ def find_finished_run(
             )
             .order_by(Run.id.desc())
         ).all()
+        stored = [(run, RunSettings.from_dict(run.params)) for run in candidates]
         matches = [
             run
-            for run in candidates
+            for run, settings in stored
             if list(run.prompt_ids or []) == prompt
-            and _same_settings(run.params or {}, wanted)
-            and (device is None or (run.params or {}).get("device") == device)
-            and (dtype is None or (run.params or {}).get("dtype") == dtype)
-            and ((run.params or {}).get("record", True) or not request.record)
+            and settings.asked == wanted
+            and (device is None or settings.device == device)
+            and (dtype is None or settings.dtype == dtype)
+            and (settings.record or not request.record)
         ]
         if not matches:
             return None

@@ -204,26 +204,43 @@ class Comparison:
         )
 
 
+def comparison_pairs(c: Comparison) -> dict:
+    """{(sample index, side): evaluate.Pair}: each side's request (validated once, as a template on the
+    first sample) on every sample. A bad setting of either side is a BadInput here."""
+    from backend.service.evaluate import pairs_of
+
+    pairs, numbers = {}, {sample.index: number for number, sample in enumerate(c.samples)}
+    if not c.samples:
+        return pairs
+    for side, draft, decoding in c.sides:
+        template = ReplayRequest(
+            c.target,
+            draft,
+            prompt_ids=tuple(c.samples[0].prompt_ids),
+            num_steps=c.num_steps,
+            max_new_tokens=c.max_new_tokens,
+            **decoding,
+        )
+        for pair in pairs_of(
+            template,
+            [draft],
+            c.samples,
+            lambda sample: f"dataset {c.dataset_id} #{sample.index}",
+            lambda _draft, sample, side=side: (
+                f"sample {numbers[sample.index] + 1}/{len(c.samples)}, draft {side}"
+            ),
+        ):
+            pairs[(pair.sample_index, side)] = pair
+    return pairs
+
+
 def compare_job(db_url: str | None, comparison: Comparison, *, progress: Progress) -> dict:
     """The pairs of both sides run as `evaluate` runs them (backend.service.evaluate.run_pairs):
     here one after another, or on Ray when `ray` names a cluster."""
-    from backend.service.evaluate import Pair, run_pairs
+    from backend.service.evaluate import run_pairs
     from backend.service.runs import get_run
 
-    c, pairs = comparison, {}
-    for number, sample in enumerate(c.samples):
-        for side, draft, decoding in c.sides:
-            settings = {"num_steps": c.num_steps, "max_new_tokens": c.max_new_tokens, **decoding}
-            pairs[(sample.index, side)] = Pair(
-                c.target,
-                draft,
-                sample.index,
-                sample.id,
-                f"dataset {c.dataset_id} #{sample.index}",
-                tuple(sample.prompt_ids),
-                tuple(sorted(settings.items())),
-                f"sample {number + 1}/{len(c.samples)}, draft {side}",
-            )
+    c, pairs = comparison, comparison_pairs(comparison)
     run_ids, reused = run_pairs(db_url, list(pairs.values()), c.reuse, progress, c.ray)
     rows = []
     for sample in c.samples:
@@ -247,8 +264,7 @@ def start_compare(db_url: str | None, comparison: Comparison) -> str:
     """Replay both drafts on each sample (stored as runs): {"rows": one per sample, largest |delta|
     first, "reused": runs found finished, "replayed": runs replayed now}. A bad setting of either side
     is refused here, before the job starts."""
-    for _, draft, decoding in comparison.sides:
-        ReplayRequest(comparison.target, draft, prompt_ids=(0,), num_steps=comparison.num_steps, **decoding)
+    comparison_pairs(comparison)  # a bad setting of either side is refused before the job starts
     label = (
         f"{_name(comparison.draft_a)} vs {_name(comparison.draft_b)} on {len(comparison.samples)} sample(s)"
     )

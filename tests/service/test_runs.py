@@ -77,15 +77,17 @@ def test_find_finished_run_matches_target_draft_prompt_and_every_setting(stored_
 
 
 def test_find_finished_run_skips_unfinished_runs_and_prefers_the_same_sample(db_url):
-    from dataclasses import replace
+    from dataclasses import asdict, replace
 
     from backend.data.samples import Sample
+    from backend.engine.run_settings import RunSettings
     from backend.service import runs
     from backend.service.requests import ReplayRequest
     from db import store
 
     request = ReplayRequest("t", "d", prompt_ids=(1, 2), num_steps=2, max_new_tokens=8)
-    params = {**runs.replay_settings(request), "record": True, "device": "cpu", "dtype": "float32"}
+    asked = asdict(runs.asked_by(request))  # a stored run's settings are the request's, typed
+    params = RunSettings(**asked, record=True, device="cpu", dtype="float32").to_dict()
     factory = store.session_factory(store.make_engine(db_url))
     with store.session_scope(factory) as session:
         dataset = store.create_dataset(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from backend.engine.records import StepRecord, decoding_mode
+from backend.engine.records import StepRecord
 from backend.service.runs import RunInfo
 from ui import charts, state
 from ui.compare.timeline import (
@@ -84,7 +84,7 @@ def _metrics(run_a: RunInfo, steps_a, run_b: RunInfo, steps_b, divergence: int |
     cells[4].metric(
         "Outputs first differ at", "nowhere" if outputs is None else f"output {outputs}", help=OUTPUTS_HELP
     )
-    st.caption(f"A: {decoding_mode(run_a.params)} · B: {decoding_mode(run_b.params)}")
+    st.caption(f"A: {run_a.settings.mode} · B: {run_b.settings.mode}")
     for side, run in (("A", run_a), ("B", run_b)):
         if run.status != "finished":
             st.warning(

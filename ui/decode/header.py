@@ -10,7 +10,7 @@ import streamlit as st
 
 from backend import BadInput
 from backend.engine.metrics import DEFINITIONS
-from backend.engine.records import StepRecord, decoding_mode
+from backend.engine.records import StepRecord
 from backend.service import tasks
 from backend.service.checks import engine_readings
 from backend.service.runs import RunInfo
@@ -79,7 +79,7 @@ def status(run: RunInfo, steps: list[StepRecord]) -> None:
 
 def summary(run: RunInfo, steps: list[StepRecord]) -> None:
     metrics = run.metrics or {}
-    params = run.params
+    settings = run.settings
     cells = st.columns(6)
     cells[0].metric("Accept length", number(metrics.get("mean_accept_length")), help=ACCEPT_LENGTH_HELP)
     cells[1].metric(
@@ -87,35 +87,35 @@ def summary(run: RunInfo, steps: list[StepRecord]) -> None:
     )
     cells[2].metric("Verify steps", len(steps))
     cells[3].metric("Tokens", len(run.output_ids))
-    cells[4].metric("Aux HF indices", str(run.aux_hf_indices), help=params.get("wiring_source", ""))
-    dtype = params.get("dtype", "?")
+    cells[4].metric("Aux HF indices", str(run.aux_hf_indices), help=settings.wiring_source)
+    dtype = settings.dtype or "?"
     disagreement = metrics.get("self_disagreement_per_1000")
     cells[5].metric(
         "Device · dtype",
-        f"{params.get('device', '?')} {SHORT_DTYPES.get(dtype, dtype)}",
+        f"{settings.device or '?'} {SHORT_DTYPES.get(dtype, dtype)}",
         delta=None if disagreement is None else f"target self-disagreement {disagreement:.1f} / 1k",
         delta_color="off",
         help=DEFINITIONS["self_disagreement_per_1000"],
     )
-    requested = params.get("engine_requested")
+    engine, requested = settings.engine or "specforge", settings.engine_requested
     st.caption(
-        f"Run as **{params.get('engine', 'specforge')}** reads the draft"
-        + (f" (requested: {requested})" if requested not in (None, params.get("engine")) else "")
-        + f"; wiring: {params.get('wiring_source', '')}"
-        + TARGET_FORWARDS.get(params.get("target_forward"), "")
+        f"Run as **{engine}** reads the draft"
+        + (f" (requested: {requested})" if requested not in ("auto", engine) else "")
+        + f"; wiring: {settings.wiring_source}"
+        + TARGET_FORWARDS.get(settings.target_forward, "")
     )
     expected = metrics.get("expected_accept_length")
     st.markdown(
-        f"Decoding: **{decoding_mode(params)}**"
+        f"Decoding: **{settings.mode}**"
         + (
             f" · expected accept length **{expected:.2f}** beside the realised "
             f"{number(metrics.get('mean_accept_length'))}"
-            if expected is not None and params.get("sampling_rule")
+            if expected is not None and settings.sampling_rule
             else ""
         ),
         help=DEFINITIONS["expected_accept_length"],
     )
-    for note in params.get("decoding_notes") or []:
+    for note in settings.decoding_notes:
         st.caption(f"Note: {md(note)}")
     cap_note(run, steps)
 
@@ -129,11 +129,7 @@ def cap_note(run: RunInfo, steps: list[StepRecord]) -> None:
             f"Accept length = {emitted} tokens the {len(steps)} verify steps emitted (a + 1 each) / {len(steps)} = "
             f"{emitted / len(steps):.2f}; the output holds {committed} tokens after the prefill's first, "
             f"{committed / len(steps):.2f} per step, because the last step's tokens were cut at "
-            + (
-                "the token cap"
-                if len(run.output_ids) >= (run.params.get("max_new_tokens") or 0)
-                else "the end token"
-            )
+            + ("the token cap" if len(run.output_ids) >= run.settings.max_new_tokens else "the end token")
             + f" ({steps[-1].accepted_count + 1 - (emitted - committed)} of {steps[-1].accepted_count + 1} kept)."
         )
 
@@ -158,8 +154,8 @@ def no_steps(run: RunInfo) -> None:
     """Why a finished run has no verify step, and what to change."""
     if run.status != "finished":
         return
-    limit = run.params.get("max_new_tokens")
-    if limit is not None and len(run.output_ids) >= limit:
+    limit = run.settings.max_new_tokens
+    if len(run.output_ids) >= limit:
         st.info(
             f"No verify step ran: the output is {len(run.output_ids)} token(s), the target's own first "
             f"token from the prefill, and then the run's limit of {limit} new token(s) was reached. There "

@@ -22,10 +22,7 @@ def _chain_runs() -> list[RunInfo]:
     return [
         r
         for r in list_runs(limit=200)
-        if r.status == "finished"
-        and r.metrics.get("accept_histogram")
-        and int(r.params.get("topk") or 1) == 1
-        and not r.params.get("sampling_rule")
+        if r.status == "finished" and r.metrics.get("accept_histogram") and r.settings.greedy_chain
     ]
 
 
@@ -68,8 +65,8 @@ def _check_replay(run: RunInfo, shape: tuple[int, int, int], tokens: int, predic
             max_new_tokens=max(1, len(run.output_ids)),
             sample_ref=run.sample_ref,
             sample_id=run.sample_id,
-            aux_hf_indices=run.params.get("wiring_override") or None,
-            engine=run.params.get("engine_requested") or "auto",
+            aux_hf_indices=run.settings.wiring_override,
+            engine=run.settings.engine_requested,
             topk=shape[1],
             num_draft_tokens=tokens or None,
         )
@@ -84,7 +81,7 @@ def _check_replay(run: RunInfo, shape: tuple[int, int, int], tokens: int, predic
 
 def _checker(run: RunInfo, steps, rows: list[dict]) -> None:
     st.markdown("**Check with a real replay** (SGLang's flags; topk 1 is a chain of K)")
-    num_steps = run.params.get("num_steps")
+    num_steps = run.settings.num_steps
     w1, w2, w3 = st.columns(3)
     other_k = int(w1.number_input("K (steps)", 1, 8, 2 if num_steps != 2 else 3, key="whatif_k"))
     other_topk = int(w2.number_input("topk", 1, 16, 1, key="whatif_topk"))
@@ -127,7 +124,7 @@ def whatif_tab() -> None:
     labels = {r.id: run_label(r) for r in runs}
     run_id = st.selectbox("Run", list(labels), key="whatif_run", format_func=labels.get)
     run, steps = get_run(run_id)
-    num_steps = run.params.get("num_steps")
+    num_steps = run.settings.num_steps
     counts = [s.accepted_count for s in steps]
     draft_ms, verify_ms = run.metrics.get("draft_ms_total", 0), run.metrics.get("verify_ms_total", 0)
     rows = [r.to_dict() for r in predict(counts, num_steps, draft_ms, verify_ms)]
