@@ -1,6 +1,8 @@
 """One greedy chain step (topk 1, greedy acceptance): steps 1-7 of docs/reference.md §4 as replay.py's
 docstring lists them."""
 
+from __future__ import annotations
+
 import time
 from dataclasses import dataclass, field
 
@@ -228,11 +230,4 @@ def chain_step(
         return record, None
     if history is not None:
         history.add(committed)
-    return record, Cursor(
-        cursor.position + verdict.accepted + 1,
-        verdict.bonus,
-        cursor.produced + len(committed),
-        verdict.features,
-        verdict.emitted,
-        cursor.position,
-    )
+    return record, cursor.after(verdict.emitted, committed, verdict.features)

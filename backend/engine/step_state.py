@@ -3,6 +3,8 @@ the cursor, the draft's catch-up over the committed positions, and committing wi
 
 Chain steps (chain_step.py) and tree steps (tree_step.py) share these; replay.py runs the loop."""
 
+from __future__ import annotations
+
 import time
 from dataclasses import dataclass
 
@@ -82,6 +84,20 @@ class Cursor:
     catch_up_features: torch.Tensor
     catch_up_tokens: list[int]
     catch_up_start: int
+
+    def after(self, emitted: list[int], committed: list[int], features: torch.Tensor) -> Cursor:
+        """The cursor after a verify step that accepted len(emitted) - 1 drafts and emitted `emitted`
+        (the accepted drafts and the bonus, which becomes the pending token), `committed` of them within
+        the budget; the draft catches up next on the step's verify rows (`features`: their fused aux
+        features) from this step's position."""
+        return Cursor(
+            self.position + len(emitted),
+            emitted[-1],
+            self.produced + len(committed),
+            features,
+            emitted,
+            self.position,
+        )
 
 
 def draft_catch_up(

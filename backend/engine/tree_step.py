@@ -3,6 +3,8 @@
 rule walks it (greedy, or an engine's sampling rule: backend/engine/sampling.py), and the caches keep
 the root and the accepted path."""
 
+from __future__ import annotations
+
 import time
 
 import torch
@@ -69,15 +71,7 @@ def tree_step(
     )
     if finished:
         return record, None
-    accepted = len(verdict.accepted_path)
-    return record, Cursor(
-        cursor.position + accepted + 1,
-        verdict.bonus,
-        cursor.produced + len(committed),
-        features,
-        emitted,
-        cursor.position,
-    )
+    return record, cursor.after(emitted, committed, features)
 
 
 def tree_record(
