@@ -120,17 +120,18 @@ def create_run(
 
 
 def add_steps(session: Session, run_id: int, steps: list[StepRecord]) -> None:
-    """Bulk insert: one statement for a batch of steps."""
+    """Bulk insert: one plain statement for a batch of steps (the one place steps are written)."""
     if steps:
         session.execute(
-            insert(Step),
+            insert(Step.__table__),
             [{"run_id": run_id, **{n: getattr(s, n) for n in STORED_STEP_FIELDS}} for s in steps],
         )
 
 
 def add_token_stats(session: Session, run_id: int, rows: list[dict]) -> None:
-    if rows:  # bulk insert: thousands of small rows per run
-        session.execute(insert(TokenStat), [{"run_id": run_id, **row} for row in rows])
+    """Bulk insert: thousands of small rows per run (the one place token stats are written)."""
+    if rows:
+        session.execute(insert(TokenStat.__table__), [{"run_id": run_id, **row} for row in rows])
 
 
 STALE_AFTER_S = 600  # a run whose writer (on another host) has not written for this long is gone
@@ -337,9 +338,8 @@ def write_run_batch(
     """One batch of a recording run, in the caller's transaction, as plain SQL statements (no ORM
     objects: a fast replay writes dozens of batches a second): the run's heartbeat and partial
     output first, an UPDATE that also locks its row until the commit (as `_locked_run`'s SELECT ...
-    FOR UPDATE does), then the steps and token stats as bulk inserts. Stores what `add_steps` and
-    `add_token_stats` store. False, with nothing written, when the run is gone (deleted while it
-    recorded)."""
+    FOR UPDATE does), then the steps and token stats through `add_steps` and `add_token_stats`.
+    False, with nothing written, when the run is gone (deleted while it recorded)."""
     from sqlalchemy import update
 
     values: dict = {"heartbeat_at": utc_now()}
@@ -348,11 +348,6 @@ def write_run_batch(
     runs = Run.__table__
     if session.execute(update(runs).where(runs.c.id == run_id).values(values)).rowcount == 0:
         return False
-    if steps:
-        session.execute(
-            insert(Step.__table__),
-            [{"run_id": run_id, **{n: getattr(s, n) for n in STORED_STEP_FIELDS}} for s in steps],
-        )
-    if token_stats:
-        session.execute(insert(TokenStat.__table__), [{"run_id": run_id, **row} for row in token_stats])
+    add_steps(session, run_id, steps)
+    add_token_stats(session, run_id, token_stats)
     return True
