@@ -103,11 +103,15 @@ class Worker:
                 sys.modules["__main__"] = main
 
     def prestart(self) -> None:
-        """Start the worker now if none is running (returns at once): the dashboard does it when the
-        server starts, so that the first job does not wait for a process to import torch."""
-        if os.environ.get("SPECLENS_JOBS_IN_PROCESS") != "1":
-            with self._lock:
-                self._ensure_started()
+        """Start the worker now if none is running (returns at once): every page does it first, so
+        that the first job does not wait for a process to import torch. A job holds the lock while it
+        runs, and then the worker is alive: never wait for the job to finish."""
+        if os.environ.get("SPECLENS_JOBS_IN_PROCESS") == "1" or not self._lock.acquire(blocking=False):
+            return
+        try:
+            self._ensure_started()
+        finally:
+            self._lock.release()
 
     def _ensure_started(self) -> None:
         """A live worker, started now if there is none (the caller holds the lock)."""

@@ -255,6 +255,27 @@ def test_the_worker_starts_ahead_and_has_the_model_stack_before_its_first_job():
     assert task.result == dict.fromkeys(stack, True) and WORKER.pid == worker
 
 
+def test_a_page_never_waits_for_a_running_job_to_prestart_the_worker():
+    """Every page prestarts the workers (ui/state.py sidebar). While a job runs it holds the worker;
+    a page opened then (a reload during a long replay) must not wait for the job to end."""
+    import threading
+    import time
+
+    from backend.engine.records import no_progress
+    from backend.service.worker import WORKER
+    from tests.support import jobs
+
+    WORKER.prestart()
+    job = threading.Thread(target=WORKER.run, args=(jobs.sleep, (3.0,), {}, no_progress))
+    job.start()
+    time.sleep(0.5)  # the job holds the worker now
+    started = time.perf_counter()
+    WORKER.prestart()
+    waited = time.perf_counter() - started
+    job.join()
+    assert waited < 1.0, f"prestart waited {waited:.1f} s for the running job"
+
+
 @pytest.mark.slow  # spawns a worker process
 def test_a_worker_that_cannot_import_the_model_stack_says_so_for_each_job(tmp_path, monkeypatch):
     from backend.engine.records import no_progress

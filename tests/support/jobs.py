@@ -32,3 +32,12 @@ def loaded(names: list[str], *, progress):
     import sys
 
     return {name: name in sys.modules for name in names}
+
+
+def sleep(seconds: float, *, progress):
+    """A job that keeps the worker busy (what a long replay does to the pages)."""
+    import time
+
+    progress(0.0, "sleeping")
+    time.sleep(seconds)
+    return seconds
