@@ -36,6 +36,7 @@ from backend.engine.safetensors_header import tensor_shapes
 from backend.engine.shapes import SGLANG_AUTO_CHAIN, SGLANG_AUTO_DEFAULT, sglang_flags, sglang_rewrites
 
 SGLANG_MAX_RUNNING_REQUESTS = 48
+PICKLED_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json")  # only torch reads these
 DEFAULT_CHAIN_K = 3  # the chain every fix recommends when no run of the draft says better
 EAGLE3_ARCHITECTURES = ("LlamaForCausalLMEagle3", "Eagle3Speculator")
 
@@ -371,6 +372,8 @@ def draft_facts(draft_dir: Path) -> DraftFacts:
     try:
         shapes = tensor_shapes(draft_dir)
         if shapes is None:
+            if not any((draft_dir / name).is_file() for name in PICKLED_WEIGHTS):
+                raise BadInput(f"{draft_dir}: no weights")  # preflight says which files it looked for
             from backend.engine.loading import read_draft
 
             shapes = {name: list(t.shape) for name, t in read_draft(draft_dir).tensors.items()}

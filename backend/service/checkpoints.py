@@ -52,16 +52,17 @@ def _stamp(path: str) -> float:
 
 @lru_cache(maxsize=256)
 def _fits(draft: str, target: str, _draft_stamp: float, _target_stamp: float) -> bool:
+    """Both config.json files read as plain JSON (the dashboard's server imports no torch)."""
     from backend.engine.draft_config import read_draft_config
-    from backend.engine.loading import read_target_config
+    from backend.engine.json_config import config_sizes, read_json_object
 
+    file = Path(target, "config.json")
     try:
         config = read_draft_config(draft)
-        text = read_target_config(target)
+        sizes = config_sizes(read_json_object(file), file, ("hidden_size", "vocab_size"))
     except (BadInput, OSError, ValueError):
         return False
-    text = text.get_text_config() if hasattr(text, "get_text_config") else text
-    return config.target_hidden_size == text.hidden_size and config.vocab_size == text.vocab_size
+    return config.target_hidden_size == sizes["hidden_size"] and config.vocab_size == sizes["vocab_size"]
 
 
 def fits(draft_path: str, target_path: str) -> bool:

@@ -27,11 +27,14 @@ def lint(
 def _bin_draft_facts(draft_path: str):
     """A pytorch_model.bin draft's facts for the lint, read in the reader process (only torch reads a
     pickle); None for safetensors weights, which the lint reads from their headers itself."""
+    from backend.diagnostics.lint import PICKLED_WEIGHTS
     from backend.engine.safetensors_header import tensor_shapes
     from backend.service.readers import in_reader
 
     try:
-        if tensor_shapes(draft_path) is not None or not Path(draft_path, "pytorch_model.bin").is_file():
+        if tensor_shapes(draft_path) is not None or not any(
+            Path(draft_path, f).is_file() for f in PICKLED_WEIGHTS
+        ):
             return None
     except BadInput:
         return None  # the lint says why the weights cannot be read
