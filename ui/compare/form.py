@@ -64,7 +64,9 @@ def _which_samples(samples: list, running: bool) -> tuple[list | None, str | Non
 
 def _shown_drafts(names: list[str]) -> tuple[str, str]:
     """The drafts of the runs on screen below (`pair.shown_pair`: so the pickers, made anew when the
-    page is entered again or in a new session, match them), else epoch1 vs final."""
+    page is entered again or in a new session, match them), else epoch1 vs final. Two runs of one
+    draft (the two newest runs of a new session can be two Decode replays) name no pair of drafts: the
+    pickers then offer epoch1 vs final, not the same draft twice."""
     from ui.compare.pair import shown_pair
     from ui.runs import list_runs
 
@@ -73,7 +75,7 @@ def _shown_drafts(names: list[str]) -> tuple[str, str]:
         found = [stored_runs.get_run(state.db(), int(run_id)) for run_id in shown]
         if all(found):
             a, b = (state.draft_name(run.draft_path) for run in found)
-            if a in names and b in names:
+            if a in names and b in names and a != b:
                 return a, b
     return "epoch1", "final"
 
