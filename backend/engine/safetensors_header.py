@@ -90,13 +90,16 @@ def _checked_entry(path: Path, name: str, entry, data_bytes: int) -> tuple[str, 
     return dtype, shape, offsets
 
 
+SAFETENSORS_WEIGHTS = ("model.safetensors", "model.safetensors.index.json")  # one file, or shards
+
+
 def tensor_shapes(draft_dir: str | Path) -> dict[str, list[int]] | None:
     """{file name: shape} of a checkpoint's safetensors weights, read from their headers alone (one
     model.safetensors, or the shards model.safetensors.index.json lists): no tensor is loaded and torch
     is not imported. None when the weights are a pytorch_model.bin (only torch reads a pickle) or
     missing; BadInput naming the file for a bad header or index."""
     draft_dir = Path(draft_dir)
-    single, index = draft_dir / "model.safetensors", draft_dir / "model.safetensors.index.json"
+    single, index = (draft_dir / name for name in SAFETENSORS_WEIGHTS)
     if single.is_file():
         return {name: entry["shape"] for name, entry in check_safetensors(single).items()}
     if not index.is_file():

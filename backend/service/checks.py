@@ -5,8 +5,6 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from backend import BadInput
-
 
 def lint(
     draft_path: str, command: str, engine: str, target_path: str | None, db_url: str | None = None
@@ -26,18 +24,15 @@ def lint(
 
 def _bin_draft_facts(draft_path: str):
     """A pytorch_model.bin draft's facts for the lint, read in the reader process (only torch reads a
-    pickle); None for safetensors weights, which the lint reads from their headers itself."""
+    pickle); None for safetensors weights (the lint reads their headers itself, and says why when it
+    cannot) or none at all. Only which files exist is looked at here: the headers are read once."""
     from backend.diagnostics.lint import PICKLED_WEIGHTS
-    from backend.engine.safetensors_header import tensor_shapes
+    from backend.engine.safetensors_header import SAFETENSORS_WEIGHTS
     from backend.service.readers import in_reader
 
-    try:
-        if tensor_shapes(draft_path) is not None or not any(
-            Path(draft_path, f).is_file() for f in PICKLED_WEIGHTS
-        ):
-            return None
-    except BadInput:
-        return None  # the lint says why the weights cannot be read
+    present = [name for name in (*SAFETENSORS_WEIGHTS, *PICKLED_WEIGHTS) if Path(draft_path, name).is_file()]
+    if not present or present[0] in SAFETENSORS_WEIGHTS:
+        return None
     return in_reader(read_bin_draft_facts, draft_path)
 
 
