@@ -422,6 +422,9 @@ def test_cli_lint_json(tmp_path):
     assert {"topk1-draft-tokens-reset", "eagle-algorithm-eagle3-draft"} <= {
         f["code"] for f in report["findings"]
     }
+    assert "--speculative-algorithm EAGLE3" in report["recommended_command"]
+    text = cli("lint", "--target", str(target_dir), "--sglang", command)
+    assert f"  {report['recommended_command']}\n" in text.stdout  # the one line to copy
     bad = cli("lint", "--draft", str(good), "--sglang", "python -m sglang.launch_server")
     assert bad.returncode == 2 and bad.stderr.startswith("error:")
 

@@ -20,6 +20,11 @@ def cmd_lint(args) -> tuple[dict, str]:
     ]
     if report["effective_flags"]:
         lines.append(f"{report['engine']} will run: {report['effective_flags']}")
+    if report["recommended_command"]:
+        lines.append(f"recommended command ({', '.join(report['recommended_applies'])} applied):")
+        lines.append(f"  {report['recommended_command']}")
+        if report["recommended_leaves"]:
+            lines.append(f"  still to fix outside the command: {', '.join(report['recommended_leaves'])}")
     lines.append(f"{len(report['findings'])} findings, {report['errors']} errors")
     return report, "\n".join(line for line in lines if line)
 

@@ -106,7 +106,7 @@ SGLANG_FLAGS = {
 }
 
 
-def _split(command: str) -> list[str]:
+def split_command(command: str) -> list[str]:
     try:
         return shlex.split(command.replace("\\\n", " "))
     except ValueError as error:
@@ -140,7 +140,7 @@ VLLM_K_BY_LOAD = "num_speculative_tokens_per_batch_size"
 
 def parse_sglang(command: str) -> ServingSettings:
     settings = ServingSettings("sglang")
-    words = _split(command)
+    words = split_command(command)
     index = 0
     while index < len(words):
         word = words[index]
@@ -167,7 +167,7 @@ def parse_sglang(command: str) -> ServingSettings:
 
 def parse_vllm(arguments: str) -> ServingSettings:
     settings = ServingSettings("vllm")
-    words = _split(arguments)
+    words = split_command(arguments)
     spec_config = None
     for index, word in enumerate(words):
         flag, _, inline = word.partition("=")

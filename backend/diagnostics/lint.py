@@ -21,6 +21,7 @@ from backend.data.serving_command import (
     parse_vllm,
     target_facts,
 )
+from backend.data.serving_rewrite import rewrite as rewrite_command
 from backend.diagnostics.findings import SEVERITIES, Finding, severity, spelled
 from backend.diagnostics.lint_wiring import aux_ids, aux_ids_against
 from backend.diagnostics.serving_features import (
@@ -46,6 +47,11 @@ class LintReport:
     findings: list[Finding]
     requested: ServingSettings
     effective: dict = field(default_factory=dict)
+    # What the findings change on the command line (backend/data/serving_rewrite.py), and the codes
+    # of the findings behind those changes; `recommended` is the command with all of them applied.
+    edits: dict = field(default_factory=dict)
+    edited: tuple[str, ...] = ()
+    recommended: str | None = None
 
     def to_dict(self) -> dict:
         """The lint's JSON (CLI contract): each finding's severity, code, message and fix, worst first."""
@@ -60,6 +66,11 @@ class LintReport:
             "effective": self.effective,
             "effective_flags": effective_flags(self.requested.engine, self.effective),
             "errors": sum(f.severity == "fail" for f in findings),
+            "recommended_command": self.recommended,
+            "recommended_applies": list(self.edited),
+            "recommended_leaves": [
+                f.cls for f in findings if f.severity != "info" and f.cls not in self.edited
+            ],
         }
 
 
@@ -108,22 +119,30 @@ def lint(
     wiring findings take the declared wiring as the trained one."""
     config = draft.config
     findings: list[Finding] = []
+    edits: dict = {}
+    edited: list[str] = []
 
-    def add(word: str, code: str, message: str, fix: str) -> None:  # the rules write the lint's words
+    def add(word: str, code: str, message: str, fix: str, edit: dict | None = None) -> None:
+        """A finding in the lint's words; `edit`: what its fix changes on the command line."""
         findings.append(Finding(code, severity(word), message, fix=fix))
+        if edit:
+            edits.update(edit)
+            edited.append(code)
 
     effective: dict = {}
     chain = chain_k or (DEFAULT_CHAIN_K, "a typical chain; the Speed-up what-if picks K from a run")
     if settings.engine == "sglang":
         effective = _sglang_shape(settings, target, chain, add)
         _sglang_algorithm(settings, draft, add)
-        if settings.token_map and settings.algorithm == "EAGLE3":
+        runs_eagle3 = settings.algorithm == "EAGLE3" or (settings.algorithm == "EAGLE" and draft.is_eagle3)
+        if settings.token_map and runs_eagle3:  # EAGLE with an EAGLE-3 draft: the fix makes it EAGLE3
             add(
                 "warning",
                 "token-map-ignored",
                 f"--speculative-token-map {settings.token_map} is ignored for EAGLE3: SGLang maps draft ids "
                 "with the checkpoint's own d2t tensor.",
                 "Drop --speculative-token-map; make sure the checkpoint carries d2t/t2d.",
+                {"--speculative-token-map": None},
             )
         if settings.max_running_requests and settings.max_running_requests > SGLANG_MAX_RUNNING_REQUESTS:
             add(
@@ -142,7 +161,7 @@ def lint(
             )
     else:
         effective = {"num_speculative_tokens": settings.num_steps, "method": settings.algorithm}
-        _vllm_method(settings, draft, add)
+        _vllm_method(settings, draft, chain, add)
     steps = effective.get("num_steps", settings.num_steps)
     if steps == 1:
         add(
@@ -153,6 +172,7 @@ def lint(
             f"Use {sglang_flags(chain[0], 1, chain[0] + 1)} ({chain[1]})."
             if settings.engine == "sglang"
             else f'Set "num_speculative_tokens": {chain[0]} in --speculative-config ({chain[1]}).',
+            chain_edit(settings.engine, chain[0]),
         )
     _benchmark_knobs(settings, add)
     defaults = generation_defaults(settings.engine, settings.features, target.directory)
@@ -167,7 +187,22 @@ def lint(
         aux_ids_against(
             settings.engine, config, target, [list(trained_hf), *map(list, trained_ties or [])], add
         )
-    return LintReport(findings, settings, effective)
+    return LintReport(findings, settings, effective, edits, tuple(edited))
+
+
+def chain_edit(engine: str, k: int) -> dict:
+    """The command-line change to a chain of `k` drafts."""
+    if engine == "sglang":
+        return {
+            "--speculative-num-steps": k,
+            "--speculative-eagle-topk": 1,
+            "--speculative-num-draft-tokens": k + 1,
+        }
+    return {"spec:num_speculative_tokens": k}
+
+
+def _knob_edit(engine: str, names) -> dict:
+    return {(name if engine == "sglang" else f"spec:{name}"): None for name in names}
 
 
 def _benchmark_knobs(settings: ServingSettings, add) -> None:
@@ -184,6 +219,7 @@ def _benchmark_knobs(settings: ServingSettings, add) -> None:
             "Remove "
             + " and ".join(knobs)
             + " to measure the draft; keep it only for throughput benchmarks, never for accept length.",
+            _knob_edit(settings.engine, knobs),
         )
     if by_load is not None:
         add(
@@ -192,6 +228,7 @@ def _benchmark_knobs(settings: ServingSettings, add) -> None:
             f"{VLLM_K_BY_LOAD} = {json.dumps(by_load)}: K changes with the batch size, so an accept length "
             "measured under load mixes several K (and a replay at one K does not match it).",
             f"Measure at a fixed num_speculative_tokens (drop {VLLM_K_BY_LOAD}), or compare per K.",
+            _knob_edit(settings.engine, [VLLM_K_BY_LOAD]),
         )
 
 
@@ -200,6 +237,7 @@ def _sglang_shape(settings: ServingSettings, target: TargetFacts, chain: tuple[i
     (`sglang_rewrites`, the replay's too), each rewrite or refusal a finding."""
     steps, topk, tokens = settings.num_steps, settings.topk, settings.num_draft_tokens
     recommended = f"{sglang_flags(chain[0], 1, chain[0] + 1)} ({chain[1]})"
+    edit = chain_edit("sglang", chain[0])
     if steps is None and topk is None and tokens is None and target.architecture is None:
         add(
             "warning",
@@ -208,6 +246,7 @@ def _sglang_shape(settings: ServingSettings, target: TargetFacts, chain: tuple[i
             f"target's architecture (unknown here: pass --target DIR): {SGLANG_AUTO_DEFAULT} for Llama and most "
             f"models, {SGLANG_AUTO_CHAIN} for DeepSeek V2/V3, GptOss and Bailing MoE.",
             f"Set the three flags together, e.g. {recommended}.",
+            edit,
         )
         return {"num_steps": None, "topk": None, "num_draft_tokens": None}
     try:
@@ -218,6 +257,7 @@ def _sglang_shape(settings: ServingSettings, target: TargetFacts, chain: tuple[i
             "sglang-refuses",
             f"SGLang does not start with these flags: {error}.",
             f"Use {recommended}.",
+            edit,
         )
         return {"num_steps": None, "topk": None, "num_draft_tokens": None}
     for rewrite in rewrites:
@@ -227,6 +267,7 @@ def _sglang_shape(settings: ServingSettings, target: TargetFacts, chain: tuple[i
                 rewrite.code,
                 f"--speculative-num-steps is not set: {rewrite.message}.",
                 f"Set the three flags together, e.g. {recommended}.",
+                edit,
             )
         else:  # topk1-draft-tokens-reset
             add(
@@ -236,6 +277,7 @@ def _sglang_shape(settings: ServingSettings, target: TargetFacts, chain: tuple[i
                 f"tokens and get {shape.num_draft_tokens}.",
                 f"For a chain: {recommended}; for a tree keep --speculative-num-draft-tokens {tokens} and raise "
                 "--speculative-eagle-topk above 1.",
+                edit,
             )
     return {"num_steps": shape.num_steps, "topk": shape.topk, "num_draft_tokens": shape.num_draft_tokens}
 
@@ -250,6 +292,7 @@ def _sglang_algorithm(settings: ServingSettings, draft: DraftFacts, add) -> None
             "layers): older SGLang runs it as EAGLE-1 and skips the 3-layer fc, giving accept length exactly "
             "1.0 with no error (newer SGLang upgrades it, PR #21272).",
             "--speculative-algorithm EAGLE3",
+            {"--speculative-algorithm": "EAGLE3"},
         )
     elif settings.algorithm == "EAGLE3" and not config.use_aux_hidden_state:
         add(
@@ -258,6 +301,7 @@ def _sglang_algorithm(settings: ServingSettings, draft: DraftFacts, add) -> None
             "--speculative-algorithm EAGLE3 but the draft says use_aux_hidden_state: false (EAGLE-1 style, "
             "no 3-layer fc).",
             "--speculative-algorithm EAGLE",
+            {"--speculative-algorithm": "EAGLE"},
         )
     elif settings.algorithm not in ("EAGLE", "EAGLE3"):
         add(
@@ -265,10 +309,11 @@ def _sglang_algorithm(settings: ServingSettings, draft: DraftFacts, add) -> None
             "not-eagle",
             f"--speculative-algorithm {settings.algorithm} does not run an EAGLE-3 draft.",
             "--speculative-algorithm EAGLE3",
+            {"--speculative-algorithm": "EAGLE3"},
         )
 
 
-def _vllm_method(settings: ServingSettings, draft: DraftFacts, add) -> None:
+def _vllm_method(settings: ServingSettings, draft: DraftFacts, chain: tuple[int, str], add) -> None:
     config = draft.config
     if settings.algorithm == "eagle" and draft.is_eagle3:
         add(
@@ -276,6 +321,7 @@ def _vllm_method(settings: ServingSettings, draft: DraftFacts, add) -> None:
             "eagle-algorithm-eagle3-draft",
             f'method "eagle" with an EAGLE-3 draft ({config.architecture}): the 3-layer fc input is not used.',
             '"method": "eagle3" in --speculative-config',
+            {"spec:method": "eagle3"},
         )
     elif settings.algorithm != "eagle3":
         add(
@@ -283,13 +329,15 @@ def _vllm_method(settings: ServingSettings, draft: DraftFacts, add) -> None:
             "not-eagle",
             f"method {settings.algorithm!r} does not run an EAGLE-3 draft.",
             '"method": "eagle3" in --speculative-config',
+            {"spec:method": "eagle3"},
         )
     if settings.num_steps is None:
         add(
             "warning",
             "no-speculative-tokens",
             "num_speculative_tokens is not set in --speculative-config.",
-            'Add "num_speculative_tokens": 3 (or what the probe\'s what-if recommends).',
+            f'Add "num_speculative_tokens": {chain[0]} ({chain[1]}).',
+            chain_edit("vllm", chain[0]),
         )
 
 
@@ -320,6 +368,11 @@ def _context(settings: ServingSettings, config: DraftConfig, target: TargetFacts
             "trained on shorter sequences degrades beyond them (sglang #6783).",
             f"Cap the context at {config.max_position_embeddings} for speculative requests, or train the draft "
             "on longer sequences.",
+            {
+                ("--context-length" if settings.engine == "sglang" else "--max-model-len"): (
+                    config.max_position_embeddings
+                )
+            },
         )
 
 
@@ -351,6 +404,10 @@ def lint_command(
     report = lint(
         settings, facts or draft_facts(Path(draft_dir)), target, trained_hf, trained_ties, requests, chain_k
     )
+    if report.edits:
+        report.recommended = rewrite_command(
+            sglang if sglang is not None else vllm, settings.engine, report.edits
+        )
     if settings.draft_path and Path(settings.draft_path) != Path(draft_dir):
         report.findings.append(
             Finding(

@@ -24,9 +24,25 @@ def _example(engine: str) -> str:
     )
 
 
+def _recommended(report: dict) -> None:
+    """The command with every fix the findings make on it, above the findings it comes from."""
+    if not report.get("recommended_command"):
+        return
+    st.markdown("**Recommended command**: yours with the fixes below applied")
+    st.code(report["recommended_command"], language="bash", wrap_lines=True)
+    notes = ["applies " + ", ".join(f"`{code}`" for code in report["recommended_applies"])]
+    if report["recommended_leaves"]:
+        notes.append(
+            "outside the command (the draft's files, the requests): "
+            + ", ".join(f"`{code}`" for code in report["recommended_leaves"])
+        )
+    st.caption("; ".join(notes) + ".")
+
+
 def _render(report: dict, trained) -> None:
     if not report["findings"]:
         st.success("No findings.")
+    _recommended(report)
     for finding in report["findings"]:
         show_finding(finding)
     if report["effective_flags"]:
@@ -59,7 +75,7 @@ def lint_tab() -> None:
     if st.button("Lint", key="lint_run"):
         try:
             report = checks.lint(state.draft_path(), command, engine, state.target_path(), state.db())
-            trained = checks.trained_wirings(state.target_path(), state.draft_path())
+            trained = checks.trained_wirings(state.target_path(), state.draft_path(), state.db())
         except BadInput as error:
             st.error(md(error))
         else:
