@@ -136,3 +136,17 @@ class ServingObservationRow(Base):
     accept_length: Mapped[float | None] = mapped_column(Float)
     observation: Mapped[dict] = mapped_column(JSON, default=dict)  # the whole ServingObservation
     lint: Mapped[list] = mapped_column(JSON, default=list)
+
+
+class WiringProbeRow(Base):
+    """A finished wiring probe (backend/diagnostics/probe.py) of one draft on one target, kept so that a
+    later server still knows what it found; `draft_stamp`: the draft's files as they were when it ran
+    (a probe of a since-changed draft is not reused)."""
+
+    __tablename__ = "wiring_probes"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(default=utc_now)
+    target_path: Mapped[str] = mapped_column(Text)
+    draft_path: Mapped[str] = mapped_column(Text)
+    draft_stamp: Mapped[list] = mapped_column(JSON, default=list)
+    report: Mapped[dict] = mapped_column(JSON, default=dict)

@@ -1,6 +1,6 @@
 """The store's one front door: `from db import store; store.create_run(...)`.
 
-Each repository lives in a module of its own (connection, runs, datasets, observations); this module
+Each repository lives in a module of its own (connection, runs, datasets, observations, probes); this module
 only names them, so callers keep one import. Repository functions take a session from the caller and
 return plain dataclasses, never ORM objects."""
 
@@ -30,6 +30,7 @@ from db.observations import (
     remember_checkpoint,
     remembered_checkpoints,
 )
+from db.probes import add_probe, latest_probe
 from db.runs import (
     NO_INPUT,
     STALE_AFTER_S,
@@ -56,6 +57,8 @@ from db.runs import (
 )
 
 __all__ = [
+    "add_probe",
+    "latest_probe",
     "DEFAULT_DB_PATH",
     "DatasetInfo",
     "NO_INPUT",

@@ -22,7 +22,7 @@ request = form.replay_request(expanded=not list_runs(limit=1))
 if request is not None:
     # the step viewer opens on a comparison that tells healthy from broken (checks.default_reference)
     fed = list(request.aux_hf_indices) if request.aux_hf_indices else None
-    reference = checks.default_reference(request.target, request.draft, fed)
+    reference = checks.default_reference(request.target, request.draft, fed, state.db())
     st.session_state["decode_task"] = tasks.start_replay(state.db(), request, reference=reference)
 
 

@@ -16,7 +16,7 @@ def lint(
     from backend.diagnostics.lint import lint_command
 
     sglang, vllm = (command, None) if engine.lower() == "sglang" else (None, command)
-    found = trained_wirings(target_path, draft_path) if target_path else []
+    found = trained_wirings(target_path, draft_path, db_url) if target_path else []
     chain = whatif_best_k(db_url, draft_path) if db_url else None
     facts = _bin_draft_facts(draft_path)
     return lint_command(draft_path, sglang, vllm, target_path, found, chain_k=chain, facts=facts).to_dict()
@@ -73,13 +73,16 @@ def whatif_best_k(db_url: str | None, draft_path: str) -> tuple[int, str] | None
     return None
 
 
-def default_reference(target_path: str, draft_path: str, fed: list[int] | None = None) -> dict:
+def default_reference(
+    target_path: str, draft_path: str, fed: list[int] | None = None, db_url: str | None = None
+) -> dict:
     """The hidden-state reference a new Decode run opens on: one that tells a healthy draft from a broken
     one (issue 43 row 5). The fed features against, in order: the wiring the probe found this draft
     trained on, when it rejected the declared one; a wiring a serving engine would feed instead (its
     reading of the config); the target's own hidden vs the draft's output, when every engine feeds the
-    declared wiring. `fed`: the wiring the run feeds (default: the declared one)."""
-    trained = trained_wiring(target_path, draft_path)
+    declared wiring. `fed`: the wiring the run feeds (default: the declared one); `db_url`: where a
+    probe of an earlier server is kept."""
+    trained = trained_wiring(target_path, draft_path, db_url)
     if trained is not None and list(trained) != list(fed or []):
         return {"kind": "wiring", "aux_hf_indices": list(trained), "why": "the wiring probe's best"}
     try:
@@ -131,12 +134,41 @@ def read_engine_readings(draft_path: str, target_path: str, progress=None) -> di
 # own config under a plain chain command for each engine, so only these can fire for a reason.
 DRAFT_CODES = ("aux-ids", "missing-d2t", "eagle-algorithm", "eagle3-algorithm", "not-eagle")
 
-_PROBES: dict[tuple[str, str], dict] = {}  # (target, draft) -> the last wiring probe report (this server)
+# (target, draft) -> (the draft's stamp, the last wiring probe report of this server); the database
+# keeps them across servers (db/probes.py).
+_PROBES: dict[tuple[str, str], tuple[list, dict]] = {}
+DRAFT_FILES = ("config.json", "model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 
 
-def remember_probe(target_path: str, draft_path: str, report: dict) -> None:
-    """Keep a finished probe's report so the lint and the verdict use what it found."""
-    _PROBES[(str(target_path), str(draft_path))] = report
+def _pair_key(target_path: str, draft_path: str) -> tuple[str, str]:
+    return str(Path(target_path).resolve()), str(Path(draft_path).resolve())
+
+
+def _draft_stamp(draft_path: str) -> list[float]:
+    from backend.service.readers import stamp
+
+    return list(stamp(*(Path(draft_path, name) for name in DRAFT_FILES)))
+
+
+def remember_probe(target_path: str, draft_path: str, report: dict, db_url: str | None = None) -> None:
+    """Keep a finished probe's report so the lint, the verdict and Decode's default reference use what
+    it found: in this server, and in the database when one is given (a later server reads it there;
+    a database that cannot be written keeps it in this server only)."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from backend import BadInput
+    from backend.service.database import open_database
+    from db import store
+
+    key, drafted = _pair_key(target_path, draft_path), _draft_stamp(draft_path)
+    _PROBES[key] = (drafted, report)
+    if db_url is None:
+        return
+    try:
+        with store.session_scope(open_database(db_url).factory) as session:
+            store.add_probe(session, *key, drafted, report)
+    except (BadInput, SQLAlchemyError):
+        pass
 
 
 def probe_settings(num_steps: int, budget: int, live: int, samples: list) -> dict:
@@ -147,8 +179,26 @@ def probe_settings(num_steps: int, budget: int, live: int, samples: list) -> dic
     return ProbeSettings(num_steps, budget, live).describe(samples)
 
 
-def known_probe(target_path: str, draft_path: str) -> dict | None:
-    return _PROBES.get((str(target_path), str(draft_path)))
+def known_probe(target_path: str, draft_path: str, db_url: str | None = None) -> dict | None:
+    """The last probe of this pair on the draft's files as they are now: this server's, else the
+    database's; None when none ran (or the draft changed since)."""
+    from backend import BadInput
+    from backend.service.database import open_database
+    from db import store
+
+    key, drafted = _pair_key(target_path, draft_path), _draft_stamp(draft_path)
+    stamped, report = _PROBES.get(key, (None, None))
+    if stamped == drafted:
+        return report
+    if db_url is None:
+        return None
+    from sqlalchemy.exc import SQLAlchemyError
+
+    try:
+        with store.session_scope(open_database(db_url).factory) as session:
+            return store.latest_probe(session, *key, drafted)
+    except (BadInput, SQLAlchemyError):
+        return None
 
 
 def probe_wirings(report: dict | None) -> list[list[int]]:
@@ -162,14 +212,14 @@ def probe_wirings(report: dict | None) -> list[list[int]]:
     return [best, *(list(w) for w in report.get("as_good_as_best") or [] if list(w) != best)]
 
 
-def trained_wirings(target_path: str, draft_path: str) -> list[list[int]]:
-    """`probe_wirings` of the last probe of this pair on this server."""
-    return probe_wirings(known_probe(target_path, draft_path))
+def trained_wirings(target_path: str, draft_path: str, db_url: str | None = None) -> list[list[int]]:
+    """`probe_wirings` of the last probe of this pair (known_probe)."""
+    return probe_wirings(known_probe(target_path, draft_path, db_url))
 
 
-def trained_wiring(target_path: str, draft_path: str) -> list[int] | None:
+def trained_wiring(target_path: str, draft_path: str, db_url: str | None = None) -> list[int] | None:
     """The HF indices the probe found this draft trained on, when it rejected the declared wiring."""
-    found = trained_wirings(target_path, draft_path)
+    found = trained_wirings(target_path, draft_path, db_url)
     return found[0] if found else None
 
 
@@ -192,7 +242,7 @@ def draft_lint(draft_path: str, target_path: str) -> list[dict]:
     return found
 
 
-def verdict(signals: dict, target_path: str, draft_path: str) -> dict:
+def verdict(signals: dict, target_path: str, draft_path: str, db_url: str | None = None) -> dict:
     """The one verdict (backend.diagnostics.verdict) from cheap signals and the probe, if it ran."""
     from backend.diagnostics.verdict import summarise
 
@@ -201,7 +251,7 @@ def verdict(signals: dict, target_path: str, draft_path: str) -> dict:
         signals.get("lint"),
         signals.get("diff"),
         signals.get("diff_note"),
-        known_probe(target_path, draft_path),
+        known_probe(target_path, draft_path, db_url),
     ).to_dict()
 
 

@@ -93,3 +93,31 @@ def test_the_lint_of_a_bin_draft_reads_its_weights_in_the_reader(tmp_path):
         ]
 
     assert findings(bin_draft) == findings(DEMO_DRAFTS / "final")
+
+
+def test_a_probe_outlives_the_server_that_ran_it(tmp_path, db_url):
+    """Issue 43 row 5: a probe kept in the database is what a later server (nothing in memory) opens
+    Decode's reference on, and the lint reads; once the draft's files change it is not reused."""
+    import os
+    import shutil
+
+    from backend.defaults import DEMO_DRAFTS, DEMO_TARGET
+    from backend.service import checks
+
+    draft = tmp_path / "miswired"
+    shutil.copytree(DEMO_DRAFTS / "miswired", draft)
+    target = str(DEMO_TARGET)
+    found = {"confirmed": False, "best": {"aux_hf_indices": [0, 2, 6]}, "as_good_as_best": [[0, 3, 6]]}
+    before = checks.default_reference(target, str(draft), None, db_url)
+    assert before.get("aux_hf_indices") != [0, 2, 6]
+    checks.remember_probe(target, str(draft), found, db_url)
+    checks._PROBES.clear()  # a new server: only the database remembers
+    assert checks.known_probe(target, str(draft)) is None
+    assert checks.trained_wirings(target, str(draft), db_url) == [[0, 2, 6], [0, 3, 6]]
+    reference = checks.default_reference(target, str(draft), None, db_url)
+    assert reference == {"kind": "wiring", "aux_hf_indices": [0, 2, 6], "why": "the wiring probe's best"}
+    config = draft / "config.json"
+    os.utime(config, (config.stat().st_atime, config.stat().st_mtime + 10))  # the draft changed
+    assert checks.known_probe(target, str(draft), db_url) is None
+    checks.remember_probe(target, str(draft), found, "sqlite:////nonexistent-dir/x.db")  # kept in memory
+    assert checks.trained_wiring(target, str(draft)) == [0, 2, 6]

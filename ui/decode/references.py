@@ -21,7 +21,9 @@ KINDS = ["another wiring", "training features (.ckpt)", "a second run", "target 
 def _spec(kind: str, run: RunInfo) -> dict | None:
     """The reference job's spec from the chosen kind's widgets (None: nothing to compute yet)."""
     if kind == "another wiring":
-        suggested = checks.default_reference(run.target_path, run.draft_path, list(run.aux_hf_indices))
+        suggested = checks.default_reference(
+            run.target_path, run.draft_path, list(run.aux_hf_indices), state.db()
+        )
         wiring = suggested.get("aux_hf_indices") or run.aux_hf_indices
         text = st.text_input(
             "HF indices",

@@ -170,7 +170,9 @@ def _rows_table(step: StepRecord, reference: str, rows: list[dict]) -> None:
                 "Cosine of the draft's output hidden with the target's last hidden at the same position. "
                 "The draft is trained so that the logits of the two agree, not the vectors: read this row "
                 "across positions (where it drops, the draft lost track), not as good or bad on its own. "
-                "The fed features compare directly with another wiring or the training features (below)."
+                "The fed features compare directly with another wiring or the training features (below). "
+                "Once a wiring probe of this draft ran (Diagnostics), new runs open on the wiring it found, "
+                "kept in the database for every later server."
             )
         if reference == NORMS:
             st.caption(

@@ -18,7 +18,9 @@ from ui.verdict import show_verdict
 def _render(result: dict) -> None:
     report = result["preflight"]
     signals = result["signals"]
-    show_verdict(checks.verdict(signals, signals["target"], signals["draft"]), stale_note(signals))
+    show_verdict(
+        checks.verdict(signals, signals["target"], signals["draft"], state.db()), stale_note(signals)
+    )
     st.markdown(
         f"Preflight: **{'passed' if report['ok'] else 'FAILED'}** · declared aux HF indices "
         f"{report['aux_hf_indices']} ({md(report.get('wiring_source', ''))})"

@@ -54,7 +54,7 @@ def probe_tab() -> None:
     budget = int(c2.number_input("Search budget (extra candidates)", 0, 200, 20, key="probe_budget"))
     live = int(c3.number_input("Live replays on first N samples", 0, 5, 0, key="probe_live"))
     wanted = checks.probe_settings(steps, budget, live, samples)
-    known = checks.known_probe(state.target_path(), state.draft_path())
+    known = checks.known_probe(state.target_path(), state.draft_path(), state.db())
     if st.button("Run the probe", key="probe_run") and samples:
         st.session_state["probe_task"] = tasks.start_probe(
             state.target_path(), state.draft_path(), samples, steps, budget, live
@@ -66,7 +66,7 @@ def probe_tab() -> None:
     task_panel(
         "probe_task",
         _render,
-        on_finish=lambda report: checks.remember_probe(report["target"], report["draft"], report),
+        on_finish=lambda report: checks.remember_probe(report["target"], report["draft"], report, state.db()),
         adopt="probe",
     )
 

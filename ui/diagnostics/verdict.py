@@ -44,7 +44,7 @@ def diagnose_section() -> None:
 def _keep_probe(result: dict) -> None:
     """Diagnose's wiring probe, kept for the probe tab and the lint (issue 43 row 4)."""
     if result.get("probe"):
-        checks.remember_probe(result["target"], result["draft"], result["probe"])
+        checks.remember_probe(result["target"], result["draft"], result["probe"], state.db())
 
 
 def cheap_checks() -> None:
@@ -63,6 +63,8 @@ def cheap_checks() -> None:
             )
 
         def render(signals: dict) -> None:
-            show_verdict(checks.verdict(signals, signals["target"], signals["draft"]), stale_note(signals))
+            show_verdict(
+                checks.verdict(signals, signals["target"], signals["draft"], state.db()), stale_note(signals)
+            )
 
         task_panel("verdict_task", render, adopt="signals")

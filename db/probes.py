@@ -1,0 +1,31 @@
+"""Finished wiring probes, kept per (target, draft) with the draft's file stamp when it ran."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from db.models import WiringProbeRow
+
+
+def add_probe(session: Session, target_path: str, draft_path: str, draft_stamp: list, report: dict) -> int:
+    row = WiringProbeRow(
+        target_path=target_path, draft_path=draft_path, draft_stamp=list(draft_stamp), report=report
+    )
+    session.add(row)
+    session.flush()
+    return row.id
+
+
+def latest_probe(session: Session, target_path: str, draft_path: str, draft_stamp: list) -> dict | None:
+    """The newest probe of this pair run on the draft's files as they are now (same stamp); None when
+    none ran, or the draft changed since."""
+    rows = session.scalars(
+        select(WiringProbeRow)
+        .where(WiringProbeRow.target_path == target_path, WiringProbeRow.draft_path == draft_path)
+        .order_by(WiringProbeRow.id.desc())
+    )
+    for row in rows:
+        if list(row.draft_stamp or []) == list(draft_stamp):
+            return dict(row.report or {})
+    return None
