@@ -4,7 +4,10 @@
 
 Each run starts `streamlit run app.py` afresh (a new interpreter: nothing imported, no model loaded),
 opens the page in headless Chromium (/usr/bin/chromium) and records:
+  served s    server start -> the server answers the page's URL (Streamlit's own start-up);
   title s     server start -> the page's title is on screen;
+  story s     server start -> Home's story of the bundled pair is on screen (Home only: it reads
+              both bundled drafts as the engines read them);
   idle s      server start -> Streamlit's running indicator has gone (the page finished its script);
   torch       whether the server process had imported torch when the title showed (read from its
               /proc maps: a loaded libtorch shows there).
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import socket
 import statistics
 import subprocess
@@ -68,6 +72,7 @@ def one_run(page_name: str, browser) -> dict:
         while True:
             try:
                 page.goto(url, timeout=5_000)
+                served = time.perf_counter() - started
                 break
             except Exception:  # the server is not listening yet (re-raised after 120 s)
                 if time.perf_counter() - started > 120:
@@ -76,10 +81,14 @@ def one_run(page_name: str, browser) -> dict:
         page.get_by_role("heading", name=TITLES[page_name], exact=True).first.wait_for(timeout=120_000)
         title = time.perf_counter() - started
         torch = torch_loaded(server.pid)
+        story = None
+        if page_name == "":
+            page.get_by_text(re.compile(r"^What the bundled .* pair shows")).first.wait_for(timeout=120_000)
+            story = time.perf_counter() - started
         page.locator('[data-testid="stStatusWidget"]').wait_for(state="hidden", timeout=120_000)
         idle = time.perf_counter() - started
         page.close()
-        return {"title_s": title, "idle_s": idle, "torch": torch}
+        return {"served_s": served, "title_s": title, "story_s": story, "idle_s": idle, "torch": torch}
     finally:
         server.terminate()
         server.wait(timeout=30)
@@ -97,13 +106,13 @@ def main() -> None:
         results = [one_run(args.page, browser) for _ in range(args.runs)]
         browser.close()
     print(f"first page: /{args.page} ({args.runs} fresh server starts)")
-    print(f"{'run':>4} {'title s':>8} {'idle s':>8}  torch at title")
+    columns = ("served_s", "title_s", "story_s", "idle_s")
+    print(f"{'run':>4} " + " ".join(f"{c.replace('_s', ' s'):>8}" for c in columns) + "  torch at title")
+    cell = lambda v: f"{v:>8.2f}" if v is not None else f"{'—':>8}"  # noqa: E731
     for number, r in enumerate(results, 1):
-        print(f"{number:>4} {r['title_s']:>8.2f} {r['idle_s']:>8.2f}  {r['torch']}")
-    print(
-        f"{'med':>4} {statistics.median(r['title_s'] for r in results):>8.2f} "
-        f"{statistics.median(r['idle_s'] for r in results):>8.2f}"
-    )
+        print(f"{number:>4} " + " ".join(cell(r[c]) for c in columns) + f"  {r['torch']}")
+    medians = [[r[c] for r in results if r[c] is not None] for c in columns]
+    print(f"{'med':>4} " + " ".join(cell(statistics.median(m) if m else None) for m in medians))
 
 
 if __name__ == "__main__":

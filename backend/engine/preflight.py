@@ -15,6 +15,7 @@ import torch
 from backend import BadInput, first_line
 from backend.engine.draft_config import KNOWN_ARCHITECTURES, VARIANT_FLAGS, DraftConfig
 from backend.engine.draft_model import Eagle3Draft
+from backend.engine.engine_table import OWN_EMBEDDING, engine_table
 from backend.engine.loading import (
     IGNORABLE_SUFFIXES,
     DraftFiles,
@@ -23,14 +24,7 @@ from backend.engine.loading import (
     read_draft,
     read_target_config,
 )
-from backend.engine.reading_fixes import disagreements, serving_wiring_findings
-from backend.engine.readings import (
-    DESCRIPTIONS,
-    ENGINES,
-    EngineView,
-    read_as,
-    training_engine,
-)
+from backend.engine.readings import DESCRIPTIONS, EngineView
 from backend.engine.wiring import Wiring, fed_wiring
 
 
@@ -136,26 +130,18 @@ def check_draft(files: DraftFiles, target_config, aux_hf_indices=None) -> Prefli
     )
     _check_config_keys(config, add)
     _check_architecture(config, add)
-    engines = {
-        name: read_as(name, config, target_config.num_hidden_layers, "own_embedding.weight" in tensors)
-        for name in ENGINES
-    }
-    training = training_engine(config)
-    declared_view = read_as(
-        "auto", config, target_config.num_hidden_layers, "own_embedding.weight" in tensors
-    )
-    wiring = _check_wiring(config, target_config.num_hidden_layers, aux_hf_indices, declared_view, add)
-    found = disagreements(engines, training)
-    for finding in found:
+    table = engine_table(config, target_config.num_hidden_layers, OWN_EMBEDDING in tensors)
+    wiring = _check_wiring(config, target_config.num_hidden_layers, aux_hf_indices, table.declared, add)
+    for finding in table.disagreements:
         add("engines", "warn", finding["message"])
-    fixes = serving_wiring_findings(engines, list(wiring.aux_hf_indices)) if wiring is not None else []
+    fixes = table.fixes(wiring)
     for finding in fixes:
         add("serving wiring", "warn", finding["message"])
     _check_sizes(config, tensors, target_hidden, target_vocab, add)
     _check_vocab_mapping(config, tensors, target_vocab, add)
     _check_tensor_names(config, files, add)
     _check_dtypes(tensors, add)
-    return PreflightReport(checks, wiring, engines, training, found, fixes)
+    return PreflightReport(checks, wiring, table.engines, table.training, table.disagreements, fixes)
 
 
 def _check_config_keys(config: DraftConfig, add) -> None:

@@ -101,14 +101,13 @@ def default_reference(
 
 
 def engine_readings(draft_path: str, target_path: str) -> dict:
-    """How each engine reads the draft on this target, and where they disagree (preflight's table).
-    Preflight reads the draft's tensors: it runs in the reader process, and its answer is kept until
-    the draft's or the target's files change."""
+    """How each engine reads the draft on this target, and where they disagree (preflight's table),
+    read inline from the config and the safetensors headers (backend/engine/engine_table.py); only a
+    pytorch_model.bin draft is read by preflight in the reader process. Kept until the draft's or the
+    target's files change."""
     from backend.service.readers import stamp
 
-    files = [
-        Path(draft_path, f) for f in ("config.json", "model.safetensors", "model.safetensors.index.json")
-    ]
+    files = [Path(draft_path, name) for name in DRAFT_FILES]
     return _engine_readings(
         str(draft_path), str(target_path), stamp(*files, Path(target_path, "config.json"))
     )
@@ -116,17 +115,21 @@ def engine_readings(draft_path: str, target_path: str) -> dict:
 
 @lru_cache(maxsize=32)
 def _engine_readings(draft_path: str, target_path: str, _stamp: tuple) -> dict:
+    from backend.engine.engine_table import read_engine_table
     from backend.service.readers import in_reader
 
-    return in_reader(read_engine_readings, draft_path, target_path)
+    return read_engine_table(draft_path, target_path) or in_reader(
+        read_engine_readings, draft_path, target_path
+    )
 
 
 def read_engine_readings(draft_path: str, target_path: str, progress=None) -> dict:
-    """engine_readings' reading (a reader job)."""
+    """engine_readings' reading of a draft only torch reads (a reader job)."""
     from backend.engine.preflight import preflight
 
     report = preflight(draft_path, target_path).to_dict()
-    return {key: report[key] for key in ("ok", "engines", "disagreements", "training_engine")}
+    keys = ("engines", "disagreements", "training_engine", "aux_hf_indices", "wiring_source")
+    return {key: report[key] for key in keys}
 
 
 # ----------------------------------------------------------------------------- the shared verdict

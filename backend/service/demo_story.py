@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from functools import lru_cache
 
 from backend.defaults import REPO, BundledPair, pair_of
 from backend.engine.reading_fixes import describe_layers
-from backend.service.readers import in_reader, stamp
 
 LAB_NOTE = "TRAINED_WIRING.json"
 CURVE = "TRAINING_CURVE.json"
@@ -67,25 +65,10 @@ def _curve(pair: BundledPair) -> tuple[dict, str]:
 
 def demo_story(target_path: str) -> DemoStory | None:
     """The story when the active target is a bundled one and its broken draft is on disk (None
-    otherwise: a user's own pair has no story to tell). The drafts are read in the reader process
-    (preflight reads their tensors); the story is kept until one of the files it read changes."""
-    pair = pair_of(target_path)
-    if pair is None:
-        return None
-    files = [pair.target / "config.json", pair.drafts / CURVE]
-    for name in pair.draft_dirs():
-        files += [pair.drafts / name / f for f in ("config.json", "model.safetensors", LAB_NOTE)]
-    return _story(str(pair.target), stamp(*files))
-
-
-@lru_cache(maxsize=8)
-def _story(target_path: str, _stamp: tuple) -> DemoStory | None:
-    return in_reader(read_story, target_path)
-
-
-def read_story(target_path: str, progress=None) -> DemoStory | None:
-    """The story read from the pair's files (a reader job: preflight imports torch)."""
-    from backend.engine.preflight import preflight
+    otherwise: a user's own pair has no story to tell). Read inline, without torch: each draft's
+    engine table comes from its config and safetensors header (checks.engine_readings, kept until a
+    file it read changes)."""
+    from backend.service.checks import engine_readings
 
     pair = pair_of(target_path)
     if pair is None:
@@ -95,11 +78,11 @@ def read_story(target_path: str, progress=None) -> DemoStory | None:
     if not (broken / LAB_NOTE).is_file() or pair.broken not in present:
         return None
     note = json.loads((broken / LAB_NOTE).read_text())
-    report = preflight(str(broken), str(pair.target)).to_dict()
+    report = engine_readings(str(broken), str(pair.target))
     trained_final: tuple[int, ...] = ()
     misread: list[EngineReading] = []
     if "final" in present:
-        final = preflight(str(pair.drafts / "final"), str(pair.target)).to_dict()
+        final = engine_readings(str(pair.drafts / "final"), str(pair.target))
         trained_final = tuple(final["aux_hf_indices"])
         for name, reading in final["engines"].items():
             if reading.get("loads") and tuple(reading["aux_hf_indices"]) != trained_final:

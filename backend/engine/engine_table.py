@@ -1,0 +1,68 @@
+"""How every engine reads a draft on a target, from the draft's config.json, its weights' names and the
+target's depth: preflight's engine table, and the one the dashboard reads without loading a tensor.
+
+Torch-free: a safetensors draft's weight names come from the file headers, so the Streamlit server
+computes the table inline (Home's story, Decode's header). A pytorch_model.bin draft has no header to
+read: `read_engine_table` answers None and the caller reads it with preflight in the reader process.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from backend import BadInput
+from backend.engine.draft_config import DraftConfig, read_draft_config
+from backend.engine.json_config import config_sizes, read_json_object
+from backend.engine.layouts import to_internal_names
+from backend.engine.reading_fixes import disagreements, serving_wiring_findings
+from backend.engine.readings import ENGINES, EngineView, read_as, training_engine
+from backend.engine.safetensors_header import tensor_shapes
+from backend.engine.wiring import Wiring, fed_wiring
+
+OWN_EMBEDDING = "own_embedding.weight"
+
+
+@dataclass(frozen=True)
+class EngineTable:
+    engines: dict[str, EngineView]  # engine name -> how it reads the draft (readings.ENGINES)
+    training: str  # the engine the draft's config says it was trained for
+    declared: EngineView  # the training engine's reading ("auto"): what feeds the draft by default
+    disagreements: list
+
+    def fixes(self, wiring: Wiring | None) -> list:
+        """reading_fixes.serving_wiring_findings against the wiring the draft is fed."""
+        return serving_wiring_findings(self.engines, list(wiring.aux_hf_indices)) if wiring else []
+
+
+def engine_table(config: DraftConfig, num_layers: int, has_own_embedding: bool) -> EngineTable:
+    engines = {name: read_as(name, config, num_layers, has_own_embedding) for name in ENGINES}
+    training = training_engine(config)
+    declared = read_as("auto", config, num_layers, has_own_embedding)
+    return EngineTable(engines, training, declared, disagreements(engines, training))
+
+
+def read_engine_table(draft_dir: str | Path, target_dir: str | Path) -> dict | None:
+    """The table as the dashboard shows it (engines, disagreements, training_engine, and the declared
+    wiring: aux_hf_indices, wiring_source), read from the files without torch; None for weights only
+    torch reads (a pytorch_model.bin). BadInput names the file that cannot be read."""
+    shapes = tensor_shapes(draft_dir)
+    if shapes is None:
+        if not any(
+            Path(draft_dir, n).is_file() for n in ("pytorch_model.bin", "pytorch_model.bin.index.json")
+        ):
+            raise BadInput(f"draft {draft_dir}: no weights (model.safetensors or pytorch_model.bin)")
+        return None
+    file = Path(target_dir) / "config.json"
+    if not file.is_file():
+        raise BadInput(f"target {target_dir}: not a local Hugging Face model directory (no config.json)")
+    layers = config_sizes(read_json_object(file), file, ("num_hidden_layers",))["num_hidden_layers"]
+    table = engine_table(read_draft_config(draft_dir), layers, OWN_EMBEDDING in to_internal_names(shapes)[0])
+    wiring = fed_wiring(table.declared, None, layers)
+    return {
+        "engines": {name: view.to_dict() for name, view in table.engines.items()},
+        "disagreements": table.disagreements,
+        "training_engine": table.training,
+        "aux_hf_indices": list(wiring.aux_hf_indices),
+        "wiring_source": wiring.source,
+    }
