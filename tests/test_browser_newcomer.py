@@ -121,6 +121,27 @@ def diagnose_miswired(page, url: str) -> str:
     return shown
 
 
+def lint_recommends_one_command(page, shot) -> None:
+    """Row 3: on the lint tab the seed's SGLang command gets one recommended command, and every fix
+    that names a chain names the chain that command runs (the what-if's best K on a stored run)."""
+    page.get_by_text("SGLang", exact=True).first.click()
+    wait_idle(page)
+    page.get_by_role("button", name="Lint").click()
+    page.get_by_text("Recommended command").first.wait_for(timeout=60_000)
+    wait_idle(page)
+    command = page.locator('[data-testid="stCode"]').first.inner_text()
+    assert "--speculative-algorithm EAGLE3" in command, command
+    chain = re.search(
+        r"--speculative-num-steps \d+ --speculative-eagle-topk 1 --speculative-num-draft-tokens \d+", command
+    ).group(0)
+    fixes = [
+        t.split("Fix:")[1] for t in page.locator('[data-testid="stAlert"]').all_inner_texts() if "Fix:" in t
+    ]
+    named = [f for f in fixes if "--speculative-num-steps" in f]
+    assert named and all(chain in f for f in named), (chain, named)
+    page.screenshot(path=str(shot), full_page=True)
+
+
 def compare_keeps_its_pair(page) -> None:
     """Row 6: back on Compare through the sidebar, the pickers still show the comparison on screen."""
     page.locator('[data-testid="stSidebarNav"], [data-testid="stSidebar"]').get_by_role(
@@ -174,9 +195,15 @@ def test_a_newcomer_follows_home_s_start_here_path(tmp_path):
         try:
             compare_final_with_miswired(page, db_url)
             diagnose_miswired(page, url)
+            # row 5: what the probe found is kept in the database, for a server started later
+            from backend.defaults import DEMO_TARGET
+            from backend.service import checks
+
+            assert checks.trained_wirings(str(DEMO_TARGET), str(DEMO_DRAFTS / "miswired"), db_url)
             probe_then_lint(
                 page, trained, declared, SHOTS / "newcomer_4_probe.png", SHOTS / "newcomer_5_lint.png"
             )
+            lint_recommends_one_command(page, SHOTS / "newcomer_5_lint_sglang.png")
             compare_keeps_its_pair(page)
             decode_opens_on_a_telling_reference(page)
         finally:
