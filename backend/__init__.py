@@ -7,6 +7,7 @@ checks this):
       draft_llama        a draft's LlamaConfig and the checks transformers leaves to build time
       draft_config       a draft's config.json, whatever its layout, as one typed description
       draft_model        the EAGLE-3 draft network, each step written out
+      engine_table       how every engine reads a draft, from its config and weight names (torch-free)
       kv_cache           the KV caches: one protocol, three kinds of entries
       layouts            every draft format's tensor names, read and write
       lean_target        a lean CPU forward for Llama targets, bit for bit transformers'
@@ -42,6 +43,7 @@ checks this):
       samples            the training JSONL, validated record by record
       serving            what a serving engine reports (SGLang logs, vLLM metrics)
       serving_command    a serving command read as the engine reads it (flags, knobs, target facts)
+      serving_rewrite    a serving command with the lint's fixes applied: the one command to copy
       step_signature     the first verify step against the later ones (a hand-off's signature)
       tokenizer_fit      whether a dataset's ids were made by the target's tokenizer
     backend.diagnostics  one question per file, engine objects in, a report out
@@ -63,11 +65,11 @@ checks this):
       reading_probe      which reading (RoPE, flags, positions) a draft was trained with
       sample_checks      diagnose's checks on samples: probes as findings, template, live replays, context
       serving_features   features that cost acceptance: penalties, grammar, LoRA, caches, PD
-      verdict            the cheap checks as one verdict, with the next check to run
+      train_serve        the train-vs-serve diff as diagnose's findings (the cheap check that sees wiring)
       whatif             accept length and speed-up for other K and for trees
     backend.service      the only layer that touches db/ and threads
       checkpoints        directories added in the dashboard, kept in the database
-      checks             quick checks the pages run inline (the lint)
+      checks             quick checks the pages run inline (the lint), and the wiring probes kept
       database           one engine and session factory per URL
       datasets           datasets: import, list, read samples
       demo_story         the active bundled pair's story for Home, read from the pair's own files

@@ -1,6 +1,6 @@
 """Diagnostics: why a draft that trains well is rejected when served.
 
-One verdict first (`diagnose`, and the cheap checks below it), then a tab each: checkpoint doctor,
+One verdict first (`diagnose`, on samples or the cheap checks alone), then a tab each: checkpoint doctor,
 wiring probe, train-vs-serve diff, serving-flag lint, training accuracy vs live acceptance, the
 speed-up what-if, the server's numbers beside the replay and the replay held against vLLM. Model work runs as background tasks;
 the render code lives in ui/diagnostics/."""
@@ -19,7 +19,6 @@ st.title("Diagnostics")
 st.caption(f"Target {md(state.target_path())} · draft {md(state.draft_path())} (change them in the sidebar)")
 
 verdict.diagnose_section()
-verdict.cheap_checks()
 
 TABS = {
     "Checkpoint doctor": doctor.doctor_tab,

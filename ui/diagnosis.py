@@ -6,20 +6,34 @@ from __future__ import annotations
 import streamlit as st
 
 from backend.service.requests import ENGINE_CHOICES
+from ui import state
 from ui.html import md
 from ui.pickers import first_samples
 from ui.tables import evidence_table, title
 
-SHOW = {"ok": st.success, "suspect": st.warning, "broken": st.error}
-WORDS = {"ok": "OK", "suspect": "Suspect", "broken": "Broken"}
+SHOW = {"ok": st.success, "unverified": st.info, "suspect": st.warning, "broken": st.error}
+WORDS = {"ok": "OK", "unverified": "Unverified", "suspect": "Suspect", "broken": "Broken"}
+FEATURES_HELP = (
+    "A SpecForge feature file from the run that trained the active draft (the bundled miswired draft's "
+    "are demo/data/features/data_0.ckpt). With it the verdict compares what serving feeds with what "
+    "training fed, without samples; without it only the wiring probe (on samples) can see the wiring."
+)
 ICONS = {"fail": "**fail**", "warn": "**warn**", "info": "info"}
 
 
 def show_diagnosis(result: dict, stale: str | None = None) -> None:
-    text = f"**{WORDS[result['verdict']]}**: {md(result['headline'])}"
+    # "ok" from checks none of which can see the wiring is not shown as healthy
+    level = (
+        "unverified"
+        if result["verdict"] == "ok" and not result.get("wiring_seen", True)
+        else result["verdict"]
+    )
+    text = f"**{WORDS[level]}**: {md(result['headline'])}"
     if stale:
         text = f"*{md(stale)}*\n\n" + text
-    SHOW[result["verdict"]](text)
+    SHOW[level](text)
+    if result.get("next_step"):
+        st.info(f"**Next:** {md(result['next_step'])}.")
     st.caption(
         f"Read as {md(result.get('engine', ''))}; aux HF indices {result.get('aux_hf_indices')}; "
         f"{result.get('n_samples', 0)} samples. Checks: "
@@ -49,7 +63,12 @@ def show_diagnosis(result: dict, stale: str | None = None) -> None:
 def diagnose_form() -> tuple[list, dict] | None:
     """The samples and `diagnose` options the user asked for, when they pressed Diagnose (else None).
     A serving command names its engine: it is read as that engine (backend.service.diagnosis)."""
-    samples = first_samples("diagnose", default_n=8)
+    cheap = st.checkbox(
+        "Cheap checks only: no samples (preflight, the engines' readings, the lint, the draft's head, and "
+        "train vs serve with a feature file); seconds instead of minutes",
+        key="diagnose_cheap",
+    )
+    samples = [] if cheap else first_samples("diagnose", default_n=8)
     left, middle, right = st.columns(3)
     engine = left.selectbox("Read it as", ENGINE_CHOICES, key="diagnose_engine")
     context = middle.number_input(
@@ -61,6 +80,12 @@ def diagnose_form() -> tuple[list, dict] | None:
         "",
         key="diagnose_command",
     ).strip()
+    features = st.text_input(  # keyed by the draft: a feature file says what one training run fed
+        "Training features of this draft (optional .ckpt)",
+        "",
+        key=f"diagnose_features_{abs(hash(state.draft_path()))}",
+        help=FEATURES_HELP,
+    ).strip()
     if not st.button("Diagnose", key="diagnose_run", type="primary"):
         return None
     is_vllm = "vllm" in command.split()[:2]
@@ -70,4 +95,5 @@ def diagnose_form() -> tuple[list, dict] | None:
         "num_steps": int(steps),
         "sglang": command if command and not is_vllm else None,
         "vllm": command if command and is_vllm else None,
+        "features": features or None,
     }

@@ -231,6 +231,7 @@ def cmd_diagnose(args) -> tuple[dict, str]:
             context=args.context,
             engine=args.engine,
             request_file=args.request,
+            features=args.features,
             num_steps=args.steps,
             live_samples=max(0, args.live),
             device=args.device,
@@ -245,6 +246,8 @@ def cmd_diagnose(args) -> tuple[dict, str]:
         if finding["fix"]:
             lines.append(f"       fix: {finding['fix']}")
     lines += [f"  ({check}: {what})" for check, what in result["checks"].items()]
+    if result.get("next_step"):
+        lines.append(f"next: {result['next_step']}")
     return result, "\n".join(lines)
 
 

@@ -148,6 +148,12 @@ def _diagnose_command(commands) -> None:
     )
     diag.add_argument("--request", metavar="FILE", help=REQUEST_HELP)
     diag.add_argument(
+        "--features",
+        metavar="FILE",
+        help="the draft's own training features (a SpecForge .ckpt): compares what serving feeds with what "
+        "training stored, the cheap check that sees the wiring",
+    )
+    diag.add_argument(
         "--live", type=int, default=2, metavar="N", help="live replays on the first N samples (default 2)"
     )
 

@@ -21,6 +21,7 @@ from backend.diagnostics.cheap_checks import (
 )
 from backend.diagnostics.draft_head import head_findings
 from backend.diagnostics.findings import SEVERITIES, Finding, severity
+from backend.diagnostics.hidden_diff import train_vs_serve
 from backend.diagnostics.penalty_check import penalty_findings
 from backend.diagnostics.probe import ProbeSettings, run_probe
 from backend.diagnostics.reading_probe import run_reading_probe
@@ -32,6 +33,7 @@ from backend.diagnostics.sample_checks import (
     template_findings,
     wiring_findings,
 )
+from backend.diagnostics.train_serve import train_serve_findings
 from backend.engine.records import Progress, no_progress
 from backend.engine.wiring import Wiring
 
@@ -66,6 +68,26 @@ class Diagnosis:
     probe: dict | None = None  # the wiring probe's report and settings (the probe tab reuses it)
 
     @property
+    def wiring_seen(self) -> bool:
+        """Whether a check that can see which layers the draft was trained on ran: the wiring probe,
+        or the train-vs-serve diff. Preflight and the lint take the declared layers as the trained
+        ones, so without either a verdict cannot call the wiring healthy."""
+        return any(
+            str(self.ran.get(check, "")).startswith("ran") for check in ("wiring probe", "train vs serve")
+        )
+
+    @property
+    def next_step(self) -> str | None:
+        """What to run next when nothing that sees the wiring ran (and the draft loads)."""
+        if self.wiring_seen or self.ran.get("preflight") != "ran":
+            return None
+        return (
+            "Diagnose on samples (the wiring probe) or with the draft's training features: preflight and the "
+            "lint take the declared layers as the trained ones, so a draft declared with the wrong layers "
+            "passes every check that ran"
+        )
+
+    @property
     def verdict(self) -> str:
         severities = {f.severity for f in self.findings}
         return "broken" if "fail" in severities else "suspect" if "warn" in severities else "ok"
@@ -84,6 +106,10 @@ class Diagnosis:
                 )
                 return f"{worst[0].cls}: {worst[0].message}{more}"
         skipped = [k for k, v in self.ran.items() if str(v).startswith("skipped")]
+        if not self.wiring_seen:
+            return "No cause found, but unverified: no check that ran can see the wiring" + (
+                f" (not run: {', '.join(skipped)})" if skipped else ""
+            )
         return "No cause found: every check that ran passed" + (
             f" (not run: {', '.join(skipped)})" if skipped else ""
         )
@@ -98,6 +124,8 @@ class Diagnosis:
             "checks": self.ran,
             "measured": self.measured,
             "probe": self.probe,
+            "wiring_seen": self.wiring_seen,
+            "next_step": self.next_step,
             "classes": list(CLASSES),
         }
 
@@ -113,6 +141,7 @@ class DiagnoseOptions:
     context: int | None = None
     engine: str = "auto"  # the reading under test (auto: as declared)
     request_file: str | None = None  # request bodies as sent: penalties, grammar, adapters
+    features: str | None = None  # the draft's own training features (a SpecForge .ckpt): train vs serve
     num_steps: int = 4
     live_samples: int = 2
     live_tokens: int = 64
@@ -163,9 +192,11 @@ def diagnose_loaded(
     options: DiagnoseOptions | None = None,
     progress: Progress = no_progress,
     penalties: dict | None = None,
+    features=None,
 ) -> Diagnosis:
     """Every check on a loaded pair under its view (`options.engine`'s reading); `penalties`: the
-    sampling penalties served (request-style names), measured on live replays."""
+    sampling penalties served (request-style names), measured on live replays; `features`: the
+    draft's training features (backend.data.features.FeatureFile, read from `options.features`)."""
     options = options or DiagnoseOptions()
     target, draft, num_steps = subject.target, subject.draft, options.num_steps
     ran: dict = {}
@@ -178,6 +209,13 @@ def diagnose_loaded(
     findings += precision_findings(target, target.model.config)
     findings += head_findings(draft, target)
     ran["draft head"] = "ran"
+    if features is not None:
+        progress(0.03, "train vs serve")
+        diff = train_vs_serve(target, features, list(subject.view.wiring.aux_hf_indices)).to_dict()
+        findings += train_serve_findings(diff, str(options.features))
+        ran["train vs serve"] = f"ran on {options.features}"
+    else:
+        ran["train vs serve"] = "skipped: no training features (--features)"
     if not samples:
         for check in ("wiring probe", "reading probe", "chat template", "live replays", "penalties"):
             ran[check] = "skipped: no --samples"

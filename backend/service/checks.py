@@ -82,9 +82,10 @@ def default_reference(
     reading of the config); the target's own hidden vs the draft's output, when every engine feeds the
     declared wiring. `fed`: the wiring the run feeds (default: the declared one); `db_url`: where a
     probe of an earlier server is kept."""
-    trained = trained_wiring(target_path, draft_path, db_url)
-    if trained is not None and list(trained) != list(fed or []):
-        return {"kind": "wiring", "aux_hf_indices": list(trained), "why": "the wiring probe's best"}
+    found = trained_wirings(target_path, draft_path, db_url)
+    if found and list(found[0]) != list(fed or []):
+        tied = f", tied with {len(found) - 1} it cannot tell apart" if len(found) > 1 else ""
+        return {"kind": "wiring", "aux_hf_indices": list(found[0]), "why": f"the wiring probe's best{tied}"}
     try:
         readings = engine_readings(draft_path, target_path)
     except Exception:  # noqa: BLE001 - an unreadable pair has no reading to compare; the replay says why
@@ -132,11 +133,7 @@ def read_engine_readings(draft_path: str, target_path: str, progress=None) -> di
     return {key: report[key] for key in keys}
 
 
-# ----------------------------------------------------------------------------- the shared verdict
-# Codes of the lint findings about the draft itself (not about flags): the verdict lints the draft's
-# own config under a plain chain command for each engine, so only these can fire for a reason.
-DRAFT_CODES = ("aux-ids", "missing-d2t", "eagle-algorithm", "eagle3-algorithm", "not-eagle")
-
+# ----------------------------------------------------------------------------- wiring probes
 # (target, draft) -> (the draft's stamp, the last wiring probe report of this server); the database
 # keeps them across servers (db/probes.py).
 _PROBES: dict[tuple[str, str], tuple[list, dict]] = {}
@@ -224,38 +221,6 @@ def trained_wiring(target_path: str, draft_path: str, db_url: str | None = None)
     """The HF indices the probe found this draft trained on, when it rejected the declared wiring."""
     found = trained_wirings(target_path, draft_path, db_url)
     return found[0] if found else None
-
-
-def draft_lint(draft_path: str, target_path: str) -> list[dict]:
-    """The lint's findings about the draft itself under each engine, for a plain chain command."""
-    import json
-
-    sglang = (
-        f"python -m sglang.launch_server --model-path {target_path} --speculative-algorithm EAGLE3 "
-        f"--speculative-draft-model-path {draft_path} --speculative-num-steps 3 --speculative-eagle-topk 1 "
-        "--speculative-num-draft-tokens 4"
-    )
-    config = json.dumps({"method": "eagle3", "model": str(draft_path), "num_speculative_tokens": 3})
-    vllm = f"vllm serve {target_path} --speculative-config '{config}'"
-    found = []
-    for engine, command in (("SGLang", sglang), ("vLLM", vllm)):
-        for finding in lint(draft_path, command, engine, target_path)["findings"]:
-            if finding["code"].startswith(DRAFT_CODES):
-                found.append({**finding, "engine": engine})
-    return found
-
-
-def verdict(signals: dict, target_path: str, draft_path: str, db_url: str | None = None) -> dict:
-    """The one verdict (backend.diagnostics.verdict) from cheap signals and the probe, if it ran."""
-    from backend.diagnostics.verdict import summarise
-
-    return summarise(
-        signals.get("preflight"),
-        signals.get("lint"),
-        signals.get("diff"),
-        signals.get("diff_note"),
-        known_probe(target_path, draft_path, db_url),
-    ).to_dict()
 
 
 def has_chat_template(target_path: str) -> bool:

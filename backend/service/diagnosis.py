@@ -4,6 +4,7 @@ The CLI and the Diagnostics page both call `diagnose` here, so they print and sh
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 from backend import BadInput
 from backend.engine.records import Progress, no_progress
@@ -29,6 +30,7 @@ def diagnose(
 ) -> dict:
     """The diagnosis of a target/draft pair on `samples` as `options` (a
     backend.diagnostics.diagnose.DiagnoseOptions; default: the CLI's defaults) says."""
+    from backend.data.features import load_feature_file
     from backend.diagnostics.diagnose import (
         DiagnoseOptions,
         Diagnosis,
@@ -46,6 +48,8 @@ def diagnose(
     options = replace(options, engine=engine)
     if options.context is not None and options.context < 1:
         raise BadInput(f"--context {options.context}: must be a positive number of tokens")
+    if options.features and not Path(options.features).is_file():
+        raise BadInput(f"{options.features}: no such training feature file")
     progress(0.0, "preflight")
     report = preflight(draft_path, target_path).to_dict()
     head = {"target": str(target_path), "draft": str(draft_path), "engine": engine}
@@ -65,8 +69,9 @@ def diagnose(
     target, draft, _ = models.pair(target_path, draft_path, options.device, options.dtype)
     view, _ = reading_of(engine, None, draft, target.num_layers)  # BadInput when it cannot run the draft
     subject = Subject(target, draft, draft_path, view)
+    features = load_feature_file(options.features, target.hidden_size) if options.features else None
     diagnosis = diagnose_loaded(
-        subject, report, list(samples or []), lint_findings, options, progress, penalties
+        subject, report, list(samples or []), lint_findings, options, progress, penalties, features
     )
     return {
         **diagnosis.to_dict(),

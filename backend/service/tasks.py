@@ -323,56 +323,15 @@ def reference_job(db_url: str | None, run_id: int, reference: dict, *, progress:
 
 
 @job("doctor", lambda target_path, draft_path, *_: f"checkpoint doctor {_name(draft_path)}")
-def doctor_job(
-    target_path, draft_path, samples, other_draft, feature_path=None, *, progress: Progress
-) -> dict:
+def doctor_job(target_path, draft_path, samples, other_draft, *, progress: Progress) -> dict:
     from backend.diagnostics.doctor import doctor
 
     progress(0.1, "reading the checkpoint")
-    result = doctor(draft_path, target_path, samples, other_draft)
-    result["signals"] = signals_job(
-        target_path, draft_path, feature_path, preflight=result["preflight"], progress=progress
-    )
-    return result
-
-
-@job("signals", lambda target_path, draft_path, *_: f"cheap checks {_name(draft_path)}")
-def signals_job(
-    target_path: str, draft_path: str, feature_path: str | None, preflight: dict | None = None, *, progress
-) -> dict:
-    """The cheap signals of the shared verdict (backend.service.checks.verdict): preflight, the lint of
-    the draft's own config under each engine, and the train-vs-serve diff when a feature file exists."""
-    from pathlib import Path
-
-    from backend import BadInput
-    from backend.engine.preflight import preflight as run_preflight
-    from backend.service.checks import draft_lint
-
-    progress(0.2, "preflight and lint")
-    report = preflight if preflight is not None else run_preflight(draft_path, target_path).to_dict()
-    signals = {
+    return {
+        **doctor(draft_path, target_path, samples, other_draft),
         "target": target_path,
         "draft": draft_path,
-        "preflight": report,
-        "lint": draft_lint(draft_path, target_path),
-        "diff": None,
     }
-    if not report.get("ok"):
-        signals["diff_note"] = "not run (preflight failed)"
-    elif not feature_path or not Path(feature_path).is_file():
-        signals["diff_note"] = "no training feature file" + (f" at {feature_path}" if feature_path else "")
-    else:
-        progress(0.5, "train vs serve diff")
-        try:
-            diff = train_vs_serve_job(target_path, draft_path, feature_path, progress=lambda *_: None)
-        except BadInput as error:
-            signals["diff_note"] = f"not comparable: {error}"
-        else:
-            signals["diff"] = {
-                k: diff[k] for k in ("serving_aux_hf_indices", "first_mismatch", "training_aux_hf_indices")
-            }
-            signals["diff_note"] = feature_path
-    return signals
 
 
 @job("diff", lambda target_path, draft_path, feature_path: f"train vs serve {feature_path}")
@@ -440,7 +399,6 @@ start_probe = probe_job.start
 start_diagnose = diagnose_job.start
 start_reference = reference_job.start
 start_doctor = doctor_job.start
-start_signals = signals_job.start
 start_train_vs_serve = train_vs_serve_job.start
 start_agreement = agreement_job.start
 start_replay_worst = replay_worst_job.start

@@ -29,39 +29,39 @@ def test_lint_for_either_engine(tmp_path):
         lint(str(draft), "python -m sglang.launch_server --model-path x", "SGLang", None)
 
 
-def test_the_verdict_on_the_bundled_miswired_draft():
-    """Without training features the cheap checks cannot see the wiring and say so; with the draft's
-    own training features, or once the probe has rejected the declared wiring, the verdict names the
-    trained layers, and the lint then never suggests the declared ones."""
+def test_the_cheap_diagnosis_of_the_bundled_miswired_draft():
+    """Issue 41: the cheap verdict is `diagnose` without samples. Without training features it cannot
+    see the miswiring and says so, with the next step; with the draft's own training features it names
+    the trained layers, the fix writing them for both engines. Once the probe has rejected the declared
+    wiring, the lint never suggests the declared layers."""
     from backend.defaults import DEMO_DRAFTS, DEMO_TARGET
+    from backend.diagnostics.diagnose import DiagnoseOptions
+    from backend.engine.reading_fixes import wiring_fix
     from backend.service import checks
-    from backend.service.tasks import signals_job
+    from backend.service.diagnosis import diagnose
     from tests.support.demo import demo_wiring
 
     trained, declared = demo_wiring()
     target, draft = str(DEMO_TARGET), str(DEMO_DRAFTS / "miswired")
-    quiet = lambda *_: None  # noqa: E731
-    blind = checks.verdict(signals_job(target, draft, None, progress=quiet), target, draft)
-    # the cheap checks cannot see the miswiring; they do see that vLLM 0.32's V1 runner (the CPU build)
-    # reads SpecForge's nested ids one layer low, and still send the user to the probe
-    assert blind["level"] == "error" and blind["next_check"] == "wiring probe"
-    assert any("V1 runner" in reason for reason in blind["reasons"])
+    blind = diagnose(target, draft)
+    assert blind["verdict"] != "broken" and not blind["wiring_seen"]
+    assert blind["headline"].startswith("No cause found, but unverified") and blind["next_step"]
     features = str(DEMO_TARGET.parent / "data" / "features" / "data_0.ckpt")
-    seen = checks.verdict(signals_job(target, draft, features, progress=quiet), target, draft)
-    assert seen["level"] == "error" and f"trained on HF {trained}" in seen["headline"]
+    seen = diagnose(target, draft, options=DiagnoseOptions(features=features))
+    assert seen["verdict"] == "broken" and seen["wiring_seen"] and seen["next_step"] is None
+    (wiring,) = [f for f in seen["findings"] if f["severity"] == "fail"]
+    assert wiring["class"] == "aux-wiring" and f"trained on HF {trained}" in wiring["message"]
+    assert all(wiring_fix(engine, trained)[0] in wiring["fix"] for engine in ("sglang", "vllm"))
+    with pytest.raises(BadInput, match="no such training feature file"):
+        diagnose(target, draft, options=DiagnoseOptions(features=features + ".missing"))
     vllm = f'vllm serve {target} --speculative-config \'{{"method": "eagle3", "model": "{draft}"}}\''
     assert str(declared) in " ".join(f["fix"] for f in checks.lint(draft, vllm, "vLLM", target)["findings"])
     checks.remember_probe(
         target, draft, {"confirmed": False, "best": {"aux_hf_indices": trained}, "verdict": "x"}
     )
-    try:
-        assert checks.trained_wiring(target, draft) == trained
-        after = checks.verdict(signals_job(target, draft, None, progress=quiet), target, draft)
-        assert after["level"] == "error" and after["next_check"] is None
-        fixes = " ".join(f["fix"] for f in checks.lint(draft, vllm, "vLLM", target)["findings"])
-        assert str(trained) in fixes and str(declared) not in fixes
-    finally:
-        checks._PROBES.clear()
+    assert checks.trained_wiring(target, draft) == trained
+    fixes = " ".join(f["fix"] for f in checks.lint(draft, vllm, "vLLM", target)["findings"])
+    assert str(trained) in fixes and str(declared) not in fixes
 
 
 def test_the_lint_of_a_bin_draft_reads_its_weights_in_the_reader(tmp_path):
@@ -115,7 +115,11 @@ def test_a_probe_outlives_the_server_that_ran_it(tmp_path, db_url):
     assert checks.known_probe(target, str(draft)) is None
     assert checks.trained_wirings(target, str(draft), db_url) == [[0, 2, 6], [0, 3, 6]]
     reference = checks.default_reference(target, str(draft), None, db_url)
-    assert reference == {"kind": "wiring", "aux_hf_indices": [0, 2, 6], "why": "the wiring probe's best"}
+    assert reference == {
+        "kind": "wiring",
+        "aux_hf_indices": [0, 2, 6],
+        "why": "the wiring probe's best, tied with 1 it cannot tell apart",
+    }
     config = draft / "config.json"
     os.utime(config, (config.stat().st_atime, config.stat().st_mtime + 10))  # the draft changed
     assert checks.known_probe(target, str(draft), db_url) is None

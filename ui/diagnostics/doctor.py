@@ -5,22 +5,20 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from backend.service import checks, tasks
+from backend.service import tasks
 from ui import state
-from ui.diagnostics.common import feature_path, stale_note
+from ui.diagnostics.common import stale_note
 from ui.html import md
 from ui.pickers import first_samples
 from ui.tables import engine_readings as engine_table
 from ui.taskview import task_panel
-from ui.verdict import show_verdict
 
 
 def _render(result: dict) -> None:
     report = result["preflight"]
-    signals = result["signals"]
-    show_verdict(
-        checks.verdict(signals, signals["target"], signals["draft"], state.db()), stale_note(signals)
-    )
+    stale = stale_note(result)
+    if stale:
+        st.caption(stale)
     st.markdown(
         f"Preflight: **{'passed' if report['ok'] else 'FAILED'}** · declared aux HF indices "
         f"{report['aux_hf_indices']} ({md(report.get('wiring_source', ''))})"
@@ -46,13 +44,14 @@ def _render(result: dict) -> None:
 def doctor_tab() -> None:
     st.markdown(
         "The preflight report with the resolved wiring, the share of a dataset's tokens the draft vocab can "
-        "reach, and a d2t comparison with a second draft (a regenerated mapping is flagged)."
+        "reach, and a d2t comparison with a second draft (a regenerated mapping is flagged). The verdict is "
+        "the one at the top of this page."
     )
     samples = first_samples("doctor", default_n=48)
     others = ["(none)"] + [n for n, p in state.drafts().items() if p != state.draft_path()]
     other = st.selectbox("Compare d2t with", others, key="doctor_other")
     if st.button("Run the doctor", key="doctor_run"):
         st.session_state["doctor_task"] = tasks.start_doctor(
-            state.target_path(), state.draft_path(), samples, state.drafts().get(other), feature_path()
+            state.target_path(), state.draft_path(), samples, state.drafts().get(other)
         )
     task_panel("doctor_task", _render, adopt="doctor")
