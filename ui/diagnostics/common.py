@@ -1,5 +1,5 @@
-"""What the Diagnostics tabs share: the active pair's stale note, the training feature file the user
-named, and a lint finding drawn by its severity."""
+"""What the Diagnostics tabs share: the active pair's stale note and a lint finding drawn by its
+severity."""
 
 from __future__ import annotations
 
@@ -9,12 +9,6 @@ from ui import state
 from ui.html import md
 
 SHOW_SEVERITY = {"error": st.error, "warning": st.warning, "info": st.info}
-
-
-def feature_path() -> str | None:
-    """The training feature file the user named for the active draft (the verdict's input), if any:
-    a feature file says what one training run fed, so it is never assumed to belong to a draft."""
-    return (st.session_state.get("verdict_features") or "").strip() or None
 
 
 def stale_note(signals: dict) -> str | None:
