@@ -161,7 +161,14 @@ def _rows_table(step: StepRecord, reference: str, rows: list[dict]) -> None:
         frame = pd.DataFrame(here).drop(columns=["reference"]).dropna(axis="columns", how="all")
         frame["chunk"] = frame["chunk"].map(chunk_labels(frame["chunk"]))
         frame = frame.rename(columns=SHORT_COLUMNS)
-        frame = frame[[c for c in ("position", "chunk", *SHORT_COLUMNS.values()) if c in frame.columns]]
+        # against a reference the comparison columns are what the row says; the fed norm alone is
+        # the norms view's (the panel is narrow: every column must fit beside the tokens)
+        shown = (
+            SHORT_COLUMNS.values()
+            if reference == NORMS
+            else [c for c in SHORT_COLUMNS.values() if c != "norm"]
+        )
+        frame = frame[[c for c in ("position", "chunk", *shown) if c in frame.columns]]
         # a static table: a step click redraws it, and a grid widget costs more to mount than to read;
         # every row carries its position and chunk (a step covers several positions)
         st.table(frame.style.hide(axis="index").format(precision=4, na_rep="—"))
