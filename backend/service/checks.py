@@ -151,7 +151,7 @@ def _draft_stamp(draft_path: str) -> list[float]:
 
 
 def remember_probe(target_path: str, draft_path: str, report: dict, db_url: str | None = None) -> None:
-    """Keep a finished probe's report so the lint, the verdict and Decode's default reference use what
+    """Keep a finished probe's report so the lint, the probe tab and Decode's default reference use what
     it found: in this server, and in the database when one is given (a later server reads it there;
     a database that cannot be written keeps it in this server only)."""
     from sqlalchemy.exc import SQLAlchemyError
@@ -182,6 +182,8 @@ def probe_settings(num_steps: int, budget: int, live: int, samples: list) -> dic
 def known_probe(target_path: str, draft_path: str, db_url: str | None = None) -> dict | None:
     """The last probe of this pair on the draft's files as they are now: this server's, else the
     database's; None when none ran (or the draft changed since)."""
+    from sqlalchemy.exc import SQLAlchemyError
+
     from backend import BadInput
     from backend.service.database import open_database
     from db import store
@@ -192,8 +194,6 @@ def known_probe(target_path: str, draft_path: str, db_url: str | None = None) ->
         return report
     if db_url is None:
         return None
-    from sqlalchemy.exc import SQLAlchemyError
-
     try:
         with store.session_scope(open_database(db_url).factory) as session:
             return store.latest_probe(session, *key, drafted)
