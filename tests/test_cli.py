@@ -1,5 +1,6 @@
-"""The CLI contract (`python -m backend`): commands, flags, JSON keys and exit codes, run as a user
-would, in a subprocess. Every test here spawns the CLI, so the whole file is marked slow."""
+"""The CLI contract (`python -m backend`): commands, flags, JSON keys and exit codes. The CLI's `main`
+runs in this process (tests/support/cli.py), the models kept loaded between commands; the tests whose
+subject is a process (a kill, SIGTERM, what a fresh interpreter imports) spawn one and are marked slow."""
 
 from __future__ import annotations
 
@@ -15,12 +16,10 @@ from tests.support.datasets import good_record, write_lines
 from tests.support.lint import make_draft, make_lint_target, sglang
 from tests.support.models import write_samples
 
-pytestmark = pytest.mark.slow
-
 ROOT = Path(__file__).resolve().parents[1]
 
 
-cli = run_cli  # python -m backend ... in a subprocess (tests/support/cli.py)
+cli = run_cli  # python -m backend ..., in process (tests/support/cli.py)
 
 
 @pytest.fixture(scope="module")
@@ -547,6 +546,7 @@ def _wait_for_steps(db_path: Path, wanted: int) -> int:
     return steps
 
 
+@pytest.mark.slow
 def test_a_killed_replay_keeps_every_committed_step(tmp_path):
     """SIGKILL mid-run: the batched writer's commits stay, as a whole prefix of steps that replays
     the target's greedy text (nothing half-written); the next open marks the run interrupted, with
@@ -594,6 +594,7 @@ def test_a_killed_replay_keeps_every_committed_step(tmp_path):
     assert plain_greedy(target, prompt, 1 + len(output))[1:] == output
 
 
+@pytest.mark.slow
 def test_sigterm_ends_a_replay_as_interrupted_with_its_artifact(tmp_path):
     import os
     import signal
@@ -697,6 +698,7 @@ def test_a_bad_draft_or_sample_file_is_reported_before_the_target_loads(checkpoi
         assert reason in result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["import", "evaluate"])
 @pytest.mark.parametrize("bad", ["/dev/zero", "no/such/file.jsonl"])
 def test_a_bad_samples_path_is_refused_before_the_model_stack_loads(tmp_path, command, bad):

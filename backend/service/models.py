@@ -1,4 +1,5 @@
-"""Loaded models, kept between jobs: targets and drafts cached by path in small LRUs.
+"""Loaded models, kept between jobs: targets and drafts cached by path in small LRUs, each key with
+the directory's file stamps, so that a directory whose files changed on disk is loaded again.
 
 A wiring override is a property of a request, never of a loaded draft: one draft directory is
 loaded once whatever wiring the requests feed it. Callers hold `tasks.MANAGER.model_lock` (the
@@ -8,6 +9,7 @@ dashboard) or are alone in their process (the CLI).
 from __future__ import annotations
 
 from collections import OrderedDict
+from pathlib import Path
 from typing import Any
 
 
@@ -30,6 +32,24 @@ class LRU:
         self.items.clear()
 
 
+def files_stamp(path: str | Path) -> tuple:
+    """(name, size, mtime) of each file directly in the directory `path` (empty when it is not one):
+    part of a loaded model's cache key, so that rewritten weights or config are never served stale."""
+    try:
+        entries = sorted(Path(path).iterdir())
+    except OSError:
+        return ()
+    stamps = []
+    for entry in entries:
+        try:
+            stat = entry.stat()
+        except OSError:
+            continue
+        if entry.is_file():
+            stamps.append((entry.name, stat.st_size, stat.st_mtime_ns))
+    return tuple(stamps)
+
+
 _targets = LRU(2)
 _drafts = LRU(4)
 
@@ -44,7 +64,7 @@ def target(
     from backend.engine.loading import load_target
 
     return _targets.get(
-        (str(path), device, dtype, device_map, max_memory),
+        (str(path), files_stamp(path), device, dtype, device_map, max_memory),
         lambda: load_target(path, device, dtype, device_map, max_memory),
     )
 
@@ -55,7 +75,7 @@ def draft(target, path: str):
     (`ReplayRequest.reading_for`), so `report.wiring` is always what the draft declares."""
     from backend.engine.preflight import load_checked_draft
 
-    key = (target.path, str(target.device), str(target.dtype), id(target.model), str(path))
+    key = (target.path, str(target.device), str(target.dtype), id(target.model), str(path), files_stamp(path))
     return _drafts.get(key, lambda: load_checked_draft(path, target))
 
 
