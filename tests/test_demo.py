@@ -1,5 +1,6 @@
 """The bundled demo: committed files load offline, and its headline numbers hold (loose bounds).
-The whole file is slow: it loads the demo pair and replays and probes it on CPU."""
+The file checks are fast; the tests that replay and probe the pair on CPU are slow, and share one
+loaded target (one xdist group)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,6 @@ from backend.data.samples import read_jsonl
 from backend.defaults import DEMO, DEMO_DRAFTS, DEMO_EVAL, DEMO_TARGET
 from backend.engine.wiring import default_hf_indices
 from tests.support.demo import demo_wiring
-
-pytestmark = pytest.mark.slow
 
 K = 4
 
@@ -144,6 +143,8 @@ def live(target, name, samples, wiring=None, tokens=96):
     return sum(accepted) / len(accepted), outputs
 
 
+@pytest.mark.slow
+@pytest.mark.xdist_group("demo")
 def test_headline_numbers(target, evaluation):
     from tests.support.oracle import plain_greedy
 
@@ -162,6 +163,8 @@ def test_headline_numbers(target, evaluation):
     assert true_al >= 2.3 and declared_al <= 0.75 * true_al
 
 
+@pytest.mark.slow
+@pytest.mark.xdist_group("demo")
 def test_probe_ranks_the_demo_drafts(target, evaluation):
     from backend.diagnostics.probe import ProbeSettings, run_probe
 
@@ -177,9 +180,12 @@ def test_probe_ranks_the_demo_drafts(target, evaluation):
     assert confirmed.confirmed and confirmed.verdict.startswith("The declared wiring")
 
 
+@pytest.mark.slow
+@pytest.mark.xdist_group("demo")
 def test_trees_on_the_demo_pair(target, evaluation):
-    """Every tree shape replays exactly the target's greedy output, and SGLang's (3, 4, 8) tree accepts
-    at least as much as the chain at K = 3 over the first 8 eval prompts (96 new tokens)."""
+    """Every tree shape replays exactly the target's greedy output (first eval prompt, 48 new tokens),
+    and SGLang's (3, 4, 8) tree accepts at least as much as the chain at K = 3 over the first 3 eval
+    prompts (96 new tokens; demo/MEASURED.md has the 16-prompt table)."""
     from backend.engine.records import StepRecord
     from backend.engine.replay import ReplayConfig, output_ids_of, replay
     from tests.support.oracle import plain_greedy
@@ -197,9 +203,9 @@ def test_trees_on_the_demo_pair(target, evaluation):
         return sum(counts) / len(counts), outputs
 
     for shape in [(3, 1, 4), (3, 4, 8), (5, 8, 32), (2, 2, 3)]:
-        _, outputs = accept_length(shape, evaluation[:2], 48)
-        for sample, output in zip(evaluation[:2], outputs, strict=True):
+        _, outputs = accept_length(shape, evaluation[:1], 48)
+        for sample, output in zip(evaluation[:1], outputs, strict=True):
             assert output == plain_greedy(target, sample.prompt_ids, 48), shape
-    chain, _ = accept_length((3, 1, 4), evaluation[:8], 96)
-    tree, _ = accept_length((3, 4, 8), evaluation[:8], 96)
+    chain, _ = accept_length((3, 1, 4), evaluation[:3], 96)
+    tree, _ = accept_length((3, 4, 8), evaluation[:3], 96)
     assert tree >= chain, (tree, chain)

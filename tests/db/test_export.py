@@ -76,11 +76,8 @@ def test_export_to_a_file_from_either_backend(any_db_url, tmp_path):
 
 @pytest.mark.slow
 def test_the_cli_exports_a_run_from_postgresql(postgres_url, tmp_path):
-    import subprocess
-    import sys
-    from pathlib import Path
-
     from db import store
+    from tests.support.cli import run_cli
 
     factory = store.session_factory(store.make_engine(postgres_url))
     with store.session_scope(factory) as session:
@@ -91,14 +88,7 @@ def test_the_cli_exports_a_run_from_postgresql(postgres_url, tmp_path):
     factory.kw["bind"].dispose()
     out = tmp_path / "run.json"
     plain = postgres_url.replace("postgresql+psycopg://", "postgresql://")  # as a user writes it
-    result = subprocess.run(
-        [sys.executable, "-m", "backend", "export", "--run", str(run_id), "--format", "json"]
-        + ["--out", str(out), "--db", plain],
-        cwd=Path(__file__).resolve().parents[2],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = run_cli("export", "--run", str(run_id), "--format", "json", "--out", str(out), "--db", plain)
     assert result.returncode == 0, result.stderr
     assert json.loads(out.read_text())["output_ids"] == [4]
 

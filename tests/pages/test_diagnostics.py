@@ -71,11 +71,8 @@ def test_the_cheap_verdict_on_miswired_is_diagnose_s_and_asks_for_what_sees_the_
 def test_diagnose_on_the_page_is_the_cli_s_verdict(db):
     """The page's verdict is `diagnose`'s object: the same headline and findings as the CLI's JSON for
     the same draft and samples (the demo's eval set, first 4)."""
-    import json
-    import subprocess
-    import sys
-
     from backend.defaults import DEMO_DRAFTS, DEMO_EVAL, DEMO_TARGET
+    from tests.support.cli import cli_json
     from tests.support.pages import finish
 
     diagnostics = ok(page("4_Diagnostics").run())
@@ -83,27 +80,10 @@ def test_diagnose_on_the_page_is_the_cli_s_verdict(db):
     diagnostics.number_input(key="diagnose_n").set_value(4).run()
     ok(diagnostics.button(key="diagnose_run").click().run())
     diagnostics = ok(finish(diagnostics, "diagnose_task"))
-    cli = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "backend",
-            "diagnose",
-            "--target",
-            str(DEMO_TARGET),
-            "--draft",
-            str(DEMO_DRAFTS / "miswired"),
-            "--samples",
-            str(DEMO_EVAL),
-            "--limit",
-            "4",
-            "--json",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    expected = json.loads(cli.stdout)
+    expected = cli_json(
+        "diagnose", "--target", str(DEMO_TARGET), "--draft", str(DEMO_DRAFTS / "miswired"),
+        "--samples", str(DEMO_EVAL), "--limit", "4",
+    )  # fmt: skip
     assert expected["verdict"] == "broken"
     shown = " ".join(e.value for e in diagnostics.error)
     assert f"**Broken**: {expected['headline'][:60]}" in shown.replace("\\", "")

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -102,28 +101,18 @@ def test_the_preferred_dataset_is_the_target_s_own_eval_set(db_url):
     assert datasets.preferred_dataset(db_url, "/somewhere/else") is None
 
 
-def test_the_cli_on_the_toy_fallback_says_so_once_and_only_on_success(unpinned, tmp_path):
+def test_the_cli_on_the_toy_fallback_says_so_once_and_only_on_success(unpinned, monkeypatch, tmp_path):
     """A fresh machine without the SmolLM2 set-up: the command runs on the toy and says so in one line;
     a refused input stays one line."""
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "SPECLENS_DB_URL": f"sqlite:///{tmp_path}/x.db"}
-    script = (
-        "import sys; from dataclasses import replace; from pathlib import Path; from backend import defaults; "
-        "defaults.REAL = replace(defaults.REAL, target=Path('/nowhere')); "
-        "from backend.cli import main; sys.exit(main(sys.argv[1:]))"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", script, "preflight"], cwd=REPO, capture_output=True, text=True, env=env
-    )
+    from tests.support.cli import run_cli
+
+    monkeypatch.setenv("SPECLENS_DB_URL", f"sqlite:///{tmp_path}/x.db")
+    monkeypatch.setattr(defaults, "REAL", replace(REAL, target=Path("/nowhere")))
+    done = run_cli("preflight")
     assert done.returncode == 0, done.stderr
     assert done.stderr.strip().splitlines() == [
         "note: using the toy demo pair: the SmolLM2 pair is not set up (/nowhere missing: "
         "python -m demo.smollm2 converts it)"
     ]
-    refused = subprocess.run(
-        [sys.executable, "-c", script, "preflight", "--draft", str(tmp_path / "none")],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        env=env,
-    )
+    refused = run_cli("preflight", "--draft", str(tmp_path / "none"))
     assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr

@@ -3,14 +3,9 @@ a local Ray cluster, with a worker killed mid-way."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import pytest
 
 from backend.defaults import DEMO_DRAFTS, DEMO_EVAL, DEMO_TARGET
-from tests.support.pages import REPO
 
 pytestmark = pytest.mark.slow  # each replays the demo pair several times
 
@@ -67,16 +62,14 @@ def test_local_evaluation_stores_every_pair_and_resumes(tmp_path):
 
 
 def test_evaluate_cli(tmp_path):
+    from tests.support.cli import cli_json, run_cli
+
     db = f"sqlite:///{tmp_path / 'cli.db'}"
-    command = [sys.executable, "-m", "backend", "evaluate", "--samples", str(DEMO_EVAL), "--limit", "1"]
+    command = ["evaluate", "--samples", str(DEMO_EVAL), "--limit", "1"]
     command += ["--draft", str(DEMO_DRAFTS / "final"), "--steps", "2", "--max-new-tokens", "8", "--db", db]
-    done = subprocess.run([*command, "--json"], cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    result = json.loads(done.stdout)
+    result = cli_json(*command)
     assert result["samples"] == 1 and result["drafts"][0]["runs"] == 1 and result["replayed"] == 1
-    bad = subprocess.run(
-        [*command[:5], str(tmp_path / "missing.jsonl"), "--db", db], cwd=REPO, capture_output=True, text=True
-    )
+    bad = run_cli(*command[:2], str(tmp_path / "missing.jsonl"), "--db", db)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "missing.jsonl" in bad.stderr
 
 

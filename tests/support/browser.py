@@ -9,6 +9,7 @@ import sys
 import time
 import urllib.request
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -26,8 +27,9 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 SHOTS = REPO / "tests" / "artifacts" / "browser"
-BROWSER_MARKS = [  # every browser walk: slow, and skipped only where Chromium cannot be installed
+BROWSER_MARKS = [  # every browser walk: slow, one xdist group (one server), skipped only without Chromium
     pytest.mark.slow,
+    pytest.mark.xdist_group("browser"),
     pytest.mark.skipif(
         os.environ.get("SPECLENS_SKIP_BROWSER") == "1",
         reason="SPECLENS_SKIP_BROWSER=1 (set only where Chromium cannot be installed)",
@@ -86,25 +88,45 @@ def streamlit_server(env: dict):
         log.close()
 
 
+@dataclass
+class Dashboard:
+    """One Streamlit server with its own SQLite database and one headless Chromium, shared by every
+    browser walk of a test session (each walk opens its own page, a new Streamlit session)."""
+
+    url: str
+    db_url: str
+    log: Path
+    browser: object
+
+    @contextmanager
+    def page(self, viewport: dict):
+        """A new page of `viewport` size, closed when the walk ends."""
+        page = self.browser.new_page(viewport=viewport)
+        try:
+            yield page
+        finally:
+            page.close()
+
+
 @contextmanager
-def chromium_page(env: dict, viewport: dict):
-    """(url, page): the dashboard served with `env` and a headless Chromium page of `viewport` size;
-    screenshots go under SHOTS."""
+def dashboard(root: Path):
+    """The dashboard served on a fresh database under `root`, with Chromium; when it stops, its server
+    log must hold no complaint (a traceback, a dead thread)."""
     from playwright.sync_api import sync_playwright
 
     assert Path(CHROMIUM).exists(), (
         "Debian chromium is missing: tests/run.sh installs it (apt-get install chromium)"
     )
     SHOTS.mkdir(parents=True, exist_ok=True)
+    env = {"SPECLENS_DB_URL": f"sqlite:///{root / 'dashboard.db'}", "SPECLENS_SERVER_LOG": str(root / "log")}
     with streamlit_server(env) as url, sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
-            yield url, browser.new_page(viewport=viewport)
+            yield Dashboard(url, env["SPECLENS_DB_URL"], Path(env["SPECLENS_SERVER_LOG"]), browser)
         finally:
             browser.close()
-    if "SPECLENS_SERVER_LOG" in env:  # the walk passed: the server said nothing went wrong either
-        complaints = server_complaints(Path(env["SPECLENS_SERVER_LOG"]).read_text(errors="replace"))
-        assert not complaints, f"the server log has {complaints}"
+    complaints = server_complaints(Path(env["SPECLENS_SERVER_LOG"]).read_text(errors="replace"))
+    assert not complaints, f"the server log has {complaints}"
 
 
 COMPLAINTS = ("Traceback", "Exception in thread", "was created with a default value but also")
