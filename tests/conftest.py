@@ -22,6 +22,23 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ["SPECLENS_DEMO"] = "toy"
 
 
+# The files that take longest, started first: tests/run.sh gives each xdist worker whole files
+# (--dist loadfile), in collection order, so a long file collected last would leave the other worker
+# idle at the end. Read the 20 slowest tests that tests/run.sh prints when this list needs a change.
+LONGEST_FIRST = (
+    "tests/real_engine/test_vllm.py",
+    "tests/test_browser.py",
+    "tests/service/test_evaluate.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(
+        key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank))
+    )  # stable: the rest keep order
+
+
 @pytest.fixture(scope="session", autouse=True)
 def job_worker():
     """The job worker starts with the session, as the dashboard starts it with the server: it imports

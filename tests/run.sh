@@ -66,11 +66,12 @@ status=0
 .venv/bin/ruff check . || status=$?
 .venv/bin/ruff format --check . || status=$?
 stage "lint (ruff check, ruff format --check)"
-# Both cores: the tests that share an expensive server (vLLM, the browser walks) or a loaded pair are
-# one xdist group each (pytest.mark.xdist_group), run by one worker.
+# Both cores, a test file to a worker (--dist loadfile): the tests that share an expensive server (vLLM,
+# the browser walks) or a loaded pair are in one file, so that it starts once. (pytest-xdist's
+# loadgroup does not group on pytest 9.2: it renames item._nodeid, which pytest 9.2 no longer reads.)
 LOG=$(mktemp)
 set +e
-SPECLENS_REQUIRE_POSTGRES=1 .venv/bin/python -m pytest -q -n 2 --dist loadgroup --durations=20 "$@" 2>&1 |
+SPECLENS_REQUIRE_POSTGRES=1 .venv/bin/python -m pytest -q -n 2 --dist loadfile --durations=20 "$@" 2>&1 |
     tee "$LOG"
 main=${PIPESTATUS[0]}
 set -e

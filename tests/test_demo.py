@@ -1,6 +1,6 @@
 """The bundled demo: committed files load offline, and its headline numbers hold (loose bounds).
 The file checks are fast; the tests that replay and probe the pair on CPU are slow, and share one
-loaded target (one xdist group)."""
+loaded target (one file: one xdist worker)."""
 
 from __future__ import annotations
 
@@ -144,7 +144,6 @@ def live(target, name, samples, wiring=None, tokens=96):
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("demo")
 def test_headline_numbers(target, evaluation):
     from tests.support.oracle import plain_greedy
 
@@ -164,7 +163,6 @@ def test_headline_numbers(target, evaluation):
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("demo")
 def test_probe_ranks_the_demo_drafts(target, evaluation):
     from backend.diagnostics.probe import ProbeSettings, run_probe
 
@@ -181,7 +179,6 @@ def test_probe_ranks_the_demo_drafts(target, evaluation):
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("demo")
 def test_trees_on_the_demo_pair(target, evaluation):
     """Every tree shape replays exactly the target's greedy output (first eval prompt, 48 new tokens),
     and SGLang's (3, 4, 8) tree accepts at least as much as the chain at K = 3 over the first 3 eval

@@ -9,7 +9,7 @@ served: its head_dim 40 is refused by vLLM's CPU attention, and the check says s
 A vLLM start costs a minute or more on two cores, so each served draft has one server for the whole
 session (the fixtures below) and every check talks to it with `--url`; `--launch` is tested once, on the
 written fix, which must be a new server anyway. The CLI runs in this process (tests/support/cli.py). The
-module is one xdist group: its servers are never started twice by two workers.
+module is one file, so one xdist worker (`--dist loadfile`): its servers are never started twice.
 
 Without vLLM these tests skip, unless SPECLENS_REQUIRE_VLLM=1 (tests/run.sh sets it after installing it).
 """
@@ -26,7 +26,7 @@ import pytest
 from backend.service.vllm_server import DEFAULT_PYTHON, launched_server
 from tests.support.cli import cli_json, run_cli
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("vllm")]
+pytestmark = pytest.mark.slow
 HAVE_VLLM = Path(os.environ.get("SPECLENS_VLLM_PYTHON") or DEFAULT_PYTHON).is_file()
 if not HAVE_VLLM:
     if os.environ.get("SPECLENS_REQUIRE_VLLM") == "1":

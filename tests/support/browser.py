@@ -27,9 +27,8 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 SHOTS = REPO / "tests" / "artifacts" / "browser"
-BROWSER_MARKS = [  # every browser walk: slow, one xdist group (one server), skipped only without Chromium
+BROWSER_MARKS = [  # every browser walk: slow, and skipped only where Chromium cannot be installed
     pytest.mark.slow,
-    pytest.mark.xdist_group("browser"),
     pytest.mark.skipif(
         os.environ.get("SPECLENS_SKIP_BROWSER") == "1",
         reason="SPECLENS_SKIP_BROWSER=1 (set only where Chromium cannot be installed)",
