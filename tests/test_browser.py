@@ -1,11 +1,11 @@
 """The dashboard in a real browser, two walks on one Streamlit server and one Chromium (the session's
 `dashboard` fixture, tests/conftest.py), in this order on its fresh database:
 
-1. a newcomer's path (issue 31): Home's story and its start-here links, Compare final vs miswired, the
+1. the whole dashboard on the bundled demo: import a dataset (with hostile token text and a corrupt
+   line), run a decode, step through it, compare, diagnose, list runs;
+2. a newcomer's path (issue 31): Home's story and its start-here links, Compare final vs miswired, the
    Diagnostics verdict, the wiring probe and the lint; each number the pages show is checked against the
-   database and against the CLI's --json for the same run;
-2. the whole dashboard on the bundled demo: import a dataset (with hostile token text and a corrupt
-   line), run a decode, step through it, compare, diagnose, list runs.
+   database and against the CLI's --json for the same run.
 
 Screenshots land in tests/artifacts/browser/."""
 
@@ -84,7 +84,7 @@ def compare_final_with_miswired(page, db_url: str) -> None:
 
 
 def diagnose_miswired(page, url: str) -> str:
-    """Home's link 2 opens Diagnostics with miswired active; its verdict is the CLI's."""
+    """Home's link 2 opens Diagnostics with miswired active; its verdict names the wiring it measured."""
     page.goto(url)
     page.get_by_text("What the bundled toy pair shows").wait_for(timeout=60_000)
     wait_idle(page)
@@ -101,32 +101,11 @@ def diagnose_miswired(page, url: str) -> str:
     wait_idle(page)
     page.screenshot(path=str(SHOTS / "newcomer_3_diagnose.png"), full_page=True)
     shown = verdict.first.inner_text()
-    expected = cli(
-        "diagnose",
-        "--draft",
-        str(DEMO_DRAFTS / "miswired"),
-        "--samples",
-        str(DEMO_EVAL),
-        "--limit",
-        "8",
-    )
-    assert expected["verdict"] == "broken" and expected["headline"] in shown, (expected["headline"], shown)
-    assert expected["findings"][0]["class"] == "aux-wiring"
-    # issue 43 row 1: one set of tied wirings, everywhere; no fix writes one the probe did not separate
-    (wiring,) = [f for f in expected["findings"] if f["class"] == "aux-wiring" and f["severity"] == "fail"]
-    tied = wiring["evidence"]["tied"]
-    headline_sets = re.findall(r"HF (\[\d+, \d+, \d+\])", expected["headline"].split(", not on")[0])
-    assert headline_sets == [str(w) for w in tied], (headline_sets, tied)
-    if len(tied) > 1:
-        assert (
-            "no wiring is written yet" in wiring["fix"]
-            and "eagle_aux_hidden_state_layer_ids =" not in wiring["fix"]
-        )
-    # row 2: the verdict shows the live accept length it measured, and predictions say what they assume
-    assert (
-        metric(page, "Live accept length (measured)") == f"{expected['measured']['live_accept_length']:.2f}"
-    )
-    assert all("assuming HF" in f["message"] for f in expected["findings"] if f["class"] == "chat-template")
+    # the verdict is the CLI's object and names the tied wirings once (asserted against `diagnose --json`
+    # in tests/pages/test_diagnostics.py): here, that the page says it and measured it
+    assert "aux-wiring" in " ".join(page.locator("summary").all_inner_texts()), shown
+    assert re.search(r"HF \[\d+, \d+, \d+\]", shown), shown
+    assert re.fullmatch(r"\d+\.\d\d", metric(page, "Live accept length (measured)"))
     return shown
 
 
@@ -186,39 +165,6 @@ def decode_opens_on_a_telling_reference(page) -> None:
     page.screenshot(path=str(SHOTS / "newcomer_6_decode.png"), full_page=True)
 
 
-def test_a_newcomer_follows_home_s_start_here_path(dashboard):
-    """First on the session's fresh database: Home's story and start-here links as a newcomer meets them."""
-    url, db_url = dashboard.url, dashboard.db_url
-    trained, declared = demo_wiring()
-    with dashboard.page({"width": 1440, "height": 900}) as page:
-        started = time.perf_counter()
-        page.goto(url)
-        page.get_by_role("heading", name="SpecLens", exact=True).first.wait_for(timeout=60_000)
-        # row 7: measured, not asserted (bench/first_page_bench.py measures it from a server start)
-        print(f"first page title after {time.perf_counter() - started:.1f} s (server already up)")
-        page.get_by_text("What the bundled toy pair shows").wait_for(timeout=60_000)
-        wait_idle(page)
-        story = page.get_by_text(re.compile(r"^miswired: the broken one")).first.inner_text()
-        assert str(list(trained)) in story and str(list(declared)) in story
-        page.screenshot(path=str(SHOTS / "newcomer_1_home.png"), full_page=True)
-        try:
-            compare_final_with_miswired(page, db_url)
-            diagnose_miswired(page, url)
-            # row 5: what the probe found is kept in the database, for a server started later
-            from backend.defaults import DEMO_TARGET
-            from backend.service import checks
-
-            assert checks.trained_wirings(str(DEMO_TARGET), str(DEMO_DRAFTS / "miswired"), db_url)
-            probe_then_lint(
-                page, trained, declared, SHOTS / "newcomer_4_probe.png", SHOTS / "newcomer_5_lint.png"
-            )
-            lint_recommends_one_command(page, SHOTS / "newcomer_5_lint_sglang.png")
-            compare_keeps_its_pair(page)
-            decode_opens_on_a_telling_reference(page)
-        finally:
-            page.screenshot(path=str(SHOTS / "newcomer_last.png"), full_page=True)  # where it stopped
-
-
 HOSTILE = "x = '<script>alert(1)</script>' + '<img src=x onerror=alert(1)>'\n"
 
 pytestmark = BROWSER_MARKS
@@ -254,11 +200,12 @@ def heatmap_span(page) -> tuple[int, int]:
 
 
 def test_dashboard_in_chromium(dashboard, hostile_dataset):
-    """After the newcomer's walk, on the same server and database: run numbers count from the runs it left."""
+    """First on the session's fresh database: its run numbers count from 1."""
     from backend.service.runs import list_runs
 
     url = dashboard.url
     before = len(list_runs(dashboard.db_url))
+    assert before == 0, "this walk runs first, on the dashboard fixture's fresh database"
 
     def run(number: int) -> str:  # the label of this walk's number-th run
         return f"run {before + number} "
@@ -291,6 +238,9 @@ def test_dashboard_in_chromium(dashboard, hostile_dataset):
 
         # Decode: a replay of the demo pair in the background, then step through it
         page.goto(f"{url}/Decode")
+        page.get_by_text("Start a replay").first.wait_for(timeout=60_000)
+        wait_idle(page)
+        open_expander(page, "Start a replay")  # collapsed once the database holds runs
         page.get_by_role("button", name="Start").wait_for(timeout=60_000)
         page.get_by_label("Max new tokens").fill("48")
         page.get_by_label("Max new tokens").press("Enter")
@@ -424,8 +374,7 @@ def test_dashboard_in_chromium(dashboard, hostile_dataset):
         wait_idle(page)
         page.screenshot(path=str(SHOTS / "5b_diagnostics_train_vs_serve.png"), full_page=True)
         # the mis-wired draft: the doctor reads it; the one verdict on the cheap checks alone points at
-        # what sees the wiring (never a green OK); after the probe has found the trained layers, the
-        # vLLM lint no longer recommends the declared ones
+        # what sees the wiring (never a green OK)
         page.get_by_label("Draft").first.click()
         page.get_by_role("option", name="miswired").click()
         wait_idle(page)
@@ -442,14 +391,7 @@ def test_dashboard_in_chromium(dashboard, hostile_dataset):
         shown = page.locator('[data-testid="stAlertContentSuccess"]').filter(has_text=re.compile(r"^OK: "))
         assert shown.count() == 0
         page.screenshot(path=str(SHOTS / "5f_diagnostics_cheap_verdict.png"), full_page=True)
-        trained, declared = demo_wiring()
-        probe_then_lint(
-            page,
-            trained,
-            declared,
-            SHOTS / "5c_diagnostics_probe.png",
-            SHOTS / "5e_diagnostics_lint_after_probe.png",
-        )
+        # the probe, then the vLLM lint on its finding: the newcomer's walk below, on this server
 
         # Runs: the history lists the decode and both compare runs
         page.goto(f"{url}/Runs")
@@ -457,3 +399,38 @@ def test_dashboard_in_chromium(dashboard, hostile_dataset):
         wait_idle(page)
         page.screenshot(path=str(SHOTS / "6_runs.png"), full_page=True)
     assert dialogs == [], f"a token string ran as code: {dialogs}"
+
+
+def test_a_newcomer_follows_home_s_start_here_path(dashboard):
+    """Second, on the same server and database: Home's story and start-here links as a newcomer meets
+    them. Every run it checks is read off the page (the first walk's runs are in the database too), and
+    the dashboard walk runs no probe, so the probe the database holds here is Diagnose's."""
+    url, db_url = dashboard.url, dashboard.db_url
+    trained, declared = demo_wiring()
+    with dashboard.page({"width": 1440, "height": 900}) as page:
+        started = time.perf_counter()
+        page.goto(url)
+        page.get_by_role("heading", name="SpecLens", exact=True).first.wait_for(timeout=60_000)
+        # row 7: measured, not asserted (bench/first_page_bench.py measures it from a server start)
+        print(f"first page title after {time.perf_counter() - started:.1f} s (server already up)")
+        page.get_by_text("What the bundled toy pair shows").wait_for(timeout=60_000)
+        wait_idle(page)
+        story = page.get_by_text(re.compile(r"^miswired: the broken one")).first.inner_text()
+        assert str(list(trained)) in story and str(list(declared)) in story
+        page.screenshot(path=str(SHOTS / "newcomer_1_home.png"), full_page=True)
+        try:
+            compare_final_with_miswired(page, db_url)
+            diagnose_miswired(page, url)
+            # row 5: what the probe found is kept in the database, for a server started later
+            from backend.defaults import DEMO_TARGET
+            from backend.service import checks
+
+            assert checks.trained_wirings(str(DEMO_TARGET), str(DEMO_DRAFTS / "miswired"), db_url)
+            probe_then_lint(
+                page, trained, declared, SHOTS / "newcomer_4_probe.png", SHOTS / "newcomer_5_lint.png"
+            )
+            lint_recommends_one_command(page, SHOTS / "newcomer_5_lint_sglang.png")
+            compare_keeps_its_pair(page)
+            decode_opens_on_a_telling_reference(page)
+        finally:
+            page.screenshot(path=str(SHOTS / "newcomer_last.png"), full_page=True)  # where it stopped

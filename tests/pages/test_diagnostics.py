@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tests.support.pages import ok, page
@@ -96,6 +98,15 @@ def test_diagnose_on_the_page_is_the_cli_s_verdict(db):
     assert "the wiring probe's best" in expected["measured"]["assumes"]
     template = [f for f in expected["findings"] if f["class"] == "chat-template"]
     assert all("assuming HF" in f["message"] for f in template)
+    assert expected["findings"][0]["class"] == "aux-wiring"
+    # row 1: one set of tied wirings, everywhere; no fix writes one the probe did not separate
+    (wiring,) = [f for f in expected["findings"] if f["class"] == "aux-wiring" and f["severity"] == "fail"]
+    tied = wiring["evidence"]["tied"]
+    headline_sets = re.findall(r"HF (\[\d+, \d+, \d+\])", expected["headline"].split(", not on")[0])
+    assert headline_sets == [str(w) for w in tied], (headline_sets, tied)
+    if len(tied) > 1:
+        assert "no wiring is written yet" in wiring["fix"]
+        assert "eagle_aux_hidden_state_layer_ids =" not in wiring["fix"]
     # row 4: the probe tab shows the probe Diagnose ran on the same samples instead of starting over
     diagnostics.number_input(key="probe_n").set_value(4).run()
     reused = [i.value for i in diagnostics.info if "the probe Diagnose" in i.value]
