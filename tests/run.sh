@@ -40,13 +40,13 @@ stage "install: the real pair (python -m demo.smollm2)"
 # built once per machine: a new requirements-vllm.txt is a new cache entry.
 CACHE="${SPECLENS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/speclens}"
 VLLM_VENV="$CACHE/venv-vllm-$(sha256sum requirements-vllm.txt | cut -c1-16)"
-if [ ! -x "$VLLM_VENV/bin/python" ] || ! "$VLLM_VENV/bin/python" -c "import vllm" 2>/dev/null; then
-    rm -rf "$VLLM_VENV"
+if [ ! -f "$VLLM_VENV/.speclens-complete" ] || ! "$VLLM_VENV/bin/python" -c "import vllm" 2>/dev/null; then
+    rm -rf "$VLLM_VENV"  # a run killed mid-install leaves no marker: start over
     mkdir -p "$CACHE"
-    python3 -m venv "$VLLM_VENV.partial"
-    "$VLLM_VENV.partial/bin/pip" install -q -r requirements-vllm.txt
-    "$VLLM_VENV.partial/bin/pip" uninstall -y -q torchvision torchaudio torchcodec
-    mv "$VLLM_VENV.partial" "$VLLM_VENV"  # only a finished install is ever cached
+    python3 -m venv "$VLLM_VENV"  # built where it stays: a venv's scripts name their own path
+    "$VLLM_VENV/bin/pip" install -q -r requirements-vllm.txt
+    "$VLLM_VENV/bin/pip" uninstall -y -q torchvision torchaudio torchcodec
+    touch "$VLLM_VENV/.speclens-complete"  # only a finished install is ever used
     VLLM_FROM="installed into $VLLM_VENV"
 else
     VLLM_FROM="cached: $VLLM_VENV"
