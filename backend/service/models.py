@@ -33,21 +33,15 @@ class LRU:
 
 
 def files_stamp(path: str | Path) -> tuple:
-    """(name, size, mtime) of each file directly in the directory `path` (empty when it is not one):
-    part of a loaded model's cache key, so that rewritten weights or config are never served stale."""
+    """(name, modification time) of each file directly in the directory `path` (empty when it is not
+    one): part of a loaded model's cache key, so that rewritten weights or config are never served stale."""
+    from backend.service.readers import stamp
+
     try:
-        entries = sorted(Path(path).iterdir())
+        files = sorted(entry for entry in Path(path).iterdir() if entry.is_file())
     except OSError:
         return ()
-    stamps = []
-    for entry in entries:
-        try:
-            stat = entry.stat()
-        except OSError:
-            continue
-        if entry.is_file():
-            stamps.append((entry.name, stat.st_size, stat.st_mtime_ns))
-    return tuple(stamps)
+    return tuple(zip((f.name for f in files), stamp(*files), strict=True))
 
 
 _targets = LRU(2)

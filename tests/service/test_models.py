@@ -40,3 +40,28 @@ def test_refused_draft_carries_its_preflight_report(pairs, tmp_path):
     inconsistent = save_draft(tmp_path / "inconsistent", {**pair.config, "hidden_size": 999}, tensors)
     with pytest.raises(BadInput, match="inconsistent"):
         models.pair(str(pair.target_dir), str(inconsistent))
+
+
+def test_a_draft_rewritten_on_disk_is_loaded_again(pairs, tmp_path):
+    """The cache key holds the directory's file stamps: a draft whose files changed (here its config,
+    now declaring another wiring) is never served from memory; an unchanged one still is."""
+    import json
+    import os
+    import shutil
+
+    from backend.service import models
+
+    pair = pairs["copy-L4-bigram"]
+    draft_dir = shutil.copytree(pair.draft_dir, tmp_path / "draft")
+    target, draft, report = models.pair(str(pair.target_dir), str(draft_dir), device="cpu", dtype="fp32")
+    assert models.pair(str(pair.target_dir), str(draft_dir), device="cpu", dtype="fp32")[1] is draft
+    config_path = draft_dir / "config.json"
+    config = json.loads(config_path.read_text())
+    config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [0, 0, 0]  # SpecForge's nested ids
+    config_path.write_text(json.dumps(config))
+    os.utime(config_path, ns=(1, 1))  # a different stamp even where the clock's resolution is coarse
+    again, reloaded, new_report = models.pair(
+        str(pair.target_dir), str(draft_dir), device="cpu", dtype="fp32"
+    )
+    assert again is target and reloaded is not draft
+    assert list(new_report.wiring.aux_hf_indices) != list(report.wiring.aux_hf_indices)
