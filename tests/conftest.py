@@ -145,7 +145,7 @@ def any_db_url(request, tmp_path) -> str:
 @pytest.fixture(scope="session")
 def dashboard(tmp_path_factory):
     """One Streamlit server on a fresh database and one Chromium for every browser walk of the session
-    (tests/support/browser.py); the walks are one xdist group, so one worker starts it once."""
+    (tests/support/browser.py); the walks are one file, which one xdist worker runs, so it starts once."""
     from tests.support.browser import dashboard as serve
 
     with serve(tmp_path_factory.mktemp("dashboard")) as served:

@@ -6,7 +6,7 @@ draft reads only the embedding chunk and so accepts only when it is fed HF 0; an
 (SmolLM2-135M-Instruct + demo/smollm2/drafts, `python -m demo.smollm2`). The toy demo pair cannot be
 served: its head_dim 40 is refused by vLLM's CPU attention, and the check says so in one line.
 
-A vLLM start costs a minute or more on two cores, so each served draft has one server for the whole
+A vLLM start costs 35 to 45 s on two cores (measured here), so each served draft has one server for the whole
 session (the fixtures below) and every check talks to it with `--url`; `--launch` is tested once, on the
 written fix, which must be a new server anyway. The CLI runs in this process (tests/support/cli.py). The
 module is one file, so one xdist worker (`--dist loadfile`): its servers are never started twice.

@@ -94,7 +94,6 @@ class Dashboard:
 
     url: str
     db_url: str
-    log: Path
     browser: object
 
     @contextmanager
@@ -121,7 +120,7 @@ def dashboard(root: Path):
     with streamlit_server(env) as url, sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
-            yield Dashboard(url, env["SPECLENS_DB_URL"], Path(env["SPECLENS_SERVER_LOG"]), browser)
+            yield Dashboard(url, env["SPECLENS_DB_URL"], browser)
         finally:
             browser.close()
     complaints = server_complaints(Path(env["SPECLENS_SERVER_LOG"]).read_text(errors="replace"))

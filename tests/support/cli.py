@@ -2,9 +2,8 @@
 root with its standard output and error captured, the loaded models kept between calls
 (backend/service/models.py reloads a directory whose files changed). Exit codes, printed lines and
 JSON are the contract's; argparse's own exits (a bad flag: 2) are caught as the process would end.
-
-`spawn_cli` runs `python -m backend` in a real process: for the few tests whose subject is a process
-(signals, kills, what a fresh interpreter imports)."""
+The few tests whose subject is a process (signals, kills, what a fresh interpreter imports) start one
+themselves."""
 
 from __future__ import annotations
 
@@ -12,15 +11,13 @@ import contextlib
 import io
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def run_cli(*args: str, timeout: float | None = None) -> subprocess.CompletedProcess:
-    """`python -m backend *args`, run in process; `timeout` is kept for callers' symmetry with
-    `spawn_cli` and is not enforced here (pytest's own session limit applies)."""
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    """`python -m backend *args`, run in this process."""
     from backend.cli import main
 
     out, err = io.StringIO(), io.StringIO()
@@ -32,15 +29,8 @@ def run_cli(*args: str, timeout: float | None = None) -> subprocess.CompletedPro
     return subprocess.CompletedProcess(["speclens", *args], code, out.getvalue(), err.getvalue())
 
 
-def spawn_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    """`python -m backend *args` in a new process, from the repository root."""
-    return subprocess.run(
-        [sys.executable, "-m", "backend", *args], cwd=REPO, capture_output=True, text=True, timeout=timeout
-    )
-
-
-def cli_json(*args: str, timeout: float | None = None) -> dict:
+def cli_json(*args: str) -> dict:
     """The command's --json object (in process); the command must succeed."""
-    done = run_cli(*args, "--json", timeout=timeout)
+    done = run_cli(*args, "--json")
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout)
