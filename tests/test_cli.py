@@ -547,7 +547,15 @@ def _wait_for_steps(db_path: Path, wanted: int) -> int:
 
 
 @pytest.mark.slow
-def test_a_killed_replay_keeps_every_committed_step(tmp_path):
+def test_a_killed_or_terminated_replay_process_keeps_every_committed_step(tmp_path):
+    """A replay process stopped from outside, both ways (each a real `python -m backend` process)."""
+    (tmp_path / "killed").mkdir()
+    (tmp_path / "terminated").mkdir()
+    _sigkill_keeps_every_committed_step(tmp_path / "killed")
+    _sigterm_ends_a_replay_as_interrupted_with_its_artifact(tmp_path / "terminated")
+
+
+def _sigkill_keeps_every_committed_step(tmp_path):
     """SIGKILL mid-run: the batched writer's commits stay, as a whole prefix of steps that replays
     the target's greedy text (nothing half-written); the next open marks the run interrupted, with
     its partial output, instead of leaving it running forever."""
@@ -594,8 +602,7 @@ def test_a_killed_replay_keeps_every_committed_step(tmp_path):
     assert plain_greedy(target, prompt, 1 + len(output))[1:] == output
 
 
-@pytest.mark.slow
-def test_sigterm_ends_a_replay_as_interrupted_with_its_artifact(tmp_path):
+def _sigterm_ends_a_replay_as_interrupted_with_its_artifact(tmp_path):
     import os
     import signal
 
@@ -698,25 +705,34 @@ def test_a_bad_draft_or_sample_file_is_reported_before_the_target_loads(checkpoi
         assert reason in result.stderr
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("command", ["import", "evaluate"])
-@pytest.mark.parametrize("bad", ["/dev/zero", "no/such/file.jsonl"])
-def test_a_bad_samples_path_is_refused_before_the_model_stack_loads(tmp_path, command, bad):
+def test_a_bad_samples_path_is_refused_before_the_model_stack_loads(tmp_path):
     """Issue 44: `import --samples /dev/zero` was refused only after the target's tokenizer (torch,
     transformers: 10 s on a busy box) had loaded. The path is checked first: exit 2, one line, and
-    neither torch nor transformers imported by the command."""
+    neither torch nor transformers imported by the command. One fresh interpreter runs the four cases
+    (import and evaluate, a device and a missing file), each command's stderr captured on its own."""
     import subprocess
     import sys
 
+    cases = [
+        (command, bad) for command in ("import", "evaluate") for bad in ("/dev/zero", "no/such/file.jsonl")
+    ]
     script = (
-        "import sys\n"
+        "import contextlib, io, json, sys\n"
         "from backend.cli import main\n"
-        f"code = main([{command!r}, '--samples', {bad!r}, '--db', {f'sqlite:///{tmp_path}/s.db'!r}])\n"
+        "done = []\n"
+        f"for command, bad in {cases!r}:\n"
+        "    err = io.StringIO()\n"
+        "    with contextlib.redirect_stderr(err):\n"
+        f"        code = main([command, '--samples', bad, '--db', {f'sqlite:///{tmp_path}/s.db'!r}])\n"
+        "    done.append([code, err.getvalue()])\n"
+        "print(json.dumps(done))\n"
         "print('HEAVY', sorted(m for m in ('torch', 'transformers') if m in sys.modules))\n"
-        "sys.exit(code)\n"
     )
-    done = subprocess.run(
+    ran = subprocess.run(
         [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120
     )
-    assert done.returncode == 2 and done.stderr.count("\n") == 1 and bad in done.stderr, done.stderr
-    assert "HEAVY []" in done.stdout
+    assert ran.returncode == 0, ran.stderr
+    results = json.loads(ran.stdout.splitlines()[0])
+    for (command, bad), (code, stderr) in zip(cases, results, strict=True):
+        assert code == 2 and stderr.count("\n") == 1 and bad in stderr, (command, bad, stderr)
+    assert "HEAVY []" in ran.stdout

@@ -12,8 +12,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from tests.support.cli import run_cli
 
 REPO = Path(__file__).resolve().parents[2]
@@ -56,7 +54,6 @@ def _whole_prefix(steps: list[tuple]) -> int:
     return sum(len(json.loads(committed)) for _, committed in steps)
 
 
-@pytest.mark.slow  # a replay in a process whose file-size limit drops mid-run
 def test_a_disk_that_fills_mid_replay_leaves_the_run_failed_with_its_steps(tmp_path):
     db = _database_with_a_run(tmp_path)
     done = _replay_until_the_disk_fills(db, "log")
@@ -81,7 +78,6 @@ def test_a_disk_that_fills_mid_replay_leaves_the_run_failed_with_its_steps(tmp_p
         assert json.loads(metrics)["verify_steps"] == len(steps)
 
 
-@pytest.mark.slow  # a replay in a process whose file-size limit drops mid-run
 def test_a_run_that_cannot_even_be_marked_says_so_and_is_reaped_later(tmp_path):
     from backend.service.runs import list_runs
 
