@@ -15,12 +15,13 @@ checks this):
       penalties          sampling penalties on the target's (and the draft's) logits
       metrics            acceptance metrics, each with the definition it is computed by
       preflight          a draft checked against a target before anything runs
-      readings           how each engine (SGLang, vLLM, SpecForge, speculators, EAGLE) reads a draft
+      readings           how each engine (SGLang, vLLM, llama.cpp, SpecForge, speculators, EAGLE) reads a draft
       reading_fixes      where the readings part ways; the config change a serving engine needs
       run_settings       how a run ran, stored with it and read back typed (torch-free)
       records            the records the engine yields, one type per concept (torch-free)
       replay             speculative decoding replayed one verify step at a time (the loop)
       step_state         what a step reads and leaves: ReplayConfig, caches, cursor, catch-up, budget
+      stop_ids           the ids that end a generation where an engine decides them by text (llama.cpp)
       chain_step         one greedy chain step: draft, verify, accept, roll back, record
       tree_step          one tree (or sampled) step: draft tree, tree-masked verify, acceptance walk
       safetensors_header a safetensors header checked before any tensor is read
@@ -75,7 +76,10 @@ checks this):
       demo_story         the active bundled pair's story for Home, read from the pair's own files
       diagnosis          `diagnose` with its models loaded once (CLI and page alike)
       draft_fix          a copy of a draft with the serving fix written into its config.json
-      engine_check       the replay against a running vLLM, step for step; the wiring it ran named
+      engine_check       the replay against a running vLLM or llama.cpp, step for step; the wiring it ran named
+      served_engines     each engine beside the replay: how to launch it, ask it and read its counts
+      server_process     a serving engine's process on loopback: started, waited on, stopped; its HTTP API
+      llamacpp_server    llama.cpp: the pair converted to GGUF, llama-server launched, its trace read
       evaluate           every (draft, sample) pair of a dataset, summed per draft
       feature_check      serve-check --features: a server's returned features against the layers
       jobs               the job runner: engine records persisted step by step

@@ -1,6 +1,7 @@
-"""vLLM's own speed on the pair beside transformers' generate() and SpecLens's replay, in one run.
+"""vLLM's and llama.cpp's own speed on the pair beside transformers' generate() and SpecLens's replay,
+in one run.
 
-    PYTHONPATH=. .venv/bin/python bench/vllm_bench.py [--prompts 4] [--max-new-tokens 96]
+    PYTHONPATH=. .venv/bin/python bench/vllm_bench.py [--prompts 4] [--max-new-tokens 96] [--engines vllm,llamacpp]
 
 Rows, each over the same first N prompts of the samples file, one request at a time, greedy, fp32 CPU:
 
@@ -9,10 +10,12 @@ Rows, each over the same first N prompts of the samples file, one request at a t
   job runner      backend.service.jobs.run_replay(record=True): the CLI's and the dashboard's path (SQLite)
   vLLM            vLLM's OpenAI server (.venv-vllm), the target alone, /v1/completions on token ids
   vLLM + EAGLE-3  the same server with the draft (`--speculative-config`, K = --steps)
+  llama.cpp       llama-server (scripts/install-llamacpp.sh) on the F32 GGUF of the target alone, /completion
+  llama.cpp + EAGLE-3  the same with the draft (`--spec-type draft-eagle3`, K = --steps), -t --llamacpp-threads
 
 tokens/s = new tokens / wall seconds of the requests (prefill included; vLLM: the HTTP round trip
-included, its start-up not). vs generate = the row's tokens/s / generate's. accept length: mean over
-verify steps of a + 1 (vLLM: 1 + accepted / drafts). Ratios are only meaningful within one run: this
+included, its start-up not; llama.cpp: the GGUF conversion, cached, not). vs generate = the row's tokens/s / generate's. accept length: mean over
+verify steps of a + 1 (vLLM: 1 + accepted / drafts; llama.cpp: its trace's verify steps). Ratios are only meaningful within one run: this
 machine is shared and noisy (the header prints the load average before and after).
 """
 
@@ -122,6 +125,47 @@ def vllm_rows(args, prompts: list[list[int]]) -> list[dict]:
     return rows
 
 
+def llamacpp_rows(args, prompts: list[list[int]]) -> list[dict]:
+    from backend.service.llamacpp_server import (
+        ServerFlags,
+        complete,
+        converted,
+        launched_server,
+        log_size,
+        served_steps,
+    )
+
+    target_gguf, _ = converted(args.target)
+    draft_gguf, _ = converted(args.draft, args.target)
+    flags = ServerFlags(context=2048, threads=args.llamacpp_threads)
+    rows = []
+    with tempfile.TemporaryDirectory() as scratch:
+        for name, draft in (("llama.cpp", None), ("llama.cpp + EAGLE-3", draft_gguf)):
+            log = Path(scratch) / f"{len(rows)}.log"
+            with launched_server(target_gguf, draft, args.steps, log, flags) as server:
+                complete(server.url, prompts[0], 8, 600)  # warm-up
+                tokens, seconds, lengths = 0, 0.0, []
+                for number, ids in enumerate(prompts):
+                    offset = log_size(log)
+                    took, exchange = timed(
+                        lambda ids=ids: complete(server.url, ids, args.max_new_tokens, 600)
+                    )
+                    tokens += exchange["response"]["timings"]["predicted_n"]
+                    seconds += took
+                    if draft is not None:
+                        lengths += [a + 1 for a in served_steps(exchange, log, offset, number)["per_step"]]
+                rows.append(
+                    {
+                        "row": name,
+                        "tokens": tokens,
+                        "seconds": seconds,
+                        "accept_length": sum(lengths) / len(lengths) if lengths else None,
+                        "startup_seconds": round(server.seconds_to_ready, 1),
+                    }
+                )
+    return rows
+
+
 def main() -> None:
     from demo.make_data import read_jsonl
 
@@ -134,11 +178,16 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=4)
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=96)
+    parser.add_argument("--engines", default="vllm,llamacpp", help="which engines run beside the replay")
+    parser.add_argument("--llamacpp-threads", type=int, default=2, help="llama-server -t (default 2)")
     parser.add_argument("--out", type=Path, default=Path("bench/results/vllm_bench.json"))
     args = parser.parse_args()
     prompts = [s["input_ids"][: s["n_prompt_tokens"]] for s in read_jsonl(Path(args.samples))[: args.prompts]]
     load_before = os.getloadavg()
-    rows = in_process_rows(args, prompts) + vllm_rows(args, prompts)
+    engines = {e.strip() for e in args.engines.split(",") if e.strip()}
+    rows = in_process_rows(args, prompts)
+    rows += vllm_rows(args, prompts) if "vllm" in engines else []
+    rows += llamacpp_rows(args, prompts) if "llamacpp" in engines else []
     load_after = os.getloadavg()
     base = next(r for r in rows if r["row"] == "generate")
     base_rate = base["tokens"] / base["seconds"]
@@ -146,13 +195,13 @@ def main() -> None:
         f"{args.target} + {args.draft}: {len(prompts)} prompts, {args.max_new_tokens} new tokens, K={args.steps}, "
         f"greedy fp32 CPU; load average {load_before[0]:.1f} before, {load_after[0]:.1f} after"
     )
-    print(f"{'row':<16} {'tokens':>6} {'seconds':>8} {'tokens/s':>9} {'vs generate':>11} {'accept len':>10}")
+    print(f"{'row':<20} {'tokens':>6} {'seconds':>8} {'tokens/s':>9} {'vs generate':>11} {'accept len':>10}")
     for r in rows:
         rate = r["tokens"] / r["seconds"]
         r["tokens_per_second"], r["vs_generate"] = rate, rate / base_rate
         al = "" if r["accept_length"] is None else f"{r['accept_length']:.3f}"
         print(
-            f"{r['row']:<16} {r['tokens']:>6} {r['seconds']:>8.2f} {rate:>9.2f} {rate / base_rate:>11.2f} {al:>10}"
+            f"{r['row']:<20} {r['tokens']:>6} {r['seconds']:>8.2f} {rate:>9.2f} {rate / base_rate:>11.2f} {al:>10}"
         )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(

@@ -27,6 +27,7 @@ os.environ["SPECLENS_DEMO"] = "toy"
 # idle at the end. Read the 20 slowest tests that tests/run.sh prints when this list needs a change.
 LONGEST_FIRST = (
     "tests/real_engine/test_vllm.py",
+    "tests/real_engine/test_llamacpp.py",
     "tests/test_browser.py",
     "tests/service/test_evaluate.py",
 )

@@ -5,7 +5,8 @@
 # worker starts its own throwaway cluster on a free local port and stops it at the end
 # (tests/support/postgres.py); the package's own cluster is not used.
 # vLLM's CPU build (the real-engine tests) is installed once per machine into a cache outside the
-# checkout, keyed by requirements-vllm.txt, and .venv-vllm links to it.
+# checkout, keyed by requirements-vllm.txt, and .venv-vllm links to it; llama.cpp's server likewise
+# (scripts/install-llamacpp.sh, .llamacpp; the pair's GGUFs are cached beside it by content).
 # Extra arguments go to the main pytest run (e.g. -m "not slow" for the fast part, which is SQLite only).
 # The budget (README, Tests): the whole script in 20 minutes on 2 cores. It prints, at its end, each
 # stage's wall time and the 20 slowest tests, so that every CI log shows where the time went.
@@ -56,10 +57,15 @@ if [ ! -L .venv-vllm ] || [ "$(readlink .venv-vllm)" != "$VLLM_VENV" ]; then
     ln -s "$VLLM_VENV" .venv-vllm
 fi
 stage "install: vLLM ($VLLM_FROM)"
+# llama.cpp's server for tests/real_engine/test_llamacpp.py, built once per machine into the same cache,
+# keyed by its version and the script (scripts/install-llamacpp.sh); .llamacpp links to it.
+LLAMACPP_FROM=$(bash scripts/install-llamacpp.sh | tail -1)
+stage "install: $LLAMACPP_FROM"
 python3 -m venv .venv-floor
 .venv-floor/bin/pip install -q -r tests/requirements-floor.txt
 stage "install: .venv-floor (tests/requirements-floor.txt)"
 export SPECLENS_REQUIRE_VLLM=1  # a missing vLLM fails the real-engine tests instead of skipping them
+export SPECLENS_REQUIRE_LLAMACPP=1  # likewise a missing llama.cpp build
 # Lint, both suites: each runs whatever the one before gave, so that one red run shows everything
 # that is red; the script exits non-zero if any failed.
 status=0

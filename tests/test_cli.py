@@ -83,7 +83,15 @@ def test_preflight_json(checkpoints):
     report = json.loads(result.stdout)
     assert report["ok"] is True and report["aux_hf_indices"] == [2, 3, 4]
     assert {"name", "status", "message"} <= set(report["checks"][0])
-    assert set(report["engines"]) == {"sglang", "vllm", "vllm-v2", "specforge", "speculators", "eagle"}
+    assert set(report["engines"]) == {
+        "sglang",
+        "vllm",
+        "vllm-v2",
+        "llamacpp",
+        "specforge",
+        "speculators",
+        "eagle",
+    }
     assert report["engines"]["sglang"]["aux_hf_indices"] == [2, 3, 4] and isinstance(
         report["disagreements"], list
     )

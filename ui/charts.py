@@ -57,15 +57,17 @@ def step_times(draft_ms: list[float], verify_ms: list[float]) -> go.Figure:
     return figure
 
 
-def served_steps(served: list[int], replayed: list[int], first_difference: int | None) -> go.Figure:
-    """Accepted drafts per verify step, vLLM's beside the replay's; the first difference marked."""
+def served_steps(
+    served: list[int], replayed: list[int], first_difference: int | None, engine: str = "vLLM"
+) -> go.Figure:
+    """Accepted drafts per verify step, the engine's beside the replay's; the first difference marked."""
     figure = go.Figure()
-    figure.add_bar(x=list(range(1, len(served) + 1)), y=served, name="vLLM accepted")
+    figure.add_bar(x=list(range(1, len(served) + 1)), y=served, name=f"{engine} accepted")
     figure.add_bar(x=list(range(1, len(replayed) + 1)), y=replayed, name="replay accepted")
     if first_difference is not None:
         figure.add_vline(x=first_difference + 1, line_dash="dash", annotation_text="first difference")
     figure.update_layout(
-        title="Accepted drafts per step, vLLM vs replay",
+        title=f"Accepted drafts per step, {engine} vs replay",
         barmode="group",
         xaxis_title="verify step (1 = first)",
         yaxis_title="accepted drafts a",

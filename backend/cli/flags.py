@@ -6,6 +6,7 @@ import argparse
 
 from backend import BadInput
 from backend.defaults import default_draft, default_target
+from backend.engine.readings import ENGINES
 
 
 def aux_indices_arg(text: str) -> tuple[int, ...]:
@@ -180,7 +181,7 @@ def common(sub, several_drafts: bool = False) -> None:
     sub.add_argument(
         "--engine",
         default="auto",
-        choices=["auto", "sglang", "vllm", "vllm-v2", "specforge", "speculators", "eagle"],
+        choices=["auto", *ENGINES],
         help="read and run the draft as this engine does (wiring, variant flags, embedding); "
         "auto = the reading of the tool that trained it (docs/reference.md §10)",
     )

@@ -67,6 +67,7 @@ def load_pair(args, sample_length: int):
 def cmd_replay(args) -> tuple[dict, str]:
     from backend.data.samples import sample_at
     from backend.engine.metrics import DEFINITIONS
+    from backend.engine.records import verify_counts
     from backend.service.jobs import run_replay
     from backend.service.requests import ReplayRequest
 
@@ -103,7 +104,7 @@ def cmd_replay(args) -> tuple[dict, str]:
             for s in outcome.steps
         ],
         "mean_accept_length": metrics["mean_accept_length"],
-        "accepted_per_step": [s.accepted_count for s in outcome.steps],
+        "accepted_per_step": verify_counts(outcome.steps),
         "per_position_marginal": metrics["per_position_marginal"],
         "per_position_conditional": metrics["per_position_conditional"],
         "aux_hf_indices": list(wiring.aux_hf_indices),

@@ -251,7 +251,33 @@ def _serve_check_command(commands) -> None:
     check.add_argument(
         "--launch",
         action="store_true",
-        help="with --engine vllm: start vLLM here on 127.0.0.1 with the pair, check, stop it",
+        help="with --engine vllm or llamacpp: start that engine here on 127.0.0.1 with the pair, check, stop it",
+    )
+    check.add_argument(
+        "--server-log",
+        metavar="FILE",
+        help="with --engine llamacpp --url: the server's log (LLAMA_TRACE=1, -np 1): its per-step counts",
+    )
+    check.add_argument(
+        "--llamacpp",
+        metavar="DIR",
+        help="the llama.cpp build (default: SPECLENS_LLAMACPP or .llamacpp, made by scripts/install-llamacpp.sh)",
+    )
+    check.add_argument(
+        "--threads", type=positive, help="llama-server's -t (default: SPECLENS_LLAMACPP_THREADS or 1)"
+    )
+    check.add_argument(
+        "--server-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="one more llama-server flag, repeatable; a flag that starts with - goes as --server-arg=--no-repack",
+    )
+    check.add_argument(
+        "--target-gguf",
+        metavar="FILE",
+        help="with --engine llamacpp --launch: a GGUF of the target (e.g. quantized) served after the "
+        "converted F32 target, on the same prompts: what its quantization costs in accept length",
     )
     check.add_argument(
         "--vllm-python",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from backend import BadInput
 from backend.cli.pair import checked_vocab, load_samples
 from backend.cli.render import ci_text, fmt, percent_bar
@@ -68,15 +70,22 @@ def cmd_serve_check(args) -> tuple[dict, str]:
         return cmd_feature_check(args)
     if not args.samples:
         raise BadInput("serve-check: --samples FILE is needed (their prompts are sent)")
-    vllm = args.engine in ("vllm", "vllm-v2")
-    if (args.url is None) == (not args.launch) or (args.launch and not vllm):
+    served = args.engine in ("vllm", "vllm-v2", "llamacpp")
+    if (args.url is None) == (not args.launch) or (args.launch and not served):
         raise BadInput(
-            "serve-check: give --url URL, or --launch with --engine vllm (SpecLens starts vLLM on the pair)"
+            "serve-check: give --url URL, or --launch with --engine vllm or llamacpp (SpecLens starts that "
+            "engine on the pair)"
+        )
+    if args.engine != "llamacpp" and (args.server_log or args.target_gguf or args.server_arg):
+        raise BadInput("serve-check: --server-log, --server-arg and --target-gguf go with --engine llamacpp")
+    if args.target_gguf and not args.launch:
+        raise BadInput(
+            "serve-check: --target-gguf goes with --launch (SpecLens serves it beside the F32 target)"
         )
     if args.url is not None:
         check_server_url(args.url)  # before the target loads
-    if vllm:
-        return cmd_vllm_check(args)
+    if served:
+        return cmd_engine_check(args)
     samples, _ = load_samples(args.samples, checked_vocab(args), args.limit)
     settings = ServeCheckSettings(
         args.target,
@@ -147,12 +156,30 @@ def cmd_feature_check(args) -> tuple[dict, str]:
     return result, "\n".join(lines)
 
 
-def cmd_vllm_check(args) -> tuple[dict, str]:
+def cmd_engine_check(args) -> tuple[dict, str]:
+    """serve-check against vLLM or llama.cpp (--url, or --launch here): step for step."""
     from backend.service.engine_check import EngineCheckSettings, engine_check
-    from backend.service.vllm_server import vllm_python
+    from backend.service.served_engines import ServerOptions
 
-    if args.launch:
-        vllm_python(args.vllm_python)  # a missing vLLM is refused before the target loads
+    options = ServerOptions(
+        vllm_python=args.vllm_python,
+        llamacpp=args.llamacpp,
+        threads=args.threads,
+        server_args=tuple(args.server_arg),
+        target_gguf=args.target_gguf,
+        server_log=args.server_log,
+    )
+    if args.launch:  # a missing engine is refused before the target loads
+        if args.engine == "llamacpp":
+            from backend.service.llamacpp_server import llamacpp_dir
+
+            llamacpp_dir(args.llamacpp)
+        else:
+            from backend.service.vllm_server import vllm_python
+
+            vllm_python(args.vllm_python)
+    if args.target_gguf and not Path(args.target_gguf).is_file():
+        raise BadInput(f"{args.target_gguf}: no such GGUF file")
     samples, _ = load_samples(args.samples, checked_vocab(args), args.limit)
     settings = EngineCheckSettings(
         args.target,
@@ -164,32 +191,49 @@ def cmd_vllm_check(args) -> tuple[dict, str]:
         timeout=args.timeout,
         device=args.device,
         dtype=args.dtype,
+        options=options,
     )
-    bar, progress = percent_bar("vllm-check")
+    name = settings.title
+    bar, progress = percent_bar(f"{settings.server}-check")
     try:
-        result = engine_check(
-            args.db, samples, settings, url=args.url, python=args.vllm_python, progress=progress
-        )
+        result = engine_check(args.db, samples, settings, url=args.url, progress=progress)
     finally:
         bar.close()
-    lines = [f"{'prompt':>6} {'vLLM AL':>8} {'replay AL':>9} {'steps':>9}  per-step accepted counts"]
+    lines = [f"{'prompt':>6} {name + ' AL':>10} {'replay AL':>9} {'steps':>9}  per-step accepted counts"]
     for r in result["rows"]:
         if r["equal_step_for_step"]:
             said = "equal step for step"
         else:
             d = r["first_difference"]
-            said = f"differ from step {d['step']} (vLLM {d['served']}, replay {d['replay']})"
+            said = f"differ from step {d['step']} ({name} {d['served']}, replay {d['replay']})"
         lines.append(
-            f"{r['prompt']:>6} {fmt(r['served_accept_length']):>8} {fmt(r['replay_accept_length']):>9} "
+            f"{r['prompt']:>6} {fmt(r['served_accept_length']):>10} {fmt(r['replay_accept_length']):>9} "
             f"{r['served_steps']:>4}/{r['replay_steps']:<4}  {said}"
             + ("" if r["same_tokens"] in (True, None) else "; the greedy tokens differ")
         )
-    launched = result.get("launched")
-    if launched and launched.get("aux_layers_line"):
-        lines.append("vLLM's log: " + launched["aux_layers_line"].split("]")[-1].strip())
+    launched = result.get("launched") or {}
+    if launched.get("converter_layers_line"):
+        lines.append("llama.cpp's converter: " + launched["converter_layers_line"])
+    if launched.get("aux_layers_line"):
+        lines.append(f"{name}'s log: " + launched["aux_layers_line"].split("]")[-1].strip())
     lines.append(f"replayed as {args.engine} with HF {result['wiring']}")
     lines.append(result["headline"])
-    lines.append(f"kept in {result['folder']} (responses.jsonl: observe --requests reads it)")
+    quantized = result.get("quantized")
+    if quantized:
+        lines.append(
+            f"served GGUF target {quantized['target_gguf']} beside the F32 target (llama.cpp, same draft):"
+        )
+        lines.append(f"{'prompt':>6} {'F32 AL':>7} {'GGUF AL':>8}  first differing token")
+        for q in quantized["rows"]:
+            lines.append(
+                f"{q['prompt']:>6} {fmt(q['full_accept_length']):>7} {fmt(q['quantized_accept_length']):>8}  "
+                + ("none" if q["first_differing_token"] is None else str(q["first_differing_token"]))
+            )
+        lines.append(
+            f"{'mean':>6} {fmt(quantized['full_mean_accept_length']):>7} "
+            f"{fmt(quantized['quantized_mean_accept_length']):>8}  ({quantized['said']})"
+        )
+    lines.append(f"kept in {result['folder']} (responses.jsonl, the server's log, result.json)")
     return result, "\n".join(lines)
 
 

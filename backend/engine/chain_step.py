@@ -51,10 +51,17 @@ class Verdict:
         return self.target_argmax[: self.accepted] + [self.bonus]
 
 
-def accepted_prefix_length(drafted: list[int], target_argmax: list[int]) -> int:
-    """Greedy acceptance: the longest prefix where d_i equals the argmax of the row before it."""
+def accepted_prefix_length(
+    drafted: list[int], target_argmax: list[int], ends_prefix: set[int] | None = None
+) -> int:
+    """Greedy acceptance: the longest prefix where d_i equals the argmax of the row before it.
+    `ends_prefix` (llama.cpp's end-of-generation ids): a matching draft among them ends the prefix
+    before itself unless it is the last draft (common/sampling.cpp common_sampler_sample_and_accept_n
+    breaks on it, so the target's own token is that id)."""
     accepted = 0
     while accepted < len(drafted) and drafted[accepted] == target_argmax[accepted]:
+        if ends_prefix and drafted[accepted] in ends_prefix and accepted + 1 < len(drafted):
+            break
         accepted += 1
     return accepted
 
@@ -66,8 +73,9 @@ def draft_chain(
     position: int,
     config: ReplayConfig,
     history: History | None = None,
+    num_drafts: int | None = None,
 ) -> Proposal:
-    """2. Propose d_1..d_K. `hidden` is the catch-up output at `position` (= n-1); step j feeds
+    """2. Propose d_1..d_K (K = `num_drafts` when the reading drafts fewer this step). `hidden` is the catch-up output at `position` (= n-1); step j feeds
     (out_{j-1}, d_j) at RoPE position n-1+j.
 
     The chain stays on the device: each d_j is fed back as the tensor it was computed as, and the
@@ -76,9 +84,10 @@ def draft_chain(
     top-k over the K logit rows, read with one copy."""
     proposal = Proposal()
     device = hidden.device
-    positions = torch.arange(position + 1, position + config.num_steps, device=device)
+    steps = config.num_steps if num_drafts is None else num_drafts
+    positions = torch.arange(position + 1, position + steps, device=device)
     drafted, rows = [], []
-    for j in range(1, config.num_steps + 1):
+    for j in range(1, steps + 1):
         logits = draft.logits(hidden, config.math)[-1]
         if history is not None and config.penalties.on_draft:  # the draft mirrors the penalty
             to_target = draft.to_target_ids(torch.arange(logits.shape[-1], device=device))
@@ -88,7 +97,7 @@ def draft_chain(
         if config.record:
             rows.append(logits)
             proposal.hidden.append(hidden[-1].detach().to("cpu"))
-        if j < config.num_steps:
+        if j < steps:
             fed = draft.feedback(hidden, config.math)  # out, or norm(out) under EAGLE 3.1 readings
             hidden = draft(fed, target_id.view(1), positions[j - 1 : j], cache, math=config.math)
     proposal.drafted_ids = torch.stack(drafted).tolist()
@@ -108,6 +117,7 @@ def verify(
     cursor: Cursor,
     drafted: list[int],
     penalised: tuple[History, Penalties] | None = None,
+    ends_prefix: set[int] | None = None,
 ) -> Verdict:
     """3-4. One target forward over [x_n, d_1..d_K]; accept the longest agreeing prefix (of the
     penalised rows when the request has penalties: row i after d_1..d_i)."""
@@ -118,7 +128,7 @@ def verify(
         history, penalties = penalised
         logits = history.apply(logits, penalties, drafted)
     target_argmax = logits.argmax(-1).tolist()
-    accepted = accepted_prefix_length(drafted, target_argmax)
+    accepted = accepted_prefix_length(drafted, target_argmax, ends_prefix)
     features = output.features(wiring.aux_hf_indices)[: accepted + 1]
     return Verdict(target_argmax, accepted, target_argmax[accepted], features, logits)
 
@@ -126,7 +136,7 @@ def verify(
 def roll_back(target_cache, draft_cache: KVCache, cursor: Cursor, accepted: int) -> None:
     """5. Keep x_n, d_1..d_a in the target cache; drop the draft's speculative chain entries."""
     target_cache.crop(cursor.position + accepted + 1)
-    draft_cache.crop(cursor.position)
+    draft_cache.crop(min(cursor.position, draft_cache.length))  # a plain decode did not catch up
 
 
 def step_record(
@@ -150,7 +160,7 @@ def step_record(
             draft_top_probs=proposal.top_probs,
             # rows for positions n..n+c: a step cut short keeps no features past the output
             aux_features=verdict.features[: min(len(committed), verdict.accepted) + 1].to("cpu"),
-            draft_hidden=torch.stack(proposal.hidden),
+            draft_hidden=torch.stack(proposal.hidden) if proposal.hidden else None,
         )
     return StepRecord(
         step_index,
@@ -208,18 +218,26 @@ def chain_step(
     """One verify step of the greedy chain. Returns the record and the next cursor (None when the
     replay is finished); a request's penalty history takes the committed tokens."""
     device, target_cache, draft_cache = target.device, caches.target, caches.draft
+    eos = config.stops(target.eos_token_ids)
+    num_drafts = config.drafts_at(cursor.produced)
     started = time.perf_counter()
-    hidden = draft_catch_up(draft, draft_cache, cursor, config.math)  # 1
-    proposal = draft_chain(draft, draft_cache, hidden, cursor.position - 1, config, history)  # 2
+    proposal = Proposal()  # no drafts: a plain decode of the pending token (llama.cpp's last token)
+    if num_drafts:
+        hidden = draft_catch_up(draft, draft_cache, cursor, config.math)  # 1
+        proposal = draft_chain(
+            draft, draft_cache, hidden, cursor.position - 1, config, history, num_drafts
+        )  # 2
     draft_ms = elapsed_ms(started, device)
 
     started = time.perf_counter()
     penalised = None if history is None else (history, config.penalties)
-    verdict = verify(target, wiring, target_cache, cursor, proposal.drafted_ids, penalised)  # 3, 4
+    ends_prefix = eos if config.accounting == "llamacpp" else None
+    verdict = verify(
+        target, wiring, target_cache, cursor, proposal.drafted_ids, penalised, ends_prefix
+    )  # 3, 4
     roll_back(target_cache, draft_cache, cursor, verdict.accepted)  # 5
     verify_ms = elapsed_ms(started, device)
 
-    eos = set(target.eos_token_ids)
     committed, finished = commit_within_budget(
         verdict.emitted, cursor.produced, eos, config.max_new_tokens
     )  # 6

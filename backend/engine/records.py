@@ -60,9 +60,20 @@ class StepRecord:
     draft_hidden: torch.Tensor | None = None  # [K, H] draft output hidden that proposed each d_j
 
     @property
+    def is_verify_step(self) -> bool:
+        """False for a plain decode (no drafts: llama.cpp's last token), which no engine counts."""
+        return bool(self.drafted_ids)
+
+    @property
     def rejection_index(self) -> int | None:
         """Index into drafted_ids of the first rejected draft (None when all K were accepted)."""
         return self.accepted_count if self.accepted_count < len(self.drafted_ids) else None
+
+
+def verify_counts(steps) -> list[int]:
+    """The accepted count a of each verify step, in order: what every acceptance metric is computed from
+    (metrics.acceptance_metrics); plain decodes are not verify steps."""
+    return [s.accepted_count for s in steps if s.is_verify_step]
 
 
 # The StepRecord fields that are columns of the steps table.

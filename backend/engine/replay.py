@@ -47,7 +47,7 @@ def replay(
     if not prompt_ids:
         raise ValueError("the prompt is empty")
     runner, device, indices = target.runner, target.device, wiring.aux_hf_indices
-    eos = set(target.eos_token_ids)
+    eos = config.stops(target.eos_token_ids)
     generator = None if config.sampling.greedy else torch.Generator().manual_seed(config.sampling.seed)
     with torch.inference_mode():
         started = time.perf_counter()

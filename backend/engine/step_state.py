@@ -18,6 +18,16 @@ from backend.engine.readings import DraftMath
 from backend.engine.sampling import GREEDY, Sampling
 from backend.engine.shapes import DRAFT_ATTENTION, TreeShape
 
+# How many tokens a step drafts and which steps count, by engine (readings.EngineView.accounting):
+# - "fixed-k": K drafts every step; what passes max_new_tokens or an EOS is cut (SGLang, vLLM, HF);
+# - "llamacpp": llama-server drafts min(K, tokens left - 1) (tools/server/server-context.cpp
+#   server_slot::get_n_draft_max: n_remaining() - 1), and with one token left it decodes without a
+#   draft: a plain decode, not a verify step (update_slots counts n_draft_verif_steps only where
+#   spec_draft is not empty); a drafted end-of-generation token ends the accepted prefix unless it is
+#   the last draft (common/sampling.cpp common_sampler_sample_and_accept_n), so it comes out as the
+#   target's own token; and generation stops at any of its end-of-generation ids (`stop_ids`).
+ACCOUNTING = ("fixed-k", "llamacpp")
+
 
 @dataclass(frozen=True)
 class ReplayConfig:
@@ -32,6 +42,8 @@ class ReplayConfig:
     draft_attention: str = "ancestors"  # tree drafts: true ancestors, or SGLang's per-rank KV slots
     force_tree: bool = False  # run a chain through the tree path (tests: topk 1 equals the chain)
     penalties: Penalties = NO_PENALTIES  # on the target when it verifies (and the draft if on_draft)
+    accounting: str = "fixed-k"  # ACCOUNTING
+    stop_ids: frozenset[int] | None = None  # end-of-generation ids (None: the target's EOS ids)
 
     def __post_init__(self):
         if self.num_steps < 1:
@@ -55,6 +67,20 @@ class ReplayConfig:
             raise ValueError("sampling penalties replay on the greedy chain only (topk 1, temperature 0)")
         if self.draft_attention not in DRAFT_ATTENTION:
             raise ValueError(f"draft_attention must be one of {', '.join(DRAFT_ATTENTION)}")
+        if self.accounting not in ACCOUNTING:
+            raise ValueError(f"accounting must be one of {', '.join(ACCOUNTING)}")
+        if self.accounting == "llamacpp" and self.uses_tree_path:
+            raise ValueError("llama.cpp's reading replays its greedy chain only (topk 1, temperature 0)")
+
+    def drafts_at(self, produced: int) -> int:
+        """How many tokens a step drafts with `produced` tokens out (0: a plain decode)."""
+        if self.accounting == "llamacpp":
+            return max(0, min(self.num_steps, self.max_new_tokens - produced - 1))
+        return self.num_steps
+
+    def stops(self, eos_ids) -> set[int]:
+        """The ids that end the generation: `stop_ids` when the reading names them, else the target's EOS."""
+        return set(eos_ids) if self.stop_ids is None else set(self.stop_ids)
 
     @property
     def shape(self) -> TreeShape:

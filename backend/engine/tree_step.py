@@ -64,7 +64,7 @@ def tree_step(
 
     emitted = [tree.tokens[node] for node in verdict.accepted_path] + [verdict.bonus]
     committed, finished = commit_within_budget(
-        emitted, cursor.produced, set(target.eos_token_ids), config.max_new_tokens
+        emitted, cursor.produced, config.stops(target.eos_token_ids), config.max_new_tokens
     )
     record = tree_record(
         step_index, cursor, tree, verdict, features, committed, (draft_ms, verify_ms), config

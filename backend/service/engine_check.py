@@ -1,9 +1,11 @@
-"""The replay held against a running engine, step for step: vLLM serves the pair (at a URL, or launched
-here on loopback), each prompt is sent as token ids (greedy), and the same prompt is replayed offline
+"""The replay held against a running engine, step for step: vLLM or llama.cpp serves the pair (at a URL,
+or launched here on loopback; served_engines.py says how for each), each prompt is sent as token ids (greedy), and the same prompt is replayed offline
 under the engine's reading. Per prompt: both accept lengths, and "equal step for step" or the first
 step whose accepted counts differ. Where they differ, candidate readings (the other engines' wirings
 and the replayed wiring shifted a layer either way) are replayed until one reproduces the server on
-every prompt, and the check names it ("vLLM ran HF [1, 14, 26]").
+every prompt, and the check names it ("vLLM ran HF [1, 14, 26]"). A server that dies, hangs or answers
+something else ends the check in one line naming the engine, its URL or log and the prompt; the prompts
+compared before it are kept in result.json.
 
 What is kept, beside the runs: the replays as runs (sample_ref "vllm-check N #i"), and under the
 database's artifact folder engine-checks/N/: the raw responses (responses.jsonl, the lines
@@ -14,18 +16,27 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from backend import BadInput
-from backend.data.per_request import Where, parse_one
+from backend.engine.records import verify_counts
 from backend.service.database import open_database
 from backend.service.requests import ReplayRequest
+from backend.service.served_engines import (
+    CLIENTS,
+    TITLES,
+    LlamacppClient,
+    ServerOptions,
+    launch,
+    server_for,
+)
 
 DEFINITION = (
-    "accept length = 1 + accepted drafts / verify steps (vLLM's mean_acceptance_length; the replay's "
-    "mean of a + 1 per step); per-step counts: vLLM's metrics.speculative_decoding.per_step_accepted "
-    "beside the replay's accepted count a of each verify step"
+    "accept length = 1 + accepted drafts / verify steps (vLLM's mean_acceptance_length, llama.cpp's "
+    "\"mean len\"; the replay's mean of a + 1 per verify step); per-step counts: vLLM's "
+    'metrics.speculative_decoding.per_step_accepted, or llama.cpp\'s trace line "accepted a/ n draft tokens" '
+    "(a step without a draft is no verify step), beside the replay's accepted count a of each verify step"
 )
 
 
@@ -35,11 +46,20 @@ class EngineCheckSettings:
     draft_path: str
     num_steps: int
     max_new_tokens: int
-    engine: str = "vllm"  # the reading the replay runs (vllm: vLLM 0.32's V1 runner, the CPU build's)
+    engine: str = "vllm"  # the reading the replay runs; it names the server (served_engines.server_for)
     aux_hf_indices: tuple[int, ...] | None = None
     timeout: float = 300.0  # seconds for one completion
     device: str | None = None
     dtype: str | None = None
+    options: ServerOptions = ServerOptions()
+
+    @property
+    def server(self) -> str:
+        return server_for(self.engine)
+
+    @property
+    def title(self) -> str:
+        return TITLES[self.server]
 
 
 def check_folder(db_url: str | None) -> Path:
@@ -52,24 +72,6 @@ def check_folder(db_url: str | None) -> Path:
         candidate = folder.with_name(f"{folder.name}-{suffix}")
     candidate.mkdir(parents=True)
     return candidate
-
-
-def served_steps(exchange: dict, number: int, num_steps: int) -> dict:
-    """vLLM's counts for one response, read as `observe --requests` reads a saved line."""
-    numbers = parse_one(exchange, Where("vLLM", f"prompt {number}"), "vllm", num_steps)[0]
-    if numbers.status != "ok" or numbers.per_step_accepted is None:
-        raise BadInput(
-            f"vLLM: prompt {number}: no per-step counts ({numbers.note or numbers.status}); launch the server "
-            "with --per-request-spec-decode-metrics detailed"
-        )
-    choices = exchange["response"].get("choices") or [{}]
-    return {
-        "per_step": numbers.per_step_accepted,
-        "accept_length": numbers.accept_length,
-        "engine_accept_length": numbers.engine_accept_length,
-        "token_ids": choices[0].get("token_ids"),
-        "verify_steps": numbers.verify_steps,
-    }
 
 
 def replay_steps(db_url, prompt_ids, settings: EngineCheckSettings, ref: str, aux=None) -> dict:
@@ -90,7 +92,7 @@ def replay_steps(db_url, prompt_ids, settings: EngineCheckSettings, ref: str, au
     )
     outcome = run_replay(request, db_url)
     return {
-        "per_step": [s.accepted_count for s in outcome.steps],
+        "per_step": verify_counts(outcome.steps),
         "accept_length": outcome.metrics.get("mean_accept_length"),
         "output_ids": outcome.output_ids,
         "run_id": outcome.run_id,
@@ -122,6 +124,7 @@ def compare(number: int, served: dict, replayed: dict) -> dict:
         "replay_run": replayed["run_id"],
         "prompt_ids": list(served.get("prompt_ids") or []),
         "served_per_step": served["per_step"],
+        "served_token_ids": served["token_ids"],
         "replay_per_step": replayed["per_step"],
     }
     if step is not None:
@@ -158,7 +161,7 @@ def explain(db_url, prompts: list[list[int]], served: list[dict], rows, settings
     first = next(r["prompt"] for r in rows if not r["equal_step_for_step"])
     order = [first] + [i for i in range(len(prompts)) if i != first]
     for why, candidate in candidate_wirings(settings, rows[first]["wiring"]):
-        ref = f"vllm-check candidate HF {list(candidate)}"
+        ref = f"{settings.server}-check candidate HF {list(candidate)}"
         if all(
             replay_steps(db_url, prompts[i], settings, ref, candidate)["per_step"] == served[i]["per_step"]
             for i in order
@@ -168,46 +171,55 @@ def explain(db_url, prompts: list[list[int]], served: list[dict], rows, settings
 
 
 def run_check(
-    db_url, url: str, samples: list, settings: EngineCheckSettings, folder: Path, progress=None
+    db_url, url: str, samples: list, settings: EngineCheckSettings, folder: Path, log_path=None, progress=None
 ) -> dict:
-    from backend.service.vllm_server import complete, served_model
-
-    model = served_model(url)
+    """Every prompt to the server at `url` and to the replay; the rows so far are in result.json when a
+    prompt fails (the BadInput names the prompt)."""
+    client = CLIENTS[settings.server](url, log_path, settings.timeout)
     prompts = [list(s.prompt_ids) for s in samples]
     served, rows = [], []
-    with (folder / "responses.jsonl").open("w") as saved:
-        for number, prompt in enumerate(prompts):
-            if progress:
-                progress(number / max(1, len(prompts)), f"prompt {number + 1}/{len(prompts)}")
-            exchange = complete(url, model, prompt, settings.max_new_tokens, settings.timeout)
-            saved.write(json.dumps(exchange) + "\n")
-            served.append({**served_steps(exchange, number, settings.num_steps), "prompt_ids": prompt})
-            replayed = replay_steps(db_url, prompt, settings, f"vllm-check {folder.name} #{number}")
-            row = compare(number, served[-1], replayed)
-            row["wiring"] = replayed["wiring"]
-            rows.append(row)
-    equal = sum(r["equal_step_for_step"] for r in rows)
     result = {
-        "engine": "vllm",
+        "engine": settings.server,
         "url": url,
-        "served_model": model,
+        "served_model": getattr(client, "model", None) or getattr(client, "props", {}).get("model_path"),
         "reading": settings.engine,
         "num_steps": settings.num_steps,
-        "wiring": rows[0]["wiring"] if rows else None,
+        "wiring": None,
         "wiring_source": None,
         "rows": rows,
-        "equal_prompts": equal,
-        "prompts": len(rows),
-        "headline": f"the replay reproduces this vLLM on {equal}/{len(rows)} prompts step for step",
         "definition": DEFINITION,
         "explained_by": None,
         "folder": str(folder),
     }
-    if equal < len(rows):
+    with (folder / "responses.jsonl").open("w") as saved:
+        for number, prompt in enumerate(prompts):
+            if progress:
+                progress(number / max(1, len(prompts)), f"prompt {number + 1}/{len(prompts)}")
+            try:
+                exchange, answer = client.ask(number, prompt, settings.max_new_tokens, settings.num_steps)
+            except BadInput as error:
+                result["stopped_at"] = {"prompt": number, "why": str(error)}
+                write_result(folder, summarise(result, rows, settings))
+                where = f"log {log_path}" if log_path else url
+                raise BadInput(
+                    f"{error} (prompt {number} of {len(prompts)}; {where}; the {len(rows)} prompts before it "
+                    f"are kept in {folder / 'result.json'})"
+                ) from None
+            saved.write(json.dumps(exchange) + "\n")
+            saved.flush()
+            served.append({**answer, "prompt_ids": prompt})
+            replayed = replay_steps(
+                db_url, prompt, settings, f"{settings.server}-check {folder.name} #{number}"
+            )
+            row = compare(number, served[-1], replayed)
+            row["wiring"] = replayed["wiring"]
+            rows.append(row)
+    result = summarise(result, rows, settings)
+    if result["equal_prompts"] < len(rows):
         result["explained_by"] = explain(db_url, prompts, served, rows, settings)
         if result["explained_by"]:
             result["headline"] += (
-                f"; vLLM ran HF {result['explained_by']['aux_hf_indices']} "
+                f"; {settings.title} ran HF {result['explained_by']['aux_hf_indices']} "
                 f"({result['explained_by']['why']}): --aux-hf-indices "
                 + ",".join(map(str, result["explained_by"]["aux_hf_indices"]))
                 + " reproduces it on every prompt"
@@ -217,47 +229,132 @@ def run_check(
     return result
 
 
+def summarise(result: dict, rows: list[dict], settings: EngineCheckSettings) -> dict:
+    equal = sum(r["equal_step_for_step"] for r in rows)
+    return {
+        **result,
+        "wiring": rows[0]["wiring"] if rows else None,
+        "equal_prompts": equal,
+        "prompts": len(rows),
+        "headline": f"the replay reproduces this {settings.title} on {equal}/{len(rows)} prompts step for step",
+    }
+
+
+def write_result(folder: Path, result: dict) -> None:
+    (folder / "result.json").write_text(json.dumps(result, indent=1) + "\n")
+
+
+def context_for(samples: list, settings: EngineCheckSettings) -> int:
+    """The server's context: the longest prompt, the new tokens and a draft's worth, with room to spare
+    (llama-server drafts only while n_ctx - n_tokens - 2 allows)."""
+    longest = max(len(s.prompt_ids) for s in samples)
+    return max(512, longest + settings.max_new_tokens + settings.num_steps + 16)
+
+
 def engine_check(
     db_url: str | None,
     samples: list,
     settings: EngineCheckSettings,
     url: str | None = None,
-    python: str | None = None,
     progress=None,
 ) -> dict:
-    """Against the vLLM at `url`, or (url None) one launched here on the pair with `python`."""
-    from backend.service.vllm_server import launched_server
-
+    """Against the server at `url`, or (url None) one launched here on the pair. With a GGUF target
+    (options.target_gguf, llama.cpp), the replay is held against the converted full-precision target
+    served by llama.cpp, and the GGUF served next on the same prompts: what its quantization costs."""
     if not samples:
         raise BadInput("no prompts to send")
     folder = check_folder(db_url)
     if url is not None:
-        result = run_check(db_url, url, samples, settings, folder, progress)
+        log = settings.options.server_log
+        result = run_check(db_url, url, samples, settings, folder, Path(log) if log else None, progress)
     else:
-        with launched_server(
-            settings.target_path,
-            settings.draft_path,
-            settings.num_steps,
-            folder / "server.log",
-            python=python,
-            progress=progress,
-        ) as server:
-            try:
-                result = run_check(db_url, server.url, samples, settings, folder, progress)
-            except BadInput as error:
-                raise BadInput(f"{error}; vLLM's log ({server.log_path}): {server.reason()}") from None
-            result["launched"] = {
-                "command": server.command,
-                "seconds_to_ready": round(server.seconds_to_ready, 1),
-                "aux_layers_line": next(iter(server.log_lines("auxiliary layers")), None),
-            }
-    (folder / "result.json").write_text(json.dumps(result, indent=1) + "\n")
+        full = replace(settings, options=replace(settings.options, target_gguf=None))
+        result = launched_check(db_url, samples, full, folder, "server.log", progress)
+        if settings.options.target_gguf:
+            result["quantized"] = quantized_cost(samples, settings, folder, result, progress)
+    write_result(folder, result)
     return result
+
+
+def launched_check(db_url, samples, settings: EngineCheckSettings, folder: Path, log_name: str, progress):
+    with launch(
+        settings.server,
+        settings.target_path,
+        settings.draft_path,
+        settings.num_steps,
+        folder / log_name,
+        settings.options,
+        context_for(samples, settings),
+        progress,
+    ) as (server, said):
+        try:
+            result = run_check(db_url, server.url, samples, settings, folder, server.log_path, progress)
+        except BadInput as error:
+            state = "it exited" if not server.alive() else "its log says"
+            raise BadInput(f"{error}; {state} ({server.log_path}): {server.reason()}") from None
+        result["launched"] = {
+            "command": server.command,
+            "seconds_to_ready": round(server.seconds_to_ready, 1),
+            "log": str(server.log_path),
+            **said,
+        }
+    return result
+
+
+def quantized_cost(samples, settings: EngineCheckSettings, folder: Path, full: dict, progress) -> dict:
+    """The user's GGUF target served by llama.cpp with the same draft on the same prompts, beside the
+    full-precision target's served run: per prompt both accept lengths and the first token where the
+    outputs part (the precision class, measured on the engine itself)."""
+    if settings.server != "llamacpp":
+        raise BadInput("--target-gguf is a llama.cpp target: use --engine llamacpp")
+    rows = []
+    with launch(
+        "llamacpp",
+        settings.target_path,
+        settings.draft_path,
+        settings.num_steps,
+        folder / "server-quantized.log",
+        settings.options,
+        context_for(samples, settings),
+        progress,
+    ) as (server, said):
+        client = LlamacppClient(server.url, server.log_path, settings.timeout)
+        with (folder / "responses-quantized.jsonl").open("w") as saved:
+            for number, sample in enumerate(samples):
+                exchange, answer = client.ask(
+                    number, list(sample.prompt_ids), settings.max_new_tokens, settings.num_steps
+                )
+                saved.write(json.dumps(exchange) + "\n")
+                reference = full["rows"][number]
+                ours, theirs = answer["token_ids"], reference["served_token_ids"]
+                first = next((i for i, (a, b) in enumerate(zip(ours, theirs, strict=False)) if a != b), None)
+                if first is None and len(ours) != len(theirs):
+                    first = min(len(ours), len(theirs))
+                rows.append(
+                    {
+                        "prompt": number,
+                        "full_accept_length": reference["served_accept_length"],
+                        "quantized_accept_length": answer["accept_length"],
+                        "first_differing_token": first,
+                    }
+                )
+    full_mean = [r["full_accept_length"] for r in rows if r["full_accept_length"] is not None]
+    quant_mean = [r["quantized_accept_length"] for r in rows if r["quantized_accept_length"] is not None]
+    return {
+        "target_gguf": settings.options.target_gguf,
+        "rows": rows,
+        "full_mean_accept_length": sum(full_mean) / len(full_mean) if full_mean else None,
+        "quantized_mean_accept_length": sum(quant_mean) / len(quant_mean) if quant_mean else None,
+        "launched": {"command": server.command, **said},
+        "said": "the quantized target's accept length per prompt beside the full-precision (F32) target's, "
+        "both served by llama.cpp with the same draft: the difference is what the quantization costs "
+        "(precision class)",
+    }
 
 
 def served_beside(db_url: str | None, run) -> dict | None:
     """The newest engine check that served this run's prompt at its K (the run itself, or a greedy replay
-    of the same prompt ids): vLLM's per-step accepted counts beside the run's, for the Decode page."""
+    of the same prompt ids): the engine's per-step accepted counts beside the run's, for the Decode page."""
     database = open_database(db_url)
     root = (database.artifact_dir or Path("data")) / "engine-checks"
     if not root.is_dir():
@@ -273,6 +370,7 @@ def served_beside(db_url: str | None, run) -> dict | None:
             same_prompt = row.get("prompt_ids") == list(run.prompt_ids) and result.get("num_steps") == k
             if same_run or same_prompt:
                 return {
+                    "engine": TITLES.get(result.get("engine", "vllm"), "vLLM"),
                     "served_per_step": row["served_per_step"],
                     "served_accept_length": row["served_accept_length"],
                     "check": result_file.parent.name,

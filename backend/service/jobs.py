@@ -23,7 +23,7 @@ from backend.diagnostics.precision import self_disagreement
 from backend.engine.draft_model import Eagle3Draft
 from backend.engine.loading import Target
 from backend.engine.metrics import acceptance_metrics, expected_accept_length
-from backend.engine.records import PrefillRecord, Progress, StepRecord, no_progress
+from backend.engine.records import PrefillRecord, Progress, StepRecord, no_progress, verify_counts
 from backend.engine.replay import replay
 from backend.engine.run_settings import RunSettings
 from backend.engine.wiring import Wiring
@@ -428,11 +428,12 @@ def chunk_norms(features: torch.Tensor, first_position, indices) -> list[dict]:
 
 
 def run_metrics(steps: list[StepRecord], num_steps: int) -> dict:
-    metrics = acceptance_metrics([s.accepted_count for s in steps], num_steps).to_dict()
+    metrics = acceptance_metrics(verify_counts(steps), num_steps).to_dict()
     metrics["draft_ms_total"] = sum(s.draft_ms for s in steps)
     metrics["verify_ms_total"] = sum(s.verify_ms for s in steps)
-    expected = [s.tree["expected_accepted"] for s in steps if s.tree and "expected_accepted" in s.tree]
+    verified = [s for s in steps if s.is_verify_step]
+    expected = [s.tree["expected_accepted"] for s in verified if s.tree and "expected_accepted" in s.tree]
     metrics["expected_accept_length"] = (
-        expected_accept_length(expected) if len(expected) == len(steps) else None
+        expected_accept_length(expected) if len(expected) == len(verified) else None
     )
     return metrics

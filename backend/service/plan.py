@@ -19,6 +19,7 @@ from backend.engine.readings import EngineView
 from backend.engine.replay import ReplayConfig
 from backend.engine.run_settings import RunSettings
 from backend.engine.sampling import Sampling
+from backend.engine.stop_ids import llamacpp_stop_ids
 from backend.engine.wiring import Wiring
 from backend.service.requests import Decoding, ReplayRequest
 
@@ -76,6 +77,14 @@ def resolve(
     view, wiring = request.reading_for(draft, target.num_layers)
     ids = request.prompt_for(target.tokenizer)
     decoding = request.decoding(target_architecture(target))
+    stop_ids = None
+    if view.accounting == "llamacpp":
+        if decoding.shape.topk > 1 or not decoding.greedy:
+            raise BadInput(
+                "llama.cpp's reading replays its greedy chain (topk 1, temperature 0): llama-server "
+                "drafts no tree, and its sampled verification is not replayed"
+            )
+        stop_ids = llamacpp_stop_ids(target.tokenizer, target.eos_token_ids)
     config = ReplayConfig(
         request.num_steps,
         request.max_new_tokens,
@@ -87,6 +96,8 @@ def resolve(
             request.temperature, request.top_p, request.top_k, request.seed, rule=decoding.rule
         ),
         draft_attention=request.draft_attention,
+        accounting=view.accounting,
+        stop_ids=stop_ids,
     )
     length = len(ids) + request.max_new_tokens
     if config.uses_tree_path:

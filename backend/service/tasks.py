@@ -289,9 +289,10 @@ def probe_job(target_path, draft_path, samples, num_steps, budget, live, *, prog
     }
 
 
-@job("vllm-check", lambda db_url, settings, *_: f"vLLM check {_name(settings.draft_path)}")
+@job("vllm-check", lambda db_url, settings, *_: f"{settings.title} check {_name(settings.draft_path)}")
 def vllm_check_job(db_url: str | None, settings, samples, url: str | None, *, progress: Progress) -> dict:
-    """The replay against vLLM (backend/service/engine_check.py): at `url`, or launched here (None)."""
+    """The replay against vLLM or llama.cpp (backend/service/engine_check.py): at `url`, or launched
+    here (None)."""
     from backend.service.engine_check import engine_check
 
     return engine_check(db_url, samples, settings, url=url, progress=progress)

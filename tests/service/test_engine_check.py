@@ -56,7 +56,7 @@ def test_preflight_names_vllms_wiring_and_writes_the_fix_both_runners_read(tmp_p
     fixed = cli_json("preflight", "--target", "demo/target", "--draft", str(tmp_path / "fixed"))
     assert fixed["serving_fixes"] == []
     assert {e: v["aux_hf_indices"] for e, v in fixed["engines"].items() if e != "eagle"} == dict.fromkeys(
-        ("sglang", "vllm", "vllm-v2", "specforge", "speculators"), [2, 6, 9]
+        ("sglang", "vllm", "vllm-v2", "llamacpp", "specforge", "speculators"), [2, 6, 9]
     )
     again = run_cli("preflight", *TOY, "--engine", "vllm", "--write-fix", str(tmp_path / "fixed"))
     assert again.returncode == 2 and "not empty" in again.stderr

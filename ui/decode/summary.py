@@ -6,7 +6,7 @@ from __future__ import annotations
 import streamlit as st
 
 from backend.engine.metrics import DEFINITIONS
-from backend.engine.records import StepRecord
+from backend.engine.records import StepRecord, verify_counts
 from backend.service.engine_check import first_difference, served_beside
 from backend.service.runs import RunInfo
 from ui import charts, state
@@ -47,23 +47,27 @@ def served_by_vllm(run: RunInfo, steps: list[StepRecord]) -> None:
     served = served_beside(state.db(), run)
     if served is None:
         return
-    replayed = [s.accepted_count for s in steps]
-    st.subheader("Served by vLLM")
+    replayed = verify_counts(steps)
+    name = served.get("engine", "vLLM")
+    st.subheader(f"Served by {name}")
     step = first_difference(served["served_per_step"], replayed)
     said = (
         "equal step for step"
         if step is None
-        else f"first difference at step {step + 1}: vLLM accepted "
+        else f"first difference at step {step + 1}: {name} accepted "
         f"{served['served_per_step'][step] if step < len(served['served_per_step']) else '-'}, "
         f"the replay {replayed[step] if step < len(replayed) else '-'}"
     )
     (st.success if step is None else st.warning)(
-        f"vLLM at {served['url']} (check {served['check']}"
+        f"{name} at {served['url']} (check {served['check']}"
         + ("" if served["same_run"] else ", the same prompt and K")
         + f"): {said}"
     )
-    st.plotly_chart(charts.served_steps(served["served_per_step"], replayed, step), key="decode_served_steps")
+    st.plotly_chart(
+        charts.served_steps(served["served_per_step"], replayed, step, name), key="decode_served_steps"
+    )
     st.caption(
-        "Accepted drafts a per verify step: vLLM's metrics.speculative_decoding.per_step_accepted beside the "
+        f"Accepted drafts a per verify step: {name}'s own count (vLLM: metrics.speculative_decoding."
+        "per_step_accepted; llama.cpp: its trace) beside the "
         "replay's (a + 1 tokens committed per step, bonus included)."
     )

@@ -8,6 +8,7 @@ import streamlit as st
 
 from backend import BadInput
 from backend.diagnostics.whatif import MODEL, TREE_MODEL, predict, predict_tree
+from backend.engine.records import verify_counts
 from backend.service import tasks
 from backend.service.requests import ReplayRequest
 from backend.service.runs import RunInfo
@@ -125,7 +126,7 @@ def whatif_tab() -> None:
     run_id = st.selectbox("Run", list(labels), key="whatif_run", format_func=labels.get)
     run, steps = get_run(run_id)
     num_steps = run.settings.num_steps
-    counts = [s.accepted_count for s in steps]
+    counts = verify_counts(steps)
     draft_ms, verify_ms = run.metrics.get("draft_ms_total", 0), run.metrics.get("verify_ms_total", 0)
     rows = [r.to_dict() for r in predict(counts, num_steps, draft_ms, verify_ms)]
     measured = {

