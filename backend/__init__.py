@@ -58,6 +58,7 @@ checks this):
       hidden_diff        the features a draft is fed vs a reference, per token and chunk
       lint               serving flags: what SGLang or vLLM will really run
       lint_wiring        the lint's wiring rules: which field, in which convention, each engine reads
+      lint_llamacpp      the lint of a llama-server command: the GGUF's wiring and the flags that change a run
       mismatch           when a compared chunk is a mismatch; summaries over rows
       penalty_check      what served sampling penalties cost, measured on live replays
       precision          the target's own verify-vs-decode disagreement in a dtype

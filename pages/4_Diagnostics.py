@@ -28,7 +28,7 @@ TABS = {
     "Accuracy vs live": agreement.agreement_tab,
     "Speed-up what-if": whatif.whatif_tab,
     "Server vs replay": server.server_tab,
-    "Served by vLLM": vllm.vllm_tab,
+    "Served by an engine": vllm.vllm_tab,
 }
 for tab, render in zip(st.tabs(list(TABS)), TABS.values(), strict=True):
     with tab:

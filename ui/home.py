@@ -61,7 +61,7 @@ def _engines_text(story: DemoStory) -> str:
     return (
         f"**What the engines make of final's config**: trained on HF **{trained}** (as SpecForge and SGLang "
         "read its config), but\n" + "\n".join(lines) + "\n\nA healthy draft can be misread by one engine: "
-        "Diagnostics' *Served by vLLM* tab holds the replay against vLLM's own run."
+        "Diagnostics' *Served by an engine* tab holds the replay against vLLM's or llama.cpp's own run."
     )
 
 

@@ -318,7 +318,7 @@ def _serve_check_command(commands) -> None:
 
 
 def _lint_command(commands) -> None:
-    lint = commands.add_parser("lint", help="check SGLang/vLLM serving flags against a draft")
+    lint = commands.add_parser("lint", help="check SGLang/vLLM/llama.cpp serving flags against a draft")
     lint.add_argument("--draft", help="the draft directory (default: the path in the command line)")
     lint.add_argument(
         "--target",
@@ -328,6 +328,11 @@ def _lint_command(commands) -> None:
     engine = lint.add_mutually_exclusive_group(required=True)
     engine.add_argument("--sglang", help="an SGLang launch command (python -m sglang.launch_server ...)")
     engine.add_argument("--vllm", help="vLLM arguments (vllm serve ... --speculative-config '{...}')")
+    engine.add_argument(
+        "--llamacpp",
+        help="a llama-server command (llama-server -m T.gguf -md D.gguf --spec-type draft-eagle3 ...); "
+        "needs --draft and --target, the Hugging Face directories the GGUFs were converted from",
+    )
     lint.add_argument("--request", metavar="FILE", help=REQUEST_HELP)
     lint.add_argument("--json", action="store_true", help="print one JSON object on stdout")
 

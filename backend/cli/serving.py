@@ -12,10 +12,18 @@ from backend.defaults import default_target
 
 def cmd_lint(args) -> tuple[dict, str]:
     from backend.diagnostics.lint import lint_command
+    from backend.diagnostics.lint_llamacpp import lint_llamacpp
 
-    report = lint_command(
-        args.draft, args.sglang, args.vllm, args.target, request_file=args.request
-    ).to_dict()
+    if args.llamacpp is not None:
+        if args.request:
+            raise BadInput(
+                "lint --llamacpp reads no --request (llama-server's request fields are not linted)"
+            )
+        report = lint_llamacpp(args.llamacpp, args.draft, args.target)
+    else:
+        report = lint_command(
+            args.draft, args.sglang, args.vllm, args.target, request_file=args.request
+        ).to_dict()
     lines = [
         f"{f['severity'].upper():7} {f['code']}: {f['message']}\n        fix: {f['fix']}"
         for f in report["findings"]

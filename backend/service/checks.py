@@ -9,12 +9,17 @@ from pathlib import Path
 def lint(
     draft_path: str, command: str, engine: str, target_path: str | None, db_url: str | None = None
 ) -> dict:
-    """Findings for an SGLang launch command (engine 'SGLang') or vLLM arguments ('vLLM'). Once the
+    """Findings for an SGLang launch command (engine 'SGLang'), vLLM arguments ('vLLM') or a llama-server
+    command ('llama.cpp': lint_llamacpp). Once the
     wiring probe ran on this pair and rejected the declared wiring, the findings use what it found (its
     best and the wirings it could not tell from it), so none suggests the declared wiring again. The
     chain every fix recommends is the Speed-up what-if's best K on the draft's newest greedy chain run."""
     from backend.diagnostics.lint import lint_command
 
+    if engine.lower() in ("llama.cpp", "llamacpp"):  # the GGUF's wiring and llama-server's flags
+        from backend.diagnostics.lint_llamacpp import lint_llamacpp
+
+        return lint_llamacpp(command, draft_path, target_path)
     sglang, vllm = (command, None) if engine.lower() == "sglang" else (None, command)
     found = trained_wirings(target_path, draft_path, db_url) if target_path else []
     chain = whatif_best_k(db_url, draft_path) if db_url else None

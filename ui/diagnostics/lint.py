@@ -1,4 +1,5 @@
-"""The serving-flag lint tab: an SGLang launch command or vLLM arguments against the active draft."""
+"""The serving-flag lint tab: an SGLang launch command, vLLM arguments or a llama-server command against
+the active draft."""
 
 from __future__ import annotations
 
@@ -17,6 +18,11 @@ def _example(engine: str) -> str:
             f"python -m sglang.launch_server --model-path {state.target_path()} --speculative-algorithm EAGLE "
             f"--speculative-draft-model-path {state.draft_path()} --speculative-num-steps 1 "
             "--speculative-eagle-topk 1 --speculative-num-draft-tokens 16"
+        )
+    if engine == "llama.cpp":
+        return (
+            "llama-server -m target-f32.gguf -md draft-f32.gguf --spec-type draft-eagle3 "
+            "--spec-draft-n-max 4 -c 2048"
         )
     return (
         f"vllm serve {state.target_path()} --speculative-config "
@@ -63,9 +69,11 @@ def _render(report: dict, trained) -> None:
 
 def lint_tab() -> None:
     st.markdown(
-        "Paste an SGLang launch command or vLLM arguments; findings are checked against the active draft."
+        "Paste an SGLang launch command, vLLM arguments or a llama-server command; findings are checked "
+        "against the active draft (for llama.cpp: the GGUF named by -md when it is on this machine, else what "
+        "llama.cpp's converter writes from the draft's config)."
     )
-    engine = st.radio("Engine", ["SGLang", "vLLM"], horizontal=True, key="lint_engine")
+    engine = st.radio("Engine", ["SGLang", "vLLM", "llama.cpp"], horizontal=True, key="lint_engine")
     command = st.text_area(  # keyed by the active draft: switching drafts shows its own example
         "Command line",
         _example(engine),

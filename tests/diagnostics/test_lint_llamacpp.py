@@ -1,0 +1,78 @@
+"""`lint --llamacpp`: what a llama-server command feeds the draft (the GGUF's own target_layers when the
+file is here, else what llama.cpp's converter writes from the config) and the flags that change the run."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from tests.support.cli import cli_json, run_cli
+
+TOY = Path("demo")  # 12 layers; drafts declare nested [1, 5, 8] = HF [2, 6, 9] = llama.cpp's defaults
+
+
+def draft_with_nested(tmp_path: Path, nested: list[int]) -> Path:
+    folder = tmp_path / "draft"
+    shutil.copytree(TOY / "drafts" / "final", folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = nested
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def gguf_with_layers(path: Path, layers: list[int]) -> Path:
+    """A GGUF header as llama.cpp's converter writes an EAGLE-3 draft's (arch eagle3, target_layers)."""
+    from gguf import GGUFWriter
+
+    writer = GGUFWriter(str(path), "eagle3")
+    writer.add_array("eagle3.target_layers", layers)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.close()
+    return path
+
+
+def lint(*args: str) -> dict:
+    return cli_json("lint", "--target", str(TOY / "target"), *args)
+
+
+def test_llamacpp_feeding_its_defaults_to_a_draft_trained_elsewhere_is_an_error_with_the_fix(tmp_path):
+    draft = draft_with_nested(tmp_path, [0, 3, 6])  # trained on HF [1, 4, 7]
+    report = lint(
+        "--draft", str(draft), "--llamacpp", "llama-server -m t.gguf -md d.gguf --spec-type draft-eagle3"
+    )
+    codes = [f["code"] for f in report["findings"]]
+    assert codes[0] == "aux-ids-llamacpp" and report["errors"] == 1
+    first = report["findings"][0]
+    assert "feeds HF [2, 6, 9]" in first["message"] and "trained on HF [1, 4, 7]" in first["message"]
+    assert (
+        '"eagle_aux_hidden_state_layer_ids": [1, 4, 7]' in first["fix"]
+        and "convert the draft" in first["fix"]
+    )
+    assert "draft-length" in codes and report["effective"]["num_speculative_tokens"] == 3
+
+
+def test_the_gguf_on_disk_says_what_runs(tmp_path):
+    draft = draft_with_nested(tmp_path, [0, 3, 6])
+    fixed = gguf_with_layers(tmp_path / "fixed.gguf", [1, 4, 7])
+    command = f"llama-server -m t.gguf -md {fixed} --spec-type draft-eagle3 --spec-draft-n-max 4"
+    report = lint("--draft", str(draft), "--llamacpp", command)
+    assert report["errors"] == 0 and report["effective"]["aux_hf_indices"] == [1, 4, 7]
+    stale = gguf_with_layers(tmp_path / "stale.gguf", [2, 6, 9])  # converted before the fix
+    report = lint("--draft", str(draft), "--llamacpp", command.replace(str(fixed), str(stale)))
+    assert report["findings"][0]["code"] == "aux-ids-llamacpp"
+    assert f"{stale} says" in report["findings"][0]["message"]
+
+
+def test_flags_that_change_the_run_are_named(tmp_path):
+    report = lint(
+        "--draft", str(TOY / "drafts" / "final"),
+        "--llamacpp", "llama-server -m t.gguf -md d.gguf --spec-draft-p-min=0.6 -np 4 --spec-draft-n-max 4",
+    )  # fmt: skip
+    codes = {f["code"]: f["severity"] for f in report["findings"]}
+    assert codes == {"spec-type": "error", "draft-p-min": "warning", "slots": "info"}, codes
+    done = run_cli("lint", "--target", str(TOY / "target"), "--llamacpp", "llama-server -m t.gguf -md")
+    assert done.returncode == 2 and done.stderr.strip().splitlines()[-1].endswith("-md has no value")
+    done = run_cli("lint", "--target", str(TOY / "target"), "--llamacpp", "llama-server -m t.gguf")
+    assert done.returncode == 2 and "--draft DIR" in done.stderr
