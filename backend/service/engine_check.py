@@ -376,5 +376,6 @@ def served_beside(db_url: str | None, run) -> dict | None:
                     "check": result_file.parent.name,
                     "same_run": same_run,
                     "url": result.get("url"),
+                    "launched": bool(result.get("launched")),
                 }
     return None

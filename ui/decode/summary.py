@@ -59,7 +59,7 @@ def served_by_vllm(run: RunInfo, steps: list[StepRecord]) -> None:
         f"the replay {replayed[step] if step < len(replayed) else '-'}"
     )
     (st.success if step is None else st.warning)(
-        f"{name} at {served['url']} (check {served['check']}"
+        f"{name} {'launched here' if served.get('launched') else 'at ' + served['url']} (check {served['check']}"
         + ("" if served["same_run"] else ", the same prompt and K")
         + f"): {said}"
     )

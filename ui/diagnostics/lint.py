@@ -52,7 +52,10 @@ def _render(report: dict, trained) -> None:
     for finding in report["findings"]:
         show_finding(finding)
     if report["effective_flags"]:
-        st.caption(f"{report['engine']} will run: `{report['effective_flags']}`")
+        engine = {"sglang": "SGLang", "vllm": "vLLM", "llamacpp": "llama.cpp"}.get(
+            report["engine"], report["engine"]
+        )
+        st.caption(f"{engine} will run: `{report['effective_flags']}`")
     if trained:
         st.caption(
             "Wiring findings use the layers the wiring probe found this draft trained on: "
