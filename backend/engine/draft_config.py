@@ -123,6 +123,7 @@ class DraftConfig:
     explicit_head_dim: bool = False  # head_dim given in the config (it may differ from hidden / heads)
     layer_model_type: str = "llama"  # the decoder layer's family (speculators: transformer_layer_config)
     speculators_format: bool = False
+    declares_draft_vocab_size: bool = True  # "draft_vocab_size" is in the config (llama.cpp's converter needs it)
     ignored_keys: dict = field(default_factory=dict)  # key -> why it is harmless
     refused: list = field(default_factory=list)  # why the draft needs math SpecLens does not have
     unknown_keys: list[str] = field(default_factory=list)  # neither used nor known: a warning
@@ -272,6 +273,7 @@ def parse_draft_config(raw: dict, where: str = "draft config.json") -> DraftConf
         explicit_head_dim=bool(explicit_head_dim),
         layer_model_type=str(layer.get("model_type") or flat.get("model_type") or "llama"),
         speculators_format="Eagle3Speculator" in architectures or "speculators_model_type" in raw,
+        declares_draft_vocab_size="draft_vocab_size" in flat,
         ignored_keys=ignored,
         refused=refused,
         unknown_keys=unknown,

@@ -385,6 +385,13 @@ def _llamacpp(draft: DraftFacts) -> Reading:
     # pre-norm h is fed to the next draft step (t_h_nextn). graph<true> (the encoder): RMSNorm before fc
     # only when norm_before_fc (conversion/llama.py reads it top-level). No fc_norm, no norm_output,
     # no q/k norms: conversion/llama.py maps none of those tensors, so the converter stops on them.
+    if not config.declares_draft_vocab_size:
+        # conversion/llama.py LlamaModel.__init__: an EAGLE-3 draft is detected by draft_vocab_size and one
+        # layer; without the key the draft is converted as a plain Llama and its tensors (d2t, fc) are not mapped.
+        refusal = (
+            f"{LLAMACPP}: its converter detects an EAGLE-3 draft by draft_vocab_size, which this config lacks "
+            "(add \"draft_vocab_size\": the lm_head's rows)"
+        )
     for flag, present in (("fc_norm", config.fc_norm), ("q_norm / k_norm", config.qk_norm)):
         if present:
             refusal = refusal or (

