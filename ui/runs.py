@@ -74,7 +74,9 @@ def runs_frame(runs: list[stored_runs.RunInfo], datasets: dict[int, str] | None 
                 "mode": r.settings.mode,
                 "engine": r.settings.engine or "",
                 "tokens": len(r.output_ids),
-                "verify steps": r.step_count,
+                "verify steps": r.metrics.get(
+                    "verify_steps", r.step_count
+                ),  # a plain decode is no verify step
                 "accept length": r.metrics.get("mean_accept_length"),
                 "acceptance rate": r.metrics.get("acceptance_rate"),
                 "wall s": None if wall is None else round(wall, 1),

@@ -123,7 +123,7 @@ class DraftConfig:
     explicit_head_dim: bool = False  # head_dim given in the config (it may differ from hidden / heads)
     layer_model_type: str = "llama"  # the decoder layer's family (speculators: transformer_layer_config)
     speculators_format: bool = False
-    declares_draft_vocab_size: bool = True  # "draft_vocab_size" is in the config (llama.cpp's converter needs it)
+    declares_draft_vocab_size: bool = True  # the key is there (llama.cpp's converter needs it)
     ignored_keys: dict = field(default_factory=dict)  # key -> why it is harmless
     refused: list = field(default_factory=list)  # why the draft needs math SpecLens does not have
     unknown_keys: list[str] = field(default_factory=list)  # neither used nor known: a warning

@@ -390,7 +390,7 @@ def _llamacpp(draft: DraftFacts) -> Reading:
         # layer; without the key the draft is converted as a plain Llama and its tensors (d2t, fc) are not mapped.
         refusal = (
             f"{LLAMACPP}: its converter detects an EAGLE-3 draft by draft_vocab_size, which this config lacks "
-            "(add \"draft_vocab_size\": the lm_head's rows)"
+            '(add "draft_vocab_size": the lm_head\'s rows)'
         )
     for flag, present in (("fc_norm", config.fc_norm), ("q_norm / k_norm", config.qk_norm)):
         if present:

@@ -85,7 +85,11 @@ def summary(run: RunInfo, steps: list[StepRecord]) -> None:
     cells[1].metric(
         "Acceptance rate", number(metrics.get("acceptance_rate")), help=DEFINITIONS.get("acceptance_rate", "")
     )
-    cells[2].metric("Verify steps", len(steps))
+    cells[2].metric(
+        "Verify steps",
+        sum(s.is_verify_step for s in steps),
+        help="steps that verified drafts; a plain decode (llama.cpp's last token, no draft) is not one",
+    )
     cells[3].metric("Tokens", len(run.output_ids))
     cells[4].metric("Aux HF indices", str(run.aux_hf_indices), help=settings.wiring_source)
     dtype = settings.dtype or "?"

@@ -95,6 +95,8 @@ def _step_headline(run: RunInfo, step: StepRecord, current: int, count: int) -> 
             f"accepted a path of {step.accepted_count} of the tree's {len(step.tree['tokens'])} nodes "
             f"(main path: {len(step.drafted_ids)} deep, {rejected}); "
         )
+    elif not step.is_verify_step:
+        what = "a plain decode of the pending token, no draft (llama.cpp's last token: not a verify step); "
     else:
         what = f"accepted {step.accepted_count} of {len(step.drafted_ids)} drafts ({rejected}); "
     return (
