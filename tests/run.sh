@@ -8,7 +8,7 @@
 # checkout, keyed by requirements-vllm.txt, and .venv-vllm links to it; llama.cpp's server likewise
 # (scripts/install-llamacpp.sh, .llamacpp; the pair's GGUFs are cached beside it by content).
 # Extra arguments go to the main pytest run (e.g. -m "not slow" for the fast part, which is SQLite only).
-# The budget (README, Tests): the whole script in 20 minutes on 2 cores. It prints, at its end, each
+# The budget (docs/testing.md): the whole script in 20 minutes on 2 cores. It prints, at its end, each
 # stage's wall time and the 20 slowest tests, so that every CI log shows where the time went.
 set -euo pipefail
 cd "$(dirname "$0")/.."

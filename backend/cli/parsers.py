@@ -41,7 +41,9 @@ def _preflight_command(commands) -> None:
 
 
 def _replay_command(commands) -> None:
-    rep = commands.add_parser("replay", help="replay greedy speculative decoding and store it")
+    rep = commands.add_parser(
+        "replay", help="replay speculative decoding (greedy or sampled, chain or tree) and store it"
+    )
     common(rep)
     source = rep.add_mutually_exclusive_group(required=True)
     source.add_argument(
