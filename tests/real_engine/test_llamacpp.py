@@ -33,6 +33,7 @@ import pytest
 
 from backend.service.llamacpp_server import ROOT, converted, launched_server
 from tests.support.cli import cli_json, run_cli
+from tests.support.engines import assert_reproduced
 
 pytestmark = pytest.mark.slow
 TREE = Path(os.environ.get("SPECLENS_LLAMACPP") or ROOT / ".llamacpp")
@@ -80,15 +81,6 @@ def check(draft, db: str, *extra: str, limit: int = 3, tokens: int = 96) -> dict
     )  # fmt: skip
 
 
-def assert_reproduced(result: dict) -> None:
-    rows = result["rows"]
-    assert rows and all(r["equal_step_for_step"] for r in rows), [
-        (r["prompt"], r["first_difference"]) for r in rows
-    ]
-    assert all(r["same_tokens"] for r in rows)
-    assert result["headline"].startswith(f"the replay reproduces this llama.cpp on {len(rows)}/{len(rows)}")
-
-
 def test_llamacpp_feeds_its_defaults_and_is_reproduced_step_for_step_the_last_step_included(
     nested, server, tmp_path
 ):
@@ -96,7 +88,7 @@ def test_llamacpp_feeds_its_defaults_and_is_reproduced_step_for_step_the_last_st
     assert said == "EAGLE-3: target_layers = [2, 15, 27]"  # the nested ids are not read
     db = f"sqlite:///{tmp_path}/c.db"
     result = check(nested, db, "--url", up.url, "--server-log", str(up.log_path))
-    assert_reproduced(result)
+    assert_reproduced(result, "llama.cpp")
     assert result["wiring"] == [2, 15, 27]
     counts = {c for r in result["rows"] for c in r["served_per_step"]}
     assert {0, 4} <= counts and len(counts) >= 4, counts  # rejections, partial and whole acceptances
@@ -120,7 +112,7 @@ def test_preflight_names_what_llamacpp_feeds_and_the_written_fix_is_what_it_then
     assert finding["fed"] == [2, 15, 27] and finding["trained"] == TRAINED
     assert report["fixed_draft"]["config_update"] == {"eagle_aux_hidden_state_layer_ids": TRAINED}
     after = check(tmp_path / "fixed", f"sqlite:///{tmp_path}/c.db", "--launch", limit=1, tokens=48)
-    assert_reproduced(after)
+    assert_reproduced(after, "llama.cpp")
     assert after["wiring"] == TRAINED
     assert after["launched"]["converter_layers_line"] == f"EAGLE-3: target_layers = {TRAINED}"
 

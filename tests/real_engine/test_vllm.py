@@ -25,6 +25,7 @@ import pytest
 
 from backend.service.vllm_server import DEFAULT_PYTHON, launched_server
 from tests.support.cli import cli_json, run_cli
+from tests.support.engines import assert_reproduced
 
 pytestmark = pytest.mark.slow
 HAVE_VLLM = Path(os.environ.get("SPECLENS_VLLM_PYTHON") or DEFAULT_PYTHON).is_file()
@@ -100,15 +101,6 @@ def check(pair: dict, draft: str, db: str, *extra: str, tokens: int = 32) -> dic
     )  # fmt: skip
 
 
-def assert_reproduced(result: dict) -> None:
-    rows = result["rows"]
-    assert rows and all(r["equal_step_for_step"] for r in rows), [
-        (r["prompt"], r["first_difference"]) for r in rows
-    ]
-    assert all(r["same_tokens"] for r in rows)
-    assert result["headline"].startswith(f"the replay reproduces this vLLM on {len(rows)}/{len(rows)}")
-
-
 def mean_served(result: dict) -> float:
     return sum(r["served_accept_length"] for r in result["rows"]) / len(result["rows"])
 
@@ -117,7 +109,7 @@ def test_vllm_reads_nested_ids_as_hf_indices_and_a_wrong_reading_is_named(
     bigram, nested_server, nested_check
 ):
     result = nested_check["result"]
-    assert_reproduced(result)
+    assert_reproduced(result, "vLLM")
     assert result["wiring"] == NESTED  # SGLang would feed HF [2, 4, 5]
     assert nested_server.log_lines("auxiliary layers from speculative config: (1, 3, 4)")
     # replayed on another wiring (the one the draft was trained on), the check finds the one vLLM ran
@@ -147,7 +139,7 @@ def test_the_written_fix_is_what_a_launched_vllm_then_runs(bigram, nested_check,
     )  # fmt: skip
     assert report["fixed_draft"]["config_update"] == {"eagle_aux_hidden_state_layer_ids": TRAINED}
     after = check(bigram, str(fixed), nested_check["db"], "--launch")
-    assert_reproduced(after)
+    assert_reproduced(after, "vLLM")
     assert after["wiring"] == TRAINED and "(0, 2, 4)" in after["launched"]["aux_layers_line"]
     assert min(r["served_accept_length"] for r in after["rows"]) > 1.5
     before = nested_check["result"]
@@ -178,7 +170,7 @@ def test_the_real_pair_is_reproduced_step_for_step(tmp_path):
         result = check(
             pair, draft, f"sqlite:///{tmp_path}/c.db", "--url", server.url, "--limit", "4", tokens=96
         )
-    assert_reproduced(result)
+    assert_reproduced(result, "vLLM")
     assert result["wiring"] == [1, 14, 26]  # nested [1, 14, 26] (SpecForge) read as HF indices
     counts = {c for r in result["rows"] for c in r["served_per_step"]}
     assert {0, 4} <= counts and len(counts) >= 4, counts  # rejections, partial and whole acceptances
