@@ -22,20 +22,24 @@ stage() {  # stage NAME: the time since the previous stage ended is NAME's
     stage_start=$now
 }
 
-# llama.cpp's build (about 7 min on 2 cores the first time on a machine, then cached) needs no .venv:
-# it starts first, in the background, while the installs below wait on the network and the disk.
-LLAMACPP_LOG=$(mktemp)
-bash scripts/install-llamacpp.sh --build-only >"$LLAMACPP_LOG" 2>&1 &
-LLAMACPP_BUILD=$!
-
 MISSING=()
 command -v chromium >/dev/null 2>&1 || MISSING+=(chromium)
 compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || MISSING+=(postgresql)
+command -v cmake >/dev/null 2>&1 || MISSING+=(cmake)  # llama.cpp's build
+command -v g++ >/dev/null 2>&1 || MISSING+=(g++)
 if [ ${#MISSING[@]} -gt 0 ]; then
     SUDO=$([ "$(id -u)" = 0 ] && echo "" || echo sudo)
     $SUDO apt-get update -q && $SUDO apt-get install -y -q "${MISSING[@]}"
 fi
-stage "install: Debian packages (chromium, postgresql)"
+stage "install: Debian packages (chromium, postgresql, cmake, g++)"
+# llama.cpp's build (about 7 min on 2 cores the first time on a machine, then cached) needs no .venv:
+# it starts here, in the background and its own process group, while the installs below wait on the
+# network and the disk; the script stops it if it ends first (an error, Ctrl-C).
+LLAMACPP_LOG=$(mktemp)
+setsid bash scripts/install-llamacpp.sh --build-only >"$LLAMACPP_LOG" 2>&1 &
+LLAMACPP_BUILD=$!
+trap 'kill -- -"$LLAMACPP_BUILD" 2>/dev/null || true' EXIT
+trap 'exit 130' INT TERM
 python3 -m venv .venv
 .venv/bin/pip install -q -r requirements.txt
 stage "install: .venv (requirements.txt)"

@@ -21,6 +21,7 @@ FLAG_VALUES = {  # the flags the lint reads, each with the name it is kept under
     "--model": "target",
     "-md": "draft",
     "--model-draft": "draft",
+    "--spec-draft-model": "draft",
     "--spec-type": "spec_type",
     "--spec-draft-n-max": "n_max",
     "--spec-draft-p-min": "p_min",
@@ -164,6 +165,15 @@ def _flag_findings(server: LlamaServer, add) -> tuple[int | None, float | None]:
             f"--spec-draft-p-min {p_min:g}: llama.cpp stops a draft where the draft's top token has p < {p_min:g} "
             "(over its top 10): steps draft fewer than K, and SpecLens replays full chains (p-min 0).",
             "Drop --spec-draft-p-min (default 0) to compare with the replay; keep it only if a run shows it pays.",
+        )
+    n_min = _number(server.n_min, int, "--spec-draft-n-min")
+    if n_min:
+        add(
+            "warning",
+            "draft-n-min",
+            f"--spec-draft-n-min {n_min}: llama.cpp drops a draft shorter than {n_min} (common/speculative.cpp), "
+            "so the steps near the end run without one; SpecLens replays n-min 0.",
+            "Drop --spec-draft-n-min (default 0) to compare with the replay.",
         )
     parallel = _number(server.parallel, int, "-np")
     if parallel and parallel > 1:

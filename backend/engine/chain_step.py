@@ -160,7 +160,7 @@ def step_record(
             draft_top_probs=proposal.top_probs,
             # rows for positions n..n+c: a step cut short keeps no features past the output
             aux_features=verdict.features[: min(len(committed), verdict.accepted) + 1].to("cpu"),
-            draft_hidden=torch.stack(proposal.hidden) if proposal.hidden else None,
+            draft_hidden=torch.stack(proposal.hidden),
         )
     return StepRecord(
         step_index,
@@ -227,6 +227,11 @@ def chain_step(
         proposal = draft_chain(
             draft, draft_cache, hidden, cursor.position - 1, config, history, num_drafts
         )  # 2
+    if config.record and num_drafts < config.num_steps:  # fewer drafts (llama.cpp): K rows kept, zeros
+        weight = next(draft.parameters())
+        proposal.hidden += [weight.new_zeros(draft.config.hidden_size, device="cpu")] * (
+            config.num_steps - num_drafts
+        )
     draft_ms = elapsed_ms(started, device)
 
     started = time.perf_counter()

@@ -14,7 +14,8 @@ DEFINITIONS = {
     "accepted_drafts_per_step": "mean of a, drafts accepted per verify step (SpecForge simulated_acc_len "
     "is comparable to this)",
     "acceptance_rate": "accepted drafts / drafted tokens = sum(a) / (steps x K) (vLLM); for a tree, K is its "
-    "depth (num_steps), not the num_draft_tokens - 1 nodes verified",
+    "depth (num_steps), not the num_draft_tokens - 1 nodes verified; where a step drafts fewer than K "
+    "(llama.cpp near the end), the tokens it drafted (llama.cpp's draft_n_accepted / draft_n)",
     "expected_accept_length": "mean over verify steps of 1 + E[a]: E[a] sums, over the step's drafted nodes, "
     "the product along the node's path of P(accepted | parent accepted) (sampled: the acceptance rule's "
     "probability from the target's distribution; greedy: 1 if the node is the target's argmax, else 0)",
@@ -82,6 +83,18 @@ def position_rates(histogram: list[int], positions: int) -> tuple[list, list]:
     return marginal, conditional
 
 
+def drafted_position_rates(accepted: list[int], drafted: list[int], positions: int) -> tuple[list, list]:
+    """position_rates where steps drafted different counts: P(a >= i) over the steps that drafted position
+    i, and P(a >= i | a >= i-1) over those of them that reached i-1. None where no step qualifies."""
+    marginal, conditional = [], []
+    for i in range(1, positions + 1):
+        drafted_i = [a for a, d in zip(accepted, drafted, strict=True) if d >= i]
+        reached = [a for a in drafted_i if a >= i - 1]
+        marginal.append(sum(a >= i for a in drafted_i) / len(drafted_i) if drafted_i else None)
+        conditional.append(sum(a >= i for a in reached) / len(reached) if reached else None)
+    return marginal, conditional
+
+
 def accept_histogram(accepted_counts: list[int], num_steps: int) -> list[int]:
     """Verify steps accepting exactly a = 0..K drafts; ValueError for a count outside 0..K."""
     if any(not 0 <= a <= num_steps for a in accepted_counts):
@@ -89,10 +102,16 @@ def accept_histogram(accepted_counts: list[int], num_steps: int) -> list[int]:
     return [sum(1 for a in accepted_counts if a == k) for k in range(num_steps + 1)]
 
 
-def acceptance_metrics(accepted_counts: list[int], num_steps: int) -> AcceptanceMetrics:
-    """Metrics from the accepted count a of each verify step (0 <= a <= K)."""
+def acceptance_metrics(
+    accepted_counts: list[int], num_steps: int, drafted: list[int] | None = None
+) -> AcceptanceMetrics:
+    """Metrics from the accepted count a of each verify step (0 <= a <= K). `drafted`: how many tokens
+    each step drafted, where a reading drafts fewer than K near the end (llama.cpp); then the rate is
+    over the drafted tokens and position i counts only the steps that drafted it."""
     histogram = accept_histogram(accepted_counts, num_steps)
     marginal, conditional = position_rates(histogram, num_steps)
+    if drafted is not None and any(d < num_steps for d in drafted):
+        marginal, conditional = drafted_position_rates(accepted_counts, drafted, num_steps)
     steps = len(accepted_counts)
     if steps == 0:
         return AcceptanceMetrics(num_steps, 0, None, None, None, marginal, conditional, histogram)
@@ -102,7 +121,7 @@ def acceptance_metrics(accepted_counts: list[int], num_steps: int) -> Acceptance
         verify_steps=steps,
         mean_accept_length=total / steps + 1.0,
         accepted_drafts_per_step=total / steps,
-        acceptance_rate=total / (steps * num_steps),
+        acceptance_rate=total / (sum(drafted) if drafted is not None else steps * num_steps),
         per_position_marginal=marginal,
         per_position_conditional=conditional,
         accept_histogram=histogram,

@@ -214,7 +214,12 @@ def _check_wiring(config: DraftConfig, num_layers: int, override, table: EngineT
         )
         try:
             check_indices(training.wiring.aux_hf_indices, num_layers)
-        except BadInput:
+        except BadInput as error:
+            add(
+                "wiring",
+                "warn",
+                f"the declared wiring does not fit this target ({error}); replay with --engine NAME",
+            )
             return None
         training = replace(training, loads=True, refusal=None)
     try:

@@ -57,7 +57,8 @@ class StepRecord:
     tree: dict | None = None
     # Tensors (recorded runs only; kept in the run's artifact, not in SQL):
     aux_features: torch.Tensor | None = None  # [c, 3*Ht] fused features of positions n..n+c-1
-    draft_hidden: torch.Tensor | None = None  # [K, H] draft output hidden that proposed each d_j
+    # [K, H] draft output hidden that proposed each d_j (rows past a shorter draft: zeros, never read)
+    draft_hidden: torch.Tensor | None = None
 
     @property
     def is_verify_step(self) -> bool:

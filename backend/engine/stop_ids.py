@@ -15,8 +15,21 @@ LLAMACPP_EOG_TEXTS = frozenset(
 )  # fmt: skip
 
 
+# The same function, before that block: the FIM pad / repo / separator tokens found by these texts (when
+# the GGUF names none) end the generation too (Qwen2/3 vocabularies have <|fim_pad|>, <|repo_name|>,
+# <|file_sep|>).
+LLAMACPP_FIM_TEXTS = frozenset(
+    {
+        "<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]",
+        "<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>",
+        "<|file_sep|>",
+    }
+)  # fmt: skip
+
+
 def llamacpp_stop_ids(tokenizer, eos_ids) -> frozenset[int]:
     """llama.cpp's end-of-generation ids for this target: its EOS ids and every vocabulary entry whose
-    text is in LLAMACPP_EOG_TEXTS."""
+    text is in LLAMACPP_EOG_TEXTS or LLAMACPP_FIM_TEXTS."""
     vocab = tokenizer.get_vocab() if tokenizer is not None else {}
-    return frozenset(eos_ids) | frozenset(i for text, i in vocab.items() if text in LLAMACPP_EOG_TEXTS)
+    texts = LLAMACPP_EOG_TEXTS | LLAMACPP_FIM_TEXTS
+    return frozenset(eos_ids) | frozenset(i for text, i in vocab.items() if text in texts)

@@ -184,6 +184,7 @@ def run_check(
         "served_model": getattr(client, "model", None) or getattr(client, "props", {}).get("model_path"),
         "reading": settings.engine,
         "num_steps": settings.num_steps,
+        "max_new_tokens": settings.max_new_tokens,
         "wiring": None,
         "wiring_source": None,
         "rows": rows,
@@ -367,7 +368,12 @@ def served_beside(db_url: str | None, run) -> dict | None:
             continue
         for row in result.get("rows", []):
             same_run = row.get("replay_run") == run.id
-            same_prompt = row.get("prompt_ids") == list(run.prompt_ids) and result.get("num_steps") == k
+            same_prompt = (
+                row.get("prompt_ids") == list(run.prompt_ids)
+                and result.get("num_steps") == k
+                and result.get("reading") == run.settings.engine  # the same reading: the same accounting
+                and result.get("max_new_tokens", run.settings.max_new_tokens) == run.settings.max_new_tokens
+            )
             if same_run or same_prompt:
                 return {
                     "engine": TITLES.get(result.get("engine", "vllm"), "vLLM"),

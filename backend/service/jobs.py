@@ -428,7 +428,8 @@ def chunk_norms(features: torch.Tensor, first_position, indices) -> list[dict]:
 
 
 def run_metrics(steps: list[StepRecord], num_steps: int) -> dict:
-    metrics = acceptance_metrics(verify_counts(steps), num_steps).to_dict()
+    drafted = [len(s.drafted_ids) for s in steps if s.is_verify_step]
+    metrics = acceptance_metrics(verify_counts(steps), num_steps, drafted).to_dict()
     metrics["draft_ms_total"] = sum(s.draft_ms for s in steps)
     metrics["verify_ms_total"] = sum(s.verify_ms for s in steps)
     verified = [s for s in steps if s.is_verify_step]

@@ -85,12 +85,17 @@ def converted(
     out, log = folder / f"{key}.gguf", folder / f"{key}.log"
     if not out.is_file():
         folder.mkdir(parents=True, exist_ok=True)
+        for stale in folder.glob(f"{key}.partial-*"):  # a conversion killed midway (its process gone)
+            if not Path(f"/proc/{stale.suffix.rsplit('-', 1)[-1]}").exists():
+                stale.unlink(missing_ok=True)
         partial = out.with_suffix(f".partial-{os.getpid()}")
+        own_log = log.with_suffix(f".log-{os.getpid()}")  # concurrent conversions keep their own logs
         command = [sys.executable, str(tree / "src" / "convert_hf_to_gguf.py"), str(model_dir)]
         command += ["--target-model-dir", str(target_dir)] if target_dir else []
         command += ["--outtype", "f32", "--outfile", str(partial)]
-        with log.open("w") as handle:
+        with own_log.open("w") as handle:
             done = subprocess.run(command, stdout=handle, stderr=subprocess.STDOUT, check=False)
+        own_log.replace(log)
         if done.returncode != 0 or not partial.is_file():
             partial.unlink(missing_ok=True)
             lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
@@ -217,15 +222,25 @@ def served_steps(exchange: dict, log_path: Path, offset: int, number: int, wait:
     `offset`; they must add up to the answer's timings (drafted and accepted), waited for up to `wait`
     seconds while the log catches up."""
     timings = exchange["response"]["timings"]
-    drafted, accepted = timings.get("draft_n"), timings.get("draft_n_accepted")
+    drafted, accepted = timings.get("draft_n", 0), timings.get("draft_n_accepted", 0)
+    predicted = timings.get("predicted_n")
     if not isinstance(drafted, int) or not isinstance(accepted, int):
+        raise BadInput(f"llama.cpp: prompt {number}: timings.draft_n / draft_n_accepted are not numbers")
+    # server-common.cpp writes draft_n only where a step drafted; from 3 tokens on, one must have
+    # (server_slot::get_n_draft_max leaves >= 1 draft while 2 tokens are left), unless no draft is loaded.
+    if drafted == 0 and isinstance(predicted, int) and predicted >= 3:
         raise BadInput(
-            f"llama.cpp: prompt {number}: no timings.draft_n / draft_n_accepted in the answer (is the draft "
-            "loaded: -md DRAFT --spec-type draft-eagle3?)"
+            f"llama.cpp: prompt {number}: {predicted} tokens and no draft in its timings (is the draft loaded: "
+            "-md DRAFT --spec-type draft-eagle3?)"
         )
     deadline = time.monotonic() + wait
     while True:
         steps = trace_steps(log_path, offset)
+        if any("restore checkpoint" in s[3] for s in steps):
+            raise BadInput(
+                f"llama.cpp: prompt {number}: the server restored checkpoints (a recurrent or hybrid target): "
+                "its per-step counts are not a chain's"
+            )
         if sum(s[2] for s in steps) == drafted and sum(s[1] for s in steps) == accepted:
             break
         if time.monotonic() > deadline:
@@ -235,12 +250,6 @@ def served_steps(exchange: dict, log_path: Path, offset: int, number: int, wait:
                 f"{accepted}/{drafted}: start llama-server with LLAMA_TRACE=1 and one slot (-np 1)"
             )
         time.sleep(0.05)
-    replayed_checkpoint = [s for s in steps if "restore checkpoint" in s[3]]
-    if replayed_checkpoint:
-        raise BadInput(
-            f"llama.cpp: prompt {number}: the server restored checkpoints (a recurrent or hybrid target): "
-            "its per-step counts are not a chain's"
-        )
     per_step = [s[1] for s in steps]
     return {
         "per_step": per_step,

@@ -203,7 +203,7 @@ def _draft_vs_target(run, steps, sequence, label, progress: Progress) -> list[di
         raise BadInput("the draft's hidden size differs from the target's: nothing to compare")
     positions, mine, theirs = [], [], []
     for number, step in enumerate(steps[: draft_hidden.shape[0]]):
-        for k in range(min(step.accepted_count + 1, draft_hidden.shape[1])):
+        for k in range(min(step.accepted_count + 1, len(step.drafted_ids), draft_hidden.shape[1])):
             position = step.position + k
             if position < len(sequence):
                 positions.append(position)

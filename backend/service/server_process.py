@@ -140,8 +140,8 @@ def healthy(url: str) -> bool:
 
 
 def stop(process: subprocess.Popen) -> None:
-    if process.poll() is not None:
-        return
+    """SIGTERM to the whole process group, SIGKILL if it lingers; the group too when its leader has
+    exited already (vLLM's engine processes outlive a dead API server)."""
     for sig, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
         try:
             os.killpg(process.pid, sig)
@@ -149,9 +149,20 @@ def stop(process: subprocess.Popen) -> None:
             return
         try:
             process.wait(wait)
-            return
         except subprocess.TimeoutExpired:
             continue
+        if not _group_alive(process.pid):
+            return
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def post(url: str, path: str, body: dict | None, timeout: float, name: str = "the server") -> dict:

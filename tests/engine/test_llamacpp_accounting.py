@@ -92,7 +92,7 @@ def test_llamacpp_stops_at_every_end_of_generation_text():
 
     class Vocab:
         def get_vocab(self):
-            return {"<|endoftext|>": 0, "<|im_start|>": 1, "<|im_end|>": 2, "hello": 3}
+            return {"<|endoftext|>": 0, "<|im_start|>": 1, "<|im_end|>": 2, "hello": 3, "<|file_sep|>": 4}
 
-    assert llamacpp_stop_ids(Vocab(), (2,)) == {0, 2}
+    assert llamacpp_stop_ids(Vocab(), (2,)) == {0, 2, 4}
     assert llamacpp_stop_ids(None, (5,)) == {5}

@@ -38,8 +38,12 @@ def test_the_trace_must_add_up_to_the_answers_timings(tmp_path):
     assert served["accept_length"] == 1 + 3 / 2 and served["verify_steps"] == 2
     with pytest.raises(BadInput, match=r"2 verify steps with 3/4 accepted/drafted, its answer says 5/4"):
         served_steps(exchange(4, 5), log, start, 1, wait=0.1)
-    with pytest.raises(BadInput, match="no timings.draft_n"):
-        served_steps({"response": {"tokens": [], "timings": {}}}, log, start, 1)
+    no_draft = {"response": {"tokens": [1, 2, 3], "timings": {"predicted_n": 3}}}
+    with pytest.raises(BadInput, match="3 tokens and no draft in its timings"):
+        served_steps(no_draft, log, start, 1)
+    # two tokens: the first, then a plain decode; llama.cpp writes no draft_n and logs no step
+    two = {"response": {"tokens": [1, 2], "timings": {"predicted_n": 2}}}
+    assert served_steps(two, log, len(LINES), 1)["per_step"] == []
 
 
 def test_a_restored_checkpoint_is_not_read_as_a_chain(tmp_path):
