@@ -272,4 +272,8 @@ def log_size(log_path: Path) -> int:
 def props(url: str, timeout: float = 30.0) -> dict:
     """GET /props: what the server says it runs (its model path, its build), to name it in the result."""
     answer = post(url, "/props", None, timeout, "llama.cpp")
-    return {k: answer.get(k) for k in ("model_path", "build_info", "total_slots") if k in answer}
+    said = {k: answer.get(k) for k in ("model_path", "build_info", "total_slots") if k in answer}
+    settings = answer.get("default_generation_settings")
+    if isinstance(settings, dict) and isinstance(settings.get("n_ctx"), int):
+        said["n_ctx"] = settings["n_ctx"]  # the slot's context (server-context.cpp get_res_props)
+    return said

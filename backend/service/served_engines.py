@@ -92,6 +92,14 @@ class LlamacppClient:
     def ask(self, number: int, prompt: list[int], max_new_tokens: int, num_steps: int) -> tuple[dict, dict]:
         from backend.service.llamacpp_server import complete, log_size, served_steps
 
+        n_ctx = self.props.get("n_ctx")
+        if n_ctx and len(prompt) + max_new_tokens + num_steps + 2 > n_ctx:
+            # server_slot::get_n_draft_max also caps a draft at n_ctx - n_tokens - 2: not replayed
+            raise BadInput(
+                f"llama.cpp at {self.url}: its slot context is {n_ctx} tokens; prompt {number} ({len(prompt)}) + "
+                f"{max_new_tokens} new + K {num_steps} + 2 passes it, where llama.cpp drafts fewer, which the "
+                "replay does not model: start it with a larger -c or lower --max-new-tokens"
+            )
         offset = log_size(self.log_path)
         exchange = complete(self.url, prompt, max_new_tokens, self.timeout)
         return exchange, served_steps(exchange, self.log_path, offset, number)

@@ -130,6 +130,16 @@ def test_a_server_that_dies_hangs_or_is_not_llamacpp_ends_the_check_in_one_line(
         lines = done.stderr.strip().splitlines()
         assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-1000:]
         assert "llama.cpp" in lines[-1] and url in lines[-1] and said in lines[-1], lines[-1]
+    # a server whose context is too short for prompt + new tokens + a draft: said before anything is sent
+    from backend.service.llamacpp_server import ServerFlags
+
+    with launched_server(
+        target_gguf, draft_gguf, 4, tmp_path / "short.log", ServerFlags(context=256)
+    ) as short:
+        done = run_cli(*base[:-2], "--timeout", "60", "--server-log", str(short.log_path), "--url", short.url,
+                       "--max-new-tokens", "96", "--db", f"sqlite:///{tmp_path}/short.db")  # fmt: skip
+    line = done.stderr.strip().splitlines()[-1]
+    assert done.returncode == 2 and "slot context is 256 tokens" in line and "-c" in line, line
     # a server killed after its first answer: the first prompt's row is kept, the line names the prompt
     log = tmp_path / "dying.log"
     with launched_server(target_gguf, draft_gguf, 4, log) as dying:
