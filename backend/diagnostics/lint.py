@@ -55,23 +55,42 @@ class LintReport:
 
     def to_dict(self) -> dict:
         """The lint's JSON (CLI contract): each finding's severity, code, message and fix, worst first."""
-        findings = sorted(self.findings, key=lambda f: SEVERITIES.index(f.severity))
-        return {
-            "findings": [
-                {"severity": spelled(f.severity, "lint"), "code": f.cls, "message": f.message, "fix": f.fix}
-                for f in findings
-            ],
-            "engine": self.requested.engine,
-            "requested": asdict(self.requested),
-            "effective": self.effective,
-            "effective_flags": effective_flags(self.requested.engine, self.effective),
-            "errors": sum(f.severity == "fail" for f in findings),
-            "recommended_command": self.recommended,
-            "recommended_applies": list(self.edited),
-            "recommended_leaves": [
-                f.cls for f in findings if f.severity != "info" and f.cls not in self.edited
-            ],
-        }
+        return lint_json(
+            self.findings,
+            self.requested.engine,
+            asdict(self.requested),
+            self.effective,
+            effective_flags(self.requested.engine, self.effective),
+            self.recommended,
+            self.edited,
+        )
+
+
+def lint_json(
+    findings: list[Finding],
+    engine: str,
+    requested: dict,
+    effective: dict,
+    flags: str | None,
+    recommended: str | None = None,
+    edited: tuple[str, ...] = (),
+) -> dict:
+    """The lint's JSON for any engine's command (lint_llamacpp.py writes llama-server's through it too)."""
+    findings = sorted(findings, key=lambda f: SEVERITIES.index(f.severity))
+    return {
+        "findings": [
+            {"severity": spelled(f.severity, "lint"), "code": f.cls, "message": f.message, "fix": f.fix}
+            for f in findings
+        ],
+        "engine": engine,
+        "requested": requested,
+        "effective": effective,
+        "effective_flags": flags,
+        "errors": sum(f.severity == "fail" for f in findings),
+        "recommended_command": recommended,
+        "recommended_applies": list(edited),
+        "recommended_leaves": [f.cls for f in findings if f.severity != "info" and f.cls not in edited],
+    }
 
 
 def effective_flags(engine: str, effective: dict) -> str | None:

@@ -10,7 +10,8 @@ from pathlib import Path
 
 from backend import BadInput
 from backend.data.serving_command import split_command, target_facts
-from backend.diagnostics.findings import SEVERITIES, Finding, severity, spelled
+from backend.diagnostics.findings import Finding, severity
+from backend.diagnostics.lint import lint_json
 from backend.engine.draft_config import read_draft_config
 from backend.engine.reading_fixes import wiring_fix
 from backend.engine.readings import read_as
@@ -118,25 +119,13 @@ def lint_llamacpp(command: str, draft_dir: str | None, target_dir: str | None) -
     if not view.loads:
         add("error", "llamacpp-refuses", view.refusal, "Serve this draft with vLLM or SGLang.")
     n_max, p_min = _flag_findings(server, add)
-    findings.sort(key=lambda f: SEVERITIES.index(f.severity))
-    return {
-        "findings": [
-            {"severity": spelled(f.severity, "lint"), "code": f.cls, "message": f.message, "fix": f.fix}
-            for f in findings
-        ],
-        "engine": "llamacpp",
-        "requested": {k: v for k, v in vars(server).items() if v is not None},
-        "effective": {
-            "aux_hf_indices": fed,
-            "num_speculative_tokens": n_max or DEFAULT_N_MAX,
-            "p_min": p_min or 0.0,
-        },
-        "effective_flags": f"--spec-type draft-eagle3 --spec-draft-n-max {n_max or DEFAULT_N_MAX}",
-        "errors": sum(f.severity == "fail" for f in findings),
-        "recommended_command": None,
-        "recommended_applies": [],
-        "recommended_leaves": [f.cls for f in findings if f.severity != "info"],
-    }
+    return lint_json(
+        findings,
+        "llamacpp",
+        {k: v for k, v in vars(server).items() if v is not None},
+        {"aux_hf_indices": fed, "num_speculative_tokens": n_max or DEFAULT_N_MAX, "p_min": p_min or 0.0},
+        f"--spec-type draft-eagle3 --spec-draft-n-max {n_max or DEFAULT_N_MAX}",
+    )
 
 
 def _flag_findings(server: LlamaServer, add) -> tuple[int | None, float | None]:

@@ -386,14 +386,14 @@ def _llamacpp(draft: DraftFacts) -> Reading:
     # only when norm_before_fc (conversion/llama.py reads it top-level). No fc_norm, no norm_output,
     # no q/k norms: conversion/llama.py maps none of those tensors, so the converter stops on them.
     if config.num_layers != 1:
-        refusal = (
+        refusal = refusal or (
             f"{LLAMACPP}: its converter takes an EAGLE-3 draft of one decoder layer; this one has "
             f"{config.num_layers} (src/models/eagle3.cpp asserts n_layer == 1)"
         )
     if not config.declares_draft_vocab_size:
         # conversion/llama.py LlamaModel.__init__: an EAGLE-3 draft is detected by draft_vocab_size and one
         # layer; without the key the draft is converted as a plain Llama and its tensors (d2t, fc) are not mapped.
-        refusal = (
+        refusal = refusal or (
             f"{LLAMACPP}: its converter detects an EAGLE-3 draft by draft_vocab_size, which this config lacks "
             '(add "draft_vocab_size": the lm_head\'s rows)'
         )

@@ -203,8 +203,8 @@ def run_check(
                 write_result(folder, summarise(result, rows, settings))
                 where = f"log {log_path}" if log_path else url
                 raise BadInput(
-                    f"{error} (prompt {number} of {len(prompts)}; {where}; the {len(rows)} prompts before it "
-                    f"are kept in {folder / 'result.json'})"
+                    f"{error} (prompt {number} of {len(prompts)}; {where}; the prompts compared before it: "
+                    f"{len(rows)}, kept in {folder / 'result.json'})"
                 ) from None
             saved.write(json.dumps(exchange) + "\n")
             saved.flush()
@@ -277,17 +277,22 @@ def engine_check(
     return result
 
 
-def launched_check(db_url, samples, settings: EngineCheckSettings, folder: Path, log_name: str, progress):
-    with launch(
+def served_here(samples, settings: EngineCheckSettings, log_path: Path, progress):
+    """The settings' engine launched on loopback on the pair, its context fitted to the samples."""
+    return launch(
         settings.server,
         settings.target_path,
         settings.draft_path,
         settings.num_steps,
-        folder / log_name,
+        log_path,
         settings.options,
         context_for(samples, settings),
         progress,
-    ) as (server, said):
+    )
+
+
+def launched_check(db_url, samples, settings: EngineCheckSettings, folder: Path, log_name: str, progress):
+    with served_here(samples, settings, folder / log_name, progress) as (server, said):
         try:
             result = run_check(db_url, server.url, samples, settings, folder, server.log_path, progress)
         except BadInput as error:
@@ -309,16 +314,7 @@ def quantized_cost(samples, settings: EngineCheckSettings, folder: Path, full: d
     if settings.server != "llamacpp":
         raise BadInput("--target-gguf is a llama.cpp target: use --engine llamacpp")
     rows = []
-    with launch(
-        "llamacpp",
-        settings.target_path,
-        settings.draft_path,
-        settings.num_steps,
-        folder / "server-quantized.log",
-        settings.options,
-        context_for(samples, settings),
-        progress,
-    ) as (server, said):
+    with served_here(samples, settings, folder / "server-quantized.log", progress) as (server, said):
         client = LlamacppClient(server.url, server.log_path, settings.timeout)
         with (folder / "responses-quantized.jsonl").open("w") as saved:
             for number, sample in enumerate(samples):
@@ -328,9 +324,7 @@ def quantized_cost(samples, settings: EngineCheckSettings, folder: Path, full: d
                 saved.write(json.dumps(exchange) + "\n")
                 reference = full["rows"][number]
                 ours, theirs = answer["token_ids"], reference["served_token_ids"]
-                first = next((i for i, (a, b) in enumerate(zip(ours, theirs, strict=False)) if a != b), None)
-                if first is None and len(ours) != len(theirs):
-                    first = min(len(ours), len(theirs))
+                first = first_difference(ours, theirs)  # the first token where the outputs part
                 rows.append(
                     {
                         "prompt": number,

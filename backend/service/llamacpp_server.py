@@ -15,6 +15,7 @@ update_slots), and a step without a draft logs nothing. Per request the /complet
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -58,15 +59,23 @@ def gguf_cache() -> Path:
     return Path(root) / "gguf"
 
 
+@functools.lru_cache(maxsize=32)
+def _file_digest(path: str, size: int, mtime: float) -> str:
+    from db.artifacts import sha256_of  # the project's one streaming sha256 (torch loads with it: lazy)
+
+    return sha256_of(Path(path))
+
+
 def files_digest(folder: Path) -> str:
     """sha256 over every file of a model directory (names and contents): a changed config or weight is a
-    new conversion."""
+    new conversion. Each file is hashed once per process while its size and mtime stay (a target's
+    weights are read again only when they change)."""
     digest = hashlib.sha256()
     for file in sorted(p for p in Path(folder).iterdir() if p.is_file()):
-        digest.update(file.name.encode() + b"\0")
-        with file.open("rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
+        info = file.stat()
+        digest.update(
+            file.name.encode() + b"\0" + _file_digest(str(file), info.st_size, info.st_mtime).encode()
+        )
     return digest.hexdigest()
 
 

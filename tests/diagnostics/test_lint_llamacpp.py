@@ -72,6 +72,12 @@ def test_flags_that_change_the_run_are_named(tmp_path):
     )  # fmt: skip
     codes = {f["code"]: f["severity"] for f in report["findings"]}
     assert codes == {"spec-type": "error", "draft-p-min": "warning", "slots": "info"}, codes
+    report = lint(
+        "--draft", str(TOY / "drafts" / "final"),
+        "--llamacpp", "llama-server -m t.gguf --spec-draft-model d.gguf --spec-type draft-eagle3 --spec-draft-n-min 2",
+    )  # fmt: skip
+    codes = {f["code"]: f["severity"] for f in report["findings"]}
+    assert codes == {"draft-n-min": "warning", "draft-length": "info"}, codes
     done = run_cli("lint", "--target", str(TOY / "target"), "--llamacpp", "llama-server -m t.gguf -md")
     assert done.returncode == 2 and done.stderr.strip().splitlines()[-1].endswith("-md has no value")
     done = run_cli("lint", "--target", str(TOY / "target"), "--llamacpp", "llama-server -m t.gguf")

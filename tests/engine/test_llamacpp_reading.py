@@ -74,3 +74,14 @@ def test_a_draft_without_draft_vocab_size_is_refused_as_its_converter_refuses_it
     view = read_as("llamacpp", parse_draft_config(raw), 8, False)
     assert not view.loads and "draft_vocab_size" in view.refusal
     assert read_as("vllm", parse_draft_config(raw), 8, False).loads
+
+
+def test_a_draft_of_several_layers_is_refused():
+    raw = {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        **SMALL,
+        "num_hidden_layers": 2,
+        "draft_vocab_size": 128,
+    }
+    view = read_as("llamacpp", parse_draft_config(raw), 8, False)
+    assert not view.loads and "one decoder layer" in view.refusal

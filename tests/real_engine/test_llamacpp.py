@@ -143,7 +143,9 @@ def test_a_server_that_dies_hangs_or_is_not_llamacpp_ends_the_check_in_one_line(
     # a server killed after its first answer: the first prompt's row is kept, the line names the prompt
     log = tmp_path / "dying.log"
     with launched_server(target_gguf, draft_gguf, 4, log) as dying:
-        killer = threading.Thread(target=kill_after_first_answer, args=(dying, log), daemon=True)
+        killer = threading.Thread(
+            target=kill_after_first_answer, args=(dying, tmp_path / "artifacts"), daemon=True
+        )
         killer.start()
         done = run_cli("serve-check", "--engine", "llamacpp", "--url", dying.url, "--server-log", str(log),
                        "--target", TARGET, "--draft", str(nested), "--samples", SAMPLES, "--limit", "3",
@@ -191,11 +193,12 @@ def other_server(behaviour: str):
         httpd.server_close()
 
 
-def kill_after_first_answer(server, log: Path, deadline: float = 300.0) -> None:
-    """SIGKILL the server's process group once its log shows a finished request."""
+def kill_after_first_answer(server, artifacts: Path, deadline: float = 300.0) -> None:
+    """SIGKILL the server's process group once the check has saved its first answer (responses.jsonl:
+    written when the answer arrived, before that prompt's replay, so the next prompt meets a dead server)."""
     started = time.monotonic()
     while time.monotonic() - started < deadline:
-        if "draft acceptance" in log.read_text(errors="replace"):
+        if any(f.read_text().strip() for f in artifacts.glob("engine-checks/*/responses.jsonl")):
             os.killpg(server.process.pid, signal.SIGKILL)
             return
         time.sleep(0.05)

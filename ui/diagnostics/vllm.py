@@ -9,12 +9,14 @@ import html
 import pandas as pd
 import streamlit as st
 
+from backend import BadInput
 from backend.service import tasks
 from backend.service.engine_check import DEFINITION, EngineCheckSettings
-from backend.service.llamacpp_server import ROOT as LLAMACPP_ROOT
+from backend.service.llamacpp_server import llamacpp_dir
 from backend.service.served_engines import TITLES, ServerOptions
 from backend.service.vllm_server import DEFAULT_PYTHON
 from ui import state
+from ui.html import md
 from ui.pickers import first_samples
 from ui.taskview import task_panel
 
@@ -97,10 +99,11 @@ def vllm_tab() -> None:
             )
     elif engine == "vllm" and not DEFAULT_PYTHON.is_file():
         st.info(f"No vLLM here yet ({DEFAULT_PYTHON}): the README's vLLM command installs its CPU build.")
-    elif engine == "llamacpp" and not (LLAMACPP_ROOT / ".llamacpp").exists():
-        st.info(
-            "No llama.cpp here yet (.llamacpp): `bash scripts/install-llamacpp.sh` builds it (about 7 min)."
-        )
+    elif engine == "llamacpp":
+        try:
+            llamacpp_dir()
+        except BadInput as error:
+            st.info(md(error))
     readings = ENGINE_READINGS[engine]
     reading = st.selectbox("Replay as", readings, format_func=READINGS.get, key=f"{engine}_check_reading")
     if st.button(f"Check against {name}", key="vllm_check_run") and samples:
