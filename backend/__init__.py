@@ -17,7 +17,8 @@ checks this):
       preflight          a draft checked against a target before anything runs
       readings           how each engine (SGLang, vLLM, llama.cpp, SpecForge, speculators, EAGLE) reads a draft
       reading_fixes      where the readings part ways; the config change a serving engine needs
-      run_settings       how a run ran, stored with it and read back typed (torch-free)
+      request            what a user asks for: one frozen ReplayRequest, its fields' flags and widgets (torch-free)
+      run_value          a run stored and read back typed: the request as asked, what the pair resolved
       records            the records the engine yields, one type per concept (torch-free)
       replay             speculative decoding replayed one verify step at a time (the loop)
       step_state         what a step reads and leaves: ReplayConfig, caches, cursor, catch-up, budget
@@ -91,7 +92,6 @@ checks this):
       readers            reads that need torch or transformers, for the dashboard, in a process of their own
       ray_eval           `evaluate` fanned out to Ray actors
       references         hidden-state references for a stored run
-      requests           what a user asks for, validated once (ReplayRequest, ...)
       runs               stored runs: list, read, delete, export
       tasks              background tasks the dashboard polls
       vllm_server        vLLM's OpenAI server launched on the pair; one greedy completion on token ids
@@ -100,7 +100,7 @@ checks this):
 
 engine <- data <- diagnostics <- service <- cli / pages. Only `backend.service` and `backend.cli`
 import `db` (db itself imports only the torch-free record types `backend.engine.records`,
-`backend.engine.run_settings` and `backend.data.samples`). Only `pages/` and `ui/` import streamlit; pages and ui never import torch
+`backend.engine.request`, `backend.engine.run_value` and `backend.data.samples`). Only `pages/` and `ui/` import streamlit; pages and ui never import torch
 or transformers (directly or through what they import) and define no work that touches a model:
 they build requests and call `backend.service`. The reference the code cites is docs/reference.md.
 """

@@ -41,11 +41,11 @@ from backend.engine.loading import load_target
 from backend.engine.preflight import load_checked_draft
 from backend.engine.records import StepRecord
 from backend.engine.replay import ReplayConfig, output_ids_of, replay
+from backend.engine.request import ReplayRequest
 from backend.engine.target_runner import TransformersRunner
 from backend.service.database import open_database
 from backend.service.jobs import run_plan
 from backend.service.plan import resolve
-from backend.service.requests import ReplayRequest
 from bench.gpu_check import generate, greedy_loop
 
 MODES = ("generate", "loop", "replay", "record", "job", "job_hf", "tree", "tree_record", "tree_job")

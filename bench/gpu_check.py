@@ -42,6 +42,7 @@ from backend.engine.loading import DraftFiles, Target, build_draft, load_target,
 from backend.engine.preflight import check_draft, load_checked_draft
 from backend.engine.records import StepRecord
 from backend.engine.replay import ReplayConfig, replay
+from backend.engine.request import ReplayRequest
 from backend.engine.synthetic import (
     TargetShape,
     bigram_draft_tensors,
@@ -57,7 +58,6 @@ from backend.engine.target_runner import TransformersRunner
 from backend.service.database import open_database
 from backend.service.jobs import run_plan
 from backend.service.plan import resolve
-from backend.service.requests import ReplayRequest
 
 EIGHT_B = {
     "num_hidden_layers": 32,

@@ -64,10 +64,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     torch.set_num_threads(2)
 
+    from backend.engine.request import ReplayRequest
     from backend.service.database import open_database
     from backend.service.jobs import run_plan
     from backend.service.plan import resolve
-    from backend.service.requests import ReplayRequest
 
     folder = Path(tempfile.mkdtemp(prefix="profile_job_"))
     if args.pair == "demo":

@@ -33,10 +33,10 @@ sys.path.insert(0, str(REPO))
 from backend.defaults import DEMO_DRAFTS, DEMO_TARGET  # noqa: E402
 from backend.engine.loading import load_target  # noqa: E402
 from backend.engine.preflight import load_checked_draft  # noqa: E402
+from backend.engine.request import ReplayRequest  # noqa: E402
 from backend.service.database import open_database  # noqa: E402
 from backend.service.jobs import run_plan  # noqa: E402
 from backend.service.plan import resolve  # noqa: E402
-from backend.service.requests import ReplayRequest  # noqa: E402
 from backend.service.runs import get_run_with_steps  # noqa: E402
 from ui.html import chips_html, context_html, output_html  # noqa: E402
 from ui.tokens import Pieces  # noqa: E402

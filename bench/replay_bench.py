@@ -67,6 +67,7 @@ from backend.engine.loading import Target, load_target
 from backend.engine.preflight import load_checked_draft
 from backend.engine.readings import declared_wiring
 from backend.engine.replay import ReplayConfig, StepRecord, output_ids_of, replay
+from backend.engine.request import ReplayRequest
 from backend.engine.synthetic import (
     TargetShape,
     bigram_draft_tensors,
@@ -81,7 +82,6 @@ from backend.engine.wiring import Wiring
 from backend.service.database import open_database
 from backend.service.jobs import run_plan
 from backend.service.plan import resolve
-from backend.service.requests import ReplayRequest
 
 NUM_STEPS = 4  # K
 THREADS = 2

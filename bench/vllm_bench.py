@@ -42,9 +42,9 @@ def in_process_rows(args, prompts: list[list[int]]) -> list[dict]:
 
     from backend.engine.records import StepRecord
     from backend.engine.replay import ReplayConfig, replay
+    from backend.engine.request import ReplayRequest
     from backend.service import models
     from backend.service.jobs import run_replay
-    from backend.service.requests import ReplayRequest
 
     torch.set_num_threads(2)
     target, draft, report = models.pair(args.target, args.draft)

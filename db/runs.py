@@ -9,13 +9,15 @@ import os
 import socket
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cached_property
 
 from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
 from backend.engine.records import STORED_STEP_FIELDS, StepRecord
-from backend.engine.run_settings import RunSettings
+from backend.engine.request import ReplayRequest
+from backend.engine.run_value import Resolved, asked_settings, read_params
 from db.connection import session_scope
 from db.models import Run, Step, TokenStat, utc_now
 
@@ -44,13 +46,21 @@ class RunInfo:
     sample_id: int | None = None
     heartbeat_at: datetime | None = None  # the writer's last write (running runs)
 
-    @property
-    def settings(self) -> RunSettings:
-        """How the run ran, typed (`params` is the stored dict, kept whole for export)."""
-        return RunSettings.from_dict(self.params)
+    @cached_property
+    def request(self) -> ReplayRequest | None:
+        """The request this run answered, typed (`params` is the stored dict, kept whole for export)."""
+        asked = asked_settings(self.params or {})
+        return ReplayRequest.stored(
+            self.target_path, self.draft_path, self.prompt_ids, self.sample_ref, self.sample_id, asked
+        )
+
+    @cached_property
+    def resolved(self) -> Resolved:
+        """What the loaded pair made of that request: reading, wiring, effective shape, device, dtype."""
+        return read_params(self.params)
 
 
-def _run_info(run: Run, step_count: int = 0) -> RunInfo:
+def run_info(run: Run, step_count: int = 0) -> RunInfo:
     return RunInfo(
         run.id,
         run.kind,
@@ -243,7 +253,7 @@ def get_run(session: Session, run_id: int) -> RunInfo | None:
     if run is None:
         return None
     count = session.scalar(select(func.count()).select_from(Step).where(Step.run_id == run_id))
-    return _run_info(run, count)
+    return run_info(run, count)
 
 
 def list_runs(session: Session, limit: int = 100) -> list[RunInfo]:
@@ -255,7 +265,7 @@ def list_runs(session: Session, limit: int = 100) -> list[RunInfo]:
             .group_by(Step.run_id)
         ).all()
     )
-    return [_run_info(run, counts.get(run.id, 0)) for run in runs]
+    return [run_info(run, counts.get(run.id, 0)) for run in runs]
 
 
 def get_steps(session: Session, run_id: int) -> list[StepRecord]:

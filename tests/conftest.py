@@ -98,8 +98,8 @@ def db_url(tmp_path) -> str:
 @pytest.fixture()
 def stored_run(pairs, db_url) -> tuple[str, int]:
     """A finished, recorded replay of the copy-L4-bigram pair (K=3, 12 tokens): (db_url, run id)."""
+    from backend.engine.request import ReplayRequest
     from backend.service.jobs import run_replay
-    from backend.service.requests import ReplayRequest
 
     pair = pairs["copy-L4-bigram"]
     request = ReplayRequest(

@@ -16,13 +16,15 @@ PAGE_BACKEND_ALLOWED = {
     "backend.engine.wiring",
     "backend.engine.metrics",
     "backend.engine.records",
+    "backend.engine.request",
     "backend.diagnostics.mismatch",
     "backend.diagnostics.whatif",
 }
 DB_BACKEND_ALLOWED = {
     "backend",
     "backend.engine.records",
-    "backend.engine.run_settings",
+    "backend.engine.request",
+    "backend.engine.run_value",
     "backend.data.samples",
 }
 HEAVY = ("torch", "transformers", "safetensors")

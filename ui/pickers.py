@@ -59,8 +59,8 @@ def first_samples(key: str, default_n: int = 8) -> list:
 def run_label(run) -> str:
     al = (run.metrics or {}).get("mean_accept_length")
     return (
-        f"run {run.id} · {run.status} · {state.draft_name(run.draft_path)} · K={run.settings.num_steps} · "
-        f"{run.settings.mode} · {run.settings.engine or ''} · "
+        f"run {run.id} · {run.status} · {state.draft_name(run.draft_path)} · K={run.resolved.num_steps} · "
+        f"{run.resolved.mode} · {run.resolved.engine or ''} · "
         f"{run.sample_ref or ''} · {len(run.output_ids)} tokens · AL {'n/a' if al is None else f'{al:.2f}'}"
     )
 

@@ -70,9 +70,9 @@ def runs_frame(runs: list[stored_runs.RunInfo], datasets: dict[int, str] | None 
                 "target": short_path(r.target_path),
                 "draft": state.draft_name(r.draft_path),
                 "sample": sample_name(r.sample_ref, datasets or {}),
-                "K": r.settings.num_steps,
-                "mode": r.settings.mode,
-                "engine": r.settings.engine or "",
+                "K": r.resolved.num_steps,
+                "mode": r.resolved.mode,
+                "engine": r.resolved.engine or "",
                 "tokens": len(r.output_ids),
                 "verify steps": r.metrics.get(
                     "verify_steps", r.step_count
@@ -82,7 +82,7 @@ def runs_frame(runs: list[stored_runs.RunInfo], datasets: dict[int, str] | None 
                 "wall s": None if wall is None else round(wall, 1),
                 "tokens/s": round(len(r.output_ids) / wall, 1) if wall else None,
                 "aux HF indices": str(r.aux_hf_indices),
-                "device · dtype": f"{r.settings.device or '?'} · {r.settings.dtype or '?'}",
+                "device · dtype": f"{r.resolved.device or '?'} · {r.resolved.dtype or '?'}",
                 "error": (r.error or "").splitlines()[0] if r.error else "",
             }
         )
@@ -92,7 +92,7 @@ def runs_frame(runs: list[stored_runs.RunInfo], datasets: dict[int, str] | None 
 def run_facts(run, steps: int) -> pd.DataFrame:
     """The chosen run as labelled rows (what, value)."""
     wall = wall_seconds(run)
-    metrics, settings = run.metrics or {}, run.settings
+    metrics, resolved = run.metrics or {}, run.resolved
     al = metrics.get("mean_accept_length")
     facts = [
         ("target", run.target_path),
@@ -100,10 +100,10 @@ def run_facts(run, steps: int) -> pd.DataFrame:
         ("sample", sample_name(run.sample_ref, dataset_names())),
         (
             "decoding",
-            f"K = {settings.num_steps}, {settings.mode}, read as {settings.engine or '?'}",
+            f"K = {resolved.num_steps}, {resolved.mode}, read as {resolved.engine or '?'}",
         ),
-        ("aux HF indices", f"{run.aux_hf_indices} ({settings.wiring_source})"),
-        ("device · dtype", f"{settings.device or '?'} · {settings.dtype or '?'}"),
+        ("aux HF indices", f"{run.aux_hf_indices} ({resolved.wiring_source})"),
+        ("device · dtype", f"{resolved.device or '?'} · {resolved.dtype or '?'}"),
         ("accept length", "—" if al is None else f"{al:.3f} (mean of a + 1 over {steps} verify steps)"),
         ("output tokens", str(len(run.output_ids))),
         ("created → finished", f"{run.created_at:%Y-%m-%d %H:%M:%S} → {run.finished_at or '—'}"),

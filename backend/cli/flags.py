@@ -6,16 +6,7 @@ import argparse
 
 from backend import BadInput
 from backend.defaults import default_draft, default_target
-from backend.engine.readings import ENGINES
-
-
-def aux_indices_arg(text: str) -> tuple[int, ...]:
-    from backend.engine.wiring import parse_aux_indices
-
-    try:
-        return parse_aux_indices(text)
-    except BadInput as error:
-        raise argparse.ArgumentTypeError(str(error)) from error
+from backend.engine.request import settings_of
 
 
 def positive(text: str) -> int:
@@ -32,17 +23,6 @@ def positive_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
     if not (value > 0 and value < float("inf")):
         raise argparse.ArgumentTypeError(f"must be a positive finite number, got {text}")
-    return value
-
-
-def steps_arg(text: str) -> int:
-    """K: 1..MAX_STEPS, as a replay request takes it (a teacher or probe run of K = 1000 would
-    run for minutes per sample before anything said so)."""
-    from backend.service.requests import MAX_STEPS
-
-    value = positive(text)
-    if value > MAX_STEPS:
-        raise argparse.ArgumentTypeError(f"must be in 1..{MAX_STEPS}, got {value}")
     return value
 
 
@@ -75,73 +55,65 @@ def finite_number(text: str) -> float:
     return value
 
 
-def dispatch_flags(sub) -> None:
-    """A target split across devices (accelerate's big-model dispatch, backend/engine/dispatch.py)."""
-    group = sub.add_argument_group("targets across devices")
-    group.add_argument(
-        "--device-map",
-        help="auto, balanced, sequential, or a JSON object / file of module -> device (0, cuda:1, cpu, "
-        "disk): load the target split across devices with accelerate",
-    )
-    group.add_argument(
-        "--max-memory", help="per-device limits for --device-map, e.g. 0=20GiB,1=20GiB,cpu=64GiB"
-    )
+def setting_flag(sub, name: str, **overrides) -> None:
+    """One ReplayRequest setting as a flag, built from its field (backend/engine/request.py `Setting`):
+    its flag, default, check and help; `overrides` (a command's own help or default) on top."""
+    meta, default = next((m, d) for n, m, d in settings_of() if n == name)
+    kwargs = {"default": default, "help": meta.help or None}
+    if meta.parse is None:
+        kwargs["action"] = "store_true"
+    elif meta.choices:
+        kwargs["choices"] = list(meta.choices)
+    else:
+        kwargs["type"] = _flag_type(meta)
+    sub.add_argument(meta.flag, **(kwargs | overrides))
+
+
+def setting_flags(sub, group: str, title: str | None = None) -> None:
+    """Every ReplayRequest setting of `group` (common | decoding | tree | dispatch) as flags."""
+    into = sub.add_argument_group(title) if title else sub
+    for name, meta, _ in settings_of():
+        if meta.group == group and meta.flag is not None:
+            setting_flag(into, name)
+
+
+def _flag_type(meta):
+    """The flag's text through the setting's parser and its check: a bad value is argparse's one line."""
+
+    def convert(text: str):
+        try:
+            value = meta.parse(text)
+            if meta.check is not None:
+                meta.check(value)
+        except BadInput as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+        return value
+
+    return convert
 
 
 def decoding_flags(sub) -> None:
     """K, trees and sampling: the flags every replaying command shares."""
-    sub.add_argument("--steps", type=steps_arg, default=4, help="K: draft tokens per verify step")
-    sub.add_argument("--max-new-tokens", type=positive, default=128)
-
-    tree = sub.add_argument_group("trees and sampling (SGLang's flags and rules, docs/reference.md §12)")
-    tree.add_argument(
-        "--topk",
-        type=positive,
-        help="children per frontier node (SGLang --speculative-eagle-topk; default 1: a chain)",
-    )
-    tree.add_argument(
-        "--num-draft-tokens",
-        type=positive,
-        help="tokens verified per step, the root included (SGLang --speculative-num-draft-tokens; "
-        "topk 1 forces steps + 1)",
-    )
-    tree.add_argument("--temperature", type=finite_number, default=0.0, help="0 (default): greedy")
-    tree.add_argument("--top-p", type=finite_number, default=1.0)
-    tree.add_argument("--top-k", type=int, default=0, help="0 or -1: every token; 1 is greedy")
-    tree.add_argument(
-        "--seed", type=int, default=0, help="seeds every random draw: a run replays bit for bit"
-    )
-    tree.add_argument(
-        "--draft-attention",
-        choices=["ancestors", "sglang-slots"],
-        default="ancestors",
-        help="trees: draft nodes attend to their true ancestors, or to SGLang's per-rank KV slots",
-    )
+    setting_flags(sub, "decoding")
+    setting_flags(sub, "tree", "trees and sampling (SGLang's flags and rules, docs/reference.md §12)")
 
 
-# The ReplayRequest fields that common(), decoding_flags() and dispatch_flags() set under their own
-# names (K is --steps: num_steps); replay and evaluate read them from the flags through request_fields.
-SAME_NAMED_SETTINGS = (
-    "max_new_tokens",
-    "aux_hf_indices",
-    "engine",
-    "device",
-    "dtype",
-    "topk",
-    "num_draft_tokens",
-    "temperature",
-    "top_p",
-    "top_k",
-    "seed",
-    "draft_attention",
-    "device_map",
-    "max_memory",
-)
+def dispatch_flags(sub) -> None:
+    """A target split across devices (accelerate's big-model dispatch, backend/engine/dispatch.py)."""
+    setting_flags(sub, "dispatch", "targets across devices")
+
+
+def _dest(meta) -> str:
+    return meta.flag.lstrip("-").replace("-", "_")
 
 
 def request_fields(args) -> dict:
-    """The ReplayRequest settings the flags give, for one replay (cmd_replay) or every pair (evaluate)."""
-    return {"num_steps": args.steps} | {name: getattr(args, name) for name in SAME_NAMED_SETTINGS}
+    """The ReplayRequest settings the flags give (every setting that has a flag on this command)."""
+    return {
+        name: getattr(args, _dest(meta))
+        for name, meta, _ in settings_of()
+        if meta.flag is not None and hasattr(args, _dest(meta))
+    }
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -173,18 +145,7 @@ def common(sub, several_drafts: bool = False) -> None:
             "(default: SPECLENS_DRAFT, else the default pair's final)",
         )
     sub.add_argument("--json", action="store_true", help="print one JSON object on stdout")
-    sub.add_argument("--device", help="cuda, cpu, ... (default: cuda when available)")
-    sub.add_argument("--dtype", help="fp32, bf16 or fp16 (default: bf16 on GPU, fp32 on CPU)")
-    sub.add_argument(
-        "--aux-hf-indices", type=aux_indices_arg, help="override wiring: three HF hidden_states indices"
-    )
-    sub.add_argument(
-        "--engine",
-        default="auto",
-        choices=["auto", *ENGINES],
-        help="read and run the draft as this engine does (wiring, variant flags, embedding); "
-        "auto = the reading of the tool that trained it (docs/reference.md §10)",
-    )
+    setting_flags(sub, "common")
 
 
 def gate(sub) -> None:

@@ -53,9 +53,9 @@ def _write_fix(args, report: dict) -> dict:
 def load_pair(args, sample_length: int):
     """(target, draft, wiring) for teacher/probe: the draft is refused with the preflight's reasons
     when it fails; its warnings go to stderr."""
+    from backend.engine.request import reading_of
     from backend.service import models
     from backend.service.plan import preflight_warnings
-    from backend.service.requests import reading_of
 
     target, draft, report = models.pair(args.target, args.draft, args.device, args.dtype)
     view, wiring = reading_of(args.engine, args.aux_hf_indices, draft, target.num_layers)
@@ -68,8 +68,8 @@ def cmd_replay(args) -> tuple[dict, str]:
     from backend.data.samples import sample_at
     from backend.engine.metrics import DEFINITIONS
     from backend.engine.records import verify_counts
+    from backend.engine.request import ReplayRequest
     from backend.service.jobs import run_replay
-    from backend.service.requests import ReplayRequest
 
     vocab_size = checked_vocab(args)
     if args.samples:
@@ -95,7 +95,7 @@ def cmd_replay(args) -> tuple[dict, str]:
         bar.close()
     for warning in outcome.warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    metrics, wiring, settings = outcome.metrics, outcome.wiring, outcome.settings
+    metrics, wiring, resolved = outcome.metrics, outcome.wiring, outcome.resolved
     result = {
         "run_id": outcome.run_id,
         "output_ids": outcome.output_ids,
@@ -113,17 +113,18 @@ def cmd_replay(args) -> tuple[dict, str]:
         "acceptance_rate": metrics["acceptance_rate"],
         "accept_histogram": metrics["accept_histogram"],
         "num_steps": args.steps,
-        "device": settings.device,
-        "dtype": settings.dtype,
+        "device": resolved.device,
+        "dtype": resolved.dtype,
         "self_disagreement_per_1000": metrics.get("self_disagreement_per_1000"),
-        "mode": settings.mode,
-        "topk": settings.topk,
-        "num_draft_tokens": settings.num_draft_tokens,
-        "requested": settings.requested,
+        "mode": resolved.mode,
+        "topk": resolved.topk,
+        "num_draft_tokens": resolved.num_draft_tokens,
+        "requested": {k: getattr(request, k) for k in ("num_steps", "topk", "num_draft_tokens")},
         "sampling": {
-            k: getattr(settings, k) for k in ("temperature", "top_p", "top_k", "seed", "sampling_rule")
+            **{k: getattr(request, k) for k in ("temperature", "top_p", "top_k", "seed")},
+            "sampling_rule": resolved.sampling_rule,
         },
-        "draft_attention": settings.draft_attention,
+        "draft_attention": resolved.draft_attention,
         "expected_accept_length": metrics.get("expected_accept_length"),
         "definitions": {
             k: DEFINITIONS[k]
@@ -140,10 +141,10 @@ def cmd_replay(args) -> tuple[dict, str]:
     text = (
         f"run {outcome.run_id}: {len(outcome.output_ids)} tokens in {len(outcome.steps)} verify steps, "
         f"accept length {fmt(metrics['mean_accept_length'])} (mean of a+1, bonus included), "
-        f"K={args.steps}, {settings.mode}, aux HF indices {list(wiring.aux_hf_indices)} "
+        f"K={args.steps}, {resolved.mode}, aux HF indices {list(wiring.aux_hf_indices)} "
         f"({wiring.source})"
     )
-    if metrics.get("expected_accept_length") is not None and settings.sampling_rule:
+    if metrics.get("expected_accept_length") is not None and resolved.sampling_rule:
         text += f"; expected accept length {fmt(metrics['expected_accept_length'])}"
     if outcome.output_text is not None:
         text += "\n" + outcome.output_text
@@ -189,13 +190,10 @@ def checked_vocab(args) -> int:
     draft or flag is reported before any weights load (seconds, and progress bars, later)."""
     from backend.engine.draft_config import read_draft_config
     from backend.engine.loading import pick_device, read_target_config
-    from backend.engine.wiring import check_indices
 
     config = read_target_config(args.target)
     if isinstance(getattr(args, "draft", None), str):
         read_draft_config(args.draft).check_buildable()
-    if getattr(args, "aux_hf_indices", None) is not None:  # a wiring the target cannot have, before loading
-        check_indices(args.aux_hf_indices, config.num_hidden_layers)
     pick_device(getattr(args, "device", None))
     return config.vocab_size
 

@@ -14,7 +14,7 @@ from backend.cli.flags import (
     positive,
     positive_float,
     run_ids,
-    steps_arg,
+    setting_flag,
     utf8_text,
 )
 from backend.data.per_request import FORMATS as REQUEST_FORMATS
@@ -101,7 +101,7 @@ def _teacher_command(commands) -> None:
     common(tea)
     tea.add_argument("--samples", required=True, help="JSONL samples file")
     tea.add_argument("--limit", type=positive, help="use the first N valid samples")
-    tea.add_argument("--steps", type=steps_arg, default=4, help="K: TTT steps to evaluate")
+    setting_flag(tea, "num_steps", help="K: TTT steps to evaluate")
     gate(tea)
 
 
@@ -114,7 +114,7 @@ def _probe_command(commands) -> None:
         help="JSONL samples file (default: the default pair's eval set)",
     )
     probe.add_argument("--limit", type=positive, default=8, help="use the first N valid samples (default 8)")
-    probe.add_argument("--steps", type=steps_arg, default=4, help="K: TTT steps to score")
+    setting_flag(probe, "num_steps", help="K: TTT steps to score")
     probe.add_argument("--budget", type=int, default=40, help="extra candidates the local search may try")
     probe.add_argument(
         "--live",
@@ -141,7 +141,7 @@ def _diagnose_command(commands) -> None:
         "--samples", help="JSONL samples: with them the probes, the template check and live replays run"
     )
     diag.add_argument("--limit", type=positive, default=8, help="use the first N valid samples (default 8)")
-    diag.add_argument("--steps", type=steps_arg, default=4, help="K: draft tokens per verify step")
+    setting_flag(diag, "num_steps")
     serving = diag.add_mutually_exclusive_group()
     serving.add_argument("--sglang", metavar="CMD", help="the SGLang launch command the draft is served with")
     serving.add_argument("--vllm", metavar="ARGS", help="the vLLM arguments the draft is served with")
@@ -303,7 +303,7 @@ def _serve_check_command(commands) -> None:
         help="with --features: saved SGLang /generate responses (JSON list or JSONL) instead of --url",
     )
     check.add_argument("--limit", type=positive, default=8, help="the first N valid samples (default 8)")
-    check.add_argument("--steps", type=steps_arg, default=4, help="K the server runs (chain: num_steps)")
+    setting_flag(check, "num_steps", help="K the server runs (chain: num_steps)")
     check.add_argument("--topk", type=positive, help="the server's --speculative-eagle-topk (default 1)")
     check.add_argument(
         "--num-draft-tokens", type=positive, help="the server's --speculative-num-draft-tokens (trees)"

@@ -58,8 +58,8 @@ def whatif_best_k(db_url: str | None, draft_path: str) -> tuple[int, str] | None
 
     wanted = str(Path(draft_path).resolve())
     for run in list_runs(db_url, limit=200):
-        histogram, k = run.metrics.get("accept_histogram"), run.settings.num_steps
-        chain = run.settings.greedy_chain
+        histogram, k = run.metrics.get("accept_histogram"), run.resolved.num_steps
+        chain = run.resolved.greedy_chain
         timed = run.metrics.get("verify_ms_total") and run.metrics.get("draft_ms_total")
         if run.status != "finished" or not histogram or not k or not chain or not timed:
             continue

@@ -41,7 +41,7 @@ def diagnose(
     from backend.diagnostics.lint import lint_command
     from backend.diagnostics.serving_features import request_lint
     from backend.engine.preflight import preflight
-    from backend.service.requests import reading_of
+    from backend.engine.request import reading_of
 
     options = options or DiagnoseOptions()
     engine = serving_engine(options.engine, options.sglang, options.vllm)

@@ -21,8 +21,8 @@ from pathlib import Path
 
 from backend import BadInput
 from backend.engine.records import verify_counts
+from backend.engine.request import ReplayRequest
 from backend.service.database import open_database
-from backend.service.requests import ReplayRequest
 from backend.service.served_engines import (
     CLIENTS,
     TITLES,
@@ -354,7 +354,7 @@ def served_beside(db_url: str | None, run) -> dict | None:
     root = (database.artifact_dir or Path("data")) / "engine-checks"
     if not root.is_dir():
         return None
-    k = run.settings.num_steps
+    k = run.resolved.num_steps
     for result_file in sorted(root.glob("*/result.json"), reverse=True):
         try:
             result = json.loads(result_file.read_text())
@@ -365,8 +365,9 @@ def served_beside(db_url: str | None, run) -> dict | None:
             same_prompt = (
                 row.get("prompt_ids") == list(run.prompt_ids)
                 and result.get("num_steps") == k
-                and result.get("reading") == run.settings.engine  # the same reading: the same accounting
-                and result.get("max_new_tokens", run.settings.max_new_tokens) == run.settings.max_new_tokens
+                and result.get("reading") == run.resolved.engine  # the same reading: the same accounting
+                and run.request is not None
+                and result.get("max_new_tokens", run.request.max_new_tokens) == run.request.max_new_tokens
             )
             if same_run or same_prompt:
                 return {

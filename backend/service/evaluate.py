@@ -16,7 +16,7 @@ from itertools import zip_longest
 
 from backend.engine.metrics import definitions, mean_ci95
 from backend.engine.records import Progress, no_progress
-from backend.service.requests import ReplayRequest
+from backend.engine.request import ReplayRequest
 
 WORST = 5  # samples listed per draft, lowest accept length first
 

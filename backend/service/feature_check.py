@@ -134,8 +134,8 @@ def feature_check(
         match_slots,
         verdict,
     )
+    from backend.engine.request import reading_of
     from backend.service import models
-    from backend.service.requests import reading_of
 
     parsed = _checked(responses, prompts, source, _vocab_size(target_path))  # before any model loads
     target, draft, _ = models.pair(target_path, draft_path)

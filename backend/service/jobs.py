@@ -25,12 +25,12 @@ from backend.engine.loading import Target
 from backend.engine.metrics import acceptance_metrics, expected_accept_length
 from backend.engine.records import PrefillRecord, Progress, StepRecord, no_progress, verify_counts
 from backend.engine.replay import replay
-from backend.engine.run_settings import RunSettings
+from backend.engine.request import ReplayRequest
+from backend.engine.run_value import Resolved, params
 from backend.engine.wiring import Wiring
 from backend.service import models
 from backend.service.database import Database, open_database
 from backend.service.plan import ReplayPlan, resolve
-from backend.service.requests import ReplayRequest
 from db import store
 from db.artifacts import read_artifact, write_artifact, write_whole
 
@@ -50,7 +50,7 @@ class ReplayOutcome:
     warnings: list[str]  # preflight and context warnings, for the CLI's stderr and the page
     engine: str = "auto"  # the reading the run used
     prefill_ms: float = 0.0
-    settings: RunSettings = field(default_factory=RunSettings)  # how it ran (stored as its params)
+    resolved: Resolved = field(default_factory=Resolved)  # what the pair made of the request (stored)
     output_text: str | None = None  # the output in the target's tokenizer (None without one)
     artifact_path: str | None = None
 
@@ -94,19 +94,19 @@ def run_plan(
 
 def open_run(database: Database, target: Target, plan: ReplayPlan) -> ReplayOutcome:
     """The run's row, with its params, before the first record."""
-    request, settings = plan.request, plan.settings(target)
+    request, resolved = plan.request, plan.resolved(target)
     with store.session_scope(database.factory) as session:
         run_id = store.create_run(
             session,
             kind="replay",
             target_path=target.path,
             draft_path=request.draft,
-            params=settings.to_dict(),
+            params=params(request, resolved),
             aux_hf_indices=list(plan.wiring.aux_hf_indices),
             given=store.RunInput(list(plan.prompt_ids), request.sample_ref, request.sample_id),
         )
     return ReplayOutcome(
-        run_id, [], [], {}, plan.wiring, list(plan.warnings), plan.view.engine, settings=settings
+        run_id, [], [], {}, plan.wiring, list(plan.warnings), plan.view.engine, resolved=resolved
     )
 
 

@@ -130,10 +130,10 @@ def replay_accept_length(
             for r in store.list_runs(session, limit=1000)
             if r.status == "finished"
             and Path(r.draft_path).resolve() == Path(draft_path).resolve()
-            and (num_steps is None or r.settings.num_steps == num_steps)
-            and r.settings.topk == topk
-            and (topk == 1 or num_draft_tokens is None or r.settings.num_draft_tokens == num_draft_tokens)
-            and r.settings.greedy
+            and (num_steps is None or r.resolved.num_steps == num_steps)
+            and r.resolved.topk == topk
+            and (topk == 1 or num_draft_tokens is None or r.resolved.num_draft_tokens == num_draft_tokens)
+            and r.resolved.greedy
         ]
     pooled: list[int] = []  # verify steps accepting exactly a drafts, over every run
     for run in runs:
@@ -297,8 +297,8 @@ class ServeCheckSettings:
 
 def check_sample(db_url: str | None, url: str, number: int, sample, settings: ServeCheckSettings) -> dict:
     """One sample's prompt sent to the server, then replayed offline (unrecorded) with the same settings."""
+    from backend.engine.request import ReplayRequest
     from backend.service.jobs import run_replay
-    from backend.service.requests import ReplayRequest
 
     served = request_accept_length(url, list(sample.prompt_ids), settings.max_new_tokens, settings.timeout)
     request = ReplayRequest(

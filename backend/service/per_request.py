@@ -41,13 +41,13 @@ def greedy_replays(db_url: str | None, draft_path: str | None, k: int | None) ->
             if r.kind == "replay"
             and r.status == "finished"
             and same_path(r.draft_path, draft_path)
-            and (k is None or r.settings.num_steps == k)
-            and r.settings.greedy_chain
+            and (k is None or r.resolved.num_steps == k)
+            and r.resolved.greedy_chain
         ]
 
 
 def recover_prompts(parsed: RequestsFile, target_path: str | None) -> str | None:
-    """Fill prompt_ids from prompt text (as ReplayRequest.prompt_for tokenizes it) or from a chat
+    """Fill prompt_ids from prompt text (as plan.prompt_ids tokenizes it) or from a chat
     request's messages (the target's chat template with the generation prompt, as vLLM and SGLang
     render a chat request) with the target's tokenizer; returns why some stay unmatched, if any."""
     pending = [r for r in parsed.requests if r.prompt_ids is None and (r.prompt_text or r.prompt_messages)]
@@ -89,7 +89,11 @@ def match_replays(parsed: RequestsFile, runs: list) -> list[dict]:
     for number, r in enumerate(parsed.requests):
         same = by_prompt.get(tuple(r.prompt_ids), []) if r.prompt_ids else []
         as_long = [
-            x for x in same if r.completion_tokens and x.settings.max_new_tokens == r.completion_tokens
+            x
+            for x in same
+            if r.completion_tokens
+            and x.request is not None
+            and x.request.max_new_tokens == r.completion_tokens
         ]
         run = (as_long or same or [None])[0]
         replayed = run.metrics.get("mean_accept_length") if run else None
@@ -215,8 +219,8 @@ def replay_worst(
 ) -> list[dict]:
     """Replay the prompts of the n worst requests with the draft at the served K, through the job
     runner the `replay` command uses; served vs replayed for each."""
+    from backend.engine.request import ReplayRequest
     from backend.service.jobs import run_replay
-    from backend.service.requests import ReplayRequest
 
     k, chosen = replay_plan(result, n)
     out = []
@@ -273,11 +277,11 @@ def profile_from_runs(db_url: str | None, run_ids: list[int]) -> dict:
     pairs = {(Path(r.target_path).resolve(), Path(r.draft_path).resolve()) for r in runs}
     if len(pairs) != 1:
         raise BadInput(f"runs {run_ids} are of different drafts or targets: one profile describes one draft")
-    ks = {r.settings.num_steps for r in runs}
+    ks = {r.resolved.num_steps for r in runs}
     if len(ks) != 1:
         raise BadInput(f"runs {run_ids} were replayed at different K ({sorted(ks)}): one profile is one K")
     k = ks.pop()
-    if any(r.settings.topk != 1 for r in runs):
+    if any(r.resolved.topk != 1 for r in runs):
         raise BadInput("a tree run's accepted count is not a longest-prefix length: export chain runs only")
     pooled: list[int] = [0] * (k + 1)
     per_run = []
@@ -310,7 +314,7 @@ def profile_from_runs(db_url: str | None, run_ids: list[int]) -> dict:
             "engine": "speclens replay (greedy)",
             "runs": run_ids,
             "num_samples": len(runs),
-            "max_new_tokens": sorted({r.settings.max_new_tokens for r in runs}),
+            "max_new_tokens": sorted({r.request.max_new_tokens for r in runs if r.request}),
         },
     }
 

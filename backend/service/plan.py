@@ -17,11 +17,11 @@ from backend.engine.dispatch import placement
 from backend.engine.preflight import PreflightReport, context_check
 from backend.engine.readings import EngineView
 from backend.engine.replay import ReplayConfig
-from backend.engine.run_settings import RunSettings
+from backend.engine.request import Decoding, ReplayRequest, reading_of
+from backend.engine.run_value import Resolved, describe_mode
 from backend.engine.sampling import Sampling
 from backend.engine.stop_ids import llamacpp_stop_ids
 from backend.engine.wiring import Wiring
-from backend.service.requests import Decoding, ReplayRequest
 
 
 @dataclass(frozen=True)
@@ -34,34 +34,25 @@ class ReplayPlan:
     prompt_ids: tuple[int, ...]
     warnings: tuple[str, ...]  # preflight, context, the reading's and the decoding's notes
 
-    def settings(self, target) -> RunSettings:
-        """How the run ran, in the user's terms and in the engine's (stored as its params)."""
-        request, config, decoding = self.request, self.config, self.decoding
-        return RunSettings(
+    def resolved(self, target) -> Resolved:
+        """What the loaded pair made of the request (stored with the run beside the request)."""
+        config, decoding = self.config, self.decoding
+        return Resolved(
+            engine=self.view.engine,
+            wiring_source=self.wiring.source,
+            draft_math=asdict(self.view.math),
             num_steps=config.num_steps,
-            max_new_tokens=config.max_new_tokens,
-            record=config.record,
+            topk=config.topk,
+            num_draft_tokens=config.num_draft_tokens,
+            sampling_rule=None if decoding.greedy else decoding.rule,
+            draft_attention=config.draft_attention if config.topk > 1 else None,
+            mode=describe_mode(config.topk, config.num_draft_tokens, decoding.greedy, self.request),
             device=str(target.device),
             dtype=str(target.dtype).replace("torch.", ""),
             target_placement=placement(target.model),
             # whose arithmetic ran the target: SpecLens's lean forward (checked bit for bit against
             # transformers' when the target was loaded, backend/engine/lean_target.py) or transformers' own
             target_forward=target.runner.name,
-            wiring_source=self.wiring.source,
-            wiring_override=tuple(request.aux_hf_indices) if request.aux_hf_indices else None,
-            engine=self.view.engine,
-            engine_requested=request.engine,
-            draft_math=asdict(self.view.math),
-            # how it drafted and accepted: SGLang's effective flags, and what was asked for
-            topk=config.topk,
-            num_draft_tokens=config.num_draft_tokens,
-            temperature=float(request.temperature),
-            top_p=float(request.top_p),
-            top_k=int(request.top_k),
-            seed=int(request.seed),
-            sampling_rule=None if decoding.greedy else decoding.rule,
-            draft_attention=request.draft_attention if config.topk > 1 else None,
-            requested=decoding.requested,
             decoding_notes=tuple(decoding.notes),
         )
 
@@ -74,8 +65,8 @@ def resolve(
 ) -> ReplayPlan:
     """`request` against the loaded `target` and `draft` (`report`: the draft's preflight, for its
     warnings)."""
-    view, wiring = request.reading_for(draft, target.num_layers)
-    ids = request.prompt_for(target.tokenizer)
+    view, wiring = reading_of(request.engine, request.aux_hf_indices, draft, target.num_layers)
+    ids = prompt_ids(request, target.tokenizer)
     decoding = request.decoding(target_architecture(target))
     stop_ids = None
     if view.accounting == "llamacpp":
@@ -105,6 +96,24 @@ def resolve(
     warnings = [*preflight_warnings(report, draft, length), *target_context(target, length), *view.notes]
     warnings += [note for note in decoding.notes if note not in warnings]
     return ReplayPlan(request, view, wiring, decoding, config, tuple(ids), tuple(warnings))
+
+
+def prompt_ids(request: ReplayRequest, tokenizer) -> list[int]:
+    """The request's prompt as ids: its ids as they are, or its text tokenized (behind the target's
+    chat template when it asks for it)."""
+    if request.prompt_ids is not None:
+        return list(request.prompt_ids)
+    if tokenizer is None:
+        raise BadInput(f"target {request.target} has no tokenizer; use a sample's token ids instead")
+    if request.chat_template:
+        from backend.data.conversations import user_prompt_ids
+
+        ids = user_prompt_ids(tokenizer, request.prompt_text)
+    else:
+        ids = tokenizer(request.prompt_text)["input_ids"]
+    if not ids:
+        raise BadInput("the prompt tokenizes to nothing")
+    return ids
 
 
 def target_architecture(target) -> str | None:

@@ -8,9 +8,8 @@ from sqlalchemy import select
 
 from backend import BadInput
 from backend.engine.records import StepRecord
-from backend.engine.run_settings import AskedSettings, RunSettings
+from backend.engine.request import ReplayRequest
 from backend.service.database import open_database, reap
-from backend.service.requests import ReplayRequest
 from db import store
 from db.export import ExportError, export_bytes, export_run
 from db.models import Run
@@ -32,35 +31,15 @@ def get_run(db_url: str | None, run_id: int) -> RunInfo | None:
         return store.get_run(session, run_id)
 
 
-def asked_by(request: ReplayRequest) -> AskedSettings:
-    """What a finished run's settings must say for it to answer `request` (besides its target, draft
-    and prompt): equal to the run's `RunSettings.asked`. Device and dtype are matched by
-    `find_finished_run`."""
-    shape = request.decoding().shape  # num_steps is always given, so the architecture plays no part
-    return AskedSettings(
-        num_steps=shape.num_steps,
-        topk=shape.topk,
-        num_draft_tokens=shape.num_draft_tokens,
-        max_new_tokens=request.max_new_tokens,
-        engine_requested=request.engine,
-        wiring_override=tuple(request.aux_hf_indices) if request.aux_hf_indices else None,
-        temperature=float(request.temperature),
-        top_p=float(request.top_p),
-        top_k=int(request.top_k),
-        seed=int(request.seed),
-        draft_attention=request.draft_attention if shape.topk > 1 else None,
-    )
-
-
 def find_finished_run(
     db_url: str | None, request: ReplayRequest, device: str | None = None, dtype: str | None = None
 ) -> RunInfo | None:
-    """The newest finished replay of the same target, draft and prompt with the same settings
-    (`asked_by`), one of the same sample first; None when there is none. `device` and `dtype`
-    are the ones the request would run on (None: any); a recorded request needs a recorded run."""
+    """The newest finished replay of the same target, draft and prompt whose request decides the
+    same (`ReplayRequest.decides`), one of the same sample first; None when there is none.
+    `device` and `dtype` are the ones the request would run on (None: any), matched against what the
+    run resolved; a recorded request needs a recorded run."""
     if request.prompt_ids is None:
         return None  # a text prompt's ids depend on the tokenizer: replay it
-    wanted = asked_by(request)
     prompt = list(request.prompt_ids)
 
     def variants(path: str) -> list[str]:
@@ -79,20 +58,20 @@ def find_finished_run(
             )
             .order_by(Run.id.desc())
         ).all()
-        stored = [(run, RunSettings.from_dict(run.params)) for run in candidates]
+        stored = [store.run_info(run) for run in candidates if list(run.prompt_ids or []) == prompt]
         matches = [
             run
-            for run, settings in stored
-            if list(run.prompt_ids or []) == prompt
-            and settings.asked == wanted
-            and (device is None or settings.device == device)
-            and (dtype is None or settings.dtype == dtype)
-            and (settings.record or not request.record)
+            for run in stored
+            if run.request is not None
+            and run.request.decides == request.decides
+            and (device is None or run.resolved.device == device)
+            and (dtype is None or run.resolved.dtype == dtype)
+            and (run.request.record or not request.record)
         ]
         if not matches:
             return None
         same_sample = [run for run in matches if run.sample_id == request.sample_id]
-        return store.get_run(session, (same_sample or matches)[0].id)
+        return store.get_run(session, (same_sample or matches)[0].id)  # with its step count
 
 
 def get_run_with_steps(db_url: str | None, run_id: int) -> tuple[RunInfo | None, list[StepRecord]]:

@@ -20,8 +20,8 @@ from typing import Any
 
 from backend import BadInput
 from backend.engine.records import Progress
+from backend.engine.request import ReplayRequest, reading_of
 from backend.service import models
-from backend.service.requests import ReplayRequest, reading_of
 from backend.service.worker import WORKER, JobFailed
 
 

@@ -134,7 +134,7 @@ def test_the_lint_and_the_replay_apply_one_set_of_sglang_rules(drafts, target_di
     """Issue 41: every flag case of docs/reference.md §9 and §12 gets the same answer from the lint and
     the replay's request (both call shapes.sglang_rewrites)."""
     from backend import BadInput
-    from backend.service.requests import ReplayRequest
+    from backend.engine.request import ReplayRequest
 
     cases = [
         (None, None, None),

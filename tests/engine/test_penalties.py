@@ -74,8 +74,8 @@ def test_the_penalty_costs_the_trained_draft_acceptance_unless_it_mirrors_it():
     from backend.data.samples import read_jsonl
     from backend.defaults import DEMO_DRAFTS, DEMO_EVAL, DEMO_TARGET
     from backend.engine.penalties import Penalties
+    from backend.engine.request import reading_of
     from backend.service import models
-    from backend.service.requests import reading_of
 
     target, draft, _ = models.pair(str(DEMO_TARGET), str(DEMO_DRAFTS / "final"))
     view, _ = reading_of("auto", None, draft, target.num_layers)

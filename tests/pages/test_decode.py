@@ -24,7 +24,7 @@ def test_decode_runs_in_the_background_and_steps(db):
     first = get_samples(db, app.selectbox(key="decode_dataset").value)[0]
     assert any(c.value == prompt_tail(first.prompt_ids, str(DEMO_TARGET)) for c in app.code)
     assert any("prompt tokens" in c.value and "the prompt ends" in c.value for c in app.caption)
-    app.number_input(key="decode_max_new").set_value(32).run()
+    app.number_input(key="decode_max_new_tokens").set_value(32).run()
     app.button(key="decode_start").click().run()
     app = ok(finish(app, "decode_task"))
     app.run()
@@ -70,7 +70,7 @@ def test_decode_bad_override_and_refused_draft(db, tmp_path):
     from backend.service.tasks import MANAGER
 
     app = ok(page("2_Decode").run())
-    app.text_input(key="decode_override").set_value("1,2").run()
+    app.text_input(key="decode_aux_hf_indices").set_value("1,2").run()
     ok(app.button(key="decode_start").click().run())
     assert "exactly three target states; got 2 indices" in app.error[0].value
     broken = tmp_path / "broken"
@@ -81,7 +81,7 @@ def test_decode_bad_override_and_refused_draft(db, tmp_path):
     app.session_state["global_drafts"] = [*app.session_state["global_drafts"], str(broken)]
     app.run()
     app.selectbox(key="decode_draft").set_value("broken")
-    app.text_input(key="decode_override").set_value("").run()
+    app.text_input(key="decode_aux_hf_indices").set_value("").run()
     app.button(key="decode_start").click().run()
     task = MANAGER.wait(app.session_state["decode_task"], 120)
     assert task.status == "failed"
@@ -96,7 +96,7 @@ def test_a_run_without_verify_steps_is_explained_not_shown_as_zero(db):
 
     app = ok(page("2_Decode").run())
     app.radio(key="decode_mode").set_value("Typed prompt").run()
-    app.number_input(key="decode_max_new").set_value(1).run()
+    app.number_input(key="decode_max_new_tokens").set_value(1).run()
     app.button(key="decode_start").click().run()
     app = ok(finish(app, "decode_task"))
     run, steps = get_run_with_steps(db, app.session_state["global_run_id"])
@@ -121,7 +121,7 @@ def test_a_typed_prompt_goes_behind_the_targets_chat_template_unless_unticked(db
     prompts = []
     for templated in (True, False):
         app.checkbox(key="decode_chat_template").set_value(templated).run()
-        app.number_input(key="decode_max_new").set_value(1).run()
+        app.number_input(key="decode_max_new_tokens").set_value(1).run()
         app.button(key="decode_start").click().run()
         app = ok(finish(app, "decode_task"))
         run, _ = get_run_with_steps(db, app.session_state["global_run_id"])

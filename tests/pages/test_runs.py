@@ -11,9 +11,9 @@ pytestmark = pytest.mark.slow
 
 def test_runs_filter_and_delete(db):
     from backend.defaults import DEMO_DRAFTS, DEMO_TARGET
+    from backend.engine.request import ReplayRequest
     from backend.service.datasets import ensure_demo_dataset, get_samples
     from backend.service.jobs import run_replay
-    from backend.service.requests import ReplayRequest
     from backend.service.runs import list_runs
 
     sample = get_samples(db, ensure_demo_dataset(db))[0]

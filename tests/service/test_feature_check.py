@@ -13,8 +13,8 @@ PROMPTS = [[1, 5, 9, 3, 7, 2], [4, 8, 15, 16, 23, 42, 7]]
 @pytest.fixture(scope="module")
 def demo():
     from backend.defaults import DEMO_DRAFTS, DEMO_TARGET
+    from backend.engine.request import reading_of
     from backend.service import models
-    from backend.service.requests import reading_of
 
     target, draft, _ = models.pair(str(DEMO_TARGET), str(DEMO_DRAFTS / "final"))
     trained = list(reading_of("auto", None, draft, target.num_layers)[0].wiring.aux_hf_indices)

@@ -7,7 +7,7 @@ import pytest
 
 
 def request_for(pair, prompt_ids, num_steps, max_new_tokens, **kwargs):
-    from backend.service.requests import ReplayRequest
+    from backend.engine.request import ReplayRequest
 
     return ReplayRequest(
         str(pair.target_dir),

@@ -13,8 +13,8 @@ def test_a_recorded_llamacpp_run_is_stored_and_its_metrics_count_verify_steps(
     import json
     import shutil
 
+    from backend.engine.request import ReplayRequest
     from backend.service.jobs import run_replay
-    from backend.service.requests import ReplayRequest
     from backend.service.runs import get_run_with_steps
 
     pair = pairs["copy-L4-bigram"]

@@ -12,10 +12,10 @@ from tests.support.models import TRAINED
 @pytest.fixture()
 def runs(bigram_setup, db_url):
     """Two identical recorded runs of the mis-wired bigram draft: (db_url, [run ids])."""
+    from backend.engine.request import ReplayRequest
     from backend.service.database import open_database
     from backend.service.jobs import run_plan
     from backend.service.plan import resolve
-    from backend.service.requests import ReplayRequest
     from tests.support.models import load_draft
 
     target, samples = bigram_setup.target, bigram_setup.samples

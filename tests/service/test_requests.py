@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from backend import BadInput
-from backend.service.requests import MAX_STEPS, ReplayRequest
+from backend.engine.request import MAX_STEPS, ReplayRequest, reading_of
 
 
 def request(**kwargs) -> ReplayRequest:
@@ -33,7 +33,7 @@ def request(**kwargs) -> ReplayRequest:
         ({"top_p": 0.0}, "top_p must be in \\(0, 1\\]"),
         ({"top_k": -2}, "top_k must be >= 1"),
         ({"seed": -1}, "seed must be in"),
-        ({"draft_attention": "slots"}, "draft attention must be one of"),
+        ({"draft_attention": "slots"}, "unknown draft attention .slots.; use one of"),
     ],
 )
 def test_bad_requests_are_refused(kwargs, reason):
@@ -65,26 +65,26 @@ def test_wiring_and_prompt_are_resolved_for_the_loaded_pair():
     from backend.engine.draft_model import Eagle3Draft
 
     draft = Eagle3Draft(config, target_embedding=None)
-    assert request().reading_for(draft, 8)[1].aux_hf_indices == (2, 4, 5)
-    assert request(aux_hf_indices=(0, 2, 4)).reading_for(draft, 8)[1].aux_hf_indices == (0, 2, 4)
+    assert reading_of("auto", None, draft, 8)[1].aux_hf_indices == (2, 4, 5)
+    assert reading_of("auto", (0, 2, 4), draft, 8)[1].aux_hf_indices == (0, 2, 4)
     # vLLM 0.32's V1 runner (the CPU build) reads the nested ids as HF indices; its V2 runner ignores them
-    assert request(engine="vllm").reading_for(draft, 8)[1].aux_hf_indices == (1, 3, 4)
-    assert request(engine="vllm-v2").reading_for(draft, 8)[1].aux_hf_indices == (2, 4, 5)
-    assert request(engine="sglang").reading_for(draft, 8)[0].engine == "sglang"
+    assert reading_of("vllm", None, draft, 8)[1].aux_hf_indices == (1, 3, 4)
+    assert reading_of("vllm-v2", None, draft, 8)[1].aux_hf_indices == (2, 4, 5)
+    assert reading_of("sglang", None, draft, 8)[0].engine == "sglang"
     with pytest.raises(BadInput, match="out of range"):
-        request(aux_hf_indices=(0, 2, 9)).reading_for(draft, 8)
+        reading_of("auto", (0, 2, 9), draft, 8)
     with pytest.raises(BadInput, match="unknown engine 'trt'"):
         request(engine="trt")
-    assert request().prompt_for(None) == [1, 2]
+    assert prompt_ids(request(), None) == [1, 2]
     with pytest.raises(BadInput, match="has no tokenizer"):
-        request(prompt_ids=None, prompt_text="hi").prompt_for(None)
+        prompt_ids(request(prompt_ids=None, prompt_text="hi"), None)
 
     def tokenizer(text):
         return {"input_ids": [ord(c) for c in text]}
 
-    assert request(prompt_ids=None, prompt_text="hi").prompt_for(tokenizer) == [104, 105]
+    assert prompt_ids(request(prompt_ids=None, prompt_text="hi"), tokenizer) == [104, 105]
     with pytest.raises(BadInput, match="tokenizes to nothing"):
-        request(prompt_ids=None, prompt_text="hi").prompt_for(lambda text: {"input_ids": []})
+        prompt_ids(request(prompt_ids=None, prompt_text="hi"), lambda text: {"input_ids": []})
 
 
 def test_sglang_rewrites_are_applied_and_both_values_kept():
@@ -92,7 +92,7 @@ def test_sglang_rewrites_are_applied_and_both_values_kept():
 
     decoding = request(num_steps=5, topk=1, num_draft_tokens=16).decoding()
     assert (decoding.shape.topk, decoding.shape.num_draft_tokens) == (1, 6)
-    assert decoding.requested == {"num_steps": 5, "topk": 1, "num_draft_tokens": 16}
+    assert (request(num_steps=5, topk=1, num_draft_tokens=16).topk, decoding.shape.num_steps) == (1, 5)
     assert any("rewrites num_draft_tokens 16 -> 6" in note for note in decoding.notes)
     tree = request(num_steps=3, topk=4, num_draft_tokens=8, temperature=0.7).decoding()
     assert (tree.shape.topk, tree.shape.num_draft_tokens, tree.rule, tree.greedy) == (4, 8, "sglang", False)
@@ -123,8 +123,8 @@ def test_a_typed_prompt_behind_the_chat_template_is_what_the_bundled_eval_set_ho
         records = [json.loads(next(lines)) for _ in range(3)]
     for record in records:
         typed = ReplayRequest("t", "d", prompt_text=record["prompt"], chat_template=True)
-        assert typed.prompt_for(tokenizer) == record["input_ids"][: record["n_prompt_tokens"]]
-        raw = ReplayRequest("t", "d", prompt_text=record["prompt"]).prompt_for(tokenizer)
+        assert prompt_ids(typed, tokenizer) == record["input_ids"][: record["n_prompt_tokens"]]
+        raw = prompt_ids(ReplayRequest("t", "d", prompt_text=record["prompt"]), tokenizer)
         assert "<|im_start|>" not in tokenizer.decode(raw)
 
 
@@ -136,4 +136,10 @@ def test_a_tokenizer_without_a_chat_template_is_refused_with_its_name():
         tokenizer_object=Tokenizer(models.WordLevel({"a": 0, "[UNK]": 1}, "[UNK]"))
     )
     with pytest.raises(BadInput, match="has no chat template"):
-        ReplayRequest("t", "d", prompt_text="a", chat_template=True).prompt_for(tokenizer)
+        prompt_ids(ReplayRequest("t", "d", prompt_text="a", chat_template=True), tokenizer)
+
+
+def prompt_ids(request_, tokenizer):
+    from backend.service.plan import prompt_ids as of  # torch: imported when a test runs, not collected
+
+    return of(request_, tokenizer)

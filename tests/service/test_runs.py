@@ -40,8 +40,8 @@ def test_list_read_export_and_delete(stored_run, tmp_path):
 def test_find_finished_run_matches_target_draft_prompt_and_every_setting(stored_run, pairs):
     from dataclasses import replace
 
+    from backend.engine.request import ReplayRequest
     from backend.service import runs
-    from backend.service.requests import ReplayRequest
 
     url, run_id = stored_run
     pair = pairs["copy-L4-bigram"]
@@ -77,17 +77,18 @@ def test_find_finished_run_matches_target_draft_prompt_and_every_setting(stored_
 
 
 def test_find_finished_run_skips_unfinished_runs_and_prefers_the_same_sample(db_url):
-    from dataclasses import asdict, replace
+    from dataclasses import replace
 
     from backend.data.samples import Sample
-    from backend.engine.run_settings import RunSettings
+    from backend.engine.request import ReplayRequest
     from backend.service import runs
-    from backend.service.requests import ReplayRequest
     from db import store
 
     request = ReplayRequest("t", "d", prompt_ids=(1, 2), num_steps=2, max_new_tokens=8)
-    asked = asdict(runs.asked_by(request))  # a stored run's settings are the request's, typed
-    params = RunSettings(**asked, record=True, device="cpu", dtype="float32").to_dict()
+    from backend.engine.run_value import Resolved
+    from backend.engine.run_value import params as params_of
+
+    params = params_of(request, Resolved(device="cpu", dtype="float32"))  # stored as a replay stores it
     factory = store.session_factory(store.make_engine(db_url))
     with store.session_scope(factory) as session:
         dataset = store.create_dataset(

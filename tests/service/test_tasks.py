@@ -55,8 +55,8 @@ def test_progress_is_clamped_and_wait_times_out():
 def test_refused_draft_carries_its_preflight_report(pairs, tmp_path, db_url):
     from safetensors.torch import load_file
 
+    from backend.engine.request import ReplayRequest
     from backend.engine.synthetic import save_draft
-    from backend.service.requests import ReplayRequest
     from backend.service.tasks import start_replay
 
     pair = pairs["random-L2"]
@@ -72,7 +72,7 @@ def test_refused_draft_carries_its_preflight_report(pairs, tmp_path, db_url):
 
 
 def test_start_replay_stores_a_run(pairs, db_url):
-    from backend.service.requests import ReplayRequest
+    from backend.engine.request import ReplayRequest
     from backend.service.runs import get_run
     from backend.service.tasks import start_replay
 
@@ -189,8 +189,8 @@ def test_compare_reuses_only_runs_of_the_same_sample_and_settings(pairs, db_url)
 def test_diagnostic_tasks_use_the_declared_wiring_after_an_override(bigram_setup, db_url):
     """A wiring override belongs to one request: a probe of the same draft afterwards still starts
     from the draft's declared wiring, even though the draft stays loaded."""
+    from backend.engine.request import ReplayRequest
     from backend.service import models
-    from backend.service.requests import ReplayRequest
     from backend.service.tasks import start_agreement, start_probe, start_replay
 
     root, samples = bigram_setup.root, bigram_setup.samples

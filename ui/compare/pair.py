@@ -84,7 +84,7 @@ def _metrics(run_a: RunInfo, steps_a, run_b: RunInfo, steps_b, divergence: int |
     cells[4].metric(
         "Outputs first differ at", "nowhere" if outputs is None else f"output {outputs}", help=OUTPUTS_HELP
     )
-    st.caption(f"A: {run_a.settings.mode} · B: {run_b.settings.mode}")
+    st.caption(f"A: {run_a.resolved.mode} · B: {run_b.resolved.mode}")
     for side, run in (("A", run_a), ("B", run_b)):
         if run.status != "finished":
             st.warning(

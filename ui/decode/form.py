@@ -5,16 +5,11 @@ from __future__ import annotations
 import streamlit as st
 
 from backend import BadInput
-from backend.engine.wiring import parse_aux_indices
+from backend.engine.request import ReplayRequest, settings_of
 from backend.service import checks
-from backend.service.requests import ENGINE_CHOICES, ReplayRequest
 from ui import state
 from ui.pickers import dataset_picker, sample_preview
 
-ENGINE_HELP = (
-    "Whose reading of the draft to replay: which layers feed it, which variant flags count, whose "
-    "embedding it uses. auto = the tool that trained it. See 'How engines read this draft' below a run."
-)
 TREE_HELP = (
     "Tree and sampling, as SGLang's flags: topk > 1 drafts a tree of N verified tokens "
     "(--speculative-eagle-topk, --speculative-num-draft-tokens; N = 0 means K + 1, a chain); "
@@ -56,15 +51,55 @@ def _prompt_source() -> dict | None:
     }
 
 
+def _widget(column, name: str, meta, default):
+    """One request setting's widget, as its field declares it (backend/engine/request.py `Widget`);
+    returns what the widget holds (`_value` makes it the request's value)."""
+    w, help = meta.widget, meta.help or None
+    key, value = f"decode_{name}", default if w.widget_value is None else w.widget_value
+    if w.kind == "select":
+        return column.selectbox(w.label, meta.choices, key=key, help=help)
+    if w.kind == "checkbox":
+        return column.checkbox(w.label, value=bool(value), key=key, help=help)
+    if w.kind == "text":
+        return column.text_input(w.label, "" if value is None else str(value), key=key, help=help)
+    kind = float if isinstance(w.step, float) or isinstance(default, float) else int
+    shown = w.none_at if value is None else value
+    step = {"step": w.step} if w.step else {}
+    return column.number_input(w.label, kind(w.low), kind(w.high), kind(shown), key=key, help=help, **step)
+
+
+def _value(meta, held):
+    """The request's value of what a widget holds: text through the setting's parser (BadInput when
+    it is not one), a number's `none_at` as None."""
+    if meta.widget.kind == "text":
+        return meta.parse(held)
+    if meta.widget.none_at is not None and held == meta.widget.none_at:
+        return None
+    return held
+
+
+def _row(row: str) -> list:
+    return [(n, m, d) for n, m, d in settings_of() if m.widget is not None and m.widget.row == row]
+
+
+def _widgets(row: str, columns) -> dict:
+    """The widgets of one row of the form, one column each, in the request's field order."""
+    return {
+        name: (meta, _widget(column, name, meta, default))
+        for column, (name, meta, default) in zip(columns, _row(row), strict=True)
+    }
+
+
 def replay_request(expanded: bool) -> ReplayRequest | None:
-    """The form (open when `expanded`); the request when Start is clicked and the widgets make a valid one (else None, with
-    the reason on screen)."""
+    """The form (open when `expanded`); the request when Start is clicked and the widgets make a valid
+    one (else None, with the reason on screen). The settings' widgets are built from the request's
+    fields: a setting declared there appears here."""
     with st.expander("Start a replay", expanded=expanded):
         source = _prompt_source()
         names = list(state.drafts())
         current = state.draft_name(state.draft_path())
-        c1, c0, c2, c3, c4 = st.columns(5)
-        draft_choice = c1.selectbox(
+        columns = st.columns(1 + len(_row("main")))
+        draft_choice = columns[0].selectbox(
             "Draft to replay",
             names,
             index=names.index(current) if current in names else 0,
@@ -72,44 +107,16 @@ def replay_request(expanded: bool) -> ReplayRequest | None:
             help="The draft this replay runs. It starts on the sidebar's active draft; choosing another "
             "here changes this replay only.",
         )
-        engine = c0.selectbox("Run it as", ENGINE_CHOICES, key="decode_engine", help=ENGINE_HELP)
-        steps = c2.number_input("K (draft steps)", 1, 16, 4, key="decode_steps")
-        max_new = c3.number_input("Max new tokens", 1, 4096, 96, key="decode_max_new")
-        override_text = c4.text_input(
-            "Wiring override (HF indices)",
-            "",
-            key="decode_override",
-            help="Three HF hidden_states indices, e.g. 0,2,4 (0 = embedding output). "
-            "Empty: the draft's declared wiring.",
-        )
+        held = _widgets("main", columns[1:])
         st.caption(TREE_HELP)
-        t1, t2, t3, t4, t5, t6 = st.columns(6)
-        topk = t1.number_input("topk", 1, 16, 1, key="decode_topk")
-        draft_tokens = t2.number_input("Draft tokens N", 0, 256, 0, key="decode_draft_tokens")
-        temperature = t3.number_input("Temperature", 0.0, 10.0, 0.0, step=0.1, key="decode_temperature")
-        top_p = t4.number_input("top_p", 0.01, 1.0, 1.0, step=0.05, key="decode_top_p")
-        top_k = t5.number_input("top_k (0 = all)", 0, 1_000_000, 0, key="decode_top_k")
-        seed = t6.number_input("Seed", 0, 2**31 - 1, 0, key="decode_seed")
+        held |= _widgets("tree", st.columns(len(_row("tree"))))
         if not st.button("Start", type="primary", key="decode_start"):
             return None
         try:
+            settings = {name: _value(meta, value) for name, (meta, value) in held.items()}
             if source is None:
                 raise BadInput("choose a sample or type a prompt")
-            return ReplayRequest(
-                state.target_path(),
-                state.drafts()[draft_choice],
-                num_steps=int(steps),
-                max_new_tokens=int(max_new),
-                aux_hf_indices=parse_aux_indices(override_text),
-                engine=engine,
-                topk=int(topk),
-                num_draft_tokens=int(draft_tokens) or None,
-                temperature=float(temperature),
-                top_p=float(top_p),
-                top_k=int(top_k),
-                seed=int(seed),
-                **source,
-            )
+            return ReplayRequest(state.target_path(), state.drafts()[draft_choice], **settings, **source)
         except BadInput as error:
             st.error(str(error))
             return None

@@ -79,7 +79,7 @@ def status(run: RunInfo, steps: list[StepRecord]) -> None:
 
 def summary(run: RunInfo, steps: list[StepRecord]) -> None:
     metrics = run.metrics or {}
-    settings = run.settings
+    resolved = run.resolved
     cells = st.columns(6)
     cells[0].metric("Accept length", number(metrics.get("mean_accept_length")), help=ACCEPT_LENGTH_HELP)
     cells[1].metric(
@@ -91,37 +91,43 @@ def summary(run: RunInfo, steps: list[StepRecord]) -> None:
         help="steps that verified drafts; a plain decode (llama.cpp's last token, no draft) is not one",
     )
     cells[3].metric("Tokens", len(run.output_ids))
-    cells[4].metric("Aux HF indices", str(run.aux_hf_indices), help=settings.wiring_source)
-    dtype = settings.dtype or "?"
+    cells[4].metric("Aux HF indices", str(run.aux_hf_indices), help=resolved.wiring_source)
+    dtype = resolved.dtype or "?"
     disagreement = metrics.get("self_disagreement_per_1000")
     cells[5].metric(
         "Device · dtype",
-        f"{settings.device or '?'} {SHORT_DTYPES.get(dtype, dtype)}",
+        f"{resolved.device or '?'} {SHORT_DTYPES.get(dtype, dtype)}",
         delta=None if disagreement is None else f"target self-disagreement {disagreement:.1f} / 1k",
         delta_color="off",
         help=DEFINITIONS["self_disagreement_per_1000"],
     )
-    engine, requested = settings.engine or "specforge", settings.engine_requested
+    engine = resolved.engine or "specforge"
+    requested = run.request.engine if run.request else "auto"
     st.caption(
         f"Run as **{engine}** reads the draft"
         + (f" (requested: {requested})" if requested not in ("auto", engine) else "")
-        + f"; wiring: {settings.wiring_source}"
-        + TARGET_FORWARDS.get(settings.target_forward, "")
+        + f"; wiring: {resolved.wiring_source}"
+        + TARGET_FORWARDS.get(resolved.target_forward, "")
     )
     expected = metrics.get("expected_accept_length")
     st.markdown(
-        f"Decoding: **{settings.mode}**"
+        f"Decoding: **{resolved.mode}**"
         + (
             f" · expected accept length **{expected:.2f}** beside the realised "
             f"{number(metrics.get('mean_accept_length'))}"
-            if expected is not None and settings.sampling_rule
+            if expected is not None and resolved.sampling_rule
             else ""
         ),
         help=DEFINITIONS["expected_accept_length"],
     )
-    for note in settings.decoding_notes:
+    for note in resolved.decoding_notes:
         st.caption(f"Note: {md(note)}")
     cap_note(run, steps)
+
+
+def budget(run: RunInfo) -> int:
+    """The run's max new tokens (its output's length where its request cannot be read back)."""
+    return run.request.max_new_tokens if run.request else len(run.output_ids)
 
 
 def cap_note(run: RunInfo, steps: list[StepRecord]) -> None:
@@ -133,7 +139,7 @@ def cap_note(run: RunInfo, steps: list[StepRecord]) -> None:
             f"Accept length = {emitted} tokens the {len(steps)} verify steps emitted (a + 1 each) / {len(steps)} = "
             f"{emitted / len(steps):.2f}; the output holds {committed} tokens after the prefill's first, "
             f"{committed / len(steps):.2f} per step, because the last step's tokens were cut at "
-            + ("the token cap" if len(run.output_ids) >= run.settings.max_new_tokens else "the end token")
+            + ("the token cap" if len(run.output_ids) >= budget(run) else "the end token")
             + f" ({steps[-1].accepted_count + 1 - (emitted - committed)} of {steps[-1].accepted_count + 1} kept)."
         )
 
@@ -158,7 +164,7 @@ def no_steps(run: RunInfo) -> None:
     """Why a finished run has no verify step, and what to change."""
     if run.status != "finished":
         return
-    limit = run.settings.max_new_tokens
+    limit = budget(run)
     if len(run.output_ids) >= limit:
         st.info(
             f"No verify step ran: the output is {len(run.output_ids)} token(s), the target's own first "

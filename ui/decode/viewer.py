@@ -90,7 +90,7 @@ def _step_headline(run: RunInfo, step: StepRecord, current: int, count: int) -> 
         if "rejected" in step_statuses(step.drafted_ids, step.accepted_count)
         else "all accepted"
     )
-    if step.tree and run.settings.topk > 1:
+    if step.tree and run.resolved.topk > 1:
         what = (
             f"accepted a path of {step.accepted_count} of the tree's {len(step.tree['tokens'])} nodes "
             f"(main path: {len(step.drafted_ids)} deep, {rejected}); "
@@ -115,7 +115,7 @@ def _tokens(run: RunInfo, steps: list[StepRecord], current: int, pieces: Pieces)
         "verify row (greedy: a rejection is where they differ; sampled: the chip shows the draw)"
     )
     st.html(CSS + legend() + chips_html(step, pieces))
-    if step.tree and not run.settings.greedy_chain:
+    if step.tree and not run.resolved.greedy_chain:
         expected = step.tree.get("expected_accepted")
         st.caption(
             TREE_CAPTION.format(nodes=len(step.tree["tokens"]))

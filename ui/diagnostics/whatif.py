@@ -3,6 +3,8 @@ and a real replay at those settings to check the prediction."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pandas as pd
 import streamlit as st
 
@@ -10,7 +12,6 @@ from backend import BadInput
 from backend.diagnostics.whatif import MODEL, TREE_MODEL, predict, predict_tree
 from backend.engine.records import verify_counts
 from backend.service import tasks
-from backend.service.requests import ReplayRequest
 from backend.service.runs import RunInfo
 from ui import charts, state
 from ui.pickers import run_label
@@ -23,7 +24,7 @@ def _chain_runs() -> list[RunInfo]:
     return [
         r
         for r in list_runs(limit=200)
-        if r.status == "finished" and r.metrics.get("accept_histogram") and r.settings.greedy_chain
+        if r.status == "finished" and r.metrics.get("accept_histogram") and r.resolved.greedy_chain
     ]
 
 
@@ -58,16 +59,12 @@ def _keep_measurement(result: dict) -> None:
 def _check_replay(run: RunInfo, shape: tuple[int, int, int], tokens: int, predicted) -> None:
     """Start the replay of the run's prompt at `shape` (steps, topk, N)."""
     try:
-        request = ReplayRequest(
-            run.target_path,
-            run.draft_path,
-            prompt_ids=tuple(run.prompt_ids),
+        if run.request is None:
+            raise BadInput(f"run {run.id} has no stored prompt to replay")
+        request = replace(  # the run's own request at the new shape
+            run.request,
             num_steps=shape[0],
             max_new_tokens=max(1, len(run.output_ids)),
-            sample_ref=run.sample_ref,
-            sample_id=run.sample_id,
-            aux_hf_indices=run.settings.wiring_override,
-            engine=run.settings.engine_requested,
             topk=shape[1],
             num_draft_tokens=tokens or None,
         )
@@ -82,7 +79,7 @@ def _check_replay(run: RunInfo, shape: tuple[int, int, int], tokens: int, predic
 
 def _checker(run: RunInfo, steps, rows: list[dict]) -> None:
     st.markdown("**Check with a real replay** (SGLang's flags; topk 1 is a chain of K)")
-    num_steps = run.settings.num_steps
+    num_steps = run.resolved.num_steps
     w1, w2, w3 = st.columns(3)
     other_k = int(w1.number_input("K (steps)", 1, 8, 2 if num_steps != 2 else 3, key="whatif_k"))
     other_topk = int(w2.number_input("topk", 1, 16, 1, key="whatif_topk"))
@@ -125,7 +122,7 @@ def whatif_tab() -> None:
     labels = {r.id: run_label(r) for r in runs}
     run_id = st.selectbox("Run", list(labels), key="whatif_run", format_func=labels.get)
     run, steps = get_run(run_id)
-    num_steps = run.settings.num_steps
+    num_steps = run.resolved.num_steps
     counts = verify_counts(steps)
     draft_ms, verify_ms = run.metrics.get("draft_ms_total", 0), run.metrics.get("verify_ms_total", 0)
     rows = [r.to_dict() for r in predict(counts, num_steps, draft_ms, verify_ms)]

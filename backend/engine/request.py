@@ -1,0 +1,419 @@
+"""What a user asks for: one frozen `ReplayRequest`, built by the CLI's flags or the Decode form, run
+by the service, stored with the run and read back from it.
+
+Each field says what it is (`Setting`): its role (the pair, the prompt, a setting that decides what a
+replay computes, or where it runs), its check (one rule, run when a request is made and when a CLI
+flag is parsed), its CLI flag and its Decode widget. The CLI's flags (backend/cli/flags.py
+`setting_flags`) and the Decode form (ui/decode/form.py) are built from these fields, so a new
+setting is declared here once, used where it acts, and tested.
+
+A request is validated when it is made: a bad value is a BadInput before any model loads. Against the
+loaded pair it is resolved once (backend/service/plan.py `resolve`, which also tokenizes a text prompt: `prompt_ids`); a stored run answers a request
+when their `decides` values are equal (service/runs.py `find_finished_run`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+
+from backend import BadInput
+from backend.engine.readings import ENGINES, EngineView, read_as
+from backend.engine.shapes import DRAFT_ATTENTION, TreeShape, sglang_shape
+from backend.engine.wiring import Wiring, check_override, fed_wiring, parse_aux_indices
+
+MAX_STEPS = 64
+MAX_TOPK = 16
+MAX_DRAFT_TOKENS = 256
+ENGINE_CHOICES = ("auto", *ENGINES)  # whose reading of the draft a replay runs
+ROLES = ("pair", "prompt", "decides", "placement")  # placement: where it runs, matched apart
+
+
+@dataclass(frozen=True)
+class Widget:
+    """How the Decode form asks for a setting (ui/decode/form.py builds it)."""
+
+    kind: str  # number | text | select | checkbox
+    label: str
+    row: str = "main"  # main | tree: which row of the form
+    low: float | None = None
+    high: float | None = None
+    widget_value: object = None  # the form's default (None: the field's)
+    step: float | None = None
+    none_at: object = None  # a number widget's value that means None (num_draft_tokens 0)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """What one request field is: its role, its check, its CLI flag and its Decode widget."""
+
+    role: str
+    check: Callable[[object], None] | None = None  # raises BadInput
+    flag: str | None = None  # the CLI flag, e.g. --steps (None: no flag is built for it)
+    group: str | None = None  # which flag group adds it: common | decoding | tree | dispatch
+    parse: Callable[[str], object] | None = None  # the flag's text -> value (None: a switch)
+    help: str = ""
+    choices: tuple | None = None
+    widget: Widget | None = None
+
+
+def setting(default, role: str = "decides", **kw):
+    return field(default=default, metadata={"setting": Setting(role, **kw)})
+
+
+def settings_of(role: str | None = None) -> list[tuple[str, Setting, object]]:
+    """(name, Setting, default) of every ReplayRequest field with `role` (None: every setting field)."""
+    out = []
+    for f in fields(ReplayRequest):
+        meta = f.metadata.get("setting")
+        if meta is not None and (role is None or meta.role == role) and meta.role in ("decides", "placement"):
+            out.append((f.name, meta, f.default))
+    return out
+
+
+def _between(name: str, low, high):
+    def check(value) -> None:
+        if value is not None and not low <= value <= high:
+            raise BadInput(f"{name} must be in {low}..{high}, got {value}")
+
+    return check
+
+
+def _one_of(name: str, choices):
+    def check(value) -> None:
+        if value not in choices:
+            raise BadInput(f"unknown {name} {value!r}; use one of {', '.join(map(str, choices))}")
+
+    return check
+
+
+def _integer(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise BadInput(f"expected an integer, got {text!r}") from None
+
+
+def _number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise BadInput(f"not a number: {text!r}") from None
+    return value
+
+
+def _temperature(value) -> None:
+    if not (math.isfinite(value) and value >= 0):
+        raise BadInput(f"temperature must be a number >= 0, got {value}")
+
+
+def _top_p(value) -> None:
+    if not (math.isfinite(value) and 0 < value <= 1):
+        raise BadInput(f"top_p must be in (0, 1], got {value}")
+
+
+def _top_k(value) -> None:
+    if value < -1:
+        raise BadInput(f"top_k must be >= 1, or 0 / -1 for every token, got {value}")
+
+
+def _override(value) -> None:
+    if value is not None:
+        check_override(value)
+
+
+def _at_least_one(value) -> None:
+    if value < 1:
+        raise BadInput(f"max new tokens must be >= 1, got {value}")
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """A request's effective drafting and acceptance (see ReplayRequest.decoding)."""
+
+    shape: TreeShape
+    rule: str  # whose sampling acceptance rule: sglang | vllm
+    greedy: bool
+    notes: list[str] = field(default_factory=list)  # every rewrite and every engine disagreement
+
+
+@dataclass(frozen=True)
+class ReplayRequest:
+    target: str = setting("", role="pair")  # target model directory
+    draft: str = setting("", role="pair")  # draft directory
+    prompt_ids: tuple[int, ...] | None = setting(None, role="prompt")  # ids as they are (no template, no BOS)
+    prompt_text: str | None = setting(None, role="prompt")  # or text, tokenized with the target's tokenizer
+    chat_template: bool = setting(False, role="prompt")  # prompt_text as one user message, templated
+    sample_ref: str | None = setting(None, role="prompt")  # "file#index", "dataset 1 #3" or "prompt"
+    sample_id: int | None = setting(None, role="prompt")
+    num_steps: int = setting(
+        4,
+        check=_between("K (draft steps)", 1, MAX_STEPS),
+        flag="--steps",
+        group="decoding",
+        parse=_integer,
+        help="K: draft tokens per verify step",
+        widget=Widget("number", "K (draft steps)", low=1, high=16),
+    )
+    max_new_tokens: int = setting(
+        128,
+        check=_at_least_one,
+        flag="--max-new-tokens",
+        group="decoding",
+        parse=_integer,
+        help="tokens to generate at most (the budget)",
+        widget=Widget("number", "Max new tokens", low=1, high=4096, widget_value=96),
+    )
+    aux_hf_indices: tuple[int, ...] | None = setting(
+        None,
+        check=_override,
+        flag="--aux-hf-indices",
+        group="common",
+        parse=parse_aux_indices,
+        help="override wiring: three HF hidden_states indices (0 = embedding output); "
+        "empty: the draft's declared wiring",
+        widget=Widget("text", "Wiring override (HF indices)"),
+    )
+    engine: str = setting(
+        "auto",
+        check=_one_of("engine", ENGINE_CHOICES),
+        flag="--engine",
+        group="common",
+        parse=str,
+        choices=ENGINE_CHOICES,
+        help="read and run the draft as this engine does (wiring, variant flags, embedding); "
+        "auto = the reading of the tool that trained it (docs/reference.md §10)",
+        widget=Widget("select", "Run it as"),
+    )
+    topk: int = setting(
+        1,
+        check=_between("topk", 1, MAX_TOPK),
+        flag="--topk",
+        group="tree",
+        parse=_integer,
+        help="children per frontier node (SGLang --speculative-eagle-topk; default 1: a chain)",
+        widget=Widget("number", "topk", row="tree", low=1, high=MAX_TOPK),
+    )
+    num_draft_tokens: int | None = setting(
+        None,
+        check=_between("num draft tokens", 2, MAX_DRAFT_TOKENS),
+        flag="--num-draft-tokens",
+        group="tree",
+        parse=_integer,
+        help="tokens verified per step, the root included (SGLang --speculative-num-draft-tokens; "
+        "topk 1 forces steps + 1)",
+        widget=Widget("number", "Draft tokens N", row="tree", low=0, high=MAX_DRAFT_TOKENS, none_at=0),
+    )
+    temperature: float = setting(
+        0.0,
+        check=_temperature,
+        flag="--temperature",
+        group="tree",
+        parse=_number,
+        help="0 (default): greedy",
+        widget=Widget("number", "Temperature", row="tree", low=0.0, high=10.0, step=0.1),
+    )
+    top_p: float = setting(
+        1.0,
+        check=_top_p,
+        flag="--top-p",
+        group="tree",
+        parse=_number,
+        widget=Widget("number", "top_p", row="tree", low=0.01, high=1.0, step=0.05),
+    )
+    top_k: int = setting(
+        0,
+        check=_top_k,
+        flag="--top-k",
+        group="tree",
+        parse=_integer,
+        help="0 or -1: every token; 1 is greedy",
+        widget=Widget("number", "top_k (0 = all)", row="tree", low=0, high=1_000_000),
+    )
+    seed: int = setting(
+        0,
+        check=_between("seed", 0, 2**63 - 1),
+        flag="--seed",
+        group="tree",
+        parse=_integer,
+        help="seeds every random draw: a run replays bit for bit",
+        widget=Widget("number", "Seed", row="tree", low=0, high=2**31 - 1),
+    )
+    draft_attention: str = setting(
+        "ancestors",
+        check=_one_of("draft attention", DRAFT_ATTENTION),
+        flag="--draft-attention",
+        group="tree",
+        parse=str,
+        choices=DRAFT_ATTENTION,
+        help="trees: draft nodes attend to their true ancestors, or to SGLang's per-rank KV slots",
+        widget=Widget("select", "Tree draft attention", row="tree"),
+    )
+    record: bool = setting(
+        True, role="placement"
+    )  # probabilities, top-k and hidden states (replay --no-record)
+    device: str | None = setting(
+        None,
+        role="placement",
+        flag="--device",
+        group="common",
+        parse=str,
+        help="cuda, cpu, ... (default: cuda when available)",
+    )
+    dtype: str | None = setting(
+        None,
+        role="placement",
+        flag="--dtype",
+        group="common",
+        parse=str,
+        help="fp32, bf16 or fp16 (default: bf16 on GPU, fp32 on CPU)",
+    )
+    device_map: str | None = setting(
+        None,
+        role="placement",
+        flag="--device-map",
+        group="dispatch",
+        parse=str,
+        help="auto, balanced, sequential, or a JSON object / file of module -> device (0, cuda:1, cpu, "
+        "disk): load the target split across devices with accelerate (backend/engine/dispatch.py)",
+    )
+    max_memory: str | None = setting(
+        None,
+        role="placement",
+        flag="--max-memory",
+        group="dispatch",
+        parse=str,
+        help="per-device limits for --device-map, e.g. 0=20GiB,1=20GiB,cpu=64GiB",
+    )
+
+    def __post_init__(self):
+        """Every value the user gave, checked here once: a bad one is a BadInput before any model
+        loads. Each setting's own check (its `Setting`), the prompt's, then SGLang's flag rules
+        (`decoding`)."""
+        if self.prompt_ids is not None:
+            object.__setattr__(self, "prompt_ids", tuple(self.prompt_ids))
+        if self.aux_hf_indices is not None:
+            object.__setattr__(self, "aux_hf_indices", tuple(self.aux_hf_indices))
+        # what asks the same decode is one value, so that equal requests compare equal: topk None is a
+        # chain (1), and a chain's N = K + 1 is what SGLang runs when N is not given (None)
+        if self.topk is None:
+            object.__setattr__(self, "topk", 1)
+        if self.topk == 1 and self.num_draft_tokens == self.num_steps + 1:
+            object.__setattr__(self, "num_draft_tokens", None)
+        for name, meta, _ in settings_of():
+            if meta.check is not None:
+                meta.check(getattr(self, name))
+        self._check_prompt()
+        self.decoding()  # SGLang's flag rules refuse here, before any model loads
+
+    def _check_prompt(self) -> None:
+        if (self.prompt_ids is None) == (self.prompt_text is None):
+            raise BadInput("a replay needs exactly one of prompt ids or prompt text")
+        if (self.prompt_ids is not None and not self.prompt_ids) or (
+            self.prompt_text is not None and not self.prompt_text.strip()
+        ):
+            raise BadInput("the prompt is empty")
+        if self.chat_template and self.prompt_text is None:
+            raise BadInput(
+                "the chat template applies to prompt text, not to token ids (they are used as they are)"
+            )
+
+    @property
+    def decides(self) -> tuple:
+        """What this request asks of the decode, besides its pair and prompt: a stored run answers it
+        when the run's request has the same (device and dtype are matched against what the run
+        resolved, service/runs.py)."""
+        return tuple((name, getattr(self, name)) for name, _, _ in settings_of("decides"))
+
+    def settings(self) -> dict:
+        """Every setting as asked (JSON values), for the run's stored params (service/run_value.py)."""
+        return {
+            name: list(value) if isinstance(value, tuple) else value
+            for name, _, _ in settings_of()
+            for value in [getattr(self, name)]
+        }
+
+    @classmethod
+    def stored(cls, target: str, draft: str, prompt_ids, sample_ref, sample_id, asked: dict):
+        """The request a stored run answered, from its columns and its stored settings (`asked`).
+        A stored value this version refuses takes its default (the run stays readable); None when
+        the run has no prompt to replay."""
+        if not prompt_ids:
+            return None
+        given = {}
+        for name, meta, _ in settings_of():
+            if name in asked:
+                value = asked[name]
+                value = tuple(value) if isinstance(value, list) else value
+                try:
+                    if meta.check is not None:
+                        meta.check(value)
+                except (BadInput, TypeError):
+                    continue
+                given[name] = value
+        base = dict(target=target, draft=draft, prompt_ids=tuple(prompt_ids), sample_ref=sample_ref)
+        try:
+            return cls(**base, sample_id=sample_id, **given)
+        except (BadInput, TypeError):  # settings SGLang's rules refuse together: the defaults
+            return cls(**base, sample_id=sample_id)
+
+    def decoding(self, architecture: str | None = None) -> Decoding:
+        """How the replay drafts and accepts: SGLang's shape rules applied to the requested flags,
+        and whose acceptance rule samples."""
+        try:
+            shape, notes = sglang_shape(self.num_steps, self.topk, self.num_draft_tokens, architecture)
+        except ValueError as error:
+            raise BadInput(str(error)) from None
+        greedy = self.temperature == 0 or self.top_k == 1
+        if self.temperature > 0 and self.top_k == 1:
+            notes.append("top_k 1 is greedy: SGLang's SamplingParams treats it so (is_all_greedy)")
+        if self.engine == "vllm":
+            if shape.topk > 1:
+                raise BadInput(
+                    "vLLM verifies chains only: its rejection sampler (vllm/v1/sample/rejection_sampler.py) "
+                    "is not tree-aware and its --speculative-token-tree drafting is experimental; "
+                    "replay trees as SGLang runs them (--engine sglang or auto)"
+                )
+            rule = "vllm"
+        else:
+            rule = "sglang"
+            if not greedy and self.engine != "sglang":
+                notes.append(
+                    "sampled acceptance follows SGLang's rule (tree_speculative_sampling_target_only); "
+                    "vLLM's chain rule accepts with the same probabilities but different random draws"
+                )
+        if shape.topk > 1 and self.draft_attention == "ancestors":
+            notes.append(
+                "tree drafts attend to their true ancestors; SGLang's draft forwards read per-rank KV "
+                "slots instead (--draft-attention sglang-slots replays that)"
+            )
+        return Decoding(shape, rule, greedy, notes)
+
+    @property
+    def label(self) -> str:
+        from pathlib import Path
+
+        override = f" wiring HF {list(self.aux_hf_indices)}" if self.aux_hf_indices else ""
+        engine = "" if self.engine == "auto" else f" as {self.engine}"
+        tree = f" topk={self.topk} N={self.num_draft_tokens}" if self.topk > 1 else ""
+        sampled = f" T={self.temperature:g} seed={self.seed}" if self.temperature > 0 else ""
+        return (
+            f"{Path(self.draft).name} K={self.num_steps}{tree}{sampled}{engine}{override} "
+            f"on {self.sample_ref or 'prompt'}"
+        )
+
+
+def reading_of(engine: str, override, draft, num_target_layers: int) -> tuple[EngineView, Wiring]:
+    """`engine`'s view of the loaded draft and the HF indices it is fed: the `override` (checked
+    against the target's depth in wiring.override_wiring, the one depth check), else what that engine
+    reads (checked in the readings). BadInput when that engine cannot run the draft. The one place a
+    replay, the teacher and the probe decide what feeds the draft."""
+    view = read_as(
+        engine,
+        draft.config,
+        num_target_layers,
+        draft.own_embedding is not None,
+        getattr(draft, "own_embedding_differs", None),
+    )
+    return view, fed_wiring(view, override, num_target_layers)
