@@ -250,9 +250,17 @@ class ReplayRequest:
         help="trees: draft nodes attend to their true ancestors, or to SGLang's per-rank KV slots",
         widget=Widget("select", "Tree draft attention", row="tree"),
     )
-    record: bool = setting(
-        True, role="placement"
-    )  # probabilities, top-k and hidden states (replay --no-record)
+    ignore_eos: bool = setting(
+        False,
+        flag="--ignore-eos",
+        group="tree",
+        help="run to max new tokens past end-of-sequence, as a benchmark client asks (ignore_eos: vLLM "
+        "sampling_params.py update_from_generation_config and SGLang schedule_batch.py "
+        "Req.check_finished then never stop on EOS)",
+        widget=Widget("checkbox", "Ignore EOS", row="tree"),
+    )
+    # probabilities, top-k and hidden states (replay --no-record)
+    record: bool = setting(True, role="placement")
     device: str | None = setting(
         None,
         role="placement",
@@ -376,6 +384,12 @@ class ReplayRequest:
                     "replay trees as SGLang runs them (--engine sglang or auto)"
                 )
             rule = "vllm"
+        elif self.engine == "llamacpp" and self.ignore_eos:
+            raise BadInput(
+                "llama-server's ignore_eos biases every end-of-generation logit to -inf "
+                "(tools/server/server-schema.cpp, field ignore_eos: logit_bias_eog), which changes the "
+                "target's own tokens; it is not replayed"
+            )
         else:
             rule = "sglang"
             if not greedy and self.engine != "sglang":

@@ -68,7 +68,7 @@ def resolve(
     view, wiring = reading_of(request.engine, request.aux_hf_indices, draft, target.num_layers)
     ids = prompt_ids(request, target.tokenizer)
     decoding = request.decoding(target_architecture(target))
-    stop_ids = None
+    stop_ids = frozenset() if request.ignore_eos else None  # nothing ends it before max new tokens
     if view.accounting == "llamacpp":
         if decoding.shape.topk > 1 or not decoding.greedy:
             raise BadInput(
