@@ -280,6 +280,7 @@ def cmd_evaluate(args) -> tuple[dict, str]:
 
     check_source(args.samples)  # a bad path is refused before the model stack is imported
     from backend.engine.loading import read_target_config
+    from backend.engine.request import ReplayRequest
     from backend.service import evaluate
 
     drafts = args.draft or [default_draft()]
@@ -301,10 +302,10 @@ def cmd_evaluate(args) -> tuple[dict, str]:
             else ""
         )
         raise BadInput(f"{args.samples}: no sample to evaluate (after --source / --limit){why}")
-    settings = request_fields(args)
-    plan = evaluate.Plan(
-        args.target, drafts, samples, settings, str(args.samples), {d: Path(d).name or d for d in drafts}
+    template = ReplayRequest(  # a bad setting is refused here, before any model loads
+        args.target, drafts[0], prompt_ids=tuple(samples[0].prompt_ids), **request_fields(args)
     )
+    plan = evaluate.Plan(template, drafts, samples, str(args.samples), {d: Path(d).name or d for d in drafts})
     total = len(drafts) * len(samples)
     bar = progress_bar(total, "evaluate", unit="run")
 

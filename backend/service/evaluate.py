@@ -68,23 +68,22 @@ def pairs_of(template: ReplayRequest, drafts: list[str], samples: list, ref, lab
 
 @dataclass
 class Plan:
-    target: str
+    template: ReplayRequest  # every pair's request: its draft and prompt are each pair's own
     drafts: list[str]
     samples: list  # backend.data.samples.Sample (index, prompt_ids, source, optional id)
-    settings: dict  # ReplayRequest fields shared by every pair: num_steps, max_new_tokens, topk, ...
     dataset_ref: str  # how a run names its sample: f"{dataset_ref}#{index}"
     names: dict[str, str] = field(default_factory=dict)  # draft path -> short name for the table
 
+    @property
+    def target(self) -> str:
+        return self.template.target
+
     def pairs(self) -> list[Pair]:
-        """Every (draft, sample) pair; a bad setting is refused here, before any model loads."""
+        """Every (draft, sample) pair (the template was validated when it was made)."""
         if not self.drafts or not self.samples:
             return []
-        first = self.samples[0]
-        template = ReplayRequest(
-            self.target, self.drafts[0], prompt_ids=tuple(first.prompt_ids), **self.settings
-        )
         return pairs_of(
-            template,
+            self.template,
             self.drafts,
             self.samples,
             lambda sample: f"{self.dataset_ref}#{sample.index}",
@@ -194,7 +193,7 @@ def summarise(db_url: str | None, plan: Plan, run_ids: dict, reused: int, replay
         drafts.append(draft_row(draft, plan.names.get(draft, draft), rows, histogram, tokens, decode_ms))
     return {
         "target": plan.target,
-        "settings": plan.settings,
+        "settings": plan.template.settings(),
         "samples": len(plan.samples),
         "drafts": drafts,
         "reused": reused,

@@ -28,9 +28,10 @@ def plan(samples: int = 2):
     for index, sample in enumerate(valid):
         sample.index = index
     drafts = [str(DEMO_DRAFTS / "final"), str(DEMO_DRAFTS / "epoch1")]
-    return Plan(
-        str(DEMO_TARGET), drafts, valid[:samples], dict(SETTINGS), str(DEMO_EVAL), {d: d[-6:] for d in drafts}
-    )
+    from backend.engine.request import ReplayRequest
+
+    template = ReplayRequest(str(DEMO_TARGET), drafts[0], prompt_ids=tuple(valid[0].prompt_ids), **SETTINGS)
+    return Plan(template, drafts, valid[:samples], str(DEMO_EVAL), {d: d[-6:] for d in drafts})
 
 
 def numbers(result: dict) -> list[dict]:
