@@ -36,7 +36,7 @@ class Widget:
 
     kind: str  # number | text | select | checkbox
     label: str
-    row: str = "main"  # main | tree: which row of the form
+    row: str = "main"  # main | tree | sampling: which row of the Decode form
     low: float | None = None
     high: float | None = None
     widget_value: object = None  # the form's default (None: the field's)
@@ -173,7 +173,7 @@ class ReplayRequest:
         parse=parse_aux_indices,
         help="override wiring: three HF hidden_states indices (0 = embedding output); "
         "empty: the draft's declared wiring",
-        widget=Widget("text", "Wiring override (HF indices)"),
+        widget=Widget("text", "Wiring override (HF)"),
     )
     engine: str = setting(
         "auto",
@@ -212,7 +212,7 @@ class ReplayRequest:
         group="tree",
         parse=_number,
         help="0 (default): greedy",
-        widget=Widget("number", "Temperature", row="tree", low=0.0, high=10.0, step=0.1),
+        widget=Widget("number", "Temperature", row="sampling", low=0.0, high=10.0, step=0.1),
     )
     top_p: float = setting(
         1.0,
@@ -220,7 +220,7 @@ class ReplayRequest:
         flag="--top-p",
         group="tree",
         parse=_number,
-        widget=Widget("number", "top_p", row="tree", low=0.01, high=1.0, step=0.05),
+        widget=Widget("number", "top_p", row="sampling", low=0.01, high=1.0, step=0.05),
     )
     top_k: int = setting(
         0,
@@ -229,7 +229,7 @@ class ReplayRequest:
         group="tree",
         parse=_integer,
         help="0 or -1: every token; 1 is greedy",
-        widget=Widget("number", "top_k (0 = all)", row="tree", low=0, high=1_000_000),
+        widget=Widget("number", "top_k (0 = all)", row="sampling", low=0, high=1_000_000),
     )
     seed: int = setting(
         0,
@@ -238,7 +238,7 @@ class ReplayRequest:
         group="tree",
         parse=_integer,
         help="seeds every random draw: a run replays bit for bit",
-        widget=Widget("number", "Seed", row="tree", low=0, high=2**31 - 1),
+        widget=Widget("number", "Seed", row="sampling", low=0, high=2**31 - 1),
     )
     draft_attention: str = setting(
         "ancestors",
@@ -248,7 +248,7 @@ class ReplayRequest:
         parse=str,
         choices=DRAFT_ATTENTION,
         help="trees: draft nodes attend to their true ancestors, or to SGLang's per-rank KV slots",
-        widget=Widget("select", "Tree draft attention", row="tree"),
+        widget=Widget("select", "Draft attention", row="tree"),
     )
     ignore_eos: bool = setting(
         False,
@@ -257,7 +257,7 @@ class ReplayRequest:
         help="run to max new tokens past end-of-sequence, as a benchmark client asks (ignore_eos: vLLM "
         "sampling_params.py update_from_generation_config and SGLang schedule_batch.py "
         "Req.check_finished then never stop on EOS)",
-        widget=Widget("checkbox", "Ignore EOS", row="tree"),
+        widget=Widget("checkbox", "Ignore EOS", row="sampling"),
     )
     # probabilities, top-k and hidden states (replay --no-record)
     record: bool = setting(True, role="placement")

@@ -120,7 +120,8 @@ def record_run(target, draft, plan: ReplayPlan, outcome: ReplayOutcome, writer, 
         else:
             outcome.steps.append(record)
             outcome.output_ids.extend(record.committed_ids)
-        writer.add(record, tensors.add(record, plan.wiring.aux_hf_indices))
+        tensors.add(record)
+        writer.add(record)
         progress(len(outcome.output_ids) / total, f"{len(outcome.output_ids)}/{total} tokens")
         if STOP.is_set():
             STOP.clear()
@@ -236,18 +237,16 @@ class RunWriter:
     def __init__(self, database: Database, run_id: int, tensors: RunTensors | None = None):
         self.database, self.run_id, self.tensors = database, run_id, tensors
         self.steps: list[StepRecord] = []
-        self.stats: list[dict] = []
         self.output_ids: list[int] = []  # everything emitted so far, stored with each batch
         self.committed = 0  # steps committed so far (the run's first `committed` steps)
         self.last_commit = time.perf_counter()
 
-    def add(self, record: PrefillRecord | StepRecord, stats: list[dict]) -> None:
+    def add(self, record: PrefillRecord | StepRecord) -> None:
         if isinstance(record, StepRecord):
             self.steps.append(record)
             self.output_ids += record.committed_ids
         else:
             self.output_ids.append(record.first_token)
-        self.stats += stats
         due = time.perf_counter() - self.last_commit >= self.COMMIT_EVERY_S
         if due or len(self.steps) >= self.COMMIT_EVERY_STEPS:
             self.flush()
@@ -255,12 +254,12 @@ class RunWriter:
     def flush(self) -> None:
         """One transaction: the batch, the run's partial output and its heartbeat. RunGone when
         the run was deleted meanwhile (nothing is written then)."""
-        stats = self.stats + (self.tensors.pending_stats() if self.tensors is not None else [])
+        stats = self.tensors.pending_stats() if self.tensors is not None else []
         with store.session_scope(self.database.factory) as session:
             if not store.write_run_batch(session, self.run_id, self.steps, stats, self.output_ids):
                 raise store.RunGone(self.run_id)
         self.committed += len(self.steps)
-        self.steps, self.stats = [], []  # committed: never written twice, whatever follows
+        self.steps = []  # committed: never written twice, whatever follows
         self.last_commit = time.perf_counter()
         if self.tensors is not None:  # the committed steps' tensors reach the disk too
             self.tensors.flush()
@@ -279,11 +278,11 @@ class RunTensors:
 
     NAMES = ("aux_features", "aux_positions", "draft_hidden")
 
-    def __init__(self, artifact_dir: Path | None = None, run_id: int | None = None, indices=None):
+    def __init__(self, artifact_dir: Path | None, run_id: int | None, indices):
         self.folder = (
             None if artifact_dir is None or run_id is None else Path(artifact_dir) / str(run_id) / "parts"
         )
-        self.indices = None if indices is None else tuple(indices)
+        self.indices = tuple(indices)  # the HF indices the draft was fed: one chunk each
         self.pending: dict[str, list[torch.Tensor]] = {name: [] for name in self.NAMES}
         self.prompt: torch.Tensor | None = None
         self.kept: dict[str, list[torch.Tensor]] = {name: [] for name in self.NAMES}  # the artifact's
@@ -291,14 +290,14 @@ class RunTensors:
         self.unmeasured: list[tuple[torch.Tensor, int]] = []  # (features, first position) to norm
         self.written = 0
 
-    def add(self, record: PrefillRecord | StepRecord, indices) -> list[dict]:
-        """Keep the record's tensors; return the token_stats rows (norm per position and chunk),
-        or [] when this RunTensors computes them per batch (`indices` given at construction)."""
+    def add(self, record: PrefillRecord | StepRecord) -> None:
+        """Keep the record's tensors (their token_stats rows are computed per batch: `pending_stats`)."""
         if record.aux_features is None:
-            return []
+            return
         if isinstance(record, PrefillRecord):
             self.prompt = self.kept_prompt = record.aux_features
-            return self._stats(record.aux_features, 0, indices)
+            self.unmeasured.append((record.aux_features, 0))
+            return
         rows = record.aux_features.shape[0]
         pieces = {
             "aux_features": record.aux_features,
@@ -308,13 +307,7 @@ class RunTensors:
         for name, piece in pieces.items():
             self.pending[name].append(piece)
             self.kept[name].append(piece)
-        return self._stats(record.aux_features, record.position, indices)
-
-    def _stats(self, features: torch.Tensor, first_position: int, indices) -> list[dict]:
-        if self.indices is None:
-            return chunk_norms(features, first_position, indices)
-        self.unmeasured.append((features, first_position))
-        return []
+        self.unmeasured.append((record.aux_features, record.position))
 
     def pending_stats(self) -> list[dict]:
         """The token_stats rows of every record added since the last call: one norm over the batch."""

@@ -10,6 +10,7 @@ from backend.service import checks
 from ui import state
 from ui.pickers import dataset_picker, sample_preview
 
+ROW_COLUMNS = 5  # every row of settings in five equal columns (the main row: the draft, then four)
 TREE_HELP = (
     "Tree and sampling, as SGLang's flags: topk > 1 drafts a tree of N verified tokens "
     "(--speculative-eagle-topk, --speculative-num-draft-tokens; N = 0 means K + 1, a chain); "
@@ -79,14 +80,16 @@ def _value(meta, held):
 
 
 def _row(row: str) -> list:
-    return [(n, m, d) for n, m, d in settings_of() if m.widget is not None and m.widget.row == row]
+    found = [(n, m, d) for n, m, d in settings_of() if m.widget is not None and m.widget.row == row]
+    assert len(found) <= ROW_COLUMNS - (row == "main"), f"the Decode form's {row} row holds {ROW_COLUMNS}"
+    return found
 
 
 def _widgets(row: str, columns) -> dict:
     """The widgets of one row of the form, one column each, in the request's field order."""
     return {
         name: (meta, _widget(column, name, meta, default))
-        for column, (name, meta, default) in zip(columns, _row(row), strict=True)
+        for column, (name, meta, default) in zip(columns, _row(row), strict=False)
     }
 
 
@@ -98,7 +101,7 @@ def replay_request(expanded: bool) -> ReplayRequest | None:
         source = _prompt_source()
         names = list(state.drafts())
         current = state.draft_name(state.draft_path())
-        columns = st.columns(1 + len(_row("main")))
+        columns = st.columns(ROW_COLUMNS)
         draft_choice = columns[0].selectbox(
             "Draft to replay",
             names,
@@ -109,7 +112,8 @@ def replay_request(expanded: bool) -> ReplayRequest | None:
         )
         held = _widgets("main", columns[1:])
         st.caption(TREE_HELP)
-        held |= _widgets("tree", st.columns(len(_row("tree"))))
+        held |= _widgets("tree", st.columns(ROW_COLUMNS))
+        held |= _widgets("sampling", st.columns(ROW_COLUMNS))
         if not st.button("Start", type="primary", key="decode_start"):
             return None
         try:
