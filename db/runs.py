@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from backend.engine.records import STORED_STEP_FIELDS, StepRecord
 from backend.engine.request import ReplayRequest
-from backend.engine.run_value import Resolved, asked_settings, read_params
+from backend.engine.run_value import Resolved, RunMetrics, asked_settings, read_params
 from db.connection import session_scope
 from db.models import Run, Step, TokenStat, utc_now
 
@@ -53,6 +53,11 @@ class RunInfo:
         return ReplayRequest.stored(
             self.target_path, self.draft_path, self.prompt_ids, self.sample_ref, self.sample_id, asked
         )
+
+    @cached_property
+    def measured(self) -> RunMetrics:
+        """Its metrics, typed (`metrics` is the stored dict, kept whole for export and --json)."""
+        return RunMetrics.from_dict(self.metrics)
 
     @cached_property
     def resolved(self) -> Resolved:

@@ -57,7 +57,7 @@ def first_samples(key: str, default_n: int = 8) -> list:
 
 
 def run_label(run) -> str:
-    al = (run.metrics or {}).get("mean_accept_length")
+    al = run.measured.mean_accept_length
     return (
         f"run {run.id} · {run.status} · {state.draft_name(run.draft_path)} · K={run.resolved.num_steps} · "
         f"{run.resolved.mode} · {run.resolved.engine or ''} · "

@@ -74,11 +74,11 @@ def runs_frame(runs: list[stored_runs.RunInfo], datasets: dict[int, str] | None 
                 "mode": r.resolved.mode,
                 "engine": r.resolved.engine or "",
                 "tokens": len(r.output_ids),
-                "verify steps": r.metrics.get(
-                    "verify_steps", r.step_count
-                ),  # a plain decode is no verify step
-                "accept length": r.metrics.get("mean_accept_length"),
-                "acceptance rate": r.metrics.get("acceptance_rate"),
+                "verify steps": r.step_count
+                if r.measured.verify_steps is None
+                else r.measured.verify_steps,  # a plain decode is no verify step
+                "accept length": r.measured.mean_accept_length,
+                "acceptance rate": r.measured.acceptance_rate,
                 "wall s": None if wall is None else round(wall, 1),
                 "tokens/s": round(len(r.output_ids) / wall, 1) if wall else None,
                 "aux HF indices": str(r.aux_hf_indices),
@@ -92,8 +92,8 @@ def runs_frame(runs: list[stored_runs.RunInfo], datasets: dict[int, str] | None 
 def run_facts(run, steps: int) -> pd.DataFrame:
     """The chosen run as labelled rows (what, value)."""
     wall = wall_seconds(run)
-    metrics, resolved = run.metrics or {}, run.resolved
-    al = metrics.get("mean_accept_length")
+    resolved = run.resolved
+    al = run.measured.mean_accept_length
     facts = [
         ("target", run.target_path),
         ("draft", run.draft_path),

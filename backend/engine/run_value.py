@@ -57,11 +57,19 @@ class Resolved:
     @classmethod
     def from_dict(cls, raw: dict) -> Resolved:
         """Each field from `raw` when it is there and of the default's kind, else its default."""
-        values = {}
-        for f in fields(cls):
-            default = f.default if f.default_factory is MISSING else f.default_factory()
-            values[f.name] = _like(raw.get(f.name), default)
-        return cls(**values)
+        return cls(**{f.name: _typed(raw.get(f.name), f) for f in fields(cls)})
+
+
+def _typed(value, f):
+    """A stored value for dataclass field `f`: of the field's kind, else its default."""
+    default = f.default if f.default_factory is MISSING else f.default_factory()
+    if default is None and value is not None:  # an optional number: "int | None", "float | None"
+        kind = next((k for k in (int, float) if f.type.startswith(k.__name__)), None)
+        try:
+            return value if kind is None else kind(value)
+        except (TypeError, ValueError):
+            return None
+    return _like(value, default)
 
 
 def _like(value, default):
@@ -143,3 +151,28 @@ def read_params(raw: dict | None) -> Resolved:
 
 
 SAMPLING_DEFAULTS = {n: d for n, _, d in settings_of() if n in ("temperature", "top_p", "top_k", "seed")}
+
+
+@dataclass(frozen=True)
+class RunMetrics:
+    """A run's stored metrics, typed (the metrics column; definitions: backend/engine/metrics.py
+    DEFINITIONS). None where a run has none (no verify step, an older run, a greedy run's expected
+    accept length)."""
+
+    num_steps: int | None = None  # K
+    verify_steps: int | None = None
+    mean_accept_length: float | None = None
+    accepted_drafts_per_step: float | None = None
+    acceptance_rate: float | None = None
+    per_position_marginal: tuple = ()
+    per_position_conditional: tuple = ()
+    accept_histogram: tuple = ()
+    expected_accept_length: float | None = None  # sampled runs
+    self_disagreement_per_1000: float | None = None  # runs off fp32
+    draft_ms_total: float = 0.0
+    verify_ms_total: float = 0.0
+
+    @classmethod
+    def from_dict(cls, raw: dict | None) -> RunMetrics:
+        raw = raw or {}
+        return cls(**{f.name: _typed(raw.get(f.name), f) for f in fields(cls)})

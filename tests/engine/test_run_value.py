@@ -81,3 +81,16 @@ def test_what_a_request_decides_is_compared_by_equality():
     assert base.decides == replace(base, prompt_ids=(9,), sample_ref="other").decides  # prompt apart
     assert base.decides == request(num_steps=3, max_new_tokens=32, topk=None).decides  # None: a chain
     assert base.decides != request(num_steps=3, max_new_tokens=33).decides
+
+
+def test_stored_metrics_read_back_typed():
+    from backend.engine.run_value import RunMetrics
+
+    stored = {"mean_accept_length": 1.85, "per_position_marginal": [0.5, None], "accept_histogram": [3, 1]}
+    metrics = RunMetrics.from_dict(stored)
+    assert (metrics.mean_accept_length, metrics.per_position_marginal) == (1.85, (0.5, None))
+    assert metrics.expected_accept_length is None and metrics.draft_ms_total == 0.0  # not stored: none
+    assert (
+        RunMetrics.from_dict(None) == RunMetrics()
+        and RunMetrics.from_dict({"verify_steps": "x"}).verify_steps is None
+    )

@@ -65,7 +65,7 @@ def pick_pair(runs: list[RunInfo]) -> tuple[int, int]:
 
 
 def _metrics(run_a: RunInfo, steps_a, run_b: RunInfo, steps_b, divergence: int | None) -> None:
-    al_a, al_b = run_a.metrics.get("mean_accept_length"), run_b.metrics.get("mean_accept_length")
+    al_a, al_b = run_a.measured.mean_accept_length, run_b.measured.mean_accept_length
     cells = st.columns(5)
     cells[0].metric("Accept length A", _shown(al_a), help=ACCEPT_LENGTH_HELP)
     cells[1].metric(
@@ -133,8 +133,8 @@ def show_pair(run_a: RunInfo, steps_a: list[StepRecord], run_b: RunInfo, steps_b
     st.plotly_chart(
         charts.acceptance_bars(
             {
-                "A marginal": run_a.metrics.get("per_position_marginal") or [],
-                "B marginal": run_b.metrics.get("per_position_marginal") or [],
+                "A marginal": list(run_a.measured.per_position_marginal),
+                "B marginal": list(run_b.measured.per_position_marginal),
             },
             "Per-position acceptance P(a >= i), overlaid",
         ),

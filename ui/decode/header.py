@@ -78,12 +78,12 @@ def status(run: RunInfo, steps: list[StepRecord]) -> None:
 
 
 def summary(run: RunInfo, steps: list[StepRecord]) -> None:
-    metrics = run.metrics or {}
+    metrics = run.measured
     resolved = run.resolved
     cells = st.columns(6)
-    cells[0].metric("Accept length", number(metrics.get("mean_accept_length")), help=ACCEPT_LENGTH_HELP)
+    cells[0].metric("Accept length", number(metrics.mean_accept_length), help=ACCEPT_LENGTH_HELP)
     cells[1].metric(
-        "Acceptance rate", number(metrics.get("acceptance_rate")), help=DEFINITIONS.get("acceptance_rate", "")
+        "Acceptance rate", number(metrics.acceptance_rate), help=DEFINITIONS.get("acceptance_rate", "")
     )
     cells[2].metric(
         "Verify steps",
@@ -93,7 +93,7 @@ def summary(run: RunInfo, steps: list[StepRecord]) -> None:
     cells[3].metric("Tokens", len(run.output_ids))
     cells[4].metric("Aux HF indices", str(run.aux_hf_indices), help=resolved.wiring_source)
     dtype = resolved.dtype or "?"
-    disagreement = metrics.get("self_disagreement_per_1000")
+    disagreement = metrics.self_disagreement_per_1000
     cells[5].metric(
         "Device · dtype",
         f"{resolved.device or '?'} {SHORT_DTYPES.get(dtype, dtype)}",
@@ -109,12 +109,12 @@ def summary(run: RunInfo, steps: list[StepRecord]) -> None:
         + f"; wiring: {resolved.wiring_source}"
         + TARGET_FORWARDS.get(resolved.target_forward, "")
     )
-    expected = metrics.get("expected_accept_length")
+    expected = metrics.expected_accept_length
     st.markdown(
         f"Decoding: **{resolved.mode}**"
         + (
             f" · expected accept length **{expected:.2f}** beside the realised "
-            f"{number(metrics.get('mean_accept_length'))}"
+            f"{number(metrics.mean_accept_length)}"
             if expected is not None and resolved.sampling_rule
             else ""
         ),

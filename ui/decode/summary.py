@@ -14,23 +14,21 @@ from ui.runs import ACCEPT_LENGTH_HELP
 
 
 def run_summary(run: RunInfo, steps: list[StepRecord]) -> None:
-    metrics = run.metrics or {}
+    metrics = run.measured
     st.subheader("Run summary")
     left, right = st.columns(2)
     left.plotly_chart(
         charts.acceptance_bars(
             {
-                "marginal P(a >= i)": metrics.get("per_position_marginal") or [],
-                "conditional P(a >= i | a >= i-1)": [
-                    v or 0 for v in metrics.get("per_position_conditional") or []
-                ],
+                "marginal P(a >= i)": list(metrics.per_position_marginal),
+                "conditional P(a >= i | a >= i-1)": [v or 0 for v in metrics.per_position_conditional],
             },
             "Per-position acceptance",
         ),
         key="decode_acceptance",
     )
     right.plotly_chart(
-        charts.histogram(metrics.get("accept_histogram") or [], "Accepted drafts per step"),
+        charts.histogram(list(metrics.accept_histogram), "Accepted drafts per step"),
         key="decode_histogram",
     )
     st.plotly_chart(

@@ -24,7 +24,7 @@ def _chain_runs() -> list[RunInfo]:
     return [
         r
         for r in list_runs(limit=200)
-        if r.status == "finished" and r.metrics.get("accept_histogram") and r.resolved.greedy_chain
+        if r.status == "finished" and r.measured.accept_histogram and r.resolved.greedy_chain
     ]
 
 
@@ -124,10 +124,10 @@ def whatif_tab() -> None:
     run, steps = get_run(run_id)
     num_steps = run.resolved.num_steps
     counts = verify_counts(steps)
-    draft_ms, verify_ms = run.metrics.get("draft_ms_total", 0), run.metrics.get("verify_ms_total", 0)
+    draft_ms, verify_ms = run.measured.draft_ms_total, run.measured.verify_ms_total
     rows = [r.to_dict() for r in predict(counts, num_steps, draft_ms, verify_ms)]
     measured = {
-        num_steps: run.metrics.get("mean_accept_length"),
+        num_steps: run.measured.mean_accept_length,
         **st.session_state.get("whatif_measured", {}).get(run_id, {}),
     }
     st.plotly_chart(charts.whatif(rows, measured), key="whatif_chart")
