@@ -292,6 +292,22 @@ def test_teacher_json(checkpoints):
             ["replay", "--target", "{target}", "--draft", "{draft}", "--prompt", "x", "--steps", "0"],
             "must be in 1..64, got 0",
         ),
+        # issue 58 row 6: a budget that would run for hours, and one past the target's context (2048)
+        (["replay", "--prompt", "x", "--max-new-tokens", "100000000"], "must be in 1..32768"),
+        (
+            [
+                "replay",
+                "--target",
+                "demo/target",
+                "--draft",
+                "demo/drafts/final",
+                "--prompt",
+                "x",
+                "--max-new-tokens",
+                "3000",
+            ],
+            "exceeds the target's context (max_position_embeddings 2048); ask for at most",
+        ),
         (
             ["teacher", "--target", "{target}", "--draft", "{draft}", "--samples", "/nope.jsonl"],
             "no such file",
@@ -527,7 +543,7 @@ def _long_replay(db_path: Path) -> subprocess.Popen:
             "--steps",
             "4",
             "--max-new-tokens",
-            "4000",
+            "1900",  # the toy target's context is 2048
             "--db",
             f"sqlite:///{db_path}",
         ],

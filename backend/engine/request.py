@@ -26,6 +26,9 @@ from backend.engine.wiring import Wiring, check_override, fed_wiring, parse_aux_
 MAX_STEPS = 64
 MAX_TOPK = 16
 MAX_DRAFT_TOKENS = 256
+MAX_NEW_TOKENS = (
+    32768  # a replay records every step: past this it runs for hours (the target's context binds first)
+)
 ENGINE_CHOICES = ("auto", *ENGINES)  # whose reading of the draft a replay runs
 ROLES = ("pair", "prompt", "decides", "placement")  # placement: where it runs, matched apart
 
@@ -123,11 +126,6 @@ def _override(value) -> None:
         check_override(value)
 
 
-def _at_least_one(value) -> None:
-    if value < 1:
-        raise BadInput(f"max new tokens must be >= 1, got {value}")
-
-
 @dataclass(frozen=True)
 class Decoding:
     """A request's effective drafting and acceptance (see ReplayRequest.decoding)."""
@@ -158,12 +156,12 @@ class ReplayRequest:
     )
     max_new_tokens: int = setting(
         128,
-        check=_at_least_one,
+        check=_between("max new tokens", 1, MAX_NEW_TOKENS),
         flag="--max-new-tokens",
         group="decoding",
         parse=_integer,
         help="tokens to generate at most (the budget)",
-        widget=Widget("number", "Max new tokens", low=1, high=4096, widget_value=96),
+        widget=Widget("number", "Max new tokens", low=1, high=MAX_NEW_TOKENS, widget_value=96),
     )
     aux_hf_indices: tuple[int, ...] | None = setting(
         None,

@@ -93,7 +93,8 @@ def resolve(
     length = len(ids) + request.max_new_tokens
     if config.uses_tree_path:
         check_tree_mask_supported(target, length)
-    warnings = [*preflight_warnings(report, draft, length), *target_context(target, length), *view.notes]
+    check_target_context(target, len(ids), request.max_new_tokens)
+    warnings = [*preflight_warnings(report, draft, length), *view.notes]
     warnings += [note for note in decoding.notes if note not in warnings]
     return ReplayPlan(request, view, wiring, decoding, config, tuple(ids), tuple(warnings))
 
@@ -133,16 +134,18 @@ def check_tree_mask_supported(target, sequence_length: int) -> None:
         )
 
 
-def target_context(target, sequence_length: int) -> list[str]:
-    """The target's own context, checked like the draft's: positions past max_position_embeddings
-    were never trained (RoPE runs on, the numbers are not the model's)."""
+def check_target_context(target, prompt_length: int, max_new_tokens: int) -> None:
+    """Prompt + max new tokens must fit the target's context (max_position_embeddings): positions past
+    it were never trained. vLLM refuses max_tokens beyond its context and clamps a budget the prompt
+    pushes past it (vllm/renderers/params.py `__post_init__`, "Please request fewer output tokens");
+    a replay asks for the budget it can run instead of running another one."""
     limit = getattr(target.model.config, "max_position_embeddings", None)
-    if isinstance(limit, int) and sequence_length > limit:
-        return [
-            f"target context: prompt + max new tokens = {sequence_length} exceeds the target's "
-            f"max_position_embeddings {limit}; positions past it were never trained"
-        ]
-    return []
+    if isinstance(limit, int) and prompt_length + max_new_tokens > limit:
+        raise BadInput(
+            f"{target.path}: prompt {prompt_length} + max new tokens {max_new_tokens} = "
+            f"{prompt_length + max_new_tokens} exceeds the target's context (max_position_embeddings {limit}); "
+            f"ask for at most {max(0, limit - prompt_length)} new tokens"
+        )
 
 
 def preflight_warnings(report: PreflightReport | None, draft, sequence_length: int) -> list[str]:

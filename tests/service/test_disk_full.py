@@ -27,7 +27,7 @@ def _database_with_a_run(tmp_path: Path) -> str:
 
 def _replay_until_the_disk_fills(db: str, mode: str) -> subprocess.CompletedProcess:
     command = [sys.executable, "tests/support/disk_fills.py", mode, db, "30"]
-    command += [*REPLAY, "--max-new-tokens", "3000", "--db", f"sqlite:///{db}"]
+    command += [*REPLAY, "--max-new-tokens", "1900", "--db", f"sqlite:///{db}"]
     return subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
 
 

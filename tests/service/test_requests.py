@@ -22,7 +22,7 @@ def request(**kwargs) -> ReplayRequest:
         ({"prompt_ids": None, "prompt_text": "  "}, "the prompt is empty"),
         ({"num_steps": 0}, "K \\(draft steps\\) must be in 1.."),
         ({"num_steps": MAX_STEPS + 1}, "K \\(draft steps\\) must be in 1.."),
-        ({"max_new_tokens": 0}, "max new tokens must be >= 1"),
+        ({"max_new_tokens": 0}, "max new tokens must be in 1..32768, got 0"),
         ({"aux_hf_indices": (1, 2)}, "exactly three target states"),
         ({"aux_hf_indices": (-1, 2, 3)}, "HF indices are >= 0"),
         ({"topk": 4}, "topk > 1 needs --num-draft-tokens"),
