@@ -69,6 +69,16 @@ def test_a_draft_added_in_the_sidebar_is_selected_and_survives_a_reload(db, tmp_
     reloaded.sidebar.text_input(key="sidebar_new_draft").input(str(tmp_path / "nowhere"))
     reloaded = reloaded.sidebar.button(key="sidebar_add_draft").click().run()
     assert any("no such directory" in e.value for e in reloaded.sidebar.error)
+    cut = tmp_path / "team" / "cut"  # issue 58 row 4: a config.json cut mid-string
+    shutil.copytree(mine, cut)
+    (cut / "config.json").write_text((mine / "config.json").read_text()[:40])
+    reloaded.sidebar.text_input(key="sidebar_new_draft").input(str(cut))
+    reloaded = reloaded.sidebar.button(key="sidebar_add_draft").click().run()
+    assert any("not valid JSON" in e.value for e in reloaded.sidebar.error)
+    assert reloaded.sidebar.selectbox(key="sidebar_draft").value == "my-draft"
+    assert (
+        ok(page("home").run()).sidebar.selectbox(key="sidebar_draft").value == "my-draft"
+    )  # nobody's default
 
 
 def test_a_configured_draft_named_like_a_demo_draft_is_the_one_selected(db, tmp_path, monkeypatch):

@@ -46,8 +46,9 @@ def _init() -> None:
         added = _remembered("draft")
         custom = os.environ.get("SPECLENS_DRAFT")
         state[KEYS["drafts"]] = ([custom] if custom else []) + [path for _, path in added]
-        if KEYS["draft"] not in state and added and not custom:
-            state[KEYS["draft"]] = added[-1][1]  # the draft added last survives a reload
+        usable = [path for _, path in added if checkpoints.readable(path, "draft")]
+        if KEYS["draft"] not in state and usable and not custom:
+            state[KEYS["draft"]] = usable[-1]  # the draft added last survives a reload, if it still reads
     if KEYS["target"] not in state:
         targets = _remembered("target")
         state[KEYS["target"]] = (

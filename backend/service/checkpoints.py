@@ -14,8 +14,10 @@ ROLES = ("target", "draft")
 
 
 def remember(db_url: str | None, role: str, path: str) -> str:
-    """Store a directory that has a config.json; returns the name it is listed under. BadInput when
-    the directory or its config.json is missing (said apart, so the user knows which)."""
+    """Store a directory whose config.json reads (a draft's as an EAGLE-3 draft config); returns the
+    name it is listed under. BadInput when the directory or its config.json is missing (said apart, so
+    the user knows which) or the config does not read: an unreadable directory never becomes anyone's
+    default (issue 58 row 4)."""
     if role not in ROLES:
         raise BadInput(f"unknown checkpoint role {role!r}; use one of {', '.join(ROLES)}")
     directory = Path(path).expanduser()
@@ -23,10 +25,29 @@ def remember(db_url: str | None, role: str, path: str) -> str:
         raise BadInput(f"{path}: no such directory")
     if not (directory / "config.json").is_file():
         raise BadInput(f"{path}: the directory has no config.json (not a model or draft checkpoint)")
+    readable(directory, role, strict=True)
     name = directory.name or str(directory)
     with store.session_scope(open_database(db_url).factory) as session:
         store.remember_checkpoint(session, role, str(directory), name)
     return name
+
+
+def readable(directory, role: str, strict: bool = False) -> bool:
+    """Whether `directory`'s config.json reads as `role`'s (a draft: an EAGLE-3 draft config; a target:
+    a JSON object); with `strict`, a BadInput naming the file and the reason instead of False."""
+    from backend.engine.draft_config import read_draft_config
+    from backend.engine.json_config import read_json_object
+
+    try:
+        if role == "draft":
+            read_draft_config(directory)
+        else:
+            read_json_object(Path(directory) / "config.json")
+    except (BadInput, OSError) as error:
+        if strict:
+            raise BadInput(str(error)) from None
+        return False
+    return True
 
 
 def remembered(db_url: str | None, role: str) -> list[tuple[str, str]]:
