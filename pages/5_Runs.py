@@ -8,7 +8,7 @@ from backend import BadInput
 from backend.service import runs as stored_runs
 from ui import state
 from ui.html import md
-from ui.pickers import run_label
+from ui.pickers import pick_among, run_label
 from ui.runs import ACCEPT_LENGTH_HELP, WALL_HELP, dataset_names, list_runs, run_facts, runs_frame
 
 st.set_page_config(page_title="SpecLens · Runs", layout="wide")
@@ -43,7 +43,7 @@ run_ids = shown["run"].tolist()
 if not run_ids:
     st.stop()
 by_id = {r.id: r for r in runs}
-run_id = st.selectbox("Run", run_ids, key="runs_pick", format_func=lambda i: run_label(by_id[i]))
+run_id = pick_among("Run", run_ids, "runs_pick", lambda i: run_label(by_id[i]))  # facts, export, delete
 run, steps = stored_runs.get_run_with_steps(state.db(), run_id)
 if run is None:
     st.warning(f"Run {run_id} no longer exists.")

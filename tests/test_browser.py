@@ -147,9 +147,9 @@ def decode_opens_on_a_telling_reference(page) -> None:
     page.get_by_text("Start a replay").first.wait_for(timeout=60_000)
     wait_idle(page)
     open_expander(page, "Start a replay")  # collapsed once runs exist
-    page.get_by_label("Max new tokens").wait_for(timeout=60_000)
-    page.get_by_label("Max new tokens").fill("16")
-    page.get_by_label("Max new tokens").press("Enter")
+    page.get_by_role("spinbutton", name="Max new tokens", exact=True).wait_for(timeout=60_000)
+    page.get_by_role("spinbutton", name="Max new tokens", exact=True).fill("16")
+    page.get_by_role("spinbutton", name="Max new tokens", exact=True).press("Enter")
     wait_idle(page)
     before = selected(page, "Run")  # the page shows the newest stored run until the new one ends
     page.get_by_role("button", name="Start").click()
@@ -242,8 +242,8 @@ def test_dashboard_in_chromium(dashboard, hostile_dataset):
         wait_idle(page)
         open_expander(page, "Start a replay")  # collapsed once the database holds runs
         page.get_by_role("button", name="Start").wait_for(timeout=60_000)
-        page.get_by_label("Max new tokens").fill("48")
-        page.get_by_label("Max new tokens").press("Enter")
+        page.get_by_role("spinbutton", name="Max new tokens", exact=True).fill("48")
+        page.get_by_role("spinbutton", name="Max new tokens", exact=True).press("Enter")
         wait_idle(page)
         page.get_by_role("button", name="Start").click()
         page.get_by_text(re.compile(r"^Step 1 of")).wait_for(timeout=180_000)
@@ -274,10 +274,10 @@ def test_dashboard_in_chromium(dashboard, hostile_dataset):
 
         # Decode: a tree (SGLang's topk 4, 8 draft tokens); the step viewer draws the step's tree
         open_expander(page, "Start a replay")
-        page.get_by_label("topk").fill("4")
-        page.get_by_label("topk").press("Enter")
-        page.get_by_label("Draft tokens N").fill("8")
-        page.get_by_label("Draft tokens N").press("Enter")
+        page.get_by_role("spinbutton", name="topk", exact=True).fill("4")
+        page.get_by_role("spinbutton", name="topk", exact=True).press("Enter")
+        page.get_by_role("spinbutton", name="Draft tokens N", exact=True).fill("8")
+        page.get_by_role("spinbutton", name="Draft tokens N", exact=True).press("Enter")
         wait_idle(page)
         page.get_by_role("button", name="Start").click()
         page.get_by_text(re.compile(r"Decoding: tree k=4 N=8 greedy")).wait_for(timeout=180_000)
@@ -290,12 +290,12 @@ def test_dashboard_in_chromium(dashboard, hostile_dataset):
         # Decode: a long replay survives a reload (its progress stays on screen), then it is shown
         # whole: the heatmap of the finished run covers every position
         open_expander(page, "Start a replay")
-        page.get_by_label("topk").fill("1")
-        page.get_by_label("topk").press("Enter")
-        page.get_by_label("Draft tokens N").fill("0")
-        page.get_by_label("Draft tokens N").press("Enter")
-        page.get_by_label("Max new tokens").fill("600")
-        page.get_by_label("Max new tokens").press("Enter")
+        page.get_by_role("spinbutton", name="topk", exact=True).fill("1")
+        page.get_by_role("spinbutton", name="topk", exact=True).press("Enter")
+        page.get_by_role("spinbutton", name="Draft tokens N", exact=True).fill("0")
+        page.get_by_role("spinbutton", name="Draft tokens N", exact=True).press("Enter")
+        page.get_by_role("spinbutton", name="Max new tokens", exact=True).fill("600")
+        page.get_by_role("spinbutton", name="Max new tokens", exact=True).press("Enter")
         wait_idle(page)
         page.get_by_role("button", name="Start").click()
         page.locator('[data-testid="stProgress"]').first.wait_for(timeout=60_000)
@@ -399,6 +399,20 @@ def test_dashboard_in_chromium(dashboard, hostile_dataset):
         page.get_by_text(re.compile(rf"{before + 7} of {before + 7} runs")).wait_for(timeout=60_000)
         wait_idle(page)
         page.screenshot(path=str(SHOTS / "6_runs.png"), full_page=True)
+        # issue 58 row 1: after a search that matched nothing is cleared, the picker, the facts and
+        # delete name one run (the browser used to show the newest while the page used the old choice)
+        page.get_by_role("combobox", name="Run", exact=True).click()
+        page.locator('[role="option"]').nth(2).click()
+        wait_idle(page)
+        chosen = re.match(r"run (\d+)", selected(page, "Run")).group(1)
+        search = page.get_by_role("textbox", name="Sample contains")
+        for text in ("no such sample", ""):
+            search.fill(text)
+            search.press("Enter")
+            wait_idle(page)
+        open_expander(page, "Delete this run")
+        assert re.match(r"run (\d+)", selected(page, "Run")).group(1) == chosen
+        assert page.get_by_role("button", name=f"Delete run {chosen}", exact=True).count() == 1
     assert dialogs == [], f"a token string ran as code: {dialogs}"
 
 

@@ -56,6 +56,23 @@ def first_samples(key: str, default_n: int = 8) -> list:
     return samples[: int(count)]
 
 
+def pick_among(label: str, options: list, memory: str, format_func=str):
+    """A select box over `options` that shows what it returns, whatever the options were before. A
+    keyed select box whose options change (a filter narrowed to nothing, then cleared) can come back
+    showing its first option while returning the browser's stale choice (issue 58 row 1: the picker
+    named run 9, the facts, the export and delete run 6). Here the widget's key follows the options,
+    so a new set of options is a new widget, and its index is the last choice (kept under `memory`)
+    when it is still offered, else the first."""
+    import hashlib
+
+    remembered = st.session_state.get(memory)
+    index = options.index(remembered) if remembered in options else 0
+    digest = hashlib.sha1(repr(options).encode()).hexdigest()[:12]
+    chosen = st.selectbox(label, options, index=index, key=f"{memory}_{digest}", format_func=format_func)
+    st.session_state[memory] = chosen
+    return chosen
+
+
 def run_label(run) -> str:
     al = run.measured.mean_accept_length
     return (

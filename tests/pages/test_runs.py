@@ -42,9 +42,8 @@ def test_runs_filter_and_delete(db):
     assert len(frame_with(runs, "acceptance rate")) == 2
     facts = frame_with(runs, "what")
     assert {"target", "draft", "sample", "wall"} <= set(facts["what"])
-    assert (
-        runs.selectbox(key="runs_pick").format_func(runs.selectbox(key="runs_pick").value).startswith("run ")
-    )
+    picker = next(box for box in runs.selectbox if box.label == "Run")
+    assert picker.format_func(picker.value).startswith("run ")
     runs.text_input(key="runs_filter_sample").set_value("").run()
     runs.multiselect(key="runs_filter_draft").set_value(["epoch1"]).run()
     assert len(frame_with(runs, "acceptance rate")) == 1

@@ -1,0 +1,49 @@
+"""Issue 58 row 1: the Runs page's picker, facts, export and delete always name the same run, also
+after a search that matched nothing is cleared (a fast page test: stored runs made in the database,
+no replay)."""
+
+from __future__ import annotations
+
+from tests.support.pages import frame_with, ok, page
+
+
+def _runs(db, count: int) -> list[int]:
+    from db import store
+
+    factory = store.session_factory(store.make_engine(db))
+    ids = []
+    with store.session_scope(factory) as session:
+        for number in range(count):
+            run_id = store.create_run(
+                session, kind="replay", target_path="demo/target", draft_path="demo/drafts/final",
+                params={"num_steps": 4}, aux_hf_indices=[2, 4, 5],
+                given=store.RunInput([1, 2, 3 + number], f"prompt {number}"),
+            )  # fmt: skip
+            store.finish_run(session, run_id, output_ids=[7, 8], metrics={"mean_accept_length": 1.5})
+            ids.append(run_id)
+    return ids
+
+
+def _named(app) -> tuple[int, str, str]:
+    """(the picker's run, the facts' run line, the export's file name)."""
+    picker = next(box for box in app.selectbox if box.label == "Run")
+    facts = frame_with(app, "what")
+    delete = next(b for b in app.button if b.label.startswith("Delete run"))
+    return picker.value, str(facts), delete.label
+
+
+def test_the_picker_the_facts_and_delete_name_one_run_after_a_search_is_cleared(db):
+    ids = _runs(db, 4)
+    app = ok(page("5_Runs").run())
+    picker = next(box for box in app.selectbox if box.label == "Run")
+    assert picker.value == ids[-1]  # the newest first
+    app = ok(picker.set_value(ids[1]).run())
+    assert _named(app)[0] == ids[1] and _named(app)[2] == f"Delete run {ids[1]}"
+    app = ok(app.text_input(key="runs_filter_sample").set_value("no such sample").run())
+    assert not [box for box in app.selectbox if box.label == "Run"]  # nothing to pick
+    app = ok(app.text_input(key="runs_filter_sample").set_value("").run())
+    chosen, _, delete = _named(app)
+    assert chosen == ids[1] and delete == f"Delete run {ids[1]}"  # the choice before the search, everywhere
+    app = ok(app.text_input(key="runs_filter_sample").set_value("prompt 3").run())
+    chosen, _, delete = _named(app)
+    assert chosen == ids[3] and delete == f"Delete run {ids[3]}"  # narrowed away from it: the one shown
