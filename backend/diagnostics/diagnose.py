@@ -27,6 +27,7 @@ from backend.diagnostics.probe import ProbeSettings, run_probe
 from backend.diagnostics.reading_probe import run_reading_probe
 from backend.diagnostics.sample_checks import (
     context_curve,
+    engine_wiring_against_probe,
     live_findings,
     predicted_accept_length,
     reading_findings,
@@ -222,6 +223,7 @@ def diagnose_loaded(
         return Diagnosis(findings, ran)
     measured: dict = {}
     findings += _sample_findings(subject, samples, options, ran, progress, penalties or {}, measured)
+    findings = engine_wiring_against_probe(findings, measured.pop("probe_report"), subject.draft_dir)
     progress(1.0, "done")
     probe = measured.pop("probe", None)
     return Diagnosis(findings, ran, measured or None, probe)
@@ -257,6 +259,7 @@ def _sample_findings(
         "settings": settings.describe(samples),
         "ran_by": f"Diagnose (read as {subject.view.engine})",
     }
+    measured["probe_report"] = probe  # the engine findings are held against it (diagnose_loaded)
     ran["wiring probe"] = f"ran on {len(samples)} samples"
     findings += wiring_findings(probe, target.num_layers, subject.draft_dir)
     if not probe.confirmed:

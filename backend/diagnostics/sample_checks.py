@@ -4,9 +4,12 @@ accept-length-by-context curve."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from backend.diagnostics.findings import Finding
 from backend.diagnostics.probe import describe
 from backend.engine.metrics import acceptance_metrics, simulated_accept_length
+from backend.engine.reading_fixes import wiring_fix
 from backend.engine.records import PrefillRecord
 from backend.engine.replay import ReplayConfig, replay
 from backend.engine.teacher import (
@@ -61,6 +64,51 @@ def wiring_findings(report, num_layers: int, draft_dir: str | None = None) -> li
             fix,
         )
     ]
+
+
+def engine_wiring_against_probe(
+    findings: list[Finding], report, draft_dir: str | None = None
+) -> list[Finding]:
+    """The serving engines' wiring findings (cheap_checks.preflight_findings: what each engine feeds
+    against the wiring the config declares) held against the wiring probe of the same verdict. When
+    the probe rejects the declared wiring, no finding may write it into a fix (issue 58 row 2): with
+    one separated wiring, each engine finding states what it feeds against that one (and goes when the
+    engine feeds it); with a tie, it says the trained wiring is unknown and how to separate."""
+    if report.confirmed:
+        return findings
+    best, tied = list(report.best.aux_hf_indices), [list(c.aux_hf_indices) for c in report.tied]
+    out = []
+    for finding in findings:
+        evidence = finding.evidence
+        if finding.cls != "aux-wiring" or not {"engine", "fed", "trained"} <= set(evidence):
+            out.append(finding)
+            continue
+        engine, fed, declared = evidence["engine"], evidence["fed"], evidence["trained"]
+        if report.separated and fed == best:
+            continue  # this engine feeds what the probe found the draft trained on
+        said = f"served by {engine}: it feeds HF {fed}; the wiring probe rejects the declared HF {declared}"
+        if report.separated:
+            words, _ = wiring_fix(engine, best)
+            out.append(
+                replace(
+                    finding,
+                    message=f"{said} and found the draft trained on HF {best}",
+                    evidence={**evidence, "trained": best, "declared": declared},
+                    fix=f"In the draft's config.json: {words}",
+                )
+            )
+        else:
+            out.append(
+                replace(
+                    finding,
+                    message=f"{said}; which wiring it was trained on is not known yet ({len(tied)} tie: "
+                    + " / ".join(f"HF {t}" for t in tied)
+                    + ")",
+                    evidence={**evidence, "trained": None, "declared": declared, "tied": tied},
+                    fix=report.how_to_separate(draft_dir),
+                )
+            )
+    return out
 
 
 DIMENSION_CLASS = {

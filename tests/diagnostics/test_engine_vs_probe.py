@@ -1,0 +1,60 @@
+"""Issue 58 row 2: in one verdict, no engine finding writes a wiring the wiring probe rejects."""
+
+from __future__ import annotations
+
+from backend.diagnostics.findings import Finding
+from backend.diagnostics.probe import Candidate, ProbeReport
+from backend.diagnostics.sample_checks import engine_wiring_against_probe
+
+DECLARED = (2, 15, 27)  # the miswired draft's config, as SpecForge (its training reading) reads it
+
+
+def report(*scores: tuple[tuple[int, ...], float]) -> ProbeReport:
+    """A probe over 8 samples (2,000 positions) whose candidates scored acc_0 `scores`, best first."""
+    candidates = [Candidate(wiring, [], [acc], 2000) for wiring, acc in scores]
+    declared = next(c for c in candidates if c.aux_hf_indices == DECLARED)
+    return ProbeReport(declared, "declared", candidates, "", [], [], 1.0, 1, 8)
+
+
+def engine_finding(engine: str, fed: list[int]) -> Finding:
+    """What cheap_checks.preflight_findings says for a serving engine: it feeds `fed`, the declared
+    wiring (trained, as the config says) is written into the fix."""
+    return Finding(
+        "aux-wiring",
+        "info",
+        f"served by {engine}: feeds HF {fed}; trained on HF {list(DECLARED)}. Fix: ...",
+        {"engine": engine, "fed": fed, "trained": list(DECLARED)},
+        f"In the draft's config.json: top-level eagle_aux_hidden_state_layer_ids = {list(DECLARED)}",
+    )
+
+
+def test_a_separated_probe_answer_replaces_the_rejected_wiring_in_every_engine_finding():
+    probe = report(((0, 2, 15), 0.41), (DECLARED, 0.12), ((1, 2, 15), 0.2))
+    assert not probe.confirmed and probe.separated
+    other = Finding("vocab", "warn", "something else")
+    found = engine_wiring_against_probe(
+        [engine_finding("vllm", [1, 14, 26]), other], probe, "drafts/miswired"
+    )
+    assert found[1] is other
+    vllm = found[0]
+    assert "[2, 15, 27]" not in vllm.fix and "[0, 2, 15]" in vllm.fix  # the probe's answer, not the rejected
+    assert (
+        "rejects the declared HF [2, 15, 27]" in vllm.message and "trained on HF [0, 2, 15]" in vllm.message
+    )
+    assert vllm.evidence["trained"] == [0, 2, 15] and vllm.evidence["declared"] == list(DECLARED)
+    # an engine that already feeds the trained wiring has nothing to fix
+    assert engine_wiring_against_probe([engine_finding("sglang", [0, 2, 15])], probe) == []
+
+
+def test_a_tie_leaves_the_trained_wiring_unknown_and_writes_none():
+    probe = report(((0, 2, 15), 0.41), ((0, 3, 15), 0.405), (DECLARED, 0.12))
+    assert not probe.confirmed and not probe.separated
+    (vllm,) = engine_wiring_against_probe([engine_finding("vllm", [1, 14, 26])], probe, "drafts/miswired")
+    assert "not known yet" in vllm.message and vllm.evidence["trained"] is None
+    assert "eagle_aux_hidden_state_layer_ids =" not in vllm.fix and "python -m backend probe" in vllm.fix
+
+
+def test_a_confirmed_declared_wiring_leaves_the_findings_as_they_are():
+    probe = report((DECLARED, 0.41), ((0, 2, 15), 0.12))
+    findings = [engine_finding("vllm", [1, 14, 26])]
+    assert engine_wiring_against_probe(findings, probe) == findings
