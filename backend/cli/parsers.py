@@ -336,6 +336,11 @@ def _lint_command(commands) -> None:
         "needs --draft and --target, the Hugging Face directories the GGUFs were converted from",
     )
     lint.add_argument("--request", metavar="FILE", help=REQUEST_HELP)
+    lint.add_argument(
+        "--db",
+        help="SQLAlchemy URL (default: SPECLENS_DB_URL or sqlite:///data/speclens.db): a wiring probe and "
+        "greedy chain runs of this draft stored there shape the fixes, as on the Diagnostics page",
+    )
     lint.add_argument("--json", action="store_true", help="print one JSON object on stdout")
 
 

@@ -11,8 +11,8 @@ from backend.defaults import default_target
 
 
 def cmd_lint(args) -> tuple[dict, str]:
-    from backend.diagnostics.lint import lint_command
     from backend.diagnostics.lint_llamacpp import lint_llamacpp
+    from backend.service.database import existing_store
 
     if args.llamacpp is not None:
         if args.request:
@@ -21,9 +21,10 @@ def cmd_lint(args) -> tuple[dict, str]:
             )
         report = lint_llamacpp(args.llamacpp, args.draft, args.target)
     else:
-        report = lint_command(
-            args.draft, args.sglang, args.vllm, args.target, request_file=args.request
-        ).to_dict()
+        from backend.service.checks import lint
+
+        engine, command = ("sglang", args.sglang) if args.sglang is not None else ("vllm", args.vllm)
+        report = lint(args.draft, command, engine, args.target, existing_store(args.db), args.request)
     lines = [
         f"{f['severity'].upper():7} {f['code']}: {f['message']}\n        fix: {f['fix']}"
         for f in report["findings"]

@@ -59,6 +59,18 @@ def database_url(url: str | None = None) -> str:
     return store.database_url(url)
 
 
+def existing_store(url: str | None = None) -> str | None:
+    """The database URL when there is a store to read (an SQLite file that does not exist yet: None),
+    for commands that only read what is stored (the lint) and must not create one."""
+    from sqlalchemy.engine import make_url
+
+    resolved = database_url(url)
+    parsed = make_url(resolved)
+    if parsed.get_backend_name() == "sqlite" and not (parsed.database and Path(parsed.database).is_file()):
+        return None
+    return resolved
+
+
 # a disk that refuses a write (full, over quota, a file-size limit, mounted read-only): the
 # environment's fault, reported in one line as bad input, never as an internal error
 DISK_REFUSED = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS})

@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 from backend.diagnostics.findings import Finding
-from backend.diagnostics.probe import Candidate, ProbeReport
-from backend.diagnostics.sample_checks import engine_wiring_against_probe
 
 DECLARED = (2, 15, 27)  # the miswired draft's config, as SpecForge (its training reading) reads it
 
 
-def report(*scores: tuple[tuple[int, ...], float]) -> ProbeReport:
+def report(*scores: tuple[tuple[int, ...], float]):
     """A probe over 8 samples (2,000 positions) whose candidates scored acc_0 `scores`, best first."""
+    from backend.diagnostics.probe import Candidate, ProbeReport  # torch: when a test runs, not collected
+
     candidates = [Candidate(wiring, [], [acc], 2000) for wiring, acc in scores]
     declared = next(c for c in candidates if c.aux_hf_indices == DECLARED)
     return ProbeReport(declared, "declared", candidates, "", [], [], 1.0, 1, 8)
+
+
+def engine_wiring_against_probe(findings, probe, draft_dir=None):
+    from backend.diagnostics.sample_checks import engine_wiring_against_probe as held
+
+    return held(findings, probe, draft_dir)
 
 
 def engine_finding(engine: str, fed: list[int]) -> Finding:
