@@ -93,6 +93,18 @@ def _widgets(row: str, columns) -> dict:
     }
 
 
+def _follow_sidebar(names: list[str], current: str) -> dict:
+    """ "Draft to replay" starts on the sidebar's active draft and follows it when the sidebar changes
+    (issue 58 row 7: it stayed on the old draft); a draft picked in the form stays until then."""
+    seen = st.session_state.get("decode_draft_sidebar")
+    st.session_state["decode_draft_sidebar"] = current
+    if seen != current or st.session_state.get("decode_draft") not in names:
+        st.session_state.pop("decode_draft", None)  # a new widget value: the sidebar's draft
+    if "decode_draft" in st.session_state:
+        return {}
+    return {"index": names.index(current) if current in names else 0}
+
+
 def replay_request(expanded: bool) -> ReplayRequest | None:
     """The form (open when `expanded`); the request when Start is clicked and the widgets make a valid
     one (else None, with the reason on screen). The settings' widgets are built from the request's
@@ -105,7 +117,7 @@ def replay_request(expanded: bool) -> ReplayRequest | None:
         draft_choice = columns[0].selectbox(
             "Draft to replay",
             names,
-            index=names.index(current) if current in names else 0,
+            **_follow_sidebar(names, current),
             key="decode_draft",
             help="The draft this replay runs. It starts on the sidebar's active draft; choosing another "
             "here changes this replay only.",
