@@ -70,7 +70,8 @@ def _shown_drafts(names: list[str]) -> tuple[str, str]:
     from ui.compare.pair import shown_pair
     from ui.runs import list_runs
 
-    shown = shown_pair([r.id for r in list_runs(limit=300)])
+    listed = list_runs(limit=300)
+    shown = shown_pair([r.id for r in listed], [r.id for r in listed if r.status == "finished"])
     if shown:
         found = [stored_runs.get_run(state.db(), int(run_id)) for run_id in shown]
         if all(found):

@@ -42,15 +42,17 @@ def _picked_here() -> None:
     state.followed("compare_run_b", chosen[1])
 
 
-def shown_pair(run_ids: list[int]) -> tuple[int, int] | None:
-    """The two runs side by side: the comparison last finished or picked, else the two newest runs.
-    The form's draft pickers follow the same pair (issue 43 row 6)."""
-    return state.get_value("compare") or ((run_ids[1], run_ids[0]) if len(run_ids) >= 2 else None)
+def shown_pair(run_ids: list[int], finished: list[int] | None = None) -> tuple[int, int] | None:
+    """The two runs side by side: the comparison last finished or picked, else the two newest finished
+    runs (`finished`, newest first; else the two newest runs). The form's draft pickers follow the same
+    pair (issue 43 row 6)."""
+    newest = finished if finished is not None and len(finished) >= 2 else run_ids
+    return state.get_value("compare") or ((newest[1], newest[0]) if len(newest) >= 2 else None)
 
 
 def pick_pair(runs: list[RunInfo]) -> tuple[int, int]:
     run_ids = [r.id for r in runs]
-    preset = shown_pair(run_ids)
+    preset = shown_pair(run_ids, [r.id for r in runs if r.status == "finished"])
     label = {r.id: run_label(r) for r in runs}
     left, right = st.columns(2)
     chosen = []
@@ -65,7 +67,8 @@ def pick_pair(runs: list[RunInfo]) -> tuple[int, int]:
 
 
 def _metrics(run_a: RunInfo, steps_a, run_b: RunInfo, steps_b, divergence: int | None) -> None:
-    al_a, al_b = run_a.measured.mean_accept_length, run_b.measured.mean_accept_length
+    # an unfinished run's accept length is of the steps it kept: not shown as the run's (issue 58 row 11)
+    al_a, al_b = (r.measured.mean_accept_length if r.status == "finished" else None for r in (run_a, run_b))
     cells = st.columns(5)
     cells[0].metric("Accept length A", _shown(al_a), help=ACCEPT_LENGTH_HELP)
     cells[1].metric(
