@@ -1,9 +1,17 @@
 """Wiring probe: which three target hidden states was this draft trained on? (docs/reference.md §2, §5)
 
 A draft fed the states it was trained on predicts the target far better than one fed any other
-states, so teacher-forced accuracy under candidate wirings ranks them. The target runs once per
-sample capturing every HF index (0 = embedding output .. L = last layer, pre-norm); each candidate
-is then only a draft TTT pass, so dozens of candidates cost seconds on small models.
+states. The target runs once per sample capturing every HF index (0 = embedding output .. L = last
+layer, pre-norm); each candidate is then one draft forward (TTT step 0) whose head runs on the
+loss-masked positions only: acc_0 (the draft's argmax is the target's greedy token, what greedy
+acceptance asks) ranks them, the mean probability the draft gives that token breaks ties. Candidates
+are compared paired, on the same positions: per sample, acc_0 under one wiring minus the other's, so
+that what is easy or hard for every wiring cancels. The best is separated from another when that
+difference is T_SEPARATE standard errors above zero over the samples (a paired t) and at least
+CONFIRM_MARGIN; else the two are tied and no wiring is written. (The probability alone does not
+rank: on the toy demo's final draft a wrong wiring gets the higher mean probability and the lower
+acc_0.) The K-step acc_k and the predicted accept length are computed for the
+best, the declared and the tied wirings only.
 
 Candidates: the declared ids read in each convention, the defaults, +/-1 shifts of each declared
 id, the embedding output (HF 0) in place of the low layer, the [embedding, a, b] shift of docs/seed-story.md,
@@ -23,10 +31,20 @@ from backend.engine.metrics import acceptance_metrics, simulated_accept_length
 from backend.engine.readings import DraftMath
 from backend.engine.records import Progress, no_progress
 from backend.engine.replay import accept_lengths
-from backend.engine.teacher import TargetPass, TeacherCounts, draft_counts, draft_vocab_mask, target_pass
+from backend.engine.teacher import (
+    TargetPass,
+    TeacherCounts,
+    draft_counts,
+    draft_step0_scores,
+    draft_vocab_mask,
+    target_pass,
+    target_to_draft,
+)
 from backend.engine.wiring import Wiring, default_hf_indices
 
 CONFIRM_MARGIN = 0.01  # the least acc_0 gap that counts against the declared wiring (see confirm_margin)
+T_SEPARATE = 2.5  # a paired per-sample acc_0 difference this many standard errors above 0 separates
+REPORTED = 6  # the candidates whose K-step acc_k is computed (best, declared, tied first)
 
 
 def confirm_margin(best: Candidate) -> float:
@@ -48,6 +66,9 @@ class Candidate:
     acc_per_step: list[float | None] = field(default_factory=list)
     n_positions: int = 0
     live_accept_length: float | None = None
+    sample_acc: list[float] = field(default_factory=list)  # per sample, acc_0 (TTT step 0)
+    sample_prob: list[float] = field(default_factory=list)  # per sample, the mean p of the target token
+    mean_prob: float | None = None  # p(the target's greedy token) at step 0, over every counted position
 
     @property
     def acc_step0(self) -> float:
@@ -63,6 +84,10 @@ class Candidate:
 
     @property
     def score(self) -> tuple[float, float]:
+        """What ranks candidates: acc_0 then the mean probability where the probe measured them (step
+        0 only), else the predicted accept length, then acc_0."""
+        if self.mean_prob is not None:
+            return (self.acc_step0, self.mean_prob)
         return (self.simulated or 0.0, self.acc_step0)
 
     def to_dict(self) -> dict:
@@ -75,7 +100,39 @@ class Candidate:
             "predicted_accept_length": None if self.simulated is None else 1 + self.simulated,
             "n_positions": self.n_positions,
             "live_accept_length": self.live_accept_length,
+            "mean_prob": self.mean_prob,  # of the target's greedy token at TTT step 0
         }
+
+
+def paired_t(best: Candidate, other: Candidate, measure: str = "sample_acc") -> float | None:
+    """How many standard errors `best`'s per-sample `measure` (acc_0, or the mean probability of the
+    target token: sample_prob) lies above `other`'s, paired over the samples; None where either has no
+    per-sample scores or fewer than 2 samples pair up."""
+    a, b = getattr(best, measure), getattr(other, measure)
+    if len(a) < 2 or len(a) != len(b):
+        return None
+    differences = [x - y for x, y in zip(a, b, strict=True)]
+    n = len(differences)
+    mean = sum(differences) / n
+    spread = math.sqrt(sum((d - mean) ** 2 for d in differences) / (n - 1))
+    if spread == 0:
+        return math.inf if mean > 0 else 0.0
+    return mean / (spread / math.sqrt(n))
+
+
+def separates(best: Candidate, other: Candidate) -> bool:
+    """Whether these samples tell `best` from `other`: the paired t of their per-sample acc_0 (see the
+    module) with a gap of at least CONFIRM_MARGIN, else (none measured) acc_0 beyond two binomial
+    standard errors."""
+    t = paired_t(best, other)
+    if t is None:
+        return other.acc_step0 < best.acc_step0 - confirm_margin(best)
+    by_prob = paired_t(best, other, "sample_prob")
+    return (
+        t >= T_SEPARATE
+        and best.acc_step0 - other.acc_step0 >= CONFIRM_MARGIN
+        and (by_prob is None or by_prob >= T_SEPARATE)
+    )
 
 
 @dataclass
@@ -96,27 +153,32 @@ class ProbeReport:
 
     @property
     def confirmed(self) -> bool:
-        return (
-            self.best.aux_hf_indices == self.declared.aux_hf_indices
-            or self.declared.acc_step0 >= self.best.acc_step0 - confirm_margin(self.best)
+        return self.best.aux_hf_indices == self.declared.aux_hf_indices or not separates(
+            self.best, self.declared
         )
 
     @property
     def as_good(self) -> list[Candidate]:
-        """Candidates other than the best whose acc_0 lies within the noise of the best's
-        (confirm_margin): on these samples they cannot be told from it. In a deep target two
-        neighbouring layers (HF 1 and 2, say) can carry nearly the same state, so a draft trained on
-        one is served as well by the other."""
-        floor = self.best.acc_step0 - confirm_margin(self.best)
-        return [c for c in self.candidates[1:] if c.acc_step0 >= floor]
+        """Candidates other than the best these samples cannot tell from it (`separates`). In a deep
+        target two neighbouring layers (HF 1 and 2, say) can carry nearly the same state, so a draft
+        trained on one is served as well by the other."""
+        return [c for c in self.candidates[1:] if not separates(self.best, c)]
 
     @property
     def tied(self) -> list[Candidate]:
-        """The one set of wirings the samples cannot tell apart, best first: every view names these
-        (the headline, the evidence, the fix, the lint). Just the declared one when it is confirmed."""
+        """The one set of wirings the samples cannot tell apart: every view names these (the headline,
+        the evidence, the fix, the lint), and the first is the one a view uses when it needs one (the
+        Decode reference, the live replays). Led by the highest mean probability of the target's token:
+        a draft is trained to maximise the likelihood of the target's tokens, and inside a tie acc_0's
+        order is noise (the real pair's miswired draft: its trained HF [0, 2, 15] has the highest mean
+        probability of the tie at 8 and at 32 samples, and the third acc_0). Just the declared one
+        when it is confirmed."""
         if self.confirmed:
             return [self.declared]
-        return [self.best, *(c for c in self.as_good if c is not self.declared)]
+        tied = [self.best, *(c for c in self.as_good if c is not self.declared)]
+        if all(c.mean_prob is not None for c in tied):  # led by the training objective's measure
+            tied.sort(key=lambda c: c.mean_prob, reverse=True)
+        return tied
 
     @property
     def separated(self) -> bool:
@@ -218,6 +280,7 @@ def run_probe(
         passes.append(target_pass(target, sample.input_ids, sample.loss_mask, every_index))
         progress(0.2 * (number + 1) / len(samples), f"target pass {number + 1}/{len(samples)}")
     in_vocab = draft_vocab_mask(draft, target.vocab_size, target.device)
+    to_draft = target_to_draft(draft, target.vocab_size, target.device)
     evaluated: dict[tuple, Candidate] = {}
 
     def evaluate(indices: tuple, labels: list[str]) -> Candidate:
@@ -226,12 +289,28 @@ def run_probe(
                 if label not in evaluated[indices].labels:
                     evaluated[indices].labels.append(label)
             return evaluated[indices]
-        counts = TeacherCounts([0] * num_steps, [0] * num_steps)
-        for passed in passes:
-            counts.add(draft_counts(draft, passed, passed.features(indices), in_vocab, num_steps, math))
-        candidate = Candidate(indices, list(labels), counts.acc_per_step, counts.counted[0])
+        scored = [draft_step0_scores(draft, p, p.features(indices), to_draft, math) for p in passes]
+        counted = sum(len(probs) for probs, _ in scored)
+        hits = sum(int(h.sum()) for _, h in scored)
+        candidate = Candidate(
+            indices,
+            list(labels),
+            [hits / counted if counted else None] + [None] * (num_steps - 1),
+            counted,
+            sample_acc=[float(h.float().mean()) for _, h in scored if len(h)],
+            sample_prob=[float(p.mean()) for p, _ in scored if len(p)],
+            mean_prob=float(sum(float(p.sum()) for p, _ in scored) / counted) if counted else None,
+        )
         evaluated[indices] = candidate
         return candidate
+
+    def with_acc_k(candidate: Candidate) -> None:
+        """The K-step acc_k of a reported candidate (the predicted accept length)."""
+        counts = TeacherCounts([0] * num_steps, [0] * num_steps)
+        for passed in passes:
+            features = passed.features(candidate.aux_hf_indices)
+            counts.add(draft_counts(draft, passed, features, in_vocab, num_steps, math))
+        candidate.acc_per_step = counts.acc_per_step
 
     initial = initial_candidates(draft, declared, num_layers)
     total = len(initial) + search_budget
@@ -247,6 +326,8 @@ def run_probe(
     )
     ranked = sorted(evaluated.values(), key=lambda c: c.score, reverse=True)
     declared_candidate = evaluated[tuple(declared.aux_hf_indices)]
+    for candidate in reported_candidates(ranked, declared_candidate, num_steps, len(samples)):
+        with_acc_k(candidate)
     if live_samples:
         live = (
             [ranked[0]] + ([declared_candidate] if declared_candidate is not ranked[0] else []) + ranked[1:2]
@@ -279,6 +360,17 @@ def run_probe(
     report.verdict = verdict(report, num_layers)
     progress(1.0, "done")
     return report
+
+
+def reported_candidates(ranked: list[Candidate], declared: Candidate, num_steps: int, n_samples: int):
+    """The candidates whose K-step acc_k the report shows: the best, the declared, the tied, then the
+    next best, REPORTED in all."""
+    tied = ProbeReport(declared, "", ranked, "", [], [], 0.0, num_steps, n_samples).tied
+    reported: list[Candidate] = []
+    for candidate in [ranked[0], declared, *tied, *ranked]:
+        if all(candidate is not r for r in reported):
+            reported.append(candidate)
+    return reported[:REPORTED]
 
 
 def _search(evaluate, evaluated: dict, num_layers: int, budget: int, tick) -> None:
@@ -335,9 +427,9 @@ def verdict(report: ProbeReport, num_layers: int) -> str:
     if report.confirmed and best is not declared:
         return (
             f"The declared wiring {describe(declared.aux_hf_indices, num_layers)} is the trained one as far as "
-            f"{report.n_samples} samples can tell: acc_0 {declared.acc_step0:.3f}, within the noise "
-            f"(±{confirm_margin(best):.3f}, two standard errors over {best.n_positions} positions) of the best of "
-            f"{len(report.candidates)} candidates, HF {list(best.aux_hf_indices)} at {best.acc_step0:.3f}. {config}"
+            f"{report.n_samples} samples can tell: {_score(declared)}, within the noise ({_noise(best, declared)}) "
+            f"of the best of {len(report.candidates)} candidates, HF {list(best.aux_hf_indices)} at "
+            f"{_score(best)}. {config}"
         )
     if report.confirmed:
         runner = next((c for c in report.candidates if c is not declared), None)
@@ -360,14 +452,40 @@ def verdict(report: ProbeReport, num_layers: int) -> str:
     if not tied:
         return (
             f"The draft was trained on {describe(best.aux_hf_indices, num_layers)}, not on the declared "
-            f"{describe(declared.aux_hf_indices, num_layers)}: acc_0 {best.acc_step0:.3f} vs "
-            f"{declared.acc_step0:.3f} with the declared wiring{loss}{live}. {config}"
+            f"{describe(declared.aux_hf_indices, num_layers)}: {_score(best)} vs {_score(declared)} with the "
+            f"declared wiring{loss}{live}; the runner-up is {_runner_up(report)}. {config}"
         )
-    others = ", ".join(f"HF {list(c.aux_hf_indices)} ({c.acc_step0:.3f})" for c in tied)
+    others = ", ".join(f"HF {list(c.aux_hf_indices)} (acc_0 {c.acc_step0:.3f})" for c in tied)
     return (
         f"The draft was not trained on the declared {describe(declared.aux_hf_indices, num_layers)}: "
-        f"the best wiring, {describe(best.aux_hf_indices, num_layers)}, scores acc_0 {best.acc_step0:.3f} vs "
-        f"{declared.acc_step0:.3f} with the declared wiring{loss}{live}. It is within the noise "
-        f"(±{confirm_margin(best):.3f}, two standard errors over {best.n_positions} positions) of {others}. "
-        + report.how_to_separate()
+        f"the best wiring, {describe(best.aux_hf_indices, num_layers)}, scores {_score(best)} vs "
+        f"{_score(declared)} with the declared wiring{loss}{live}. These samples cannot tell it from {others} "
+        f"(the closest: {_noise(best, tied[0])}). " + report.how_to_separate()
+    )
+
+
+def _runner_up(report: ProbeReport) -> str:
+    runner = next((c for c in report.candidates[1:]), None)
+    if runner is None:
+        return "none"
+    return f"HF {list(runner.aux_hf_indices)} ({_noise(report.best, runner)})"
+
+
+def _score(candidate: Candidate) -> str:
+    """A candidate's numbers in words: acc_0 and, where measured, the mean probability of the token."""
+    said = f"acc_0 {candidate.acc_step0:.3f}"
+    if candidate.mean_prob is not None:
+        said += f", mean p(target token) {candidate.mean_prob:.3f}"
+    return said
+
+
+def _noise(best: Candidate, other: Candidate) -> str:
+    """How far apart the samples put two candidates: the paired t of their per-sample acc_0 (or the
+    acc_0 margin where there are none)."""
+    t = paired_t(best, other)
+    if t is None:
+        return f"±{confirm_margin(best):.3f} acc_0, two standard errors over {best.n_positions} positions"
+    return (
+        f"paired over {len(best.sample_acc)} samples the best's acc_0 is {t:.1f} standard errors above it; "
+        f"{T_SEPARATE:g} and a gap of {CONFIRM_MARGIN} separate"
     )

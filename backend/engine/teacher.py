@@ -100,6 +100,56 @@ def teacher_forced_counts(
     return draft_counts(draft, passed, passed.features(wiring.aux_hf_indices), in_vocab, num_steps, math)
 
 
+def target_to_draft(draft: Eagle3Draft, target_vocab: int, device) -> torch.Tensor:
+    """[target vocab] -> draft-vocab index of each target id, -1 where the draft cannot propose it."""
+    draft_ids = torch.arange(draft.config.draft_vocab_size, device=device)
+    target_ids = draft.to_target_ids(draft_ids)
+    mapping = torch.full((target_vocab,), -1, dtype=torch.long, device=device)
+    keep = target_ids < target_vocab
+    mapping[target_ids[keep]] = draft_ids[keep]
+    return mapping
+
+
+def draft_step0_scores(
+    draft: Eagle3Draft,
+    passed: TargetPass,
+    features: torch.Tensor,
+    to_draft: torch.Tensor,
+    math: DraftMath | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Step 0 of the TTT chain over one target pass, at the counted (loss-masked) positions only:
+    the draft's probability of the target's greedy token, and whether its argmax is that token
+    (acc_0's hit). The wiring probe compares candidate wirings on these, position by position (the
+    same positions under every wiring). The head runs on the counted rows only: the lm_head is most of
+    a draft forward's cost."""
+    ids, mask, target_argmax = passed.ids, passed.loss_mask, passed.target_argmax
+    device = ids.device
+    total = len(ids)
+    if total < 3:
+        empty = torch.zeros(0, device=device)
+        return empty, empty.bool()
+    with torch.inference_mode():
+        length = total - 1
+        index = torch.arange(length, device=device)
+        fused = draft.fuse(features[:length].to(draft.fc.weight.dtype), math)
+        hidden = draft(
+            fused,
+            ids[index + 1],
+            index,
+            TTTCache(len(draft.layers)),
+            mask=ttt_mask(length, 0, device),
+            math=math,
+        )
+        rows = mask[index].nonzero().squeeze(-1)
+        logits = draft.logits(hidden[rows], math).float()
+        truth = to_draft[target_argmax[rows + 1]]
+        known = truth >= 0
+        log_probs = torch.log_softmax(logits, dim=-1).gather(-1, truth.clamp(min=0)[:, None]).squeeze(-1)
+        probs = torch.where(known, log_probs.exp(), torch.zeros_like(log_probs))  # out of vocab: 0
+        hits = known & (logits.argmax(-1) == truth)
+    return probs, hits
+
+
 def draft_counts(
     draft: Eagle3Draft,
     passed: TargetPass,

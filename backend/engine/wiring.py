@@ -99,7 +99,7 @@ def fed_wiring(view: EngineView, override, num_target_layers: int) -> Wiring:
     """The HF indices fed to the draft: the `override` (checked against the target's depth in
     wiring.override_wiring), else what `view`'s engine reads (checked in `_read`). BadInput when that
     engine cannot run the draft. The one rule: preflight, replays, the teacher, the probe and every
-    dashboard job reach it (through service/requests.py::reading_of where a draft is loaded)."""
+    dashboard job reach it (through engine/request.py::reading_of where a draft is loaded)."""
     if override is not None:
         return override_wiring(override, num_target_layers)
     if not view.loads:

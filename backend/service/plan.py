@@ -1,6 +1,6 @@
 """A request resolved once against the loaded pair: what the engine runs and what the run stores.
 
-`ReplayRequest` (backend/service/requests.py) validates what the user gave, CLI flags or page
+`ReplayRequest` (backend/engine/request.py) validates what the user gave, CLI flags or page
 widgets, before any model loads. `resolve` then decides, in one place, everything that needs the
 loaded pair: the engine's reading of the draft and the wiring it feeds (the override, else that
 reading's), the prompt's ids, the tree shape after SGLang's rewrites and the acceptance rule, the

@@ -75,7 +75,8 @@ def test_wirings_inside_the_noise_of_the_best_are_named_as_good():
     assert not tied.confirmed and tied.as_good == [tie]  # margin 2 * sqrt(.592 * .408 / 762) = 0.036
     text = verdict(tied, 12)
     assert text.startswith("The draft was not trained on the declared HF [2, 6, 9]")
-    assert "within the noise" in text and "of HF [0, 2, 6] (0.584)" in text and "[0, 4, 6]" not in text
+    assert "cannot tell it from HF [0, 2, 6] (acc_0 0.584)" in text and "[0, 4, 6]" not in text
+    assert "±0.036 acc_0, two standard errors over 762 positions" in text  # no per-sample scores: the margin
     # issue 43 row 1: one tied set everywhere, and no wiring written until the probe separates one
     assert "cannot tell HF [0, 1, 6] / HF [0, 2, 6] apart, so no wiring is written yet" in text
     as_dict = tied.to_dict()
@@ -130,3 +131,50 @@ def test_a_declared_wiring_that_repeats_an_index_is_run_as_given(bigram_setup, t
     report = run_probe(setup.target, draft, wiring, setup.samples, ProbeSettings(3, 10))
     assert report.declared.aux_hf_indices == (2, 3, 3)
     assert not report.confirmed and report.best.aux_hf_indices[0] == 0  # the search finds the embedding
+
+
+def test_a_consistent_small_gap_separates_paired_and_an_inconsistent_one_does_not():
+    """Issue 58: candidates are compared paired over samples (per-sample acc_0 differences), so a gap
+    every sample shows separates where the unpaired margin (two binomial standard errors, 0.036 here)
+    would call a tie, and a gap some samples reverse does not."""
+    from backend.diagnostics.probe import Candidate, ProbeReport, paired_t, separates
+
+    base = [0.60, 0.62, 0.58, 0.61, 0.59, 0.63, 0.60, 0.62]
+
+    def candidate(wiring, shifts):
+        accs = [a + d for a, d in zip(base, shifts, strict=True)]
+        return Candidate(wiring, [], [sum(accs) / 8, 0.5], 762, sample_acc=accs, mean_prob=0.2)
+
+    best = candidate((0, 2, 15), [0.0] * 8)
+    consistent = candidate((0, 3, 15), [-0.02, -0.018, -0.022, -0.02, -0.019, -0.021, -0.02, -0.02])
+    mixed = candidate((0, 1, 15), [0.05, -0.09, 0.04, -0.08, 0.03, -0.07, 0.02, -0.06])
+    assert paired_t(best, consistent) > 20 and separates(best, consistent)
+    assert best.acc_step0 - consistent.acc_step0 < 0.036  # inside the unpaired margin
+    assert not separates(best, mixed)
+    declared = candidate((2, 15, 27), [-0.4] * 8)
+    report = ProbeReport(declared, "config", [best, mixed, consistent, declared], "", [], [], 1.0, 2, 8)
+    assert not report.confirmed and [c.aux_hf_indices for c in report.tied] == [(0, 2, 15), (0, 1, 15)]
+    tiny = candidate((0, 4, 15), [-0.005] * 8)  # every sample agrees, but the gap is below CONFIRM_MARGIN
+    assert paired_t(best, tiny) == float("inf") and not separates(best, tiny)
+
+
+def test_a_wiring_the_probability_favours_is_not_separated_on_acc_0_alone():
+    """The real pair's miswired draft: HF [0, 3, 15] beats the trained [0, 2, 15] on acc_0 in every
+    sample, while [0, 2, 15] gets the higher probability of the target's token. Separation needs both
+    measures, so the trained wiring stays in the tie instead of being ruled out."""
+    from backend.diagnostics.probe import Candidate, separates
+
+    acc = [0.41, 0.40, 0.43, 0.42, 0.40, 0.41, 0.42, 0.41]
+    best = Candidate((0, 3, 15), [], [0.4125], 2000, sample_acc=acc, sample_prob=[0.27] * 8, mean_prob=0.27)
+    trained = Candidate(
+        (0, 2, 15), [], [0.3975], 2000,
+        sample_acc=[a - 0.015 for a in acc], sample_prob=[0.28, 0.281, 0.279, 0.28, 0.282, 0.278, 0.28, 0.281],
+        mean_prob=0.28,
+    )  # fmt: skip
+    assert not separates(best, trained)
+    worse = Candidate(
+        (0, 9, 15), [], [0.3975], 2000,
+        sample_acc=[a - 0.015 for a in acc], sample_prob=[0.25, 0.251, 0.249, 0.25, 0.252, 0.248, 0.25, 0.251],
+        mean_prob=0.25,
+    )  # fmt: skip
+    assert separates(best, worse)  # both measures put it below the best
