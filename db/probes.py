@@ -17,15 +17,13 @@ def add_probe(session: Session, target_path: str, draft_path: str, draft_stamp: 
     return row.id
 
 
-def latest_probe(session: Session, target_path: str, draft_path: str, draft_stamp: list) -> dict | None:
-    """The newest probe of this pair run on the draft's files as they are now (same stamp); None when
-    none ran, or the draft changed since."""
+def largest_probe(session: Session, target_path: str, draft_path: str, draft_stamp: list) -> dict | None:
+    """The probe of this pair on the draft's files as they are now (same stamp) that ran on the most
+    samples, the newest of those; None when none ran, or the draft changed since."""
     rows = session.scalars(
         select(WiringProbeRow)
         .where(WiringProbeRow.target_path == target_path, WiringProbeRow.draft_path == draft_path)
         .order_by(WiringProbeRow.id.desc())
     )
-    for row in rows:
-        if list(row.draft_stamp or []) == list(draft_stamp):
-            return dict(row.report or {})
-    return None
+    kept = [dict(row.report or {}) for row in rows if list(row.draft_stamp or []) == list(draft_stamp)]
+    return max(kept, key=lambda report: report.get("n_samples") or 0) if kept else None

@@ -30,7 +30,7 @@ from db.observations import (
     remember_checkpoint,
     remembered_checkpoints,
 )
-from db.probes import add_probe, latest_probe
+from db.probes import add_probe, largest_probe
 from db.runs import (
     NO_INPUT,
     STALE_AFTER_S,
@@ -59,7 +59,7 @@ from db.runs import (
 
 __all__ = [
     "add_probe",
-    "latest_probe",
+    "largest_probe",
     "DEFAULT_DB_PATH",
     "DatasetInfo",
     "NO_INPUT",

@@ -239,6 +239,8 @@ def cmd_diagnose(args) -> tuple[dict, str]:
         result = diagnose(args.target, args.draft, samples, options, progress)
     finally:
         bar.close()
+    if result.get("probe"):
+        keep_probe(args, result["probe"])
     lines = [f"verdict: {result['verdict'].upper()}: {result['headline']}"]
     for finding in result["findings"]:
         lines.append(f"  {finding['severity'].upper():4} {finding['class']}: {finding['message']}")
@@ -248,6 +250,15 @@ def cmd_diagnose(args) -> tuple[dict, str]:
     if result.get("next_step"):
         lines.append(f"next: {result['next_step']}")
     return result, "\n".join(lines)
+
+
+def keep_probe(args, report: dict) -> None:
+    """A probe the CLI ran (alone or inside diagnose) is kept with the pair, as the pages keep theirs:
+    the lint, the probe tab and Decode's reference then use it (the largest probe of the draft as it
+    is now wins, service/checks.py known_probe)."""
+    from backend.service.checks import remember_probe
+
+    remember_probe(args.target, args.draft, report, args.db)
 
 
 def cmd_probe(args) -> tuple[dict, str]:
@@ -262,6 +273,9 @@ def cmd_probe(args) -> tuple[dict, str]:
         report = run_probe(target, draft, wiring, samples, settings, progress, view.math)
     finally:
         bar.close()
+    keep_probe(
+        args, {**report.to_dict(), "settings": settings.describe(samples), "ran_by": "the CLI's probe"}
+    )
     lines = [f"{'HF indices':>14}  acc_0  pred. AL  label"]
     for c in report.candidates[:12]:
         predicted = "  n/a " if c.simulated is None else f"{1 + c.simulated:6.2f}"

@@ -124,6 +124,7 @@ def _probe_command(commands) -> None:
         help="also replay live on the first N samples for the best, declared and runner-up",
     )
     probe.add_argument("--live-tokens", type=positive, default=64)
+    probe.add_argument("--db", help=KEEP_PROBE_HELP)
 
 
 REQUEST_HELP = (
@@ -132,11 +133,18 @@ REQUEST_HELP = (
 )
 
 
+KEEP_PROBE_HELP = (
+    "SQLAlchemy URL (default: SPECLENS_DB_URL or sqlite:///data/speclens.db): the wiring probe is kept "
+    "there with the pair, and the dashboard's lint, probe tab and Decode use the largest one"
+)
+
+
 def _diagnose_command(commands) -> None:
     diag = commands.add_parser(
         "diagnose", help="why is this draft accepted less than it should be? one verdict"
     )
     common(diag)
+    diag.add_argument("--db", help=KEEP_PROBE_HELP)
     diag.add_argument(
         "--samples", help="JSONL samples: with them the probes, the template check and live replays run"
     )

@@ -209,8 +209,9 @@ def probe_settings(num_steps: int, budget: int, live: int, samples: list) -> dic
 
 
 def known_probe(target_path: str, draft_path: str, db_url: str | None = None) -> dict | None:
-    """The last probe of this pair on the draft's files as they are now: this server's, else the
-    database's; None when none ran (or the draft changed since)."""
+    """The probe of this pair on the draft's files as they are now that ran on the most samples (the
+    newest of those), this server's or the database's (the CLI keeps its probes there too); None when
+    none ran (or the draft changed since)."""
     from sqlalchemy.exc import SQLAlchemyError
 
     from backend import BadInput
@@ -219,15 +220,18 @@ def known_probe(target_path: str, draft_path: str, db_url: str | None = None) ->
 
     key, drafted = _pair_key(target_path, draft_path), _draft_stamp(draft_path)
     stamped, report = _PROBES.get(key, (None, None))
-    if stamped == drafted:
-        return report
-    if db_url is None:
-        return None
-    try:
-        with store.session_scope(open_database(db_url).factory) as session:
-            return store.latest_probe(session, *key, drafted)
-    except (BadInput, SQLAlchemyError):
-        return None
+    here = report if stamped == drafted else None
+    stored = None
+    if db_url is not None:
+        try:
+            with store.session_scope(open_database(db_url).factory) as session:
+                stored = store.largest_probe(session, *key, drafted)
+        except (BadInput, SQLAlchemyError):
+            stored = None
+    found = [r for r in (here, stored) if r]
+    # the probe on the most samples (issue 58 row 18: a 32-sample CLI probe lost to the page's 8); this
+    # server's when they are as large
+    return max(found, key=lambda r: r.get("n_samples") or 0) if found else None
 
 
 def probe_wirings(report: dict | None) -> list[list[int]]:

@@ -125,3 +125,29 @@ def test_a_probe_outlives_the_server_that_ran_it(tmp_path, db_url):
     assert checks.known_probe(target, str(draft), db_url) is None
     checks.remember_probe(target, str(draft), found, "sqlite:////nonexistent-dir/x.db")  # kept in memory
     assert checks.trained_wiring(target, str(draft)) == [0, 2, 6]
+
+
+def test_a_probe_the_cli_ran_is_kept_and_the_largest_probe_is_the_one_used(tmp_path, db_url):
+    """Issue 58 row 18: the 32-sample probe the fix recommends, run on the CLI, was not kept; the
+    pages kept the page's 8-sample probe. The CLI keeps its probes with the pair, and the probe on the
+    most samples is the one every view reads."""
+    import json
+    import shutil
+
+    from backend.defaults import DEMO_DRAFTS, DEMO_EVAL, DEMO_TARGET
+    from backend.service import checks
+    from tests.support.cli import run_cli
+
+    draft = tmp_path / "miswired"
+    shutil.copytree(DEMO_DRAFTS / "miswired", draft)
+    target = str(DEMO_TARGET)
+    small = {"confirmed": False, "best": {"aux_hf_indices": [0, 4, 6]}, "tied": [[0, 4, 6]], "n_samples": 1}
+    checks.remember_probe(target, str(draft), small, db_url)  # the page's probe, on fewer samples
+    args = ["probe", "--target", target, "--draft", str(draft), "--samples", str(DEMO_EVAL)]
+    done = run_cli(*args, "--limit", "2", "--budget", "2", "--db", db_url, "--json")
+    assert done.returncode == 0, done.stderr[-2000:]
+    ran = json.loads(done.stdout)
+    kept = checks.known_probe(target, str(draft), db_url)
+    assert kept["ran_by"] == "the CLI's probe" and kept["n_samples"] == 2 and kept["tied"] == ran["tied"]
+    checks._PROBES.clear()  # a new server reads the database: still the larger one
+    assert checks.known_probe(target, str(draft), db_url)["n_samples"] == 2
