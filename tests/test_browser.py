@@ -112,7 +112,7 @@ def diagnose_miswired(page, url: str) -> str:
 def lint_recommends_one_command(page, shot) -> None:
     """Row 3: on the lint tab the seed's SGLang command gets one recommended command, and every fix
     that names a chain names the chain that command runs (the what-if's best K on a stored run)."""
-    page.get_by_text("SGLang", exact=True).first.click()
+    page.locator('[data-testid="stRadio"]').get_by_text("SGLang", exact=True).first.click()
     wait_idle(page)
     page.get_by_role("button", name="Lint").click()
     page.get_by_text("Recommended command").first.wait_for(timeout=60_000)

@@ -15,8 +15,8 @@ def test_evidence_becomes_one_row_per_field_with_compact_values():
             "separated": False,
         }
     )
-    assert {"field": "live_accept_length", "value": "1.235"} in rows
-    assert {"field": "acc_step0.best", "value": "0.59"} in rows
+    assert {"field": "live accept length", "value": "1.235"} in rows
+    assert {"field": "acc step0.best", "value": "0.59"} in rows
     assert {"field": "tied", "value": "[[0, 1, 6], [0, 2, 6]]"} in rows
     assert {"field": "curve", "value": "[{prompt_tokens: 256, accept_length: 2}]"} in rows
     assert {"field": "separated", "value": "False"} in rows

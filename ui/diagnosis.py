@@ -51,13 +51,13 @@ def show_diagnosis(result: dict, stale: str | None = None) -> None:
             f"{measured['max_new_tokens']} new tokens each; assuming {measured['assumes']}.",
         )
         st.caption(f"Live replays assumed {md(measured['assumes'])}.")
-    for number, finding in enumerate(result["findings"]):
+    for finding in result["findings"]:
         label = f"{ICONS[finding['severity']]} · {finding['class']} · {md(title(finding['message']))}"
         with st.expander(label, expanded=finding["severity"] == "fail"):
             st.markdown(md(finding["message"]))
             if finding["fix"]:
                 st.markdown(f"**Fix:** {md(finding['fix'])}")
-            evidence_table(finding["evidence"], f"evidence_{number}_{finding['class']}")
+            evidence_table(finding["evidence"])
 
 
 def diagnose_form() -> tuple[list, dict] | None:

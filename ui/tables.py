@@ -56,13 +56,15 @@ def evidence_rows(evidence: dict, prefix: str = "") -> list[dict]:
         if isinstance(value, dict) and value and all(not isinstance(v, (dict, list)) for v in value.values()):
             rows += evidence_rows(value, f"{name}.")
         else:
-            rows.append({"field": name, "value": _cell(value)})
+            rows.append({"field": name.replace("_", " "), "value": _cell(value)})
     return rows
 
 
-def evidence_table(evidence: dict, key: str) -> None:
+def evidence_table(evidence: dict) -> None:
+    """The evidence as a static table: long values wrap instead of being cut at the column's edge
+    (issue 58 row 14); field names in words, not snake_case."""
     if evidence:
-        st.dataframe(pd.DataFrame(evidence_rows(evidence)), hide_index=True, key=key, width="stretch")
+        st.table(pd.DataFrame(evidence_rows(evidence)).set_index("field"))
 
 
 def title(text: str, limit: int = 110) -> str:

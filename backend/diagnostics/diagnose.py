@@ -263,10 +263,10 @@ def _sample_findings(
     ran["wiring probe"] = f"ran on {len(samples)} samples"
     findings += wiring_findings(probe, target.num_layers, subject.draft_dir)
     if not probe.confirmed:
-        wiring = Wiring(tuple(probe.tied[0].aux_hf_indices), "the wiring probe's lead")
+        wiring = Wiring(tuple(probe.tied[0].aux_hf_indices), "the wiring probe's best")
     assumes = (
         f"HF {list(wiring.aux_hf_indices)}, "
-        + ("the wiring probe's lead, not the declared one" if not probe.confirmed else "the declared wiring")
+        + ("the wiring probe's best, not the declared one" if not probe.confirmed else "the declared wiring")
         + f", read as {subject.view.engine}"
     )
     progress(0.35, "reading probe")

@@ -308,8 +308,9 @@ def _sglang_algorithm(settings: ServingSettings, draft: DraftFacts, add) -> None
             "error",
             "eagle-algorithm-eagle3-draft",
             f"--speculative-algorithm EAGLE with an EAGLE-3 draft ({config.architecture}, fc over 3 target "
-            "layers): older SGLang runs it as EAGLE-1 and skips the 3-layer fc, giving accept length exactly "
-            "1.0 with no error (newer SGLang upgrades it, PR #21272).",
+            "layers): SGLang runs it as EAGLE-1 and skips the 3-layer fc, giving accept length exactly 1.0 "
+            "with no error (held against SGLang main of 2026-07-19: it starts without a warning and accepts "
+            "0 of 252 drafts; the automatic upgrade proposed in PR #21272 was closed without merging).",
             "--speculative-algorithm EAGLE3",
             {"--speculative-algorithm": "EAGLE3"},
         )

@@ -442,7 +442,8 @@ def verdict(report: ProbeReport, num_layers: int) -> str:
     if best.simulated and declared.simulated is not None:
         predicted_best, predicted_declared = 1 + best.simulated, 1 + declared.simulated
         loss = (
-            f"; predicted accept length {predicted_declared:.2f} instead of {predicted_best:.2f} "
+            f"; predicted accept length {predicted_declared:.2f} with the declared HF "
+            f"{list(declared.aux_hf_indices)} instead of {predicted_best:.2f} with HF {list(best.aux_hf_indices)} "
             f"({100 * (1 - predicted_declared / predicted_best):.0f}% lost)"
         )
     live = ""

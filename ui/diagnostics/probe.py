@@ -20,6 +20,7 @@ def _render(report: dict) -> None:
             {
                 "HF indices": str(c["aux_hf_indices"]),
                 "acc_0": c["acc_step0"],
+                "mean p(target token)": c.get("mean_prob"),
                 "predicted accept length": c["predicted_accept_length"],
                 "live accept length": c["live_accept_length"],
                 "why tried": c["label"],
@@ -30,11 +31,12 @@ def _render(report: dict) -> None:
     st.dataframe(table, hide_index=True, key="probe_table")
     st.caption(
         f"{len(report['candidates'])} candidates on {report['n_samples']} samples in "
-        f"{report['seconds']:.1f} s. acc_0: teacher-forced top-1 accuracy at TTT step 0; predicted accept "
-        "length = 1 + sum_k prod_(j<=k) acc_j."
+        f"{report['seconds']:.1f} s. acc_0: teacher-forced top-1 accuracy at TTT step 0; mean p(target "
+        "token): the probability the draft gives the target's greedy token there; two wirings are told "
+        "apart when both are lower for one in a paired comparison over the samples (t >= 2.5); predicted "
+        "accept length = 1 + sum_k prod_(j<=k) acc_j, for the reported wirings."
     )
-    if report["config"] is None:  # the samples cannot tell the tied wirings apart: nothing to paste yet
-        st.warning(report["how_to_separate"])
+    if report["config"] is None:  # tied: the verdict above says how to separate them; nothing to paste
         return
     st.code(
         f"# SGLang (draft config.json)\n{json.dumps(report['config']['sglang'])}\n"
