@@ -60,5 +60,11 @@ def test_the_batch_says_when_a_difference_is_within_the_spread():
 
     rows = [{"AL A": 1.5, "AL B": 2.5}, {"AL A": 2.0, "AL B": 1.9}, {"AL A": 1.0, "AL B": 3.0}]
     said = batch_sentence(batch_summary(rows), "miswired", "final")
-    assert said.startswith("miswired (A) and final (B) are not told apart on these 3 samples")
+    assert said.startswith("final (B) is higher on 2 of 3 samples (lower on 1), but 3 samples cannot settle")
     assert "[-1.64, +3.58], which includes 0" in said
+    # issue 58 row 13: 3 of 3 wins and still inside the spread: the wins said, and the N that would settle it
+    wins = [{"AL A": 1.5, "AL B": 2.6}, {"AL A": 2.0, "AL B": 2.1}, {"AL A": 1.0, "AL B": 1.3}]
+    summary = batch_summary(wins)
+    said = batch_sentence(summary, "miswired", "final")
+    assert said.startswith("final (B) is higher on 3 of 3 samples (lower on 0), but 3 samples cannot settle")
+    assert f"About {summary.samples_to_settle()} samples would settle" in said and summary.samples_to_settle() > 3

@@ -3,6 +3,8 @@ and the table whose rows open their pair of runs."""
 
 from __future__ import annotations
 
+import math
+import statistics
 from dataclasses import dataclass
 
 import pandas as pd
@@ -30,6 +32,14 @@ class BatchSummary:
     wins_b: int
     ties: int
     without_accept_length: int  # samples left out: a side had no verify step
+    delta_sd: float | None = None  # the spread of the per-sample deltas (sample standard deviation)
+
+    def samples_to_settle(self) -> int | None:
+        """About how many samples would put a mean delta of this size outside its 95% interval, at
+        this spread (n ~ (2 sd / delta)^2, a large-sample approximation); None without a spread."""
+        if not self.delta_sd or not self.mean_delta:
+            return None
+        return max(self.samples + 1, math.ceil((2 * self.delta_sd / abs(self.mean_delta)) ** 2))
 
     def mean(self, side: str) -> float | None:
         return self.mean_a if side == "A" else self.mean_b
@@ -52,6 +62,7 @@ def batch_summary(rows: list[dict]) -> BatchSummary:
         wins_b=sum(d > TIE for d in deltas),
         ties=sum(abs(d) <= TIE for d in deltas),
         without_accept_length=len(rows) - n,
+        delta_sd=statistics.stdev(deltas) if n > 1 else None,
     )
 
 
@@ -67,11 +78,13 @@ def batch_sentence(summary: BatchSummary, name_a: str, name_b: str) -> str:
     names = {"A": name_a, "B": name_b}
     ci = summary.delta_ci95
     if ci is not None and ci[0] <= 0 <= ci[1]:
+        settle = summary.samples_to_settle()
         return (
-            f"{name_a} (A) and {name_b} (B) are not told apart on these {n} samples: the mean delta B - A "
-            f"{delta:+.2f} lies within its 95% interval over samples [{ci[0]:+.2f}, {ci[1]:+.2f}], which "
-            f"includes 0 ({names[better]} higher on {summary.wins(better)}, lower on {summary.wins(worse)}). "
-            "More samples narrow it."
+            f"{names[better]} ({better}) is higher on {summary.wins(better)} of {n} samples (lower on "
+            f"{summary.wins(worse)}), but {n} samples cannot settle it: the mean delta B - A {delta:+.2f} has a "
+            f"95% interval over samples of [{ci[0]:+.2f}, {ci[1]:+.2f}], which includes 0 (with few samples "
+            "the interval is wide)."
+            + (f" About {settle} samples would settle a delta this size at this spread." if settle else "")
         )
     return (
         f"{names[better]} ({better}) is better on {'this sample' if n == 1 else f'these {n} samples'}: "
