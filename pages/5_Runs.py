@@ -19,12 +19,15 @@ runs = list_runs(limit=1000)
 if not runs:
     st.info("No runs yet: start one on the Decode page or with `python -m backend replay`.")
     st.stop()
-frame = runs_frame(runs, dataset_names())
+prompts = stored_runs.prompt_texts(runs)
+frame = runs_frame(runs, dataset_names(), prompts)
 c1, c2, c3 = st.columns(3)
 statuses = c1.multiselect("Status", sorted(frame["status"].unique()), key="runs_filter_status")
 drafts = c2.multiselect("Draft", sorted(frame["draft"].unique()), key="runs_filter_draft")
 sample = c3.text_input(
-    "Sample contains", key="runs_filter_sample", help="matches the sample's dataset name, index or prompt"
+    "Sample contains",
+    key="runs_filter_sample",
+    help="matches the sample's dataset name, index or source (HumanEval/2), or any text of its prompt",
 )
 shown = frame
 if statuses:
@@ -32,7 +35,8 @@ if statuses:
 if drafts:
     shown = shown[shown["draft"].isin(drafts)]
 if sample:
-    shown = shown[shown["sample"].str.contains(sample, case=False, regex=False)]
+    in_prompt = shown["run"].map(lambda run_id: sample.lower() in prompts.get(run_id, "").lower())
+    shown = shown[shown["sample"].str.contains(sample, case=False, regex=False) | in_prompt]
 st.dataframe(shown, hide_index=True, width="stretch", key="runs_table")
 st.caption(
     f"{len(shown)} of {len(frame)} runs. {ACCEPT_LENGTH_HELP}; acceptance rate = accepted drafts / drafted "

@@ -44,12 +44,28 @@ def short_path(path: str) -> str:
     return "/".join(parts[-2:]) if len(parts) >= 2 else path
 
 
-def sample_name(ref: str | None, datasets: dict[int, str]) -> str:
-    """'dataset 2 #5' as 'humaneval.jsonl #5 (dataset 2)', so the search finds a source by name."""
+def sample_name(ref: str | None, datasets: dict[int, str], prompt: str | None = None) -> str:
+    """'dataset 2 #5' as 'humaneval.jsonl #5 (dataset 2)', with the sample's source when the dataset
+    names one ('HumanEval/2'), so the search finds a source by name; a typed prompt by its start."""
     match = re.fullmatch(r"dataset (\d+) #(\d+)", ref or "")
     if match and int(match.group(1)) in datasets:
-        return f"{datasets[int(match.group(1))]} #{match.group(2)} (dataset {match.group(1)})"
+        dataset, index = int(match.group(1)), int(match.group(2))
+        source = _source(dataset, index)
+        return f"{datasets[dataset]} #{index} (dataset {dataset}{f', {source}' if source else ''})"
+    if ref == "prompt" and prompt:
+        start = " ".join(prompt.split())
+        return f"prompt: {start[:40]}{'…' if len(start) > 40 else ''}"
     return ref or ""
+
+
+def _source(dataset_id: int, index: int) -> str | None:
+    from ui.pickers import samples_of
+
+    try:
+        samples = samples_of(state.db(), dataset_id)
+    except Exception:  # noqa: BLE001 - a label only: a dataset that cannot be read has no source to show
+        return None
+    return samples[index].source if 0 <= index < len(samples) else None
 
 
 def wall_seconds(run) -> float | None:
@@ -58,7 +74,10 @@ def wall_seconds(run) -> float | None:
     return max(0.0, (run.finished_at - run.created_at).total_seconds())
 
 
-def runs_frame(runs: list[stored_runs.RunInfo], datasets: dict[int, str] | None = None) -> pd.DataFrame:
+def runs_frame(
+    runs: list[stored_runs.RunInfo], datasets: dict[int, str] | None = None, prompts: dict | None = None
+) -> pd.DataFrame:
+    """`prompts`: run id -> prompt text (stored_runs.prompt_texts), for the typed prompts' labels."""
     rows = []
     for r in runs:
         wall = wall_seconds(r)
@@ -69,7 +88,7 @@ def runs_frame(runs: list[stored_runs.RunInfo], datasets: dict[int, str] | None 
                 "created": r.created_at.strftime("%Y-%m-%d %H:%M:%S") if r.created_at else "",
                 "target": short_path(r.target_path),
                 "draft": state.draft_name(r.draft_path),
-                "sample": sample_name(r.sample_ref, datasets or {}),
+                "sample": sample_name(r.sample_ref, datasets or {}, (prompts or {}).get(r.id)),
                 "K": r.resolved.num_steps,
                 "mode": r.resolved.mode,
                 "engine": r.resolved.engine or "",

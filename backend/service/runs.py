@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 
 from sqlalchemy import select
@@ -99,6 +100,17 @@ def token_stat_references(db_url: str | None, run_id: int) -> list[str]:
         return store.token_stat_references(session, run_id)
 
 
+def prompt_texts(runs: list[RunInfo]) -> dict[int, str]:
+    """Each run's prompt as text with its target's tokenizer (ids where the target has none): what the
+    Runs page searches, and how it labels a typed prompt."""
+    texts = {}
+    for run in runs:
+        text = token_text(run.target_path)
+        texts[run.id] = text(run.prompt_ids) if text else " ".join(map(str, run.prompt_ids))
+    return texts
+
+
+@lru_cache(maxsize=8)
 def token_text(target_path: str):
     """ids -> text with the target's tokenizer.json (the `tokenizers` library, no torch); None when the
     target has none (or is gone): the export then has ids only."""

@@ -47,3 +47,27 @@ def test_the_picker_the_facts_and_delete_name_one_run_after_a_search_is_cleared(
     app = ok(app.text_input(key="runs_filter_sample").set_value("prompt 3").run())
     chosen, _, delete = _named(app)
     assert chosen == ids[3] and delete == f"Delete run {ids[3]}"  # narrowed away from it: the one shown
+
+
+def test_runs_are_found_by_their_prompt_text_and_a_typed_prompt_is_labelled_by_its_start(db):
+    """Issue 58 row 8: 'Sample contains' found nothing for HumanEval/2, below_zero, fib or def, and a
+    typed prompt was labelled 'prompt'."""
+    from tokenizers import Tokenizer
+
+    from backend.defaults import DEMO_TARGET
+    from db import store
+
+    ids = Tokenizer.from_file(str(DEMO_TARGET / "tokenizer.json")).encode("def fib(n):\n    return n").ids
+    factory = store.session_factory(store.make_engine(db))
+    with store.session_scope(factory) as session:
+        typed = store.create_run(
+            session, kind="replay", target_path=str(DEMO_TARGET), draft_path="demo/drafts/final",
+            params={"num_steps": 4}, aux_hf_indices=[2, 4, 5], given=store.RunInput(ids, "prompt"),
+        )  # fmt: skip
+        store.finish_run(session, typed, output_ids=[7], metrics={})
+    _runs(db, 2)
+    app = ok(page("5_Runs").run())
+    table = frame_with(app, "acceptance rate")
+    assert table.loc[table["run"] == typed, "sample"].item() == "prompt: def fib(n): return n"
+    app = ok(app.text_input(key="runs_filter_sample").set_value("fib(").run())
+    assert list(frame_with(app, "acceptance rate")["run"]) == [typed]

@@ -67,4 +67,7 @@ def test_the_batch_says_when_a_difference_is_within_the_spread():
     summary = batch_summary(wins)
     said = batch_sentence(summary, "miswired", "final")
     assert said.startswith("final (B) is higher on 3 of 3 samples (lower on 0), but 3 samples cannot settle")
-    assert f"About {summary.samples_to_settle()} samples would settle" in said and summary.samples_to_settle() > 3
+    assert (
+        f"About {summary.samples_to_settle()} samples would settle" in said
+        and summary.samples_to_settle() > 3
+    )
