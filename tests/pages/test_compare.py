@@ -148,6 +148,8 @@ def test_words_for_diverging_outputs_and_hostile_tokens():
 
 
 def test_batch_summary_counts_wins_and_leaves_out_samples_without_an_accept_length():
+    import statistics
+
     from backend.engine.metrics import mean_ci95
     from ui.compare.batch import BatchSummary, batch_summary
 
@@ -169,6 +171,7 @@ def test_batch_summary_counts_wins_and_leaves_out_samples_without_an_accept_leng
         wins_b=2,
         ties=1,
         without_accept_length=1,
+        delta_sd=statistics.stdev([1.0, -1.0, 2.0, 0.0]),
     )
     assert batch_summary([]).mean_a is None
 
@@ -280,6 +283,7 @@ def test_compare_two_drafts_on_a_sample(db):
 def test_the_pickers_match_the_comparison_on_screen(db):
     """Issue 43 row 6: entering Compare again (its widgets made anew) shows the drafts of the comparison
     below, not epoch1 vs final, so a batch started from there runs the pair on screen."""
+
     empty = ok(page("3_Compare").run())  # nothing to show below: epoch1 vs final
     assert (empty.selectbox(key="compare_draft_a").value, empty.selectbox(key="compare_draft_b").value) == (
         "epoch1",
