@@ -236,7 +236,7 @@ def cmd_diagnose(args) -> tuple[dict, str]:
             device=args.device,
             dtype=args.dtype,
         )
-        result = diagnose(args.target, args.draft, samples, options, progress)
+        result = diagnose(args.target, args.draft, samples, options, progress, args.db)
     finally:
         bar.close()
     if result.get("probe"):

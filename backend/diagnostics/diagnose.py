@@ -26,11 +26,13 @@ from backend.diagnostics.penalty_check import penalty_findings
 from backend.diagnostics.probe import ProbeSettings, run_probe
 from backend.diagnostics.reading_probe import run_reading_probe
 from backend.diagnostics.sample_checks import (
+    ProbeAnswer,
     context_curve,
     engine_wiring_against_probe,
     live_findings,
     predicted_accept_length,
     reading_findings,
+    stored_probe_findings,
     template_findings,
     wiring_findings,
 )
@@ -159,6 +161,7 @@ class Subject:
     draft: object  # backend.engine.draft_model.Eagle3Draft
     draft_dir: str
     view: object
+    kept_probe: dict | None = None  # a wiring probe kept with the pair: its answer, when no samples
 
 
 # Lint codes with a class of their own (the rest are serving-flags).
@@ -197,7 +200,8 @@ def diagnose_loaded(
 ) -> Diagnosis:
     """Every check on a loaded pair under its view (`options.engine`'s reading); `penalties`: the
     sampling penalties served (request-style names), measured on live replays; `features`: the
-    draft's training features (backend.data.features.FeatureFile, read from `options.features`)."""
+    draft's training features (backend.data.features.FeatureFile, read from `options.features`).
+    Without samples, the subject's kept probe gives its answer."""
     options = options or DiagnoseOptions()
     target, draft, num_steps = subject.target, subject.draft, options.num_steps
     ran: dict = {}
@@ -220,10 +224,19 @@ def diagnose_loaded(
     if not samples:
         for check in ("wiring probe", "reading probe", "chat template", "live replays", "penalties"):
             ran[check] = "skipped: no --samples"
+        kept = subject.kept_probe
+        if kept:  # one kept with the pair sees the wiring: its answer counts here too
+            findings += stored_probe_findings(kept, target.num_layers)
+            findings = engine_wiring_against_probe(findings, ProbeAnswer.of_stored(kept))
+            ran["wiring probe"] = (
+                f"ran earlier ({kept.get('ran_by') or 'kept with the pair'}, "
+                f"{kept.get('n_samples')} samples): its answer is used"
+            )
         return Diagnosis(findings, ran)
     measured: dict = {}
     findings += _sample_findings(subject, samples, options, ran, progress, penalties or {}, measured)
-    findings = engine_wiring_against_probe(findings, measured.pop("probe_report"), subject.draft_dir)
+    answer = ProbeAnswer.of_report(measured.pop("probe_report"), subject.draft_dir)
+    findings = engine_wiring_against_probe(findings, answer)
     progress(1.0, "done")
     probe = measured.pop("probe", None)
     return Diagnosis(findings, ran, measured or None, probe)

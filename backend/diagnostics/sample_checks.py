@@ -4,7 +4,7 @@ accept-length-by-context curve."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from backend.diagnostics.findings import Finding
 from backend.diagnostics.probe import describe
@@ -66,17 +66,87 @@ def wiring_findings(report, num_layers: int, draft_dir: str | None = None) -> li
     ]
 
 
-def engine_wiring_against_probe(
-    findings: list[Finding], report, draft_dir: str | None = None
-) -> list[Finding]:
+@dataclass(frozen=True)
+class ProbeAnswer:
+    """What a wiring probe concluded, from one that ran in this verdict (`of_report`) or one kept
+    with the pair (`of_stored`: the probe tab's, the CLI's, an earlier Diagnose's)."""
+
+    confirmed: bool
+    separated: bool
+    best: list[int]
+    tied: list[list[int]]
+    declared: list[int]
+    how_to_separate: str
+    n_samples: int
+
+    @classmethod
+    def of_report(cls, report, draft_dir: str | None = None) -> ProbeAnswer:
+        return cls(
+            report.confirmed,
+            report.separated,
+            list(report.best.aux_hf_indices),
+            [list(c.aux_hf_indices) for c in report.tied],
+            list(report.declared.aux_hf_indices),
+            "" if report.separated else report.how_to_separate(draft_dir),
+            report.n_samples,
+        )
+
+    @classmethod
+    def of_stored(cls, stored: dict) -> ProbeAnswer:
+        best = list((stored.get("best") or {}).get("aux_hf_indices") or [])
+        return cls(
+            bool(stored.get("confirmed")),
+            bool(stored.get("separated")),
+            best,
+            [list(t) for t in stored.get("tied") or [best]],
+            list((stored.get("declared") or {}).get("aux_hf_indices") or []),
+            stored.get("how_to_separate") or "",
+            int(stored.get("n_samples") or 0),
+        )
+
+
+def stored_probe_findings(stored: dict, num_layers: int) -> list[Finding]:
+    """A wiring probe kept with the pair, as the verdict's finding when this verdict ran none (the
+    cheap checks; issue 58 row 10: they said 'No cause found' while the stored probe rejected the
+    declared wiring)."""
+    answer = ProbeAnswer.of_stored(stored)
+    if answer.confirmed or not answer.best:
+        return []
+    names = " or ".join(f"HF {t}" for t in answer.tied)
+    fix = (
+        f"Declare the trained wiring: eagle_config.eagle_aux_hidden_state_layer_ids = "
+        f"{[i - 1 for i in answer.best]} (SGLang/SpecForge) and top-level eagle_aux_hidden_state_layer_ids = "
+        f"{answer.best} (vLLM)."
+        if answer.separated
+        else answer.how_to_separate
+    )
+    return [
+        Finding(
+            "aux-wiring",
+            "fail",
+            f"the draft was trained on {names}, not on the declared {describe(answer.declared, num_layers)} "
+            f"(the wiring probe {stored.get('ran_by') or 'an earlier run'} ran on {answer.n_samples} samples, "
+            "kept with this pair)",
+            {
+                "declared": answer.declared,
+                "best": answer.best,
+                "tied": answer.tied,
+                "separated": answer.separated,
+            },
+            fix,
+        )
+    ]
+
+
+def engine_wiring_against_probe(findings: list[Finding], answer: ProbeAnswer) -> list[Finding]:
     """The serving engines' wiring findings (cheap_checks.preflight_findings: what each engine feeds
-    against the wiring the config declares) held against the wiring probe of the same verdict. When
-    the probe rejects the declared wiring, no finding may write it into a fix (issue 58 row 2): with
-    one separated wiring, each engine finding states what it feeds against that one (and goes when the
-    engine feeds it); with a tie, it says the trained wiring is unknown and how to separate."""
-    if report.confirmed:
+    against the wiring the config declares) held against the wiring probe's answer (`ProbeAnswer`).
+    When the probe rejects the declared wiring, no finding may write it into a fix (issue 58 row 2):
+    with one separated wiring, each engine finding states what it feeds against that one (and goes
+    when the engine feeds it); with a tie, it says the trained wiring is unknown and how to separate."""
+    if answer.confirmed:
         return findings
-    best, tied = list(report.best.aux_hf_indices), [list(c.aux_hf_indices) for c in report.tied]
+    best, tied = answer.best, answer.tied
     out = []
     for finding in findings:
         evidence = finding.evidence
@@ -84,10 +154,10 @@ def engine_wiring_against_probe(
             out.append(finding)
             continue
         engine, fed, declared = evidence["engine"], evidence["fed"], evidence["trained"]
-        if report.separated and fed == best:
+        if answer.separated and fed == best:
             continue  # this engine feeds what the probe found the draft trained on
         said = f"served by {engine}: it feeds HF {fed}; the wiring probe rejects the declared HF {declared}"
-        if report.separated:
+        if answer.separated:
             words, _ = wiring_fix(engine, best)
             out.append(
                 replace(
@@ -105,7 +175,7 @@ def engine_wiring_against_probe(
                     + " / ".join(f"HF {t}" for t in tied)
                     + ")",
                     evidence={**evidence, "trained": None, "declared": declared, "tied": tied},
-                    fix=report.how_to_separate(draft_dir),
+                    fix=answer.how_to_separate,
                 )
             )
     return out

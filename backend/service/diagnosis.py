@@ -27,9 +27,11 @@ def diagnose(
     samples: list | None = None,
     options=None,
     progress: Progress = no_progress,
+    db_url: str | None = None,
 ) -> dict:
     """The diagnosis of a target/draft pair on `samples` as `options` (a
-    backend.diagnostics.diagnose.DiagnoseOptions; default: the CLI's defaults) says."""
+    backend.diagnostics.diagnose.DiagnoseOptions; default: the CLI's defaults) says. Without samples,
+    a wiring probe kept with the pair (in this server or at `db_url`) gives its answer."""
     from backend.data.features import load_feature_file
     from backend.diagnostics.diagnose import (
         DiagnoseOptions,
@@ -68,7 +70,12 @@ def diagnose(
     progress(0.02, "loading models")
     target, draft, _ = models.pair(target_path, draft_path, options.device, options.dtype)
     view, _ = reading_of(engine, None, draft, target.num_layers)  # BadInput when it cannot run the draft
-    subject = Subject(target, draft, draft_path, view)
+    kept = None
+    if not samples:
+        from backend.service.checks import known_probe
+
+        kept = known_probe(target_path, draft_path, db_url)
+    subject = Subject(target, draft, draft_path, view, kept)
     features = load_feature_file(options.features, target.hidden_size) if options.features else None
     diagnosis = diagnose_loaded(
         subject, report, list(samples or []), lint_findings, options, progress, penalties, features

@@ -299,12 +299,15 @@ def vllm_check_job(db_url: str | None, settings, samples, url: str | None, *, pr
 
 
 @job("diagnose", lambda target_path, draft_path, *_: f"diagnose {_name(draft_path)}")
-def diagnose_job(target_path, draft_path, samples, options: dict, *, progress: Progress) -> dict:
-    """`options`: sglang, vllm, context, engine, num_steps, live_samples (the CLI's flags)."""
+def diagnose_job(
+    target_path, draft_path, samples, options: dict, db_url: str | None = None, *, progress: Progress
+) -> dict:
+    """`options`: sglang, vllm, context, engine, num_steps, live_samples (the CLI's flags); `db_url`:
+    where a probe kept with the pair is found (the cheap checks use its answer)."""
     from backend.diagnostics.diagnose import DiagnoseOptions
     from backend.service.diagnosis import diagnose
 
-    return diagnose(target_path, draft_path, samples, DiagnoseOptions(**options), progress)
+    return diagnose(target_path, draft_path, samples, DiagnoseOptions(**options), progress, db_url)
 
 
 @job("features", lambda target_path, draft_path, *_: f"served features {_name(draft_path)}")

@@ -17,9 +17,10 @@ def report(*scores: tuple[tuple[int, ...], float]):
 
 
 def engine_wiring_against_probe(findings, probe, draft_dir=None):
+    from backend.diagnostics.sample_checks import ProbeAnswer
     from backend.diagnostics.sample_checks import engine_wiring_against_probe as held
 
-    return held(findings, probe, draft_dir)
+    return held(findings, ProbeAnswer.of_report(probe, draft_dir))
 
 
 def engine_finding(engine: str, fed: list[int]) -> Finding:

@@ -26,7 +26,7 @@ def diagnose_section() -> None:
     if asked is not None:
         samples, options = asked
         st.session_state["diagnose_task"] = tasks.start_diagnose(
-            state.target_path(), state.draft_path(), samples, options
+            state.target_path(), state.draft_path(), samples, options, state.db()
         )
     task_panel(
         "diagnose_task",
