@@ -64,6 +64,7 @@ if not steps:
 
 viewer.viewer(run, steps)
 has_reference = bool(stored_runs.token_stat_references(state.db(), run.id))
+references.open_on_default(run, has_reference)
 references.reference_adder(run, expanded=not has_reference)
 summary.run_summary(run, steps)
 summary.served_by_vllm(run, steps)

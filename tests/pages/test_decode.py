@@ -128,3 +128,26 @@ def test_a_typed_prompt_goes_behind_the_targets_chat_template_unless_unticked(db
         prompts.append(list(run.prompt_ids))
     assert prompts[0] == user_prompt_ids(tokenizer, typed)
     assert prompts[1] == tokenizer(typed)["input_ids"] and prompts[0] != prompts[1]
+
+
+def test_a_run_started_elsewhere_opens_on_the_healthy_vs_broken_comparison(db):
+    """Issue 58 row 9: a run from the CLI (or Compare) opened on 'fed features only (norms)'; only
+    Decode's own form asked for the reference that tells healthy from broken."""
+    from backend.defaults import DEMO_DRAFTS, DEMO_TARGET
+    from backend.engine.request import ReplayRequest
+    from backend.service import checks
+    from backend.service.datasets import ensure_demo_dataset, get_samples
+    from backend.service.jobs import run_replay
+    from backend.service.references import reference_label
+
+    sample = get_samples(db, ensure_demo_dataset(db))[0]
+    request = ReplayRequest(
+        str(DEMO_TARGET), str(DEMO_DRAFTS / "final"), prompt_ids=tuple(sample.prompt_ids), max_new_tokens=16
+    )
+    run_id = run_replay(request, db).run_id  # as the CLI stores it: no reference
+    app = ok(page("2_Decode").run())
+    assert app.session_state["global_run_id"] == run_id
+    app = ok(finish(app, "decode_reference_task"))
+    expected = checks.default_reference(str(DEMO_TARGET), str(DEMO_DRAFTS / "final"))
+    assert app.selectbox(key="decode_reference").value == reference_label(expected)
+    assert run_id in app.session_state["decode_auto_references"]

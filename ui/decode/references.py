@@ -75,3 +75,19 @@ def reference_adder(run: RunInfo, expanded: bool) -> None:
         if st.button("Compute", key="decode_reference_compute", disabled=spec is None):
             st.session_state["decode_reference_task"] = tasks.start_reference(state.db(), run.id, spec)
     task_panel("decode_reference_task", _show, on_finish=_pick_up, adopt="reference")
+
+
+def open_on_default(run: RunInfo, has_reference: bool) -> None:
+    """A finished, recorded run with no comparison yet opens on the one that tells healthy from broken
+    when there is one (a stored probe's wiring or what a serving engine feeds instead), whoever
+    started it: Compare, the CLI, evaluate (issue 58 row 9: only Decode's own form got it). Started
+    once per run and browser session, as the reference adder's job."""
+    started = st.session_state.setdefault("decode_auto_references", set())
+    if has_reference or run.id in started or run.status != "finished" or not run.artifact_path:
+        return
+    started.add(run.id)
+    reference = checks.default_reference(
+        run.target_path, run.draft_path, list(run.aux_hf_indices), state.db()
+    )
+    if reference.get("kind") == "wiring":
+        st.session_state["decode_reference_task"] = tasks.start_reference(state.db(), run.id, reference)
