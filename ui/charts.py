@@ -19,6 +19,8 @@ def acceptance_bars(series: dict[str, list[float]], title: str) -> go.Figure:
         figure.add_bar(x=[f"d{i + 1}" for i in range(len(values))], y=values, name=name)
     figure.update_layout(
         title=title,
+        xaxis_title="draft position i (d1 = the first drafted token)",
+        yaxis_title="rate over verify steps",
         yaxis_range=[0, 1],
         barmode="group",
         height=300,

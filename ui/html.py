@@ -155,7 +155,8 @@ def output_html(first_token: int | None, steps, piece_of, current: int, window: 
         tokens = []
         for k, token in enumerate(step.committed_ids):
             cls = "sl-acc" if k < step.accepted_count else "sl-bonus"
-            title = escape(f"step {number}  pos {step.position + 1 + k}  id {token}", quote=True)
+            # 1-based as the viewer's "Step N of M" and Compare's timelines (issue 58 row 12)
+            title = escape(f"step {number + 1}  pos {step.position + 1 + k}  id {token}", quote=True)
             tokens.append(f'<span class="sl-t {cls}" title="{title}">{show(piece_of(token))}</span>')
         outline = " sl-cur" if number == current else ""
         parts.append(

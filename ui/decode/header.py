@@ -134,12 +134,15 @@ def cap_note(run: RunInfo, steps: list[StepRecord]) -> None:
     """Why tokens / steps is not the accept length: the token cap (or an end token) cut the last step."""
     emitted = sum(s.accepted_count + 1 for s in steps)
     committed = max(0, len(run.output_ids) - 1)  # the first token comes from the prefill
-    if steps and emitted != committed:
+    at_cap = len(run.output_ids) >= budget(run)
+    if steps and emitted == committed and at_cap:  # stopped at the cap, on a step boundary
+        st.caption(f"The output stopped at the token cap: max new tokens {budget(run)}.")
+    elif steps and emitted != committed:
         st.caption(
             f"Accept length = {emitted} tokens the {len(steps)} verify steps emitted (a + 1 each) / {len(steps)} = "
             f"{emitted / len(steps):.2f}; the output holds {committed} tokens after the prefill's first, "
             f"{committed / len(steps):.2f} per step, because the last step's tokens were cut at "
-            + ("the token cap" if len(run.output_ids) >= budget(run) else "the end token")
+            + ("the token cap" if at_cap else "the end token")
             + f" ({steps[-1].accepted_count + 1 - (emitted - committed)} of {steps[-1].accepted_count + 1} kept)."
         )
 
