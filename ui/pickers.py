@@ -97,11 +97,19 @@ def prompt_tail(prompt_ids, target_path: str | None, lines: int = PREVIEW_LINES)
 
 def sample_preview(sample, target_path: str | None, container=None) -> None:
     """What a picked sample is before anything runs: its size, source and the prompt's last lines."""
+    from ui.tokens import Pieces
+
     where = container or st
     answer = len(sample.input_ids) - sample.prompt_len
+    readable = Pieces(target_path).tokenizer is not None
     where.caption(
         f"{sample.prompt_len} prompt tokens, {answer} answer tokens"
         + (f", source {md(sample.source)}" if sample.source else "")
-        + f"; the prompt ends (last {PREVIEW_LINES} lines):"
+        + (
+            f"; the prompt ends (last {PREVIEW_LINES} lines):"
+            if readable
+            else "; the target's tokenizer cannot be read (a missing or moved target), so the prompt's "
+            "last ids are shown as ids:"
+        )
     )
     where.code(prompt_tail(sample.prompt_ids, target_path), language=None, wrap_lines=True)

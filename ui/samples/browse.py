@@ -28,6 +28,17 @@ def sample_texts(db_url: str, dataset_id: int, target_path: str) -> list[str]:
     return [s.extra.get("text") or decoder.text(s.input_ids) for s in samples_of(db_url, dataset_id)]
 
 
+@st.cache_data(show_spinner=False, max_entries=8)
+def answer_starts(db_url: str, dataset_id: int, target_path: str) -> list[str]:
+    """Each sample's answer, from its first token: what tells rows apart (a chat template's prompt
+    starts with the same system turn in every row, issue 58 row 15)."""
+    decoder = Pieces(target_path)
+    return [
+        " ".join(decoder.text(s.input_ids[s.prompt_len : s.prompt_len + 48]).split())
+        for s in samples_of(db_url, dataset_id)
+    ]
+
+
 def _fresh_filters(dataset_id: int) -> None:
     if st.session_state.get("samples_filters_of") != dataset_id:
         for prefix in FILTERS:
@@ -74,7 +85,7 @@ def _visible(samples: list, texts: list[str], dataset_id: int) -> list[int]:
     ]
 
 
-def _table(samples: list, texts: list[str], visible: list[int], dataset_id: int) -> str:
+def _table(samples: list, answers: list[str], visible: list[int], dataset_id: int) -> str:
     """The matching samples; a click on a row (or any of its cells) picks that sample. Its key."""
     table = pd.DataFrame(
         [
@@ -85,7 +96,7 @@ def _table(samples: list, texts: list[str], visible: list[int], dataset_id: int)
                 "tokens": samples[i].seq_len,
                 "prompt": samples[i].prompt_len,
                 "loss-mask coverage": round(samples[i].loss_coverage, 3),
-                "text": texts[i][:120],
+                "answer starts": answers[i][:120],
             }
             for i in visible
         ]
@@ -181,5 +192,7 @@ def browse(dataset) -> None:
         st.caption(f"0 of {len(samples)} samples match: widen the filters or clear the search.")
         return
     st.caption(f"{len(visible)} of {len(samples)} samples match. Click a row to open that sample below.")
-    table_key = _table(samples, texts, visible, dataset.id)
+    table_key = _table(
+        samples, answer_starts(state.db(), dataset.id, state.target_path()), visible, dataset.id
+    )
     _show_sample(samples, _pick(samples, visible, dataset.id, table_key), dataset)
