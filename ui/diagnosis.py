@@ -14,10 +14,28 @@ from ui.tables import evidence_table, title
 SHOW = {"ok": st.success, "unverified": st.info, "suspect": st.warning, "broken": st.error}
 WORDS = {"ok": "OK", "unverified": "Unverified", "suspect": "Suspect", "broken": "Broken"}
 FEATURES_HELP = (
-    "A SpecForge feature file from the run that trained the active draft (the bundled miswired draft's "
-    "are demo/data/features/data_0.ckpt). With it the verdict compares what serving feeds with what "
-    "training fed, without samples; without it only the wiring probe (on samples) can see the wiring."
+    "A SpecForge feature file from the run that trained the active draft. With it the verdict compares "
+    "what serving feeds with what training fed, without samples; without it only the wiring probe (on "
+    "samples) can see the wiring. A file from another draft's training says nothing about this one."
 )
+BUNDLED_FEATURES = {  # what each bundled pair's feature files are (issue 58 row 17)
+    "toy": " The toy pair's demo/data/features/data_*.ckpt are its miswired draft's training features.",
+    "smollm2": " The SmolLM2 pair's demo/smollm2/data/features/data_0.ckpt was fed the declared wiring "
+    "HF [2, 15, 27] (final's and epoch1's training), not miswired's: with miswired it cannot show the gap.",
+}
+
+
+def features_help(target_path: str) -> str:
+    """The feature file's help for the active pair: which bundled file belongs to which draft."""
+    from pathlib import Path
+
+    from backend.defaults import PAIRS
+
+    here = Path(target_path).resolve()
+    pair = next((p for p in PAIRS if p.target.resolve() == here), None)
+    return FEATURES_HELP + (BUNDLED_FEATURES.get(pair.key, "") if pair else "")
+
+
 ICONS = {"fail": "**fail**", "warn": "**warn**", "info": "info"}
 
 
@@ -84,7 +102,7 @@ def diagnose_form() -> tuple[list, dict] | None:
         "Training features of this draft (optional .ckpt)",
         "",
         key=f"diagnose_features_{abs(hash(state.draft_path()))}",
-        help=FEATURES_HELP,
+        help=features_help(state.target_path()),
     ).strip()
     if not st.button("Diagnose", key="diagnose_run", type="primary"):
         return None
