@@ -722,6 +722,7 @@ def test_a_bad_draft_or_sample_file_is_reported_before_the_target_loads(checkpoi
     for extra, reason in (
         (["--draft", str(tmp_path / "missing"), "--prompt", "x"], "missing: no such directory"),
         (["--samples", str(empty), "--index", "0"], "no valid sample (the file has no records)"),
+        (["--prompt", "x", "--aux-hf-indices", "0,1,99"], "aux HF indices [99] out of range"),
     ):
         result = cli("replay", "--target", str(root / "target"), *extra)
         assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr  # no loading bars

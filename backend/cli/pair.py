@@ -190,10 +190,13 @@ def checked_vocab(args) -> int:
     draft or flag is reported before any weights load (seconds, and progress bars, later)."""
     from backend.engine.draft_config import read_draft_config
     from backend.engine.loading import pick_device, read_target_config
+    from backend.engine.wiring import check_indices
 
     config = read_target_config(args.target)
     if isinstance(getattr(args, "draft", None), str):
         read_draft_config(args.draft).check_buildable()
+    if getattr(args, "aux_hf_indices", None) is not None:  # the override's range, before anything loads
+        check_indices(args.aux_hf_indices, config.num_hidden_layers)
     pick_device(getattr(args, "device", None))
     return config.vocab_size
 
@@ -212,6 +215,7 @@ def load_samples(path: str, vocab_size: int, limit: int | None):
 
 def cmd_diagnose(args) -> tuple[dict, str]:
     from backend.diagnostics.diagnose import DiagnoseOptions
+    from backend.service.database import existing_store
     from backend.service.diagnosis import diagnose, serving_engine
 
     serving_engine(args.engine, args.sglang, args.vllm)  # contradictions before anything loads
@@ -236,7 +240,7 @@ def cmd_diagnose(args) -> tuple[dict, str]:
             device=args.device,
             dtype=args.dtype,
         )
-        result = diagnose(args.target, args.draft, samples, options, progress, args.db)
+        result = diagnose(args.target, args.draft, samples, options, progress, existing_store(args.db))
     finally:
         bar.close()
     if result.get("probe"):
@@ -257,8 +261,9 @@ def keep_probe(args, report: dict) -> None:
     the lint, the probe tab and Decode's reference then use it (the largest probe of the draft as it
     is now wins, service/checks.py known_probe)."""
     from backend.service.checks import remember_probe
+    from backend.service.database import database_url
 
-    remember_probe(args.target, args.draft, report, args.db)
+    remember_probe(args.target, args.draft, report, database_url(args.db))
 
 
 def cmd_probe(args) -> tuple[dict, str]:

@@ -310,7 +310,8 @@ def run_probe(
         for passed in passes:
             features = passed.features(candidate.aux_hf_indices)
             counts.add(draft_counts(draft, passed, features, in_vocab, num_steps, math))
-        candidate.acc_per_step = counts.acc_per_step
+        # acc_0 stays the step-0 score the ranking and the separation used (the same count, one head)
+        candidate.acc_per_step = [candidate.acc_per_step[0], *counts.acc_per_step[1:]]
 
     initial = initial_candidates(draft, declared, num_layers)
     total = len(initial) + search_budget
@@ -329,9 +330,8 @@ def run_probe(
     for candidate in reported_candidates(ranked, declared_candidate, num_steps, len(samples)):
         with_acc_k(candidate)
     if live_samples:
-        live = (
-            [ranked[0]] + ([declared_candidate] if declared_candidate is not ranked[0] else []) + ranked[1:2]
-        )
+        lead = ProbeReport(declared_candidate, "", ranked, "", [], [], 0.0, num_steps, len(samples)).tied[0]
+        live = [lead, *(c for c in (declared_candidate, *ranked[:2]) if c is not lead)][:3]
         for number, candidate in enumerate(live):
             progress(0.8 + 0.2 * number / len(live), f"live replay HF {list(candidate.aux_hf_indices)}")
             candidate.live_accept_length = live_accept_length(

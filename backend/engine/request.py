@@ -75,9 +75,11 @@ def settings_of(role: str | None = None) -> list[tuple[str, Setting, object]]:
     return out
 
 
-def _between(name: str, low, high):
+def _between(name: str, low, high, optional: bool = False):
     def check(value) -> None:
-        if value is not None and not low <= value <= high:
+        if value is None and optional:
+            return
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not low <= value <= high:
             raise BadInput(f"{name} must be in {low}..{high}, got {value}")
 
     return check
@@ -195,7 +197,7 @@ class ReplayRequest:
     )
     num_draft_tokens: int | None = setting(
         None,
-        check=_between("num draft tokens", 2, MAX_DRAFT_TOKENS),
+        check=_between("num draft tokens", 2, MAX_DRAFT_TOKENS, optional=True),
         flag="--num-draft-tokens",
         group="tree",
         parse=_integer,
@@ -343,26 +345,27 @@ class ReplayRequest:
     @classmethod
     def stored(cls, target: str, draft: str, prompt_ids, sample_ref, sample_id, asked: dict):
         """The request a stored run answered, from its columns and its stored settings (`asked`).
-        A stored value this version refuses takes its default (the run stays readable); None when
-        the run has no prompt to replay."""
+        None when the run has no prompt, or a stored value this version refuses (an older, looser
+        bound): such a run's request cannot be read back exactly, so it answers no request (it is
+        never reused for one it did not run) and the pages fall back to what the run itself holds."""
         if not prompt_ids:
             return None
-        given = {}
-        for name, meta, _ in settings_of():
-            if name in asked:
-                value = asked[name]
-                value = tuple(value) if isinstance(value, list) else value
-                try:
-                    if meta.check is not None:
-                        meta.check(value)
-                except (BadInput, TypeError):
-                    continue
-                given[name] = value
-        base = dict(target=target, draft=draft, prompt_ids=tuple(prompt_ids), sample_ref=sample_ref)
+        given = {
+            name: tuple(asked[name]) if isinstance(asked[name], list) else asked[name]
+            for name, _, _ in settings_of()
+            if name in asked
+        }
         try:
-            return cls(**base, sample_id=sample_id, **given)
-        except (BadInput, TypeError):  # settings SGLang's rules refuse together: the defaults
-            return cls(**base, sample_id=sample_id)
+            return cls(
+                target,
+                draft,
+                prompt_ids=tuple(prompt_ids),
+                sample_ref=sample_ref,
+                sample_id=sample_id,
+                **given,
+            )
+        except (BadInput, TypeError):
+            return None
 
     def decoding(self, architecture: str | None = None) -> Decoding:
         """How the replay drafts and accepts: SGLang's shape rules applied to the requested flags,

@@ -67,7 +67,7 @@ def _typed(value, f):
         kind = next((k for k in (int, float) if f.type.startswith(k.__name__)), None)
         try:
             return value if kind is None else kind(value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             return None
     return _like(value, default)
 
@@ -89,7 +89,7 @@ def _like(value, default):
             return dict(value)
         if isinstance(default, str):
             return str(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return default
     return value
 

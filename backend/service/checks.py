@@ -30,7 +30,7 @@ def lint(
     sglang, vllm = (command, None) if engine.lower() == "sglang" else (None, command)
     settings = parse_sglang(sglang) if sglang is not None else parse_vllm(vllm)
     draft_path = draft_path or settings.draft_path  # as lint_command reads them, to find the stored probe
-    if target_path is None and settings.target_path and Path(settings.target_path).is_dir():
+    if target_path is None and settings.target_path and Path(settings.target_path, "config.json").is_file():
         target_path = settings.target_path
     found = trained_wirings(target_path, draft_path, db_url) if target_path and draft_path else []
     chain = whatif_best_k(db_url, draft_path, found) if db_url and draft_path else None

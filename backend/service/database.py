@@ -63,9 +63,15 @@ def existing_store(url: str | None = None) -> str | None:
     """The database URL when there is a store to read (an SQLite file that does not exist yet: None),
     for commands that only read what is stored (the lint) and must not create one."""
     from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    from backend import BadInput
 
     resolved = database_url(url)
-    parsed = make_url(resolved)
+    try:
+        parsed = make_url(resolved)
+    except ArgumentError as error:
+        raise BadInput(f"{resolved}: not a database URL ({error})") from None
     if parsed.get_backend_name() == "sqlite" and not (parsed.database and Path(parsed.database).is_file()):
         return None
     return resolved

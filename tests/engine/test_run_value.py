@@ -68,11 +68,21 @@ def test_an_older_run_reads_back_typed():
     assert read_params({"temperature": "0.5", "topk": "x"}).topk == 1  # unreadable: the default
 
 
-def test_a_stored_value_this_version_refuses_takes_its_default():
-    raw = {**OLDER_TREE, "engine_requested": "trt", "seed": -4}
-    asked = stored(None, raw)
-    assert (asked.engine, asked.seed, asked.topk) == ("auto", 0, 4)
+def test_a_stored_value_this_version_refuses_leaves_no_request_to_match():
+    """A run stored under looser bounds (max new tokens 40,000 before the 32,768 cap, an engine this
+    version does not know) answers no request: read back with a default it would be reused for a
+    request it never ran."""
+    for changed in (
+        {"max_new_tokens": 40000},
+        {"engine_requested": "trt"},
+        {"seed": -4},
+        {"max_new_tokens": None},
+    ):
+        assert stored(None, {**OLDER_TREE, **changed}) is None, changed
     assert ReplayRequest.stored("t", "d", [], "s", None, {}) is None  # nothing to replay
+    assert (
+        read_params({"num_steps": float("inf"), "topk": float("nan")}).num_steps == 4
+    )  # unreadable: default
 
 
 def test_what_a_request_decides_is_compared_by_equality():

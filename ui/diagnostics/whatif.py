@@ -60,7 +60,9 @@ def _check_replay(run: RunInfo, shape: tuple[int, int, int], tokens: int, predic
     """Start the replay of the run's prompt at `shape` (steps, topk, N)."""
     try:
         if run.request is None:
-            raise BadInput(f"run {run.id} has no stored prompt to replay")
+            raise BadInput(
+                f"run {run.id}: its request cannot be read back (no prompt, or settings this version refuses)"
+            )
         request = replace(  # the run's own request at the new shape
             run.request,
             num_steps=shape[0],
