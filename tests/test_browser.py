@@ -23,6 +23,7 @@ from tests.support.browser import (
     BROWSER_MARKS,
     SHOTS,
     open_expander,
+    press_until,
     probe_then_lint,
     selected,
     wait_idle,
@@ -113,9 +114,7 @@ def lint_recommends_one_command(page, shot) -> None:
     """Row 3: on the lint tab the seed's SGLang command gets one recommended command, and every fix
     that names a chain names the chain that command runs (the what-if's best K on a stored run)."""
     page.locator('[data-testid="stRadio"]').get_by_text("SGLang", exact=True).first.click()
-    wait_idle(page)
-    page.get_by_role("button", name="Lint").click()
-    page.get_by_text("Recommended command").first.wait_for(timeout=60_000)
+    press_until(page, "Lint", "Recommended command")
     wait_idle(page)
     command = page.locator('[data-testid="stCode"]').first.inner_text()
     assert "--speculative-algorithm EAGLE3" in command, command

@@ -144,6 +144,23 @@ def wait_idle(page, timeout=120_000):
     )
 
 
+def press_until(page, button: str, text: str, timeout: int = 60_000) -> None:
+    """Click `button` until `text` shows (twice at most): a click that lands while the page is still
+    rerunning from the previous widget change can be dropped by Streamlit (seen on the lint tab after
+    switching the engine radio, in one run of three)."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    for attempt in range(2):
+        wait_idle(page)
+        page.get_by_role("button", name=button, exact=True).click()
+        try:
+            page.get_by_text(text).first.wait_for(timeout=timeout // 2)
+            return
+        except PlaywrightTimeout:
+            if attempt:
+                raise
+
+
 def selected(page, label: str) -> str:
     """The option a select box labelled exactly `label` shows (the value of its combobox input)."""
     return page.get_by_role("combobox", name=label, exact=True).first.input_value()
@@ -174,9 +191,7 @@ def probe_then_lint(page, trained, declared, probe_shot: Path, lint_shot: Path) 
     page.screenshot(path=str(probe_shot), full_page=True)
     page.get_by_role("tab", name="Serving-flag lint").click()
     page.locator('[data-testid="stRadio"]').get_by_text("vLLM", exact=True).first.click()
-    wait_idle(page)
-    page.get_by_role("button", name="Lint").click()
-    page.get_by_text("aux-ids-not-trained").first.wait_for(timeout=60_000)
+    press_until(page, "Lint", "aux-ids-not-trained")
     wait_idle(page)
     findings = [t for t in page.locator('[data-testid="stAlert"]').all_inner_texts() if "Fix:" in t]
     assert findings and all(str(list(declared)) not in t.split("Fix:")[1] for t in findings), findings
