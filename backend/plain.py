@@ -1,0 +1,86 @@
+"""Results as small frozen values, written to JSON and read back through one pair of functions.
+
+A result type is a frozen dataclass that subclasses `Plain`. Its fields are the keys of its JSON (the
+CLI's `--json`, a stored probe, a task's result): `to_dict` writes them (nested values too), and
+`from_dict` reads any such dict back typed, each field by its annotation (a nested result type, a list
+or tuple of them, a dict of them, `X | None`). A key the dict lacks takes the field's default (an older
+stored result still reads); keys the type does not declare are left out. A field whose JSON key is not
+a Python name ("class") says so with `field(metadata={KEY: "class"})`.
+
+Torch-free: the pages import it.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from dataclasses import MISSING, fields, is_dataclass
+from functools import cache
+
+KEY = "json_key"  # field metadata: the JSON key where it is not the field's name
+
+
+class Plain:
+    """A dataclass mixin: one `to_dict` and one `from_dict` (see the module)."""
+
+    def to_dict(self) -> dict:
+        return {_key(f): plain(getattr(self, f.name)) for f in fields(self)}
+
+    @classmethod
+    def from_dict(cls, raw):
+        """`raw` read as this type (an instance of it is returned as it is)."""
+        if isinstance(raw, cls):
+            return raw
+        if not isinstance(raw, dict):
+            raise TypeError(f"{cls.__name__}: expected a JSON object, got {type(raw).__name__}")
+        hints = _hints(cls)
+        values = {}
+        for f in fields(cls):
+            key = _key(f)
+            if key in raw:
+                values[f.name] = read(hints[f.name], raw[key])
+            elif f.default is MISSING and f.default_factory is MISSING:
+                raise ValueError(f"{cls.__name__}: the JSON has no {key!r}")
+        return cls(**values)
+
+
+def plain(value):
+    """`value` as JSON-ready data: result types (and any dataclass with `to_dict`) written out, tuples as
+    lists."""
+    if isinstance(value, Plain) or (is_dataclass(value) and hasattr(value, "to_dict")):
+        return value.to_dict()
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    return value
+
+
+def read(hint, value):
+    """`value` read as the annotation `hint` (see the module); values of other kinds are kept as they are."""
+    if value is None:
+        return None
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        kinds = [a for a in args if a is not type(None)]
+        return read(kinds[0], value) if len(kinds) == 1 else value
+    if origin is list and args and isinstance(value, list | tuple):
+        return [read(args[0], v) for v in value]
+    if origin is tuple and args and isinstance(value, list | tuple):
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(read(args[0], v) for v in value)
+        return tuple(read(a, v) for a, v in zip(args, value, strict=False))
+    if origin is dict and len(args) == 2 and isinstance(value, dict):
+        return {k: read(args[1], v) for k, v in value.items()}
+    if isinstance(hint, type) and issubclass(hint, Plain):
+        return hint.from_dict(value)
+    return value
+
+
+def _key(f) -> str:
+    return f.metadata.get(KEY, f.name)
+
+
+@cache
+def _hints(cls) -> dict:
+    return typing.get_type_hints(cls)
