@@ -4,6 +4,7 @@ helpers. Pages reach the store only through backend.service, with `state.db()` a
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import streamlit as st
@@ -26,42 +27,48 @@ PAGES = [
     ("pages/5_Runs.py", "Runs", "Runs: history, delete, export"),
 ]
 
-KEYS = {
-    "db_url": "global_db_url",
-    "target": "global_target",
-    "drafts": "global_drafts",
-    "draft": "global_draft",
-    "run": "global_run_id",
-    "compare": "global_compare_runs",
-}
+
+@dataclass(frozen=True)
+class _Keys:
+    """The session keys of the cross-page choices (`set_value`/`get_value` take their names)."""
+
+    db_url: str = "global_db_url"
+    target: str = "global_target"
+    drafts: str = "global_drafts"
+    draft: str = "global_draft"
+    run: str = "global_run_id"
+    compare: str = "global_compare_runs"
+
+
+KEYS = _Keys()
 
 
 def _init() -> None:
     state = st.session_state
-    if KEYS["db_url"] not in state:
-        state[KEYS["db_url"]] = database_url(os.environ.get("SPECLENS_DB_URL"))
-    if KEYS["drafts"] not in state:
+    if KEYS.db_url not in state:
+        state[KEYS.db_url] = database_url(os.environ.get("SPECLENS_DB_URL"))
+    if KEYS.drafts not in state:
         # Draft directories beyond the target's bundled ones: the configured one, those added in
         # earlier sessions, then this session's. drafts() offers those that fit the active target.
         added = _remembered("draft")
         custom = os.environ.get("SPECLENS_DRAFT")
-        state[KEYS["drafts"]] = ([custom] if custom else []) + [path for _, path in added]
+        state[KEYS.drafts] = ([custom] if custom else []) + [path for _, path in added]
         usable = [path for _, path in added if checkpoints.readable(path, "draft")]
-        if KEYS["draft"] not in state and usable and not custom:
-            state[KEYS["draft"]] = usable[-1]  # the draft added last survives a reload, if it still reads
-    if KEYS["target"] not in state:
+        if KEYS.draft not in state and usable and not custom:
+            state[KEYS.draft] = usable[-1]  # the draft added last survives a reload, if it still reads
+    if KEYS.target not in state:
         targets = _remembered("target")
-        state[KEYS["target"]] = (
+        state[KEYS.target] = (
             targets[-1][1] if targets and not os.environ.get("SPECLENS_TARGET") else default_target()
         )
-    if KEYS["draft"] not in state:
-        state[KEYS["draft"]] = default_draft()
+    if KEYS.draft not in state:
+        state[KEYS.draft] = default_draft()
 
 
 def _remembered(role: str) -> list[tuple[str, str]]:
     """Directories added in earlier sessions (backend.service.checkpoints), those still on disk."""
     try:
-        found = checkpoints.remembered(st.session_state[KEYS["db_url"]], role)
+        found = checkpoints.remembered(st.session_state[KEYS.db_url], role)
     except Exception:  # noqa: BLE001 - an unreachable store must not take the sidebar down
         return []
     return [(name, path) for name, path in found if Path(path, "config.json").is_file()]
@@ -69,7 +76,7 @@ def _remembered(role: str) -> list[tuple[str, str]]:
 
 def db_url() -> str:
     _init()
-    return st.session_state[KEYS["db_url"]]
+    return st.session_state[KEYS.db_url]
 
 
 @st.cache_resource(show_spinner=False)
@@ -93,37 +100,37 @@ def db() -> str:
 
 def target_path() -> str:
     _init()
-    return st.session_state[KEYS["target"]]
+    return st.session_state[KEYS.target]
 
 
 def drafts() -> dict[str, str]:
     """The drafts offered beside the active target, by unambiguous name (backend.service.checkpoints)."""
     _init()
-    listed = checkpoints.drafts_for(target_path(), st.session_state[KEYS["drafts"]], keep=draft_path())
+    listed = checkpoints.drafts_for(target_path(), st.session_state[KEYS.drafts], keep=draft_path())
     return listed or {"(none)": draft_path()}
 
 
 def draft_path() -> str:
     _init()
-    return st.session_state[KEYS["draft"]]
+    return st.session_state[KEYS.draft]
 
 
 def add_draft(path: str) -> None:
     """Keep the draft in the database (a reload finds it) and select it."""
     _init()
     checkpoints.remember(db(), "draft", path)
-    st.session_state[KEYS["drafts"]] = [*st.session_state[KEYS["drafts"]], str(Path(path).expanduser())]
-    st.session_state[KEYS["draft"]] = str(Path(path).expanduser())
+    st.session_state[KEYS.drafts] = [*st.session_state[KEYS.drafts], str(Path(path).expanduser())]
+    st.session_state[KEYS.draft] = str(Path(path).expanduser())
 
 
 def set_value(name: str, value) -> None:
     _init()
-    st.session_state[KEYS[name]] = value
+    st.session_state[getattr(KEYS, name)] = value
 
 
 def get_value(name: str, default=None):
     _init()
-    return st.session_state.get(KEYS[name], default)
+    return st.session_state.get(getattr(KEYS, name), default)
 
 
 def active_setup_note() -> str:
@@ -236,7 +243,7 @@ def _follow_target(target: str) -> None:
     to its `final`, else to the first that fits."""
     if checkpoints.fits(draft_path(), target):
         return
-    fitting = list(checkpoints.drafts_for(target, st.session_state[KEYS["drafts"]]).values())
+    fitting = list(checkpoints.drafts_for(target, st.session_state[KEYS.drafts]).values())
     if fitting:
         final = [p for p in fitting if Path(p).name == "final"]
         set_value("draft", (final or fitting)[0])

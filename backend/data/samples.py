@@ -42,6 +42,18 @@ class Sample:
         return len(self.input_ids)
 
     @property
+    def text(self) -> str | None:
+        """The sample's text as its file gave it (conversations, plain prompts), else None."""
+        text = self.extra.get("text")
+        return text if isinstance(text, str) else None
+
+    @property
+    def feature_file(self) -> str | None:
+        """The SpecForge feature file this sample was read from, else None."""
+        path = self.extra.get("feature_file")
+        return path if isinstance(path, str) else None
+
+    @property
     def loss_coverage(self) -> float:
         return sum(self.loss_mask) / len(self.loss_mask) if self.loss_mask else 0.0
 

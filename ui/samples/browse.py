@@ -25,7 +25,7 @@ FILTERS = ("samples_filter_source", "samples_filter_length", "samples_filter_cov
 @st.cache_data(show_spinner=False, max_entries=8)
 def sample_texts(db_url: str, dataset_id: int, target_path: str) -> list[str]:
     decoder = Pieces(target_path)
-    return [s.extra.get("text") or decoder.text(s.input_ids) for s in samples_of(db_url, dataset_id)]
+    return [s.text or decoder.text(s.input_ids) for s in samples_of(db_url, dataset_id)]
 
 
 @st.cache_data(show_spinner=False, max_entries=8)
@@ -149,7 +149,7 @@ def _pick(samples: list, visible: list[int], dataset_id: int, table_key: str) ->
 
 
 def _feature_tensors(sample, dataset) -> None:
-    feature_file = sample.extra.get("feature_file")
+    feature_file = sample.feature_file
     if not (feature_file or dataset.format == "specforge"):
         return
     try:

@@ -27,14 +27,9 @@ def do_import(
                     state.db(), path, name or None, state.target_path(), format
                 )
     except BadInput as error:
-        st.session_state["samples_import_report"] = {"error": str(error)}
+        st.session_state["samples_import_report"] = str(error)
         return
-    st.session_state["samples_import_report"] = {
-        "dataset_id": dataset_id,
-        "imported": result.imported,
-        "format": result.format,
-        "rejected": [{"line": r.line, "reason": r.reason} for r in result.rejected],
-    }
+    st.session_state["samples_import_report"] = (dataset_id, result)
     st.session_state["samples_dataset"] = dataset_id
     st.session_state["samples_dataset_select"] = dataset_id  # show the new dataset (the widget comes later)
 
@@ -63,19 +58,20 @@ def import_section() -> None:
             upload = st.file_uploader("File", key="samples_upload", type=["jsonl", "json", "txt", "ckpt"])
             if st.button("Import upload", key="samples_import_upload") and upload is not None:
                 do_import(None, name or upload.name, format_choice, upload=(upload.name, upload.getvalue()))
-        report = st.session_state.get("samples_import_report")
-        if report:
-            if "error" in report:
-                st.error(f"Nothing imported: {md(report['error'])}")
-            else:
-                (st.warning if report["rejected"] else st.success)(
-                    f"Dataset {report['dataset_id']}: imported {report['imported']} {report['format']} samples, "
-                    f"rejected {len(report['rejected'])}"
-                    + (
-                        " (each listed below with its record number and reason)."
-                        if report["rejected"]
-                        else "."
-                    )
-                )
-                if report["rejected"]:
-                    st.dataframe(pd.DataFrame(report["rejected"]), hide_index=True, key="samples_rejected")
+        _report(st.session_state.get("samples_import_report"))
+
+
+def _report(report) -> None:
+    """The last import's outcome: its error, or the dataset made with the records kept and each one refused."""
+    if isinstance(report, str):
+        st.error(f"Nothing imported: {md(report)}")
+    elif report is not None:
+        dataset_id, result = report
+        rejected = result.rejected
+        (st.warning if rejected else st.success)(
+            f"Dataset {dataset_id}: imported {result.imported} {result.format} samples, rejected {len(rejected)}"
+            + (" (each listed below with its record number and reason)." if rejected else ".")
+        )
+        if rejected:
+            frame = pd.DataFrame([{"line": r.line, "reason": r.reason} for r in rejected])
+            st.dataframe(frame, hide_index=True, key="samples_rejected")
