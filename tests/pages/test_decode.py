@@ -73,6 +73,13 @@ def test_decode_bad_override_and_refused_draft(db, tmp_path):
     app.text_input(key="decode_aux_hf_indices").set_value("1,2").run()
     ok(app.button(key="decode_start").click().run())
     assert "exactly three target states; got 2 indices" in app.error[0].value
+    # issue 58 row 5: a number out of range reaches the request's check and blocks Start in one line
+    app.text_input(key="decode_aux_hf_indices").set_value("").run()
+    app.number_input(key="decode_max_new_tokens").set_value(100_000_000).run()
+    ok(app.button(key="decode_start").click().run())
+    assert "max new tokens" in app.error[0].value and "32768" in app.error[0].value
+    assert "decode_task" not in app.session_state
+    app.number_input(key="decode_max_new_tokens").set_value(32).run()
     broken = tmp_path / "broken"
     broken.mkdir()
     config = json.loads((REPO / "demo/drafts/final/config.json").read_text())

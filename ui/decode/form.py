@@ -66,7 +66,12 @@ def _widget(column, name: str, meta, default):
     kind = float if isinstance(w.step, float) or isinstance(default, float) else int
     shown = w.none_at if value is None else value
     step = {"step": w.step} if w.step else {}
-    return column.number_input(w.label, kind(w.low), kind(w.high), kind(shown), key=key, help=help, **step)
+    # No min/max on the widget: out of range, the browser keeps the last good value and shows why only
+    # on hover, and Start would run that value (issue 58 row 5). The setting's own check refuses it on
+    # Start, in one visible line; the help states the range.
+    bounds = f"{kind(w.low)} to {kind(w.high)}"
+    help = f"{help} ({bounds})" if help else bounds
+    return column.number_input(w.label, value=kind(shown), key=key, help=help, **step)
 
 
 def _value(meta, held):
