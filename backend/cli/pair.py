@@ -8,6 +8,7 @@ from backend import BadInput
 from backend.cli.flags import request_fields
 from backend.cli.render import fmt, percent_bar, progress_bar
 from backend.defaults import default_draft
+from backend.plain import plain
 
 
 def cmd_preflight(args) -> tuple[dict, str]:
@@ -55,10 +56,11 @@ def load_pair(args, sample_length: int):
     when it fails; its warnings go to stderr."""
     from backend.engine.request import reading_of
     from backend.service import models
-    from backend.service.plan import preflight_warnings
+    from backend.service.plan import checked_override, preflight_warnings
 
+    override = checked_override(args.target, args.aux_hf_indices)  # before the weights load
     target, draft, report = models.pair(args.target, args.draft, args.device, args.dtype)
-    view, wiring = reading_of(args.engine, args.aux_hf_indices, draft, target.num_layers)
+    view, wiring = reading_of(args.engine, override, draft, target.num_layers)
     for warning in preflight_warnings(report, draft, sample_length) + list(view.notes):
         print(f"warning: {warning}", file=sys.stderr)
     return target, draft, wiring, view
@@ -100,7 +102,12 @@ def cmd_replay(args) -> tuple[dict, str]:
         "run_id": outcome.run_id,
         "output_ids": outcome.output_ids,
         "steps": [
-            {"drafted": s.drafted_ids, "accepted": s.accepted_count, "bonus": s.bonus_id, "tree": s.tree}
+            {
+                "drafted": s.drafted_ids,
+                "accepted": s.accepted_count,
+                "bonus": s.bonus_id,
+                "tree": plain(s.tree),
+            }
             for s in outcome.steps
         ],
         "mean_accept_length": metrics["mean_accept_length"],
@@ -187,16 +194,14 @@ def cmd_teacher(args) -> tuple[dict, str]:
 
 def checked_vocab(args) -> int:
     """The target's vocab size from its config, after both configs are checked: a bad target,
-    draft or flag is reported before any weights load (seconds, and progress bars, later)."""
+    draft or flag is reported before any weights load (seconds, and progress bars, later). A wiring
+    override's range is checked where it is used, also before any load (plan.checked_override)."""
     from backend.engine.draft_config import read_draft_config
     from backend.engine.loading import pick_device, read_target_config
-    from backend.engine.wiring import check_indices
 
     config = read_target_config(args.target)
     if isinstance(getattr(args, "draft", None), str):
         read_draft_config(args.draft).check_buildable()
-    if getattr(args, "aux_hf_indices", None) is not None:  # the override's range, before anything loads
-        check_indices(args.aux_hf_indices, config.num_hidden_layers)
     pick_device(getattr(args, "device", None))
     return config.vocab_size
 

@@ -190,6 +190,10 @@ def cmd_engine_check(args) -> tuple[dict, str]:
     if args.target_gguf and not Path(args.target_gguf).is_file():
         raise BadInput(f"{args.target_gguf}: no such GGUF file")
     samples, _ = load_samples(args.samples, checked_vocab(args), args.limit)
+    if args.aux_hf_indices is not None:  # a bad override is refused before an engine launches
+        from backend.service.plan import checked_override
+
+        checked_override(args.target, args.aux_hf_indices)
     settings = EngineCheckSettings(
         args.target,
         args.draft,
@@ -268,7 +272,7 @@ def cmd_observe_requests(args) -> tuple[dict, str]:
         bar, progress = percent_bar("replay-worst")
 
         try:
-            result["replayed_worst"] = per_request.replay_worst(
+            replayed = per_request.replay_worst(
                 args.db,
                 result,
                 args.replay_worst,
@@ -279,38 +283,37 @@ def cmd_observe_requests(args) -> tuple[dict, str]:
             )
         finally:
             bar.close()
-    pooled = result["pooled"]
-    counted = ", ".join(f"{n} {status}" for status, n in pooled["statuses"].items())
+        result = per_request.with_replays(result, replayed)
+    pooled = result.pooled
+    counted = ", ".join(f"{n} {status}" for status, n in pooled.statuses.items())
     lines = [
-        f"{result['source']}: {result['format']}, "
+        f"{result.source}: {result.format}, "
         + (
             "a pooled profile, not per request"
-            if pooled.get("pooled_only")
-            else f"{pooled['requests']} requests ({counted})"
+            if pooled.pooled_only
+            else f"{pooled.requests} requests ({counted})"
         ),
-        f"pooled accept length {fmt(pooled['accept_length'])} over {pooled['verify_steps']} verify steps "
-        f"(step-weighted, bonus included); per-request mean {fmt(pooled['accept_length_per_request_mean'])}"
-        f"{ci_text(pooled.get('accept_length_per_request_ci95'))}; "
-        f"acceptance rate {fmt(pooled['acceptance_rate'])}",
+        f"pooled accept length {fmt(pooled.accept_length)} over {pooled.verify_steps} verify steps "
+        f"(step-weighted, bonus included); per-request mean {fmt(pooled.accept_length_per_request_mean)}"
+        f"{ci_text(pooled.accept_length_per_request_ci95)}; "
+        f"acceptance rate {fmt(pooled.acceptance_rate)}",
     ]
-    if pooled["per_position_marginal"]:
-        lines.append("per-position P(a >= i): " + ", ".join(fmt(p) for p in pooled["per_position_marginal"]))
-    for signature in ("first_step", "draft_lengths"):
-        if (result.get(signature) or {}).get("message"):
-            lines.append("signature: " + result[signature]["message"])
-    if result.get("window"):
-        lines.append(
-            f"window between the two reads: accept length {fmt(result['window'].get('accept_length'))}"
-        )
+    if pooled.per_position_marginal:
+        lines.append("per-position P(a >= i): " + ", ".join(fmt(p) for p in pooled.per_position_marginal))
+    for signature in (result.first_step, result.draft_lengths):
+        if signature and signature.message:
+            lines.append("signature: " + signature.message)
+    if result.window:
+        lines.append(f"window between the two reads: accept length {fmt(result.window.accept_length)}")
     lines.append(f"{'record':<22} {'status':<16} {'served AL':>9} {'replay AL':>9}  note")
-    for row in result["rows"][:50]:
+    for row in result.rows[:50]:
         lines.append(
-            f"{row['record'][:22]:<22} {row['status']:<16} {fmt(row['served_accept_length']):>9} "
-            f"{fmt(row['replay_accept_length']):>9}  {row['note'] or ''}"
+            f"{row.record[:22]:<22} {row.status:<16} {fmt(row.served_accept_length):>9} "
+            f"{fmt(row.replay_accept_length):>9}  {row.note or ''}"
         )
-    for row in result.get("replayed_worst", []):
+    for row in result.replayed_worst:
         lines.append(
-            f"replayed {row['record']}: served {fmt(row['served_accept_length'])}, replay "
-            f"{fmt(row['replay_accept_length'])} (run {row['replay_run']})"
+            f"replayed {row.record}: served {fmt(row.served_accept_length)}, replay "
+            f"{fmt(row.replay_accept_length)} (run {row.replay_run})"
         )
-    return result, "\n".join(lines)
+    return result.to_dict(), "\n".join(lines)

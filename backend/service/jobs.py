@@ -30,7 +30,7 @@ from backend.engine.run_value import Resolved, params
 from backend.engine.wiring import Wiring
 from backend.service import models
 from backend.service.database import Database, open_database
-from backend.service.plan import ReplayPlan, resolve
+from backend.service.plan import ReplayPlan, checked_override, resolve
 from db import store
 from db.artifacts import read_artifact, write_artifact, write_whole
 
@@ -58,12 +58,15 @@ class ReplayOutcome:
 def run_replay(
     request: ReplayRequest, db_url: str | None = None, progress: Progress = no_progress
 ) -> ReplayOutcome:
-    """Load (or reuse) the pair, resolve the request once, replay and store the run."""
+    """Check the wiring override, load (or reuse) the pair, resolve the request once, replay and store
+    the run."""
+    override = checked_override(request.target, request.aux_hf_indices)
     progress(0.0, "loading models")
     target, draft, report = models.pair(
         request.target, request.draft, request.device, request.dtype, request.device_map, request.max_memory
     )
-    return run_plan(open_database(db_url), target, draft, resolve(request, target, draft, report), progress)
+    plan = resolve(request, target, draft, report, override)
+    return run_plan(open_database(db_url), target, draft, plan, progress)
 
 
 def run_plan(
@@ -426,7 +429,7 @@ def run_metrics(steps: list[StepRecord], num_steps: int) -> dict:
     metrics["draft_ms_total"] = sum(s.draft_ms for s in steps)
     metrics["verify_ms_total"] = sum(s.verify_ms for s in steps)
     verified = [s for s in steps if s.is_verify_step]
-    expected = [s.tree["expected_accepted"] for s in verified if s.tree and "expected_accepted" in s.tree]
+    expected = [s.tree.expected_accepted for s in verified if s.tree and s.tree.expected_accepted is not None]
     metrics["expected_accept_length"] = (
         expected_accept_length(expected) if len(expected) == len(verified) else None
     )

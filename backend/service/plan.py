@@ -21,7 +21,7 @@ from backend.engine.request import Decoding, ReplayRequest, reading_of
 from backend.engine.run_value import Resolved, describe_mode
 from backend.engine.sampling import Sampling
 from backend.engine.stop_ids import llamacpp_stop_ids
-from backend.engine.wiring import Wiring
+from backend.engine.wiring import Wiring, override_wiring
 
 
 @dataclass(frozen=True)
@@ -57,15 +57,27 @@ class ReplayPlan:
         )
 
 
+def checked_override(target_path: str, ids) -> Wiring | None:
+    """A typed wiring override (`--aux-hf-indices`, Decode's field) as the Wiring it feeds, checked
+    against the target's depth read from its config: the override's one range check, made before any
+    weights load (a bad one is refused in a second, not after the load). None: no override."""
+    if ids is None:
+        return None
+    from backend.engine.loading import read_target_config
+
+    return override_wiring(ids, read_target_config(target_path).num_hidden_layers)
+
+
 def resolve(
     request: ReplayRequest,
     target,
     draft,
     report: PreflightReport | None = None,
+    override: Wiring | None = None,
 ) -> ReplayPlan:
     """`request` against the loaded `target` and `draft` (`report`: the draft's preflight, for its
-    warnings)."""
-    view, wiring = reading_of(request.engine, request.aux_hf_indices, draft, target.num_layers)
+    warnings; `override`: the request's wiring override as `checked_override` made it)."""
+    view, wiring = reading_of(request.engine, override, draft, target.num_layers)
     ids = prompt_ids(request, target.tokenizer)
     decoding = request.decoding(target_architecture(target))
     stop_ids = frozenset() if request.ignore_eos else None  # nothing ends it before max new tokens
