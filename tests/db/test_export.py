@@ -6,6 +6,7 @@ import json
 import shlex
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -65,7 +66,7 @@ def test_export_to_a_file_from_either_backend(any_db_url, tmp_path):
         store.finish_run(session, run_id, output_ids=[12, 9, 9, 11], metrics={"mean_accept_length": 2.0})
     document = json.loads(export_run(factory, run_id, "json", tmp_path / "r.json").read_text())
     assert document["params"] == {"num_steps": 2, "wiring": {"aux": [0, 2, 4]}} and document["finished_at"]
-    assert [s["tree"]["decisions"] for s in document["steps"]] == [step(0, 2).tree["decisions"]] * 3
+    assert [s["tree"]["decisions"] for s in document["steps"]] == [step(0, 2).tree.decisions] * 3
     csv = pd.read_csv(export_run(factory, run_id, "csv", tmp_path / "r.csv"))
     assert [json.loads(v) for v in csv["draft_top_ids"]] == [[[1, 2], [3, 4]]] * 3
     parquet = pd.read_parquet(export_run(factory, run_id, "parquet", tmp_path / "r.parquet"))
@@ -141,3 +142,61 @@ def test_a_read_only_database_is_read_and_refuses_writes_in_one_line(stored_run,
     )
     assert write.returncode == 2 and write.stderr.count("\n") == 1, write.stderr
     assert "readonly database" in write.stderr and str(folder) in write.stderr
+    _read_by_another_user(folder / "s.db", run_id, backend)
+
+
+def _read_by_another_user(database, run_id: int, backend: list[str]) -> None:
+    """Issue 58 row 19: a database file of mode 0444 in a folder anyone may write, opened by a user who
+    does not own it: `export` reads it, a write is refused in one line. Root ignores file modes, so as
+    root the commands run as `nobody` (setpriv); skipped where neither is possible."""
+    import os
+    import shutil
+    import tempfile
+
+    as_user = []
+    if os.getuid() == 0:
+        if shutil.which("setpriv") is None:
+            pytest.skip("running as root without setpriv: cannot open the file as another user")
+        as_user = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    folder = Path(tempfile.mkdtemp(prefix="speclens-0444-"))
+    try:
+        folder.chmod(0o1777)  # a shared folder: anyone may make files in it (SQLite's -shm)
+        copy = folder / "s.db"
+        shutil.copyfile(database, copy)
+        copy.chmod(0o444)
+        url, out = f"sqlite:///{copy}", folder / "export.json"
+        env = {**os.environ, "HOME": str(folder)}
+        export = [
+            *backend,
+            "export",
+            "--run",
+            str(run_id),
+            "--db",
+            url,
+            "--format",
+            "json",
+            "--out",
+            str(out),
+        ]
+        done = subprocess.run(
+            [*as_user, *export], cwd=REPO, capture_output=True, text=True, env=env, timeout=300
+        )
+        assert done.returncode == 0, done.stderr
+        assert json.loads(out.read_text())["id"] == run_id
+        write = [
+            *backend,
+            "import",
+            "--samples",
+            "demo/data/eval.jsonl",
+            "--db",
+            url,
+            "--target",
+            "demo/target",
+        ]
+        refused = subprocess.run(
+            [*as_user, *write], cwd=REPO, capture_output=True, text=True, env=env, timeout=300
+        )
+        assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+        assert "readonly database" in refused.stderr and str(copy) in refused.stderr
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
