@@ -97,6 +97,14 @@ def _sample_info(row: SampleRow) -> Sample:
     )
 
 
+def sample_sources(session: Session, sample_ids) -> dict[int, str]:
+    """Each sample's `source` field by id (ids no longer stored are left out)."""
+    ids = sorted({i for i in sample_ids if i is not None})
+    if not ids:
+        return {}
+    return dict(session.execute(select(SampleRow.id, SampleRow.source).where(SampleRow.id.in_(ids))).all())
+
+
 def get_samples(session: Session, dataset_id: int, limit: int | None = None) -> list[Sample]:
     """The dataset's samples in order; the first `limit` only when given."""
     query = select(SampleRow).where(SampleRow.dataset_id == dataset_id).order_by(SampleRow.index)

@@ -22,6 +22,7 @@ from db.datasets import (
     delete_dataset,
     get_samples,
     list_datasets,
+    sample_sources,
 )
 from db.models import utc_now
 from db.observations import (
@@ -60,6 +61,7 @@ from db.runs import (
 __all__ = [
     "add_probe",
     "largest_probe",
+    "sample_sources",
     "DEFAULT_DB_PATH",
     "DatasetInfo",
     "NO_INPUT",

@@ -11,7 +11,7 @@ import sys
 from sqlalchemy.exc import SQLAlchemyError
 
 from backend import BadInput, Terminated, first_line
-from backend.cli.data import cmd_export, cmd_import
+from backend.cli.data import cmd_export, cmd_import, cmd_lost
 from backend.cli.pair import cmd_diagnose, cmd_evaluate, cmd_preflight, cmd_probe, cmd_replay, cmd_teacher
 from backend.cli.parsers import build_parser
 from backend.cli.render import fmt
@@ -33,6 +33,7 @@ COMMANDS = {
     "diagnose": cmd_diagnose,
     "import": cmd_import,
     "export": cmd_export,
+    "lost": cmd_lost,
 }
 
 

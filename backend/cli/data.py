@@ -1,4 +1,4 @@
-"""Commands on stored data: import a dataset, export a run."""
+"""Commands on stored data: import a dataset, export a run, where stored runs lose acceptance."""
 
 from __future__ import annotations
 
@@ -25,3 +25,11 @@ def cmd_export(args) -> tuple[dict, str]:
 
     path = export(args.db, args.run, args.format, args.out)
     return {"run_id": args.run, "format": args.format, "out": str(path)}, f"wrote {path}"
+
+
+def cmd_lost(args) -> tuple[dict, str]:
+    from backend.cli.render import where_lost_text
+    from backend.service.losses import where_lost_over
+
+    found = where_lost_over(args.db, args.runs)
+    return found.to_dict(), where_lost_text(found)

@@ -36,10 +36,17 @@ def utf8_text(text: str) -> str:
 
 
 def run_ids(text: str) -> list[int]:
+    """Run ids, comma-separated, each an id or a range (3,4,5 or 12-43,50)."""
+    ids = []
     try:
-        ids = [int(part) for part in text.split(",") if part.strip()]
+        for part in filter(None, (p.strip() for p in text.split(","))):
+            low, _, high = part.partition("-")
+            first, last = int(low), int(high or low)
+            if last - first > 100_000:
+                raise ValueError
+            ids.extend(range(first, last + 1))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected run ids like 3,4,5, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected run ids like 3,4,5 or 12-43, got {text!r}") from None
     if not ids or any(i < 1 for i in ids):
         raise argparse.ArgumentTypeError(f"expected run ids >= 1, got {text!r}")
     return ids

@@ -197,6 +197,22 @@ def _export_command(commands) -> None:
     exp.add_argument("--json", action="store_true", help="print one JSON object on stdout")
 
 
+def _lost_command(commands) -> None:
+    lost = commands.add_parser(
+        "lost",
+        help="where stored runs lose acceptance: by draft position, token kind, target confidence, context, "
+        "source and span; the draft's calibration and a confidence-threshold what-if (one group per draft)",
+    )
+    lost.add_argument(
+        "--runs",
+        type=run_ids,
+        required=True,
+        help="run ids: an evaluation's or a Compare batch's (e.g. 12-43,50)",
+    )
+    lost.add_argument("--db", help="SQLAlchemy URL (default: SPECLENS_DB_URL or sqlite:///data/speclens.db)")
+    lost.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+
+
 def _observe_command(commands) -> None:
     obs = commands.add_parser(
         "observe", help="read what SGLang or vLLM reported and put it beside the replay"
@@ -362,6 +378,7 @@ PARSERS = (
     _diagnose_command,
     _import_command,
     _export_command,
+    _lost_command,
     _observe_command,
     _serve_check_command,
     _lint_command,

@@ -1,0 +1,429 @@
+"""Where a draft loses acceptance, over a set of stored runs (issue 55): by draft position, by the kind
+of token the target emitted, by the target's confidence and the context length, by prompt source and
+by span (a reasoning model's thinking vs its answer), and how well the draft's own probability
+predicts acceptance (calibration, and what a confidence threshold would have saved).
+
+The unit is an ATTEMPT: draft position j of a verify step whose drafts 1..j-1 were accepted, so the
+target judged d_j. A step accepting a of K drafts makes min(a + 1, K) attempts: j <= a accepted, j = a + 1
+rejected; later drafts were never judged and are not counted. The target's token at attempt j is the
+token the step committed there (the accepted draft, or the target's own token where it rejected).
+Every rate says how many attempts (and samples) it counts; a group under MIN_ATTEMPTS says it is too
+small to judge instead of showing a rate. Torch-free: the pages and the CLI read stored steps only.
+"""
+
+from __future__ import annotations
+
+import math
+import unicodedata
+from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from backend.engine.metrics import mean_ci95
+from backend.plain import Plain
+
+MIN_ATTEMPTS = 20  # fewer attempts than this: a group is reported as too small to judge
+BINS = 10  # calibration bins of the draft's probability, equal width over [0, 1]
+THRESHOLDS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+CONFIDENCE_TIERS = (
+    (0.0, 0.5, "low (p < 0.5)"),
+    (0.5, 0.9, "medium (0.5 <= p < 0.9)"),
+    (0.9, 1.01, "high (p >= 0.9)"),
+)
+CONTEXT_BUCKETS = (256, 512, 1024, 2048, 4096)
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+UNRECORDED = "not recorded"
+
+DEFINITIONS = {
+    "attempt": "an attempt is draft position j of a verify step whose drafts 1..j-1 were accepted (the target "
+    "judged d_j): a step accepting a of K drafts makes min(a + 1, K) attempts",
+    "position_marginal": "P(a >= i): share of verify steps accepting at least i drafts; mean over samples (runs) "
+    "with its 95% interval over samples (mean_ci95), and pooled over steps",
+    "position_conditional": "P(a >= i | a >= i-1): of the steps that reached position i, the share accepting it "
+    "(pooled over steps)",
+    "group_rate": "accepted attempts / attempts in the group, with a 95% Wilson interval over attempts (attempts "
+    "of one sample are not independent: read it as a lower bound on the uncertainty); share = the group's "
+    f"attempts / all attempts; fewer than {MIN_ATTEMPTS} attempts: too few to judge",
+    "token_kind": "the kind of the target's token at the attempt (the accepted draft, or the target's own token "
+    "where it rejected), from its text: special (the tokenizer's special tokens), whitespace / indentation, "
+    "digits, punctuation, words / identifiers (letters, digits, underscore), mixed",
+    "target_confidence": "the target's probability of its own greedy token at the attempt's position (the verify "
+    "forward's top-1 probability), in tiers",
+    "context_length": "tokens before the attempt's position (prompt + output so far), in buckets",
+    "source": "the sample's `source` field (e.g. humaneval, chat); a typed prompt: 'typed prompt'",
+    "span": f"thinking: after a {THINK_OPEN} and before its {THINK_CLOSE} in the output; answer: elsewhere "
+    "(only where the outputs hold a thinking span)",
+    "calibration": f"the draft's probability of each attempted draft (its softmax at that draft step) in {BINS} "
+    "equal bins, against the share of those attempts the target accepted",
+    "ece": "expected calibration error: sum over bins of (attempts in bin / attempts) x |acceptance - mean draft "
+    "probability|; 0 = the draft's probability is the acceptance rate",
+    "threshold_whatif": "WHAT-IF from the stored steps, greedy chains only: each step drafts until the first "
+    "draft whose probability is below the threshold (at least one draft), so it accepts min(a, drafts kept); "
+    "later steps are assumed unchanged (in a real run a shorter step moves every later step), and a draft "
+    "forward and a verified token are taken to cost the same whatever the length",
+}
+
+
+@dataclass(frozen=True)
+class LostRun:
+    """One stored run as this module reads it: its steps (records with drafted_ids, accepted_count,
+    committed_ids, target_argmax_ids, target_argmax_probs, draft_probs, position), its sample's source,
+    and whether it drafted a greedy chain (the threshold what-if reads those only)."""
+
+    run_id: int
+    steps: Sequence
+    source: str = "typed prompt"
+    greedy_chain: bool = True
+
+
+@dataclass(frozen=True)
+class PositionRate(Plain):
+    position: int  # i = 1..K
+    steps: int  # verify steps that drafted at least i tokens
+    marginal: float | None  # pooled P(a >= i)
+    marginal_mean: float | None  # mean over samples of each one's P(a >= i)
+    marginal_ci95: list[float] | None
+    conditional: float | None  # P(a >= i | a >= i-1), pooled
+    samples: int
+
+
+@dataclass(frozen=True)
+class GroupRate(Plain):
+    group: str
+    attempts: int
+    accepted: int
+    share: float  # of all attempts
+    rate: float | None  # None: too few attempts to judge
+    ci95: list[float] | None
+    samples: int
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class RejectedToken(Plain):
+    token_id: int
+    text: str
+    kind: str
+    rejections: int
+    examples: list[list[int]]  # [run id, step index], the first few
+
+
+@dataclass(frozen=True)
+class CalibrationBin(Plain):
+    low: float
+    high: float
+    attempts: int
+    mean_probability: float | None
+    acceptance: float | None
+
+
+@dataclass(frozen=True)
+class Calibration(Plain):
+    position: int | None  # None: every position together
+    attempts: int
+    ece: float | None
+    bins: list[CalibrationBin]
+
+
+@dataclass(frozen=True)
+class ThresholdRow(Plain):
+    threshold: float | None  # None: as stored (no threshold)
+    accept_length: float | None  # mean over steps of min(a, kept) + 1
+    drafts_per_step: float | None
+    wasted_drafts: int  # drafted and rejected or never judged
+    accepted_lost: int  # accepted drafts the threshold would not have drafted
+
+
+@dataclass(frozen=True)
+class DraftLosses(Plain):
+    name: str
+    runs: int
+    verify_steps: int
+    attempts: int
+    by_position: list[PositionRate]
+    by_kind: list[GroupRate]
+    top_rejected: list[RejectedToken]
+    by_confidence: list[GroupRate]
+    by_context: list[GroupRate]
+    by_source: list[GroupRate]
+    by_span: list[GroupRate]
+    calibration: list[Calibration]
+    threshold_whatif: list[ThresholdRow]
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class WhereLost(Plain):
+    drafts: list[DraftLosses]
+    definitions: dict[str, str] = field(default_factory=lambda: dict(DEFINITIONS))
+
+
+@dataclass(frozen=True)
+class _Attempt:
+    run_id: int
+    step_index: int
+    position: int  # j, 1-based
+    accepted: bool
+    token: int  # the target's token there
+    draft_probability: float | None
+    target_probability: float | None
+    context: int  # tokens before it
+    source: str
+    span: str | None  # "thinking" | "answer" | None (no thinking span anywhere)
+
+
+def token_kind(text: str, token_id: int, special: frozenset[int]) -> str:
+    """A reader's class of one token (see DEFINITIONS['token_kind'])."""
+    if token_id in special:
+        return "special"
+    stripped = text.strip()
+    if not stripped:
+        return "whitespace / indentation"
+    if stripped.isdigit():
+        return "digits"
+    if all(unicodedata.category(c)[0] in "PS" for c in stripped):
+        return "punctuation"
+    if all(c.isalnum() or c == "_" for c in stripped):
+        return "words / identifiers"
+    return "mixed"
+
+
+def where_lost(
+    named_runs: dict[str, list[LostRun]],
+    text: Callable[[int], str],
+    special: frozenset[int] = frozenset(),
+) -> WhereLost:
+    """Each draft's losses over its runs (`named_runs`: draft name -> its runs); `text`: one token id's
+    text (the target's tokenizer), `special`: the tokenizer's special token ids."""
+    return WhereLost([_losses(name, runs, text, special) for name, runs in named_runs.items()])
+
+
+def _losses(name: str, runs: list[LostRun], text, special) -> DraftLosses:
+    attempts = _attempts(runs, text)
+    verify = [s for r in runs for s in r.steps if s.drafted_ids]
+    kind = {a.token: token_kind(text(a.token), a.token, special) for a in attempts}
+    notes = []
+    if any(a.span is None for a in attempts):
+        notes.append("no thinking span in these outputs: the span split is left out")
+    chains = [r for r in runs if r.greedy_chain]
+    if len(chains) < len(runs):
+        notes.append(f"threshold what-if over the {len(chains)} greedy-chain runs of {len(runs)}")
+    scored = any(a.draft_probability is not None for a in attempts)
+    if attempts and not scored:
+        notes.append(
+            "these runs kept no draft probabilities (replays made before they were recorded on every "
+            "step): no calibration and no threshold what-if; replay them again to get both"
+        )
+    return DraftLosses(
+        name=name,
+        runs=len(runs),
+        verify_steps=len(verify),
+        attempts=len(attempts),
+        by_position=_by_position(runs),
+        by_kind=_groups(attempts, lambda a: kind[a.token]),
+        top_rejected=_top_rejected(attempts, text, kind),
+        by_confidence=_groups(
+            attempts, _confidence_tier, order=[*(t[2] for t in CONFIDENCE_TIERS), UNRECORDED]
+        ),
+        by_context=_groups(attempts, _context_bucket, order=_context_order()),
+        by_source=_groups(attempts, lambda a: a.source),
+        by_span=_groups([a for a in attempts if a.span is not None], lambda a: a.span, len(attempts)),
+        calibration=_calibration(attempts),
+        threshold_whatif=_thresholds(chains) if scored or not attempts else _thresholds(chains)[:1],
+        notes=notes,
+    )
+
+
+def _attempts(runs: list[LostRun], text) -> list[_Attempt]:
+    found = []
+    thinking_seen = any(THINK_OPEN in text(t) for r in runs for s in r.steps for t in s.committed_ids)
+    for run in runs:
+        thinking = False
+        for step in run.steps:
+            drafted = list(step.drafted_ids)
+            committed = list(step.committed_ids)
+            for j in range(1, min(step.accepted_count + 1, len(drafted)) + 1):
+                token = committed[j - 1] if j - 1 < len(committed) else step.target_argmax_ids[j - 1]
+                span = ("thinking" if thinking else "answer") if thinking_seen else None
+                found.append(
+                    _Attempt(
+                        run.run_id,
+                        step.step_index,
+                        j,
+                        j <= step.accepted_count,
+                        token,
+                        _at(step.draft_probs, j - 1),
+                        _at(step.target_argmax_probs, j - 1),
+                        step.position + j - 1,
+                        run.source,
+                        span,
+                    )
+                )
+                if thinking_seen:
+                    thinking = _thinking_after(thinking, text(token))
+            if thinking_seen and step.accepted_count >= len(drafted) and committed:
+                thinking = _thinking_after(thinking, text(committed[-1]))  # the bonus after K accepted
+    return found
+
+
+def _thinking_after(thinking: bool, token_text: str) -> bool:
+    if THINK_CLOSE in token_text:
+        return False
+    return thinking or THINK_OPEN in token_text
+
+
+def _at(values, index):
+    return values[index] if values is not None and index < len(values) else None
+
+
+def _by_position(runs: list[LostRun]) -> list[PositionRate]:
+    depth = max((len(s.drafted_ids) for r in runs for s in r.steps), default=0)
+    rows = []
+    for i in range(1, depth + 1):
+        reached = [(r.run_id, s.accepted_count) for r in runs for s in r.steps if len(s.drafted_ids) >= i]
+        at_least = sum(1 for _, a in reached if a >= i)
+        before = sum(1 for _, a in reached if a >= i - 1)
+        per_run = defaultdict(list)
+        for run_id, a in reached:
+            per_run[run_id].append(a >= i)
+        means = [sum(v) / len(v) for v in per_run.values()]
+        rows.append(
+            PositionRate(
+                position=i,
+                steps=len(reached),
+                marginal=at_least / len(reached) if reached else None,
+                marginal_mean=sum(means) / len(means) if means else None,
+                marginal_ci95=mean_ci95(means),
+                conditional=at_least / before if before else None,
+                samples=len(per_run),
+            )
+        )
+    return rows
+
+
+def _groups(
+    attempts: list[_Attempt], key, total: int | None = None, order: list[str] | None = None
+) -> list[GroupRate]:
+    """One GroupRate per value of `key`, by attempts (most first) or in `order`."""
+    total = total if total is not None else len(attempts)
+    grouped: dict[str, list[_Attempt]] = defaultdict(list)
+    for a in attempts:
+        grouped[key(a)].append(a)
+    names = [g for g in order if g in grouped] if order else sorted(grouped, key=lambda g: -len(grouped[g]))
+    rows = []
+    for name in names:
+        members = grouped[name]
+        n, k = len(members), sum(a.accepted for a in members)
+        judged = n >= MIN_ATTEMPTS
+        rows.append(
+            GroupRate(
+                group=name,
+                attempts=n,
+                accepted=k,
+                share=n / total if total else 0.0,
+                rate=k / n if judged else None,
+                ci95=wilson(k, n) if judged else None,
+                samples=len({a.run_id for a in members}),
+                note="" if judged else f"{n} attempts: too few to judge (fewer than {MIN_ATTEMPTS})",
+            )
+        )
+    return rows
+
+
+def wilson(successes: int, n: int, z: float = 1.959964) -> list[float] | None:
+    """The 95% Wilson score interval of a proportion (None for n = 0)."""
+    if n == 0:
+        return None
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    spread = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return [max(0.0, centre - spread), min(1.0, centre + spread)]
+
+
+def _top_rejected(attempts: list[_Attempt], text, kind: dict, limit: int = 15) -> list[RejectedToken]:
+    rejected = [a for a in attempts if not a.accepted]
+    counts = Counter(a.token for a in rejected)
+    examples = defaultdict(list)
+    for a in rejected:
+        if len(examples[a.token]) < 3:
+            examples[a.token].append([a.run_id, a.step_index])
+    return [
+        RejectedToken(token, text(token), kind[token], n, examples[token])
+        for token, n in counts.most_common(limit)
+    ]
+
+
+def _confidence_tier(a: _Attempt) -> str:
+    if a.target_probability is None:
+        return UNRECORDED
+    return next(name for low, high, name in CONFIDENCE_TIERS if low <= a.target_probability < high)
+
+
+def _context_order() -> list[str]:
+    edges = (0, *CONTEXT_BUCKETS)
+    return [f"{lo}-{hi - 1}" for lo, hi in zip(edges, edges[1:], strict=False)] + [
+        f">= {CONTEXT_BUCKETS[-1]}"
+    ]
+
+
+def _context_bucket(a: _Attempt) -> str:
+    edges = (0, *CONTEXT_BUCKETS)
+    for lo, hi in zip(edges, edges[1:], strict=False):
+        if a.context < hi:
+            return f"{lo}-{hi - 1}"
+    return f">= {CONTEXT_BUCKETS[-1]}"
+
+
+def _calibration(attempts: list[_Attempt]) -> list[Calibration]:
+    scored = [a for a in attempts if a.draft_probability is not None]
+    positions = sorted({a.position for a in scored})
+    return [_calibrated(None, scored)] + [
+        _calibrated(p, [a for a in scored if a.position == p]) for p in positions
+    ]
+
+
+def _calibrated(position: int | None, scored: list[_Attempt]) -> Calibration:
+    bins = []
+    ece = 0.0
+    for b in range(BINS):
+        low, high = b / BINS, (b + 1) / BINS
+        inside = [
+            a
+            for a in scored
+            if low <= a.draft_probability < high or (b == BINS - 1 and a.draft_probability == 1.0)
+        ]
+        mean_p = sum(a.draft_probability for a in inside) / len(inside) if inside else None
+        rate = sum(a.accepted for a in inside) / len(inside) if inside else None
+        if inside:
+            ece += len(inside) / len(scored) * abs(rate - mean_p)
+        bins.append(CalibrationBin(low, high, len(inside), mean_p, rate))
+    return Calibration(position, len(scored), ece if scored else None, bins)
+
+
+def _thresholds(runs: list[LostRun]) -> list[ThresholdRow]:
+    steps = [s for r in runs for s in r.steps if s.drafted_ids]
+    return [_threshold(None, steps)] + [_threshold(t, steps) for t in THRESHOLDS]
+
+
+def _threshold(threshold: float | None, steps) -> ThresholdRow:
+    if not steps:
+        return ThresholdRow(threshold, None, None, 0, 0)
+    tokens = drafted = wasted = lost = 0
+    for s in steps:
+        k = len(s.drafted_ids)
+        kept = k if threshold is None else _kept(s.draft_probs, k, threshold)
+        accepted = min(s.accepted_count, kept)
+        tokens += accepted + 1
+        drafted += kept
+        wasted += kept - accepted
+        lost += s.accepted_count - accepted
+    n = len(steps)
+    return ThresholdRow(threshold, tokens / n, drafted / n, wasted, lost)
+
+
+def _kept(probabilities, k: int, threshold: float) -> int:
+    """Drafts a step keeps under `threshold`: up to the first probability below it, at least one."""
+    for j, p in enumerate(list(probabilities or [])[:k]):
+        if p is not None and p < threshold:
+            return max(1, j)
+    return k

@@ -1,0 +1,67 @@
+"""Where acceptance is lost over a set of stored runs (backend/diagnostics/where_lost.py), read from the
+store: the runs grouped by their draft, each sample's source, the target's tokenizer for the token
+kinds. Torch-free: the CLI's `lost` view, `evaluate --json` and the dashboard call it."""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+
+from backend import BadInput
+from backend.diagnostics.where_lost import LostRun, WhereLost, where_lost
+from backend.service.database import open_database
+from backend.service.runs import token_text
+from db import store
+
+
+def where_lost_over(db_url: str | None, run_ids: list[int]) -> WhereLost:
+    """The losses of the runs `run_ids`, one group per draft (in the order the runs name them).
+    BadInput for an unknown run, or runs of more than one target (one tokenizer reads the kinds)."""
+    if not run_ids:
+        raise BadInput("no run to read: give run ids (e.g. 12-43)")
+    with store.session_scope(open_database(db_url).factory) as session:
+        runs = []
+        for run_id in dict.fromkeys(run_ids):
+            run = store.get_run(session, run_id)
+            if run is None:
+                raise BadInput(f"run {run_id}: no such run in {db_url or 'the default database'}")
+            runs.append((run, store.get_steps(session, run_id)))
+        sources = store.sample_sources(session, [run.sample_id for run, _ in runs])
+    targets = sorted({run.target_path for run, _ in runs})
+    if len(targets) > 1:
+        raise BadInput(
+            f"runs of {len(targets)} targets ({', '.join(targets)}): read one target's runs at a time"
+        )
+    grouped: dict[str, list[LostRun]] = {}
+    names = _draft_names([run.draft_path for run, _ in runs])
+    for run, steps in runs:
+        source = sources.get(run.sample_id, "typed prompt" if run.sample_id is None else "sample deleted")
+        lost = LostRun(run.id, steps, source, run.resolved.greedy_chain)
+        grouped.setdefault(names[run.draft_path], []).append(lost)
+    return where_lost(grouped, _one_token_text(targets[0]), special_ids(targets[0]))
+
+
+def _draft_names(paths: list[str]) -> dict[str, str]:
+    """Each draft's folder name, or its path where two drafts share a name."""
+    short = {path: Path(path).name or path for path in paths}
+    clash = {name for name in short.values() if len({p for p in short if short[p] == name}) > 1}
+    return {path: path if name in clash else name for path, name in short.items()}
+
+
+def _one_token_text(target_path: str):
+    decode = token_text(target_path)
+    return (lambda token: decode([token])) if decode else str
+
+
+@lru_cache(maxsize=8)
+def special_ids(target_path: str) -> frozenset[int]:
+    """The target tokenizer's special tokens (tokenizer.json's added tokens marked special)."""
+    path = Path(target_path) / "tokenizer.json"
+    try:
+        added = json.loads(path.read_text(encoding="utf-8")).get("added_tokens") or []
+    except (OSError, ValueError, AttributeError):
+        return frozenset()
+    return frozenset(
+        t["id"] for t in added if isinstance(t, dict) and t.get("special") and isinstance(t.get("id"), int)
+    )

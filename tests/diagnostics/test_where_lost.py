@@ -1,0 +1,146 @@
+"""Where acceptance is lost (backend/diagnostics/where_lost.py), on hand-built runs whose answer is known."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from backend.diagnostics.where_lost import MIN_ATTEMPTS, LostRun, WhereLost, token_kind, where_lost, wilson
+
+TEXT = {1: "def", 2: " ", 3: "(", 4: "42", 5: "<think>", 6: "</think>", 7: "x", 9: "<eos>"}
+
+
+def step(index, drafted, a, probs, committed=None, target_probs=None, position=10):
+    committed = committed if committed is not None else [*drafted[:a], 7 if a < len(drafted) else 1]
+    argmax = [*drafted[:a], committed[a] if a < len(committed) else 1] + [1] * (len(drafted) - a)
+    return SimpleNamespace(
+        step_index=index,
+        position=position,
+        drafted_ids=drafted,
+        accepted_count=a,
+        committed_ids=committed,
+        target_argmax_ids=argmax,
+        target_argmax_probs=target_probs or [0.95] * (len(drafted) + 1),
+        draft_probs=probs,
+    )
+
+
+def run(run_id, steps, source="chat", greedy=True):
+    return LostRun(run_id, steps, source, greedy)
+
+
+def text(token):
+    return TEXT.get(token, f"t{token}")
+
+
+def test_position_rates_pooled_and_over_samples():
+    # run 1: a = 3, 0 (K = 3); run 2: a = 1, 1
+    runs = [
+        run(1, [step(0, [1, 1, 1], 3, [0.9] * 3), step(1, [2, 2, 2], 0, [0.2] * 3)]),
+        run(2, [step(0, [1, 2, 3], 1, [0.9] * 3), step(1, [1, 2, 3], 1, [0.9] * 3)]),
+    ]
+    found = where_lost({"d": runs}, text).drafts[0]
+    p1, p2, p3 = found.by_position
+    assert (p1.marginal, p2.marginal, p3.marginal) == (0.75, 0.25, 0.25)
+    assert p1.marginal_mean == pytest.approx((0.5 + 1.0) / 2) and p1.samples == 2
+    assert p2.conditional == pytest.approx(1 / 3) and p3.conditional == 1.0
+    # attempts: run 1 step 0 makes 3 (all accepted), step 1 makes 1; run 2 makes 2 + 2
+    assert found.attempts == 8 and found.verify_steps == 4
+
+
+def test_groups_count_attempts_and_a_small_group_is_not_judged():
+    steps = [
+        step(i, [1, 3], 1, [0.8, 0.8]) for i in range(MIN_ATTEMPTS)
+    ]  # "def" accepted, then "(" rejected... as x
+    found = where_lost({"d": [run(1, steps)]}, text).drafts[0]
+    words = next(g for g in found.by_kind if g.group == "words / identifiers")
+    # every step: attempt 1 "def" accepted, attempt 2 rejected where the target emitted 7 ("x", a word too)
+    assert words.attempts == 2 * MIN_ATTEMPTS and words.accepted == MIN_ATTEMPTS and words.rate == 0.5
+    assert words.ci95 == wilson(MIN_ATTEMPTS, 2 * MIN_ATTEMPTS) and words.share == 1.0
+    (top,) = found.top_rejected
+    assert (top.token_id, top.text, top.rejections, top.examples[0]) == (7, "x", MIN_ATTEMPTS, [1, 0])
+    small = where_lost({"d": [run(1, steps[:3])]}, text).drafts[0].by_kind[0]
+    assert small.rate is None and small.ci95 is None and "too few to judge" in small.note
+
+
+def test_token_kinds_read_as_a_person_would():
+    assert token_kind("    ", 2, frozenset()) == "whitespace / indentation"
+    assert token_kind(" 42", 4, frozenset()) == "digits"
+    assert token_kind("):", 3, frozenset()) == "punctuation"
+    assert token_kind(" foo_bar", 1, frozenset()) == "words / identifiers"
+    assert token_kind("<eos>", 9, frozenset({9})) == "special"
+    assert token_kind("x=1", 8, frozenset()) == "mixed"
+
+
+def test_calibration_bins_and_ece_by_hand():
+    # position 1: probability 0.95, accepted 3 of 4 -> |0.75 - 0.95| = 0.2 in bin 9
+    # position 2 (reached only where 1 was accepted): probability 0.15, accepted 1 of 3 -> |1/3 - 0.15|
+    steps = [
+        step(0, [1, 1], 2, [0.95, 0.15]),
+        step(1, [1, 1], 1, [0.95, 0.15]),
+        step(2, [1, 1], 1, [0.95, 0.15]),
+        step(3, [2, 1], 0, [0.95, 0.15]),
+    ]
+    overall, first, second = where_lost({"d": [run(1, steps)]}, text).drafts[0].calibration
+    assert (first.position, first.attempts, second.attempts) == (1, 4, 3)
+    assert first.ece == pytest.approx(0.2) and second.ece == pytest.approx(abs(1 / 3 - 0.15))
+    assert first.bins[9].attempts == 4 and first.bins[9].acceptance == 0.75
+    assert overall.ece == pytest.approx((4 * 0.2 + 3 * abs(1 / 3 - 0.15)) / 7)
+
+
+def test_the_threshold_what_if_caps_each_step_at_the_drafts_it_keeps():
+    steps = [step(0, [1, 1, 1], 3, [0.9, 0.9, 0.3]), step(1, [1, 2, 2], 1, [0.9, 0.2, 0.2])]
+    rows = {r.threshold: r for r in where_lost({"d": [run(1, steps)]}, text).drafts[0].threshold_whatif}
+    assert rows[None].accept_length == (4 + 2) / 2 and rows[None].drafts_per_step == 3
+    assert rows[None].wasted_drafts == 2 and rows[None].accepted_lost == 0
+    half = rows[0.5]  # step 0 keeps 2 (accepts 2 of its 3), step 1 keeps 1 (accepts it)
+    assert half.accept_length == (3 + 2) / 2 and half.drafts_per_step == 1.5
+    assert half.wasted_drafts == 0 and half.accepted_lost == 1
+    sampled = where_lost({"d": [run(1, steps, greedy=False)]}, text).drafts[0]
+    assert (
+        sampled.threshold_whatif[0].accept_length is None and "0 greedy-chain runs of 1" in sampled.notes[-1]
+    )
+
+
+def test_thinking_and_answer_spans_and_sources():
+    steps = [
+        step(0, [5, 1], 2, [0.9, 0.9], committed=[5, 1, 2]),  # <think> def, then " " (bonus)
+        step(1, [6, 1], 0, [0.9, 0.9], committed=[6]),  # rejected: the target closed the span
+        step(2, [1, 1], 1, [0.9, 0.9], committed=[1, 7]),
+    ]
+    found = where_lost({"d": [run(1, steps, source="humaneval"), run(2, steps[2:])]}, text).drafts[0]
+    spans = {g.group: g.attempts for g in found.by_span}
+    # <think> itself is answer (before the span opens); def thinking; </think> thinking; the rest answer
+    assert spans == {"answer": 1 + 2 + 2, "thinking": 2}
+    assert {g.group: g.samples for g in found.by_source} == {"humaneval": 1, "chat": 1}
+
+
+def test_no_runs_and_the_json_round_trip():
+    empty = where_lost({"d": []}, text)
+    assert empty.drafts[0].attempts == 0 and empty.drafts[0].by_position == []
+    assert empty.drafts[0].calibration[0].ece is None
+    full = where_lost({"a": [run(1, [step(0, [1, 1], 1, [0.5, 0.5])])]}, text)
+    assert WhereLost.from_dict(full.to_dict()) == full
+
+
+def test_the_cli_view_over_a_stored_run_agrees_with_its_own_metrics(stored_run):
+    """`lost --runs` on a stored replay: its P(a >= i) is the run's own per-position metric (computed
+    by backend/engine/metrics.py from the same steps), and a bad run id is one line, exit 2."""
+    import json
+
+    from backend.service.runs import get_run
+    from tests.support.cli import run_cli
+
+    db_url, run_id = stored_run
+    done = run_cli("lost", "--runs", str(run_id), "--db", db_url, "--json")
+    assert done.returncode == 0, done.stderr
+    (draft,) = json.loads(done.stdout)["drafts"]
+    run = get_run(db_url, run_id)
+    stored = run.measured.per_position_marginal
+    assert [p["marginal"] for p in draft["by_position"]] == pytest.approx(stored)
+    assert draft["runs"] == 1 and draft["by_source"][0]["group"] == "typed prompt"
+    assert sum(g["attempts"] for g in draft["by_kind"]) == draft["attempts"] > 0
+    missing = run_cli("lost", "--runs", f"{run_id},99999", "--db", db_url)
+    assert missing.returncode == 2 and missing.stderr.count("\n") == 1
+    assert "run 99999: no such run" in missing.stderr
