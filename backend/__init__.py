@@ -70,6 +70,7 @@ checks this):
       serving_features   features that cost acceptance: penalties, grammar, LoRA, caches, PD
       train_serve        the train-vs-serve diff as diagnose's findings (the cheap check that sees wiring)
       whatif             accept length and speed-up for other K and for trees
+      where_lost         where stored runs lose acceptance: position, token kind, confidence, calibration
     backend.service      the only layer that touches db/ and threads
       checkpoints        directories added in the dashboard, kept in the database
       checks             quick checks the pages run inline (the lint), and the wiring probes kept
@@ -85,6 +86,7 @@ checks this):
       evaluate           every (draft, sample) pair of a dataset, summed per draft
       feature_check      serve-check --features: a server's returned features against the layers
       jobs               the job runner: engine records persisted step by step
+      losses             where_lost over stored runs: runs grouped by draft, sources, the tokenizer
       models             loaded targets and drafts kept in small LRUs
       observations       server numbers stored and compared with the replay
       per_request        per-request server numbers beside the replay; the worst requests replayed

@@ -105,6 +105,16 @@ def sample_sources(session: Session, sample_ids) -> dict[int, str]:
     return dict(session.execute(select(SampleRow.id, SampleRow.source).where(SampleRow.id.in_(ids))).all())
 
 
+def sample_datasets(session: Session, sample_ids) -> dict[int, int]:
+    """Each sample's dataset id by sample id (ids no longer stored are left out)."""
+    ids = sorted({i for i in sample_ids if i is not None})
+    if not ids:
+        return {}
+    return dict(
+        session.execute(select(SampleRow.id, SampleRow.dataset_id).where(SampleRow.id.in_(ids))).all()
+    )
+
+
 def get_samples(session: Session, dataset_id: int, limit: int | None = None) -> list[Sample]:
     """The dataset's samples in order; the first `limit` only when given."""
     query = select(SampleRow).where(SampleRow.dataset_id == dataset_id).order_by(SampleRow.index)

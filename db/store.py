@@ -22,6 +22,7 @@ from db.datasets import (
     delete_dataset,
     get_samples,
     list_datasets,
+    sample_datasets,
     sample_sources,
 )
 from db.models import utc_now
@@ -61,6 +62,7 @@ from db.runs import (
 __all__ = [
     "add_probe",
     "largest_probe",
+    "sample_datasets",
     "sample_sources",
     "DEFAULT_DB_PATH",
     "DatasetInfo",

@@ -22,7 +22,7 @@ import json, sys
 from streamlit.testing.v1 import AppTest
 
 said = {}
-for name in ("home", "1_Samples", "2_Decode", "3_Compare", "4_Diagnostics", "5_Runs"):
+for name in ("home", "1_Samples", "2_Decode", "3_Compare", "4_Diagnostics", "5_Runs", "6_Where_lost"):
     path = "app.py" if name == "home" else f"pages/{name}.py"
     app = AppTest.from_file(path, default_timeout=300).run()
     if name == "4_Diagnostics":

@@ -23,6 +23,7 @@ from backend.engine.metrics import mean_ci95
 from backend.plain import Plain
 
 MIN_ATTEMPTS = 20  # fewer attempts than this: a group is reported as too small to judge
+EXAMPLES = 50  # steps kept per group and position for a reader to open (rejections first)
 BINS = 10  # calibration bins of the draft's probability, equal width over [0, 1]
 THRESHOLDS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 CONFIDENCE_TIERS = (
@@ -85,6 +86,7 @@ class PositionRate(Plain):
     marginal_ci95: list[float] | None
     conditional: float | None  # P(a >= i | a >= i-1), pooled
     samples: int
+    rejected_at: list[list[int]] = field(default_factory=list)  # [run id, step index] of steps rejecting d_i
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,8 @@ class GroupRate(Plain):
     ci95: list[float] | None
     samples: int
     note: str = ""
+    # [run id, step index, draft position j, accepted 0/1] of the group's attempts, rejections first
+    examples: list[list[int]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -281,6 +285,12 @@ def _by_position(runs: list[LostRun]) -> list[PositionRate]:
     rows = []
     for i in range(1, depth + 1):
         reached = [(r.run_id, s.accepted_count) for r in runs for s in r.steps if len(s.drafted_ids) >= i]
+        rejected = [
+            [r.run_id, s.step_index]
+            for r in runs
+            for s in r.steps
+            if len(s.drafted_ids) >= i and s.accepted_count == i - 1
+        ]
         at_least = sum(1 for _, a in reached if a >= i)
         before = sum(1 for _, a in reached if a >= i - 1)
         per_run = defaultdict(list)
@@ -296,6 +306,7 @@ def _by_position(runs: list[LostRun]) -> list[PositionRate]:
                 marginal_ci95=mean_ci95(means),
                 conditional=at_least / before if before else None,
                 samples=len(per_run),
+                rejected_at=rejected[:EXAMPLES],
             )
         )
     return rows
@@ -325,6 +336,10 @@ def _groups(
                 ci95=wilson(k, n) if judged else None,
                 samples=len({a.run_id for a in members}),
                 note="" if judged else f"{n} attempts: too few to judge (fewer than {MIN_ATTEMPTS})",
+                examples=[
+                    [a.run_id, a.step_index, a.position, int(a.accepted)]
+                    for a in sorted(members, key=lambda a: a.accepted)[:EXAMPLES]
+                ],
             )
         )
     return rows

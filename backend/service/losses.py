@@ -5,14 +5,18 @@ kinds. Torch-free: the CLI's `lost` view, `evaluate --json` and the dashboard ca
 from __future__ import annotations
 
 import json
+from collections import Counter
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
 from backend import BadInput
-from backend.diagnostics.where_lost import LostRun, WhereLost, where_lost
+from backend.diagnostics.where_lost import DEFINITIONS, LostRun, WhereLost, where_lost
 from backend.service.database import open_database
 from backend.service.runs import token_text
 from db import store
+
+THRESHOLD_ASSUMPTIONS = DEFINITIONS["threshold_whatif"]
 
 
 def where_lost_over(db_url: str | None, run_ids: list[int]) -> WhereLost:
@@ -65,3 +69,55 @@ def special_ids(target_path: str) -> frozenset[int]:
     return frozenset(
         t["id"] for t in added if isinstance(t, dict) and t.get("special") and isinstance(t.get("id"), int)
     )
+
+
+@dataclass(frozen=True)
+class LossChoices:
+    """What the stored runs of one target offer the Where-lost page: drafts (name -> path) newest
+    first, the draft lengths K they ran, the datasets their samples came from (id -> name)."""
+
+    drafts: dict[str, str]
+    ks: list[int]
+    datasets: dict[int, str]
+
+
+def _finished(db_url: str | None, target_path: str) -> list:
+    from backend.service.runs import list_runs
+
+    same = str(Path(target_path).resolve())
+    return [
+        r
+        for r in list_runs(db_url, limit=5000)
+        if r.kind == "replay" and r.status == "finished" and str(Path(r.target_path).resolve()) == same
+    ]
+
+
+def choices(db_url: str | None, target_path: str) -> LossChoices:
+    from backend.service.datasets import list_datasets
+
+    runs = _finished(db_url, target_path)
+    paths = list(dict.fromkeys(r.draft_path for r in runs))
+    names = _draft_names(paths)
+    ks = [k for k, _ in Counter(r.resolved.num_steps for r in runs).most_common()]  # the most run first
+    with store.session_scope(open_database(db_url).factory) as session:
+        used = set(store.sample_datasets(session, [r.sample_id for r in runs]).values())
+    datasets = {d.id: d.name for d in list_datasets(db_url) if d.id in used}
+    return LossChoices({names[p]: p for p in paths}, ks, datasets)
+
+
+def chosen_runs(
+    db_url: str | None, target_path: str, draft_paths: list[str], k: int, dataset_id: int | None = None
+) -> list[int]:
+    """The finished replays of these drafts at K = `k` (on `dataset_id`'s samples when given): the
+    newest run per draft and prompt, so a prompt replayed twice counts once."""
+    runs = [
+        r for r in _finished(db_url, target_path) if r.draft_path in draft_paths and r.resolved.num_steps == k
+    ]
+    if dataset_id is not None:
+        with store.session_scope(open_database(db_url).factory) as session:
+            of = store.sample_datasets(session, [r.sample_id for r in runs])
+        runs = [r for r in runs if of.get(r.sample_id) == dataset_id]
+    newest = {}
+    for r in runs:  # newest first (list_runs' order)
+        newest.setdefault((r.draft_path, tuple(r.prompt_ids)), r.id)
+    return sorted(newest.values())

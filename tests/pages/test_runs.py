@@ -67,3 +67,39 @@ def test_runs_page_shows_a_failed_runs_error(db):
         store.fail_run(session, run_id, error="RuntimeError: the GPU fell over\ntraceback...")
     app = ok(page("5_Runs").run())
     assert "the GPU fell over" in app.error[0].value
+
+
+def test_where_lost_over_two_drafts_runs(db):
+    """Issue 55: the Where-lost page over the stored runs of two drafts on the demo dataset: the
+    position chart and the splits drawn per draft, a small group labelled too few to judge, and the
+    numbers those charts draw are the service's (checked independently in tests/diagnostics)."""
+    from backend.defaults import DEMO_DRAFTS, DEMO_TARGET
+    from backend.engine.request import ReplayRequest
+    from backend.service.datasets import ensure_demo_dataset, get_samples
+    from backend.service.jobs import run_replay
+
+    dataset = ensure_demo_dataset(db)
+    for sample in get_samples(db, dataset)[:3]:
+        for name in ("final", "miswired"):
+            request = ReplayRequest(
+                str(DEMO_TARGET),
+                str(DEMO_DRAFTS / name),
+                prompt_ids=tuple(sample.prompt_ids),
+                max_new_tokens=24,
+                sample_id=sample.id,
+            )
+            run_replay(request, db)
+    app = page("6_Where_lost")
+    app.session_state["global_target"] = str(DEMO_TARGET)
+    app = ok(app.run())
+    assert set(app.multiselect(key="lost_drafts").value) == {"final", "miswired"}
+    heads = [s.value for s in app.subheader]
+    assert heads[:2] == ["By draft position", "By token kind"] and "Calibration and a confidence threshold" in heads
+    assert any("final: 3 runs" in c.value and "miswired: 3 runs" in c.value for c in app.caption)
+    rejected = frame_with(app, "target's token")
+    assert set(rejected["draft"]) <= {"final", "miswired"} and (rejected["rejections"] > 0).all()
+    threshold = frame_with(app, "stop drafting below")
+    assert "as run" in set(threshold["stop drafting below"])
+    # one draft, one dataset: still drawn, on that draft alone
+    app = ok(app.multiselect(key="lost_drafts").set_value(["final"]).run())
+    assert any("final: 3 runs" in c.value and "miswired" not in c.value for c in app.caption)

@@ -1,0 +1,94 @@
+"""Where lost: over a set of stored runs (an evaluation, a Compare batch), where each draft loses
+acceptance: by draft position, token kind, target confidence, context length, source and span; its
+calibration and a confidence-threshold what-if. Reads the store only (no torch here)."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from backend import BadInput
+from backend.service import losses
+from ui import losses as view
+from ui import state
+from ui.html import md
+
+st.set_page_config(page_title="SpecLens · Where lost", layout="wide")
+state.sidebar()
+st.title("Where lost")
+st.write(
+    "Over stored runs of the active target (an `evaluate`, a Compare batch, Decode runs), where each draft "
+    "loses acceptance: which draft positions, which kinds of token, how confident the target was, how long "
+    "the context, which prompts; and whether the draft's own probability says when it will be rejected."
+)
+
+offered = losses.choices(state.db(), state.target_path())
+if not offered.drafts:
+    st.info(
+        "No finished replay of this target yet. Run a batch first: Compare's batch over a dataset, or "
+        "`speclens evaluate --drafts A,B --samples FILE`; then come back."
+    )
+    st.stop()
+c1, c2, c3 = st.columns([3, 1, 2])
+names = list(offered.drafts)
+drafts = c1.multiselect(
+    "Drafts", names, default=names[:2], key="lost_drafts", help="each draft's runs are one group; two side by side"
+)
+k = c2.selectbox("K (draft steps)", offered.ks, key="lost_k", help="runs of one draft length at a time")
+every = "every sample and typed prompt"
+dataset = c3.selectbox(
+    "Samples from",
+    [None, *offered.datasets],
+    format_func=lambda d: every if d is None else f"{offered.datasets[d]} (dataset {d})",
+    key="lost_dataset",
+)
+if not drafts:
+    st.info("Choose a draft.")
+    st.stop()
+run_ids = losses.chosen_runs(state.db(), state.target_path(), [offered.drafts[n] for n in drafts], k, dataset)
+if not run_ids:
+    st.info(f"No finished run of {', '.join(drafts)} at K={k} on these samples.")
+    st.stop()
+try:
+    found = losses.where_lost_over(state.db(), run_ids)
+except BadInput as error:
+    st.error(md(error))
+    st.stop()
+st.caption(
+    f"{len(run_ids)} finished runs (the newest per draft and prompt): "
+    + "; ".join(f"{d.name}: {d.runs} runs, {d.verify_steps} verify steps, {d.attempts} attempts" for d in found.drafts)
+    + ". An attempt is a draft the target judged (see Definitions)."
+)
+for d in found.drafts:
+    for note in d.notes:
+        st.caption(f"{md(d.name)}: {md(note)}")
+view.definitions()
+
+SPLITS = (
+    ("by_kind", "By token kind: what the target emitted at the attempt", "the target's token, by kind"),
+    ("by_confidence", "By target confidence: its top-1 probability there", "target's top-1 probability"),
+    ("by_context", "By context length", "tokens before the attempt"),
+    ("by_source", "By prompt source (the sample's source field)", "source"),
+    ("by_span", "By span: thinking vs answer", "span of the output"),
+)
+
+st.subheader("By draft position")
+event = st.plotly_chart(view.position_figure(found), key="lost_position", on_select="rerun")
+view.show_steps(found, "by_position", view.clicked(event), "lost_position")
+
+for split, title, axis in SPLITS:
+    if not any(getattr(d, split) for d in found.drafts):
+        continue
+    st.subheader(title.split(":")[0])
+    event = st.plotly_chart(view.group_figure(found, split, title, axis), key=f"lost_{split}", on_select="rerun")
+    view.show_steps(found, split, view.clicked(event), f"lost_{split}")
+    if split == "by_kind":
+        st.markdown("**Top rejected target tokens** (what the target emitted where the draft was rejected)")
+        st.dataframe(view.rejected_table(found), hide_index=True, key="lost_rejected")
+
+st.subheader("Calibration and a confidence threshold")
+left, right = st.columns(2)
+left.plotly_chart(view.calibration_figure(found), key="lost_calibration")
+right.dataframe(view.ece_table(found), hide_index=True, key="lost_ece")
+st.markdown("**What-if: stop drafting below a draft probability** (from the stored steps; assumptions below)")
+st.dataframe(view.threshold_table(found), hide_index=True, key="lost_threshold")
+st.caption(md(losses.THRESHOLD_ASSUMPTIONS))
