@@ -7,7 +7,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from backend.diagnostics.where_lost import DEFINITIONS, MIN_ATTEMPTS, WhereLost
+from backend.service.losses import DEFINITIONS, MIN_ATTEMPTS, WhereLost
 from ui import state
 from ui.charts import LEGEND_BELOW
 

@@ -160,7 +160,12 @@ def evaluate(
     pairs = plan.pairs()
     stats: dict = {}  # on Ray: workers started, pairs retried
     run_ids, reused = run_pairs(db_url, pairs, resume, progress, ray, workers, stats, ray_timeout)
-    return {**summarise(db_url, plan, run_ids, reused, len(pairs) - reused), "ray": ray or None, **stats}
+    from backend.service.losses import where_lost_over
+
+    # where each draft lost acceptance over these runs (issue 55; `lost --runs` prints it for any runs)
+    lost = where_lost_over(db_url, sorted(run_ids.values())).to_dict() if run_ids else None
+    summary = summarise(db_url, plan, run_ids, reused, len(pairs) - reused)
+    return {**summary, "where_lost": lost, "ray": ray or None, **stats}
 
 
 def summarise(db_url: str | None, plan: Plan, run_ids: dict, reused: int, replayed: int) -> dict:

@@ -11,12 +11,13 @@ from functools import lru_cache
 from pathlib import Path
 
 from backend import BadInput
-from backend.diagnostics.where_lost import DEFINITIONS, LostRun, WhereLost, where_lost
+from backend.diagnostics.where_lost import DEFINITIONS, MIN_ATTEMPTS, LostRun, WhereLost, where_lost
 from backend.service.database import open_database
 from backend.service.runs import token_text
 from db import store
 
 THRESHOLD_ASSUMPTIONS = DEFINITIONS["threshold_whatif"]
+__all__ = ["DEFINITIONS", "MIN_ATTEMPTS", "WhereLost", "choices", "chosen_runs", "where_lost_over"]
 
 
 def where_lost_over(db_url: str | None, run_ids: list[int]) -> WhereLost:

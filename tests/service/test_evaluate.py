@@ -70,6 +70,10 @@ def test_evaluate_cli(tmp_path):
     command += ["--draft", str(DEMO_DRAFTS / "final"), "--steps", "2", "--max-new-tokens", "8", "--db", db]
     result = cli_json(*command)
     assert result["samples"] == 1 and result["drafts"][0]["runs"] == 1 and result["replayed"] == 1
+    # issue 55: where the draft lost acceptance over the evaluation's runs, the `lost` view's JSON
+    (lost,) = result["where_lost"]["drafts"]
+    assert lost["name"] == "final" and lost["runs"] == 1
+    assert [p["marginal"] for p in lost["by_position"]] == result["drafts"][0]["per_position_marginal"]
     bad = run_cli(*command[:2], str(tmp_path / "missing.jsonl"), "--db", db)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "missing.jsonl" in bad.stderr
 
