@@ -52,7 +52,7 @@ checks this):
       agreement          training accuracy vs live acceptance, per sample
       cheap_checks       diagnose's checks without samples: preflight by class, vocab, context, precision
       diagnose           one verdict over every failure class users report
-      findings           one finding: class, severity, message, evidence, fix
+      findings           one finding: class, severity, message, evidence, fix; the verdict over them
       doctor             the preflight report plus vocab-mapping facts
       draft_head         the draft's own head: there, finite, trained, whose
       feature_match      the features a server fed the draft, slot by slot against the layers
@@ -64,7 +64,7 @@ checks this):
       penalty_check      what served sampling penalties cost, measured on live replays
       precision          the target's own verify-vs-decode disagreement in a dtype
       probe              which wiring a draft was trained on
-      probe_settings     the probe's settings, torch-free (pages compare a stored probe's)
+      probe_settings     the probe's settings and report as values, torch-free (pages read a stored probe)
       reading_probe      which reading (RoPE, flags, positions) a draft was trained with
       sample_checks      diagnose's checks on samples: probes as findings, template, live replays, context
       serving_features   features that cost acceptance: penalties, grammar, LoRA, caches, PD
@@ -94,6 +94,7 @@ checks this):
       readers            reads that need torch or transformers, for the dashboard, in a process of their own
       ray_eval           `evaluate` fanned out to Ray actors
       references         hidden-state references for a stored run
+      reference_spec     a reference as asked and as computed (torch-free: the pages build and read them)
       runs               stored runs: list, read, delete, export
       tasks              background tasks the dashboard polls
       vllm_server        vLLM's OpenAI server launched on the pair; one greedy completion on token ids

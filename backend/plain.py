@@ -4,8 +4,9 @@ A result type is a frozen dataclass that subclasses `Plain`. Its fields are the 
 CLI's `--json`, a stored probe, a task's result): `to_dict` writes them (nested values too), and
 `from_dict` reads any such dict back typed, each field by its annotation (a nested result type, a list
 or tuple of them, a dict of them, `X | None`). A key the dict lacks takes the field's default (an older
-stored result still reads); keys the type does not declare are left out. A field whose JSON key is not
-a Python name ("class") says so with `field(metadata={KEY: "class"})`.
+stored result still reads), and so does a null where the field is not optional; keys the type does
+not declare are left out. A field whose JSON key is not a Python name ("class") says so with
+`field(metadata={KEY: "class"})`.
 
 Torch-free: the pages import it.
 """
@@ -36,10 +37,10 @@ class Plain:
         hints = _hints(cls)
         values = {}
         for f in fields(cls):
-            key = _key(f)
-            if key in raw:
+            key, defaulted = _key(f), f.default is not MISSING or f.default_factory is not MISSING
+            if key in raw and not (raw[key] is None and defaulted and not _optional(hints[f.name])):
                 values[f.name] = read(hints[f.name], raw[key])
-            elif f.default is MISSING and f.default_factory is MISSING:
+            elif not defaulted:
                 raise ValueError(f"{cls.__name__}: the JSON has no {key!r}")
         return cls(**values)
 
@@ -75,6 +76,13 @@ def read(hint, value):
     if isinstance(hint, type) and issubclass(hint, Plain):
         return hint.from_dict(value)
     return value
+
+
+def _optional(hint) -> bool:
+    """Whether the annotation admits None (`X | None`, `Optional[X]`, `Any`)."""
+    if hint is typing.Any:
+        return True
+    return typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in typing.get_args(hint)
 
 
 def _key(f) -> str:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from backend.engine.records import STORED_STEP_FIELDS, StepRecord
+from backend.engine.records import StepRecord, stored_fields
 from db import store
 
 EXPORT_FORMATS = ("csv", "json", "parquet")
@@ -16,10 +16,6 @@ EXPORT_FORMATS = ("csv", "json", "parquet")
 
 class ExportError(ValueError):
     pass
-
-
-def stored_fields(step: StepRecord) -> dict:
-    return {name: getattr(step, name) for name in STORED_STEP_FIELDS}
 
 
 def steps_frame(steps: list[StepRecord], run: store.RunInfo | None = None, text=None) -> pd.DataFrame:

@@ -98,7 +98,7 @@ class Step(Base):
     draft_probs: Mapped[list] = mapped_column(JSON, default=list)
     draft_top_ids: Mapped[list] = mapped_column(JSON, default=list)
     draft_top_probs: Mapped[list] = mapped_column(JSON, default=list)
-    tree: Mapped[dict | None] = mapped_column(JSON)  # StepRecord.tree
+    tree: Mapped[dict | None] = mapped_column(JSON)  # StepRecord.tree, a StepTree as JSON
     draft_ms: Mapped[float] = mapped_column(Float)
     verify_ms: Mapped[float] = mapped_column(Float)
     run: Mapped[Run] = relationship(back_populates="steps")

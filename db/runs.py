@@ -15,7 +15,7 @@ from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
-from backend.engine.records import STORED_STEP_FIELDS, StepRecord
+from backend.engine.records import STORED_STEP_FIELDS, StepRecord, stored_fields, stored_step
 from backend.engine.request import ReplayRequest
 from backend.engine.run_value import Resolved, RunMetrics, asked_settings, read_params
 from db.connection import session_scope
@@ -139,7 +139,7 @@ def add_steps(session: Session, run_id: int, steps: list[StepRecord]) -> None:
     if steps:
         session.execute(
             insert(Step.__table__),
-            [{"run_id": run_id, **{n: getattr(s, n) for n in STORED_STEP_FIELDS}} for s in steps],
+            [{"run_id": run_id, **stored_fields(s)} for s in steps],
         )
 
 
@@ -275,7 +275,7 @@ def list_runs(session: Session, limit: int = 100) -> list[RunInfo]:
 
 def get_steps(session: Session, run_id: int) -> list[StepRecord]:
     steps = session.scalars(select(Step).where(Step.run_id == run_id).order_by(Step.step_index)).all()
-    return [StepRecord(**{name: getattr(step, name) for name in STORED_STEP_FIELDS}) for step in steps]
+    return [stored_step({name: getattr(step, name) for name in STORED_STEP_FIELDS}) for step in steps]
 
 
 class RunGone(LookupError):

@@ -26,17 +26,17 @@ if request is not None:
     st.session_state["decode_task"] = tasks.start_replay(state.db(), request, reference=reference)
 
 
-def pick_up_run(result: dict) -> None:
-    state.set_value("run", result["run_id"])
+def pick_up_run(result: tasks.ReplayResult) -> None:
+    state.set_value("run", result.run_id)
     st.session_state["decode_step"] = 0
-    if result.get("reference"):
-        st.session_state["decode_reference_pending"] = result["reference"]
+    if result.reference:
+        st.session_state["decode_reference_pending"] = result.reference
 
 
-def show_replay(result: dict) -> None:
-    if result.get("reference_note"):
+def show_replay(result: tasks.ReplayResult) -> None:
+    if result.reference_note:
         st.caption(
-            f"No hidden-state comparison was computed for run {result['run_id']}: {result['reference_note']}"
+            f"No hidden-state comparison was computed for run {result.run_id}: {result.reference_note}"
         )
 
 

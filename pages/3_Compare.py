@@ -29,23 +29,23 @@ if asked is not None:
         st.rerun()  # drawn again as running: buttons off, the previous table hidden, progress
 
 
-def pick_up(result: dict) -> None:
+def pick_up(result: tasks.CompareResult) -> None:
     """A finished comparison: its table replaces the previous one and its first row (the largest
     |delta|; the only one for a single sample) is opened below."""
-    rows = result["rows"]
-    state.set_value("compare", (rows[0]["run A"], rows[0]["run B"]))
-    st.session_state["compare_result"] = {**result, "task": st.session_state.get("compare_task")}
+    first = result.rows[0]
+    state.set_value("compare", (first.run_a, first.run_b))
+    st.session_state["compare_result"] = (st.session_state.get("compare_task"), result)
 
 
 task_panel("compare_task", on_finish=pick_up, adopt="compare")
-result = st.session_state.get("compare_result")
-if result and running:
+shown = st.session_state.get("compare_result")  # (the task that made it, the CompareResult)
+if shown and running:
     st.info(
-        f"The previous comparison's table ({len(result['rows'])} sample(s)) is hidden while a new "
+        f"The previous comparison's table ({len(shown[1].rows)} sample(s)) is hidden while a new "
         "comparison runs; the new table shows here when it ends."
     )
-elif result:
-    batch.show_batch(result)
+elif shown:
+    batch.show_batch(*shown)
 
 st.subheader("Two runs side by side")
 runs = list_runs(limit=300)

@@ -31,7 +31,11 @@ if not offered.drafts:
 c1, c2, c3 = st.columns([3, 1, 2])
 names = list(offered.drafts)
 drafts = c1.multiselect(
-    "Drafts", names, default=names[:2], key="lost_drafts", help="each draft's runs are one group; two side by side"
+    "Drafts",
+    names,
+    default=names[:2],
+    key="lost_drafts",
+    help="each draft's runs are one group; two side by side",
 )
 k = c2.selectbox("K (draft steps)", offered.ks, key="lost_k", help="runs of one draft length at a time")
 every = "every sample and typed prompt"
@@ -55,7 +59,9 @@ except BadInput as error:
     st.stop()
 st.caption(
     f"{len(run_ids)} finished runs (the newest per draft and prompt): "
-    + "; ".join(f"{d.name}: {d.runs} runs, {d.verify_steps} verify steps, {d.attempts} attempts" for d in found.drafts)
+    + "; ".join(
+        f"{d.name}: {d.runs} runs, {d.verify_steps} verify steps, {d.attempts} attempts" for d in found.drafts
+    )
     + ". An attempt is a draft the target judged (see Definitions)."
 )
 for d in found.drafts:
@@ -79,7 +85,9 @@ for split, title, axis in SPLITS:
     if not any(getattr(d, split) for d in found.drafts):
         continue
     st.subheader(title.split(":")[0])
-    event = st.plotly_chart(view.group_figure(found, split, title, axis), key=f"lost_{split}", on_select="rerun")
+    event = st.plotly_chart(
+        view.group_figure(found, split, title, axis), key=f"lost_{split}", on_select="rerun"
+    )
     view.show_steps(found, split, view.clicked(event), f"lost_{split}")
     if split == "by_kind":
         st.markdown("**Top rejected target tokens** (what the target emitted where the draft was rejected)")

@@ -181,6 +181,7 @@ def test_replay_tree_and_sampling_flags(checkpoints, tmp_path):
     import torch
 
     from backend.engine.loading import load_target
+    from backend.engine.records import StepTree
     from tests.support.oracle import plain_greedy
 
     root, drafts, samples = checkpoints
@@ -203,6 +204,7 @@ def test_replay_tree_and_sampling_flags(checkpoints, tmp_path):
     assert payload["output_ids"] == plain_greedy(target, [5, 6, 7], 12)
     for step in payload["steps"]:
         nodes = step["tree"]
+        assert StepTree.from_dict(nodes).to_dict() == nodes  # the stored and printed tree reads back typed
         assert len(nodes["tokens"]) == 7 and len(nodes["parents"]) == 7 and len(nodes["scores"]) == 7
         assert all(-1 <= p < i for i, p in enumerate(nodes["parents"]))
         assert step["accepted"] == len(nodes["accepted_path"])

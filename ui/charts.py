@@ -136,26 +136,26 @@ BIN_WORDS = {"cosine": "lowest", "norm": "mean", "norm_ratio": "farthest from 1"
 
 
 def heatmap(
-    rows: list[dict],
+    rows: list,
     value: str,
     title: str,
     chunk_order: list[str] | None = None,
     mark: tuple[int, int] | None = None,
     auto_range: bool = False,
 ) -> go.Figure:
-    """Positions x chunks; `mark` outlines the positions [first, last] of the current step. The colour
-    scale is fixed by meaning (FIXED_SCALES, named in the colour bar) unless `auto_range` asks for the
-    data's own range."""
-    chunks = chunk_order or sorted({r["chunk"] for r in rows}, key=chunk_sort_key)
+    """Positions x chunks of `rows` (mismatch.ChunkRow), coloured by their field `value`; `mark` outlines
+    the positions [first, last] of the current step. The colour scale is fixed by meaning (FIXED_SCALES,
+    named in the colour bar) unless `auto_range` asks for the data's own range."""
+    chunks = chunk_order or sorted({r.chunk for r in rows}, key=chunk_sort_key)
     labels = chunk_labels(chunks)
-    positions = sorted({r["position"] for r in rows})
+    positions = sorted({r.position for r in rows})
     width = -(-len(positions) // MAX_COLUMNS)  # positions per column: 1 up to MAX_COLUMNS positions
     starts = positions[::width]
     column = {p: i // width for i, p in enumerate(positions)}
     cells: list[list[list[float]]] = [[[] for _ in starts] for _ in chunks]
     for r in rows:
-        if r["chunk"] in chunks and r.get(value) is not None:
-            cells[chunks.index(r["chunk"])][column[r["position"]]].append(r[value])
+        if r.chunk in chunks and getattr(r, value) is not None:
+            cells[chunks.index(r.chunk)][column[r.position]].append(getattr(r, value))
     pick = BIN_AGGREGATE.get(value, max)
     grid = [[pick(cell) if cell else None for cell in row] for row in cells]
     if width > 1:
@@ -178,18 +178,20 @@ def heatmap(
     return figure
 
 
-def whatif(rows: list[dict], measured: dict | None = None) -> go.Figure:
-    ks = [r["num_steps"] for r in rows]
+def whatif(rows: list, measured: dict | None = None) -> go.Figure:
+    """`rows`: the what-if's WhatIfRow per K (backend/diagnostics/whatif.py); `measured`: K -> the
+    accept length a replay measured."""
+    ks = [r.num_steps for r in rows]
     figure = go.Figure()
     figure.add_scatter(
         x=ks,
-        y=[r["predicted_accept_length"] for r in rows],
+        y=[r.predicted_accept_length for r in rows],
         name="predicted accept length",
         mode="lines+markers",
     )
     figure.add_scatter(
         x=ks,
-        y=[r["predicted_speedup"] for r in rows],
+        y=[r.predicted_speedup for r in rows],
         name="predicted speed-up",
         mode="lines+markers",
         yaxis="y2",
@@ -214,20 +216,18 @@ def whatif(rows: list[dict], measured: dict | None = None) -> go.Figure:
     return figure
 
 
-def predicted_vs_live(rows: list[dict], flag_ratio: float) -> go.Figure:
-    """Per sample: teacher-forced predicted accept length (x) against the live one (y), with the line
-    where they agree and the flag line live = flag_ratio x predicted."""
-    points = [
-        r for r in rows if r["predicted accept length"] is not None and r["live accept length"] is not None
-    ]
-    top = max([1.0] + [max(r["predicted accept length"], r["live accept length"]) for r in points]) * 1.05
+def predicted_vs_live(rows: list, flag_ratio: float) -> go.Figure:
+    """Per sample (agreement.AgreementRow): teacher-forced predicted accept length (x) against the live
+    one (y), with the line where they agree and the flag line live = flag_ratio x predicted."""
+    points = [r for r in rows if r.predicted_accept_length is not None and r.live_accept_length is not None]
+    top = max([1.0] + [max(r.predicted_accept_length, r.live_accept_length) for r in points]) * 1.05
     figure = go.Figure()
     figure.add_scatter(
-        x=[r["predicted accept length"] for r in points],
-        y=[r["live accept length"] for r in points],
+        x=[r.predicted_accept_length for r in points],
+        y=[r.live_accept_length for r in points],
         mode="markers",
-        marker=dict(size=10, color=["#c62828" if r["flagged"] else "#1565c0" for r in points]),
-        text=[f"sample {r['sample #']}" for r in points],
+        marker=dict(size=10, color=["#c62828" if r.flagged else "#1565c0" for r in points]),
+        text=[f"sample {r.sample}" for r in points],
         name="samples (red: flagged)",
     )
     figure.add_scatter(

@@ -39,43 +39,40 @@ def features_help(target_path: str) -> str:
 ICONS = {"fail": "**fail**", "warn": "**warn**", "info": "info"}
 
 
-def show_diagnosis(result: dict, stale: str | None = None) -> None:
+def show_diagnosis(result, stale: str | None = None) -> None:
+    """`result`: diagnose's DiagnosisResult (backend/diagnostics/findings.py)."""
     # "ok" from checks none of which can see the wiring is not shown as healthy
-    level = (
-        "unverified"
-        if result["verdict"] == "ok" and not result.get("wiring_seen", True)
-        else result["verdict"]
-    )
-    text = f"**{WORDS[level]}**: {md(result['headline'])}"
+    level = "unverified" if result.verdict == "ok" and not result.wiring_seen else result.verdict
+    text = f"**{WORDS[level]}**: {md(result.headline)}"
     if stale:
         text = f"*{md(stale)}*\n\n" + text
     SHOW[level](text)
-    if result.get("next_step"):
-        st.info(f"**Next:** {md(result['next_step'])}.")
+    if result.next_step:
+        st.info(f"**Next:** {md(result.next_step)}.")
     st.caption(
-        f"Read as {md(result.get('engine', ''))}; aux HF indices {result.get('aux_hf_indices')}; "
-        f"{result.get('n_samples', 0)} samples. Checks: "
-        + "; ".join(f"{md(k)}: {md(str(v))}" for k, v in result["checks"].items())
+        f"Read as {md(result.engine)}; aux HF indices {result.aux_hf_indices}; "
+        f"{result.n_samples} samples. Checks: "
+        + "; ".join(f"{md(k)}: {md(str(v))}" for k, v in result.checks.items())
     )
-    measured = result.get("measured")
+    measured = result.measured
     if measured:
-        predicted = measured.get("predicted_accept_length")
+        predicted = measured.predicted_accept_length
         st.metric(
             "Live accept length (measured)",
-            f"{measured['live_accept_length']:.2f}",
+            f"{measured.live_accept_length:.2f}",
             delta=None if predicted is None else f"teacher-forced prediction {predicted:.2f}",
             delta_color="off",
-            help=f"{measured['definition']}. {measured['samples']} samples, {measured['verify_steps']} verify steps, "
-            f"{measured['max_new_tokens']} new tokens each; assuming {measured['assumes']}.",
+            help=f"{measured.definition}. {measured.samples} samples, {measured.verify_steps} verify steps, "
+            f"{measured.max_new_tokens} new tokens each; assuming {measured.assumes}.",
         )
-        st.caption(f"Live replays assumed {md(measured['assumes'])}.")
-    for finding in result["findings"]:
-        label = f"{ICONS[finding['severity']]} · {finding['class']} · {md(title(finding['message']))}"
-        with st.expander(label, expanded=finding["severity"] == "fail"):
-            st.markdown(md(finding["message"]))
-            if finding["fix"]:
-                st.markdown(f"**Fix:** {md(finding['fix'])}")
-            evidence_table(finding["evidence"])
+        st.caption(f"Live replays assumed {md(measured.assumes)}.")
+    for finding in result.findings:
+        label = f"{ICONS[finding.severity]} · {finding.cls} · {md(title(finding.message))}"
+        with st.expander(label, expanded=finding.severity == "fail"):
+            st.markdown(md(finding.message))
+            if finding.fix:
+                st.markdown(f"**Fix:** {md(finding.fix)}")
+            evidence_table(finding.evidence)
 
 
 def diagnose_form() -> tuple[list, dict] | None:

@@ -29,12 +29,11 @@ def _drafts_text(story: DemoStory) -> str:
             "- **epoch1**: the same training stopped after one epoch: accepted less, but honestly wired.\n"
             f"{broken} This is the bug of the seed story (below)."
         )
-    final = story.curve.get("final", {})
-    per_epoch = ", ".join(f"{v:.2f}" for v in final.get("per_epoch", []))
-    chosen = final.get("chosen_epoch")
+    final = story.final_curve
     trained_on = (
-        f"trained {len(final.get('per_epoch', []))} epochs on the target's own answers behind its chat "
-        f"template, the epoch kept by held-out accept length (per epoch: {per_epoch}; epoch {chosen} kept)"
+        f"trained {len(final.per_epoch)} epochs on the target's own answers behind its chat template, the "
+        "epoch kept by held-out accept length (per epoch: "
+        f"{', '.join(f'{v:.2f}' for v in final.per_epoch)}; epoch {final.chosen_epoch} kept)"
         if final
         else "trained on the target's own answers behind its chat template"
     )

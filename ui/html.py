@@ -122,16 +122,17 @@ def sampled_decision(step, index: int) -> str | None:
     TreeSpeculativeSamplingTargetOnly and vLLM's rejection sampler without draft probs: accept when
     u <= p_target(d); the draft's q is not used), so a rejected token can be the target's argmax.
     None for greedy steps and for tree nodes off the chain."""
-    tree = step.tree or {}
-    draws, accepts = tree.get("draws") or [], tree.get("accept_probs") or []
-    decisions = tree.get("decisions") or []
-    chain = tree.get("parents") == list(range(-1, len(tree.get("tokens") or []) - 1))
+    tree = step.tree
+    if tree is None:
+        return None
+    draws, accepts, decisions = tree.draws, tree.accept_probs, tree.decisions
+    chain = tree.parents == list(range(-1, len(tree.tokens) - 1))
     if not draws or not chain or index >= min(len(draws), len(accepts), len(decisions)):
         return None
     draw, accept, decision = draws[index], accepts[index], decisions[index]
     if draw is None:
         return "sampled: not reached, no draw was made"
-    draft = (tree.get("draft_probs") or [None] * (index + 1))[index]
+    draft = (tree.draft_probs or [None] * (index + 1))[index]
     q = f", draft q={draft:.3f} (not used by the rule)" if draft is not None else ""
     why = "u <= p" if decision == "accepted" else "u > p"
     return f"sampled: accept prob p={accept:.3f}{q}, draw u={draw:.3f} -> {decision} ({why})"
@@ -174,17 +175,17 @@ def context_html(ids: list[int], piece_of, limit: int = 60) -> str:
     return f'<div class="sl-text">{more}{spans}</div>'
 
 
-def mismatch_html(input_ids: list[int], rows: list[dict], piece_of, is_mismatch) -> str:
-    """Tokens coloured by their worst chunk: red where any chunk mismatches, green where all agree;
-    hover shows each chunk's cosine and norm ratio."""
-    by_position: dict[int, list[dict]] = {}
+def mismatch_html(input_ids: list[int], rows: list, piece_of) -> str:
+    """Tokens coloured by their worst chunk (`rows`: ChunkRow): red where any chunk mismatches, green
+    where all agree; hover shows each chunk's cosine and norm ratio."""
+    by_position: dict[int, list] = {}
     for row in rows:
-        by_position.setdefault(row["position"], []).append(row)
+        by_position.setdefault(row.position, []).append(row)
     spans = []
     for position, token in enumerate(input_ids):
         mine = by_position.get(position, [])
-        bad = any(is_mismatch(r) for r in mine)
-        detail = "; ".join(f"{r['chunk']}: cos {r['cosine']:.3f}, ratio {r['norm_ratio']:.2f}" for r in mine)
+        bad = any(r.mismatched for r in mine)
+        detail = "; ".join(f"{r.chunk}: cos {r.cosine:.3f}, ratio {r.norm_ratio:.2f}" for r in mine)
         title = escape(f"#{position} id {token}  {detail}", quote=True)
         cls = "sl-rej" if bad else "sl-acc"
         spans.append(f'<span class="sl-t {cls}" title="{title}">{show(piece_of(token))}</span>')

@@ -34,8 +34,14 @@ def position_figure(found: WhereLost) -> go.Figure:
     figure = go.Figure()
     for colour, d in zip(COLOURS, found.drafts, strict=False):
         rows = d.by_position
-        low = [m - c[0] if m is not None and c else 0 for m, c in ((r.marginal_mean, r.marginal_ci95) for r in rows)]
-        high = [c[1] - m if m is not None and c else 0 for m, c in ((r.marginal_mean, r.marginal_ci95) for r in rows)]
+        low = [
+            m - c[0] if m is not None and c else 0
+            for m, c in ((r.marginal_mean, r.marginal_ci95) for r in rows)
+        ]
+        high = [
+            c[1] - m if m is not None and c else 0
+            for m, c in ((r.marginal_mean, r.marginal_ci95) for r in rows)
+        ]
         figure.add_bar(
             x=[f"d{r.position}" for r in rows],
             y=[r.marginal_mean for r in rows],
@@ -46,7 +52,9 @@ def position_figure(found: WhereLost) -> go.Figure:
             hovertemplate="%{x}: P(a >= i) %{y:.3f} (mean over samples)<br>pooled %{customdata[2]:.3f}, "
             "P(a >= i | a >= i-1) %{customdata[1]:.3f}<br>%{customdata[0]} verify steps<extra>%{fullData.name}</extra>",
         )
-    return _layout(figure, "By draft position: P(a >= i), 95% CI over samples", "draft position i", "P(a >= i)")
+    return _layout(
+        figure, "By draft position: P(a >= i), 95% CI over samples", "draft position i", "P(a >= i)"
+    )
 
 
 def group_figure(found: WhereLost, split: str, title: str, xaxis: str) -> go.Figure:
@@ -85,7 +93,9 @@ def _label(group) -> str:
 
 def calibration_figure(found: WhereLost) -> go.Figure:
     figure = go.Figure()
-    figure.add_scatter(x=[0, 1], y=[0, 1], mode="lines", name="calibrated", line=dict(dash="dot", color="#9e9e9e"))
+    figure.add_scatter(
+        x=[0, 1], y=[0, 1], mode="lines", name="calibrated", line=dict(dash="dot", color="#9e9e9e")
+    )
     for colour, d in zip(COLOURS, found.drafts, strict=False):
         overall = d.calibration[0]
         bins = [b for b in overall.bins if b.attempts]
@@ -101,7 +111,10 @@ def calibration_figure(found: WhereLost) -> go.Figure:
             "%{y:.3f}<br>%{customdata[0]} attempts<extra>%{fullData.name}</extra>",
         )
     figure = _layout(
-        figure, "Calibration: the draft's probability vs acceptance", "draft's probability of its proposal", "acceptance"
+        figure,
+        "Calibration: the draft's probability vs acceptance",
+        "draft's probability of its proposal",
+        "acceptance",
     )
     figure.update_layout(xaxis_range=[0, 1.02], clickmode="event")
     return figure
@@ -202,5 +215,9 @@ def ece_table(found: WhereLost) -> pd.DataFrame:
 
 def definitions() -> None:
     with st.expander("Definitions (every number on this page)"):
-        st.markdown("\n".join(f"- **{name.replace('_', ' ')}**: {text}" for name, text in DEFINITIONS.items()))
-        st.caption(f"A group with fewer than {MIN_ATTEMPTS} attempts is shown grey, labelled too few to judge.")
+        st.markdown(
+            "\n".join(f"- **{name.replace('_', ' ')}**: {text}" for name, text in DEFINITIONS.items())
+        )
+        st.caption(
+            f"A group with fewer than {MIN_ATTEMPTS} attempts is shown grey, labelled too few to judge."
+        )

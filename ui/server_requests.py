@@ -10,7 +10,15 @@ import streamlit as st
 
 from backend import BadInput
 from backend.service import tasks
-from backend.service.per_request import FORMATS, ServedRequests, observe_requests
+from backend.service.per_request import (
+    FORMATS,
+    ReplayedRequest,
+    RequestRow,
+    ServedNumbers,
+    ServedRequests,
+    observe_requests,
+    with_replays,
+)
 from ui.charts import LEGEND_BELOW, histogram
 from ui.html import md
 from ui.taskview import task_panel
@@ -63,10 +71,10 @@ def distribution(served: list[float], replayed: list[float], k: int | None) -> g
     return figure
 
 
-def table(rows: list[dict]) -> pd.DataFrame:
-    frame = pd.DataFrame(rows)
+def table(rows: list[RequestRow]) -> pd.DataFrame:
+    frame = pd.DataFrame([row.to_dict() for row in rows])
     frame = frame.sort_values("served_accept_length", na_position="last", kind="stable")
-    frame["note"] = frame["note"].fillna("")
+    frame = frame.fillna({"note": ""})
     for column in (
         "served_accept_length",
         "replay_accept_length",
@@ -102,116 +110,103 @@ def table(rows: list[dict]) -> pd.DataFrame:
     )
 
 
-def merge_replays(result: dict) -> None:
+def merge_replays(replayed: list[ReplayedRequest]) -> None:
+    """The replays in the shown rows; the chart's replayed side becomes the replays of those prompts."""
     shown = st.session_state.get(KEY)
-    if not shown or "rows" not in shown:
+    if not isinstance(shown, ServedNumbers):
         return
-    for row in result["replayed_worst"]:
-        shown["rows"][row["request"]].update(
-            replay_run=row["replay_run"],
-            replay_accept_length=row["replay_accept_length"],
-            replay_tokens=row["replay_tokens"],
-            served_minus_replay=row["served_minus_replay"],
-        )
-    shown["replay"]["accept_lengths"] = [
-        r["replay_accept_length"] for r in shown["rows"] if r["replay_accept_length"] is not None
-    ]
-    shown["replay"]["matched"] = len(shown["replay"]["accept_lengths"])
-    shown["replay"]["which"] = "replays of the same prompts"
+    st.session_state[KEY] = with_replays(shown, replayed)
 
 
-def _signatures(result: dict) -> None:
+def _signatures(result: ServedNumbers) -> None:
     """The per-step signatures observe_requests found (a hand-off gap, K varying)."""
-    first = result.get("first_step")
-    if first and first.get("message"):
-        st.warning("disaggregation: " + md(first["message"]), icon=":material/warning:")
+    first = result.first_step
+    if first and first.message:
+        st.warning("disaggregation: " + md(first.message), icon=":material/warning:")
     elif first:
         st.caption(
-            f"First verify step accepts {first['first_step_accepted_mean']:.2f} drafts on average, later steps "
-            f"{first['later_steps_accepted_mean']:.2f} ({first['requests']} requests): no hand-off gap. "
-            + md(first["definition"])
+            f"First verify step accepts {first.first_step_accepted_mean:.2f} drafts on average, later steps "
+            f"{first.later_steps_accepted_mean:.2f} ({first.requests} requests): no hand-off gap. "
+            + md(first.definition)
         )
-    varied = result.get("draft_lengths")
-    if varied and varied.get("message"):
-        st.warning("synthetic-acceptance: " + md(varied["message"]), icon=":material/warning:")
+    varied = result.draft_lengths
+    if varied and varied.message:
+        st.warning("synthetic-acceptance: " + md(varied.message), icon=":material/warning:")
 
 
-def show_requests(result: dict | None, db_url: str | None, target_path: str, draft_path: str) -> None:
+def show_requests(
+    result: ServedNumbers | str | None, db_url: str | None, target_path: str, draft_path: str
+) -> None:
+    """`result`: what observe_requests gave, or the message of the BadInput it raised."""
     if not result:
         return
-    if "error" in result:
-        st.error(result["error"])
+    if isinstance(result, str):
+        st.error(result)
         return
-    pooled = result["pooled"]
+    pooled = result.pooled
     st.caption(
-        f"{md(result['source'])}: {result['format']}, {pooled['requests']} requests ("
-        + ", ".join(f"{n} {status}" for status, n in pooled["statuses"].items())
+        f"{md(result.source)}: {result.format}, {pooled.requests} requests ("
+        + ", ".join(f"{n} {status}" for status, n in pooled.statuses.items())
         + ")"
     )
     c1, c2, c3, c4 = st.columns(4)
     fmt = lambda v: "n/a" if v is None else f"{v:.2f}"  # noqa: E731
-    definitions = pooled["definitions"]
+    definitions = pooled.definitions
     c1.metric(
         "Served accept length (pooled)",
-        fmt(pooled["accept_length"]),
-        help=definitions["pooled_accept_length"],
+        fmt(pooled.accept_length),
+        help=definitions.pooled_accept_length,
     )
-    ci = pooled.get("accept_length_per_request_ci95")
+    ci = pooled.accept_length_per_request_ci95
     c2.metric(
         "Per-request mean",
-        fmt(pooled["accept_length_per_request_mean"]),
+        fmt(pooled.accept_length_per_request_mean),
         delta=None if not ci else f"95% CI {ci[0]:.2f}-{ci[1]:.2f}",
         delta_color="off",
-        help=definitions["accept_length_per_request_mean"]
-        + ". "
-        + definitions["accept_length_per_request_ci95"],
+        help=definitions.accept_length_per_request_mean + ". " + definitions.accept_length_per_request_ci95,
     )
-    c3.metric("Acceptance rate", fmt(pooled["acceptance_rate"]), help=definitions["acceptance_rate"])
-    c4.metric("Verify steps", f"{pooled['verify_steps']:g}", help="over the requests with an accept length")
+    c3.metric("Acceptance rate", fmt(pooled.acceptance_rate), help=definitions.acceptance_rate)
+    c4.metric("Verify steps", f"{pooled.verify_steps:g}", help="over the requests with an accept length")
     _signatures(result)
-    if result.get("window") is not None:
-        window = result["window"]
+    if result.window is not None:
+        window = result.window
         st.info(
-            f"Window between the two reads: accept length {fmt(window.get('accept_length'))}"
-            + (f" ({window['note']})" if window.get("note") else "")
+            f"Window between the two reads: accept length {fmt(window.accept_length)}"
+            + (f" ({window.note})" if window.note else "")
         )
-    if result.get("profile"):
+    if result.profile:
         st.caption(
             "ModelOpt profile, pooled: per-request mean as ModelOpt measured it "
-            f"{fmt(result['profile']['mean_accept_length_per_request'])}"
+            f"{fmt(result.profile.mean_accept_length_per_request)}"
         )
-    converted = sorted({r["converted_from"] for r in result["requests"] if r["converted_from"]})
+    converted = sorted({r.converted_from for r in result.requests if r.converted_from})
     with st.expander("How these numbers were converted"):
         for line in converted:
             st.caption(md(line))
-    replay = result["replay"]
-    served = [
-        row["served_accept_length"] for row in result["rows"] if row["served_accept_length"] is not None
-    ]
-    if pooled.get("pooled_only") and pooled.get("accept_histogram"):
+    replay = result.replay
+    served = [row.served_accept_length for row in result.rows if row.served_accept_length is not None]
+    if pooled.pooled_only and pooled.accept_histogram:
         # a profile has no requests to distribute: its pooled histogram is what it holds
         st.plotly_chart(
-            histogram(pooled["accept_histogram"], "Pooled verify steps by accepted drafts (the profile)"),
+            histogram(pooled.accept_histogram, "Pooled verify steps by accepted drafts (the profile)"),
             key=f"{KEY}_chart",
         )
     elif served:
-        st.plotly_chart(
-            distribution(served, replay["accept_lengths"], result["num_steps"]), key=f"{KEY}_chart"
-        )
+        st.plotly_chart(distribution(served, replay.accept_lengths, result.num_steps), key=f"{KEY}_chart")
     st.caption(
-        f"Replayed: {md(replay['which'])}; {replay['matched']} of {len(result['rows'])} requests matched by "
+        f"Replayed: {md(replay.which)}; {replay.matched} of {len(result.rows)} requests matched by "
         "prompt to a finished greedy replay of the active draft"
-        + (f" at K={result['num_steps']}" if result["num_steps"] else "")
-        + (f". {md(replay['unmatched_text_prompts'])}" if replay.get("unmatched_text_prompts") else "")
+        + (f" at K={result.num_steps}" if result.num_steps else "")
+        + (f". {md(replay.unmatched_text_prompts)}" if replay.unmatched_text_prompts else "")
     )
-    st.dataframe(table(result["rows"]), hide_index=True, key=f"{KEY}_table")
-    if result["worst"]:
+    st.dataframe(table(result.rows), hide_index=True, key=f"{KEY}_table")
+    if result.worst:
         left, right = st.columns([1, 3])
         n = left.number_input(
             "Worst requests",
             min_value=1,
-            max_value=len(result["worst"]),
-            value=min(3, len(result["worst"])),
+            max_value=len(result.worst),
+            value=min(3, len(result.worst)),
             key=f"{KEY}_n",
         )
         if right.button(f"Replay the {int(n)} worst with the active draft", key=f"{KEY}_replay"):
@@ -228,5 +223,5 @@ def requests_section(db_url: str | None, target_path: str, draft_path: str) -> N
         try:
             st.session_state[KEY] = observe_requests(db_url, asked, draft_path, target_path)
         except BadInput as error:
-            st.session_state[KEY] = {"error": str(error)}
+            st.session_state[KEY] = str(error)
     show_requests(st.session_state.get(KEY), db_url, target_path, draft_path)

@@ -25,7 +25,11 @@ PAGES = [
     ("pages/3_Compare.py", "Compare", "Compare: two drafts or two runs side by side"),
     ("pages/4_Diagnostics.py", "Diagnostics", "Diagnostics: probe, train-vs-serve diff, lint, doctor"),
     ("pages/5_Runs.py", "Runs", "Runs: history, delete, export"),
-    ("pages/6_Where_lost.py", "Where lost", "Where lost: acceptance by position, token kind, confidence, over runs"),
+    (
+        "pages/6_Where_lost.py",
+        "Where lost",
+        "Where lost: acceptance by position, token kind, confidence, over runs",
+    ),
 ]
 
 

@@ -73,9 +73,10 @@ def _poll(key: str, on_finish: Callable | None) -> None:
 def _show_failure(key: str, task, failure: str) -> None:
     """The error's first line, then the refused draft's preflight checks or the full error."""
     st.error(f"{failure}{md(task.error.splitlines()[0]) if task.error else 'failed'}")
-    if task.details.get("preflight"):
+    report = task.details.preflight
+    if report is not None:
         st.dataframe(
-            pd.DataFrame(task.details["preflight"]["checks"]), hide_index=True, key=f"{key}_preflight"
+            pd.DataFrame([c.to_dict() for c in report.checks]), hide_index=True, key=f"{key}_preflight"
         )
     elif task.error and "\n" in task.error:
         with st.expander("Details"):

@@ -8,6 +8,8 @@ from html import escape
 
 import plotly.graph_objects as go
 
+from backend.engine.records import StepTree
+
 STATUS_COLOURS = {
     "accepted": "#66bb6a",
     "first rejected": "#e53935",
@@ -17,14 +19,14 @@ STATUS_COLOURS = {
 }
 
 
-def node_statuses(tree: dict) -> list[str]:
+def node_statuses(tree: StepTree) -> list[str]:
     """Per node: accepted, first rejected (the draft's favourite child of the last accepted node,
     where the accepted path ends), rejected (tried and refused) or unreached."""
-    decisions = tree.get("decisions") or ["unreached"] * len(tree["tokens"])
+    decisions = tree.decisions or ["unreached"] * len(tree.tokens)
     statuses = [d if d in ("accepted", "rejected") else "unreached" for d in decisions]
-    path = tree.get("accepted_path") or []
+    path = tree.accepted_path
     last = path[-1] if path else -1
-    children = [i for i, p in enumerate(tree["parents"]) if p == last]
+    children = [i for i, p in enumerate(tree.parents) if p == last]
     if children and statuses[children[0]] != "accepted":
         statuses[children[0]] = "first rejected"
     return statuses
@@ -60,14 +62,14 @@ def _root_row(layout: list[tuple[int, float]], parents: list[int]) -> float:
     return sum(top) / len(top) if top else 0.0
 
 
-def tree_figure(tree: dict, pending_token: int, piece) -> go.Figure:
+def tree_figure(tree: StepTree, pending_token: int, piece) -> go.Figure:
     """`piece(id) -> str` names tokens. Node labels: token, draft probability and score; hover: the
     target's probability of the token, its argmax at the parent, the draw and the decision."""
-    parents, tokens = tree["parents"], tree["tokens"]
+    parents, tokens = tree.parents, tree.tokens
     layout = tree_layout(parents)
     root_row = _root_row(layout, parents)
     statuses = node_statuses(tree)
-    argmax, argmax_probs = tree.get("argmax") or [], tree.get("argmax_probs") or []
+    argmax, argmax_probs = tree.argmax, tree.argmax_probs
 
     def at(values: list | None, index: int):
         return values[index] if values and index < len(values) and values[index] is not None else None
@@ -91,7 +93,7 @@ def tree_figure(tree: dict, pending_token: int, piece) -> go.Figure:
     )
     labels, hovers = [], []
     for node, token in enumerate(tokens):
-        draft_p, score = at(tree.get("draft_probs"), node), at(tree.get("scores"), node)
+        draft_p, score = at(tree.draft_probs, node), at(tree.scores, node)
         text = escape(repr(piece(token))[1:-1][:14])
         meta = " ".join(
             part
@@ -106,18 +108,18 @@ def tree_figure(tree: dict, pending_token: int, piece) -> go.Figure:
             f"node {node}, depth {layout[node][0]}, {statuses[node]}",
             f"token {escape(repr(piece(token)))} (id {token})",
         ]
-        for name, key in (
-            ("draft p", "draft_probs"),
-            ("score", "scores"),
-            ("target p at parent", "target_probs"),
+        for name, values in (
+            ("draft p", tree.draft_probs),
+            ("score", tree.scores),
+            ("target p at parent", tree.target_probs),
         ):
-            value = at(tree.get(key), node)
+            value = at(values, node)
             if value is not None:
                 details.append(f"{name}: {value:.4f}")
-        value = at(tree.get("accept_probs"), node)
+        value = at(tree.accept_probs, node)
         if value is not None:
             details.append(f"P(accepted | parent accepted): {value:.4f}")
-        draw = at(tree.get("draws"), node)
+        draw = at(tree.draws, node)
         if draw is not None:
             details.append(f"draw: {draw:.4f}")
         details.append("parent's " + target_line(parents[node] + 1))

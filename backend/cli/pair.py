@@ -248,20 +248,20 @@ def cmd_diagnose(args) -> tuple[dict, str]:
         result = diagnose(args.target, args.draft, samples, options, progress, existing_store(args.db))
     finally:
         bar.close()
-    if result.get("probe"):
-        keep_probe(args, result["probe"])
-    lines = [f"verdict: {result['verdict'].upper()}: {result['headline']}"]
-    for finding in result["findings"]:
-        lines.append(f"  {finding['severity'].upper():4} {finding['class']}: {finding['message']}")
-        if finding["fix"]:
-            lines.append(f"       fix: {finding['fix']}")
-    lines += [f"  ({check}: {what})" for check, what in result["checks"].items()]
-    if result.get("next_step"):
-        lines.append(f"next: {result['next_step']}")
-    return result, "\n".join(lines)
+    if result.probe:
+        keep_probe(args, result.probe)
+    lines = [f"verdict: {result.verdict.upper()}: {result.headline}"]
+    for finding in result.findings:
+        lines.append(f"  {finding.severity.upper():4} {finding.cls}: {finding.message}")
+        if finding.fix:
+            lines.append(f"       fix: {finding.fix}")
+    lines += [f"  ({check}: {what})" for check, what in result.checks.items()]
+    if result.next_step:
+        lines.append(f"next: {result.next_step}")
+    return result.to_dict(), "\n".join(lines)
 
 
-def keep_probe(args, report: dict) -> None:
+def keep_probe(args, report) -> None:
     """A probe the CLI ran (alone or inside diagnose) is kept with the pair, as the pages keep theirs:
     the lint, the probe tab and Decode's reference then use it (the largest probe of the draft as it
     is now wins, service/checks.py known_probe)."""
@@ -283,9 +283,7 @@ def cmd_probe(args) -> tuple[dict, str]:
         report = run_probe(target, draft, wiring, samples, settings, progress, view.math)
     finally:
         bar.close()
-    keep_probe(
-        args, {**report.to_dict(), "settings": settings.describe(samples), "ran_by": "the CLI's probe"}
-    )
+    keep_probe(args, report.result(settings=settings.describe(samples), ran_by="the CLI's probe"))
     lines = [f"{'HF indices':>14}  acc_0  pred. AL  label"]
     for c in report.candidates[:12]:
         predicted = "  n/a " if c.simulated is None else f"{1 + c.simulated:6.2f}"

@@ -25,19 +25,16 @@ def cmd_lint(args) -> tuple[dict, str]:
 
         engine, command = ("sglang", args.sglang) if args.sglang is not None else ("vllm", args.vllm)
         report = lint(args.draft, command, engine, args.target, existing_store(args.db), args.request)
-    lines = [
-        f"{f['severity'].upper():7} {f['code']}: {f['message']}\n        fix: {f['fix']}"
-        for f in report["findings"]
-    ]
-    if report["effective_flags"]:
-        lines.append(f"{report['engine']} will run: {report['effective_flags']}")
-    if report["recommended_command"]:
-        lines.append(f"recommended command ({', '.join(report['recommended_applies'])} applied):")
-        lines.append(f"  {report['recommended_command']}")
-        if report["recommended_leaves"]:
-            lines.append(f"  still to fix outside the command: {', '.join(report['recommended_leaves'])}")
-    lines.append(f"{len(report['findings'])} findings, {report['errors']} errors")
-    return report, "\n".join(line for line in lines if line)
+    lines = [f"{f.severity.upper():7} {f.code}: {f.message}\n        fix: {f.fix}" for f in report.findings]
+    if report.effective_flags:
+        lines.append(f"{report.engine} will run: {report.effective_flags}")
+    if report.recommended_command:
+        lines.append(f"recommended command ({', '.join(report.recommended_applies)} applied):")
+        lines.append(f"  {report.recommended_command}")
+        if report.recommended_leaves:
+            lines.append(f"  still to fix outside the command: {', '.join(report.recommended_leaves)}")
+    lines.append(f"{len(report.findings)} findings, {report.errors} errors")
+    return report.to_dict(), "\n".join(line for line in lines if line)
 
 
 def cmd_observe(args) -> tuple[dict, str]:
@@ -53,23 +50,22 @@ def cmd_observe(args) -> tuple[dict, str]:
     engine, sources = ("sglang", [args.sglang_log]) if args.sglang_log else ("vllm", args.vllm_metrics)
     result = observe(args.db, engine, sources, args.draft, args.target, args.num_speculative_tokens)
     lines = [
-        f"observation {result['observation_id']}: {engine} accept length {fmt(result['accept_length'])} "
-        f"({result['definition']})"
+        f"observation {result.observation_id}: {engine} accept length {fmt(result.accept_length)} "
+        f"({result.definition})"
     ]
-    if result["per_position"]:
-        lines.append("per-position acceptance: " + ", ".join(f"{p:.3f}" for p in result["per_position"]))
-    if result["settings"]:
+    if result.per_position:
+        lines.append("per-position acceptance: " + ", ".join(f"{p:.3f}" for p in result.per_position))
+    if result.settings:
         lines.append(
-            "settings the server ran with: " + ", ".join(f"{k}={v}" for k, v in result["settings"].items())
+            "settings the server ran with: " + ", ".join(f"{k}={v}" for k, v in result.settings.items())
         )
-    lines += [f"{f['severity'].upper():7} {f['code']}: {f['message']}" for f in result["lint"]]
-    replay = result["replay"]
+    lines += [f"{f.severity.upper():7} {f.code}: {f.message}" for f in result.lint]
     lines.append(
-        f"offline replay of this draft at K={result['num_steps']}: {fmt(replay['accept_length'])} "
-        f"({replay['runs']} runs)"
+        f"offline replay of this draft at K={result.num_steps}: {fmt(result.replay.accept_length)} "
+        f"({result.replay.runs} runs)"
     )
-    lines.append(result["verdict"])
-    return result, "\n".join(lines)
+    lines.append(result.verdict)
+    return result.to_dict(), "\n".join(lines)
 
 
 def cmd_serve_check(args) -> tuple[dict, str]:
@@ -146,23 +142,18 @@ def cmd_feature_check(args) -> tuple[dict, str]:
         args.target or default_target(), args.draft, responses, prompts, args.responses or args.url
     )
     lines = [f"{'slot':>4} {'fed HF':>6} {'cosine':>7} {'norm ratio':>10}  runner-up"]
-    for slot in result["slots"]:
-        other = slot["runner_up"]
+    for slot in result.slots:
+        other = slot.runner_up
         lines.append(
-            f"{slot['slot']:>4} {'-' if slot['best'] is None else slot['best']:>6} {slot['cosine']:>7.4f} "
-            f"{slot['norm_ratio']:>10.3f}  "
-            + (f"HF {other['hf_index']} ({other['cosine']:.4f})" if other else "")
+            f"{slot.slot:>4} {'-' if slot.best is None else slot.best:>6} {slot.cosine:>7.4f} "
+            f"{slot.norm_ratio:>10.3f}  " + (f"HF {other.hf_index} ({other.cosine:.4f})" if other else "")
         )
-    lines.append(
-        f"trained on HF {result['trained_hf']}; SGLang reads the config as HF {result['sglang_reads_hf']}"
-    )
-    lines += [
-        f"response {r['response']}: {r['layout']}, {r['rows_compared']} rows" for r in result["requests"]
-    ]
-    if result["note"]:
-        lines.append(result["note"])
-    lines.append(("ok: " if result["fed_as_trained"] else "MISMATCH: ") + result["verdict"])
-    return result, "\n".join(lines)
+    lines.append(f"trained on HF {result.trained_hf}; SGLang reads the config as HF {result.sglang_reads_hf}")
+    lines += [f"response {r.response}: {r.layout}, {r.rows_compared} rows" for r in result.requests]
+    if result.note:
+        lines.append(result.note)
+    lines.append(("ok: " if result.fed_as_trained else "MISMATCH: ") + result.verdict)
+    return result.to_dict(), "\n".join(lines)
 
 
 def cmd_engine_check(args) -> tuple[dict, str]:
@@ -213,41 +204,41 @@ def cmd_engine_check(args) -> tuple[dict, str]:
     finally:
         bar.close()
     lines = [f"{'prompt':>6} {name + ' AL':>10} {'replay AL':>9} {'steps':>9}  per-step accepted counts"]
-    for r in result["rows"]:
-        if r["equal_step_for_step"]:
+    for r in result.rows:
+        if r.equal_step_for_step:
             said = "equal step for step"
         else:
-            d = r["first_difference"]
-            said = f"differ from step {d['step']} ({name} {d['served']}, replay {d['replay']})"
+            d = r.first_difference
+            said = f"differ from step {d.step} ({name} {d.served}, replay {d.replay})"
         lines.append(
-            f"{r['prompt']:>6} {fmt(r['served_accept_length']):>10} {fmt(r['replay_accept_length']):>9} "
-            f"{r['served_steps']:>4}/{r['replay_steps']:<4}  {said}"
-            + ("" if r["same_tokens"] in (True, None) else "; the greedy tokens differ")
+            f"{r.prompt:>6} {fmt(r.served_accept_length):>10} {fmt(r.replay_accept_length):>9} "
+            f"{r.served_steps:>4}/{r.replay_steps:<4}  {said}"
+            + ("" if r.same_tokens in (True, None) else "; the greedy tokens differ")
         )
-    launched = result.get("launched") or {}
-    if launched.get("converter_layers_line"):
-        lines.append("llama.cpp's converter: " + launched["converter_layers_line"])
-    if launched.get("aux_layers_line"):
-        lines.append(f"{name}'s log: " + launched["aux_layers_line"].split("]")[-1].strip())
-    lines.append(f"replayed as {args.engine} with HF {result['wiring']}")
-    lines.append(result["headline"])
-    quantized = result.get("quantized")
+    launched = result.launched
+    if launched and launched.converter_layers_line:
+        lines.append("llama.cpp's converter: " + launched.converter_layers_line)
+    if launched and launched.aux_layers_line:
+        lines.append(f"{name}'s log: " + launched.aux_layers_line.split("]")[-1].strip())
+    lines.append(f"replayed as {args.engine} with HF {result.wiring}")
+    lines.append(result.headline)
+    quantized = result.quantized
     if quantized:
         lines.append(
-            f"served GGUF target {quantized['target_gguf']} beside the F32 target (llama.cpp, same draft):"
+            f"served GGUF target {quantized.target_gguf} beside the F32 target (llama.cpp, same draft):"
         )
         lines.append(f"{'prompt':>6} {'F32 AL':>7} {'GGUF AL':>8}  first differing token")
-        for q in quantized["rows"]:
+        for q in quantized.rows:
             lines.append(
-                f"{q['prompt']:>6} {fmt(q['full_accept_length']):>7} {fmt(q['quantized_accept_length']):>8}  "
-                + ("none" if q["first_differing_token"] is None else str(q["first_differing_token"]))
+                f"{q.prompt:>6} {fmt(q.full_accept_length):>7} {fmt(q.quantized_accept_length):>8}  "
+                + ("none" if q.first_differing_token is None else str(q.first_differing_token))
             )
         lines.append(
-            f"{'mean':>6} {fmt(quantized['full_mean_accept_length']):>7} "
-            f"{fmt(quantized['quantized_mean_accept_length']):>8}  ({quantized['said']})"
+            f"{'mean':>6} {fmt(quantized.full_mean_accept_length):>7} "
+            f"{fmt(quantized.quantized_mean_accept_length):>8}  ({quantized.said})"
         )
-    lines.append(f"kept in {result['folder']} (responses.jsonl, the server's log, result.json)")
-    return result, "\n".join(lines)
+    lines.append(f"kept in {result.folder} (responses.jsonl, the server's log, result.json)")
+    return result.to_dict(), "\n".join(lines)
 
 
 def cmd_observe_requests(args) -> tuple[dict, str]:

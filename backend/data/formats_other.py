@@ -6,6 +6,7 @@ from __future__ import annotations
 from backend.data.request_numbers import (
     CONVERTED,
     MEAN_TOLERANCE,
+    ModelOptProfile,
     RequestNumbers,
     Where,
     check_engine_mean,
@@ -241,13 +242,13 @@ def parse_llamacpp(response: dict, where: Where, base: dict, k: int | None) -> l
     return [numbers]
 
 
-def parse_modelopt(doc: dict, where: Where) -> tuple[list[RequestNumbers], dict]:
+def parse_modelopt(doc: dict, where: Where) -> tuple[list[RequestNumbers], ModelOptProfile | None]:
     # ModelOpt examples/specdec_bench speculation_profile.py build_profile (and
     # examples/speculative_decoding/ar_validate.py _write_speculation_profile, the same schema):
     # pooled acceptance_length_histogram keyed by emitted length a + 1; marginal[i] = P(length >= i+2)
     base = {"record": "the profile", "engine": "modelopt", "converted_from": CONVERTED["modelopt"]}
     if doc.get("measured") is False:
-        return [RequestNumbers(**base, status="not-measured", note="measured: false (a stub profile)")], {}
+        return [RequestNumbers(**base, status="not-measured", note="measured: false (a stub profile)")], None
     k = where.count(doc.get("num_speculative_tokens"), "num_speculative_tokens")
     by_length = where.obj(doc.get("acceptance_length_histogram"), "acceptance_length_histogram")
     emitted = dense(by_length, where, "acceptance_length_histogram")
@@ -289,17 +290,15 @@ def parse_modelopt(doc: dict, where: Where) -> tuple[list[RequestNumbers], dict]
             if abs(a - (b or 0.0)) > MEAN_TOLERANCE:
                 notes.append(f"{key}[{i}] is {a:g} but the histogram gives {b or 0.0:.6g}")
     per_request = where.number(doc.get("mean_accept_length_per_request"), "mean_accept_length_per_request")
-    extra = {
-        "profile": {
-            "mean_accept_length_per_request": per_request,
-            "per_category": doc.get("per_category"),
-            "method": doc.get("method"),
-            "measurement_conditions": doc.get("measurement_conditions"),
-            "schema_version": doc.get("schema_version"),
-            "disagreements": notes,
-        }
-    }
-    return [numbers], extra
+    profile = ModelOptProfile(
+        mean_accept_length_per_request=per_request,
+        per_category=doc.get("per_category"),
+        method=doc.get("method"),
+        measurement_conditions=doc.get("measurement_conditions"),
+        schema_version=doc.get("schema_version"),
+        disagreements=notes,
+    )
+    return [numbers], profile
 
 
 # SGLang scheduler.py get_internal_state: avg_spec_accept_length = cum_spec_accept_length /

@@ -4,7 +4,15 @@ block, and two /server_info reads (docs/reference.md §14)."""
 from __future__ import annotations
 
 from backend import BadInput
-from backend.data.request_numbers import CONVERTED, MEAN_TOLERANCE, RequestNumbers, Where, dense, finish
+from backend.data.request_numbers import (
+    CONVERTED,
+    MEAN_TOLERANCE,
+    RequestNumbers,
+    ServerWindow,
+    Where,
+    dense,
+    finish,
+)
 
 SGLANG_CORRECT = ("spec_num_correct_drafts", "spec_accepted_drafts", "spec_accept_token_num")
 SGLANG_PROPOSED = ("spec_num_proposed_drafts", "spec_proposed_drafts", "spec_draft_token_num")
@@ -149,7 +157,9 @@ SERVER_INFO_COUNTS = (
 )
 
 
-def parse_server_info(reads: list[tuple[str, dict]], source: str) -> tuple[list[RequestNumbers], dict]:
+def parse_server_info(
+    reads: list[tuple[str, dict]], source: str
+) -> tuple[list[RequestNumbers], ServerWindow | None]:
     numbers, states = [], []
     for record, read in reads:
         where = Where(source, record)
@@ -189,27 +199,25 @@ def parse_server_info(reads: list[tuple[str, dict]], source: str) -> tuple[list[
     if len(states) == 2:
         (w1, _, tokens1, steps1), (w2, _, tokens2, steps2) = states
         if steps1 is None or steps2 is None:
-            window = {
-                "accept_length": None,
-                "note": "the reads carry no cumulative verify count, so their "
+            window = ServerWindow(
+                note="the reads carry no cumulative verify count, so their "
                 "averages cannot be differenced into a window (an average of averages is not one)",
-            }
+            )
         elif steps2 < steps1 or tokens2 < tokens1:
             w2.fail(f"the counts went down since {w1.record} (a restart?)")
         elif steps2 == steps1:
-            window = {
-                "accept_length": None,
-                "verify_steps": 0,
-                "note": "no decode log line was written between the reads: nothing to difference",
-            }
+            window = ServerWindow(
+                verify_steps=0,
+                note="no decode log line was written between the reads: nothing to difference",
+            )
         else:
-            window = {
-                "accept_length": (tokens2 - tokens1) / (steps2 - steps1),
-                "verify_steps": steps2 - steps1,
-                "definition": "(accepted tokens incl. bonus, later - earlier) / (verify steps, later - earlier)",
-            }
+            window = ServerWindow(
+                accept_length=(tokens2 - tokens1) / (steps2 - steps1),
+                verify_steps=steps2 - steps1,
+                definition="(accepted tokens incl. bonus, later - earlier) / (verify steps, later - earlier)",
+            )
     elif len(states) > 2:
         raise BadInput(
             f"{source}: give one /server_info read (cumulative) or two (earlier, later), not {len(states)}"
         )
-    return numbers, {"window": window}
+    return numbers, window

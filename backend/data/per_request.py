@@ -17,7 +17,7 @@ Plain Python: no torch, no database.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from backend import BadInput
 from backend.data.formats_other import (
@@ -30,7 +30,7 @@ from backend.data.formats_other import (
 )
 from backend.data.formats_sglang import parse_server_info, parse_sglang, parse_sglext
 from backend.data.request_numbers import (
-    DEFINITIONS,
+    Pooled,
     RequestNumbers,
     RequestsFile,
     Where,
@@ -144,15 +144,15 @@ def file_format(format: str, kinds: list[str | None], records: list[tuple[str, o
 def read_modelopt_file(records: list[tuple[str, object]], source: str) -> RequestsFile:
     if len(records) != 1:
         raise BadInput(f"{source}: a speculation_profile.json is one JSON document")
-    parsed, extra = parse_modelopt(records[0][1], Where(source, records[0][0]))
-    summary = pooled(parsed)
+    parsed, profile = parse_modelopt(records[0][1], Where(source, records[0][0]))
     # one pooled histogram, not requests: the per-request mean is the profile's own (ModelOpt's
     # Average_AL over requests), not the mean over this file's one "request"
-    summary["accept_length_per_request_mean"] = (extra.get("profile") or {}).get(
-        "mean_accept_length_per_request"
+    summary = replace(
+        pooled(parsed),
+        accept_length_per_request_mean=profile.mean_accept_length_per_request if profile else None,
+        pooled_only=True,
     )
-    summary["pooled_only"] = True
-    return RequestsFile(source, "modelopt", parsed, summary, 0, extra)
+    return RequestsFile(source, "modelopt", parsed, summary, 0, profile=profile)
 
 
 def parse_value(value: dict | list, where: Where, found: str, k: int | None) -> list[RequestNumbers]:
@@ -230,12 +230,12 @@ def read_requests(
     if found == "sglang":
         parsed = last_of_each_stream(out.requests)
         skipped += len(out.requests) - len(parsed)
-    extra: dict = {}
+    window = None
     if out.server_reads:
-        parsed, extra = parse_server_info(out.server_reads, source)
+        parsed, window = parse_server_info(out.server_reads, source)
     if not parsed:
         raise BadInput(f"{source}: no response in it")
-    return RequestsFile(source, found, parsed, pooled(parsed), skipped, extra)
+    return RequestsFile(source, found, parsed, pooled(parsed), skipped, window=window)
 
 
 # One parser a per-response format (docs/reference.md §14); modelopt and sglang-server-info are
@@ -296,7 +296,7 @@ def parse_one(value: dict, where: Where, kind: str, k: int | None) -> list[Reque
     return out
 
 
-def pooled(requests: list[RequestNumbers]) -> dict:
+def pooled(requests: list[RequestNumbers]) -> Pooled:
     """Step-weighted over every request with verify steps; the per-request mean beside it."""
     counted = [r for r in requests if r.status == "ok" and r.accept_length is not None]
     rated = [r for r in requests if r.status == "ok" and r.drafted_tokens]
@@ -317,22 +317,21 @@ def pooled(requests: list[RequestNumbers]) -> dict:
     statuses: dict[str, int] = {}
     for r in requests:
         statuses[r.status] = statuses.get(r.status, 0) + 1
-    return {
-        "requests": len(requests),
-        "with_accept_length": len(counted),
-        "statuses": statuses,
-        "verify_steps": steps,
-        "accepted_drafts": accepted,
-        "drafted_tokens": drafted if rated else None,
-        "num_speculative_tokens": k,
-        "accept_length": 1 + accepted / steps if steps else None,
-        "accept_length_per_request_mean": sum(r.accept_length for r in counted) / len(counted)
+    return Pooled(
+        requests=len(requests),
+        with_accept_length=len(counted),
+        statuses=statuses,
+        verify_steps=steps,
+        accepted_drafts=accepted,
+        drafted_tokens=drafted if rated else None,
+        num_speculative_tokens=k,
+        accept_length=1 + accepted / steps if steps else None,
+        accept_length_per_request_mean=sum(r.accept_length for r in counted) / len(counted)
         if counted
         else None,
-        "accept_length_per_request_ci95": mean_ci95([r.accept_length for r in counted]),
-        "acceptance_rate": sum(r.accepted_drafts or 0 for r in rated) / drafted if drafted else None,
-        "per_position_marginal": marginal,
-        "per_position_conditional": conditional,
-        "accept_histogram": histogram,
-        "definitions": DEFINITIONS,
-    }
+        accept_length_per_request_ci95=mean_ci95([r.accept_length for r in counted]),
+        acceptance_rate=sum(r.accepted_drafts or 0 for r in rated) / drafted if drafted else None,
+        per_position_marginal=marginal,
+        per_position_conditional=conditional,
+        accept_histogram=histogram,
+    )

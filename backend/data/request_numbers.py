@@ -1,28 +1,46 @@
 """What a per-request reader produces: one request's counts (`RequestNumbers`) with the metrics
-SpecLens computes from them and the definitions they follow, the file's result, and `Where`, which
-names a place in the file for one-line errors. Plain Python."""
+SpecLens computes from them and the definitions they follow, the file's result (`RequestsFile`: the
+requests, their pooled numbers, a profile's or a window's own), and `Where`, which names a place in the
+file for one-line errors. Plain Python."""
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 from backend import BadInput
 from backend.engine.metrics import definitions, position_rates
+from backend.plain import Plain
 
 MEAN_TOLERANCE = 1e-3  # an engine's own ratio vs the one its counts give (ModelOpt rounds to 6 digits)
 
-DEFINITIONS = definitions(  # the per-request result's keys, from the one DEFINITIONS
-    {
-        "accept_length": "mean_accept_length",
-        "pooled_accept_length": "pooled_accept_length",
-        "accept_length_per_request_mean": "mean_accept_length_over_prompts",
-        "accept_length_per_request_ci95": "mean_ci95",
-        "acceptance_rate": "acceptance_rate",
-        "per_position_marginal": "per_position_marginal",
-        "per_position_conditional": "per_position_conditional",
-    }
+
+@dataclass(frozen=True)
+class PooledDefinitions(Plain):
+    """The definitions the pooled numbers follow, one per number (`DEFINITIONS` below)."""
+
+    accept_length: str
+    pooled_accept_length: str
+    accept_length_per_request_mean: str
+    accept_length_per_request_ci95: str
+    acceptance_rate: str
+    per_position_marginal: str
+    per_position_conditional: str
+
+
+DEFINITIONS = PooledDefinitions(  # the per-request result's keys, from the one DEFINITIONS
+    **definitions(
+        {
+            "accept_length": "mean_accept_length",
+            "pooled_accept_length": "pooled_accept_length",
+            "accept_length_per_request_mean": "mean_accept_length_over_prompts",
+            "accept_length_per_request_ci95": "mean_ci95",
+            "acceptance_rate": "acceptance_rate",
+            "per_position_marginal": "per_position_marginal",
+            "per_position_conditional": "per_position_conditional",
+        }
+    )
 )
 
 CONVERTED = {
@@ -53,8 +71,10 @@ CONVERTED = {
 
 
 @dataclass
-class RequestNumbers:
-    """One request's counts as an engine reported them, and SpecLens's metrics from them."""
+class RequestNumbers(Plain):
+    """One request's counts as an engine reported them, and SpecLens's metrics from them. Not frozen:
+    the readers fill it in as they check the counts (`finish`), and a prompt given as text gets its ids
+    later (backend/service/per_request.py recover_prompts)."""
 
     record: str  # where it is in the file: "line 3", "line 3, choice 1", "record 2"
     engine: str
@@ -79,8 +99,51 @@ class RequestNumbers:
     per_position_conditional: list[float | None] | None = None
     converted_from: str = ""
 
-    def to_dict(self) -> dict:
-        return asdict(self)
+
+@dataclass(frozen=True)
+class Pooled(Plain):
+    """A file's requests pooled (backend/data/per_request.py pooled): step-weighted over every request
+    with verify steps, the per-request mean beside it."""
+
+    requests: int
+    with_accept_length: int
+    statuses: dict[str, int]  # status -> requests
+    verify_steps: int
+    accepted_drafts: int
+    drafted_tokens: int | None
+    num_speculative_tokens: int | None
+    accept_length: float | None
+    accept_length_per_request_mean: float | None
+    accept_length_per_request_ci95: list[float] | None
+    acceptance_rate: float | None
+    per_position_marginal: list[float | None] | None
+    per_position_conditional: list[float | None] | None
+    accept_histogram: list[int] | None
+    definitions: PooledDefinitions = DEFINITIONS
+    pooled_only: bool = False  # a ModelOpt profile: one pooled histogram, no requests
+
+
+@dataclass(frozen=True)
+class ModelOptProfile(Plain):
+    """What a speculation_profile.json says beyond its histogram (backend/data/formats_other.py)."""
+
+    mean_accept_length_per_request: float | None = None  # ModelOpt's Average_AL over requests
+    per_category: dict | None = None
+    method: str | None = None
+    measurement_conditions: dict | None = None
+    schema_version: str | None = None
+    disagreements: list[str] = field(default_factory=list)  # the profile's own rates against its histogram's
+
+
+@dataclass(frozen=True)
+class ServerWindow(Plain):
+    """Two SGLang /server_info reads differenced (backend/data/formats_sglang.py): the accept length
+    between them, or the note saying why there is none."""
+
+    accept_length: float | None = None
+    verify_steps: int | None = None
+    note: str | None = None
+    definition: str | None = None
 
 
 @dataclass
@@ -88,19 +151,10 @@ class RequestsFile:
     source: str
     format: str
     requests: list[RequestNumbers]
-    pooled: dict
+    pooled: Pooled
     skipped_chunks: int = 0  # streaming chunks that carry no statistics (they ride the last one)
-    extra: dict = field(default_factory=dict)  # a profile's per_category, a server_info window
-
-    def to_dict(self) -> dict:
-        return {
-            "source": self.source,
-            "format": self.format,
-            "requests": [r.to_dict() for r in self.requests],
-            "pooled": self.pooled,
-            "skipped_stream_chunks": self.skipped_chunks,
-            **self.extra,
-        }
+    profile: ModelOptProfile | None = None  # a speculation_profile.json's own numbers
+    window: ServerWindow | None = None  # two /server_info reads differenced
 
 
 class Where:

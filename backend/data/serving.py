@@ -14,10 +14,11 @@ Formats and versions: docs/reference.md §11. Garbage or a file with nothing to 
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 from backend import BadInput
 from backend.engine.metrics import definitions
+from backend.plain import Plain
 
 DEFINITIONS = definitions(  # by where the server's number was read, from the one DEFINITIONS
     {
@@ -28,8 +29,8 @@ DEFINITIONS = definitions(  # by where the server's number was read, from the on
 )
 
 
-@dataclass
-class ServingObservation:
+@dataclass(frozen=True)
+class ServingObservation(Plain):
     engine: str  # sglang | vllm
     source: str
     accept_length: float | None
@@ -42,9 +43,6 @@ class ServingObservation:
     window: dict = field(default_factory=dict)  # first/last timestamp or the scrapes subtracted
     samples: int = 0  # decode-log lines, or drafts (verify steps) counted
     acceptance_rate: float | None = None
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 # ------------------------------------------------------------------------------------ SGLang

@@ -7,6 +7,10 @@ first step's mean accepted count falls far below the later steps'. A healthy dra
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from backend.plain import Plain
+
 MIN_REQUESTS = 3  # fewer requests say nothing about a per-request first step
 GAP = 0.5  # the first step's mean below this share of the later steps' mean
 LATER_AT_LEAST = 0.5  # ... when the later steps accept at least this many drafts on average
@@ -17,7 +21,34 @@ DEFINITION = (
 )
 
 
-def first_step_signature(requests) -> dict | None:
+@dataclass(frozen=True)
+class FirstStepSignature(Plain):
+    """The first verify step's mean accepted count against the later steps' (first_step_signature)."""
+
+    requests: int
+    first_step_accepted_mean: float
+    later_steps_accepted_mean: float
+    first_step_zero_share: float
+    signature: str | None  # "disaggregation" when flagged
+    message: str | None  # what the flag means, when flagged
+    definition: str = DEFINITION
+
+
+@dataclass(frozen=True)
+class DraftLengthSignature(Plain):
+    """The numbers of drafts the verify steps ran (draft_length_signature)."""
+
+    requests: int
+    draft_lengths: list[int]
+    signature: str | None  # "synthetic-acceptance" when K varied
+    message: str | None  # what it means, when K varied
+    definition: str = (
+        "the draft lengths with at least one verify step, from acceptance_histogram_by_draft_length "
+        "or per_step_drafted"
+    )
+
+
+def first_step_signature(requests) -> FirstStepSignature | None:
     """None without per-step counts on at least MIN_REQUESTS requests of two or more steps."""
     rows = [
         r.per_step_accepted
@@ -30,24 +61,23 @@ def first_step_signature(requests) -> dict | None:
     later_steps = sum(len(r) - 1 for r in rows)
     later = sum(sum(r[1:]) for r in rows) / later_steps
     flagged = later >= LATER_AT_LEAST and first < GAP * later
-    return {
-        "requests": len(rows),
-        "first_step_accepted_mean": first,
-        "later_steps_accepted_mean": later,
-        "first_step_zero_share": sum(r[0] == 0 for r in rows) / len(rows),
-        "signature": "disaggregation" if flagged else None,
-        "message": (
+    return FirstStepSignature(
+        requests=len(rows),
+        first_step_accepted_mean=first,
+        later_steps_accepted_mean=later,
+        first_step_zero_share=sum(r[0] == 0 for r in rows) / len(rows),
+        signature="disaggregation" if flagged else None,
+        message=(
             f"the first verify step accepts {first:.2f} drafts on average against {later:.2f} on later steps "
             f"({len(rows)} requests): the signature of a decode node drafting from a wrong prefill hand-off "
             "(sglang#7242, fixed by sglang#10547 and sglang#10801)"
             if flagged
             else None
         ),
-        "definition": DEFINITION,
-    }
+    )
 
 
-def draft_length_signature(requests) -> dict | None:
+def draft_length_signature(requests) -> DraftLengthSignature | None:
     """The numbers of drafts the verify steps ran, over the requests that say (vLLM's
     acceptance_histogram_by_draft_length / per_step_drafted): more than one, and K changed while
     serving (num_speculative_tokens_per_batch_size, or speculation shortened under load), so the accept
@@ -57,17 +87,15 @@ def draft_length_signature(requests) -> dict | None:
         return None
     lengths = sorted({k for r in told for k in r})
     varies = len(lengths) > 1
-    return {
-        "requests": len(told),
-        "draft_lengths": lengths,
-        "signature": "synthetic-acceptance" if varies else None,
-        "message": (
+    return DraftLengthSignature(
+        requests=len(told),
+        draft_lengths=lengths,
+        signature="synthetic-acceptance" if varies else None,
+        message=(
             f"verify steps drafted {', '.join(map(str, lengths))} tokens over {len(told)} requests: K changed while "
             "serving (vLLM's num_speculative_tokens_per_batch_size, or speculation shortened under load), so the "
             "accept length mixes several K and a replay at one K does not reproduce it"
             if varies
             else None
         ),
-        "definition": "the draft lengths with at least one verify step, from acceptance_histogram_by_draft_length "
-        "or per_step_drafted",
-    }
+    )

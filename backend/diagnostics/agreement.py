@@ -3,14 +3,17 @@ predict next to the live greedy accept length (docs/seed-story.md: 74.7% accurac
 
 A sample is flagged when the live accept length is below FLAG_RATIO of the predicted one
 (predicted = 1 + simulated accept length, bonus included so both count the same thing).
+
+The result types are torch-free (the page draws them); the measuring imports the engine when it runs.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from backend.engine.metrics import acceptance_metrics
 from backend.engine.records import Progress, no_progress
-from backend.engine.replay import ReplayConfig, accept_lengths
-from backend.engine.teacher import teacher_forced_counts
+from backend.plain import KEY, Plain
 
 FLAG_RATIO = 0.75
 DEFINITION = (
@@ -19,18 +22,54 @@ DEFINITION = (
 )
 
 
+@dataclass(frozen=True)
+class AgreementRow(Plain):
+    """One sample: teacher-forced acc_k, the accept length they predict, the live one."""
+
+    sample: int = field(metadata={KEY: "sample #"})
+    source: str | None
+    acc_0: float | None
+    acc_per_step: list[float | None]
+    predicted_accept_length: float | None = field(metadata={KEY: "predicted accept length"})
+    live_accept_length: float | None = field(metadata={KEY: "live accept length"})
+    flagged: bool
+
+
+@dataclass(frozen=True)
+class AgreementSummary(Plain):
+    """The draft over the samples that have both accept lengths (`samples`; 0: none, and no means)."""
+
+    samples: int
+    flagged: bool
+    mean_acc_0: float | None = field(default=None, metadata={KEY: "mean acc_0"})
+    mean_predicted: float | None = field(default=None, metadata={KEY: "mean predicted accept length"})
+    mean_live: float | None = field(default=None, metadata={KEY: "mean live accept length"})
+    live_over_predicted: float | None = field(default=None, metadata={KEY: "live / predicted"})
+    flag_ratio: float = FLAG_RATIO
+
+
+@dataclass(frozen=True)
+class Agreement(Plain):
+    rows: list[AgreementRow]
+    summary: AgreementSummary
+    definition: str = DEFINITION
+
+
 def teacher_vs_live(
     target,
     draft,
     wiring,
     samples: list,
-    config: ReplayConfig,
+    config,
     progress: Progress = no_progress,
     training_wiring=None,
-) -> list[dict]:
+) -> list[AgreementRow]:
     """Teacher-forced accuracy under `training_wiring` (what the training run measured; default: the
     serving wiring) next to live acceptance under `wiring` (what serving feeds), both with
-    `config`'s K and draft math, the live replays `config.max_new_tokens` long."""
+    `config`'s K and draft math (a replay.ReplayConfig), the live replays `config.max_new_tokens` long."""
+    from backend.engine.replay import accept_lengths
+    from backend.engine.teacher import teacher_forced_counts
+
     training_wiring = training_wiring or wiring
     num_steps, max_new_tokens, math = config.num_steps, config.max_new_tokens, config.math
     rows = []
@@ -46,36 +85,33 @@ def teacher_vs_live(
         live = acceptance_metrics(counts_live, num_steps).mean_accept_length
         predicted = None if simulated is None else 1 + simulated
         rows.append(
-            {
-                "sample #": getattr(sample, "index", number),
-                "source": sample.source,
-                "acc_0": counts.acc_per_step[0],
-                "acc_per_step": counts.acc_per_step,
-                "predicted accept length": predicted,
-                "live accept length": live,
-                "flagged": predicted is not None and live is not None and live < FLAG_RATIO * predicted,
-            }
+            AgreementRow(
+                sample=getattr(sample, "index", number),
+                source=sample.source,
+                acc_0=counts.acc_per_step[0],
+                acc_per_step=counts.acc_per_step,
+                predicted_accept_length=predicted,
+                live_accept_length=live,
+                flagged=predicted is not None and live is not None and live < FLAG_RATIO * predicted,
+            )
         )
     return rows
 
 
-def draft_summary(rows: list[dict]) -> dict:
+def draft_summary(rows: list[AgreementRow]) -> AgreementSummary:
     """The draft as a whole: mean teacher acc_0, mean predicted and live accept length over the samples
     that have both, and whether live falls far below what teacher accuracy predicts (same FLAG_RATIO
     as per sample, applied to the means)."""
-    both = [
-        r for r in rows if r["predicted accept length"] is not None and r["live accept length"] is not None
-    ]
+    both = [r for r in rows if r.predicted_accept_length is not None and r.live_accept_length is not None]
     if not both:
-        return {"samples": 0, "flagged": False}
-    mean = lambda key: sum(r[key] for r in both) / len(both)  # noqa: E731
-    predicted, live = mean("predicted accept length"), mean("live accept length")
-    return {
-        "samples": len(both),
-        "mean acc_0": mean("acc_0"),
-        "mean predicted accept length": predicted,
-        "mean live accept length": live,
-        "live / predicted": live / predicted,
-        "flag_ratio": FLAG_RATIO,
-        "flagged": live < FLAG_RATIO * predicted,
-    }
+        return AgreementSummary(0, False)
+    predicted = sum(r.predicted_accept_length for r in both) / len(both)
+    live = sum(r.live_accept_length for r in both) / len(both)
+    return AgreementSummary(
+        samples=len(both),
+        flagged=live < FLAG_RATIO * predicted,
+        mean_acc_0=sum(r.acc_0 for r in both) / len(both),
+        mean_predicted=predicted,
+        mean_live=live,
+        live_over_predicted=live / predicted,
+    )

@@ -20,10 +20,10 @@ from backend.diagnostics.cheap_checks import (
     vocab_findings,
 )
 from backend.diagnostics.draft_head import head_findings
-from backend.diagnostics.findings import SEVERITIES, Finding, severity
+from backend.diagnostics.findings import SEVERITIES, DiagnosisResult, Finding, LiveMeasure, severity
 from backend.diagnostics.hidden_diff import train_vs_serve
 from backend.diagnostics.penalty_check import penalty_findings
-from backend.diagnostics.probe import ProbeSettings, run_probe
+from backend.diagnostics.probe import ProbeResult, ProbeSettings, run_probe
 from backend.diagnostics.reading_probe import run_reading_probe
 from backend.diagnostics.sample_checks import (
     ProbeAnswer,
@@ -67,8 +67,8 @@ CLASSES = (
 class Diagnosis:
     findings: list[Finding]
     ran: dict  # check -> what it did ("ran", "skipped: why")
-    measured: dict | None = None  # the live replays' accept length, with the wiring and reading it ran
-    probe: dict | None = None  # the wiring probe's report and settings (the probe tab reuses it)
+    measured: LiveMeasure | None = None  # the live replays' accept length, with the wiring and reading
+    probe: ProbeResult | None = None  # the wiring probe's report and settings (the probe tab reuses it)
 
     @property
     def wiring_seen(self) -> bool:
@@ -117,20 +117,22 @@ class Diagnosis:
             f" (not run: {', '.join(skipped)})" if skipped else ""
         )
 
-    def to_dict(self) -> dict:
+    def result(self, **pair) -> DiagnosisResult:
+        """The verdict as the CLI prints it and the page draws it, findings worst first; `pair`: the
+        target, draft and reading it ran on (DiagnosisResult's fields)."""
         order = {s: i for i, s in enumerate(SEVERITIES)}
-        findings = sorted(self.findings, key=lambda f: order[f.severity])
-        return {
-            "verdict": self.verdict,
-            "headline": self.headline,
-            "findings": [f.to_dict() for f in findings],
-            "checks": self.ran,
-            "measured": self.measured,
-            "probe": self.probe,
-            "wiring_seen": self.wiring_seen,
-            "next_step": self.next_step,
-            "classes": list(CLASSES),
-        }
+        return DiagnosisResult(
+            verdict=self.verdict,
+            headline=self.headline,
+            findings=sorted(self.findings, key=lambda f: order[f.severity]),
+            checks=self.ran,
+            measured=self.measured,
+            probe=self.probe,
+            wiring_seen=self.wiring_seen,
+            next_step=self.next_step,
+            classes=list(CLASSES),
+            **pair,
+        )
 
 
 @dataclass(frozen=True)
@@ -161,7 +163,7 @@ class Subject:
     draft: object  # backend.engine.draft_model.Eagle3Draft
     draft_dir: str
     view: object
-    kept_probe: dict | None = None  # a wiring probe kept with the pair: its answer, when no samples
+    kept_probe: ProbeResult | None = None  # a wiring probe kept with the pair: its answer, when no samples
 
 
 # Lint codes with a class of their own (the rest are serving-flags).
@@ -229,8 +231,8 @@ def diagnose_loaded(
             findings += stored_probe_findings(kept, target.num_layers)
             findings = engine_wiring_against_probe(findings, ProbeAnswer.of_stored(kept))
             ran["wiring probe"] = (
-                f"ran earlier ({kept.get('ran_by') or 'kept with the pair'}, "
-                f"{kept.get('n_samples')} samples): its answer is used"
+                f"ran earlier ({kept.ran_by or 'kept with the pair'}, "
+                f"{kept.n_samples} samples): its answer is used"
             )
         return Diagnosis(findings, ran)
     measured: dict = {}
@@ -239,7 +241,7 @@ def diagnose_loaded(
     findings = engine_wiring_against_probe(findings, answer)
     progress(1.0, "done")
     probe = measured.pop("probe", None)
-    return Diagnosis(findings, ran, measured or None, probe)
+    return Diagnosis(findings, ran, LiveMeasure(**measured) if measured else None, probe)
 
 
 def _sample_findings(
@@ -267,11 +269,9 @@ def _sample_findings(
         math=math,
         progress=lambda f, m: progress(0.05 + 0.3 * f, f"wiring probe: {m}"),
     )
-    measured["probe"] = {
-        **probe.to_dict(),
-        "settings": settings.describe(samples),
-        "ran_by": f"Diagnose (read as {subject.view.engine})",
-    }
+    measured["probe"] = probe.result(
+        settings=settings.describe(samples), ran_by=f"Diagnose (read as {subject.view.engine})"
+    )
     measured["probe_report"] = probe  # the engine findings are held against it (diagnose_loaded)
     ran["wiring probe"] = f"ran on {len(samples)} samples"
     findings += wiring_findings(probe, target.num_layers, subject.draft_dir)

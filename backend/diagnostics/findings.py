@@ -4,11 +4,17 @@ code; both part of the CLI contract), a severity, the message, the evidence behi
 One severity scale, worst first: fail (acceptance is lost or the draft is misused), warn (a likely
 loss), info (worth knowing). The CLI contract spells it per command, and those words never change:
 diagnose writes fail | warn | info, the lint error | warning | info (`spelled(..., "lint")`);
-`severity` reads any of the spellings back onto the scale."""
+`severity` reads any of the spellings back onto the scale.
+
+`DiagnosisResult` is diagnose's JSON as a value (the CLI's `diagnose --json`, the page's verdict): the
+findings with the verdict over them. Torch-free: the pages read it."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from backend.diagnostics.probe_settings import ProbeResult
+from backend.plain import KEY, Plain
 
 SEVERITIES = ("fail", "warn", "info")
 SPELLINGS = {  # contract -> its word for each severity, in SEVERITIES' order
@@ -30,9 +36,9 @@ def spelled(level: str, contract: str) -> str:
     return SPELLINGS[contract][SEVERITIES.index(level)]
 
 
-@dataclass
-class Finding:
-    cls: str
+@dataclass(frozen=True)
+class Finding(Plain):
+    cls: str = field(metadata={KEY: "class"})
     severity: str
     message: str
     evidence: dict = field(default_factory=dict)
@@ -42,11 +48,38 @@ class Finding:
     def code(self) -> str:  # the lint's name for the class
         return self.cls
 
-    def to_dict(self) -> dict:
-        return {
-            "class": self.cls,
-            "severity": self.severity,
-            "message": self.message,
-            "evidence": self.evidence,
-            "fix": self.fix,
-        }
+
+@dataclass(frozen=True)
+class LiveMeasure(Plain):
+    """The live replays' accept length beside the teacher-forced prediction, with what they assumed
+    (the wiring and reading they ran)."""
+
+    live_accept_length: float
+    predicted_accept_length: float | None
+    samples: int
+    verify_steps: int
+    max_new_tokens: int
+    assumes: str
+    definition: str
+
+
+@dataclass(frozen=True)
+class DiagnosisResult(Plain):
+    """The verdict over the findings (worst first), what each check did, and the pair and reading it
+    ran on. A verdict from before a field existed reads with its default."""
+
+    verdict: str
+    headline: str
+    findings: list[Finding]
+    checks: dict[str, str]  # check -> what it did ("ran", "skipped: why")
+    measured: LiveMeasure | None = None
+    probe: ProbeResult | None = None  # the wiring probe this verdict ran (the probe tab reuses it)
+    wiring_seen: bool = True
+    next_step: str | None = None
+    classes: list[str] = field(default_factory=list)
+    target: str = ""
+    draft: str = ""
+    engine: str = ""
+    aux_hf_indices: list[int] = field(default_factory=list)
+    wiring_source: str | None = None  # None when preflight failed
+    n_samples: int = 0

@@ -35,6 +35,7 @@ from backend.engine.draft_config import DraftConfig, read_draft_config
 from backend.engine.layouts import to_internal_names
 from backend.engine.safetensors_header import tensor_shapes
 from backend.engine.shapes import SGLANG_AUTO_CHAIN, SGLANG_AUTO_DEFAULT, sglang_flags, sglang_rewrites
+from backend.plain import Plain
 
 SGLANG_MAX_RUNNING_REQUESTS = 48
 PICKLED_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json")  # only torch reads these
@@ -53,9 +54,9 @@ class LintReport:
     edited: tuple[str, ...] = ()
     recommended: str | None = None
 
-    def to_dict(self) -> dict:
-        """The lint's JSON (CLI contract): each finding's severity, code, message and fix, worst first."""
-        return lint_json(
+    def result(self) -> LintResult:
+        """The lint as the CLI prints it and the page draws it."""
+        return lint_result(
             self.findings,
             self.requested.engine,
             asdict(self.requested),
@@ -65,8 +66,39 @@ class LintReport:
             self.edited,
         )
 
+    def to_dict(self) -> dict:
+        return self.result().to_dict()
 
-def lint_json(
+
+@dataclass(frozen=True)
+class LintFinding(Plain):
+    """A finding as the lint's JSON writes it: the severity in the lint's words (error | warning |
+    info), the finding's class as its code."""
+
+    severity: str
+    code: str
+    message: str
+    fix: str = ""
+
+
+@dataclass(frozen=True)
+class LintResult(Plain):
+    """The lint's JSON (CLI contract): the findings worst first, what was asked and what will run, and
+    the command with every fix applied (`recommended_applies`: the codes it fixes; `recommended_leaves`:
+    those it cannot, outside the command)."""
+
+    findings: list[LintFinding]
+    engine: str
+    requested: dict
+    effective: dict
+    effective_flags: str | None
+    errors: int
+    recommended_command: str | None = None
+    recommended_applies: list[str] = field(default_factory=list)
+    recommended_leaves: list[str] = field(default_factory=list)
+
+
+def lint_result(
     findings: list[Finding],
     engine: str,
     requested: dict,
@@ -74,23 +106,20 @@ def lint_json(
     flags: str | None,
     recommended: str | None = None,
     edited: tuple[str, ...] = (),
-) -> dict:
-    """The lint's JSON for any engine's command (lint_llamacpp.py writes llama-server's through it too)."""
+) -> LintResult:
+    """The lint of any engine's command (lint_llamacpp.py writes llama-server's through it too)."""
     findings = sorted(findings, key=lambda f: SEVERITIES.index(f.severity))
-    return {
-        "findings": [
-            {"severity": spelled(f.severity, "lint"), "code": f.cls, "message": f.message, "fix": f.fix}
-            for f in findings
-        ],
-        "engine": engine,
-        "requested": requested,
-        "effective": effective,
-        "effective_flags": flags,
-        "errors": sum(f.severity == "fail" for f in findings),
-        "recommended_command": recommended,
-        "recommended_applies": list(edited),
-        "recommended_leaves": [f.cls for f in findings if f.severity != "info" and f.cls not in edited],
-    }
+    return LintResult(
+        findings=[LintFinding(spelled(f.severity, "lint"), f.cls, f.message, f.fix) for f in findings],
+        engine=engine,
+        requested=requested,
+        effective=effective,
+        effective_flags=flags,
+        errors=sum(f.severity == "fail" for f in findings),
+        recommended_command=recommended,
+        recommended_applies=list(edited),
+        recommended_leaves=[f.cls for f in findings if f.severity != "info" and f.cls not in edited],
+    )
 
 
 def effective_flags(engine: str, effective: dict) -> str | None:

@@ -11,7 +11,7 @@ from pathlib import Path
 from backend import BadInput
 from backend.data.serving_command import split_command, target_facts
 from backend.diagnostics.findings import Finding, severity
-from backend.diagnostics.lint import lint_json
+from backend.diagnostics.lint import LintResult, lint_result
 from backend.engine.draft_config import read_draft_config
 from backend.engine.reading_fixes import wiring_fix
 from backend.engine.readings import read_as
@@ -82,8 +82,8 @@ def _number(value: str | None, kind, flag: str):
         raise BadInput(f"llama-server command: {flag} {value!r} is not a number") from None
 
 
-def lint_llamacpp(command: str, draft_dir: str | None, target_dir: str | None) -> dict:
-    """The lint's JSON (same keys as the SGLang / vLLM lint) for a llama-server command."""
+def lint_llamacpp(command: str, draft_dir: str | None, target_dir: str | None) -> LintResult:
+    """The lint (same keys as the SGLang / vLLM lint) of a llama-server command."""
     server = parse_llama_server(command)
     if not draft_dir:
         raise BadInput(
@@ -119,7 +119,7 @@ def lint_llamacpp(command: str, draft_dir: str | None, target_dir: str | None) -
     if not view.loads:
         add("error", "llamacpp-refuses", view.refusal, "Serve this draft with vLLM or SGLang.")
     n_max, p_min = _flag_findings(server, add)
-    return lint_json(
+    return lint_result(
         findings,
         "llamacpp",
         {k: v for k, v in vars(server).items() if v is not None},

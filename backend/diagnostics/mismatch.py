@@ -1,8 +1,13 @@
 """When a compared chunk counts as a mismatch, and summaries over compared rows (docs/reference.md §8).
 
-Plain Python, so pages can use it without torch."""
+Plain Python, so pages can use it without torch: the compared rows as the pages read them (ChunkRow,
+a stored token_stats row too) and the train-vs-serve diff's result (backend/diagnostics/hidden_diff.py)."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+
+from backend.plain import Plain
 
 COSINE_THRESHOLD = 0.999
 RELATIVE_ERROR_THRESHOLD = 0.05
@@ -15,8 +20,16 @@ DEFINITIONS = {
 }
 
 
+def mismatched(cosine: float | None, relative_error: float | None) -> bool:
+    """The one rule: a chunk mismatches its reference below COSINE_THRESHOLD or above
+    RELATIVE_ERROR_THRESHOLD (no reference: never)."""
+    return (cosine is not None and cosine < COSINE_THRESHOLD) or (
+        relative_error is not None and relative_error > RELATIVE_ERROR_THRESHOLD
+    )
+
+
 def is_mismatch(row: dict) -> bool:
-    return row["cosine"] < COSINE_THRESHOLD or row["relative_error"] > RELATIVE_ERROR_THRESHOLD
+    return mismatched(row["cosine"], row["relative_error"])
 
 
 def first_mismatch(rows: list[dict], chunk_order: list[str]) -> dict | None:
@@ -43,3 +56,64 @@ def chunk_summary(rows: list[dict], chunk_order: list[str]) -> list[dict]:
             }
         )
     return summary
+
+
+@dataclass(frozen=True)
+class ChunkRow(Plain):
+    """One (position, chunk) of the features a draft is fed against `reference` (hidden_diff.compare_chunks;
+    token_stats keeps them per run): `norm` of the fed chunk and the comparison metrics (DEFINITIONS),
+    None where there is no reference (the fed features' own norms)."""
+
+    position: int
+    chunk: str
+    reference: str | None = None
+    norm: float | None = None
+    cosine: float | None = None
+    norm_ratio: float | None = None
+    max_abs_diff: float | None = None
+    relative_error: float | None = None
+
+    @property
+    def mismatched(self) -> bool:
+        return mismatched(self.cosine, self.relative_error)
+
+
+@dataclass(frozen=True)
+class ChunkSummary(Plain):
+    """One chunk over every position (chunk_summary)."""
+
+    chunk: str
+    positions: int
+    mean_cosine: float
+    min_cosine: float
+    mean_norm_ratio: float
+    max_relative_error: float
+    mismatching: int
+
+
+@dataclass(frozen=True)
+class ChunkMatch(Plain):
+    """One stored training chunk: the HF index whose states it equals best, and whether it equals them."""
+
+    chunk: int
+    best_hf_index: int
+    mean_cosine: float
+    mean_norm_ratio: float
+    equal: bool
+
+
+@dataclass(frozen=True)
+class TrainServeResult(Plain):
+    """The train-vs-serve diff of one feature file (TrainServeDiff.to_dict's keys) with its rows, its
+    chunks in order, the file's tokens and the target they ran on."""
+
+    serving_aux_hf_indices: list[int]
+    first_mismatch: ChunkRow | None
+    summary: list[ChunkSummary]
+    training_chunk_matches: list[ChunkMatch]
+    training_aux_hf_indices: list[int | None]
+    definitions: dict[str, str]
+    rows: list[ChunkRow]
+    chunk_names: list[str]
+    input_ids: list[int]
+    target: str

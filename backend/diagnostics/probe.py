@@ -24,7 +24,7 @@ import math
 import time
 from dataclasses import dataclass, field
 
-from backend.diagnostics.probe_settings import ProbeSettings, sample_keys  # noqa: F401 (re-exported)
+from backend.diagnostics.probe_settings import ProbeResult, ProbeSettings, sample_keys  # noqa: F401 (re-exported)
 from backend.engine.draft_model import Eagle3Draft
 from backend.engine.loading import Target
 from backend.engine.metrics import acceptance_metrics, simulated_accept_length
@@ -216,6 +216,10 @@ class ProbeReport:
             "num_steps": self.num_steps,
             "n_samples": self.n_samples,
         }
+
+    def result(self, **kept) -> ProbeResult:
+        """The report as views keep it (`kept`: the pair, the settings it ran with, who ran it)."""
+        return ProbeResult.from_dict({**self.to_dict(), **kept})
 
 
 def initial_candidates(draft: Eagle3Draft, declared: Wiring, num_layers: int) -> dict[tuple, list[str]]:

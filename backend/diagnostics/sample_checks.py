@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 
 from backend.diagnostics.findings import Finding
 from backend.diagnostics.probe import describe
+from backend.diagnostics.probe_settings import ProbeResult
 from backend.engine.metrics import acceptance_metrics, simulated_accept_length
 from backend.engine.reading_fixes import wiring_fix
 from backend.engine.records import PrefillRecord
@@ -92,20 +93,20 @@ class ProbeAnswer:
         )
 
     @classmethod
-    def of_stored(cls, stored: dict) -> ProbeAnswer:
-        best = list((stored.get("best") or {}).get("aux_hf_indices") or [])
+    def of_stored(cls, stored: ProbeResult) -> ProbeAnswer:
+        best = list(stored.best.aux_hf_indices) if stored.best else []
         return cls(
-            bool(stored.get("confirmed")),
-            bool(stored.get("separated")),
+            stored.confirmed,
+            stored.separated,
             best,
-            [list(t) for t in stored.get("tied") or [best]],
-            list((stored.get("declared") or {}).get("aux_hf_indices") or []),
-            stored.get("how_to_separate") or "",
-            int(stored.get("n_samples") or 0),
+            [list(t) for t in stored.tied or [best]],
+            list(stored.declared.aux_hf_indices) if stored.declared else [],
+            stored.how_to_separate or "",
+            stored.n_samples or 0,
         )
 
 
-def stored_probe_findings(stored: dict, num_layers: int) -> list[Finding]:
+def stored_probe_findings(stored: ProbeResult, num_layers: int) -> list[Finding]:
     """A wiring probe kept with the pair, as the verdict's finding when this verdict ran none (the
     cheap checks; issue 58 row 10: they said 'No cause found' while the stored probe rejected the
     declared wiring)."""
@@ -125,7 +126,7 @@ def stored_probe_findings(stored: dict, num_layers: int) -> list[Finding]:
             "aux-wiring",
             "fail",
             f"the draft was trained on {names}, not on the declared {describe(answer.declared, num_layers)} "
-            f"(the wiring probe {stored.get('ran_by') or 'an earlier run'} ran on {answer.n_samples} samples, "
+            f"(the wiring probe {stored.ran_by or 'an earlier run'} ran on {answer.n_samples} samples, "
             "kept with this pair)",
             {
                 "declared": answer.declared,

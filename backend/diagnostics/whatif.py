@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from backend.engine.metrics import accept_histogram, position_rates, simulated_accept_length
+from backend.plain import Plain
 
 MODEL = (
     "AL(K) = 1 + sum_k prod_{i<=k} alpha_i (alpha_i: measured conditional acceptance); "
@@ -22,15 +23,12 @@ MODEL = (
 )
 
 
-@dataclass
-class WhatIfRow:
+@dataclass(frozen=True)
+class WhatIfRow(Plain):
     num_steps: int
     predicted_accept_length: float
     predicted_speedup: float
     extrapolated: bool
-
-    def to_dict(self) -> dict:
-        return self.__dict__.copy()
 
 
 def conditional_rates(accepted_counts: list[int], num_steps: int) -> list[float | None]:
@@ -70,8 +68,8 @@ TREE_MODEL = (
 )
 
 
-@dataclass
-class TreeWhatIf:
+@dataclass(frozen=True)
+class TreeWhatIf(Plain):
     num_steps: int
     topk: int
     num_draft_tokens: int
@@ -79,9 +77,6 @@ class TreeWhatIf:
     alphas: list[float]
     budget_limited: bool  # N - 1 < k * S: the budget may cut the accepted path's siblings
     extrapolated: bool  # depths or k beyond what the run recorded
-
-    def to_dict(self) -> dict:
-        return self.__dict__.copy()
 
 
 def topk_rates(steps, topk: int) -> list[float | None]:

@@ -13,7 +13,7 @@ from backend.engine.kv_cache import KVCache
 from backend.engine.loading import Target
 from backend.engine.metrics import simulated_accept_length
 from backend.engine.penalties import History, Penalties
-from backend.engine.records import StepRecord
+from backend.engine.records import StepRecord, StepTree
 from backend.engine.step_state import (
     Caches,
     Cursor,
@@ -94,19 +94,23 @@ def draft_chain(
             logits = history.apply_mapped(logits, config.penalties, to_target, [int(t) for t in drafted])
         target_id = draft.to_target_ids(logits.argmax())
         drafted.append(target_id)
+        rows.append(logits)
         if config.record:
-            rows.append(logits)
             proposal.hidden.append(hidden[-1].detach().to("cpu"))
         if j < steps:
             fed = draft.feedback(hidden, config.math)  # out, or norm(out) under EAGLE 3.1 readings
             hidden = draft(fed, target_id.view(1), positions[j - 1 : j], cache, math=config.math)
     proposal.drafted_ids = torch.stack(drafted).tolist()
+    # d_j's own probability, kept by every run (where acceptance is lost reads it: calibration); the
+    # alternatives only by recorded runs (the chips)
+    probs = torch.softmax(torch.stack(rows).float(), dim=-1)
     if config.record:
-        probs = torch.softmax(torch.stack(rows), dim=-1)
         top = probs.topk(min(config.top_alternatives, probs.shape[-1]))
         proposal.probs = top.values[:, 0].tolist()  # the argmax's probability: d_j's own
         proposal.top_ids = draft.to_target_ids(top.indices).tolist()
         proposal.top_probs = top.values.tolist()
+    else:
+        proposal.probs = probs.max(-1).values.tolist()
     return proposal
 
 
@@ -150,12 +154,13 @@ def step_record(
     record: bool,
 ) -> StepRecord:
     """7. The step's record, built once."""
-    recorded = {}
+    # the probabilities every run keeps (where acceptance is lost reads them: diagnostics/where_lost.py)
+    target_probs = torch.softmax(verdict.logits.float(), dim=-1)
+    recorded = dict(
+        target_argmax_probs=target_probs.max(-1).values.tolist(), draft_probs=list(proposal.probs)
+    )
     if record:
-        target_probs = torch.softmax(verdict.logits.float(), dim=-1)
-        recorded = dict(
-            target_argmax_probs=target_probs.max(-1).values.tolist(),
-            draft_probs=proposal.probs,
+        recorded |= dict(
             draft_top_ids=proposal.top_ids,
             draft_top_probs=proposal.top_probs,
             # rows for positions n..n+c: a step cut short keeps no features past the output
@@ -178,31 +183,35 @@ def step_record(
     )
 
 
-def chain_tree(proposal: Proposal, verdict: Verdict, argmax_probs: list[float] | None) -> dict:
+def chain_tree(proposal: Proposal, verdict: Verdict, argmax_probs: list[float] | None) -> StepTree:
     """A greedy chain step as a tree: node j hangs from node j-1, scores are the running product
-    of the draft's probabilities (recorded runs), each node is accepted iff it is the argmax."""
+    of the draft's probabilities, each node is accepted iff it is the argmax."""
     drafted, accepted = proposal.drafted_ids, verdict.accepted
-    tree = {
-        "tokens": list(drafted),
-        "parents": list(range(-1, len(drafted) - 1)),
-        "depths": list(range(1, len(drafted) + 1)),
-        "accepted_path": list(range(accepted)),
-        "decisions": ["accepted"] * accepted + ["rejected"] + ["unreached"] * (len(drafted) - accepted - 1)
+    shape = dict(
+        tokens=list(drafted),
+        parents=list(range(-1, len(drafted) - 1)),
+        depths=list(range(1, len(drafted) + 1)),
+        accepted_path=list(range(accepted)),
+        decisions=["accepted"] * accepted + ["rejected"] + ["unreached"] * (len(drafted) - accepted - 1)
         if accepted < len(drafted)
         else ["accepted"] * accepted,
-    }
-    if proposal.probs:
-        scores, running = [], 1.0
-        for p in proposal.probs:
-            running *= p
-            scores.append(running)
-        tree.update(scores=scores, draft_probs=list(proposal.probs))
-        tree["accept_probs"] = [float(d == a) for d, a in zip(drafted, verdict.target_argmax, strict=False)]
-        tree["expected_accepted"] = float(
-            simulated_accept_length(tree["accept_probs"])
-        )  # sum of path products
-        tree["argmax"], tree["argmax_probs"] = list(verdict.target_argmax), list(argmax_probs or [])
-    return tree
+    )
+    if not proposal.probs:
+        return StepTree(**shape)
+    scores, running = [], 1.0
+    for p in proposal.probs:
+        running *= p
+        scores.append(running)
+    accept_probs = [float(d == a) for d, a in zip(drafted, verdict.target_argmax, strict=False)]
+    return StepTree(
+        **shape,
+        scores=scores,
+        draft_probs=list(proposal.probs),
+        accept_probs=accept_probs,
+        expected_accepted=float(simulated_accept_length(accept_probs)),  # sum of path products
+        argmax=list(verdict.target_argmax),
+        argmax_probs=list(argmax_probs or []),
+    )
 
 
 def chain_step(

@@ -7,7 +7,7 @@ names, an fc of the wrong width) are exactly what this refuses.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -15,7 +15,14 @@ import torch
 from backend import BadInput, first_line
 from backend.engine.draft_config import KNOWN_ARCHITECTURES, VARIANT_FLAGS, DraftConfig
 from backend.engine.draft_model import Eagle3Draft
-from backend.engine.engine_table import OWN_EMBEDDING, EngineTable, engine_table
+from backend.engine.engine_table import (
+    OWN_EMBEDDING,
+    Check,
+    Disagreement,
+    EngineTable,
+    PreflightResult,
+    engine_table,
+)
 from backend.engine.loading import (
     IGNORABLE_SUFFIXES,
     DraftFiles,
@@ -26,13 +33,6 @@ from backend.engine.loading import (
 )
 from backend.engine.readings import DESCRIPTIONS
 from backend.engine.wiring import Wiring, check_indices, fed_wiring
-
-
-@dataclass
-class Check:
-    name: str
-    status: str  # pass | warn | fail
-    message: str
 
 
 @dataclass
@@ -54,17 +54,21 @@ class PreflightReport:
     def warnings(self) -> list[Check]:
         return [c for c in self.checks if c.status == "warn"]
 
+    def result(self) -> PreflightResult:
+        """The report as `preflight --json` writes it and the pages read it."""
+        return PreflightResult(
+            ok=self.ok,
+            checks=list(self.checks),
+            aux_hf_indices=list(self.wiring.aux_hf_indices) if self.wiring else [],
+            wiring_source=self.wiring.source if self.wiring else None,
+            training_engine=self.training_engine,
+            engines={name: view.reading() for name, view in self.engines.items()},
+            disagreements=[Disagreement.from_dict(d) for d in self.disagreements],
+            serving_fixes=self.serving_fixes,
+        )
+
     def to_dict(self) -> dict:
-        return {
-            "ok": self.ok,
-            "checks": [asdict(c) for c in self.checks],
-            "aux_hf_indices": list(self.wiring.aux_hf_indices) if self.wiring else [],
-            "wiring_source": self.wiring.source if self.wiring else None,
-            "training_engine": self.training_engine,
-            "engines": {name: view.to_dict() for name, view in self.engines.items()},
-            "disagreements": self.disagreements,
-            "serving_fixes": self.serving_fixes,
-        }
+        return self.result().to_dict()
 
 
 class PreflightRefused(BadInput):

@@ -11,11 +11,12 @@ Every rule cites the engine source it follows (read 2026-08; commits in docs/ref
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from backend import BadInput
 from backend.engine.wiring import Wiring, check_indices, default_hf_indices
+from backend.plain import Plain
 
 if TYPE_CHECKING:
     from backend.engine.draft_config import DraftConfig
@@ -49,20 +50,48 @@ class EngineView:
     # "fixed-k" drafts K every step and cuts what passes the budget; "llamacpp" drafts fewer.
     accounting: str = "fixed-k"
 
-    def to_dict(self) -> dict:
-        return {
-            "engine": self.engine,
-            "aux_hf_indices": list(self.wiring.aux_hf_indices),
-            "wiring_source": self.wiring.source,
+    def reading(self) -> EngineReading:
+        """This view as the engine tables show it (preflight's JSON, the pages)."""
+        return EngineReading(
+            engine=self.engine,
+            aux_hf_indices=list(self.wiring.aux_hf_indices),
+            wiring_source=self.wiring.source,
             **asdict(self.math),
-            "feedback": "post-norm" if self.math.post_norm_feedback else "pre-norm",
-            "embedding": "draft's own embed_tokens" if self.math.own_embedding else "target's",
-            "vocab_mapping": self.vocab_mapping,
-            "loads": self.loads,
-            "refusal": self.refusal,
-            "notes": list(self.notes),
-            "accounting": self.accounting,
-        }
+            feedback="post-norm" if self.math.post_norm_feedback else "pre-norm",
+            embedding="draft's own embed_tokens" if self.math.own_embedding else "target's",
+            vocab_mapping=self.vocab_mapping,
+            loads=self.loads,
+            refusal=self.refusal,
+            notes=list(self.notes),
+            accounting=self.accounting,
+        )
+
+    def to_dict(self) -> dict:
+        return self.reading().to_dict()
+
+
+@dataclass(frozen=True)
+class EngineReading(Plain):
+    """One engine's reading as JSON: the wiring it feeds, DraftMath's switches (and the feedback and
+    embedding in words), the vocab mapping, whether it loads the draft and what it drops silently."""
+
+    engine: str
+    aux_hf_indices: list[int]
+    wiring_source: str = ""
+    fc_norm: bool = False
+    norm_before_fc: bool = False
+    norm_before_residual: bool = False
+    norm_before_lm_head: bool = True
+    post_norm_feedback: bool = False
+    own_embedding: bool = False
+    qk_norm: bool = False
+    feedback: str = "pre-norm"
+    embedding: str = "target's"
+    vocab_mapping: str = ""
+    loads: bool = True
+    refusal: str | None = None
+    notes: list[str] = field(default_factory=list)
+    accounting: str = "fixed-k"
 
 
 # The variant flags a draft config may declare; what each means is up to the reading below.

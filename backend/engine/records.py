@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from backend.plain import Plain, plain
+
 if TYPE_CHECKING:
     import torch
 
@@ -28,6 +30,31 @@ class PrefillRecord:
     first_token: int  # the target's greedy token after the prompt: output_ids[0]
     prefill_ms: float
     aux_features: torch.Tensor | None  # [n, 3*Ht] fused features of the prompt positions
+
+
+@dataclass(frozen=True)
+class StepTree(Plain):
+    """A verify step's draft tree, stored with the step and printed by `replay --json` ("tree"). A chain
+    is a tree with one child per node (a greedy one has no draws). Per node: token, parent (-1: a child
+    of the root x_n), score (the path's draft probability), depth, draft and target probabilities,
+    P(accepted | parent accepted), the draw and the decision (accepted, rejected, unreached). `argmax` /
+    `argmax_probs`: the target's argmax per verify row (0 = the root). Every key but the first two has a
+    default: a tree stored before a key was added still reads."""
+
+    tokens: list[int]
+    parents: list[int]
+    scores: list[float] = field(default_factory=list)
+    depths: list[int] = field(default_factory=list)
+    accepted_path: list[int] = field(default_factory=list)  # node indices, the root's child first
+    draft_probs: list[float] = field(default_factory=list)
+    target_probs: list[float] = field(default_factory=list)
+    accept_probs: list[float] = field(default_factory=list)
+    draws: list[float | None] = field(default_factory=list)
+    decisions: list[str] = field(default_factory=list)
+    expected_accepted: float | None = None  # the expected accepted count, sum of path products
+    argmax: list[int] = field(default_factory=list)
+    argmax_probs: list[float] = field(default_factory=list)
+    final_draw: float | None = None
 
 
 @dataclass
@@ -48,13 +75,9 @@ class StepRecord:
     draft_top_ids: list[list[int]] = field(default_factory=list)  # top alternatives per d_j
     draft_top_probs: list[list[float]] = field(default_factory=list)
     target_argmax_probs: list[float] = field(default_factory=list)
-    # The step's draft tree (a chain is a tree with one child per node), see `tree_dict` in
-    # backend/engine/tree.py: tokens, parents (-1 = a child of the root x_n), scores, depths,
-    # accepted_path (node indices), and per node the draft and target probabilities, the draw,
-    # the decision and P(accepted | parent accepted). For a tree, drafted_ids and the other
-    # chain-shaped fields describe its main path: the accepted path, then the draft's favourite
-    # child down to a leaf.
-    tree: dict | None = None
+    # The step's draft tree (StepTree). For a tree, drafted_ids and the other chain-shaped fields
+    # describe its main path: the accepted path, then the draft's favourite child down to a leaf.
+    tree: StepTree | None = None
     # Tensors (recorded runs only; kept in the run's artifact, not in SQL):
     aux_features: torch.Tensor | None = None  # [c, 3*Ht] fused features of positions n..n+c-1
     # [K, H] draft output hidden that proposed each d_j (rows past a shorter draft: zeros, never read)
@@ -81,3 +104,14 @@ def verify_counts(steps) -> list[int]:
 STORED_STEP_FIELDS = tuple(
     name for name in StepRecord.__dataclass_fields__ if name not in ("aux_features", "draft_hidden")
 )
+
+
+def stored_fields(step: StepRecord) -> dict:
+    """The step's columns as the store writes them (its tree as JSON-ready data)."""
+    return {**{name: getattr(step, name) for name in STORED_STEP_FIELDS}, "tree": plain(step.tree)}
+
+
+def stored_step(columns: dict) -> StepRecord:
+    """A step read back from its columns (`stored_fields`), its tree typed."""
+    tree = columns.get("tree")
+    return StepRecord(**{**columns, "tree": None if tree is None else StepTree.from_dict(tree)})

@@ -11,7 +11,7 @@ import torch
 
 from backend.engine.draft_model import Eagle3Draft
 from backend.engine.loading import Target
-from backend.engine.records import StepRecord
+from backend.engine.records import StepRecord, StepTree
 from backend.engine.step_state import (
     Caches,
     Cursor,
@@ -89,14 +89,16 @@ def tree_record(
     path = main_path(tree, verdict.accepted_path)
     accepted = len(verdict.accepted_path)
     rows = [0] + [node + 1 for node in path]
-    recorded = {}
+    # the probabilities every run keeps (where acceptance is lost reads them: diagnostics/where_lost.py)
+    recorded = dict(
+        target_argmax_probs=[verdict.argmax_probs[r] for r in rows],
+        draft_probs=[tree.draft_probs[node] for node in path],
+    )
     if config.record:
         hidden = [tree.proposer[node].detach().to("cpu") for node in path]
         width = tree.proposer[0].shape[-1]
         hidden += [torch.zeros(width)] * (config.num_steps - len(hidden))  # no node at that depth
-        recorded = dict(
-            target_argmax_probs=[verdict.argmax_probs[r] for r in rows],
-            draft_probs=[tree.draft_probs[node] for node in path],
+        recorded |= dict(
             draft_top_ids=[tree.top_ids[node] for node in path],
             draft_top_probs=[tree.top_probs[node] for node in path],
             aux_features=features[: min(len(committed), accepted) + 1].to("cpu"),
@@ -112,26 +114,26 @@ def tree_record(
         committed,
         [verdict.argmax[r] for r in rows],
         *times_ms,
-        tree=tree_dict(tree, verdict),
+        tree=step_tree(tree, verdict),
         **recorded,
     )
 
 
-def tree_dict(tree: DraftTree, verdict: TreeVerdict) -> dict:
+def step_tree(tree: DraftTree, verdict: TreeVerdict) -> StepTree:
     """The stored and exported form of a step's tree (`replay --json` "tree")."""
-    return {
-        "tokens": list(tree.tokens),
-        "parents": list(tree.parents),
-        "scores": list(tree.scores),
-        "depths": list(tree.depths),
-        "accepted_path": list(verdict.accepted_path),
-        "draft_probs": list(tree.draft_probs),
-        "target_probs": list(verdict.target_probs),
-        "accept_probs": list(verdict.accept_probs),
-        "draws": list(verdict.draws),
-        "decisions": list(verdict.decisions),
-        "expected_accepted": expected_accepted(tree, verdict.accept_probs),
-        "argmax": list(verdict.argmax),  # the target's argmax at each verify row (0 = the root)
-        "argmax_probs": list(verdict.argmax_probs),
-        "final_draw": verdict.final_draw,
-    }
+    return StepTree(
+        tokens=list(tree.tokens),
+        parents=list(tree.parents),
+        scores=list(tree.scores),
+        depths=list(tree.depths),
+        accepted_path=list(verdict.accepted_path),
+        draft_probs=list(tree.draft_probs),
+        target_probs=list(verdict.target_probs),
+        accept_probs=list(verdict.accept_probs),
+        draws=list(verdict.draws),
+        decisions=list(verdict.decisions),
+        expected_accepted=expected_accepted(tree, verdict.accept_probs),
+        argmax=list(verdict.argmax),  # the target's argmax at each verify row (0 = the root)
+        argmax_probs=list(verdict.argmax_probs),
+        final_draw=verdict.final_draw,
+    )

@@ -5,6 +5,11 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
+from backend.diagnostics.lint import LintResult
+from backend.diagnostics.probe_settings import ProbeResult, ProbeSettings, SettingsUsed
+from backend.engine.engine_table import EngineReadings
+from backend.service.reference_spec import ReferenceSpec
+
 
 def lint(
     draft_path: str | None,
@@ -13,7 +18,7 @@ def lint(
     target_path: str | None,
     db_url: str | None = None,
     request_file: str | None = None,
-) -> dict:
+) -> LintResult:
     """Findings for an SGLang launch command (engine 'SGLang'), vLLM arguments ('vLLM') or a llama-server
     command ('llama.cpp': lint_llamacpp). Once the
     wiring probe ran on this pair and rejected the declared wiring, the findings use what it found (its
@@ -37,7 +42,7 @@ def lint(
     facts = _bin_draft_facts(draft_path) if draft_path else None
     return lint_command(
         draft_path, sglang, vllm, target_path, found, chain_k=chain, facts=facts, request_file=request_file
-    ).to_dict()
+    ).result()
 
 
 def _bin_draft_facts(draft_path: str):
@@ -104,7 +109,7 @@ def whatif_best_k(db_url: str | None, draft_path: str, trained: list | None = No
 
 def default_reference(
     target_path: str, draft_path: str, fed: list[int] | None = None, db_url: str | None = None
-) -> dict:
+) -> ReferenceSpec:
     """The hidden-state reference a new Decode run opens on: one that tells a healthy draft from a broken
     one (issue 43 row 5). The fed features against, in order: the wiring the probe found this draft
     trained on, when it rejected the declared one; a wiring a serving engine would feed instead (its
@@ -114,23 +119,20 @@ def default_reference(
     found = trained_wirings(target_path, draft_path, db_url)
     if found and list(found[0]) != list(fed or []):
         tied = f", tied with {len(found) - 1} it cannot tell apart" if len(found) > 1 else ""
-        return {"kind": "wiring", "aux_hf_indices": list(found[0]), "why": f"the wiring probe's best{tied}"}
+        return ReferenceSpec("wiring", list(found[0]), why=f"the wiring probe's best{tied}")
     try:
         readings = engine_readings(draft_path, target_path)
     except Exception:  # noqa: BLE001 - an unreadable pair has no reading to compare; the replay says why
-        return {"kind": "target_hidden", "why": "the draft's output against the target's hidden"}
-    declared = fed or (readings["engines"].get(readings.get("training_engine")) or {}).get("aux_hf_indices")
-    for engine, view in readings["engines"].items():
-        if view.get("loads") and declared and list(view["aux_hf_indices"]) != list(declared):
-            return {
-                "kind": "wiring",
-                "aux_hf_indices": list(view["aux_hf_indices"]),
-                "why": f"what {engine} feeds",
-            }
-    return {"kind": "target_hidden", "why": "every engine feeds the declared wiring"}
+        return ReferenceSpec("target_hidden", why="the draft's output against the target's hidden")
+    training = readings.engines.get(readings.training_engine)
+    declared = fed or (training.aux_hf_indices if training else None)
+    for engine, view in readings.engines.items():
+        if view.loads and declared and list(view.aux_hf_indices) != list(declared):
+            return ReferenceSpec("wiring", list(view.aux_hf_indices), why=f"what {engine} feeds")
+    return ReferenceSpec("target_hidden", why="every engine feeds the declared wiring")
 
 
-def engine_readings(draft_path: str, target_path: str) -> dict:
+def engine_readings(draft_path: str, target_path: str) -> EngineReadings:
     """How each engine reads the draft on this target, and where they disagree (preflight's table),
     read inline from the config and the safetensors headers (backend/engine/engine_table.py); only a
     pytorch_model.bin draft is read by preflight in the reader process. Kept until the draft's or the
@@ -144,7 +146,7 @@ def engine_readings(draft_path: str, target_path: str) -> dict:
 
 
 @lru_cache(maxsize=32)
-def _engine_readings(draft_path: str, target_path: str, _stamp: tuple) -> dict:
+def _engine_readings(draft_path: str, target_path: str, _stamp: tuple) -> EngineReadings:
     from backend.engine.engine_table import read_engine_table
     from backend.service.readers import in_reader
 
@@ -153,13 +155,11 @@ def _engine_readings(draft_path: str, target_path: str, _stamp: tuple) -> dict:
     )
 
 
-def read_engine_readings(draft_path: str, target_path: str, progress=None) -> dict:
-    """engine_readings' reading of a draft only torch reads (a reader job)."""
+def read_engine_readings(draft_path: str, target_path: str, progress=None) -> EngineReadings:
+    """engine_readings' reading of a draft only torch reads (a reader job): preflight's table."""
     from backend.engine.preflight import preflight
 
-    report = preflight(draft_path, target_path).to_dict()
-    keys = ("engines", "disagreements", "training_engine", "aux_hf_indices", "wiring_source")
-    return {key: report[key] for key in keys}
+    return EngineReadings.from_dict(preflight(draft_path, target_path).to_dict())
 
 
 # ----------------------------------------------------------------------------- wiring probes
@@ -179,7 +179,7 @@ def _draft_stamp(draft_path: str) -> list[float]:
     return list(stamp(*(Path(draft_path, name) for name in DRAFT_FILES)))
 
 
-def remember_probe(target_path: str, draft_path: str, report: dict, db_url: str | None = None) -> None:
+def remember_probe(target_path: str, draft_path: str, report: ProbeResult, db_url: str | None = None) -> None:
     """Keep a finished probe's report so the lint, the probe tab and Decode's default reference use what
     it found: in this server, and in the database when one is given (a later server reads it there;
     a database that cannot be written keeps it in this server only)."""
@@ -195,20 +195,18 @@ def remember_probe(target_path: str, draft_path: str, report: dict, db_url: str 
         return
     try:
         with store.session_scope(open_database(db_url).factory) as session:
-            store.add_probe(session, *key, drafted, report)
+            store.add_probe(session, *key, drafted, report.to_dict())
     except (BadInput, SQLAlchemyError):
         pass
 
 
-def probe_settings(num_steps: int, budget: int, live: int, samples: list) -> dict:
+def probe_settings(num_steps: int, budget: int, live: int, samples: list) -> SettingsUsed:
     """What a probe with these settings on these samples would use (ProbeSettings.describe), to match
     it against a stored probe's."""
-    from backend.diagnostics.probe_settings import ProbeSettings
-
     return ProbeSettings(num_steps, budget, live).describe(samples)
 
 
-def known_probe(target_path: str, draft_path: str, db_url: str | None = None) -> dict | None:
+def known_probe(target_path: str, draft_path: str, db_url: str | None = None) -> ProbeResult | None:
     """The probe of this pair on the draft's files as they are now that ran on the most samples (the
     newest of those), this server's or the database's (the CLI keeps its probes there too); None when
     none ran (or the draft changed since)."""
@@ -228,21 +226,25 @@ def known_probe(target_path: str, draft_path: str, db_url: str | None = None) ->
                 stored = store.largest_probe(session, *key, drafted)
         except (BadInput, SQLAlchemyError):
             stored = None
+    try:  # a stored probe this code cannot read (hand-edited, another version's) is skipped
+        stored = ProbeResult.from_dict(stored) if stored else None
+    except (TypeError, ValueError, AttributeError):
+        stored = None
     found = [r for r in (here, stored) if r]
     # the probe on the most samples (issue 58 row 18: a 32-sample CLI probe lost to the page's 8); this
     # server's when they are as large
-    return max(found, key=lambda r: r.get("n_samples") or 0) if found else None
+    return max(found, key=lambda r: r.n_samples or 0) if found else None
 
 
-def probe_wirings(report: dict | None) -> list[list[int]]:
+def probe_wirings(report: ProbeResult | None) -> list[list[int]]:
     """What a wiring probe found when it rejected the declared wiring: its best, then the wirings it
     could not tell from the best on its samples; [] when it confirmed the declared one (or none ran)."""
-    if report is None or report.get("confirmed"):
+    if report is None or report.confirmed:
         return []
-    if report.get("tied"):
-        return [list(w) for w in report["tied"]]
-    best = list(report["best"]["aux_hf_indices"])
-    return [best, *(list(w) for w in report.get("as_good_as_best") or [] if list(w) != best)]
+    if report.tied:
+        return [list(w) for w in report.tied]
+    best = list(report.best.aux_hf_indices)
+    return [best, *(list(w) for w in report.as_good_as_best if list(w) != best)]
 
 
 def trained_wirings(target_path: str, draft_path: str, db_url: str | None = None) -> list[list[int]]:

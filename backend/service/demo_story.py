@@ -16,10 +16,21 @@ CURVE = "TRAINING_CURVE.json"
 
 
 @dataclass(frozen=True)
-class EngineReading:
+class Misreading:
+    """An engine that feeds the final draft other layers than it was trained on (Home says which)."""
+
     engine: str
     aux_hf_indices: tuple[int, ...]
     source: str
+
+
+@dataclass(frozen=True)
+class TrainingCurve:
+    """One draft's line of the build's training curve: held-out accept length per epoch, and the epoch
+    kept."""
+
+    chosen_epoch: int | None
+    per_epoch: list[float]
 
 
 @dataclass(frozen=True)
@@ -34,9 +45,14 @@ class DemoStory:
     # How each engine reads the healthy draft's config where one reads it differently from its training
     # engine (vLLM's V1 runner reads nested ids as HF indices, docs/reference.md §2).
     final_trained_aux_hf_indices: tuple[int, ...] = ()
-    final_misreadings: tuple[EngineReading, ...] = ()
-    curve: dict = field(default_factory=dict)  # draft -> {"chosen_epoch", "per_epoch"}; the build's file
+    final_misreadings: tuple[Misreading, ...] = ()
+    curve: dict[str, TrainingCurve] = field(default_factory=dict)  # draft -> its curve; the build's file
     curve_definition: str = ""
+
+    @property
+    def final_curve(self) -> TrainingCurve | None:
+        """The healthy draft's training curve (None: the build wrote none)."""
+        return self.curve.get("final")
 
     @property
     def trained_words(self) -> str:
@@ -47,15 +63,12 @@ class DemoStory:
         return describe_layers(self.declared_aux_hf_indices)
 
 
-def _curve(pair: BundledPair) -> tuple[dict, str]:
+def _curve(pair: BundledPair) -> tuple[dict[str, TrainingCurve], str]:
     path = pair.drafts / CURVE
     try:
         data = json.loads(path.read_text())
         runs = {
-            name: {
-                "chosen_epoch": run["chosen_epoch"],
-                "per_epoch": [c["heldout_accept_length"] for c in run["curve"]],
-            }
+            name: TrainingCurve(run["chosen_epoch"], [c["heldout_accept_length"] for c in run["curve"]])
             for name, run in data["runs"].items()
         }
         return runs, data.get("definition", "")
@@ -80,15 +93,13 @@ def demo_story(target_path: str) -> DemoStory | None:
     note = json.loads((broken / LAB_NOTE).read_text())
     report = engine_readings(str(broken), str(pair.target))
     trained_final: tuple[int, ...] = ()
-    misread: list[EngineReading] = []
+    misread: list[Misreading] = []
     if "final" in present:
         final = engine_readings(str(pair.drafts / "final"), str(pair.target))
-        trained_final = tuple(final["aux_hf_indices"])
-        for name, reading in final["engines"].items():
-            if reading.get("loads") and tuple(reading["aux_hf_indices"]) != trained_final:
-                misread.append(
-                    EngineReading(name, tuple(reading["aux_hf_indices"]), reading["wiring_source"])
-                )
+        trained_final = tuple(final.aux_hf_indices)
+        for name, reading in final.engines.items():
+            if reading.loads and tuple(reading.aux_hf_indices) != trained_final:
+                misread.append(Misreading(name, tuple(reading.aux_hf_indices), reading.wiring_source))
     curve, definition = _curve(pair)
     return DemoStory(
         pair=pair.key,
@@ -96,8 +107,8 @@ def demo_story(target_path: str) -> DemoStory | None:
         drafts=present,
         broken=pair.broken,
         trained_aux_hf_indices=tuple(note["aux_hf_indices"]),
-        declared_aux_hf_indices=tuple(report["aux_hf_indices"]),
-        declared_source=report.get("wiring_source", ""),
+        declared_aux_hf_indices=tuple(report.aux_hf_indices),
+        declared_source=report.wiring_source,
         final_trained_aux_hf_indices=trained_final,
         final_misreadings=tuple(misread),
         curve=curve,

@@ -7,6 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from backend import BadInput
+from backend.diagnostics.findings import DiagnosisResult
 from backend.engine.records import Progress, no_progress
 from backend.service import models
 
@@ -28,7 +29,7 @@ def diagnose(
     options=None,
     progress: Progress = no_progress,
     db_url: str | None = None,
-) -> dict:
+) -> DiagnosisResult:
     """The diagnosis of a target/draft pair on `samples` as `options` (a
     backend.diagnostics.diagnose.DiagnoseOptions; default: the CLI's defaults) says. Without samples,
     a wiring probe kept with the pair (in this server or at `db_url`) gives its answer."""
@@ -54,10 +55,10 @@ def diagnose(
         raise BadInput(f"{options.features}: no such training feature file")
     progress(0.0, "preflight")
     report = preflight(draft_path, target_path).to_dict()
-    head = {"target": str(target_path), "draft": str(draft_path), "engine": engine}
+    pair = {"target": str(target_path), "draft": str(draft_path)}
     if not report["ok"]:  # nothing else means anything until the draft loads
         diagnosis = Diagnosis(preflight_findings(report, engine), {"preflight": "ran: failed"})
-        return {**diagnosis.to_dict(), **head, "aux_hf_indices": report["aux_hf_indices"]}
+        return diagnosis.result(**pair, engine=engine, aux_hf_indices=report["aux_hf_indices"])
     lint_findings, penalties = None, {}
     if options.sglang or options.vllm:
         lint = lint_command(
@@ -80,11 +81,10 @@ def diagnose(
     diagnosis = diagnose_loaded(
         subject, report, list(samples or []), lint_findings, options, progress, penalties, features
     )
-    return {
-        **diagnosis.to_dict(),
-        **head,
-        "engine": view.engine,
-        "aux_hf_indices": list(view.wiring.aux_hf_indices),
-        "wiring_source": view.wiring.source,
-        "n_samples": len(samples or []),
-    }
+    return diagnosis.result(
+        **pair,
+        engine=view.engine,
+        aux_hf_indices=list(view.wiring.aux_hf_indices),
+        wiring_source=view.wiring.source,
+        n_samples=len(samples or []),
+    )

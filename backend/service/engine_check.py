@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from backend import BadInput
 from backend.engine.records import verify_counts
 from backend.engine.request import ReplayRequest
+from backend.plain import Plain
 from backend.service.database import open_database
 from backend.service.served_engines import (
     CLIENTS,
@@ -60,6 +61,110 @@ class EngineCheckSettings:
     @property
     def title(self) -> str:
         return TITLES[self.server]
+
+
+@dataclass(frozen=True)
+class StepDifference(Plain):
+    """The first verify step whose accepted counts differ; a count is None past the end of its run."""
+
+    step: int
+    served: int | None
+    replay: int | None
+
+
+@dataclass(frozen=True)
+class PromptCheck(Plain):
+    """One prompt served and replayed (compare): both accept lengths and per-step counts."""
+
+    prompt: int
+    served_accept_length: float | None
+    replay_accept_length: float | None
+    served_steps: int
+    replay_steps: int
+    equal_step_for_step: bool
+    first_difference: StepDifference | None
+    same_tokens: bool | None  # None: the server gave no token ids
+    replay_run: int | None
+    prompt_ids: list[int]
+    served_per_step: list[int]
+    served_token_ids: list[int] | None
+    replay_per_step: list[int]
+    wiring: list[int] = field(default_factory=list)  # the HF layers the replay read
+
+
+@dataclass(frozen=True)
+class WiringExplanation(Plain):
+    """The candidate wiring that reproduces the server on every prompt (explain)."""
+
+    aux_hf_indices: list[int]
+    why: str
+
+
+@dataclass(frozen=True)
+class ServerLaunch(Plain):
+    """How a server launched here was started and what its launch said (served_engines.launch)."""
+
+    command: list[str]
+    seconds_to_ready: float | None = None
+    log: str | None = None
+    aux_layers_line: str | None = None  # vLLM's log line naming the layers it feeds the draft
+    converter_layers_line: str | None = None  # llama.cpp's converter line naming them
+    target_gguf: str | None = None
+    draft_gguf: str | None = None
+
+
+@dataclass(frozen=True)
+class QuantizedRow(Plain):
+    prompt: int
+    full_accept_length: float | None
+    quantized_accept_length: float | None
+    first_differing_token: int | None
+
+
+@dataclass(frozen=True)
+class QuantizedCost(Plain):
+    """The GGUF target served beside the full-precision one on the same prompts (quantized_cost)."""
+
+    target_gguf: str
+    rows: list[QuantizedRow]
+    full_mean_accept_length: float | None
+    quantized_mean_accept_length: float | None
+    launched: ServerLaunch
+    said: str
+
+
+@dataclass(frozen=True)
+class StoppedAt(Plain):
+    """The prompt a server failed on (in the result.json of a check that ended there)."""
+
+    prompt: int
+    why: str
+
+
+@dataclass(frozen=True)
+class EngineCheck(Plain):
+    """An engine check: per prompt the served and replayed per-step counts, what they add up to, and the
+    wiring that explains a difference; what `serve-check --json` prints, the tab draws and result.json
+    keeps."""
+
+    engine: str  # the server: vllm | llamacpp
+    url: str
+    served_model: str | None
+    reading: str  # the reading the replay ran
+    num_steps: int
+    max_new_tokens: int
+    rows: list[PromptCheck]
+    definition: str
+    folder: str
+    wiring: list[int] | None = None  # the first prompt's replayed wiring
+    wiring_source: str | None = None
+    equal_prompts: int = 0
+    prompts: int = 0
+    headline: str = ""
+    explained_by: WiringExplanation | None = None
+    launched: ServerLaunch | None = None  # a server launched here
+    quantized: QuantizedCost | None = None  # --target-gguf
+    stopped_at: StoppedAt | None = None
 
 
 def check_folder(db_url: str | None) -> Path:
@@ -108,32 +213,33 @@ def first_difference(served: list[int], replayed: list[int]) -> int | None:
     return None if len(served) == len(replayed) else min(len(served), len(replayed))
 
 
-def compare(number: int, served: dict, replayed: dict) -> dict:
+def compare(number: int, served: dict, replayed: dict) -> PromptCheck:
     step = first_difference(served["per_step"], replayed["per_step"])
-    row = {
-        "prompt": number,
-        "served_accept_length": served["accept_length"],
-        "replay_accept_length": replayed["accept_length"],
-        "served_steps": len(served["per_step"]),
-        "replay_steps": len(replayed["per_step"]),
-        "equal_step_for_step": step is None,
-        "first_difference": None,
-        "same_tokens": served["token_ids"] == replayed["output_ids"]
+    difference = None
+    if step is not None:
+        difference = StepDifference(
+            step=step,
+            served=served["per_step"][step] if step < len(served["per_step"]) else None,
+            replay=replayed["per_step"][step] if step < len(replayed["per_step"]) else None,
+        )
+    return PromptCheck(
+        prompt=number,
+        served_accept_length=served["accept_length"],
+        replay_accept_length=replayed["accept_length"],
+        served_steps=len(served["per_step"]),
+        replay_steps=len(replayed["per_step"]),
+        equal_step_for_step=step is None,
+        first_difference=difference,
+        same_tokens=served["token_ids"] == replayed["output_ids"]
         if served["token_ids"] is not None
         else None,
-        "replay_run": replayed["run_id"],
-        "prompt_ids": list(served.get("prompt_ids") or []),
-        "served_per_step": served["per_step"],
-        "served_token_ids": served["token_ids"],
-        "replay_per_step": replayed["per_step"],
-    }
-    if step is not None:
-        row["first_difference"] = {
-            "step": step,
-            "served": served["per_step"][step] if step < len(served["per_step"]) else None,
-            "replay": replayed["per_step"][step] if step < len(replayed["per_step"]) else None,
-        }
-    return row
+        replay_run=replayed["run_id"],
+        prompt_ids=list(served.get("prompt_ids") or []),
+        served_per_step=served["per_step"],
+        served_token_ids=served["token_ids"],
+        replay_per_step=replayed["per_step"],
+        wiring=replayed.get("wiring") or [],
+    )
 
 
 def candidate_wirings(settings: EngineCheckSettings, replayed: list[int]) -> list[tuple[str, tuple]]:
@@ -155,43 +261,42 @@ def candidate_wirings(settings: EngineCheckSettings, replayed: list[int]) -> lis
     return [(why, wiring) for wiring, why in found.items()]
 
 
-def explain(db_url, prompts: list[list[int]], served: list[dict], rows, settings) -> dict | None:
+def explain(
+    db_url, prompts: list[list[int]], served: list[dict], rows: list[PromptCheck], settings
+) -> WiringExplanation | None:
     """The candidate wiring that reproduces the server on every prompt, tried first on the first prompt
     that differs (a candidate stops at its first miss); None when none does."""
-    first = next(r["prompt"] for r in rows if not r["equal_step_for_step"])
+    first = next(r.prompt for r in rows if not r.equal_step_for_step)
     order = [first] + [i for i in range(len(prompts)) if i != first]
-    for why, candidate in candidate_wirings(settings, rows[first]["wiring"]):
+    for why, candidate in candidate_wirings(settings, rows[first].wiring):
         ref = f"{settings.server}-check candidate HF {list(candidate)}"
         if all(
             replay_steps(db_url, prompts[i], settings, ref, candidate)["per_step"] == served[i]["per_step"]
             for i in order
         ):
-            return {"aux_hf_indices": list(candidate), "why": why}
+            return WiringExplanation(aux_hf_indices=list(candidate), why=why)
     return None
 
 
 def run_check(
     db_url, url: str, samples: list, settings: EngineCheckSettings, folder: Path, log_path=None, progress=None
-) -> dict:
+) -> EngineCheck:
     """Every prompt to the server at `url` and to the replay; the rows so far are in result.json when a
     prompt fails (the BadInput names the prompt)."""
     client = CLIENTS[settings.server](url, log_path, settings.timeout)
     prompts = [list(s.prompt_ids) for s in samples]
     served, rows = [], []
-    result = {
-        "engine": settings.server,
-        "url": url,
-        "served_model": getattr(client, "model", None) or getattr(client, "props", {}).get("model_path"),
-        "reading": settings.engine,
-        "num_steps": settings.num_steps,
-        "max_new_tokens": settings.max_new_tokens,
-        "wiring": None,
-        "wiring_source": None,
-        "rows": rows,
-        "definition": DEFINITION,
-        "explained_by": None,
-        "folder": str(folder),
-    }
+    start = EngineCheck(
+        engine=settings.server,
+        url=url,
+        served_model=getattr(client, "model", None) or getattr(client, "props", {}).get("model_path"),
+        reading=settings.engine,
+        num_steps=settings.num_steps,
+        max_new_tokens=settings.max_new_tokens,
+        rows=rows,
+        definition=DEFINITION,
+        folder=str(folder),
+    )
     with (folder / "responses.jsonl").open("w") as saved:
         for number, prompt in enumerate(prompts):
             if progress:
@@ -199,8 +304,8 @@ def run_check(
             try:
                 exchange, answer = client.ask(number, prompt, settings.max_new_tokens, settings.num_steps)
             except BadInput as error:
-                result["stopped_at"] = {"prompt": number, "why": str(error)}
-                write_result(folder, summarise(result, rows, settings))
+                stopped = replace(start, stopped_at=StoppedAt(prompt=number, why=str(error)))
+                write_result(folder, summarise(stopped, rows, settings))
                 where = f"log {log_path}" if log_path else url
                 raise BadInput(
                     f"{error} (prompt {number} of {len(prompts)}; {where}; the prompts compared before it: "
@@ -212,37 +317,36 @@ def run_check(
             replayed = replay_steps(
                 db_url, prompt, settings, f"{settings.server}-check {folder.name} #{number}"
             )
-            row = compare(number, served[-1], replayed)
-            row["wiring"] = replayed["wiring"]
-            rows.append(row)
-    result = summarise(result, rows, settings)
-    if result["equal_prompts"] < len(rows):
-        result["explained_by"] = explain(db_url, prompts, served, rows, settings)
-        if result["explained_by"]:
-            result["headline"] += (
-                f"; {settings.title} ran HF {result['explained_by']['aux_hf_indices']} "
-                f"({result['explained_by']['why']}): --aux-hf-indices "
-                + ",".join(map(str, result["explained_by"]["aux_hf_indices"]))
-                + " reproduces it on every prompt"
-            )
-        else:
-            result["headline"] += "; no candidate wiring reproduces it (the difference is not the wiring)"
-    return result
+            rows.append(compare(number, served[-1], replayed))
+    result = summarise(start, rows, settings)
+    if result.equal_prompts == len(rows):
+        return result
+    explained = explain(db_url, prompts, served, rows, settings)
+    if explained:
+        said = (
+            f"; {settings.title} ran HF {explained.aux_hf_indices} ({explained.why}): --aux-hf-indices "
+            + ",".join(map(str, explained.aux_hf_indices))
+            + " reproduces it on every prompt"
+        )
+    else:
+        said = "; no candidate wiring reproduces it (the difference is not the wiring)"
+    return replace(result, explained_by=explained, headline=result.headline + said)
 
 
-def summarise(result: dict, rows: list[dict], settings: EngineCheckSettings) -> dict:
-    equal = sum(r["equal_step_for_step"] for r in rows)
-    return {
-        **result,
-        "wiring": rows[0]["wiring"] if rows else None,
-        "equal_prompts": equal,
-        "prompts": len(rows),
-        "headline": f"the replay reproduces this {settings.title} on {equal}/{len(rows)} prompts step for step",
-    }
+def summarise(result: EngineCheck, rows: list[PromptCheck], settings: EngineCheckSettings) -> EngineCheck:
+    equal = sum(r.equal_step_for_step for r in rows)
+    return replace(
+        result,
+        rows=list(rows),
+        wiring=rows[0].wiring if rows else None,
+        equal_prompts=equal,
+        prompts=len(rows),
+        headline=f"the replay reproduces this {settings.title} on {equal}/{len(rows)} prompts step for step",
+    )
 
 
-def write_result(folder: Path, result: dict) -> None:
-    (folder / "result.json").write_text(json.dumps(result, indent=1) + "\n")
+def write_result(folder: Path, result: EngineCheck) -> None:
+    (folder / "result.json").write_text(json.dumps(result.to_dict(), indent=1) + "\n")
 
 
 def context_for(samples: list, settings: EngineCheckSettings) -> int:
@@ -258,7 +362,7 @@ def engine_check(
     settings: EngineCheckSettings,
     url: str | None = None,
     progress=None,
-) -> dict:
+) -> EngineCheck:
     """Against the server at `url`, or (url None) one launched here on the pair. With a GGUF target
     (options.target_gguf, llama.cpp), the replay is held against the converted full-precision target
     served by llama.cpp, and the GGUF served next on the same prompts: what its quantization costs."""
@@ -272,7 +376,7 @@ def engine_check(
         full = replace(settings, options=replace(settings.options, target_gguf=None))
         result = launched_check(db_url, samples, full, folder, "server.log", progress)
         if settings.options.target_gguf:
-            result["quantized"] = quantized_cost(samples, settings, folder, result, progress)
+            result = replace(result, quantized=quantized_cost(samples, settings, folder, result, progress))
     write_result(folder, result)
     return result
 
@@ -291,23 +395,27 @@ def served_here(samples, settings: EngineCheckSettings, log_path: Path, progress
     )
 
 
-def launched_check(db_url, samples, settings: EngineCheckSettings, folder: Path, log_name: str, progress):
+def launched_check(
+    db_url, samples, settings: EngineCheckSettings, folder: Path, log_name: str, progress
+) -> EngineCheck:
     with served_here(samples, settings, folder / log_name, progress) as (server, said):
         try:
             result = run_check(db_url, server.url, samples, settings, folder, server.log_path, progress)
         except BadInput as error:
             state = "it exited" if not server.alive() else "its log says"
             raise BadInput(f"{error}; {state} ({server.log_path}): {server.reason()}") from None
-        result["launched"] = {
-            "command": server.command,
-            "seconds_to_ready": round(server.seconds_to_ready, 1),
-            "log": str(server.log_path),
+        launched = ServerLaunch(
+            command=server.command,
+            seconds_to_ready=round(server.seconds_to_ready, 1),
+            log=str(server.log_path),
             **said,
-        }
-    return result
+        )
+    return replace(result, launched=launched)
 
 
-def quantized_cost(samples, settings: EngineCheckSettings, folder: Path, full: dict, progress) -> dict:
+def quantized_cost(
+    samples, settings: EngineCheckSettings, folder: Path, full: EngineCheck, progress
+) -> QuantizedCost:
     """The user's GGUF target served by llama.cpp with the same draft on the same prompts, beside the
     full-precision target's served run: per prompt both accept lengths and the first token where the
     outputs part (the precision class, measured on the engine itself)."""
@@ -322,34 +430,48 @@ def quantized_cost(samples, settings: EngineCheckSettings, folder: Path, full: d
                     number, list(sample.prompt_ids), settings.max_new_tokens, settings.num_steps
                 )
                 saved.write(json.dumps(exchange) + "\n")
-                reference = full["rows"][number]
-                ours, theirs = answer["token_ids"], reference["served_token_ids"]
+                reference = full.rows[number]
+                ours, theirs = answer["token_ids"], reference.served_token_ids
                 first = first_difference(ours, theirs)  # the first token where the outputs part
                 rows.append(
-                    {
-                        "prompt": number,
-                        "full_accept_length": reference["served_accept_length"],
-                        "quantized_accept_length": answer["accept_length"],
-                        "first_differing_token": first,
-                    }
+                    QuantizedRow(
+                        prompt=number,
+                        full_accept_length=reference.served_accept_length,
+                        quantized_accept_length=answer["accept_length"],
+                        first_differing_token=first,
+                    )
                 )
-    full_mean = [r["full_accept_length"] for r in rows if r["full_accept_length"] is not None]
-    quant_mean = [r["quantized_accept_length"] for r in rows if r["quantized_accept_length"] is not None]
-    return {
-        "target_gguf": settings.options.target_gguf,
-        "rows": rows,
-        "full_mean_accept_length": sum(full_mean) / len(full_mean) if full_mean else None,
-        "quantized_mean_accept_length": sum(quant_mean) / len(quant_mean) if quant_mean else None,
-        "launched": {"command": server.command, **said},
-        "said": "the quantized target's accept length per prompt beside the full-precision (F32) target's, "
+    full_mean = [r.full_accept_length for r in rows if r.full_accept_length is not None]
+    quant_mean = [r.quantized_accept_length for r in rows if r.quantized_accept_length is not None]
+    return QuantizedCost(
+        target_gguf=settings.options.target_gguf,
+        rows=rows,
+        full_mean_accept_length=sum(full_mean) / len(full_mean) if full_mean else None,
+        quantized_mean_accept_length=sum(quant_mean) / len(quant_mean) if quant_mean else None,
+        launched=ServerLaunch(command=server.command, **said),
+        said="the quantized target's accept length per prompt beside the full-precision (F32) target's, "
         "both served by llama.cpp with the same draft: the difference is what the quantization costs "
         "(precision class)",
-    }
+    )
 
 
-def served_beside(db_url: str | None, run) -> dict | None:
+@dataclass(frozen=True)
+class ServedBeside(Plain):
+    """What an engine check served for a run's prompt (served_beside), for the Decode page."""
+
+    engine: str  # the engine's title: vLLM, llama.cpp
+    served_per_step: list[int]  # the engine's accepted count per verify step
+    served_accept_length: float | None
+    check: str  # the check's folder name
+    same_run: bool  # the check replayed this very run (else: the same prompt and K)
+    url: str | None
+    launched: bool  # the check launched the server itself
+
+
+def served_beside(db_url: str | None, run) -> ServedBeside | None:
     """The newest engine check that served this run's prompt at its K (the run itself, or a greedy replay
-    of the same prompt ids): the engine's per-step accepted counts beside the run's, for the Decode page."""
+    of the same prompt ids): the engine's per-step accepted counts beside the run's, for the Decode page.
+    The stored result.json is read as it is: checks of older versions still show."""
     database = open_database(db_url)
     root = (database.artifact_dir or Path("data")) / "engine-checks"
     if not root.is_dir():
@@ -370,13 +492,13 @@ def served_beside(db_url: str | None, run) -> dict | None:
                 and result.get("max_new_tokens", run.request.max_new_tokens) == run.request.max_new_tokens
             )
             if same_run or same_prompt:
-                return {
-                    "engine": TITLES.get(result.get("engine", "vllm"), "vLLM"),
-                    "served_per_step": row["served_per_step"],
-                    "served_accept_length": row["served_accept_length"],
-                    "check": result_file.parent.name,
-                    "same_run": same_run,
-                    "url": result.get("url"),
-                    "launched": bool(result.get("launched")),
-                }
+                return ServedBeside(
+                    engine=TITLES.get(result.get("engine", "vllm"), "vLLM"),
+                    served_per_step=row["served_per_step"],
+                    served_accept_length=row["served_accept_length"],
+                    check=result_file.parent.name,
+                    same_run=same_run,
+                    url=result.get("url"),
+                    launched=bool(result.get("launched")),
+                )
     return None

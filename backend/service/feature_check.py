@@ -12,16 +12,74 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 from backend import BadInput
 from backend.engine.records import Progress, no_progress
+from backend.plain import Plain
 
 DEFINITION = (
     "per slot of H columns of meta_info.hidden_states: the mean cosine (and norm ratio) over aligned rows "
     "against the target's pre-norm residual stream at each HF index (0 = embedding output); the slot "
     "matches the index of the highest cosine when it is >= 0.98"
 )
+
+
+@dataclass(frozen=True)
+class LayerScore(Plain):
+    """A slot against one HF index: mean and lowest cosine, mean norm ratio, the cosine per row."""
+
+    hf_index: int
+    cosine: float
+    cosine_min: float
+    norm_ratio: float
+    per_token: list[float]
+
+
+@dataclass(frozen=True)
+class SlotMatch(Plain):
+    """One slot of the served rows: the HF index it holds (`best`, None when no layer matches) with its
+    cosine and norm ratio, the runner-up and the three best indices."""
+
+    slot: int
+    best: int | None
+    cosine: float
+    norm_ratio: float
+    runner_up: LayerScore | None
+    top: list[LayerScore]
+
+
+@dataclass(frozen=True)
+class RequestMatch(Plain):
+    """One response against its own tokens: the layout its rows came in, how many rows were compared,
+    each slot's best index and the lowest slot cosine."""
+
+    response: int
+    layout: str
+    rows_compared: int
+    slots: list[int | None]
+    min_cosine: float
+
+
+@dataclass(frozen=True)
+class FeatureCheck(Plain):
+    """serve-check --features' JSON: the wiring the draft was trained on and the one SGLang reads from
+    its config, whether the server fed the trained one (the verdict), the pooled slots, each response,
+    and the responses whose rows belong to another request (`note` says so)."""
+
+    source: str
+    target: str
+    draft: str
+    trained_hf: list[int]
+    sglang_reads_hf: list[int]
+    fed_as_trained: bool
+    verdict: str
+    slots: list[SlotMatch]
+    requests: list[RequestMatch]
+    disagreeing_requests: list[int]
+    note: str | None
+    definition: str = DEFINITION
 
 
 def read_responses(path: str | Path) -> list[dict]:
@@ -124,7 +182,7 @@ def feature_check(
     prompts: list[list[int]] | None = None,
     source: str = "responses",
     progress: Progress = no_progress,
-) -> dict:
+) -> FeatureCheck:
     """Every response's rows against its own tokens' layer states, pooled per slot, and the verdict."""
     import torch
 
@@ -168,22 +226,24 @@ def feature_check(
         target.hidden_size,
     )
     fed_as_trained, sentence = verdict(slots, trained, sglang)
-    return {
-        "source": source,
-        "target": target_path,
-        "draft": draft_path,
-        "trained_hf": trained,
-        "sglang_reads_hf": sglang,
-        "fed_as_trained": fed_as_trained,
-        "verdict": sentence,
-        "slots": [{k: v for k, v in s.items() if k != "scores"} | {"top": s["scores"][:3]} for s in slots],
-        "requests": per_request,
-        "disagreeing_requests": mixed,
-        "note": (
+    return FeatureCheck(
+        source=source,
+        target=target_path,
+        draft=draft_path,
+        trained_hf=trained,
+        sglang_reads_hf=sglang,
+        fed_as_trained=fed_as_trained,
+        verdict=sentence,
+        slots=[
+            SlotMatch.from_dict({k: v for k, v in s.items() if k != "scores"} | {"top": s["scores"][:3]})
+            for s in slots
+        ],
+        requests=[RequestMatch.from_dict(r) for r in per_request],
+        disagreeing_requests=mixed,
+        note=(
             f"responses {mixed}: their rows match no layer of their own tokens, so they are another request's "
             "(SGLang before sglang#28496 could misattribute them, sglang#26163); the slots are read from the rest"
             if mixed
             else None
         ),
-        "definition": DEFINITION,
-    }
+    )

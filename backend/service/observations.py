@@ -11,11 +11,13 @@ import shlex
 import urllib.error
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from backend import BadInput
 from backend.data.serving import ServingObservation, parse_sglang_log, parse_vllm_metrics
+from backend.diagnostics.lint import LintFinding, lint_command
+from backend.plain import Plain
 from backend.service.database import open_database
 from db import store
 
@@ -81,36 +83,59 @@ def serving_command(observation: ServingObservation, draft_path: str | None) -> 
 
 def lint_observation(
     observation: ServingObservation, draft_path: str | None, target_path: str | None
-) -> list[dict]:
+) -> list[LintFinding]:
     """The serving-flag lint on what the engine ran with, plus the engine's own notices of rewrites."""
-    from backend.diagnostics.lint import lint_command
-
     findings = [
-        {
-            "severity": "warning",
-            "code": "engine-rewrote-flags",
-            "message": f"the server log says: {note}",
-            "fix": "compare the effective settings above with the flags you passed",
-        }
+        LintFinding(
+            severity="warning",
+            code="engine-rewrote-flags",
+            message=f"the server log says: {note}",
+            fix="compare the effective settings above with the flags you passed",
+        )
         for note in observation.rewrites
     ]
     sglang, vllm = serving_command(observation, draft_path)
     draft = draft_path or observation.settings.get("speculative_draft_model_path")
     if not draft or not Path(draft).is_dir():
         findings.append(
-            {
-                "severity": "info",
-                "code": "lint-skipped",
-                "message": "the flags were not linted against a draft: give --draft DIR (a local copy)",
-                "fix": "pass the draft directory the server loaded",
-            }
+            LintFinding(
+                severity="info",
+                code="lint-skipped",
+                message="the flags were not linted against a draft: give --draft DIR (a local copy)",
+                fix="pass the draft directory the server loaded",
+            )
         )
         return findings
     try:
-        report = lint_command(draft, sglang, vllm, target_path).to_dict()
+        report = lint_command(draft, sglang, vllm, target_path).result()
     except BadInput as error:
-        return findings + [{"severity": "info", "code": "lint-skipped", "message": str(error), "fix": ""}]
-    return findings + report["findings"]
+        return findings + [LintFinding(severity="info", code="lint-skipped", message=str(error))]
+    return findings + report.findings
+
+
+@dataclass(frozen=True)
+class OfflineReplay(Plain):
+    """SpecLens's accept length for the draft at the server's shape, pooled over its finished greedy
+    replays of that shape (replay_accept_length)."""
+
+    runs: int
+    accept_length: float | None
+    run_ids: list[int] = field(default_factory=list)  # the first 20
+    verify_steps: int = 0
+    per_position_marginal: list[float] = field(default_factory=list)
+    topk: int = 1
+
+
+@dataclass(frozen=True)
+class ServerComparison(ServingObservation):
+    """What the server reported (stored as observation `observation_id`), the flag findings, and the
+    offline replay of the same draft at the same K beside it: observe's result."""
+
+    observation_id: int = 0
+    lint: list[LintFinding] = field(default_factory=list)
+    num_steps: int | None = None
+    replay: OfflineReplay = OfflineReplay(runs=0, accept_length=None)
+    verdict: str = ""
 
 
 def replay_accept_length(
@@ -119,11 +144,11 @@ def replay_accept_length(
     num_steps: int | None,
     topk: int = 1,
     num_draft_tokens: int | None = None,
-) -> dict:
+) -> OfflineReplay:
     """SpecLens's offline accept length for the draft at the server's shape (K, topk, draft tokens):
     pooled over its finished greedy replays of that shape (a chain's N is K + 1 whatever was asked)."""
     if not draft_path:
-        return {"runs": 0, "accept_length": None}
+        return OfflineReplay(runs=0, accept_length=None, topk=topk)
     with store.session_scope(open_database(db_url).factory) as session:
         runs = [
             r
@@ -143,13 +168,14 @@ def replay_accept_length(
     steps = sum(pooled)
     accepted = sum(a * count for a, count in enumerate(pooled))
     marginal = [sum(pooled[i:]) / steps for i in range(1, len(pooled))] if steps else []
-    return {
-        "runs": len(runs),
-        "run_ids": [r.id for r in runs][:20],
-        "verify_steps": steps,
-        "accept_length": None if not steps else 1 + accepted / steps,
-        "per_position_marginal": marginal,
-    }
+    return OfflineReplay(
+        runs=len(runs),
+        run_ids=[r.id for r in runs][:20],
+        verify_steps=steps,
+        accept_length=None if not steps else 1 + accepted / steps,
+        per_position_marginal=marginal,
+        topk=topk,
+    )
 
 
 def verdict(server: float | None, replay: float | None) -> str:
@@ -181,7 +207,7 @@ def observe(
     draft_path: str | None = None,
     target_path: str | None = None,
     num_speculative_tokens: int | None = None,
-) -> dict:
+) -> ServerComparison:
     """Files or URLs (see read_source) -> observe_texts."""
     return observe_texts(
         db_url, engine, [read_source(s) for s in sources], draft_path, target_path, num_speculative_tokens
@@ -195,7 +221,7 @@ def observe_texts(
     draft_path: str | None = None,
     target_path: str | None = None,
     num_speculative_tokens: int | None = None,
-) -> dict:
+) -> ServerComparison:
     """Parse, lint, store, and compare with the offline replays of the same draft at the same K."""
     observation = parse(engine, texts, num_speculative_tokens)
     lint = lint_observation(observation, draft_path, target_path)
@@ -207,17 +233,18 @@ def observe_texts(
     )
     topk = int(settings.get("speculative_eagle_topk") or 1) if engine == "sglang" else 1
     replay = replay_accept_length(db_url, draft_path, k, topk, settings.get("speculative_num_draft_tokens"))
-    replay["topk"] = topk
     with store.session_scope(open_database(db_url).factory) as session:
-        observation_id = store.add_observation(session, observation.to_dict(), draft_path, lint)
-    return {
-        "observation_id": observation_id,
-        **observation.to_dict(),
-        "lint": lint,
-        "num_steps": k,
-        "replay": replay,
-        "verdict": verdict(observation.accept_length, replay["accept_length"]),
-    }
+        observation_id = store.add_observation(
+            session, observation.to_dict(), draft_path, [f.to_dict() for f in lint]
+        )
+    return ServerComparison(
+        **vars(observation),
+        observation_id=observation_id,
+        lint=lint,
+        num_steps=k,
+        replay=replay,
+        verdict=verdict(observation.accept_length, replay.accept_length),
+    )
 
 
 def list_observations(db_url: str | None) -> list[dict]:

@@ -12,18 +12,99 @@ or an evaluation (a list of runs) as ModelOpt's speculation_profile.json; readin
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from backend import BadInput
 from backend.data.per_request import FORMATS, RequestsFile, read_requests
-from backend.data.step_signature import draft_length_signature, first_step_signature
+from backend.data.request_numbers import ModelOptProfile, Pooled, RequestNumbers, ServerWindow
+from backend.data.step_signature import (
+    DraftLengthSignature,
+    FirstStepSignature,
+    draft_length_signature,
+    first_step_signature,
+)
+from backend.plain import Plain
 from backend.service.database import open_database
 from backend.service.observations import read_source
 from db import store
 
-__all__ = ["FORMATS", "ServedRequests", "observe_requests", "replay_worst", "export_profile"]
+__all__ = [
+    "FORMATS",
+    "ServedRequests",
+    "ServedNumbers",
+    "observe_requests",
+    "replay_worst",
+    "with_replays",
+    "export_profile",
+]
 DEFAULT_MAX_NEW_TOKENS = 128  # a replay of a served request whose length the file does not give
+
+
+@dataclass(frozen=True)
+class RequestRow(Plain):
+    """One served request beside the replay of its prompt, if there is one (match_replays)."""
+
+    request: int  # its index in the file's requests
+    record: str
+    request_id: str | None
+    status: str
+    note: str | None
+    verify_steps: int | None
+    served_accept_length: float | None
+    served_acceptance_rate: float | None
+    prompt_tokens: int | None
+    served_tokens: int | None
+    replay_tokens: int | None
+    replay_run: int | None
+    replay_accept_length: float | None
+    served_minus_replay: float | None
+
+
+@dataclass(frozen=True)
+class MatchedReplays(Plain):
+    """The finished greedy replays of the draft the requests were held against."""
+
+    runs: int
+    matched: int  # requests matched by prompt to one
+    accept_lengths: list[float]  # the matched replays', else every replay's
+    which: str
+    unmatched_text_prompts: str | None = None  # why some prompts stayed without ids
+
+
+@dataclass(frozen=True)
+class ReplayedRequest(Plain):
+    """One of the worst requests replayed with the draft at the served K (replay_worst)."""
+
+    request: int
+    record: str
+    served_accept_length: float | None
+    replay_accept_length: float | None
+    served_minus_replay: float | None
+    replay_tokens: int
+    replay_run: int
+
+
+@dataclass(frozen=True)
+class ServedNumbers(Plain):
+    """observe_requests: the file read and pooled, each request beside a replay of its prompt, the
+    per-step signatures; what `observe --requests --json` prints and the page draws."""
+
+    source: str
+    format: str
+    requests: list[RequestNumbers]
+    pooled: Pooled
+    rows: list[RequestRow]
+    replay: MatchedReplays
+    worst: list[int]  # request indices, lowest served accept length first, that have a prompt
+    num_steps: int | None = None
+    draft: str | None = None
+    skipped_stream_chunks: int = 0
+    profile: ModelOptProfile | None = None  # a speculation_profile.json's own numbers
+    window: ServerWindow | None = None  # two /server_info reads differenced
+    first_step: FirstStepSignature | None = None
+    draft_lengths: DraftLengthSignature | None = None
+    replayed_worst: list[ReplayedRequest] = field(default_factory=list)
 
 
 def same_path(a: str | None, b: str | None) -> bool:
@@ -79,7 +160,7 @@ def recover_prompts(parsed: RequestsFile, target_path: str | None) -> str | None
     return None
 
 
-def match_replays(parsed: RequestsFile, runs: list) -> list[dict]:
+def match_replays(parsed: RequestsFile, runs: list) -> list[RequestRow]:
     """One row per request: served numbers, and a replay of the same prompt if any: the newest of
     the served length (max new tokens = the tokens the server generated), else the newest."""
     by_prompt: dict[tuple, list] = {}
@@ -98,40 +179,40 @@ def match_replays(parsed: RequestsFile, runs: list) -> list[dict]:
         run = (as_long or same or [None])[0]
         replayed = run.metrics.get("mean_accept_length") if run else None
         rows.append(
-            {
-                "request": number,
-                "record": r.record,
-                "request_id": r.request_id,
-                "status": r.status,
-                "note": r.note,
-                "verify_steps": r.verify_steps,
-                "served_accept_length": r.accept_length,
-                "served_acceptance_rate": r.acceptance_rate,
-                "prompt_tokens": len(r.prompt_ids) if r.prompt_ids else None,
-                "served_tokens": r.completion_tokens,  # a replay of another length is a different run
-                "replay_tokens": len(run.output_ids) if run else None,
-                "replay_run": run.id if run else None,
-                "replay_accept_length": replayed,
-                "served_minus_replay": None
+            RequestRow(
+                request=number,
+                record=r.record,
+                request_id=r.request_id,
+                status=r.status,
+                note=r.note,
+                verify_steps=r.verify_steps,
+                served_accept_length=r.accept_length,
+                served_acceptance_rate=r.acceptance_rate,
+                prompt_tokens=len(r.prompt_ids) if r.prompt_ids else None,
+                served_tokens=r.completion_tokens,  # a replay of another length is a different run
+                replay_tokens=len(run.output_ids) if run else None,
+                replay_run=run.id if run else None,
+                replay_accept_length=replayed,
+                served_minus_replay=None
                 if replayed is None or r.accept_length is None
                 else r.accept_length - replayed,
-            }
+            )
         )
     return rows
 
 
-def worst(rows: list[dict], parsed: RequestsFile, n: int) -> list[int]:
+def worst(rows: list[RequestRow], parsed: RequestsFile, n: int) -> list[int]:
     """Indices of the n requests with the lowest served accept length that have a prompt."""
     candidates = [
-        row["request"]
+        row.request
         for row in rows
-        if row["served_accept_length"] is not None and parsed.requests[row["request"]].prompt_ids
+        if row.served_accept_length is not None and parsed.requests[row.request].prompt_ids
     ]
-    return sorted(candidates, key=lambda i: rows[i]["served_accept_length"])[:n]
+    return sorted(candidates, key=lambda i: rows[i].served_accept_length)[:n]
 
 
 def served_k(parsed: RequestsFile) -> int | None:
-    return parsed.pooled.get("num_speculative_tokens")
+    return parsed.pooled.num_speculative_tokens
 
 
 @dataclass(frozen=True)
@@ -160,100 +241,118 @@ class ServedRequests:
 
 def observe_requests(
     db_url: str | None, served: ServedRequests, draft_path: str | None = None, target_path: str | None = None
-) -> dict:
-    """Read, parse, pool, match to replays: the dict the CLI prints and the page draws."""
+) -> ServedNumbers:
+    """Read, parse, pool, match to replays: what the CLI prints and the page draws."""
     text, name = served.read()
     parsed = read_requests(text, name, served.format, served.num_speculative_tokens)
     k = served_k(parsed) or served.num_speculative_tokens
     unmatched = recover_prompts(parsed, target_path)
     runs = greedy_replays(db_url, draft_path, k)
     rows = match_replays(parsed, runs)
-    matched = [row["replay_accept_length"] for row in rows if row["replay_accept_length"] is not None]
+    matched = [row.replay_accept_length for row in rows if row.replay_accept_length is not None]
     replay_lengths = matched or [
         r.metrics.get("mean_accept_length") for r in runs if r.metrics.get("mean_accept_length") is not None
     ]
-    result = parsed.to_dict()
-    result.update(
-        {
-            "rows": rows,
-            "num_steps": k,
-            "draft": draft_path,
-            "replay": {
-                "runs": len(runs),
-                "matched": len(matched),
-                "accept_lengths": replay_lengths,
-                "which": "replays of the same prompts"
-                if matched
-                else "every finished greedy replay of the draft at this K (no prompt matched)",
-                "unmatched_text_prompts": unmatched,
-            },
-            "worst": worst(rows, parsed, len(rows)),
-            "first_step": first_step_signature(parsed.requests),
-            "draft_lengths": draft_length_signature(parsed.requests),
-        }
+    return ServedNumbers(
+        source=parsed.source,
+        format=parsed.format,
+        requests=parsed.requests,
+        pooled=parsed.pooled,
+        skipped_stream_chunks=parsed.skipped_chunks,
+        profile=parsed.profile,
+        window=parsed.window,
+        rows=rows,
+        num_steps=k,
+        draft=draft_path,
+        replay=MatchedReplays(
+            runs=len(runs),
+            matched=len(matched),
+            accept_lengths=replay_lengths,
+            which="replays of the same prompts"
+            if matched
+            else "every finished greedy replay of the draft at this K (no prompt matched)",
+            unmatched_text_prompts=unmatched,
+        ),
+        worst=worst(rows, parsed, len(rows)),
+        first_step=first_step_signature(parsed.requests),
+        draft_lengths=draft_length_signature(parsed.requests),
     )
-    return result
 
 
-def replay_plan(result: dict, n: int) -> tuple[int, list[int]]:
+def replay_plan(result: ServedNumbers, n: int) -> tuple[int, list[int]]:
     """(K, the requests to replay) for replay_worst, refused before anything loads."""
-    k = result["num_steps"]
+    k = result.num_steps
     if k is None:
         raise BadInput(
-            f"{result['source']}: the file does not say K: give --num-speculative-tokens for the replay"
+            f"{result.source}: the file does not say K: give --num-speculative-tokens for the replay"
         )
-    chosen = result["worst"][:n]
+    chosen = result.worst[:n]
     if not chosen:
-        raise BadInput(f"{result['source']}: no request has both an accept length and a prompt to replay")
+        raise BadInput(f"{result.source}: no request has both an accept length and a prompt to replay")
     return k, chosen
 
 
 def replay_worst(
     db_url: str | None,
-    result: dict,
+    result: ServedNumbers,
     n: int,
     target_path: str,
     draft_path: str,
     max_new_tokens: int | None = None,
     progress=None,
-) -> list[dict]:
+) -> list[ReplayedRequest]:
     """Replay the prompts of the n worst requests with the draft at the served K, through the job
-    runner the `replay` command uses; served vs replayed for each."""
+    runner the `replay` command uses; served vs replayed for each (with_replays puts them in the rows)."""
     from backend.engine.request import ReplayRequest
     from backend.service.jobs import run_replay
 
     k, chosen = replay_plan(result, n)
     out = []
     for number, index in enumerate(chosen):
-        served = result["requests"][index]
+        served = result.requests[index]
         if progress:
             progress(number / len(chosen), f"request {index} ({number + 1}/{len(chosen)})")
-        tokens = served.get("completion_tokens")
         request = ReplayRequest(
             target_path,
             draft_path,
-            prompt_ids=tuple(served["prompt_ids"]),
+            prompt_ids=tuple(served.prompt_ids),
             num_steps=k,
-            max_new_tokens=max_new_tokens or (tokens if tokens else DEFAULT_MAX_NEW_TOKENS),
-            sample_ref=f"{result['source']} {served['record']}",
+            max_new_tokens=max_new_tokens or served.completion_tokens or DEFAULT_MAX_NEW_TOKENS,
+            sample_ref=f"{result.source} {served.record}",
         )
         outcome = run_replay(request, db_url)
         replayed = outcome.metrics["mean_accept_length"]
         out.append(
-            {
-                "request": index,
-                "record": served["record"],
-                "served_accept_length": served["accept_length"],
-                "replay_accept_length": replayed,
-                "served_minus_replay": None if replayed is None else served["accept_length"] - replayed,
-                "replay_tokens": len(outcome.output_ids),
-                "replay_run": outcome.run_id,
-            }
-        )
-        result["rows"][index].update(
-            replay_run=outcome.run_id, replay_accept_length=replayed, replay_tokens=len(outcome.output_ids)
+            ReplayedRequest(
+                request=index,
+                record=served.record,
+                served_accept_length=served.accept_length,
+                replay_accept_length=replayed,
+                served_minus_replay=None if replayed is None else served.accept_length - replayed,
+                replay_tokens=len(outcome.output_ids),
+                replay_run=outcome.run_id,
+            )
         )
     return out
+
+
+def with_replays(result: ServedNumbers, replayed: list[ReplayedRequest]) -> ServedNumbers:
+    """`result` with the replays of its worst requests in their rows and as `replayed_worst`; its
+    replayed side becomes the replays of the rows' prompts (what the CLI prints and the page draws)."""
+    rows = list(result.rows)
+    for row in replayed:
+        rows[row.request] = replace(
+            rows[row.request],
+            replay_run=row.replay_run,
+            replay_accept_length=row.replay_accept_length,
+            replay_tokens=row.replay_tokens,
+            served_minus_replay=row.served_minus_replay,
+        )
+    lengths = [r.replay_accept_length for r in rows if r.replay_accept_length is not None]
+    replay = replace(
+        result.replay, accept_lengths=lengths, matched=len(lengths), which="replays of the same prompts"
+    )
+    return replace(result, rows=rows, replayed_worst=replayed, replay=replay)
 
 
 # ---------------------------------------------------------------------- ModelOpt profile

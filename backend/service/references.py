@@ -7,6 +7,7 @@ position and chunk by chunk, with
   position it stands for: draft chain step k of a verify step at pending position n <-> n + k, for
   the accepted part of the chain).
 Rows go to token_stats with `reference` naming the comparison; the page reads them from the store.
+What is asked and what comes back are backend/service/reference_spec.py's (torch-free).
 """
 
 from __future__ import annotations
@@ -23,22 +24,9 @@ from backend.engine.records import Progress
 from backend.engine.teacher import target_pass
 from backend.service import models
 from backend.service.database import open_database
+from backend.service.reference_spec import ReferenceResult, ReferenceSpec
 from db import store
 from db.artifacts import read_artifact
-
-
-def reference_label(reference: dict) -> str:
-    kind = reference.get("kind")
-    if kind == "wiring":
-        why = f" ({reference['why']})" if reference.get("why") else ""
-        return f"wiring HF {list(reference['aux_hf_indices'])}{why}"
-    if kind == "features":
-        return f"features {Path(reference['path']).name}"
-    if kind == "run":
-        return f"run {reference['run_id']}"
-    if kind == "target_hidden":
-        return "target hidden (draft out)"
-    raise BadInput(f"unknown reference kind {kind!r}")
 
 
 def fed_features(run: store.RunInfo) -> tuple[list[int], torch.Tensor]:
@@ -70,17 +58,19 @@ def _agreeing_prefix(a: list[int], b: list[int]) -> int:
     return length
 
 
-def compute_reference(db_url: str | None, run_id: int, reference: dict, progress: Progress) -> dict:
+def compute_reference(
+    db_url: str | None, run_id: int, reference: ReferenceSpec, progress: Progress
+) -> ReferenceResult:
     factory = open_database(db_url).factory
     with store.session_scope(factory) as session:
         run = store.get_run(session, run_id)
         steps = store.get_steps(session, run_id) if run else []
     if run is None:
         raise BadInput(f"no run {run_id}")
-    label = reference_label(reference)
+    label = reference.label
     progress(0.05, "loading the run's features")
     sequence = run.prompt_ids + run.output_ids
-    kind = reference["kind"]
+    kind = reference.kind
     warning = None
     if kind == "target_hidden":
         rows = _draft_vs_target(run, steps, sequence, label, progress)
@@ -101,13 +91,7 @@ def compute_reference(db_url: str | None, run_id: int, reference: dict, progress
         store.delete_token_stats(session, run_id, label)
         store.add_token_stats(session, run_id, rows)
     positions_compared = len({r["position"] for r in rows})
-    return {
-        "run_id": run_id,
-        "reference": label,
-        "rows": len(rows),
-        "positions": positions_compared,
-        "warning": warning,
-    }
+    return ReferenceResult(run_id, label, len(rows), positions_compared, warning)
 
 
 @dataclass
@@ -130,11 +114,11 @@ class Found:
     warning: str | None = None
 
 
-def _wiring_reference(compared: Compared, reference: dict, progress: Progress) -> Found:
+def _wiring_reference(compared: Compared, reference: ReferenceSpec, progress: Progress) -> Found:
     """The target recomputed over the run's tokens at other HF indices."""
     progress(0.2, "loading the target")
     target = models.target(compared.run.target_path)
-    indices = [int(i) for i in reference["aux_hf_indices"]]
+    indices = [int(i) for i in reference.aux_hf_indices or []]
     if len(indices) != 3 or not all(0 <= i <= target.num_layers for i in indices):
         raise BadInput(f"a wiring needs three HF indices in 0..{target.num_layers}, got {indices}")
     progress(0.4, "recomputing the target's states")
@@ -144,10 +128,10 @@ def _wiring_reference(compared: Compared, reference: dict, progress: Progress) -
     return Found(passed.features(indices).float().cpu(), usable)
 
 
-def _feature_reference(compared: Compared, reference: dict, progress: Progress) -> Found:
+def _feature_reference(compared: Compared, reference: ReferenceSpec, progress: Progress) -> Found:
     """Stored training features (a SpecForge .ckpt) over the prefix whose tokens agree with the run's."""
-    stored = load_feature_file(reference["path"])
-    name = Path(reference["path"]).name
+    stored = load_feature_file(reference.path)
+    name = Path(reference.path).name
     agree = _agreeing_prefix(compared.sequence, stored.input_ids)
     usable = [p for p in compared.positions if p < agree]
     if not usable:
@@ -156,12 +140,12 @@ def _feature_reference(compared: Compared, reference: dict, progress: Progress) 
     return Found(stored.aux_hidden_state.float(), usable, warning)
 
 
-def _run_reference(compared: Compared, reference: dict, progress: Progress) -> Found:
+def _run_reference(compared: Compared, reference: ReferenceSpec, progress: Progress) -> Found:
     """A second stored run, where both runs have features and their tokens agree so far."""
     with store.session_scope(compared.factory) as session:
-        other = store.get_run(session, int(reference["run_id"]))
+        other = store.get_run(session, int(reference.run_id))
     if other is None:
-        raise BadInput(f"no run {reference['run_id']}")
+        raise BadInput(f"no run {reference.run_id}")
     other_positions, other_fed = fed_features(other)
     other_sequence = other.prompt_ids + other.output_ids
     agree = _agreeing_prefix(compared.sequence, other_sequence)

@@ -19,9 +19,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from backend import BadInput
+from backend.engine.engine_table import PreflightResult
 from backend.engine.records import Progress
 from backend.engine.request import ReplayRequest, reading_of
+from backend.plain import KEY, Plain
 from backend.service import models
+from backend.service.reference_spec import ReferenceSpec
 from backend.service.worker import WORKER, JobFailed
 
 
@@ -31,6 +34,26 @@ class WorkerBadInput(BadInput):
     def __init__(self, message: str, details: dict):
         super().__init__(message)
         self.details = details
+
+
+@dataclass(frozen=True)
+class FailureDetails(Plain):
+    """What a failed task carries for the page beside its error: a refused draft's preflight report
+    (the worker sends it as JSON, `{"preflight": ...}`)."""
+
+    preflight: PreflightResult | None = None
+
+
+def _failure_details(error: BadInput) -> FailureDetails:
+    """A refused draft's report, from the error (this process) or its JSON (the worker's); nothing
+    when it cannot be read: the task must end failed whatever its details hold."""
+    report = getattr(error, "report", None)
+    if report is not None:
+        return FailureDetails(report.result())
+    try:
+        return FailureDetails.from_dict(getattr(error, "details", None) or {})
+    except (TypeError, ValueError, AttributeError):
+        return FailureDetails()
 
 
 @dataclass
@@ -43,7 +66,7 @@ class Task:
     message: str = ""
     result: Any = None
     error: str | None = None
-    details: dict = field(default_factory=dict)  # e.g. the preflight report of a refused draft
+    details: FailureDetails = field(default_factory=FailureDetails)
     started: float = field(default_factory=time.time)
     finished: float | None = None
 
@@ -74,9 +97,7 @@ class TaskManager:
                     task.result = work(progress)
                     task.progress, task.finished, task.status = 1.0, time.time(), "done"
                 except BadInput as error:  # PreflightRefused carries the whole report for the page
-                    report = getattr(error, "report", None)
-                    task.details = {"preflight": report.to_dict()} if report is not None else {}
-                    task.details = getattr(error, "details", None) or task.details
+                    task.details = _failure_details(error)
                     task.error, task.finished, task.status = str(error), time.time(), "failed"
                 except JobFailed as failed:  # the worker already formatted it (type, message, trace)
                     task.error, task.finished, task.status = str(failed), time.time(), "failed"
@@ -144,9 +165,21 @@ def job(kind: str, label: Callable[..., str]):
 # backend/service/worker.py); each start_* validates what it can here and submits the job.
 
 
+@dataclass(frozen=True)
+class ReplayResult(Plain):
+    """A replay job's result: the stored run, its accept length and warnings; when a reference was asked,
+    the label of the hidden-state comparison stored with the run, or why there is none."""
+
+    run_id: int
+    mean_accept_length: float | None
+    warnings: list[str] = field(default_factory=list)
+    reference: str | None = None
+    reference_note: str | None = None
+
+
 def replay_job(
-    db_url: str | None, request: ReplayRequest, reference: dict | None = None, *, progress: Progress
-) -> dict:
+    db_url: str | None, request: ReplayRequest, reference: ReferenceSpec | None = None, *, progress: Progress
+) -> ReplayResult:
     """The replay, stored; then, when `reference` is given, that hidden-state reference of the new run
     (so the step viewer opens on a comparison, not on norms). A reference this run cannot have (a draft
     wider than the target, nothing recorded), or one that failed, is said in `reference_note`: the run
@@ -155,23 +188,23 @@ def replay_job(
     from backend.service.references import compute_reference
 
     outcome = run_replay(request, db_url, progress)
-    result = {
-        "run_id": outcome.run_id,
-        "mean_accept_length": outcome.metrics.get("mean_accept_length"),
-        "warnings": outcome.warnings,
-    }
+    label = note = None
     if reference is not None and outcome.steps:
         try:
-            result["reference"] = compute_reference(db_url, outcome.run_id, reference, progress)["reference"]
+            label = compute_reference(db_url, outcome.run_id, reference, progress).reference
         except BadInput as error:
-            result["reference_note"] = str(error)
+            note = str(error)
         except Exception as error:  # noqa: BLE001 - the run is stored; the page shows why it has no reference
-            result["reference_note"] = f"{type(error).__name__}: {error}"
-    return result
+            note = f"{type(error).__name__}: {error}"
+    accept_length = outcome.metrics.get("mean_accept_length")
+    return ReplayResult(outcome.run_id, accept_length, list(outcome.warnings), label, note)
 
 
 def start_replay(
-    db_url: str | None, request: ReplayRequest, label: str | None = None, reference: dict | None = None
+    db_url: str | None,
+    request: ReplayRequest,
+    label: str | None = None,
+    reference: ReferenceSpec | None = None,
 ) -> str:
     return MANAGER.submit_job("replay", label or request.label, replay_job, db_url, request, reference)
 
@@ -234,7 +267,33 @@ def comparison_pairs(c: Comparison) -> dict:
     return pairs
 
 
-def compare_job(db_url: str | None, comparison: Comparison, *, progress: Progress) -> dict:
+@dataclass(frozen=True)
+class CompareRow(Plain):
+    """One sample of a comparison: its two runs and their accept lengths (None: a run without a verify
+    step). The keys are the table's column names."""
+
+    sample: int = field(metadata={KEY: "sample #"})
+    source: str
+    run_a: int = field(metadata={KEY: "run A"})
+    al_a: float | None = field(metadata={KEY: "AL A"})
+    run_b: int = field(metadata={KEY: "run B"})
+    al_b: float | None = field(metadata={KEY: "AL B"})
+    al_delta: float = field(metadata={KEY: "AL delta (B - A)"})
+
+
+@dataclass(frozen=True)
+class CompareResult(Plain):
+    """A comparison's result: one row per sample, largest |delta| first; how many runs were found
+    finished (`reused`) and replayed now; the Ray address used; each side's draft path."""
+
+    rows: list[CompareRow]
+    reused: int = 0
+    replayed: int = 0
+    ray: str | None = None
+    drafts: dict[str, str] = field(default_factory=dict)  # side ("A", "B") -> draft path
+
+
+def compare_job(db_url: str | None, comparison: Comparison, *, progress: Progress) -> CompareResult:
     """The pairs of both sides run as `evaluate` runs them (backend.service.evaluate.run_pairs):
     here one after another, or on Ray when `ray` names a cluster."""
     from backend.service.evaluate import run_pairs
@@ -244,25 +303,21 @@ def compare_job(db_url: str | None, comparison: Comparison, *, progress: Progres
     run_ids, reused = run_pairs(db_url, list(pairs.values()), c.reuse, progress, c.ray)
     rows = []
     for sample in c.samples:
-        row = {"sample #": sample.index, "source": sample.source}
-        for side, _, _ in c.sides:
-            run_id = run_ids[pairs[(sample.index, side)]]
-            row[f"run {side}"] = run_id
-            row[f"AL {side}"] = (get_run(db_url, run_id).metrics or {}).get("mean_accept_length")
-        row["AL delta (B - A)"] = (row["AL B"] or 0) - (row["AL A"] or 0)
-        rows.append(row)
-    return {
-        "rows": sorted(rows, key=lambda r: -abs(r["AL delta (B - A)"])),
-        "reused": reused,
-        "replayed": len(pairs) - reused,
-        "ray": c.ray or None,
-        "drafts": {side: draft for side, draft, _ in c.sides},
-    }
+        run = {side: run_ids[pairs[(sample.index, side)]] for side, _, _ in c.sides}
+        al = {side: (get_run(db_url, r).metrics or {}).get("mean_accept_length") for side, r in run.items()}
+        delta = (al["B"] or 0) - (al["A"] or 0)
+        rows.append(CompareRow(sample.index, sample.source, run["A"], al["A"], run["B"], al["B"], delta))
+    return CompareResult(
+        rows=sorted(rows, key=lambda r: -abs(r.al_delta)),
+        reused=reused,
+        replayed=len(pairs) - reused,
+        ray=c.ray or None,
+        drafts={side: draft for side, draft, _ in c.sides},
+    )
 
 
 def start_compare(db_url: str | None, comparison: Comparison) -> str:
-    """Replay both drafts on each sample (stored as runs): {"rows": one per sample, largest |delta|
-    first, "reused": runs found finished, "replayed": runs replayed now}. A bad setting of either side
+    """Replay both drafts on each sample (stored as runs): a CompareResult. A bad setting of either side
     is refused here, before the job starts."""
     comparison_pairs(comparison)  # a bad setting of either side is refused before the job starts
     label = (
@@ -272,7 +327,8 @@ def start_compare(db_url: str | None, comparison: Comparison) -> str:
 
 
 @job("probe", lambda target_path, draft_path, *_: f"probe {_name(draft_path)}")
-def probe_job(target_path, draft_path, samples, num_steps, budget, live, *, progress: Progress) -> dict:
+def probe_job(target_path, draft_path, samples, num_steps, budget, live, *, progress: Progress):
+    """The wiring probe's report as the probe tab keeps it (probe_settings.ProbeResult)."""
     from backend.diagnostics.probe import ProbeSettings, run_probe
 
     progress(0.0, "loading models")
@@ -280,19 +336,15 @@ def probe_job(target_path, draft_path, samples, num_steps, budget, live, *, prog
     view, wiring = reading_of("auto", None, draft, target.num_layers)  # as the CLI's probe: one rule
     settings = ProbeSettings(num_steps, budget, live)
     found = run_probe(target, draft, wiring, samples, settings, progress, view.math)
-    return {
-        **found.to_dict(),
-        "target": target_path,
-        "draft": draft_path,
-        "settings": settings.describe(samples),
-        "ran_by": "the probe tab",
-    }
+    return found.result(
+        target=target_path, draft=draft_path, settings=settings.describe(samples), ran_by="the probe tab"
+    )
 
 
 @job("vllm-check", lambda db_url, settings, *_: f"{settings.title} check {_name(settings.draft_path)}")
-def vllm_check_job(db_url: str | None, settings, samples, url: str | None, *, progress: Progress) -> dict:
+def vllm_check_job(db_url: str | None, settings, samples, url: str | None, *, progress: Progress):
     """The replay against vLLM or llama.cpp (backend/service/engine_check.py): at `url`, or launched
-    here (None)."""
+    here (None); an EngineCheck."""
     from backend.service.engine_check import engine_check
 
     return engine_check(db_url, samples, settings, url=url, progress=progress)
@@ -301,9 +353,10 @@ def vllm_check_job(db_url: str | None, settings, samples, url: str | None, *, pr
 @job("diagnose", lambda target_path, draft_path, *_: f"diagnose {_name(draft_path)}")
 def diagnose_job(
     target_path, draft_path, samples, options: dict, db_url: str | None = None, *, progress: Progress
-) -> dict:
-    """`options`: sglang, vllm, context, engine, num_steps, live_samples (the CLI's flags); `db_url`:
-    where a probe kept with the pair is found (the cheap checks use its answer)."""
+):
+    """The verdict (findings.DiagnosisResult). `options`: sglang, vllm, context, engine, num_steps,
+    live_samples (the CLI's flags); `db_url`: where a probe kept with the pair is found (the cheap
+    checks use its answer)."""
     from backend.diagnostics.diagnose import DiagnoseOptions
     from backend.service.diagnosis import diagnose
 
@@ -311,37 +364,37 @@ def diagnose_job(
 
 
 @job("features", lambda target_path, draft_path, *_: f"served features {_name(draft_path)}")
-def feature_check_job(target_path, draft_path, responses, source, *, progress: Progress) -> dict:
-    """serve-check --features on saved SGLang responses (backend.service.feature_check)."""
+def feature_check_job(target_path, draft_path, responses, source, *, progress: Progress):
+    """serve-check --features on saved SGLang responses (backend.service.feature_check.FeatureCheck)."""
     from backend.service.feature_check import feature_check
 
     return feature_check(target_path, draft_path, responses, None, source, progress)
 
 
-@job("reference", lambda db_url, run_id, reference: f"run {run_id} vs {reference.get('kind')}")
-def reference_job(db_url: str | None, run_id: int, reference: dict, *, progress: Progress) -> dict:
-    """Compare a run's fed features with a reference and store the rows (backend.service.references)."""
+@job("reference", lambda db_url, run_id, reference: f"run {run_id} vs {reference.kind}")
+def reference_job(db_url: str | None, run_id: int, reference, *, progress: Progress):
+    """Compare a run's fed features with a reference (reference_spec.ReferenceSpec) and store the rows
+    (backend.service.references): its ReferenceResult."""
     from backend.service.references import compute_reference
 
     return compute_reference(db_url, run_id, reference, progress)
 
 
 @job("doctor", lambda target_path, draft_path, *_: f"checkpoint doctor {_name(draft_path)}")
-def doctor_job(target_path, draft_path, samples, other_draft, *, progress: Progress) -> dict:
+def doctor_job(target_path, draft_path, samples, other_draft, *, progress: Progress):
+    """The checkpoint doctor (backend.diagnostics.doctor.DoctorResult)."""
     from backend.diagnostics.doctor import doctor
 
     progress(0.1, "reading the checkpoint")
-    return {
-        **doctor(draft_path, target_path, samples, other_draft),
-        "target": target_path,
-        "draft": draft_path,
-    }
+    return doctor(draft_path, target_path, samples, other_draft)
 
 
 @job("diff", lambda target_path, draft_path, feature_path: f"train vs serve {feature_path}")
-def train_vs_serve_job(target_path: str, draft_path: str, feature_path: str, *, progress: Progress) -> dict:
+def train_vs_serve_job(target_path: str, draft_path: str, feature_path: str, *, progress: Progress):
+    """The train-vs-serve diff of a feature file (backend.diagnostics.mismatch.TrainServeResult)."""
     from backend.data.features import load_feature_file
     from backend.diagnostics.hidden_diff import train_vs_serve
+    from backend.diagnostics.mismatch import TrainServeResult
 
     progress(0.1, "loading models")
     target, draft, _ = models.pair(target_path, draft_path)
@@ -349,13 +402,15 @@ def train_vs_serve_job(target_path: str, draft_path: str, feature_path: str, *, 
     features = load_feature_file(feature_path, target.hidden_size)
     progress(0.4, "recomputing serving features")
     diff = train_vs_serve(target, features, list(wiring.aux_hf_indices))
-    return {
-        **diff.to_dict(),
-        "rows": diff.rows,
-        "chunk_names": diff.chunk_names,
-        "input_ids": features.input_ids,
-        "target": target_path,
-    }
+    return TrainServeResult.from_dict(
+        {
+            **diff.to_dict(),
+            "rows": diff.rows,
+            "chunk_names": diff.chunk_names,
+            "input_ids": features.input_ids,
+            "target": target_path,
+        }
+    )
 
 
 @job("agreement", lambda *_: "accuracy vs live")
@@ -368,8 +423,9 @@ def agreement_job(
     training_aux_hf_indices,
     *,
     progress: Progress,
-) -> dict:
-    from backend.diagnostics.agreement import DEFINITION, draft_summary, teacher_vs_live
+):
+    """Teacher-forced accuracy beside live acceptance, per sample (agreement.Agreement)."""
+    from backend.diagnostics.agreement import DEFINITION, Agreement, draft_summary, teacher_vs_live
     from backend.engine.replay import ReplayConfig
     from backend.engine.wiring import Wiring, check_indices
 
@@ -382,14 +438,15 @@ def agreement_job(
         claimed = Wiring(tuple(training_aux_hf_indices), "claimed training wiring")
     config = ReplayConfig(num_steps, max_new_tokens, math=view.math)
     rows = teacher_vs_live(target, draft, wiring, samples, config, progress, claimed)
-    return {"rows": rows, "summary": draft_summary(rows), "definition": DEFINITION}
+    return Agreement(rows, draft_summary(rows), DEFINITION)
 
 
 @job("replay-worst", lambda db_url, result, n, *_: f"replay the {n} worst requests")
-def replay_worst_job(db_url, result: dict, n: int, target_path: str, draft_path: str, *, progress) -> dict:
+def replay_worst_job(db_url, result, n: int, target_path: str, draft_path: str, *, progress) -> list:
+    """The n worst requests of an observe_requests result (ServedNumbers) replayed: ReplayedRequest each."""
     from backend.service.per_request import replay_worst
 
-    return {"replayed_worst": replay_worst(db_url, result, n, target_path, draft_path, None, progress)}
+    return replay_worst(db_url, result, n, target_path, draft_path, None, progress)
 
 
 def _name(path: str) -> str:

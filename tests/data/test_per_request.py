@@ -27,16 +27,16 @@ def check_against(parsed, requests, k=P.K, marginals=True):
     assert len(lengths) == len(requests)
     assert all(close(a, b) for a, b in zip(lengths, t["accept_length"], strict=True)), lengths
     pooled = parsed.pooled
-    assert close(pooled["accept_length"], t["pooled_accept_length"])
-    assert close(pooled["accept_length_per_request_mean"], t["per_request_mean"])
-    low, high = pooled["accept_length_per_request_ci95"]  # issue 42: the spread over requests beside it
-    assert low < pooled["accept_length_per_request_mean"] < high
-    assert close(pooled["acceptance_rate"], t["pooled_acceptance_rate"])
-    assert pooled["verify_steps"] == t["verify_steps"]
+    assert close(pooled.accept_length, t["pooled_accept_length"])
+    assert close(pooled.accept_length_per_request_mean, t["per_request_mean"])
+    low, high = pooled.accept_length_per_request_ci95  # issue 42: the spread over requests beside it
+    assert low < pooled.accept_length_per_request_mean < high
+    assert close(pooled.acceptance_rate, t["pooled_acceptance_rate"])
+    assert pooled.verify_steps == t["verify_steps"]
     if marginals:
-        assert all(close(a, b) for a, b in zip(pooled["per_position_marginal"], t["marginal"], strict=True))
+        assert all(close(a, b) for a, b in zip(pooled.per_position_marginal, t["marginal"], strict=True))
         assert all(
-            close(a, b) for a, b in zip(pooled["per_position_conditional"], t["conditional"], strict=True)
+            close(a, b) for a, b in zip(pooled.per_position_conditional, t["conditional"], strict=True)
         )
 
 
@@ -109,7 +109,7 @@ def test_trtllm_choices_with_padded_and_short_histograms():
 def test_llamacpp_needs_k_for_an_accept_length_and_says_what_it_assumes():
     without = read_requests(P.llamacpp(), "llama.jsonl")
     assert all(r.accept_length is None for r in without.requests)
-    assert close(without.requests[0].acceptance_rate, 1 / 9) and without.pooled["accept_length"] is None
+    assert close(without.requests[0].acceptance_rate, 1 / 9) and without.pooled.accept_length is None
     parsed = read_requests(P.llamacpp(), "llama.jsonl", num_speculative_tokens=P.K)
     check_against(parsed, P.REQUESTS, marginals=False)
     assert "assumes every verify step drafted K = 3" in parsed.requests[0].note
@@ -119,17 +119,15 @@ def test_llamacpp_needs_k_for_an_accept_length_and_says_what_it_assumes():
 def test_modelopt_profile_is_pooled_and_keyed_by_emitted_length():
     parsed = read_requests(P.modelopt(), "speculation_profile.json")
     t = P.truth()
-    assert parsed.format == "modelopt" and close(parsed.pooled["accept_length"], t["pooled_accept_length"])
-    assert all(
-        close(a, b) for a, b in zip(parsed.pooled["per_position_marginal"], t["marginal"], strict=True)
-    )
-    assert close(parsed.extra["profile"]["mean_accept_length_per_request"], t["per_request_mean"])
-    assert close(parsed.pooled["accept_length_per_request_mean"], t["per_request_mean"])
-    assert parsed.extra["profile"]["disagreements"] == []
+    assert parsed.format == "modelopt" and close(parsed.pooled.accept_length, t["pooled_accept_length"])
+    assert all(close(a, b) for a, b in zip(parsed.pooled.per_position_marginal, t["marginal"], strict=True))
+    assert close(parsed.profile.mean_accept_length_per_request, t["per_request_mean"])
+    assert close(parsed.pooled.accept_length_per_request_mean, t["per_request_mean"])
+    assert parsed.profile.disagreements == []
     # issue 42: the acceptance rate follows from a fixed-K chain's profile, and is said to be derived
     steps = [a for r in P.REQUESTS for a in r]
-    assert close(parsed.pooled["acceptance_rate"], sum(steps) / (len(steps) * P.K))
-    assert abs(parsed.pooled["acceptance_rate"] - (parsed.pooled["accept_length"] - 1) / P.K) < 0.01
+    assert close(parsed.pooled.acceptance_rate, sum(steps) / (len(steps) * P.K))
+    assert abs(parsed.pooled.acceptance_rate - (parsed.pooled.accept_length - 1) / P.K) < 0.01
     assert "drafted tokens derived" in parsed.requests[0].note
 
 
@@ -138,11 +136,11 @@ def test_server_info_reads_are_differenced_into_a_window():
     parsed = read_requests(P.server_info_reads(before, window), "server_info.jsonl")
     assert [r.status for r in parsed.requests] == ["cumulative", "cumulative"]
     assert all(r.accept_length is None for r in parsed.requests)  # a cumulative average is not a window's
-    assert close(parsed.extra["window"]["accept_length"], P.truth(window)["pooled_accept_length"])
+    assert close(parsed.window.accept_length, P.truth(window)["pooled_accept_length"])
     counted = read_requests(P.server_info_reads(before, window, sums=False), "server_info.jsonl")
-    assert close(counted.extra["window"]["accept_length"], P.truth(window)["pooled_accept_length"])
+    assert close(counted.window.accept_length, P.truth(window)["pooled_accept_length"])
     one = read_requests(P.server_info_reads(before, window).splitlines()[1], "one.json")
-    assert one.extra["window"] is None and one.requests[0].status == "cumulative"
+    assert one.window is None and one.requests[0].status == "cumulative"
 
 
 @pytest.mark.parametrize(

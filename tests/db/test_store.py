@@ -9,7 +9,7 @@ import pytest
 
 from backend import BadInput
 from backend.data.samples import Sample
-from backend.engine.records import StepRecord
+from backend.engine.records import StepRecord, StepTree
 from db import schema, store
 
 
@@ -37,15 +37,15 @@ def step(index: int, accepted: int) -> StepRecord:
         draft_top_ids=[[1, 2], [3, 4]],
         draft_top_probs=[[0.5, 0.1], [0.25, 0.2]],
         target_argmax_probs=[0.9, 0.8, 0.7],
-        tree={
-            "tokens": drafted + [30],
-            "parents": [-1, 0, -1],
-            "scores": [0.5, 0.125, 0.25],
-            "depths": [1, 2, 1],
-            "accepted_path": [0, 1][:accepted],
-            "draws": [0.25, None, None],
-            "decisions": ["accepted", "rejected", "unreached"],
-        },
+        tree=StepTree(
+            tokens=drafted + [30],
+            parents=[-1, 0, -1],
+            scores=[0.5, 0.125, 0.25],
+            depths=[1, 2, 1],
+            accepted_path=[0, 1][:accepted],
+            draws=[0.25, None, None],
+            decisions=["accepted", "rejected", "unreached"],
+        ),
     )
 
 

@@ -12,6 +12,7 @@ import pytest
 
 def test_verdict_headline_and_classes_follow_the_findings():
     from backend.diagnostics.diagnose import CLASSES, Diagnosis, Finding
+    from backend.diagnostics.findings import DiagnosisResult
 
     ok = Diagnosis(
         [Finding("precision", "info", "replayed in fp32")],
@@ -24,13 +25,14 @@ def test_verdict_headline_and_classes_follow_the_findings():
         [*suspect.findings, Finding("aux-wiring", "fail", "miswired"), Finding("vocab-mapping", "fail", "x")],
         {},
     )
-    as_dict = broken.to_dict()
+    as_dict = broken.result(target="t", draft="d", engine="sglang").to_dict()
     assert as_dict["verdict"] == "broken" and as_dict["headline"].startswith(
         "aux-wiring: miswired (+1 more fail"
     )
     assert [f["severity"] for f in as_dict["findings"]] == ["fail", "fail", "warn", "info"]
     assert set(as_dict["findings"][0]) == {"class", "severity", "message", "evidence", "fix"}
     assert as_dict["classes"] == list(CLASSES) and "rope / context-window" in CLASSES
+    assert DiagnosisResult.from_dict(as_dict).to_dict() == as_dict  # the CLI's JSON reads back typed
 
 
 def test_a_preflight_failure_is_named_by_its_class_and_nothing_loads(tmp_path):
@@ -44,7 +46,7 @@ def test_a_preflight_failure_is_named_by_its_class_and_nothing_loads(tmp_path):
         tensors["d2t"] = torch.zeros_like(tensors["d2t"])
 
     draft_dir = write_draft(tmp_path / "d", DEMO_TARGET, edit_tensors=identity_d2t)
-    result = diagnose(str(DEMO_TARGET), str(draft_dir))
+    result = diagnose(str(DEMO_TARGET), str(draft_dir)).to_dict()
     assert result["verdict"] == "broken" and result["findings"][0]["class"] == "vocab-mapping"
     assert "d2t" in result["findings"][0]["fix"]
 
@@ -119,7 +121,7 @@ def test_each_planted_change_gets_a_finding_whose_fix_undoes_it(case, tmp_path):
     edit, cls, undo = PLANTED[case]
     draft = _planted(tmp_path, case, edit)
     samples, _ = read_jsonl(DEMO_EVAL, 2048)
-    result = diagnose(str(DEMO_TARGET), draft, samples[:6], DiagnoseOptions(live_samples=1))
+    result = diagnose(str(DEMO_TARGET), draft, samples[:6], DiagnoseOptions(live_samples=1)).to_dict()
     models.forget()
     matching = [f for f in result["findings"] if f["class"] == cls and f["severity"] in ("fail", "warn")]
     assert matching, result["findings"]
@@ -151,9 +153,9 @@ def test_the_unchanged_draft_has_no_fail_finding_and_miswired_names_its_wiring(t
     one_live = DiagnoseOptions(live_samples=1)
     unchanged = diagnose(
         str(DEMO_TARGET), _planted(tmp_path, "copy", lambda c, d: None), samples[:6], one_live
-    )
+    ).to_dict()
     assert unchanged["verdict"] == "ok", unchanged["findings"]
-    miswired = diagnose(str(DEMO_TARGET), str(DEMO_DRAFTS / "miswired"), samples[:8], one_live)
+    miswired = diagnose(str(DEMO_TARGET), str(DEMO_DRAFTS / "miswired"), samples[:8], one_live).to_dict()
     trained, _ = demo_wiring()
     wiring = [f for f in miswired["findings"] if f["class"] == "aux-wiring" and f["severity"] == "fail"]
     assert miswired["verdict"] == "broken" and wiring
@@ -190,7 +192,7 @@ def test_a_draft_that_accepts_nothing_is_broken_and_said_first(tmp_path):
         _planted(tmp_path, "random-head", _random_head),
         samples[:4],
         DiagnoseOptions(live_samples=1),
-    )
+    ).to_dict()
     models.forget()
     assert result["verdict"] == "broken"
     assert result["headline"].startswith("no-acceptance: the draft accepts almost nothing")

@@ -29,7 +29,7 @@ def _diagnose(draft):
     from backend.service.diagnosis import diagnose
 
     try:
-        return diagnose(str(DEMO_TARGET), draft)
+        return diagnose(str(DEMO_TARGET), draft).to_dict()
     finally:
         models.forget()
 

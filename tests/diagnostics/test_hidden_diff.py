@@ -56,6 +56,7 @@ def test_train_vs_serve_finds_the_training_layers(bigram_setup, tmp_path):
 
     from backend.data.features import load_feature_file
     from backend.diagnostics.hidden_diff import train_vs_serve
+    from backend.diagnostics.mismatch import TrainServeResult
     from backend.engine.teacher import target_pass
 
     target, samples = bigram_setup.target, bigram_setup.samples
@@ -76,5 +77,15 @@ def test_train_vs_serve_finds_the_training_layers(bigram_setup, tmp_path):
     assert served.training_indices == TRAINED
     assert served.first_mismatch["position"] == 0 and served.first_mismatch["chunk"].startswith("chunk0")
     assert served.to_dict()["training_aux_hf_indices"] == TRAINED
+    # the diff tab's result (tasks.train_vs_serve_job) reads back typed and writes the same JSON
+    job = {
+        **served.to_dict(),
+        "rows": served.rows,
+        "chunk_names": served.chunk_names,
+        "input_ids": ids,
+        "target": "t",
+    }
+    result = TrainServeResult.from_dict(job)
+    assert result.to_dict() == job and result.first_mismatch.cosine < 0.999 and result.summary[0].mismatching
     same = train_vs_serve(target, features, TRAINED)
     assert same.first_mismatch is None and all(s["mismatching"] == 0 for s in same.summary)

@@ -61,7 +61,7 @@ def test_initial_candidates_read_the_declared_ids_in_both_conventions(bigram_set
 def test_wirings_inside_the_noise_of_the_best_are_named_as_good():
     """Two neighbouring layers of a deep target can serve a draft equally: the probe names every wiring
     within two standard errors of the best instead of claiming the best is the trained one."""
-    from backend.diagnostics.probe import Candidate, ProbeReport, verdict
+    from backend.diagnostics.probe import Candidate, ProbeReport, ProbeResult, ProbeSettings, verdict
 
     declared = Candidate((2, 6, 9), ["declared"], [0.143, 0.1], 762)
     best = Candidate((0, 1, 6), ["search"], [0.592, 0.5], 762)
@@ -85,6 +85,13 @@ def test_wirings_inside_the_noise_of_the_best_are_named_as_good():
     alone = report([best, far, declared])
     assert alone.as_good == [] and verdict(alone, 12).startswith("The draft was trained on HF [0, 1, 6]")
     assert alone.to_dict()["config"]["vllm"] == {"eagle_aux_hidden_state_layer_ids": [0, 1, 6]}
+    # as views keep it: every key of the report, with the pair, the settings and who ran it
+    kept = alone.result(
+        target="t", draft="d", settings=ProbeSettings(2, 5).describe([]), ran_by="the probe tab"
+    )
+    settings = {"num_steps": 2, "search_budget": 5, "live_samples": 0, "sample_keys": []}
+    extra = {"target": "t", "draft": "d", "settings": settings, "ran_by": "the probe tab"}
+    assert kept.to_dict() == {**alone.to_dict(), **extra} and ProbeResult.from_dict(kept.to_dict()) == kept
 
 
 def _redeclared(setup, tmp_path, name: str, top_level_ids: list[int]):

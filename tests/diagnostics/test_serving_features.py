@@ -162,8 +162,8 @@ def test_the_first_step_signature_of_a_bad_hand_off():
         from backend.data.step_signature import first_step_signature
 
         result = first_step_signature(parsed.requests)
-        assert result["signature"] == signature and result["requests"] == 4
-    assert result["first_step_accepted_mean"] == 0 and "sglang#7242" in result["message"]
+        assert result.signature == signature and result.requests == 4
+    assert result.first_step_accepted_mean == 0 and "sglang#7242" in result.message
     few = read_requests(payloads.vllm(handed_off[:2], stream_last=False), "r.jsonl", "auto", None)
     assert first_step_signature(few.requests) is None  # two requests say nothing
 
@@ -236,7 +236,7 @@ def test_diagnose_measures_what_a_served_penalty_costs(tmp_path):
     requests.write_text(json.dumps({"prompt": "x", "repetition_penalty": 1.3}))
     samples, _ = read_jsonl(DEMO_EVAL, 2048)
     options = DiagnoseOptions(request_file=str(requests), live_samples=2)
-    result = diagnose(str(DEMO_TARGET), str(DEMO_DRAFTS / "final"), samples[:4], options)
+    result = diagnose(str(DEMO_TARGET), str(DEMO_DRAFTS / "final"), samples[:4], options).to_dict()
     models.forget()
     measured = [
         f
@@ -259,7 +259,7 @@ def test_steps_of_several_draft_lengths_say_k_varied():
 
     requests = [[2, 1, 3], [3, 2, 2, 3], [1, 2, 2]]
     text = payloads.vllm(requests, stream_last=False)
-    assert draft_length_signature(read_requests(text, "r.jsonl", "auto", None).requests)["signature"] is None
+    assert draft_length_signature(read_requests(text, "r.jsonl", "auto", None).requests).signature is None
     records = [json.loads(line) for line in text.splitlines()]
     block = records[1]["metrics"]["speculative_decoding"]
     block["per_step_drafted"] = [3, 3, 1, 1]  # K cut to 1 under load for two steps
@@ -271,7 +271,7 @@ def test_steps_of_several_draft_lengths_say_k_varied():
     block["draft_acceptance_rate"] = 7 / 8
     parsed = read_requests("\n".join(json.dumps(r) for r in records), "r.jsonl", "auto", None)
     varied = draft_length_signature(parsed.requests)
-    assert varied["draft_lengths"] == [1, 3] and "K changed while serving" in varied["message"]
+    assert varied.draft_lengths == [1, 3] and "K changed while serving" in varied.message
 
 
 def test_penalties_outside_the_engines_range_are_said_refused(setup, tmp_path):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from backend.diagnostics.whatif import conditional_rates, predict
+from backend.diagnostics.whatif import WhatIfRow, conditional_rates, predict
 
 
 def test_whatif_reproduces_the_measured_k_and_extrapolates():
@@ -15,6 +15,9 @@ def test_whatif_reproduces_the_measured_k_and_extrapolates():
     assert rows[3].extrapolated and rows[3].predicted_accept_length == pytest.approx(2.25 + 0.5 * 2 / 3)
     # draft 1 ms per drafted token, verify 10 ms per step: speed-up(K=2) = 2.25 * 10 / (2 + 10)
     assert rows[2].predicted_speedup == pytest.approx(2.25 * 10 / 12)
+    assert WhatIfRow.from_dict(rows[3].to_dict()) == rows[3] and set(rows[3].to_dict()) == {
+        "num_steps", "predicted_accept_length", "predicted_speedup", "extrapolated"
+    }  # fmt: skip
 
 
 def test_rates_and_empty_runs():

@@ -10,11 +10,14 @@ from tests.support.lint import make_draft, make_lint_target
 KEYS = ("engines", "disagreements", "training_engine", "aux_hf_indices", "wiring_source")
 
 
-def preflight_table(draft, target) -> dict:
+def preflight_table(draft, target):
+    """Preflight's JSON read back typed (it round-trips), then its table: what the dashboard reads."""
+    from backend.engine.engine_table import EngineReadings, PreflightResult
     from backend.engine.preflight import preflight
 
     report = preflight(draft, target).to_dict()
-    return {key: report[key] for key in KEYS}
+    assert PreflightResult.from_dict(report).to_dict() == report
+    return EngineReadings.from_dict({key: report[key] for key in KEYS})
 
 
 @pytest.mark.parametrize("name", ["final", "epoch1", "miswired"])

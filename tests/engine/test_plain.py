@@ -39,8 +39,8 @@ def test_a_result_round_trips_with_its_json_keys():
 
 
 def test_an_older_result_reads_with_defaults_and_a_missing_required_key_is_named():
-    value = Outer.from_dict({"items": [], "retired_key": 1})
-    assert value.best is None and value.wiring == () and value.note == ""
+    value = Outer.from_dict({"items": [], "retired_key": 1, "note": None, "by_name": None})
+    assert value.best is None and value.wiring == () and value.note == "" and value.by_name == {}
     with pytest.raises(ValueError, match="Outer: the JSON has no 'items'"):
         Outer.from_dict({"note": "x"})
     with pytest.raises(TypeError, match="expected a JSON object"):

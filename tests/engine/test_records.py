@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from backend.engine.records import STORED_STEP_FIELDS, StepRecord, no_progress
+from dataclasses import replace
+
+from backend.engine.records import (
+    STORED_STEP_FIELDS,
+    StepRecord,
+    StepTree,
+    no_progress,
+    stored_fields,
+    stored_step,
+)
 
 
 def step(drafted=(1, 2, 3), accepted=1) -> StepRecord:
@@ -28,6 +37,16 @@ def test_stored_fields_are_every_field_but_the_tensors():
     assert "aux_features" not in STORED_STEP_FIELDS and "draft_hidden" not in STORED_STEP_FIELDS
     assert set(STORED_STEP_FIELDS) | {"aux_features", "draft_hidden"} == set(StepRecord.__dataclass_fields__)
     assert STORED_STEP_FIELDS[:3] == ("step_index", "position", "pending_token")
+
+
+def test_a_stored_tree_is_written_as_json_and_read_back_typed_older_ones_too():
+    chain = StepTree([1, 2], [-1, 0], depths=[1, 2], accepted_path=[0], decisions=["accepted", "rejected"])
+    columns = stored_fields(replace(step(drafted=(1, 2)), tree=chain))
+    assert columns["tree"] == chain.to_dict() and stored_step(columns).tree == chain
+    older = {"tokens": [1, 2], "parents": [-1, 0], "decisions": ["accepted", "rejected"]}  # no newer keys
+    tree = stored_step({**columns, "tree": older}).tree
+    assert tree.decisions == ["accepted", "rejected"] and tree.draws == [] and tree.expected_accepted is None
+    assert stored_step({**columns, "tree": None}).tree is None
 
 
 def test_no_progress_takes_a_fraction_and_a_message():

@@ -157,7 +157,11 @@ def test_recording_off_keeps_the_same_tokens(pairs):
     on = list(replay(pair.target, pair.draft, [1, 5, 9], pair.wiring, ReplayConfig(3, 30)))
     off = list(replay(pair.target, pair.draft, [1, 5, 9], pair.wiring, ReplayConfig(3, 30, record=False)))
     assert output_ids_of(on) == output_ids_of(off)
-    assert all(s.aux_features is None and not s.draft_probs for s in off[1:])
+    assert all(s.aux_features is None and not s.draft_top_ids and s.draft_hidden is None for s in off[1:])
+    # the probabilities every run keeps (where acceptance is lost reads them) are the recorded run's
+    for a, b in zip(on[1:], off[1:], strict=True):
+        assert a.draft_probs == pytest.approx(b.draft_probs) and len(b.draft_probs) == len(b.drafted_ids)
+        assert a.target_argmax_probs == pytest.approx(b.target_argmax_probs)
     assert off[0].aux_features is None
     assert accept_lengths(pair.target, pair.draft, [1, 5, 9], pair.wiring, 3, 30) == [
         s.accepted_count for s in on[1:]

@@ -91,12 +91,12 @@ def test_the_recorded_expected_acceptance_matches_the_realised_one(first_steps):
     differences = []  # realised - expected accepted count, per (whole) first step
     for step in first_steps["steps"]:
         assert len(step.committed_ids) == step.accepted_count + 1 <= first_steps["num_steps"] + 1
-        differences.append(step.accepted_count - step.tree["expected_accepted"])
+        differences.append(step.accepted_count - step.tree.expected_accepted)
         tree = step.tree
-        for node, decision in enumerate(tree["decisions"]):
+        for node, decision in enumerate(tree.decisions):
             if decision != "unreached":
-                assert tree["draws"][node] is not None
-            assert 0.0 <= tree["accept_probs"][node] <= 1.0
+                assert tree.draws[node] is not None
+            assert 0.0 <= tree.accept_probs[node] <= 1.0
     # E[realised - expected] = 0 per step: the mean difference is within 4 standard errors of 0.
     mean = sum(differences) / len(differences)
     spread = (sum((d - mean) ** 2 for d in differences) / (len(differences) - 1)) ** 0.5

@@ -47,14 +47,14 @@ def test_tree_replay_equals_greedy_and_the_full_recompute_oracle(pairs, name, sh
                 pair.target, pair.draft, prompt, pair.wiring, *shape, MAX_NEW
             )
             assert output == oracle_output
-            mine = [(s.tree["tokens"], s.tree["parents"], s.tree["accepted_path"]) for s in steps]
+            mine = [(s.tree.tokens, s.tree.parents, s.tree.accepted_path) for s in steps]
             assert mine == oracle_steps
         for step in steps:
             tree = step.tree
-            assert len(tree["tokens"]) == shape[2] - 1
-            assert max(tree["depths"]) <= shape[0]
-            assert step.accepted_count == len(tree["accepted_path"])
-            path_tokens = [tree["tokens"][i] for i in tree["accepted_path"]]
+            assert len(tree.tokens) == shape[2] - 1
+            assert max(tree.depths) <= shape[0]
+            assert step.accepted_count == len(tree.accepted_path)
+            path_tokens = [tree.tokens[i] for i in tree.accepted_path]
             assert step.committed_ids == (path_tokens + [step.bonus_id])[: len(step.committed_ids)]
 
 
@@ -72,4 +72,4 @@ def test_topk_one_through_the_tree_path_is_the_chain(pairs):
             assert [(s.drafted_ids, s.accepted_count, s.bonus_id) for s in chain] == [
                 (s.drafted_ids, s.accepted_count, s.bonus_id) for s in tree
             ]
-            assert [s.tree["tokens"] for s in chain] == [s.tree["tokens"] for s in tree]
+            assert [s.tree.tokens for s in chain] == [s.tree.tokens for s in tree]

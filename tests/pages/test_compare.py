@@ -153,13 +153,8 @@ def test_batch_summary_counts_wins_and_leaves_out_samples_without_an_accept_leng
     from backend.engine.metrics import mean_ci95
     from ui.compare.batch import BatchSummary, batch_summary
 
-    rows = [
-        {"AL A": 2.0, "AL B": 3.0},
-        {"AL A": 3.0, "AL B": 2.0},
-        {"AL A": 1.0, "AL B": 3.0},
-        {"AL A": 2.5, "AL B": 2.5},
-        {"AL A": None, "AL B": 2.0},
-    ]
+    pairs = [(1, 2)] * 5
+    rows = batch_rows(pairs, [(2.0, 3.0), (3.0, 2.0), (1.0, 3.0), (2.5, 2.5), (None, 2.0)])
     summary = batch_summary(rows)
     assert summary == BatchSummary(
         samples=4,
@@ -176,29 +171,24 @@ def test_batch_summary_counts_wins_and_leaves_out_samples_without_an_accept_leng
     assert batch_summary([]).mean_a is None
 
 
-def batch_rows(pairs: list[tuple[int, int]], als: list[tuple[float, float]]) -> list[dict]:
+def batch_rows(pairs: list[tuple[int, int]], als: list[tuple[float | None, float]]) -> list:
+    """A comparison's rows (tasks.CompareRow) for these pairs of runs and accept lengths."""
+    from backend.service.tasks import CompareRow
+
     return [
-        {
-            "sample #": i,
-            "source": "unit",
-            "run A": a,
-            "AL A": x,
-            "run B": b,
-            "AL B": y,
-            "AL delta (B - A)": y - x,
-        }
+        CompareRow(i, "unit", a, x, b, y, y - (x or 0))
         for i, ((a, b), (x, y)) in enumerate(zip(pairs, als, strict=True))
     ]
 
 
 def test_batch_summary_and_a_running_batch_hides_the_old_table(db):
-    from backend.service.tasks import MANAGER
+    from backend.service.tasks import MANAGER, CompareResult
 
     a, b = two_runs(db)
     c, d = two_runs(db)
     rows = batch_rows([(a, b), (c, d), (a, d)], [(2.0, 3.0), (2.5, 2.0), (1.5, 1.5)])
     app = page("3_Compare")
-    app.session_state["compare_result"] = {"rows": rows, "reused": 4, "replayed": 2, "task": "old"}
+    app.session_state["compare_result"] = ("old", CompareResult(rows, reused=4, replayed=2))
     app = ok(app.run())
     assert len(frame_with(app, "AL delta (B - A)")) == 3
     metrics = {m.label: m.value for m in app.metric}
@@ -213,7 +203,7 @@ def test_batch_summary_and_a_running_batch_hides_the_old_table(db):
     def work(progress):
         progress(0.5, "sample 1/1, draft B")
         release.wait(30)
-        return {"rows": new_rows, "reused": 0, "replayed": 2}
+        return CompareResult(new_rows, reused=0, replayed=2)
 
     app.session_state["compare_task"] = MANAGER.submit("compare", "epoch1 vs final on 1 sample(s)", work)
     app = ok(app.run())
@@ -230,11 +220,13 @@ def test_batch_summary_and_a_running_batch_hides_the_old_table(db):
 
 
 def test_clicking_a_row_opens_its_pair(db):
+    from backend.service.tasks import CompareResult
+
     a, b = two_runs(db)
     c, d = two_runs(db)
     rows = batch_rows([(a, b), (c, d)], [(2.0, 3.0), (2.5, 2.0)])
     app = page("3_Compare")
-    app.session_state["compare_result"] = {"rows": rows, "reused": 0, "replayed": 4, "task": "t1"}
+    app.session_state["compare_result"] = ("t1", CompareResult(rows, reused=0, replayed=4))
     app.session_state["global_compare_runs"] = (a, b)
     app = ok(app.run())
     assert opened(app) == (a, b)

@@ -34,13 +34,12 @@ def test_decode_runs_in_the_background_and_steps(db):
     # and one that tells healthy from broken (issue 43 row 5): here the wiring vLLM 0.32's V1 runner
     # would feed this SpecForge draft, one layer low
     from backend.service import checks
-    from backend.service.references import reference_label
 
     run_id = app.session_state["global_run_id"]
     run, _ = get_run_with_steps(db, run_id)
     expected = checks.default_reference(run.target_path, run.draft_path)
-    assert expected["kind"] == "wiring" and "vllm" in expected["why"]
-    assert app.selectbox(key="decode_reference").value == reference_label(expected)
+    assert expected.kind == "wiring" and "vllm" in expected.why
+    assert app.selectbox(key="decode_reference").value == expected.label
     (rows,) = app.table
     assert list(rows.value.columns[:2]) == ["position", "chunk"]  # every row says its position
     ok(app.button(key="decode_next").click().run())
@@ -145,7 +144,6 @@ def test_a_run_started_elsewhere_opens_on_the_healthy_vs_broken_comparison(db):
     from backend.service import checks
     from backend.service.datasets import ensure_demo_dataset, get_samples
     from backend.service.jobs import run_replay
-    from backend.service.references import reference_label
 
     sample = get_samples(db, ensure_demo_dataset(db))[0]
     request = ReplayRequest(
@@ -156,7 +154,7 @@ def test_a_run_started_elsewhere_opens_on_the_healthy_vs_broken_comparison(db):
     assert app.session_state["global_run_id"] == run_id
     app = ok(finish(app, "decode_reference_task"))
     expected = checks.default_reference(str(DEMO_TARGET), str(DEMO_DRAFTS / "final"))
-    assert app.selectbox(key="decode_reference").value == reference_label(expected)
+    assert app.selectbox(key="decode_reference").value == expected.label
     assert run_id in app.session_state["decode_auto_references"]
 
 

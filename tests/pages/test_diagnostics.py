@@ -39,6 +39,7 @@ def test_the_cheap_verdict_on_miswired_is_diagnose_s_and_asks_for_what_sees_the_
     it names the trained layers. The lint then never suggests the declared ones once a probe rejected
     them."""
     from backend.defaults import DEMO_DRAFTS, DEMO_EVAL
+    from backend.diagnostics.probe_settings import ProbeResult
     from backend.service import checks
     from tests.support.demo import demo_wiring
     from tests.support.pages import finish
@@ -62,7 +63,7 @@ def test_the_cheap_verdict_on_miswired_is_diagnose_s_and_asks_for_what_sees_the_
     checks.remember_probe(
         diagnostics.session_state["global_target"],
         str(DEMO_DRAFTS / "miswired"),
-        {"confirmed": False, "best": {"aux_hf_indices": trained}, "verdict": "x"},
+        ProbeResult.from_dict({"confirmed": False, "best": {"aux_hf_indices": trained}, "verdict": "x"}),
     )
     ok(diagnostics.radio(key="lint_engine").set_value("vLLM").run())
     ok(diagnostics.button(key="lint_run").click().run())

@@ -94,7 +94,10 @@ def test_where_lost_over_two_drafts_runs(db):
     app = ok(app.run())
     assert set(app.multiselect(key="lost_drafts").value) == {"final", "miswired"}
     heads = [s.value for s in app.subheader]
-    assert heads[:2] == ["By draft position", "By token kind"] and "Calibration and a confidence threshold" in heads
+    assert (
+        heads[:2] == ["By draft position", "By token kind"]
+        and "Calibration and a confidence threshold" in heads
+    )
     assert any("final: 3 runs" in c.value and "miswired: 3 runs" in c.value for c in app.caption)
     rejected = frame_with(app, "target's token")
     assert set(rejected["draft"]) <= {"final", "miswired"} and (rejected["rejections"] > 0).all()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from backend import BadInput
+from backend.diagnostics.probe_settings import ProbeResult
+from backend.service.reference_spec import ReferenceSpec
 from tests.support.lint import CHAIN, make_draft, make_lint_target, sglang
 
 
@@ -17,14 +19,14 @@ def test_lint_for_either_engine(tmp_path):
     report = lint(
         str(draft), sglang(draft, CHAIN, "--context-length 2048", target=target), "SGLang", str(target)
     )
-    assert report["findings"] == [] and report["effective"] == {
+    assert report.findings == [] and report.effective == {
         "num_steps": 3,
         "topk": 1,
         "num_draft_tokens": 4,
     }
     config = json.dumps({"method": "eagle", "model": str(draft), "num_speculative_tokens": 1})
     report = lint(str(draft), f"vllm serve m --speculative-config '{config}'", "vLLM", None)
-    assert {"eagle-algorithm-eagle3-draft", "single-draft-step"} <= {f["code"] for f in report["findings"]}
+    assert {"eagle-algorithm-eagle3-draft", "single-draft-step"} <= {f.code for f in report.findings}
     with pytest.raises(BadInput, match="no --speculative-algorithm"):
         lint(str(draft), "python -m sglang.launch_server --model-path x", "SGLang", None)
 
@@ -44,23 +46,25 @@ def test_the_cheap_diagnosis_of_the_bundled_miswired_draft():
     trained, declared = demo_wiring()
     target, draft = str(DEMO_TARGET), str(DEMO_DRAFTS / "miswired")
     blind = diagnose(target, draft)
-    assert blind["verdict"] != "broken" and not blind["wiring_seen"]
-    assert blind["headline"].startswith("No cause found, but unverified") and blind["next_step"]
+    assert blind.verdict != "broken" and not blind.wiring_seen
+    assert blind.headline.startswith("No cause found, but unverified") and blind.next_step
     features = str(DEMO_TARGET.parent / "data" / "features" / "data_0.ckpt")
     seen = diagnose(target, draft, options=DiagnoseOptions(features=features))
-    assert seen["verdict"] == "broken" and seen["wiring_seen"] and seen["next_step"] is None
-    (wiring,) = [f for f in seen["findings"] if f["severity"] == "fail"]
-    assert wiring["class"] == "aux-wiring" and f"trained on HF {trained}" in wiring["message"]
-    assert all(wiring_fix(engine, trained)[0] in wiring["fix"] for engine in ("sglang", "vllm"))
+    assert seen.verdict == "broken" and seen.wiring_seen and seen.next_step is None
+    (wiring,) = [f for f in seen.findings if f.severity == "fail"]
+    assert wiring.cls == "aux-wiring" and f"trained on HF {trained}" in wiring.message
+    assert all(wiring_fix(engine, trained)[0] in wiring.fix for engine in ("sglang", "vllm"))
     with pytest.raises(BadInput, match="no such training feature file"):
         diagnose(target, draft, options=DiagnoseOptions(features=features + ".missing"))
     vllm = f'vllm serve {target} --speculative-config \'{{"method": "eagle3", "model": "{draft}"}}\''
-    assert str(declared) in " ".join(f["fix"] for f in checks.lint(draft, vllm, "vLLM", target)["findings"])
+    assert str(declared) in " ".join(f.fix for f in checks.lint(draft, vllm, "vLLM", target).findings)
     checks.remember_probe(
-        target, draft, {"confirmed": False, "best": {"aux_hf_indices": trained}, "verdict": "x"}
+        target,
+        draft,
+        ProbeResult.from_dict({"confirmed": False, "best": {"aux_hf_indices": trained}, "verdict": "x"}),
     )
     assert checks.trained_wiring(target, draft) == trained
-    fixes = " ".join(f["fix"] for f in checks.lint(draft, vllm, "vLLM", target)["findings"])
+    fixes = " ".join(f.fix for f in checks.lint(draft, vllm, "vLLM", target).findings)
     assert str(trained) in fixes and str(declared) not in fixes
 
 
@@ -88,8 +92,7 @@ def test_the_lint_of_a_bin_draft_reads_its_weights_in_the_reader(tmp_path):
             f'vllm serve {DEMO_TARGET} --speculative-config \'{{"method": "eagle3", "model": "{draft}"}}\''
         )
         return [
-            (f["code"], f["severity"])
-            for f in checks.lint(str(draft), command, "vLLM", str(DEMO_TARGET))["findings"]
+            (f.code, f.severity) for f in checks.lint(str(draft), command, "vLLM", str(DEMO_TARGET)).findings
         ]
 
     assert findings(bin_draft) == findings(DEMO_DRAFTS / "final")
@@ -107,19 +110,20 @@ def test_a_probe_outlives_the_server_that_ran_it(tmp_path, db_url):
     draft = tmp_path / "miswired"
     shutil.copytree(DEMO_DRAFTS / "miswired", draft)
     target = str(DEMO_TARGET)
-    found = {"confirmed": False, "best": {"aux_hf_indices": [0, 2, 6]}, "as_good_as_best": [[0, 3, 6]]}
+    # a probe as an older version stored it: the keys it lacks read with their defaults
+    found = ProbeResult.from_dict(
+        {"confirmed": False, "best": {"aux_hf_indices": [0, 2, 6]}, "as_good_as_best": [[0, 3, 6]]}
+    )
     before = checks.default_reference(target, str(draft), None, db_url)
-    assert before.get("aux_hf_indices") != [0, 2, 6]
+    assert before.aux_hf_indices != [0, 2, 6]
     checks.remember_probe(target, str(draft), found, db_url)
     checks._PROBES.clear()  # a new server: only the database remembers
     assert checks.known_probe(target, str(draft)) is None
     assert checks.trained_wirings(target, str(draft), db_url) == [[0, 2, 6], [0, 3, 6]]
     reference = checks.default_reference(target, str(draft), None, db_url)
-    assert reference == {
-        "kind": "wiring",
-        "aux_hf_indices": [0, 2, 6],
-        "why": "the wiring probe's best, tied with 1 it cannot tell apart",
-    }
+    assert reference == ReferenceSpec(
+        "wiring", [0, 2, 6], why="the wiring probe's best, tied with 1 it cannot tell apart"
+    )
     config = draft / "config.json"
     os.utime(config, (config.stat().st_atime, config.stat().st_mtime + 10))  # the draft changed
     assert checks.known_probe(target, str(draft), db_url) is None
@@ -141,13 +145,15 @@ def test_a_probe_the_cli_ran_is_kept_and_the_largest_probe_is_the_one_used(tmp_p
     draft = tmp_path / "miswired"
     shutil.copytree(DEMO_DRAFTS / "miswired", draft)
     target = str(DEMO_TARGET)
-    small = {"confirmed": False, "best": {"aux_hf_indices": [0, 4, 6]}, "tied": [[0, 4, 6]], "n_samples": 1}
+    small = ProbeResult.from_dict(
+        {"confirmed": False, "best": {"aux_hf_indices": [0, 4, 6]}, "tied": [[0, 4, 6]], "n_samples": 1}
+    )
     checks.remember_probe(target, str(draft), small, db_url)  # the page's probe, on fewer samples
     args = ["probe", "--target", target, "--draft", str(draft), "--samples", str(DEMO_EVAL)]
     done = run_cli(*args, "--limit", "2", "--budget", "2", "--db", db_url, "--json")
     assert done.returncode == 0, done.stderr[-2000:]
     ran = json.loads(done.stdout)
     kept = checks.known_probe(target, str(draft), db_url)
-    assert kept["ran_by"] == "the CLI's probe" and kept["n_samples"] == 2 and kept["tied"] == ran["tied"]
+    assert kept.ran_by == "the CLI's probe" and kept.n_samples == 2 and kept.tied == ran["tied"]
     checks._PROBES.clear()  # a new server reads the database: still the larger one
-    assert checks.known_probe(target, str(draft), db_url)["n_samples"] == 2
+    assert checks.known_probe(target, str(draft), db_url).n_samples == 2

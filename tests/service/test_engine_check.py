@@ -5,9 +5,20 @@ tests/real_engine/test_vllm.py)."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 from backend.engine.reading_fixes import wiring_fix
-from backend.service.engine_check import compare, first_difference
+from backend.service.engine_check import (
+    DEFINITION,
+    EngineCheck,
+    EngineCheckSettings,
+    ServerLaunch,
+    StepDifference,
+    WiringExplanation,
+    compare,
+    first_difference,
+    summarise,
+)
 from tests.support.cli import cli_json, run_cli
 
 TOY = ("--target", "demo/target", "--draft", "demo/drafts/final")
@@ -24,10 +35,32 @@ def test_compare_reports_both_counts_at_the_first_difference():
     served = {"per_step": [2, 1, 0], "accept_length": 2.0, "token_ids": [5, 6, 7, 8, 9, 10]}
     replayed = {"per_step": [2, 0, 1], "accept_length": 2.0, "output_ids": [5, 6, 7, 8, 9, 10], "run_id": 3}
     row = compare(0, served, replayed)
-    assert not row["equal_step_for_step"] and row["same_tokens"]
-    assert row["first_difference"] == {"step": 1, "served": 1, "replay": 0}
+    assert not row.equal_step_for_step and row.same_tokens
+    assert row.first_difference == StepDifference(step=1, served=1, replay=0)
     row = compare(1, served, {**replayed, "per_step": [2, 1, 0]})
-    assert row["equal_step_for_step"] and row["first_difference"] is None
+    assert row.equal_step_for_step and row.first_difference is None
+
+
+def test_a_check_reads_back_from_the_json_it_keeps():
+    """result.json and `serve-check --json` are EngineCheck.to_dict(): the same check reads back."""
+    served = {"per_step": [2, 1, 0], "accept_length": 2.0, "token_ids": [5, 6, 7], "prompt_ids": [1, 2]}
+    replayed = {
+        "per_step": [2, 0, 1],
+        "accept_length": 2.0,
+        "output_ids": [5, 6, 8],
+        "run_id": 3,
+        "wiring": [2, 6, 9],
+    }
+    rows = [compare(0, served, replayed), compare(1, served, {**replayed, "per_step": [2, 1, 0]})]
+    settings = EngineCheckSettings("demo/target", "demo/drafts/final", 3, 16)
+    start = EngineCheck("vllm", "http://127.0.0.1:8000", None, "vllm", 3, 16, [], DEFINITION, "checks/1")
+    result = replace(
+        summarise(start, rows, settings),
+        explained_by=WiringExplanation([1, 5, 8], "the replayed wiring shifted -1 layer"),
+        launched=ServerLaunch(["vllm", "serve"], 41.5, "server.log", aux_layers_line="[x] auxiliary layers"),
+    )
+    assert result.equal_prompts == 1 and result.wiring == [2, 6, 9] and "on 1/2 prompts" in result.headline
+    assert EngineCheck.from_dict(json.loads(json.dumps(result.to_dict()))) == result
 
 
 def test_serve_check_refuses_a_missing_server_or_vllm_in_one_line():

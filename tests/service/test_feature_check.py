@@ -32,26 +32,30 @@ def check(demo, fed_of, layout="fixed"):
 
 
 def test_features_fed_as_trained_match_slot_for_slot(demo):
+    from backend.service.feature_check import FeatureCheck
+
     result, trained = check(demo, lambda t, n: t)
-    assert result["fed_as_trained"] and [s["best"] for s in result["slots"]] == trained
-    assert all(s["cosine"] > 0.999 and abs(s["norm_ratio"] - 1) < 0.01 for s in result["slots"])
-    rows = sum(r["rows_compared"] for r in result["requests"])
-    assert all(len(s["top"][0]["per_token"]) == rows for s in result["slots"])  # a cosine per token
-    assert {r["layout"] for r in result["requests"]} == {"sglang>=28496"}
-    assert result["note"] is None
+    assert result.fed_as_trained and [s.best for s in result.slots] == trained
+    assert all(s.cosine > 0.999 and abs(s.norm_ratio - 1) < 0.01 for s in result.slots)
+    rows = sum(r.rows_compared for r in result.requests)
+    assert all(len(s.top[0].per_token) == rows for s in result.slots)  # a cosine per token
+    assert {r.layout for r in result.requests} == {"sglang>=28496"}
+    assert result.note is None
+    written = result.to_dict()  # the CLI's --json
+    assert (
+        FeatureCheck.from_dict(written).to_dict() == written and written["slots"][0]["runner_up"]["hf_index"]
+    )
 
 
 @pytest.mark.parametrize("layout", ["fixed", "older"])
 def test_a_shifted_slot_is_named_with_its_layer(demo, layout):
     result, trained = check(demo, lambda t, n: [t[0] - 1, *t[1:]], layout)
-    assert not result["fed_as_trained"]
-    assert f"slot 0 matches HF {trained[0] - 1}, not the trained HF {trained[0]}" in result["verdict"]
-    assert [s["best"] for s in result["slots"]][1:] == trained[1:]
+    assert not result.fed_as_trained
+    assert f"slot 0 matches HF {trained[0] - 1}, not the trained HF {trained[0]}" in result.verdict
+    assert [s.best for s in result.slots][1:] == trained[1:]
     if layout == "older":
-        (first, second) = result["requests"]
-        assert first["layout"].startswith("older (prefill rows only") and first["rows_compared"] == len(
-            PROMPTS[0]
-        )
+        (first, second) = result.requests
+        assert first.layout.startswith("older (prefill rows only") and first.rows_compared == len(PROMPTS[0])
 
 
 def test_rows_of_another_request_are_said(demo):
@@ -65,7 +69,7 @@ def test_rows_of_another_request_are_said(demo):
     swapped["meta_info"]["hidden_states"] = other["meta_info"]["hidden_states"]
     swapped["output_ids"] = swapped["output_ids"][: len(other["output_ids"])]
     result = feature_check(target_path, draft_path, [good, good, swapped])
-    assert result["disagreeing_requests"] == [3] and "sglang#26163" in result["note"]
+    assert result.disagreeing_requests == [3] and "sglang#26163" in result.note
 
 
 def test_bad_payloads_are_refused_with_one_line(demo, tmp_path):

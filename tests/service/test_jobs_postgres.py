@@ -117,6 +117,6 @@ def test_the_worker_process_writes_a_run_to_postgresql(pairs, db_url):
     request = sqlite_jobs.request_for(pair, [1, 5, 9], 3, 12, sample_ref="prompt", record=False)
     task = MANAGER.wait(start_replay(db_url, request), 120)
     assert task.status == "done", task.error
-    run = get_run(db_url, task.result["run_id"])
-    assert run.status == "finished" and run.metrics["mean_accept_length"] == task.result["mean_accept_length"]
+    run = get_run(db_url, task.result.run_id)
+    assert run.status == "finished" and run.metrics["mean_accept_length"] == task.result.mean_accept_length
     assert run.params["record"] is False and run.artifact_path is None

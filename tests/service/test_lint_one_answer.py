@@ -59,5 +59,5 @@ def test_the_cli_and_the_page_lint_alike_on_one_database(db_url):
         "lint", "--sglang", SGLANG, "--draft", DRAFT, "--target", str(DEMO_TARGET), "--db", db_url, "--json"
     )
     assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout) == json.loads(json.dumps(page))
-    assert "run #" in json.dumps(page)  # the K came from the stored run, on both
+    assert json.loads(result.stdout) == json.loads(json.dumps(page.to_dict()))
+    assert "run #" in json.dumps(page.to_dict())  # the K came from the stored run, on both

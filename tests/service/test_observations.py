@@ -35,7 +35,7 @@ def test_the_seed_situation_beside_the_replay(db_url):
     """An SGLang log in the seed's situation (topk 1, steps 1, draft tokens 16 rewritten to 2, accept
     len 1.90) next to replays of the demo pair at K = 1, and then at K = 4 (not comparable: other K)."""
     from backend.defaults import DEMO_DRAFTS, DEMO_TARGET
-    from backend.service.observations import list_observations, observe
+    from backend.service.observations import ServerComparison, list_observations, observe
 
     outcome = demo_replay(db_url, 1)
     demo_replay(db_url, 4)
@@ -46,19 +46,22 @@ def test_the_seed_situation_beside_the_replay(db_url):
         str(DEMO_DRAFTS / "final"),
         str(DEMO_TARGET),
     )
-    assert result["accept_length"] == pytest.approx(1.9) and result["num_steps"] == 1
-    assert result["replay"]["runs"] == 1 and result["replay"]["run_ids"] == [outcome.run_id]
-    assert result["replay"]["accept_length"] == pytest.approx(outcome.metrics["mean_accept_length"])
-    codes = [f["code"] for f in result["lint"]]
+    assert result.accept_length == pytest.approx(1.9) and result.num_steps == 1
+    assert result.replay.runs == 1 and result.replay.run_ids == [outcome.run_id]
+    assert result.replay.accept_length == pytest.approx(outcome.metrics["mean_accept_length"])
+    codes = [f.code for f in result.lint]
     assert (
         "engine-rewrote-flags" in codes
         and "single-draft-step" in codes
         and "eagle-algorithm-eagle3-draft" in codes
     )
     ratio = 1.9 / outcome.metrics["mean_accept_length"]
-    assert ("suspect" in result["verdict"]) == (ratio < 0.85) and f"{1.9:.2f}" in result["verdict"]
+    assert ("suspect" in result.verdict) == (ratio < 0.85) and f"{1.9:.2f}" in result.verdict
     stored = list_observations(db_url)
-    assert stored[0]["id"] == result["observation_id"] and stored[0]["accept_length"] == pytest.approx(1.9)
+    assert stored[0]["id"] == result.observation_id and stored[0]["accept_length"] == pytest.approx(1.9)
+    assert stored[0]["lint"] == [f.to_dict() for f in result.lint]
+    # the JSON `observe --json` prints reads back as the same result
+    assert ServerComparison.from_dict(json.loads(json.dumps(result.to_dict()))) == result
 
 
 def test_a_server_far_below_the_replay_points_at_the_serving_side(db_url):
@@ -72,9 +75,9 @@ def test_a_server_far_below_the_replay_points_at_the_serving_side(db_url):
         'vllm:spec_decode_num_accepted_tokens_total{engine="0"} 20.0\n'
     )
     result = observe_texts(db_url, "vllm", [(scrape, "scrape")], str(DEMO_DRAFTS / "final"))
-    assert result["num_steps"] == 3 and result["accept_length"] == pytest.approx(1.2)
-    assert result["replay"]["accept_length"] == pytest.approx(outcome.metrics["mean_accept_length"])
-    assert "the serving side is the suspect" in result["verdict"]
+    assert result.num_steps == 3 and result.accept_length == pytest.approx(1.2)
+    assert result.replay.accept_length == pytest.approx(outcome.metrics["mean_accept_length"])
+    assert "the serving side is the suspect" in result.verdict
 
 
 class FakeSGLang(BaseHTTPRequestHandler):
@@ -177,9 +180,9 @@ def test_a_tree_server_is_compared_with_tree_replays_of_its_shape(db_url):
     log = log.replace("speculative_eagle_topk=1", "speculative_eagle_topk=4")
     log = log.replace("speculative_num_draft_tokens=2", "speculative_num_draft_tokens=8")
     result = observe_texts(db_url, "sglang", [(log, "tree.log")], str(DEMO_DRAFTS / "final"))
-    assert result["replay"]["topk"] == 4 and result["replay"]["run_ids"] == [tree.run_id]
-    assert chain.run_id not in result["replay"]["run_ids"]
-    assert result["replay"]["accept_length"] == pytest.approx(tree.metrics["mean_accept_length"])
+    assert result.replay.topk == 4 and result.replay.run_ids == [tree.run_id]
+    assert chain.run_id not in result.replay.run_ids
+    assert result.replay.accept_length == pytest.approx(tree.metrics["mean_accept_length"])
 
 
 class ListAnswer(BaseHTTPRequestHandler):

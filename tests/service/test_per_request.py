@@ -9,13 +9,14 @@ import pytest
 
 from backend import BadInput
 from backend.defaults import DEMO_DRAFTS, DEMO_EVAL, DEMO_TARGET
+from backend.service.per_request import ServedNumbers
 from tests.support import per_request_payloads as P
 
 K = 3
 TOKENS = 16
 
 
-def observe(db: str, text: str, name: str, **paths) -> dict:
+def observe(db: str, text: str, name: str, **paths):
     """The service's one entry, on a file as the page uploads it."""
     from backend.service.per_request import ServedRequests, observe_requests
 
@@ -40,11 +41,13 @@ def served_file(prompts: list[list[int]], requests: list[list[int]]) -> str:
 def test_without_replays_the_rows_say_so_and_the_worst_come_first(tmp_path):
     db = f"sqlite:///{tmp_path / 'x.db'}"
     result = observe(db, P.vllm(), "vllm.jsonl", draft_path=str(DEMO_DRAFTS / "final"))
-    assert result["replay"]["runs"] == 0 and result["replay"]["accept_lengths"] == []
-    assert all(row["replay_accept_length"] is None for row in result["rows"])
-    served = [result["rows"][i]["served_accept_length"] for i in result["worst"]]
+    assert result.replay.runs == 0 and result.replay.accept_lengths == []
+    assert all(row.replay_accept_length is None for row in result.rows)
+    served = [result.rows[i].served_accept_length for i in result.worst]
     assert served == sorted(served) and len(served) == 3  # the streamed request has no prompt
-    assert result["num_steps"] == K
+    assert result.num_steps == K
+    # the JSON `observe --requests --json` prints reads back as the same result
+    assert ServedNumbers.from_dict(json.loads(json.dumps(result.to_dict()))) == result
 
 
 def test_text_prompts_need_the_target_tokenizer(tmp_path):
@@ -53,11 +56,9 @@ def test_text_prompts_need_the_target_tokenizer(tmp_path):
     del response["choices"][0]["prompt_token_ids"]
     text = P.jsonl([{"request": {"prompt": "def f(x):"}, "response": response}])
     without = observe(db, text, "t.jsonl")
-    assert "give --target" in without["replay"]["unmatched_text_prompts"]
+    assert "give --target" in without.replay.unmatched_text_prompts
     with_target = observe(db, text, "t.jsonl", target_path=str(DEMO_TARGET))
-    assert (
-        with_target["requests"][0]["prompt_ids"] and with_target["replay"]["unmatched_text_prompts"] is None
-    )
+    assert with_target.requests[0].prompt_ids and with_target.replay.unmatched_text_prompts is None
 
 
 def test_chat_messages_are_rendered_with_the_target_template(tmp_path):
@@ -70,7 +71,7 @@ def test_chat_messages_are_rendered_with_the_target_template(tmp_path):
     result = observe(f"sqlite:///{tmp_path / 'x.db'}", text, "c.jsonl", target_path=str(DEMO_TARGET))
     rendered = "<|user|>\ndef f(x):\n<|assistant|>\n"  # demo/target/chat_template.jinja, generation prompt on
     expected = load_tokenizer(DEMO_TARGET)(rendered, add_special_tokens=False)["input_ids"]
-    assert result["requests"][0]["prompt_ids"] == expected
+    assert result.requests[0].prompt_ids == expected
 
 
 def test_export_needs_finished_runs(tmp_path):
@@ -101,20 +102,23 @@ def replayed(tmp_path_factory):
 
 @pytest.mark.slow
 def test_requests_are_matched_to_replays_of_their_prompt_and_the_worst_replayed(replayed):
-    from backend.service.per_request import replay_worst
+    from backend.service.per_request import replay_worst, with_replays
 
     db, prompts, runs = replayed
     text = served_file(prompts, [[0, 0, 1], [3, 2, 3]])  # the first accepts badly when served
     result = observe(db, text, "served.jsonl", draft_path=str(DEMO_DRAFTS / "final"))
-    rows = result["rows"]
-    assert [row["replay_run"] for row in rows] == [runs[0].run_id, runs[1].run_id]
-    assert rows[0]["replay_accept_length"] == pytest.approx(runs[0].metrics["mean_accept_length"])
-    assert result["replay"]["matched"] == 2 and result["worst"] == [0, 1]
+    rows = result.rows
+    assert [row.replay_run for row in rows] == [runs[0].run_id, runs[1].run_id]
+    assert rows[0].replay_accept_length == pytest.approx(runs[0].metrics["mean_accept_length"])
+    assert result.replay.matched == 2 and result.worst == [0, 1]
     again = replay_worst(db, result, 1, str(DEMO_TARGET), str(DEMO_DRAFTS / "final"))
-    assert [row["request"] for row in again] == [0]
+    assert [row.request for row in again] == [0]
     # the same prompt, draft and K replayed again by the job runner: fp32 greedy gives the same run
-    assert again[0]["replay_accept_length"] == pytest.approx(runs[0].metrics["mean_accept_length"])
-    assert again[0]["served_minus_replay"] == pytest.approx(1 + 1 / 3 - again[0]["replay_accept_length"])
+    assert again[0].replay_accept_length == pytest.approx(runs[0].metrics["mean_accept_length"])
+    assert again[0].served_minus_replay == pytest.approx(1 + 1 / 3 - again[0].replay_accept_length)
+    merged = with_replays(result, again)
+    assert merged.rows[0].replay_run == again[0].replay_run and merged.rows[1] == rows[1]
+    assert merged.replayed_worst == again
 
 
 @pytest.mark.slow
@@ -133,8 +137,8 @@ def test_a_run_pair_exports_as_a_modelopt_profile_and_reads_back(replayed, tmp_p
     assert profile["mean_accept_length"] == pytest.approx(pooled, abs=1e-6)
     assert profile["mean_accept_length_per_request"] == pytest.approx(per_run, abs=1e-6)
     back = read_requests(path.read_text(), str(path))
-    assert back.format == "modelopt" and back.pooled["accept_length"] == pytest.approx(pooled, abs=1e-6)
-    assert back.pooled["verify_steps"] == len(steps) and back.extra["profile"]["disagreements"] == []
+    assert back.format == "modelopt" and back.pooled.accept_length == pytest.approx(pooled, abs=1e-6)
+    assert back.pooled.verify_steps == len(steps) and back.profile.disagreements == []
 
 
 def cli(*args: str):

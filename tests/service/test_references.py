@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from backend import BadInput
+from backend.service.reference_spec import ReferenceSpec
 from tests.support.models import TRAINED
 
 
@@ -43,29 +44,28 @@ def test_run_references(runs):
     result = compute_reference(
         url,
         run_ids[0],
-        {"kind": "wiring", "aux_hf_indices": TRAINED},
+        ReferenceSpec("wiring", TRAINED),
         lambda fraction, message: seen.append((fraction, message)),
     )
     assert seen[0] == (0.05, "loading the run's features") and all(0 <= f <= 1 for f, _ in seen)
-    rows = token_stats(url, run_ids[0], result["reference"])
+    rows = token_stats(url, run_ids[0], result.reference)
     assert token_stat_references(url, run_ids[0]) == ["wiring HF [0, 2, 4]"]
     chunk0 = [r for r in rows if r["chunk"] == "hf2"]
     assert chunk0 and all(r["cosine"] < 0.99 for r in chunk0)  # HF 2 fed where HF 0 is the reference
     assert {r["position"] for r in rows} >= set(range(8))
-    twin = compute_reference(url, run_ids[0], {"kind": "run", "run_id": run_ids[1]}, no_progress)
-    rows = token_stats(url, run_ids[0], twin["reference"])
+    twin = compute_reference(url, run_ids[0], ReferenceSpec("run", run_id=run_ids[1]), no_progress)
+    rows = token_stats(url, run_ids[0], twin.reference)
     assert rows and all(r["cosine"] > 0.9999 for r in rows)
-    hidden = compute_reference(url, run_ids[0], {"kind": "target_hidden"}, no_progress)
-    assert hidden["rows"] > 0 and hidden["reference"] == "target hidden (draft out)"
-    again = compute_reference(url, run_ids[0], {"kind": "wiring", "aux_hf_indices": TRAINED}, no_progress)
-    assert (
-        len(token_stats(url, run_ids[0], again["reference"])) == again["rows"] == result["rows"]
-    )  # replaced
+    hidden = compute_reference(url, run_ids[0], ReferenceSpec("target_hidden"), no_progress)
+    assert hidden.rows > 0 and hidden.reference == "target hidden (draft out)"
+    again = compute_reference(url, run_ids[0], ReferenceSpec("wiring", TRAINED), no_progress)
+    assert len(token_stats(url, run_ids[0], again.reference)) == again.rows == result.rows  # replaced
 
 
 def test_training_features_as_a_reference(runs, bigram_setup, tmp_path):
     import torch
 
+    from backend.diagnostics.mismatch import ChunkRow
     from backend.engine.records import no_progress
     from backend.engine.teacher import target_pass
     from backend.service.references import compute_reference
@@ -80,20 +80,22 @@ def test_training_features_as_a_reference(runs, bigram_setup, tmp_path):
         {"input_ids": torch.tensor(sequence), "aux_hidden_state": passed.features(run.aux_hf_indices)[None]},
         path,
     )
-    result = compute_reference(url, run_ids[0], {"kind": "features", "path": str(path)}, no_progress)
-    assert result["reference"] == "features data_0.ckpt"
-    rows = token_stats(url, run_ids[0], result["reference"])
+    result = compute_reference(url, run_ids[0], ReferenceSpec("features", path=str(path)), no_progress)
+    assert result.reference == "features data_0.ckpt"
+    rows = token_stats(url, run_ids[0], result.reference)
     assert rows and all(r["cosine"] > 0.9999 for r in rows)  # the same states the run fed
-    assert result["warning"] is None and result["positions"] == len(sequence) - 1
+    assert result.warning is None and result.positions == len(sequence) - 1
+    # the stored rows read back as the step viewer reads them
+    assert [ChunkRow.from_dict(r).to_dict() for r in rows] == rows
     # the features of another sequence: compared only where the tokens agree, and said so
     other = sequence[:3] + [(t + 1) % 40 for t in sequence[3:]]
     torch.save(
         {"input_ids": torch.tensor(other), "aux_hidden_state": passed.features(run.aux_hf_indices)[None]},
         path,
     )
-    mismatched = compute_reference(url, run_ids[0], {"kind": "features", "path": str(path)}, no_progress)
-    assert mismatched["positions"] == 3 and "holds another sequence" in mismatched["warning"]
-    assert "first 3 of" in mismatched["warning"]
+    mismatched = compute_reference(url, run_ids[0], ReferenceSpec("features", path=str(path)), no_progress)
+    assert mismatched.positions == 3 and "holds another sequence" in mismatched.warning
+    assert "first 3 of" in mismatched.warning
 
 
 def test_bad_references_are_bad_input(runs):
@@ -102,11 +104,11 @@ def test_bad_references_are_bad_input(runs):
 
     url, run_ids = runs
     for reference, reason in [
-        ({"kind": "wiring", "aux_hf_indices": [0, 2, 99]}, "three HF indices in 0..8"),
-        ({"kind": "run", "run_id": 999}, "no run 999"),
-        ({"kind": "tea leaves"}, "unknown reference kind"),
+        (ReferenceSpec("wiring", [0, 2, 99]), "three HF indices in 0..8"),
+        (ReferenceSpec("run", run_id=999), "no run 999"),
+        (ReferenceSpec("tea leaves"), "unknown reference kind"),
     ]:
         with pytest.raises(BadInput, match=reason):
             compute_reference(url, run_ids[0], reference, no_progress)
     with pytest.raises(BadInput, match="no run 999"):
-        compute_reference(url, 999, {"kind": "target_hidden"}, no_progress)
+        compute_reference(url, 999, ReferenceSpec("target_hidden"), no_progress)

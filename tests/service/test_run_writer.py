@@ -8,7 +8,7 @@ import pytest
 
 
 def _step(index: int):
-    from backend.engine.records import StepRecord
+    from backend.engine.records import StepRecord, StepTree
 
     return StepRecord(
         index,
@@ -25,7 +25,7 @@ def _step(index: int):
         draft_top_ids=[[1, 4], [2, 5], [3, 6]],
         draft_top_probs=[[0.5, 0.2], [0.25, 0.2], [0.1, 0.05]],
         target_argmax_probs=[0.9, 0.8, 0.7, 0.6],
-        tree={"tokens": [1, 2, 3], "parents": [-1, 0, 1], "decisions": ["accepted", "rejected", "unreached"]},
+        tree=StepTree([1, 2, 3], [-1, 0, 1], decisions=["accepted", "rejected", "unreached"]),
     )
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from backend import BadInput
-from backend.service.tasks import MANAGER
+from backend.service.tasks import MANAGER, FailureDetails
 
 
 def test_task_reports_progress_result_and_errors():
@@ -22,7 +22,8 @@ def test_task_reports_progress_result_and_errors():
         raise BadInput("your file is wrong")
 
     failed = MANAGER.wait(MANAGER.submit("test", "bad input", bad), 30)
-    assert failed.status == "failed" and failed.error == "your file is wrong" and failed.details == {}
+    assert failed.status == "failed" and failed.error == "your file is wrong"
+    assert failed.details == FailureDetails()
 
     def crash(progress):
         raise RuntimeError("boom")
@@ -66,9 +67,10 @@ def test_refused_draft_carries_its_preflight_report(pairs, tmp_path, db_url):
         str(pair.target_dir), str(broken), prompt_ids=(1, 2, 3), num_steps=2, max_new_tokens=4
     )
     task = MANAGER.wait(start_replay(db_url, request), 60)
-    assert task.status == "failed" and task.details["preflight"]["ok"] is False
+    report = task.details.preflight  # the worker's JSON read back typed
+    assert task.status == "failed" and report.ok is False
     assert "failed preflight" in task.error and "d2t" in task.error
-    assert any(c["name"] == "d2t" and c["status"] == "fail" for c in task.details["preflight"]["checks"])
+    assert any(c.name == "d2t" and c.status == "fail" for c in report.checks)
 
 
 def test_start_replay_stores_a_run(pairs, db_url):
@@ -88,9 +90,11 @@ def test_start_replay_stores_a_run(pairs, db_url):
     task = MANAGER.wait(start_replay(db_url, request), 120)
     assert task.status == "done", task.error
     assert task.kind == "replay" and task.label == request.label
-    assert set(task.result) == {"run_id", "mean_accept_length", "warnings"}
-    run = get_run(db_url, task.result["run_id"])
-    assert run.status == "finished" and run.metrics["mean_accept_length"] == task.result["mean_accept_length"]
+    result = task.result
+    assert (result.reference, result.reference_note) == (None, None)  # no reference was asked
+    assert type(result).from_dict(result.to_dict()) == result
+    run = get_run(db_url, result.run_id)
+    assert run.status == "finished" and run.metrics["mean_accept_length"] == result.mean_accept_length
 
 
 def test_compare_puts_a_chain_and_a_tree_of_the_same_draft_side_by_side(pairs, db_url):
@@ -120,16 +124,20 @@ def test_compare_puts_a_chain_and_a_tree_of_the_same_draft_side_by_side(pairs, d
         120,
     )
     assert task.status == "done", task.error
-    (row,) = task.result["rows"]
-    assert (task.result["reused"], task.result["replayed"]) == (0, 2)
-    chain, tree = get_run(db_url, row["run A"]), get_run(db_url, row["run B"])
+    (row,) = task.result.rows
+    assert (task.result.reused, task.result.replayed) == (0, 2)
+    written = task.result.to_dict()  # the table's columns, as the page shows them
+    columns = ["sample #", "source", "run A", "AL A", "run B", "AL B", "AL delta (B - A)"]
+    assert list(written["rows"][0]) == columns and type(task.result).from_dict(written).to_dict() == written
+    assert written["drafts"] == dict.fromkeys("AB", str(pair.draft_dir)) and written["ray"] is None
+    chain, tree = get_run(db_url, row.run_a), get_run(db_url, row.run_b)
     assert (chain.params["topk"], tree.params["topk"], tree.params["num_draft_tokens"]) == (1, 4, 8)
     assert chain.output_ids == tree.output_ids  # both equal the target's greedy output
     with pytest.raises(BadInput, match="topk > 1 needs"):
         start_compare(db_url, Comparison("t", "a", "b", [sample], 3, 12, 1, {"topk": 4}))
 
 
-def compare_on(pairs, db_url, samples, max_new=10, reuse=True, decoding_b=None) -> dict:
+def compare_on(pairs, db_url, samples, max_new=10, reuse=True, decoding_b=None):
     """start_compare of copy-L4-bigram's draft against itself (K=3), waited for."""
     from backend.service.tasks import Comparison, start_compare
 
@@ -159,11 +167,11 @@ def test_compare_reuses_a_finished_run_instead_of_replaying_it(pairs, db_url):
 
     one, _ = unit_samples()
     first = compare_on(pairs, db_url, [one], max_new=6)
-    assert (first["reused"], first["replayed"]) == (1, 1)  # B asks for the run A just stored
-    (row,) = first["rows"]
-    assert row["run A"] == row["run B"] and row["AL delta (B - A)"] == 0
+    assert (first.reused, first.replayed) == (1, 1)  # B asks for the run A just stored
+    (row,) = first.rows
+    assert row.run_a == row.run_b and row.al_delta == 0
     again = compare_on(pairs, db_url, [one], max_new=6)
-    assert (again["reused"], again["replayed"]) == (2, 0) and again["rows"] == first["rows"]
+    assert (again.reused, again.replayed) == (2, 0) and again.rows == first.rows
     assert len(list_runs(db_url)) == 1
 
 
@@ -173,16 +181,16 @@ def test_compare_reuses_only_runs_of_the_same_sample_and_settings(pairs, db_url)
     one, two = unit_samples()
     tree = {"topk": 2, "num_draft_tokens": 4}
     first = compare_on(pairs, db_url, [one], decoding_b=tree)
-    assert (first["reused"], first["replayed"]) == (0, 2)
+    assert (first.reused, first.replayed) == (0, 2)
     again = compare_on(pairs, db_url, [one, two], decoding_b=tree)
-    assert (again["reused"], again["replayed"]) == (2, 2)  # sample one's pair is reused, two's replayed
-    (row_one,) = [r for r in again["rows"] if r["sample #"] == 0]
-    assert (row_one["run A"], row_one["run B"]) == (first["rows"][0]["run A"], first["rows"][0]["run B"])
+    assert (again.reused, again.replayed) == (2, 2)  # sample one's pair is reused, two's replayed
+    (row_one,) = [r for r in again.rows if r.sample == 0]
+    assert (row_one.run_a, row_one.run_b) == (first.rows[0].run_a, first.rows[0].run_b)
     chains = compare_on(pairs, db_url, [two])  # A and B both ask for the chain already stored
-    assert (chains["reused"], chains["replayed"]) == (2, 0)
+    assert (chains.reused, chains.replayed) == (2, 0)
     longer = compare_on(pairs, db_url, [two], max_new=11)  # another limit is another run (B reuses A's)
-    assert (longer["reused"], longer["replayed"]) == (1, 1)
-    assert compare_on(pairs, db_url, [two], reuse=False)["replayed"] == 2  # asked not to reuse
+    assert (longer.reused, longer.replayed) == (1, 1)
+    assert compare_on(pairs, db_url, [two], reuse=False).replayed == 2  # asked not to reuse
     assert len(list_runs(db_url)) == 4 + 1 + 2
 
 
@@ -208,12 +216,12 @@ def test_diagnostic_tasks_use_the_declared_wiring_after_an_override(bigram_setup
     assert MANAGER.wait(start_replay(db_url, override), 120).status == "done"
     probe = MANAGER.wait(start_probe(target, draft, samples, 2, 0, 0), 120)
     assert probe.status == "done", probe.error
-    assert probe.result["declared"]["aux_hf_indices"] == [2, 4, 5] and not probe.result["confirmed"]
+    assert probe.result.declared.aux_hf_indices == [2, 4, 5] and not probe.result.confirmed
     agreement = MANAGER.wait(start_agreement(target, draft, samples[:1], 2, 16, (0, 2, 4)), 120)
     assert agreement.status == "done", agreement.error
-    assert set(agreement.result) == {"rows", "summary", "definition"}
-    (row,) = agreement.result["rows"]
-    assert row["flagged"]  # trained on (0, 2, 4), served the declared (2, 4, 5)
+    assert set(agreement.result.to_dict()) == {"rows", "summary", "definition"}
+    (row,) = agreement.result.rows
+    assert row.flagged  # trained on (0, 2, 4), served the declared (2, 4, 5)
     refused = MANAGER.wait(start_agreement(target, draft, samples[:1], 2, 16, (0, 2, 40)), 120)
     assert refused.status == "failed" and "out of range" in refused.error
 
@@ -227,18 +235,16 @@ def test_doctor_and_train_vs_serve_tasks(bigram_setup, tmp_path):
 
     root, target, samples = bigram_setup.root, bigram_setup.target, bigram_setup.samples
     doctor = MANAGER.wait(start_doctor(str(root / "target"), str(root / "right"), samples, None), 120)
-    assert doctor.status == "done" and doctor.result["preflight"]["ok"] and "coverage" in doctor.result
+    assert doctor.status == "done" and doctor.result.preflight.ok and doctor.result.coverage is not None
     ids = samples[0].input_ids
     passed = target_pass(target, ids, samples[0].loss_mask, TRAINED)
     path = tmp_path / "data_0.ckpt"
     torch.save({"input_ids": torch.tensor(ids), "aux_hidden_state": passed.features(TRAINED)[None]}, path)
     diff = MANAGER.wait(start_train_vs_serve(str(root / "target"), str(root / "miswired"), str(path)), 120)
     assert diff.status == "done", diff.error
-    assert (
-        diff.result["serving_aux_hf_indices"] == [2, 4, 5]
-        and diff.result["training_aux_hf_indices"] == TRAINED
-    )
-    assert diff.result["input_ids"] == ids and diff.result["first_mismatch"]["position"] == 0
+    result = diff.result
+    assert result.serving_aux_hf_indices == [2, 4, 5] and result.training_aux_hf_indices == TRAINED
+    assert result.input_ids == ids and result.first_mismatch.position == 0
 
 
 def test_the_worker_starts_ahead_and_has_the_model_stack_before_its_first_job():

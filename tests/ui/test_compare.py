@@ -3,6 +3,7 @@ where the drafts proposed different tokens."""
 
 from __future__ import annotations
 
+from backend.service.tasks import CompareRow
 from tests.ui.test_html import step
 from ui.compare.timeline import committed_positions, first_divergence, timeline_html
 
@@ -22,9 +23,10 @@ def test_alignment_and_first_divergence():
         step(position=6, drafted=(9, 9), accepted=0, bonus=4),
     ]
     positions_a, positions_b = committed_positions(Run, a), committed_positions(Run, b)
-    assert positions_a[3]["kind"] == "prefill"
-    assert positions_a[4]["kind"] == "accepted" and positions_a[5]["kind"] == "bonus"
-    assert positions_b[5]["kind"] == "accepted" and positions_b[6]["kind"] == "bonus"
+    assert positions_a[3].kind == "prefill"
+    assert positions_a[4].kind == "accepted" and positions_a[5].kind == "bonus"
+    assert positions_b[5].kind == "accepted" and positions_b[6].kind == "bonus"
+    assert (positions_a[5].proposal, positions_a[5].proposal_accepted) == (2, False)
     assert first_divergence(positions_a, positions_b) == 5  # A proposed 2 there, B proposed 4
     assert first_divergence(positions_a, positions_a) is None
 
@@ -37,20 +39,25 @@ def test_timeline_is_one_escaped_block_with_the_divergence_outlined():
     assert html.count("sl-cur") == 1 and html.count("sl-t ") == 3  # positions 3 (prefill), 4, 5
 
 
+def row(al_a: float | None, al_b: float | None) -> CompareRow:
+    """A comparison's row with these accept lengths (runs 1 and 2)."""
+    return CompareRow(0, "unit", 1, al_a, 2, al_b, (al_b or 0) - (al_a or 0))
+
+
 def test_the_batch_says_in_words_which_draft_is_better():
     from ui.compare.batch import batch_sentence, batch_summary
 
-    rows = [{"AL A": 1.5, "AL B": 2.5}, {"AL A": 2.0, "AL B": 1.9}, {"AL A": 1.0, "AL B": 3.0}]
-    rows += [{"AL A": 1.2, "AL B": 2.4}, {"AL A": 1.1, "AL B": 2.0}, {"AL A": 1.3, "AL B": 2.2}]
+    rows = [row(1.5, 2.5), row(2.0, 1.9), row(1.0, 3.0)]
+    rows += [row(1.2, 2.4), row(1.1, 2.0), row(1.3, 2.2)]
     said = batch_sentence(batch_summary(rows), "miswired", "final")
     assert said.startswith("final (B) is better on these 6 samples: mean accept length 2.33 vs 1.35")
     assert "(B - A +0.98, 95% interval [+0.28, +1.69])" in said  # one sign convention: B - A
     assert "higher on 5 of 6 samples, lower on 1." in said
     one = batch_sentence(batch_summary(rows[:1]), "miswired", "final")  # issue 43 row 6: one sample
     assert one == "final (B) is better on this sample: mean accept length 2.50 vs 1.50 (B - A +1.00)."
-    flipped = batch_sentence(batch_summary([{"AL A": 2.53, "AL B": 1.23}]), "final", "miswired")
+    flipped = batch_sentence(batch_summary([row(2.53, 1.23)]), "final", "miswired")
     assert "(B - A -1.30)" in flipped  # as the Mean delta (B - A) metric beside it shows it
-    assert "equally" in batch_sentence(batch_summary([{"AL A": 2.0, "AL B": 2.0}]), "a", "b")
+    assert "equally" in batch_sentence(batch_summary([row(2.0, 2.0)]), "a", "b")
 
 
 def test_the_batch_says_when_a_difference_is_within_the_spread():
@@ -58,12 +65,12 @@ def test_the_batch_says_when_a_difference_is_within_the_spread():
     samples includes 0 is not called a win."""
     from ui.compare.batch import batch_sentence, batch_summary
 
-    rows = [{"AL A": 1.5, "AL B": 2.5}, {"AL A": 2.0, "AL B": 1.9}, {"AL A": 1.0, "AL B": 3.0}]
+    rows = [row(1.5, 2.5), row(2.0, 1.9), row(1.0, 3.0)]
     said = batch_sentence(batch_summary(rows), "miswired", "final")
     assert said.startswith("final (B) is higher on 2 of 3 samples (lower on 1), but 3 samples cannot settle")
     assert "[-1.64, +3.58], which includes 0" in said
     # issue 58 row 13: 3 of 3 wins and still inside the spread: the wins said, and the N that would settle it
-    wins = [{"AL A": 1.5, "AL B": 2.6}, {"AL A": 2.0, "AL B": 2.1}, {"AL A": 1.0, "AL B": 1.3}]
+    wins = [row(1.5, 2.6), row(2.0, 2.1), row(1.0, 1.3)]
     summary = batch_summary(wins)
     said = batch_sentence(summary, "miswired", "final")
     assert said.startswith("final (B) is higher on 3 of 3 samples (lower on 0), but 3 samples cannot settle")

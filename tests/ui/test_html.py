@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from backend.engine.records import StepRecord
+from backend.diagnostics.mismatch import ChunkRow
+from backend.engine.records import StepRecord, StepTree
 from ui.html import chips_html, context_html, legend, mismatch_html, output_html, sample_html, step_statuses
 
 HOSTILE = {1: "<script>alert(1)</script>", 2: "<img src=x onerror=alert(1)>", 3: '"quoted" & more', 4: "ok"}
@@ -34,12 +35,7 @@ def test_every_token_string_is_escaped():
         sample_html([1, 2, 3], [0, 1, 1], 1, [piece(t) for t in (1, 2, 3)]),
         chips_html(step(), piece),
         output_html(4, [step()], piece, 0),
-        mismatch_html(
-            [1, 2],
-            [{"position": 0, "chunk": "<c>", "cosine": 0.5, "norm_ratio": 1.0, "relative_error": 0.1}],
-            piece,
-            lambda r: r["cosine"] < 0.9,
-        ),
+        mismatch_html([1, 2], [ChunkRow(0, "<c>", cosine=0.5, norm_ratio=1.0, relative_error=0.1)], piece),
     ]
     for html in blocks:
         assert "<script>" not in html and "<img" not in html
@@ -90,14 +86,14 @@ def test_a_sampled_rejection_shows_the_draw_and_the_rule_not_the_argmax():
     from ui.html import sampled_decision
 
     sampled = step(drafted=(1, 4, 3), accepted=1)
-    sampled.tree = {
-        "tokens": [1, 4, 3],
-        "parents": [-1, 0, 1],
-        "draft_probs": [0.5, 0.4, 0.3],
-        "accept_probs": [0.9, 0.35, 0.2],
-        "draws": [0.12, 0.71, None],
-        "decisions": ["accepted", "rejected", "unreached"],
-    }
+    sampled.tree = StepTree(
+        tokens=[1, 4, 3],
+        parents=[-1, 0, 1],
+        draft_probs=[0.5, 0.4, 0.3],
+        accept_probs=[0.9, 0.35, 0.2],
+        draws=[0.12, 0.71, None],
+        decisions=["accepted", "rejected", "unreached"],
+    )
     said = sampled_decision(sampled, 1)
     assert "accept prob p=0.350" in said and "draw u=0.710" in said and "rejected (u > p)" in said
     assert "accepted (u <= p)" in sampled_decision(sampled, 0)

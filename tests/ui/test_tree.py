@@ -2,22 +2,25 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from backend.engine.records import StepTree
 from ui.tree import node_statuses, tree_figure, tree_layout
 
-TREE = {
-    "tokens": [10, 11, 12, 13, 14],
-    "parents": [-1, -1, 0, 0, 2],
-    "scores": [0.6, 0.3, 0.3, 0.2, 0.1],
-    "draft_probs": [0.6, 0.3, 0.5, 0.33, 0.33],
-    "accepted_path": [0],
-    "decisions": ["accepted", "unreached", "rejected", "rejected", "unreached"],
-    "argmax": [10, 99, 12, 13, 14, 15],
-    "argmax_probs": [0.9, 0.5, 0.4, 0.3, 0.2, 0.1],
-}
+TREE = StepTree(
+    tokens=[10, 11, 12, 13, 14],
+    parents=[-1, -1, 0, 0, 2],
+    scores=[0.6, 0.3, 0.3, 0.2, 0.1],
+    draft_probs=[0.6, 0.3, 0.5, 0.33, 0.33],
+    accepted_path=[0],
+    decisions=["accepted", "unreached", "rejected", "rejected", "unreached"],
+    argmax=[10, 99, 12, 13, 14, 15],
+    argmax_probs=[0.9, 0.5, 0.4, 0.3, 0.2, 0.1],
+)
 
 
 def test_layout_puts_depth_on_x_and_stacks_siblings_in_order():
-    layout = tree_layout(TREE["parents"])
+    layout = tree_layout(TREE.parents)
     assert [depth for depth, _ in layout] == [1, 1, 2, 2, 3]
     rows = [row for _, row in layout]
     assert rows[2] < rows[3]  # siblings keep their order (the draft's favourite on top)
@@ -27,7 +30,7 @@ def test_layout_puts_depth_on_x_and_stacks_siblings_in_order():
 
 def test_statuses_mark_the_first_rejected_node_after_the_accepted_path():
     assert node_statuses(TREE) == ["accepted", "unreached", "first rejected", "rejected", "unreached"]
-    everything = dict(
+    everything = replace(
         TREE,
         accepted_path=[0, 2, 4],
         decisions=["accepted", "unreached", "accepted", "unreached", "accepted"],

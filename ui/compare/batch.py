@@ -11,6 +11,7 @@ import pandas as pd
 import streamlit as st
 
 from backend.engine.metrics import mean_ci95
+from backend.service.tasks import CompareResult, CompareRow
 from ui import state
 from ui.html import md
 from ui.runs import ACCEPT_LENGTH_HELP
@@ -48,8 +49,8 @@ class BatchSummary:
         return self.wins_a if side == "A" else self.wins_b
 
 
-def batch_summary(rows: list[dict]) -> BatchSummary:
-    pairs = [(r["AL A"], r["AL B"]) for r in rows if r.get("AL A") is not None and r.get("AL B") is not None]
+def batch_summary(rows: list[CompareRow]) -> BatchSummary:
+    pairs = [(r.al_a, r.al_b) for r in rows if r.al_a is not None and r.al_b is not None]
     n = len(pairs)
     deltas = [b - a for a, b in pairs]
     return BatchSummary(
@@ -108,23 +109,23 @@ def _metrics(summary: BatchSummary, drafts: dict) -> None:
     st.markdown("**" + md(batch_sentence(summary, name_a, name_b)) + "**")
 
 
-def show_batch(result: dict) -> None:
-    """The batch's summary and table; a clicked row makes its pair the shared choice."""
-    rows = result["rows"]
+def show_batch(task_id: str | None, result: CompareResult) -> None:
+    """The batch's summary and table (`task_id`: the task that made it); a clicked row makes its pair
+    the shared choice."""
     st.subheader("Samples where the drafts differ most")
-    summary = batch_summary(rows)
+    summary = batch_summary(result.rows)
     if summary.samples:
-        _metrics(summary, result.get("drafts") or {})
+        _metrics(summary, result.drafts)
     left_out = summary.without_accept_length
     st.caption(
         f"Over {summary.samples} sample(s): the mean of each run's accept length ({ACCEPT_LENGTH_HELP}); "
         "a win is a sample where that draft's accept length is higher. "
         + (f"{left_out} sample(s) without an accept length are left out. " if left_out else "")
-        + f"{result.get('reused', 0)} run(s) reused (finished runs of the same draft, sample and settings), "
-        f"{result.get('replayed', 0)} replayed."
+        + f"{result.reused} run(s) reused (finished runs of the same draft, sample and settings), "
+        f"{result.replayed} replayed."
     )
-    table = pd.DataFrame(rows)
-    table_key = f"compare_table_{result.get('task')}"  # a new batch starts with no row ticked
+    table = pd.DataFrame([row.to_dict() for row in result.rows])
+    table_key = f"compare_table_{task_id}"  # a new batch starts with no row ticked
     picked = st.dataframe(
         table, hide_index=True, key=table_key, on_select="rerun", selection_mode="single-row"
     )

@@ -3,6 +3,7 @@ Streamlit). Every token string is escaped here."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from html import escape
 
 from ui.html import show
@@ -22,37 +23,38 @@ LEGEND_CSS = (
 )
 
 
-def committed_positions(run, steps) -> dict[int, dict]:
-    """Absolute position -> {step (0-based index; the pages count verify steps from 1), kind (accepted|bonus|prefill), token (the committed id), proposal
-    (the draft's guess there, None where it drafted none), proposal_accepted}."""
+@dataclass(frozen=True)
+class Committed:
+    """What a run committed at one position."""
+
+    step: int | None  # the verify step's 0-based index (the pages count from 1); None: the prefill
+    kind: str  # accepted | bonus | prefill
+    token: int | None  # the committed id
+    proposal: int | None = None  # the draft's guess there; None where it drafted none
+    proposal_accepted: bool | None = None
+
+
+def committed_positions(run, steps) -> dict[int, Committed]:
+    """Absolute position -> what the run committed there."""
     sequence = list(run.prompt_ids) + list(run.output_ids)
     start = len(run.prompt_ids)
-    out = {
-        start: {
-            "step": None,
-            "kind": "prefill",
-            "token": sequence[start] if start < len(sequence) else None,
-            "proposal": None,
-            "proposal_accepted": None,
-        }
-    }
+    out = {start: Committed(None, "prefill", sequence[start] if start < len(sequence) else None)}
     for number, step in enumerate(steps):
         for k, token in enumerate(step.committed_ids):
-            position = step.position + 1 + k
             proposal = step.drafted_ids[k] if k < len(step.drafted_ids) else None
-            out[position] = {
-                "step": number,
-                "kind": "accepted" if k < step.accepted_count else "bonus",
-                "token": token,
-                "proposal": proposal,
-                "proposal_accepted": None if proposal is None else k < step.accepted_count,
-            }
+            out[step.position + 1 + k] = Committed(
+                number,
+                "accepted" if k < step.accepted_count else "bonus",
+                token,
+                proposal,
+                None if proposal is None else k < step.accepted_count,
+            )
     return out
 
 
-def first_divergence(a: dict[int, dict], b: dict[int, dict]) -> int | None:
+def first_divergence(a: dict[int, Committed], b: dict[int, Committed]) -> int | None:
     for position in sorted(set(a) & set(b)):
-        pa, pb = a[position]["proposal"], b[position]["proposal"]
+        pa, pb = a[position].proposal, b[position].proposal
         if pa is not None and pb is not None and pa != pb:
             return position
     return None
@@ -89,21 +91,21 @@ def difference_html(run_a, run_b, positions_a: dict, positions_b: dict, piece_of
     else:
         a, b = positions_a[divergence], positions_b[divergence]
 
-        def verdict(info: dict) -> str:
-            return "accepted" if info["proposal_accepted"] else "rejected"
+        def verdict(info: Committed) -> str:
+            return "accepted" if info.proposal_accepted else "rejected"
 
-        if a["token"] == b["token"]:
-            target = f"the target's token there is {_token(piece_of(a['token']))}"
+        if a.token == b.token:
+            target = f"the target's token there is {_token(piece_of(a.token))}"
         else:
             target = (
-                f"the target's token there is {_token(piece_of(a['token']))} in A and "
-                f"{_token(piece_of(b['token']))} in B"
+                f"the target's token there is {_token(piece_of(a.token))} in A and "
+                f"{_token(piece_of(b.token))} in B"
             )
         said.append(
             f"At output position <b>{divergence - start}</b> (sequence position {divergence}; "
-            f"verify step {a['step'] + 1} of A / step {b['step'] + 1} of B): A's draft proposed "
-            f"{_token(piece_of(a['proposal']))} ({verdict(a)}), B's draft proposed "
-            f"{_token(piece_of(b['proposal']))} ({verdict(b)}); {target}."
+            f"verify step {a.step + 1} of A / step {b.step + 1} of B): A's draft proposed "
+            f"{_token(piece_of(a.proposal))} ({verdict(a)}), B's draft proposed "
+            f"{_token(piece_of(b.proposal))} ({verdict(b)}); {target}."
         )
     output_a, output_b = list(run_a.output_ids), list(run_b.output_ids)
     index = first_output_difference(output_a, output_b)
@@ -130,7 +132,7 @@ def timeline_legend() -> str:
 
 
 def timeline_html(
-    run, positions: dict[int, dict], piece_of, start: int, stop: int, divergence: int | None
+    run, positions: dict[int, Committed], piece_of, start: int, stop: int, divergence: int | None
 ) -> str:
     sequence = run.prompt_ids + run.output_ids
     prompt = len(run.prompt_ids)
@@ -139,15 +141,15 @@ def timeline_html(
         info = positions.get(position)
         if info is None:
             continue
-        cls = KIND_CLASS[info["kind"]]
-        border = " sl-step" if info["step"] != last_step else ""
-        last_step = info["step"]
+        cls = KIND_CLASS[info.kind]
+        border = " sl-step" if info.step != last_step else ""
+        last_step = info.step
         mark = " sl-cur" if position == divergence else ""
-        step = "prefill" if info["step"] is None else f"verify step {info['step'] + 1}"
-        about = f"output position {position - prompt}  {step}  {info['kind']}"
-        if info.get("proposal") is not None:
-            verdict = "accepted" if info.get("proposal_accepted") else "rejected"
-            about += f"  draft proposed {visible(piece_of(info['proposal']))} ({verdict})"
+        step = "prefill" if info.step is None else f"verify step {info.step + 1}"
+        about = f"output position {position - prompt}  {step}  {info.kind}"
+        if info.proposal is not None:
+            verdict = "accepted" if info.proposal_accepted else "rejected"
+            about += f"  draft proposed {visible(piece_of(info.proposal))} ({verdict})"
         title = escape(about, quote=True)
         spans.append(
             f'<span class="sl-t {cls}{border}{mark}" title="{title}">{show(piece_of(sequence[position]))}</span>'

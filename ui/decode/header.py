@@ -12,7 +12,7 @@ from backend import BadInput
 from backend.engine.metrics import DEFINITIONS
 from backend.engine.records import StepRecord
 from backend.service import tasks
-from backend.service.checks import engine_readings
+from backend.service.checks import EngineReadings, engine_readings
 from backend.service.runs import RunInfo
 from ui import state
 from ui.html import md
@@ -147,7 +147,7 @@ def cap_note(run: RunInfo, steps: list[StepRecord]) -> None:
         )
 
 
-def readings_of(draft_path: str, target_path: str) -> dict | None:
+def readings_of(draft_path: str, target_path: str) -> EngineReadings | None:
     try:
         return engine_readings(draft_path, target_path)  # cached by the files it read
     except BadInput:

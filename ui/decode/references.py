@@ -8,6 +8,7 @@ import streamlit as st
 from backend import BadInput
 from backend.engine.wiring import parse_aux_indices
 from backend.service import checks, tasks
+from backend.service.reference_spec import ReferenceResult, ReferenceSpec
 from backend.service.runs import RunInfo
 from ui import state
 from ui.html import md
@@ -18,23 +19,23 @@ from ui.taskview import task_panel
 KINDS = ["another wiring", "training features (.ckpt)", "a second run", "target hidden vs draft output"]
 
 
-def _spec(kind: str, run: RunInfo) -> dict | None:
+def _spec(kind: str, run: RunInfo) -> ReferenceSpec | None:
     """The reference job's spec from the chosen kind's widgets (None: nothing to compute yet)."""
     if kind == "another wiring":
         suggested = checks.default_reference(
             run.target_path, run.draft_path, list(run.aux_hf_indices), state.db()
         )
-        wiring = suggested.get("aux_hf_indices") or run.aux_hf_indices
+        wiring = suggested.aux_hf_indices or run.aux_hf_indices
         text = st.text_input(
             "HF indices",
             ",".join(map(str, wiring)),
             key=f"decode_reference_wiring_{run.id}",
-            help=f"Prefilled with {suggested.get('why', 'the run') if suggested.get('aux_hf_indices') else 'the wiring the run fed'}.",
+            help=f"Prefilled with {(suggested.why or 'the run') if suggested.aux_hf_indices else 'the wiring the run fed'}.",
         )
-        return {"kind": "wiring", "aux_hf_indices": list(parse_aux_indices(text) or ())}
+        return ReferenceSpec("wiring", list(parse_aux_indices(text) or ()))
     if kind == "training features (.ckpt)":
         path = st.text_input("Feature file", "demo/data/features/data_0.ckpt", key="decode_reference_ckpt")
-        return {"kind": "features", "path": path}
+        return ReferenceSpec("features", path=path)
     if kind == "a second run":
         others = [r for r in list_runs(limit=200) if r.id != run.id]
         if not others:
@@ -42,22 +43,21 @@ def _spec(kind: str, run: RunInfo) -> dict | None:
             return None
         labels = {r.id: run_label(r) for r in others}
         picked = st.selectbox("Run", list(labels), format_func=labels.get, key="decode_reference_run")
-        return {"kind": "run", "run_id": picked}
-    return {"kind": "target_hidden"}
+        return ReferenceSpec("run", run_id=picked)
+    return ReferenceSpec("target_hidden")
 
 
-def _show(result: dict) -> None:
+def _show(result: ReferenceResult) -> None:
     st.success(
-        f"{result['rows']} rows stored as '{md(result['reference'])}' "
-        f"({result.get('positions', '?')} positions compared)"
+        f"{result.rows} rows stored as '{md(result.reference)}' ({result.positions} positions compared)"
     )
-    if result.get("warning"):
-        st.warning(md(result["warning"]))
+    if result.warning:
+        st.warning(md(result.warning))
 
 
-def _pick_up(result: dict) -> None:
+def _pick_up(result: ReferenceResult) -> None:
     st.session_state["decode_stats_version"] = st.session_state.get("decode_stats_version", 0) + 1
-    st.session_state["decode_reference_pending"] = result["reference"]  # selected on the next run
+    st.session_state["decode_reference_pending"] = result.reference  # selected on the next run
 
 
 def reference_adder(run: RunInfo, expanded: bool) -> None:
@@ -89,5 +89,5 @@ def open_on_default(run: RunInfo, has_reference: bool) -> None:
     reference = checks.default_reference(
         run.target_path, run.draft_path, list(run.aux_hf_indices), state.db()
     )
-    if reference.get("kind") == "wiring":
+    if reference.kind == "wiring":
         st.session_state["decode_reference_task"] = tasks.start_reference(state.db(), run.id, reference)

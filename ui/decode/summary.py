@@ -45,25 +45,23 @@ def served_by_vllm(run: RunInfo, steps: list[StepRecord]) -> None:
     served = served_beside(state.db(), run)
     if served is None:
         return
-    replayed = verify_counts(steps)
-    name = served.get("engine", "vLLM")
+    replayed, counts = verify_counts(steps), served.served_per_step
+    name = served.engine
     st.subheader(f"Served by {name}")
-    step = first_difference(served["served_per_step"], replayed)
+    step = first_difference(counts, replayed)
     said = (
         "equal step for step"
         if step is None
         else f"first difference at step {step + 1}: {name} accepted "
-        f"{served['served_per_step'][step] if step < len(served['served_per_step']) else '-'}, "
+        f"{counts[step] if step < len(counts) else '-'}, "
         f"the replay {replayed[step] if step < len(replayed) else '-'}"
     )
     (st.success if step is None else st.warning)(
-        f"{name} {'launched here' if served.get('launched') else 'at ' + served['url']} (check {served['check']}"
-        + ("" if served["same_run"] else ", the same prompt and K")
+        f"{name} {'launched here' if served.launched else f'at {served.url}'} (check {served.check}"
+        + ("" if served.same_run else ", the same prompt and K")
         + f"): {said}"
     )
-    st.plotly_chart(
-        charts.served_steps(served["served_per_step"], replayed, step, name), key="decode_served_steps"
-    )
+    st.plotly_chart(charts.served_steps(counts, replayed, step, name), key="decode_served_steps")
     st.caption(
         f"Accepted drafts a per verify step: {name}'s own count (vLLM: metrics.speculative_decoding."
         "per_step_accepted; llama.cpp: its trace) beside the "

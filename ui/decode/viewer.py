@@ -7,6 +7,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from backend.diagnostics.mismatch import ChunkRow
 from backend.engine.records import StepRecord
 from backend.service import runs as stored_runs
 from backend.service.runs import RunInfo
@@ -47,11 +48,11 @@ def _move(steps: list[StepRecord], delta: int = 0, to_rejection: bool = False) -
 
 
 @st.cache_resource(show_spinner=False, max_entries=16)
-def token_stats(db_url: str, run_id: int, reference: str | None, version: int, freshness) -> list[dict]:
+def token_stats(db_url: str, run_id: int, reference: str | None, version: int, freshness) -> list[ChunkRow]:
     """Cached per run state: `freshness` (finish time, stored steps) changes while a run records and
     when it ends, so rows read mid-run are never shown for the finished run. A shared resource, not
     a copy per call (cache_data unpickles thousands of rows at every step click): read-only here."""
-    return stored_runs.token_stats(db_url, run_id, reference)
+    return [ChunkRow.from_dict(row) for row in stored_runs.token_stats(db_url, run_id, reference)]
 
 
 def _navigation(steps: list[StepRecord], current: int) -> None:
@@ -92,7 +93,7 @@ def _step_headline(run: RunInfo, step: StepRecord, current: int, count: int) -> 
     )
     if step.tree and run.resolved.topk > 1:
         what = (
-            f"accepted a path of {step.accepted_count} of the tree's {len(step.tree['tokens'])} nodes "
+            f"accepted a path of {step.accepted_count} of the tree's {len(step.tree.tokens)} nodes "
             f"(main path: {len(step.drafted_ids)} deep, {rejected}); "
         )
     elif not step.is_verify_step:
@@ -116,9 +117,9 @@ def _tokens(run: RunInfo, steps: list[StepRecord], current: int, pieces: Pieces)
     )
     st.html(CSS + legend() + chips_html(step, pieces))
     if step.tree and not run.resolved.greedy_chain:
-        expected = step.tree.get("expected_accepted")
+        expected = step.tree.expected_accepted
         st.caption(
-            TREE_CAPTION.format(nodes=len(step.tree["tokens"]))
+            TREE_CAPTION.format(nodes=len(step.tree.tokens))
             + ("" if expected is None else f" Expected accepted here: {expected:.2f}.")
         )
         st.plotly_chart(tree_figure(step.tree, step.pending_token, pieces), key="decode_tree")
@@ -133,7 +134,7 @@ def _tokens(run: RunInfo, steps: list[StepRecord], current: int, pieces: Pieces)
         st.rerun(scope="fragment")
 
 
-def _reference_rows(run: RunInfo, steps: list[StepRecord]) -> tuple[str, list[dict]]:
+def _reference_rows(run: RunInfo, steps: list[StepRecord]) -> tuple[str, list[ChunkRow]]:
     """The reference picker (the newest reference selected when the run has one) and its rows."""
     options = [NORMS] + stored_runs.token_stat_references(state.db(), run.id)
     pending = st.session_state.pop("decode_reference_pending", None)
@@ -156,11 +157,12 @@ SHORT_COLUMNS = {
 }
 
 
-def _rows_table(step: StepRecord, reference: str, rows: list[dict]) -> None:
+def _rows_table(step: StepRecord, reference: str, rows: list[ChunkRow]) -> None:
     window = set(range(step.position, step.position + step.accepted_count + 1))
-    here = [r for r in rows if r["position"] in window]
+    here = [r for r in rows if r.position in window]
     if here:
-        frame = pd.DataFrame(here).drop(columns=["reference"]).dropna(axis="columns", how="all")
+        frame = pd.DataFrame([r.to_dict() for r in here])
+        frame = frame.drop(columns=["reference"]).dropna(axis="columns", how="all")
         frame["chunk"] = frame["chunk"].map(chunk_labels(frame["chunk"]))
         frame = frame.rename(columns=SHORT_COLUMNS)
         # against a reference the comparison columns are what the row says; the fed norm alone is
@@ -191,14 +193,14 @@ def _rows_table(step: StepRecord, reference: str, rows: list[dict]) -> None:
     elif rows:
         st.caption(
             f"No rows for positions {step.position}..{step.position + step.accepted_count} under this "
-            f"reference: it covers positions {min(r['position'] for r in rows)}.."
-            f"{max(r['position'] for r in rows)}."
+            f"reference: it covers positions {min(r.position for r in rows)}.."
+            f"{max(r.position for r in rows)}."
         )
     else:
         st.caption("No rows stored under this reference.")
 
 
-def _heatmap(step: StepRecord, current: int, reference: str, rows: list[dict]) -> None:
+def _heatmap(step: StepRecord, current: int, reference: str, rows: list[ChunkRow]) -> None:
     """Page-wide, over a window of positions around the step (each column one position unless the
     window is wider than the chart's columns)."""
     value = "norm" if reference == NORMS else "cosine"
@@ -209,11 +211,11 @@ def _heatmap(step: StepRecord, current: int, reference: str, rows: list[dict]) -
     )
     if span is not None:
         centre = step.position + step.accepted_count // 2
-        rows = [r for r in rows if centre - span <= r["position"] <= centre + span]
+        rows = [r for r in rows if centre - span <= r.position <= centre + span]
     if not rows:
         st.caption("No hidden-state rows in this window.")
         return
-    positions = [r["position"] for r in rows]
+    positions = [r.position for r in rows]
     what = "norm of the fed features" if value == "norm" else f"cosine to {reference}"
     st.plotly_chart(
         charts.heatmap(

@@ -19,30 +19,29 @@ PROBE_HINT = (
 )
 
 
-def _summary(summary: dict, rows: list[dict]) -> None:
+def _summary(summary, rows: list) -> None:
     cells = st.columns(4)
-    cells[0].metric("Mean teacher acc_0", f"{summary['mean acc_0']:.3f}")
-    cells[1].metric("Mean predicted accept length", f"{summary['mean predicted accept length']:.2f}")
-    cells[2].metric("Mean live accept length", f"{summary['mean live accept length']:.2f}")
-    cells[3].metric("Live / predicted", f"{summary['live / predicted']:.2f}")
-    if summary["flagged"]:
+    cells[0].metric("Mean teacher acc_0", f"{summary.mean_acc_0:.3f}")
+    cells[1].metric("Mean predicted accept length", f"{summary.mean_predicted:.2f}")
+    cells[2].metric("Mean live accept length", f"{summary.mean_live:.2f}")
+    cells[3].metric("Live / predicted", f"{summary.live_over_predicted:.2f}")
+    if summary.flagged:
         st.error(
             f"This draft's live accept length is far below what its teacher accuracy predicts "
-            f"(mean live < {summary['flag_ratio']} x mean predicted): served, it does not see what it "
+            f"(mean live < {summary.flag_ratio} x mean predicted): served, it does not see what it "
             "was trained on. Check the wiring (Wiring probe tab) and the vocab mapping (doctor)."
         )
-    st.plotly_chart(charts.predicted_vs_live(rows, summary["flag_ratio"]), key="agreement_scatter")
+    st.plotly_chart(charts.predicted_vs_live(rows, summary.flag_ratio), key="agreement_scatter")
 
 
-def _render(result: dict) -> None:
-    frame = pd.DataFrame(result["rows"]).drop(columns=["acc_per_step"])
-    if result["summary"]["samples"]:
-        _summary(result["summary"], result["rows"])
+def _render(result) -> None:
+    """`result`: the agreement job's Agreement (backend/diagnostics/agreement.py)."""
+    frame = pd.DataFrame([row.to_dict() for row in result.rows]).drop(columns=["acc_per_step"])
+    if result.summary.samples:
+        _summary(result.summary, result.rows)
     st.dataframe(frame, hide_index=True, key="agreement_table")
     flagged = int(frame["flagged"].sum())
-    (st.warning if flagged else st.info)(
-        f"{flagged} of {len(frame)} samples flagged. {result['definition']}."
-    )
+    (st.warning if flagged else st.info)(f"{flagged} of {len(frame)} samples flagged. {result.definition}.")
     if not flagged:
         st.info(
             "Without a claimed training wiring, teacher-forced and live acceptance both use the declared "

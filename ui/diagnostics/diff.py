@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from backend.diagnostics.mismatch import is_mismatch
+from backend.diagnostics.mismatch import TrainServeResult
 from backend.service import tasks
 from ui import charts, state
 from ui.html import CSS, mismatch_html
@@ -13,31 +13,32 @@ from ui.taskview import task_panel
 from ui.tokens import Pieces
 
 
-def _first_mismatch(result: dict, pieces: Pieces) -> None:
-    first = result["first_mismatch"]
+def _first_mismatch(result: TrainServeResult, pieces: Pieces) -> None:
+    first = result.first_mismatch
     if first is None:
         st.success("Serving features equal the training features at every token and chunk.")
         return
-    token = result["input_ids"][first["position"]]
+    token = result.input_ids[first.position]
     st.error(
-        f"First mismatch: {first['chunk']} at token {first['position']} ({pieces(token)!r}): cosine "
-        f"{first['cosine']:.3f}, norm ratio {first['norm_ratio']:.2f}."
+        f"First mismatch: {first.chunk} at token {first.position} ({pieces(token)!r}): cosine "
+        f"{first.cosine:.3f}, norm ratio {first.norm_ratio:.2f}."
     )
 
 
-def _render(result: dict) -> None:
-    pieces = Pieces(result["target"])
+def _render(result: TrainServeResult) -> None:
+    pieces = Pieces(result.target)
     _first_mismatch(result, pieces)
     st.caption(
         "Tokens of the feature file: red where a chunk mismatches (hover for each chunk's cosine and norm ratio)"
     )
-    st.html(CSS + mismatch_html(result["input_ids"], result["rows"], pieces, is_mismatch))
+    st.html(CSS + mismatch_html(result.input_ids, result.rows, pieces))
     st.markdown(
-        f"Serving feeds HF **{result['serving_aux_hf_indices']}**; the stored training chunks equal HF "
-        f"**{result['training_aux_hf_indices']}** (None = no layer matches)."
+        f"Serving feeds HF **{result.serving_aux_hf_indices}**; the stored training chunks equal HF "
+        f"**{result.training_aux_hf_indices}** (None = no layer matches)."
     )
-    st.dataframe(pd.DataFrame(result["training_chunk_matches"]), hide_index=True, key="diff_matches")
-    st.dataframe(pd.DataFrame(result["summary"]), hide_index=True, key="diff_summary")
+    matches = [m.to_dict() for m in result.training_chunk_matches]
+    st.dataframe(pd.DataFrame(matches), hide_index=True, key="diff_matches")
+    st.dataframe(pd.DataFrame([s.to_dict() for s in result.summary]), hide_index=True, key="diff_summary")
     auto = st.toggle("Auto colour range", key="diff_auto", help="Off: the scales are fixed by meaning.")
     left, right = st.columns(2)
     for column, value, title, key in (
@@ -45,9 +46,9 @@ def _render(result: dict) -> None:
         (right, "norm_ratio", "norm ratio |serve| / |train|", "diff_ratio"),
     ):
         column.plotly_chart(
-            charts.heatmap(result["rows"], value, title, result["chunk_names"], auto_range=auto), key=key
+            charts.heatmap(result.rows, value, title, result.chunk_names, auto_range=auto), key=key
         )
-    st.caption("; ".join(f"{k}: {v}" for k, v in result["definitions"].items()))
+    st.caption("; ".join(f"{k}: {v}" for k, v in result.definitions.items()))
 
 
 def diff_tab() -> None:

@@ -14,31 +14,32 @@ from ui.tables import engine_readings as engine_table
 from ui.taskview import task_panel
 
 
-def _render(result: dict) -> None:
-    report = result["preflight"]
+def _render(result) -> None:
+    """`result`: the doctor's answer (backend/diagnostics/doctor.py DoctorResult)."""
+    report = result.preflight
     stale = stale_note(result)
     if stale:
         st.caption(stale)
     st.markdown(
-        f"Preflight: **{'passed' if report['ok'] else 'FAILED'}** · declared aux HF indices "
-        f"{report['aux_hf_indices']} ({md(report.get('wiring_source', ''))})"
+        f"Preflight: **{'passed' if report.ok else 'FAILED'}** · declared aux HF indices "
+        f"{report.aux_hf_indices} ({md(report.wiring_source)})"
     )
-    st.dataframe(pd.DataFrame(report["checks"]), hide_index=True, key="doctor_checks")
-    if report.get("engines"):
+    st.dataframe(pd.DataFrame([c.to_dict() for c in report.checks]), hide_index=True, key="doctor_checks")
+    if report.engines:
         st.markdown("**How each engine reads this draft**")
         engine_table(report, key="doctor_engines")
-    if "coverage" in result:
-        cover = result["coverage"]
+    cover = result.coverage
+    if cover is not None:
         left, right = st.columns(2)
-        left.metric("Vocab coverage, all tokens", f"{cover['all_tokens']:.1%}", help=cover["definition"])
+        left.metric("Vocab coverage, all tokens", f"{cover.all_tokens:.1%}", help=cover.definition)
         right.metric(
             "Vocab coverage, loss-masked tokens",
-            f"{(cover['loss_masked_tokens'] or 0):.1%}",
-            help=cover["definition"],
+            f"{(cover.loss_masked_tokens or 0):.1%}",
+            help=cover.definition,
         )
-    if "mapping_comparison" in result:
-        comparison = result["mapping_comparison"]
-        (st.warning if comparison.get("regenerated") else st.info)(comparison["message"])
+    comparison = result.mapping_comparison
+    if comparison is not None:
+        (st.warning if comparison.regenerated else st.info)(comparison.message)
 
 
 def doctor_tab() -> None:

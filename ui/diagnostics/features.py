@@ -8,7 +8,7 @@ import streamlit as st
 
 from backend import BadInput
 from backend.service import tasks
-from backend.service.feature_check import DEFINITION, parse_responses, read_responses
+from backend.service.feature_check import DEFINITION, FeatureCheck, parse_responses, read_responses
 from ui import state
 from ui.html import md
 from ui.taskview import task_panel
@@ -22,35 +22,32 @@ INTRO = (
 )
 
 
-def _render(result: dict) -> None:
-    (st.success if result["fed_as_trained"] else st.error)(md(result["verdict"]))
+def _render(result: FeatureCheck) -> None:
+    (st.success if result.fed_as_trained else st.error)(md(result.verdict))
+    trained = result.trained_hf
     rows = [
         {
-            "slot": s["slot"],
-            "fed (HF index)": "none" if s["best"] is None else s["best"],
-            "trained (HF index)": result["trained_hf"][s["slot"]]
-            if s["slot"] < len(result["trained_hf"])
-            else None,
-            "cosine": f"{s['cosine']:.4f}",
-            "norm ratio": f"{s['norm_ratio']:.3f}",
-            "runner-up": f"HF {s['runner_up']['hf_index']} ({s['runner_up']['cosine']:.4f})"
-            if s["runner_up"]
-            else "",
+            "slot": s.slot,
+            "fed (HF index)": "none" if s.best is None else s.best,
+            "trained (HF index)": trained[s.slot] if s.slot < len(trained) else None,
+            "cosine": f"{s.cosine:.4f}",
+            "norm ratio": f"{s.norm_ratio:.3f}",
+            "runner-up": f"HF {s.runner_up.hf_index} ({s.runner_up.cosine:.4f})" if s.runner_up else "",
         }
-        for s in result["slots"]
+        for s in result.slots
     ]
     st.dataframe(pd.DataFrame(rows), hide_index=True, key="features_slots")
     st.caption(
-        f"SGLang reads this draft's config as HF {result['sglang_reads_hf']}; trained on HF {result['trained_hf']}. "
+        f"SGLang reads this draft's config as HF {result.sglang_reads_hf}; trained on HF {trained}. "
         + md(DEFINITION)
     )
-    if result["note"]:
-        st.warning(md(result["note"]))
+    if result.note:
+        st.warning(md(result.note))
     st.dataframe(
         pd.DataFrame(
             [
-                {"response": r["response"], "layout": r["layout"], "rows compared": r["rows_compared"]}
-                for r in result["requests"]
+                {"response": r.response, "layout": r.layout, "rows compared": r.rows_compared}
+                for r in result.requests
             ]
         ),
         hide_index=True,

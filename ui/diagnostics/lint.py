@@ -11,6 +11,8 @@ from ui import state
 from ui.diagnostics.common import show_finding
 from ui.html import md
 
+ENGINE_NAMES = {"sglang": "SGLang", "vllm": "vLLM", "llamacpp": "llama.cpp"}
+
 
 def _example(engine: str) -> str:
     if engine == "SGLang":
@@ -30,32 +32,31 @@ def _example(engine: str) -> str:
     )
 
 
-def _recommended(report: dict) -> None:
+def _recommended(report) -> None:
     """The command with every fix the findings make on it, above the findings it comes from."""
-    if not report.get("recommended_command"):
+    if not report.recommended_command:
         return
     st.markdown("**Recommended command**: yours with the fixes below applied")
-    st.code(report["recommended_command"], language="bash", wrap_lines=True)
-    notes = ["applies " + ", ".join(f"`{code}`" for code in report["recommended_applies"])]
-    if report["recommended_leaves"]:
+    st.code(report.recommended_command, language="bash", wrap_lines=True)
+    notes = ["applies " + ", ".join(f"`{code}`" for code in report.recommended_applies)]
+    if report.recommended_leaves:
         notes.append(
             "outside the command (the draft's files, the requests): "
-            + ", ".join(f"`{code}`" for code in report["recommended_leaves"])
+            + ", ".join(f"`{code}`" for code in report.recommended_leaves)
         )
     st.caption("; ".join(notes) + ".")
 
 
-def _render(report: dict, trained) -> None:
-    if not report["findings"]:
+def _render(report, trained) -> None:
+    """`report`: the lint's LintResult (backend/diagnostics/lint.py)."""
+    if not report.findings:
         st.success("No findings.")
     _recommended(report)
-    for finding in report["findings"]:
+    for finding in report.findings:
         show_finding(finding)
-    if report["effective_flags"]:
-        engine = {"sglang": "SGLang", "vllm": "vLLM", "llamacpp": "llama.cpp"}.get(
-            report["engine"], report["engine"]
-        )
-        st.caption(f"{engine} will run: `{report['effective_flags']}`")
+    if report.effective_flags:
+        engine = ENGINE_NAMES.get(report.engine, report.engine)
+        st.caption(f"{engine} will run: `{report.effective_flags}`")
     if trained:
         st.caption(
             "Wiring findings use the layers the wiring probe found this draft trained on: "

@@ -13,34 +13,35 @@ from ui.pickers import first_samples
 from ui.taskview import task_panel
 
 
-def _render(report: dict) -> None:
-    (st.success if report["confirmed"] else st.error)(report["verdict"])
+def _render(report) -> None:
+    """`report`: a wiring probe's ProbeResult (backend/diagnostics/probe_settings.py)."""
+    (st.success if report.confirmed else st.error)(report.verdict)
     table = pd.DataFrame(
         [
             {
-                "HF indices": str(c["aux_hf_indices"]),
-                "acc_0": c["acc_step0"],
-                "mean p(target token)": c.get("mean_prob"),
-                "predicted accept length": c["predicted_accept_length"],
-                "live accept length": c["live_accept_length"],
-                "why tried": c["label"],
+                "HF indices": str(c.aux_hf_indices),
+                "acc_0": c.acc_step0,
+                "mean p(target token)": c.mean_prob,
+                "predicted accept length": c.predicted_accept_length,
+                "live accept length": c.live_accept_length,
+                "why tried": c.label,
             }
-            for c in report["candidates"]
+            for c in report.candidates
         ]
     )
     st.dataframe(table, hide_index=True, key="probe_table")
     st.caption(
-        f"{len(report['candidates'])} candidates on {report['n_samples']} samples in "
-        f"{report['seconds']:.1f} s. acc_0: teacher-forced top-1 accuracy at TTT step 0; mean p(target "
+        f"{len(report.candidates)} candidates on {report.n_samples} samples in "
+        f"{report.seconds:.1f} s. acc_0: teacher-forced top-1 accuracy at TTT step 0; mean p(target "
         "token): the probability the draft gives the target's greedy token there; two wirings are told "
         "apart when both are lower for one in a paired comparison over the samples (t >= 2.5); predicted "
         "accept length = 1 + sum_k prod_(j<=k) acc_j, for the reported wirings."
     )
-    if report["config"] is None:  # tied: the verdict above says how to separate them; nothing to paste
+    if report.config is None:  # tied: the verdict above says how to separate them; nothing to paste
         return
     st.code(
-        f"# SGLang (draft config.json)\n{json.dumps(report['config']['sglang'])}\n"
-        f"# vLLM (draft config.json)\n{json.dumps(report['config']['vllm'])}",
+        f"# SGLang (draft config.json)\n{json.dumps(report.config.sglang)}\n"
+        f"# vLLM (draft config.json)\n{json.dumps(report.config.vllm)}",
         language="json",
     )
 
@@ -61,34 +62,31 @@ def probe_tab() -> None:
         st.session_state["probe_task"] = tasks.start_probe(
             state.target_path(), state.draft_path(), samples, steps, budget, live
         )
-    elif (
-        known and "candidates" in known and "probe_task" not in st.session_state
-    ):  # measured already: show it
+    elif known and known.candidates and "probe_task" not in st.session_state:  # measured already: show it
         _reused(known, wanted)
     task_panel(
         "probe_task",
         _render,
-        on_finish=lambda report: checks.remember_probe(report["target"], report["draft"], report, state.db()),
+        on_finish=lambda report: checks.remember_probe(report.target, report.draft, report, state.db()),
         adopt="probe",
     )
 
 
-def _reused(known: dict, wanted: dict) -> None:
-    """The stored probe of this pair, and whether it answers the settings on screen."""
-    ran = known.get("settings") or {}
+def _reused(known, wanted) -> None:
+    """The stored probe of this pair (a ProbeResult), and whether it answers the settings on screen
+    (`wanted`: probe_settings.SettingsUsed)."""
+    ran = known.settings
     names = {"num_steps": "K", "search_budget": "search budget", "live_samples": "live replays"}
     differ = [
-        f"{label} {ran.get(key)} (here {wanted[key]})"
-        for key, label in names.items()
-        if ran.get(key) != wanted[key]
+        f"{label} {getattr(ran, name)} (here {getattr(wanted, name)})"
+        for name, label in names.items()
+        if getattr(ran, name) != getattr(wanted, name)
     ]
-    if ran.get("sample_keys") != wanted["sample_keys"]:
-        differ.append(
-            f"{len(ran.get('sample_keys') or [])} other samples (here {len(wanted['sample_keys'])})"
-        )
-    source = known.get("ran_by", "an earlier run")
+    if ran.sample_keys != wanted.sample_keys:
+        differ.append(f"{len(ran.sample_keys or [])} other samples (here {len(wanted.sample_keys)})")
+    source = known.ran_by or "an earlier run"
     st.info(
-        f"Shown: the probe {source} ran on this pair in {known.get('seconds', 0):.0f} s"
+        f"Shown: the probe {source} ran on this pair in {known.seconds:.0f} s"
         + (
             " with these settings and samples; nothing to re-run."
             if not differ

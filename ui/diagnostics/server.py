@@ -40,35 +40,35 @@ def _texts(pasted: str, upload, location: str, earlier: str) -> list[tuple[str, 
     return [(earlier, "earlier pasted scrape"), *texts] if earlier.strip() else texts
 
 
-def _render(result: dict) -> None:
-    replay = result["replay"]
+def _render(result: observations.ServerComparison) -> None:
+    replay = result.replay
     c1, c2, c3 = st.columns(3)
     c1.metric(
         "Server accept length",
-        "n/a" if result["accept_length"] is None else f"{result['accept_length']:.2f}",
-        help=result["definition"],
+        "n/a" if result.accept_length is None else f"{result.accept_length:.2f}",
+        help=result.definition,
     )
     c2.metric(
-        f"Replay accept length (K={result['num_steps']})",
-        "n/a" if replay["accept_length"] is None else f"{replay['accept_length']:.2f}",
-        help=f"{ACCEPT_LENGTH_HELP}; pooled over {replay['runs']} finished replays of the active draft",
+        f"Replay accept length (K={result.num_steps})",
+        "n/a" if replay.accept_length is None else f"{replay.accept_length:.2f}",
+        help=f"{ACCEPT_LENGTH_HELP}; pooled over {replay.runs} finished replays of the active draft",
     )
-    c3.metric("Observation", f"#{result['observation_id']}", help=result["source"])
-    (st.warning if "suspect" in result["verdict"] else st.info)(result["verdict"])
-    if result.get("settings"):
+    c3.metric("Observation", f"#{result.observation_id}", help=result.source)
+    (st.warning if "suspect" in result.verdict else st.info)(result.verdict)
+    if result.settings:
         st.caption("Settings the server ran with (after its own rewrites):")
-        st.dataframe(pd.DataFrame([result["settings"]]), hide_index=True, key="server_settings")
+        st.dataframe(pd.DataFrame([result.settings]), hide_index=True, key="server_settings")
     series = {}
-    if result.get("per_position"):
-        series["server P(a >= i)"] = result["per_position"]
-    if replay.get("per_position_marginal"):
-        series["replay P(a >= i)"] = replay["per_position_marginal"]
+    if result.per_position:
+        series["server P(a >= i)"] = result.per_position
+    if replay.per_position_marginal:
+        series["replay P(a >= i)"] = replay.per_position_marginal
     if series:
         st.plotly_chart(
             charts.acceptance_bars(series, "Per-position acceptance, server vs replay"),
             key="server_positions",
         )
-    for finding in result["lint"]:
+    for finding in result.lint:
         show_finding(finding, with_fix=False)
 
 
@@ -94,10 +94,10 @@ def server_tab() -> None:
                 state.db(), engine_key, texts, state.draft_path(), state.target_path()
             )
         except BadInput as error:
-            st.session_state["server_result"] = {"error": str(error)}
+            st.session_state["server_result"] = str(error)  # the message, shown instead of a result
     result = st.session_state.get("server_result")
-    if result and "error" in result:
-        st.error(result["error"])
+    if isinstance(result, str):
+        st.error(result)
     elif result:
         _render(result)
     st.divider()

@@ -36,7 +36,8 @@ def diagnose_section() -> None:
     )
 
 
-def _keep_probe(result: dict) -> None:
-    """Diagnose's wiring probe, kept for the probe tab and the lint (issue 43 row 4)."""
-    if result.get("probe"):
-        checks.remember_probe(result["target"], result["draft"], result["probe"], state.db())
+def _keep_probe(result) -> None:
+    """Diagnose's wiring probe (of its DiagnosisResult), kept for the probe tab and the lint (issue 43
+    row 4)."""
+    if result.probe:
+        checks.remember_probe(result.target, result.draft, result.probe, state.db())

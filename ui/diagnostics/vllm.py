@@ -11,7 +11,7 @@ import streamlit as st
 
 from backend import BadInput
 from backend.service import tasks
-from backend.service.engine_check import DEFINITION, EngineCheckSettings
+from backend.service.engine_check import DEFINITION, EngineCheck, EngineCheckSettings
 from backend.service.llamacpp_server import llamacpp_dir
 from backend.service.served_engines import TITLES, ServerOptions
 from backend.service.vllm_server import DEFAULT_PYTHON
@@ -34,48 +34,44 @@ READINGS = {
     "vllm-v2": "vLLM 0.32, V2 runner (the GPU default)",
     "llamacpp": "llama.cpp (llama-server, --spec-type draft-eagle3)",
 }
-ENGINE_READINGS = {"vllm": ["vllm", "vllm-v2"], "llamacpp": ["llamacpp"]}
+ENGINE_READINGS = {"vllm": ("vllm", "vllm-v2"), "llamacpp": ("llamacpp",)}
 
 
-def _render(result: dict) -> None:
-    equal = result["equal_prompts"] == result["prompts"]
-    name = TITLES.get(result.get("engine", "vllm"), "vLLM")
-    (st.success if equal else st.warning)(result["headline"])
-    launched = result.get("launched") or {}
-    if launched.get("converter_layers_line"):
-        st.caption("llama.cpp's converter: " + html.escape(launched["converter_layers_line"]))
-    if launched.get("aux_layers_line"):
+def _render(result: EngineCheck) -> None:
+    equal = result.equal_prompts == result.prompts
+    name = TITLES.get(result.engine, "vLLM")
+    (st.success if equal else st.warning)(result.headline)
+    launched = result.launched
+    if launched and launched.converter_layers_line:
+        st.caption("llama.cpp's converter: " + html.escape(launched.converter_layers_line))
+    if launched and launched.aux_layers_line:
         st.caption(
             f"{name}'s log: "
-            + html.escape(launched["aux_layers_line"].split("]")[-1].strip())
-            + f" · ready in {launched['seconds_to_ready']:.0f} s"
+            + html.escape(launched.aux_layers_line.split("]")[-1].strip())
+            + f" · ready in {launched.seconds_to_ready:.0f} s"
         )
-    st.caption(
-        f"Replayed as {READINGS.get(result['reading'], result['reading'])} with HF {result['wiring']}."
-    )
+    st.caption(f"Replayed as {READINGS.get(result.reading, result.reading)} with HF {result.wiring}.")
     rows = []
-    for r in result["rows"]:
-        d = r["first_difference"]
+    for r in result.rows:
+        d = r.first_difference
         rows.append(
             {
-                "prompt": r["prompt"],
-                f"{name} accept length": r["served_accept_length"],
-                "replay accept length": r["replay_accept_length"],
-                f"steps ({name} / replay)": f"{r['served_steps']} / {r['replay_steps']}",
+                "prompt": r.prompt,
+                f"{name} accept length": r.served_accept_length,
+                "replay accept length": r.replay_accept_length,
+                f"steps ({name} / replay)": f"{r.served_steps} / {r.replay_steps}",
                 "per-step counts": "equal step for step"
                 if d is None
-                else f"differ from step {d['step']} ({name} {d['served']}, replay {d['replay']})",
-                "same tokens": r["same_tokens"],
-                "replay run": r["replay_run"],
+                else f"differ from step {d.step} ({name} {d.served}, replay {d.replay})",
+                "same tokens": r.same_tokens,
+                "replay run": r.replay_run,
             }
         )
     st.dataframe(pd.DataFrame(rows), hide_index=True, key="vllm_check_table")
-    if result.get("explained_by"):
-        e = result["explained_by"]
-        st.info(f"{name} ran HF {e['aux_hf_indices']} ({e['why']}): a replay with that wiring reproduces it.")
-    st.caption(
-        f"{DEFINITION}. Kept in {result['folder']} (responses.jsonl is readable by observe --requests)."
-    )
+    if result.explained_by:
+        e = result.explained_by
+        st.info(f"{name} ran HF {e.aux_hf_indices} ({e.why}): a replay with that wiring reproduces it.")
+    st.caption(f"{DEFINITION}. Kept in {result.folder} (responses.jsonl is readable by observe --requests).")
 
 
 def vllm_tab() -> None:

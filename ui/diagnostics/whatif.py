@@ -9,7 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from backend import BadInput
-from backend.diagnostics.whatif import MODEL, TREE_MODEL, predict, predict_tree
+from backend.diagnostics.whatif import MODEL, TREE_MODEL, WhatIfRow, predict, predict_tree
 from backend.engine.records import verify_counts
 from backend.service import tasks
 from backend.service.runs import RunInfo
@@ -48,12 +48,12 @@ def _tree_prediction(steps, shape: tuple[int, int, int], tokens_given: bool):
     return guess
 
 
-def _keep_measurement(result: dict) -> None:
+def _keep_measurement(result) -> None:
+    """`result`: the replay's ReplayResult (backend/service/tasks.py)."""
     checked_run, checked, _ = st.session_state.get("whatif_pending", (None, None, None))
     if checked_run is not None and checked[1] == 1:  # chains join the chart at their K
-        st.session_state.setdefault("whatif_measured", {}).setdefault(checked_run, {})[checked[0]] = result[
-            "mean_accept_length"
-        ]
+        measured = st.session_state.setdefault("whatif_measured", {}).setdefault(checked_run, {})
+        measured[checked[0]] = result.mean_accept_length
 
 
 def _check_replay(run: RunInfo, shape: tuple[int, int, int], tokens: int, predicted) -> None:
@@ -79,7 +79,7 @@ def _check_replay(run: RunInfo, shape: tuple[int, int, int], tokens: int, predic
     )
 
 
-def _checker(run: RunInfo, steps, rows: list[dict]) -> None:
+def _checker(run: RunInfo, steps, rows: list[WhatIfRow]) -> None:
     st.markdown("**Check with a real replay** (SGLang's flags; topk 1 is a chain of K)")
     num_steps = run.resolved.num_steps
     w1, w2, w3 = st.columns(3)
@@ -94,16 +94,16 @@ def _checker(run: RunInfo, steps, rows: list[dict]) -> None:
         predicted = (
             guess.predicted_accept_length
             if guess is not None
-            else next((r["predicted_accept_length"] for r in rows if r["num_steps"] == other_k), None)
+            else next((r.predicted_accept_length for r in rows if r.num_steps == other_k), None)
         )
         _check_replay(run, shape, tokens, predicted)
 
-    def show(result: dict) -> None:
+    def show(result) -> None:
         checked_run, checked, predicted = st.session_state.get("whatif_pending", (None, None, None))
-        if checked_run == run.id and result["mean_accept_length"] is not None:
+        if checked_run == run.id and result.mean_accept_length is not None:
             st.success(
                 f"steps {checked[0]}, topk {checked[1]}, N {checked[2]}: measured accept length "
-                f"{result['mean_accept_length']:.2f} (run {result['run_id']})"
+                f"{result.mean_accept_length:.2f} (run {result.run_id})"
                 + ("" if predicted is None else f", predicted {predicted:.2f}")
             )
 
@@ -127,12 +127,12 @@ def whatif_tab() -> None:
     num_steps = run.resolved.num_steps
     counts = verify_counts(steps)
     draft_ms, verify_ms = run.measured.draft_ms_total, run.measured.verify_ms_total
-    rows = [r.to_dict() for r in predict(counts, num_steps, draft_ms, verify_ms)]
+    rows = predict(counts, num_steps, draft_ms, verify_ms)
     measured = {
         num_steps: run.measured.mean_accept_length,
         **st.session_state.get("whatif_measured", {}).get(run_id, {}),
     }
     st.plotly_chart(charts.whatif(rows, measured), key="whatif_chart")
-    st.dataframe(pd.DataFrame(rows), hide_index=True, key="whatif_table")
+    st.dataframe(pd.DataFrame([r.to_dict() for r in rows]), hide_index=True, key="whatif_table")
     st.caption(f"Model: {MODEL}. {ACCEPT_LENGTH_HELP}. 'extrapolated' rows reuse the last measured rate.")
     _checker(run, steps, rows)
