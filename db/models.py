@@ -150,3 +150,17 @@ class WiringProbeRow(Base):
     draft_path: Mapped[str] = mapped_column(Text)
     draft_stamp: Mapped[list] = mapped_column(JSON, default=list)
     report: Mapped[dict] = mapped_column(JSON, default=dict)
+
+
+class VerdictRow(Base):
+    """A finished `diagnose` verdict (backend/diagnostics/diagnose.py) of one draft on one target, kept
+    so that a reload or a later server shows it, labelled with when it ran; `draft_stamp` as for the
+    probes (a verdict on a since-changed draft is not shown)."""
+
+    __tablename__ = "verdicts"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(default=utc_now)
+    target_path: Mapped[str] = mapped_column(Text)
+    draft_path: Mapped[str] = mapped_column(Text)
+    draft_stamp: Mapped[list] = mapped_column(JSON, default=list)
+    result: Mapped[dict] = mapped_column(JSON, default=dict)

@@ -1,11 +1,14 @@
-"""Finished wiring probes, kept per (target, draft) with the draft's file stamp when it ran."""
+"""Finished wiring probes and diagnose verdicts, kept per (target, draft) with the draft's file stamp
+when they ran."""
 
 from __future__ import annotations
+
+from datetime import datetime
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from db.models import WiringProbeRow
+from db.models import VerdictRow, WiringProbeRow
 
 
 def add_probe(session: Session, target_path: str, draft_path: str, draft_stamp: list, report: dict) -> int:
@@ -27,3 +30,27 @@ def largest_probe(session: Session, target_path: str, draft_path: str, draft_sta
     )
     kept = [dict(row.report or {}) for row in rows if list(row.draft_stamp or []) == list(draft_stamp)]
     return max(kept, key=lambda report: report.get("n_samples") or 0) if kept else None
+
+
+def add_verdict(session: Session, target_path: str, draft_path: str, draft_stamp: list, result: dict) -> int:
+    row = VerdictRow(
+        target_path=target_path, draft_path=draft_path, draft_stamp=list(draft_stamp), result=result
+    )
+    session.add(row)
+    session.flush()
+    return row.id
+
+
+def newest_verdict(
+    session: Session, target_path: str, draft_path: str, draft_stamp: list
+) -> tuple[dict, datetime] | None:
+    """The newest verdict of this pair on the draft's files as they are now, with when it was kept."""
+    rows = session.scalars(
+        select(VerdictRow)
+        .where(VerdictRow.target_path == target_path, VerdictRow.draft_path == draft_path)
+        .order_by(VerdictRow.id.desc())
+    )
+    for row in rows:
+        if list(row.draft_stamp or []) == list(draft_stamp):
+            return dict(row.result or {}), row.created_at
+    return None

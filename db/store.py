@@ -32,7 +32,7 @@ from db.observations import (
     remember_checkpoint,
     remembered_checkpoints,
 )
-from db.probes import add_probe, largest_probe
+from db.probes import add_probe, add_verdict, largest_probe, newest_verdict
 from db.runs import (
     NO_INPUT,
     STALE_AFTER_S,
@@ -61,6 +61,8 @@ from db.runs import (
 
 __all__ = [
     "add_probe",
+    "add_verdict",
+    "newest_verdict",
     "largest_probe",
     "sample_datasets",
     "sample_sources",

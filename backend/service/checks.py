@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from functools import lru_cache
 from pathlib import Path
 
+from backend.diagnostics.findings import DiagnosisResult
 from backend.diagnostics.lint import LintResult
 from backend.diagnostics.probe_settings import ProbeResult, ProbeSettings, SettingsUsed
 from backend.engine.engine_table import EngineReadings
@@ -198,6 +201,63 @@ def remember_probe(target_path: str, draft_path: str, report: ProbeResult, db_ur
             store.add_probe(session, *key, drafted, report.to_dict())
     except (BadInput, SQLAlchemyError):
         pass
+
+
+@dataclass(frozen=True)
+class KeptVerdict:
+    """A finished verdict of this pair and when it was reached (pages label it with that time)."""
+
+    result: DiagnosisResult
+    kept_at: datetime
+
+
+_VERDICTS: dict[tuple[str, str], tuple[list, KeptVerdict]] = {}
+
+
+def remember_verdict(result: DiagnosisResult, db_url: str | None = None) -> None:
+    """Keep a finished `diagnose` verdict as a probe is kept (issue 58 row 10: a reload lost a verdict
+    that took minutes): in this server, and in the database when it can be written."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from backend import BadInput
+    from backend.service.database import open_database
+    from db import store
+
+    key, drafted = _pair_key(result.target, result.draft), _draft_stamp(result.draft)
+    _VERDICTS[key] = (drafted, KeptVerdict(result, datetime.now(UTC)))
+    if db_url is None:
+        return
+    try:
+        with store.session_scope(open_database(db_url).factory) as session:
+            store.add_verdict(session, *key, drafted, result.to_dict())
+    except (BadInput, SQLAlchemyError):
+        pass
+
+
+def known_verdict(target_path: str, draft_path: str, db_url: str | None = None) -> KeptVerdict | None:
+    """The newest verdict of this pair on the draft's files as they are now (this server's, else the
+    database's); None when none was reached or the draft changed since."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from backend import BadInput
+    from backend.service.database import open_database
+    from db import store
+
+    key, drafted = _pair_key(target_path, draft_path), _draft_stamp(draft_path)
+    stamped, kept = _VERDICTS.get(key, (None, None))
+    if kept is not None and stamped == drafted:
+        return kept
+    if db_url is None:
+        return None
+    try:
+        with store.session_scope(open_database(db_url).factory) as session:
+            stored = store.newest_verdict(session, *key, drafted)
+        if stored is None:
+            return None
+        result, when = stored
+        return KeptVerdict(DiagnosisResult.from_dict(result), when.replace(tzinfo=when.tzinfo or UTC))
+    except (BadInput, SQLAlchemyError, TypeError, ValueError, AttributeError):
+        return None
 
 
 def probe_settings(num_steps: int, budget: int, live: int, samples: list) -> SettingsUsed:

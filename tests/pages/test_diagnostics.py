@@ -69,6 +69,11 @@ def test_the_cheap_verdict_on_miswired_is_diagnose_s_and_asks_for_what_sees_the_
     ok(diagnostics.button(key="lint_run").click().run())
     findings = " ".join(e.value for e in diagnostics.error)
     assert "aux-ids-not-trained" in findings and str(declared) not in findings.split("Fix:")[-1]
+    # issue 58 row 10: the doctor says what the kept probe found beside preflight's wiring check
+    ok(diagnostics.button(key="doctor_run").click().run())
+    diagnostics = ok(finish(diagnostics, "doctor_task"))
+    said = " ".join(e.value for e in diagnostics.error)
+    assert f"rejects the declared HF {declared}: the draft was trained on HF {trained}" in said
 
 
 def test_diagnose_on_the_page_is_the_cli_s_verdict(db):
@@ -117,6 +122,15 @@ def test_diagnose_on_the_page_is_the_cli_s_verdict(db):
     # row 12: titles cut at a word end with an ellipsis; evidence is a table, not JSON
     assert all(label.endswith("…") or len(label) < 150 for label in labels)
     assert not any('"evidence"' in c.value or c.value.startswith("{\n") for c in diagnostics.code)
+    # issue 58 row 10: a reload (a new session) shows the verdict kept, labelled with when it was reached;
+    # from the database too, as a later server would
+    from backend.service import checks
+
+    checks._VERDICTS.clear()
+    reloaded = ok(page("4_Diagnostics").run())
+    ok(reloaded.selectbox(key="sidebar_draft").set_value("miswired").run())
+    again = " ".join(e.value for e in reloaded.error).replace("\\", "")
+    assert f"**Broken**: {expected['headline'][:60]}" in again and "Kept from " in again
 
 
 def test_the_server_tab_names_the_slot_the_server_fed(db, tmp_path):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from backend.service import tasks
+from backend.service import checks, tasks
 from ui import state
 from ui.diagnostics.common import stale_note
 from ui.html import md
@@ -24,6 +24,7 @@ def _render(result) -> None:
         f"Preflight: **{'passed' if report.ok else 'FAILED'}** · declared aux HF indices "
         f"{report.aux_hf_indices} ({md(report.wiring_source)})"
     )
+    _probe_answer(result)
     st.dataframe(pd.DataFrame([c.to_dict() for c in report.checks]), hide_index=True, key="doctor_checks")
     if report.engines:
         st.markdown("**How each engine reads this draft**")
@@ -40,6 +41,22 @@ def _render(result) -> None:
     comparison = result.mapping_comparison
     if comparison is not None:
         (st.warning if comparison.regenerated else st.info)(comparison.message)
+
+
+def _probe_answer(result) -> None:
+    """The wiring a kept probe found, beside preflight's wiring check (issue 58 row 10: the doctor said
+    "wiring: pass" while the lint on the same page used a probe that rejected it)."""
+    found = checks.trained_wirings(result.target, result.draft, state.db())
+    declared = list(result.preflight.aux_hf_indices)
+    if not found or found[0] == declared:
+        return
+    others = [w for w in found[1:] if w != declared]
+    st.error(
+        f"Wiring: the kept wiring probe rejects the declared HF {declared}: the draft was trained on HF "
+        f"{found[0]}"
+        + (f" (or {', '.join(f'HF {w}' for w in others)}: not told apart on its samples)" if others else "")
+        + ". Preflight's wiring check below says only that the declared indices exist in the target."
+    )
 
 
 def doctor_tab() -> None:

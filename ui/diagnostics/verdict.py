@@ -31,13 +31,23 @@ def diagnose_section() -> None:
     task_panel(
         "diagnose_task",
         lambda result: show_diagnosis(result, stale_note(result)),
-        on_finish=_keep_probe,
+        on_finish=_keep,
         adopt="diagnose",
     )
+    if "diagnose_task" not in st.session_state:  # a reload, or a new session: the verdict kept
+        kept = checks.known_verdict(state.target_path(), state.draft_path(), state.db())
+        if kept is not None:
+            when = kept.kept_at.astimezone().strftime("%Y-%m-%d %H:%M")
+            show_diagnosis(
+                kept.result,
+                f"Kept from {when}: the last verdict reached on this pair (its files unchanged since); "
+                "press Diagnose to reach it again.",
+            )
 
 
-def _keep_probe(result) -> None:
-    """Diagnose's wiring probe (of its DiagnosisResult), kept for the probe tab and the lint (issue 43
-    row 4)."""
+def _keep(result) -> None:
+    """A finished verdict kept for a reload or a later server (issue 58 row 10), and its wiring probe
+    for the probe tab and the lint (issue 43 row 4)."""
+    checks.remember_verdict(result, state.db())
     if result.probe:
         checks.remember_probe(result.target, result.draft, result.probe, state.db())
