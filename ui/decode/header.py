@@ -90,7 +90,11 @@ def summary(run: RunInfo, steps: list[StepRecord]) -> None:
         sum(s.is_verify_step for s in steps),
         help="steps that verified drafts; a plain decode (llama.cpp's last token, no draft) is not one",
     )
-    cells[3].metric("Tokens", len(run.output_ids))
+    cells[3].metric(
+        "Tokens",
+        len(run.output_ids),
+        help="the output: the prefill's first token, then every token the verify steps kept",
+    )
     cells[4].metric("Aux HF indices", str(run.aux_hf_indices), help=resolved.wiring_source)
     dtype = resolved.dtype or "?"
     disagreement = metrics.self_disagreement_per_1000
@@ -138,12 +142,13 @@ def cap_note(run: RunInfo, steps: list[StepRecord]) -> None:
     if steps and emitted == committed and at_cap:  # stopped at the cap, on a step boundary
         st.caption(f"The output stopped at the token cap: max new tokens {budget(run)}.")
     elif steps and emitted != committed:
+        # one count on screen, Tokens; the accept length's own count said in its terms (issue 58 row 12)
         st.caption(
             f"Accept length = {emitted} tokens the {len(steps)} verify steps emitted (a + 1 each) / {len(steps)} = "
-            f"{emitted / len(steps):.2f}; the output holds {committed} tokens after the prefill's first, "
-            f"{committed / len(steps):.2f} per step, because the last step's tokens were cut at "
+            f"{emitted / len(steps):.2f}. Tokens ({len(run.output_ids)}) is the prefill's first token and "
+            f"{committed} of those {emitted}: the last step's {emitted - committed} past "
             + ("the token cap" if at_cap else "the end token")
-            + f" ({steps[-1].accepted_count + 1 - (emitted - committed)} of {steps[-1].accepted_count + 1} kept)."
+            + " were not kept."
         )
 
 
