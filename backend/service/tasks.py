@@ -211,52 +211,32 @@ def start_replay(
 
 @dataclass(frozen=True)
 class Comparison:
-    """Two drafts replayed on the same samples, side A and side B. `decoding_a` / `decoding_b`:
-    ReplayRequest fields per side (topk, num_draft_tokens, temperature, ...), so a chain and a tree of
-    the same draft can be compared. With `reuse`, a finished run of the same target, draft, prompt and
-    settings (`runs.find_finished_run`) stands in for a replay. `ray`: a Ray address (or 'local') to fan
-    the replays out to, as `python -m backend evaluate --ray` does."""
+    """Two drafts replayed on the same samples: side A's and side B's request, each a template whose
+    prompt is every sample's in turn (so a chain and a tree of one draft compare too). With `reuse`, a
+    finished run of the same target, draft, prompt and settings (`runs.find_finished_run`) stands in for
+    a replay. `ray`: a Ray address (or 'local') to fan the replays out to, as `evaluate --ray` does."""
 
-    target: str
-    draft_a: str
-    draft_b: str
+    request_a: ReplayRequest
+    request_b: ReplayRequest
     samples: list
-    num_steps: int
-    max_new_tokens: int
     dataset_id: int
-    decoding_a: dict | None = None
-    decoding_b: dict | None = None
     reuse: bool = True
     ray: str | None = None
 
     @property
-    def sides(self) -> tuple:
-        return (
-            ("A", self.draft_a, dict(self.decoding_a or {})),
-            ("B", self.draft_b, dict(self.decoding_b or {})),
-        )
+    def sides(self) -> tuple[tuple[str, ReplayRequest], ...]:
+        return (("A", self.request_a), ("B", self.request_b))
 
 
 def comparison_pairs(c: Comparison) -> dict:
-    """{(sample index, side): evaluate.Pair}: each side's request (validated once, as a template on the
-    first sample) on every sample. A bad setting of either side is a BadInput here."""
+    """{(sample index, side): evaluate.Pair}: each side's request on every sample."""
     from backend.service.evaluate import pairs_of
 
     pairs, numbers = {}, {sample.index: number for number, sample in enumerate(c.samples)}
-    if not c.samples:
-        return pairs
-    for side, draft, decoding in c.sides:
-        template = ReplayRequest(
-            c.target,
-            draft,
-            prompt_ids=tuple(c.samples[0].prompt_ids),
-            num_steps=c.num_steps,
-            max_new_tokens=c.max_new_tokens,
-            **decoding,
-        )
+    for side, template in c.sides:
         for pair in pairs_of(
             template,
-            [draft],
+            [template.draft],
             c.samples,
             lambda sample: f"dataset {c.dataset_id} #{sample.index}",
             lambda _draft, sample, side=side: (
@@ -303,7 +283,7 @@ def compare_job(db_url: str | None, comparison: Comparison, *, progress: Progres
     run_ids, reused = run_pairs(db_url, list(pairs.values()), c.reuse, progress, c.ray)
     rows = []
     for sample in c.samples:
-        run = {side: run_ids[pairs[(sample.index, side)]] for side, _, _ in c.sides}
+        run = {side: run_ids[pairs[(sample.index, side)]] for side, _ in c.sides}
         al = {side: (get_run(db_url, r).metrics or {}).get("mean_accept_length") for side, r in run.items()}
         delta = (al["B"] or 0) - (al["A"] or 0)
         rows.append(CompareRow(sample.index, sample.source, run["A"], al["A"], run["B"], al["B"], delta))
@@ -312,17 +292,15 @@ def compare_job(db_url: str | None, comparison: Comparison, *, progress: Progres
         reused=reused,
         replayed=len(pairs) - reused,
         ray=c.ray or None,
-        drafts={side: draft for side, draft, _ in c.sides},
+        drafts={side: request.draft for side, request in c.sides},
     )
 
 
 def start_compare(db_url: str | None, comparison: Comparison) -> str:
     """Replay both drafts on each sample (stored as runs): a CompareResult. A bad setting of either side
-    is refused here, before the job starts."""
-    comparison_pairs(comparison)  # a bad setting of either side is refused before the job starts
-    label = (
-        f"{_name(comparison.draft_a)} vs {_name(comparison.draft_b)} on {len(comparison.samples)} sample(s)"
-    )
+    was refused when its request was made."""
+    a, b = (_name(request.draft) for _, request in comparison.sides)
+    label = f"{a} vs {b} on {len(comparison.samples)} sample(s)"
     return MANAGER.submit_job("compare", label, compare_job, db_url, comparison)
 
 

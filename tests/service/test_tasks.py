@@ -98,7 +98,10 @@ def test_start_replay_stores_a_run(pairs, db_url):
 
 
 def test_compare_puts_a_chain_and_a_tree_of_the_same_draft_side_by_side(pairs, db_url):
+    from dataclasses import replace
+
     from backend.data.samples import Sample
+    from backend.engine.request import ReplayRequest
     from backend.service.runs import get_run
     from backend.service.tasks import Comparison, start_compare
 
@@ -106,23 +109,11 @@ def test_compare_puts_a_chain_and_a_tree_of_the_same_draft_side_by_side(pairs, d
     sample = Sample(
         input_ids=[1, 5, 9, 3], loss_mask=[0, 0, 1, 1], prompt_len=2, id=None, index=0, source="unit"
     )
-    task = MANAGER.wait(
-        start_compare(
-            db_url,
-            Comparison(
-                str(pair.target_dir),
-                str(pair.draft_dir),
-                str(pair.draft_dir),
-                [sample],
-                3,
-                12,
-                1,
-                None,
-                {"topk": 4, "num_draft_tokens": 8},
-            ),
-        ),
-        120,
+    side = ReplayRequest(
+        str(pair.target_dir), str(pair.draft_dir), prompt_ids=(1, 5), num_steps=3, max_new_tokens=12
     )
+    tree = replace(side, topk=4, num_draft_tokens=8)
+    task = MANAGER.wait(start_compare(db_url, Comparison(side, tree, [sample], 1)), 120)
     assert task.status == "done", task.error
     (row,) = task.result.rows
     assert (task.result.reused, task.result.replayed) == (0, 2)
@@ -133,22 +124,24 @@ def test_compare_puts_a_chain_and_a_tree_of_the_same_draft_side_by_side(pairs, d
     chain, tree = get_run(db_url, row.run_a), get_run(db_url, row.run_b)
     assert (chain.params["topk"], tree.params["topk"], tree.params["num_draft_tokens"]) == (1, 4, 8)
     assert chain.output_ids == tree.output_ids  # both equal the target's greedy output
-    with pytest.raises(BadInput, match="topk > 1 needs"):
-        start_compare(db_url, Comparison("t", "a", "b", [sample], 3, 12, 1, {"topk": 4}))
+    with pytest.raises(BadInput, match="topk > 1 needs"):  # a side's bad setting: refused as it is made
+        replace(side, topk=4)
 
 
 def compare_on(pairs, db_url, samples, max_new=10, reuse=True, decoding_b=None):
     """start_compare of copy-L4-bigram's draft against itself (K=3), waited for."""
+    from dataclasses import replace
+
+    from backend.engine.request import ReplayRequest
     from backend.service.tasks import Comparison, start_compare
 
     pair = pairs["copy-L4-bigram"]
     target, draft = str(pair.target_dir), str(pair.draft_dir)
-    task = MANAGER.wait(
-        start_compare(
-            db_url, Comparison(target, draft, draft, samples, 3, max_new, 1, None, decoding_b, reuse=reuse)
-        ),
-        120,
+    side = ReplayRequest(
+        target, draft, prompt_ids=tuple(samples[0].prompt_ids), num_steps=3, max_new_tokens=max_new
     )
+    other = replace(side, **(decoding_b or {}))
+    task = MANAGER.wait(start_compare(db_url, Comparison(side, other, samples, 1, reuse=reuse)), 120)
     assert task.status == "done", task.error
     return task.result
 

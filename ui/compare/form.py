@@ -7,9 +7,12 @@ import os
 
 import streamlit as st
 
+from backend import BadInput
+from backend.engine.request import ReplayRequest
 from backend.service import runs as stored_runs
 from backend.service.tasks import Comparison
 from ui import state
+from ui.html import md
 from ui.pickers import dataset_picker, sample_preview
 
 REUSE_HELP = (
@@ -106,16 +109,20 @@ def comparison(running: bool) -> Comparison | None:
         chosen, ray = _which_samples(samples, running)
         if not chosen:
             return None
-        return Comparison(
-            state.target_path(),
-            state.drafts()[draft_a],
-            state.drafts()[draft_b],
-            chosen,
-            steps,
-            max_new,
-            dataset_id,
-            decoding_a,
-            decoding_b,
-            reuse,
-            ray,
-        )
+        first = tuple(chosen[0].prompt_ids)  # each side's template; every sample's prompt goes in later
+        try:
+            a, b = (
+                ReplayRequest(
+                    state.target_path(),
+                    state.drafts()[draft],
+                    prompt_ids=first,
+                    num_steps=steps,
+                    max_new_tokens=max_new,
+                    **decoding,
+                )
+                for draft, decoding in ((draft_a, decoding_a), (draft_b, decoding_b))
+            )
+        except BadInput as error:
+            st.error(md(error))
+            return None
+        return Comparison(a, b, chosen, dataset_id, reuse, ray)
