@@ -71,6 +71,7 @@ view.definitions()
 
 SPLITS = (
     ("by_kind", "By token kind: what the target emitted at the attempt", "the target's token, by kind"),
+    ("by_entropy", "By target entropy: its uncertainty there (nats)", "target's entropy at the attempt"),
     ("by_confidence", "By target confidence: its top-1 probability there", "target's top-1 probability"),
     ("by_context", "By context length", "tokens before the attempt"),
     ("by_source", "By prompt source (the sample's source field)", "source"),

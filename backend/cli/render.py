@@ -55,6 +55,7 @@ def where_lost_text(found) -> str:
             )
         for title, groups in (
             ("token kind (the target's token)", d.by_kind),
+            ("target entropy", d.by_entropy),
             ("target confidence", d.by_confidence),
             ("context length", d.by_context),
             ("source", d.by_source),

@@ -31,6 +31,11 @@ CONFIDENCE_TIERS = (
     (0.5, 0.9, "medium (0.5 <= p < 0.9)"),
     (0.9, 1.01, "high (p >= 0.9)"),
 )
+ENTROPY_TIERS = (
+    (0.0, 0.5, "low (H < 0.5 nats)"),
+    (0.5, 2.0, "medium (0.5 <= H < 2)"),
+    (2.0, math.inf, "high (H >= 2)"),
+)
 CONTEXT_BUCKETS = (256, 512, 1024, 2048, 4096)
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 UNRECORDED = "not recorded"
@@ -50,6 +55,10 @@ DEFINITIONS = {
     "digits, punctuation, words / identifiers (letters, digits, underscore), mixed",
     "target_confidence": "the target's probability of its own greedy token at the attempt's position (the verify "
     "forward's top-1 probability), in tiers",
+    "target_entropy": "the entropy (nats, temperature 1) of the target's distribution at the attempt's position, "
+    "from the verify forward, in tiers: low < 0.5 (one token all but certain), medium 0.5-2, high >= 2. speculators "
+    "splits acceptance by prompt sets chosen for high entropy (throughput_1k/high_entropy); SpecLens splits each "
+    "position by the target's own entropy there, so the tiers are its own, not speculators'",
     "context_length": "tokens before the attempt's position (prompt + output so far), in buckets",
     "source": "the sample's `source` field (e.g. humaneval, chat); a typed prompt: 'typed prompt'",
     "span": f"thinking: after a {THINK_OPEN} and before its {THINK_CLOSE} in the output; answer: elsewhere "
@@ -154,6 +163,7 @@ class DraftLosses(Plain):
     calibration: list[Calibration]
     threshold_whatif: list[ThresholdRow]
     notes: list[str] = field(default_factory=list)
+    by_entropy: list[GroupRate] = field(default_factory=list)  # runs stored before entropies: empty
 
 
 @dataclass(frozen=True)
@@ -171,6 +181,7 @@ class _Attempt:
     token: int  # the target's token there
     draft_probability: float | None
     target_probability: float | None
+    target_entropy: float | None
     context: int  # tokens before it
     source: str
     span: str | None  # "thinking" | "answer" | None (no thinking span anywhere)
@@ -212,6 +223,12 @@ def _losses(name: str, runs: list[LostRun], text, special) -> DraftLosses:
     chains = [r for r in runs if r.greedy_chain]
     if len(chains) < len(runs):
         notes.append(f"threshold what-if over the {len(chains)} greedy-chain runs of {len(runs)}")
+    unmeasured = sum(a.target_entropy is None for a in attempts)
+    if unmeasured:
+        notes.append(
+            f"{unmeasured} of {len(attempts)} attempts come from runs stored before the target's entropy was "
+            "kept: the entropy split counts the others"
+        )
     scored = any(a.draft_probability is not None for a in attempts)
     if attempts and not scored:
         notes.append(
@@ -230,6 +247,12 @@ def _losses(name: str, runs: list[LostRun], text, special) -> DraftLosses:
             attempts, _confidence_tier, order=[*(t[2] for t in CONFIDENCE_TIERS), UNRECORDED]
         ),
         by_context=_groups(attempts, _context_bucket, order=_context_order()),
+        by_entropy=_groups(
+            [a for a in attempts if a.target_entropy is not None],
+            _entropy_tier,
+            len(attempts),
+            order=[t[2] for t in ENTROPY_TIERS],
+        ),
         by_source=_groups(attempts, lambda a: a.source),
         by_span=_groups([a for a in attempts if a.span is not None], lambda a: a.span, len(attempts)),
         calibration=_calibration(attempts),
@@ -258,6 +281,7 @@ def _attempts(runs: list[LostRun], text) -> list[_Attempt]:
                         token,
                         _at(step.draft_probs, j - 1),
                         _at(step.target_argmax_probs, j - 1),
+                        _at(getattr(getattr(step, "tree", None), "target_entropies", None), j - 1),
                         step.position + j - 1,
                         run.source,
                         span,
@@ -372,6 +396,10 @@ def _confidence_tier(a: _Attempt) -> str:
     if a.target_probability is None:
         return UNRECORDED
     return next(name for low, high, name in CONFIDENCE_TIERS if low <= a.target_probability < high)
+
+
+def _entropy_tier(a: _Attempt) -> str:
+    return next(name for low, high, name in ENTROPY_TIERS if low <= a.target_entropy < high)
 
 
 def _context_order() -> list[str]:

@@ -14,6 +14,7 @@ from backend.engine.loading import Target
 from backend.engine.metrics import simulated_accept_length
 from backend.engine.penalties import History, Penalties
 from backend.engine.records import StepRecord, StepTree
+from backend.engine.sampling import row_entropies
 from backend.engine.step_state import (
     Caches,
     Cursor,
@@ -159,6 +160,7 @@ def step_record(
     recorded = dict(
         target_argmax_probs=target_probs.max(-1).values.tolist(), draft_probs=list(proposal.probs)
     )
+    entropies = row_entropies(target_probs)
     if record:
         recorded |= dict(
             draft_top_ids=proposal.top_ids,
@@ -178,12 +180,17 @@ def step_record(
         verdict.target_argmax,
         draft_ms,
         verify_ms,
-        tree=chain_tree(proposal, verdict, recorded.get("target_argmax_probs")),
+        tree=chain_tree(proposal, verdict, recorded["target_argmax_probs"], entropies),
         **recorded,
     )
 
 
-def chain_tree(proposal: Proposal, verdict: Verdict, argmax_probs: list[float] | None) -> StepTree:
+def chain_tree(
+    proposal: Proposal,
+    verdict: Verdict,
+    argmax_probs: list[float] | None,
+    entropies: list[float] | None = None,
+) -> StepTree:
     """A greedy chain step as a tree: node j hangs from node j-1, scores are the running product
     of the draft's probabilities, each node is accepted iff it is the argmax."""
     drafted, accepted = proposal.drafted_ids, verdict.accepted
@@ -211,6 +218,7 @@ def chain_tree(proposal: Proposal, verdict: Verdict, argmax_probs: list[float] |
         expected_accepted=float(simulated_accept_length(accept_probs)),  # sum of path products
         argmax=list(verdict.target_argmax),
         argmax_probs=list(argmax_probs or []),
+        target_entropies=list(entropies or []),
     )
 
 

@@ -38,7 +38,8 @@ class StepTree(Plain):
     is a tree with one child per node (a greedy one has no draws). Per node: token, parent (-1: a child
     of the root x_n), score (the path's draft probability), depth, draft and target probabilities,
     P(accepted | parent accepted), the draw and the decision (accepted, rejected, unreached). `argmax` /
-    `argmax_probs`: the target's argmax per verify row (0 = the root). Every key but the first two has a
+    `argmax_probs`: the target's argmax per verify row (0 = the root), `target_entropies` the entropy of
+    its distribution there. Every key but the first two has a
     default: a tree stored before a key was added still reads."""
 
     tokens: list[int]
@@ -55,6 +56,7 @@ class StepTree(Plain):
     argmax: list[int] = field(default_factory=list)
     argmax_probs: list[float] = field(default_factory=list)
     final_draw: float | None = None
+    target_entropies: list[float] = field(default_factory=list)  # nats, per verify row, temperature 1
 
 
 @dataclass

@@ -97,6 +97,12 @@ def target_distribution(logits: torch.Tensor, sampling: Sampling) -> torch.Tenso
     return probs
 
 
+def row_entropies(probs: torch.Tensor) -> list[float]:
+    """The entropy in nats of each row of a [rows, V] probability matrix (the target's uncertainty at
+    each verify row: where acceptance is lost splits by it)."""
+    return (-(probs * probs.clamp_min(1e-30).log()).sum(-1)).tolist()
+
+
 def inverse_cdf(probs: torch.Tensor, coin: float) -> int:
     """The token whose cumulative-probability interval holds coin * total (SGLang's final
     sampling draws from relu(p - q) this way)."""

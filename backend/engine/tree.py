@@ -43,6 +43,7 @@ from backend.engine.sampling import (
     Sampling,
     exponential_race,
     inverse_cdf,
+    row_entropies,
     sibling_accept_probability,
     target_distribution,
 )
@@ -253,6 +254,7 @@ class TreeVerdict:
     draws: list[float | None]  # per node: the random number its decision used
     decisions: list[str]  # per node: accepted | rejected | unreached
     final_draw: float | None = None
+    entropies: list[float] = field(default_factory=list)  # the target's, nats, at every verify row
 
 
 def accept_tree(
@@ -279,6 +281,7 @@ def accept_tree(
         [0.0] * len(tree.tokens),
         [None] * len(tree.tokens),
         ["unreached"] * len(tree.tokens),
+        entropies=row_entropies(plain),
     )
     for row, kids in enumerate(children):
         sibling_probs = [at_parent[c] for c in kids]

@@ -135,5 +135,6 @@ def step_tree(tree: DraftTree, verdict: TreeVerdict) -> StepTree:
         expected_accepted=expected_accepted(tree, verdict.accept_probs),
         argmax=list(verdict.argmax),  # the target's argmax at each verify row (0 = the root)
         argmax_probs=list(verdict.argmax_probs),
+        target_entropies=list(verdict.entropies),
         final_draw=verdict.final_draw,
     )

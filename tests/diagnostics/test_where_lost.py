@@ -98,9 +98,19 @@ def test_the_threshold_what_if_caps_each_step_at_the_drafts_it_keeps():
     assert half.accept_length == (3 + 2) / 2 and half.drafts_per_step == 1.5
     assert half.wasted_drafts == 0 and half.accepted_lost == 1
     sampled = where_lost({"d": [run(1, steps, greedy=False)]}, text).drafts[0]
-    assert (
-        sampled.threshold_whatif[0].accept_length is None and "0 greedy-chain runs of 1" in sampled.notes[-1]
-    )
+    assert sampled.threshold_whatif[0].accept_length is None
+    assert any("0 greedy-chain runs of 1" in note for note in sampled.notes)
+
+
+def test_entropy_tiers_from_the_steps_tree_and_older_runs_said():
+    low, high = step(0, [1, 1], 2, [0.9, 0.9]), step(1, [1, 3], 0, [0.9, 0.9])
+    low.tree = SimpleNamespace(target_entropies=[0.1, 0.2, 0.3])  # both attempts accepted, certain target
+    high.tree = SimpleNamespace(target_entropies=[3.0, 0.1, 0.1])  # the rejected attempt: an unsure target
+    older = step(2, [1, 1], 1, [0.9, 0.9])  # stored before entropies were kept: no tree
+    found = where_lost({"d": [run(1, [low, high, older])]}, text).drafts[0]
+    tiers = {g.group: (g.attempts, g.accepted) for g in found.by_entropy}
+    assert tiers == {"low (H < 0.5 nats)": (2, 2), "high (H >= 2)": (1, 0)}
+    assert any("2 of 5 attempts come from runs stored before" in note for note in found.notes)
 
 
 def test_thinking_and_answer_spans_and_sources():

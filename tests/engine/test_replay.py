@@ -162,6 +162,9 @@ def test_recording_off_keeps_the_same_tokens(pairs):
     for a, b in zip(on[1:], off[1:], strict=True):
         assert a.draft_probs == pytest.approx(b.draft_probs) and len(b.draft_probs) == len(b.drafted_ids)
         assert a.target_argmax_probs == pytest.approx(b.target_argmax_probs)
+        entropies = b.tree.target_entropies  # nats, one per verify row; 0 only for a certain row
+        assert len(entropies) == len(b.drafted_ids) + 1 and all(h >= 0 for h in entropies)
+        assert a.tree.target_entropies == pytest.approx(entropies)
     assert off[0].aux_features is None
     assert accept_lengths(pair.target, pair.draft, [1, 5, 9], pair.wiring, 3, 30) == [
         s.accepted_count for s in on[1:]
