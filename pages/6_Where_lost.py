@@ -92,7 +92,7 @@ for split, title, axis in SPLITS:
     view.show_steps(found, split, view.clicked(event), f"lost_{split}")
     if split == "by_kind":
         st.markdown("**Top rejected target tokens** (what the target emitted where the draft was rejected)")
-        st.dataframe(view.rejected_table(found), hide_index=True, key="lost_rejected")
+        view.rejected(found)
 
 st.subheader("Calibration and a confidence threshold")
 left, right = st.columns(2)
@@ -101,3 +101,4 @@ right.dataframe(view.ece_table(found), hide_index=True, key="lost_ece")
 st.markdown("**What-if: stop drafting below a draft probability** (from the stored steps; assumptions below)")
 st.dataframe(view.threshold_table(found), hide_index=True, key="lost_threshold")
 st.caption(md(losses.THRESHOLD_ASSUMPTIONS))
+view.downloads(found, run_ids)

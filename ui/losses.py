@@ -7,6 +7,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
+from backend.service import losses
 from backend.service.losses import DEFINITIONS, MIN_ATTEMPTS, WhereLost
 from ui import state
 from ui.charts import LEGEND_BELOW
@@ -158,11 +159,7 @@ def show_steps(found: WhereLost, split: str, hit: tuple[int, str] | None, key: s
     )
     picked = list(getattr(getattr(event, "selection", None), "rows", None) or [])
     if picked and st.button("Open this step in Decode", key=f"{key}_open"):
-        run, step = rows[picked[0]][0], rows[picked[0]][1]
-        state.set_value("run", run)
-        st.session_state["decode_step"] = step
-        st.session_state["decode_slider"] = step + 1
-        st.switch_page("pages/2_Decode.py")
+        _open(rows[picked[0]][0], rows[picked[0]][1])
 
 
 def threshold_table(found: WhereLost) -> pd.DataFrame:
@@ -182,20 +179,50 @@ def threshold_table(found: WhereLost) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def rejected_table(found: WhereLost) -> pd.DataFrame:
-    return pd.DataFrame(
+def rejected(found: WhereLost) -> None:
+    """The top rejected target tokens per draft; a row picked opens its first rejection in Decode."""
+    listed = [(d, t) for d in found.drafts for t in d.top_rejected]
+    frame = pd.DataFrame(
         [
             {
                 "draft": d.name,
                 "target's token": repr(t.text),
                 "kind": t.kind,
                 "rejections": t.rejections,
-                "first steps (run, step)": ", ".join(f"{run}:{step + 1}" for run, step in t.examples),
+                "first steps (run:step)": ", ".join(f"{run}:{step + 1}" for run, step in t.examples),
             }
-            for d in found.drafts
-            for t in d.top_rejected
+            for d, t in listed
         ]
     )
+    event = st.dataframe(
+        frame, hide_index=True, key="lost_rejected", on_select="rerun", selection_mode="single-row"
+    )
+    picked = list(getattr(getattr(event, "selection", None), "rows", None) or [])
+    if picked and listed[picked[0]][1].examples:
+        run, step = listed[picked[0]][1].examples[0]
+        if st.button(f"Open run {run}, step {step + 1} in Decode", key="lost_rejected_open"):
+            _open(run, step)
+
+
+def _open(run: int, step: int) -> None:
+    state.set_value("run", run)
+    st.session_state["decode_step"] = step
+    st.session_state["decode_slider"] = step + 1
+    st.switch_page("pages/2_Decode.py")
+
+
+def downloads(found: WhereLost, run_ids: list[int]) -> None:
+    """Every number on the page as one table (each row naming its definition), CSV or Parquet."""
+    left, right = st.columns(2)
+    name = f"where_lost_runs_{min(run_ids)}-{max(run_ids)}"
+    for column, fmt, mime in ((left, "csv", "text/csv"), (right, "parquet", "application/octet-stream")):
+        column.download_button(
+            f"Download the tables ({fmt.upper()})",
+            losses.where_lost_file(found, fmt),
+            file_name=f"{name}.{fmt}",
+            mime=mime,
+            key=f"lost_download_{fmt}",
+        )
 
 
 def ece_table(found: WhereLost) -> pd.DataFrame:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from backend import BadInput
+
 
 def cmd_import(args) -> tuple[dict, str]:
     from backend.service.datasets import ensure_demo_dataset, import_dataset
@@ -28,8 +30,19 @@ def cmd_export(args) -> tuple[dict, str]:
 
 
 def cmd_lost(args) -> tuple[dict, str]:
-    from backend.cli.render import where_lost_text
-    from backend.service.losses import where_lost_over
+    from pathlib import Path
 
+    from backend.cli.render import where_lost_text
+    from backend.service.losses import where_lost_file, where_lost_over
+
+    if args.out and Path(args.out).suffix.lower() not in (".csv", ".parquet"):
+        raise BadInput(f"{args.out}: --out writes .csv or .parquet")
     found = where_lost_over(args.db, args.runs)
-    return found.to_dict(), where_lost_text(found)
+    text = where_lost_text(found)
+    if args.out:
+        try:
+            Path(args.out).write_bytes(where_lost_file(found, Path(args.out).suffix.lower()[1:]))
+        except OSError as error:
+            raise BadInput(f"{args.out}: cannot write it ({error.strerror or error})") from None
+        text += f"\nwrote {args.out}"
+    return found.to_dict(), text

@@ -209,6 +209,9 @@ def _lost_command(commands) -> None:
         required=True,
         help="run ids: an evaluation's or a Compare batch's (e.g. 12-43,50)",
     )
+    lost.add_argument(
+        "--out", metavar="FILE", help="also write every number as one table: FILE.csv or FILE.parquet"
+    )
     lost.add_argument("--db", help="SQLAlchemy URL (default: SPECLENS_DB_URL or sqlite:///data/speclens.db)")
     lost.add_argument("--json", action="store_true", help="print one JSON object on stdout")
 

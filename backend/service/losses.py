@@ -17,7 +17,15 @@ from backend.service.runs import token_text
 from db import store
 
 THRESHOLD_ASSUMPTIONS = DEFINITIONS["threshold_whatif"]
-__all__ = ["DEFINITIONS", "MIN_ATTEMPTS", "WhereLost", "choices", "chosen_runs", "where_lost_over"]
+__all__ = [
+    "DEFINITIONS",
+    "MIN_ATTEMPTS",
+    "WhereLost",
+    "choices",
+    "chosen_runs",
+    "where_lost_file",
+    "where_lost_over",
+]
 
 
 def where_lost_over(db_url: str | None, run_ids: list[int]) -> WhereLost:
@@ -122,3 +130,56 @@ def chosen_runs(
     for r in runs:  # newest first (list_runs' order)
         newest.setdefault((r.draft_path, tuple(r.prompt_ids)), r.id)
     return sorted(newest.values())
+
+
+SPLITS = ("by_kind", "by_entropy", "by_confidence", "by_context", "by_source", "by_span")
+TABLE_FORMATS = ("csv", "parquet")
+
+
+def where_lost_table(found: WhereLost):
+    """Every number of `found` as one long table (a row per draft, split and group; the positions and
+    the calibration bins too), each row naming the definition it is computed by: what the page's
+    downloads and `lost --out` write."""
+    import pandas as pd
+
+    rows = []
+    for d in found.drafts:
+        for p in d.by_position:
+            low, high = p.marginal_ci95 or (None, None)
+            rows.append(
+                dict(draft=d.name, split="by_position", group=f"d{p.position}", attempts=p.steps, accepted=None,
+                     share=None, rate=p.marginal_mean, ci95_low=low, ci95_high=high, samples=p.samples,
+                     definition="position_marginal", note=f"pooled {p.marginal}; conditional {p.conditional}")
+            )  # fmt: skip
+        for split in SPLITS:
+            for g in getattr(d, split):
+                low, high = g.ci95 or (None, None)
+                rows.append(
+                    dict(draft=d.name, split=split, group=g.group, attempts=g.attempts, accepted=g.accepted,
+                         share=g.share, rate=g.rate, ci95_low=low, ci95_high=high, samples=g.samples,
+                         definition="group_rate", note=g.note)
+                )  # fmt: skip
+        for c in d.calibration:
+            where = "all positions" if c.position is None else f"d{c.position}"
+            for b in c.bins:
+                rows.append(
+                    dict(draft=d.name, split="calibration", group=f"{where}, p in [{b.low:.1f}, {b.high:.1f})",
+                         attempts=b.attempts, accepted=None, share=None, rate=b.acceptance, ci95_low=None,
+                         ci95_high=None, samples=None, definition="calibration",
+                         note=f"mean draft probability {b.mean_probability}; ECE of {where} {c.ece}")
+                )  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def where_lost_file(found: WhereLost, format: str) -> bytes:
+    """`where_lost_table` as CSV or Parquet bytes."""
+    import io
+
+    if format not in TABLE_FORMATS:
+        raise BadInput(f"unknown format {format!r}; use one of {', '.join(TABLE_FORMATS)}")
+    table = where_lost_table(found)
+    if format == "csv":
+        return table.to_csv(index=False).encode()
+    buffer = io.BytesIO()
+    table.to_parquet(buffer, index=False)
+    return buffer.getvalue()

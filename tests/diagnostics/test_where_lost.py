@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -151,6 +152,18 @@ def test_the_cli_view_over_a_stored_run_agrees_with_its_own_metrics(stored_run):
     assert [p["marginal"] for p in draft["by_position"]] == pytest.approx(stored)
     assert draft["runs"] == 1 and draft["by_source"][0]["group"] == "typed prompt"
     assert sum(g["attempts"] for g in draft["by_kind"]) == draft["attempts"] > 0
+    # every number as one table, each row naming its definition
+    import pandas as pd
+
+    out = Path(db_url[len("sqlite:///") :]).parent / "lost.parquet"
+    done = run_cli("lost", "--runs", str(run_id), "--db", db_url, "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    table = pd.read_parquet(out)
+    positions = table[table["split"] == "by_position"]
+    assert list(positions["group"]) == [f"d{p['position']}" for p in draft["by_position"]]
+    assert set(table["definition"]) >= {"position_marginal", "group_rate", "calibration"}
+    bad = run_cli("lost", "--runs", str(run_id), "--db", db_url, "--out", str(out.with_suffix(".xlsx")))
+    assert bad.returncode == 2 and "--out writes .csv or .parquet" in bad.stderr
     missing = run_cli("lost", "--runs", f"{run_id},99999", "--db", db_url)
     assert missing.returncode == 2 and missing.stderr.count("\n") == 1
     assert "run 99999: no such run" in missing.stderr

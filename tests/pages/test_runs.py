@@ -99,6 +99,10 @@ def test_where_lost_over_two_drafts_runs(db):
         and "Calibration and a confidence threshold" in heads
     )
     assert any("final: 3 runs" in c.value and "miswired: 3 runs" in c.value for c in app.caption)
+    assert [b.label for b in app.get("download_button")] == [
+        "Download the tables (CSV)",
+        "Download the tables (PARQUET)",
+    ]
     rejected = frame_with(app, "target's token")
     assert set(rejected["draft"]) <= {"final", "miswired"} and (rejected["rejections"] > 0).all()
     threshold = frame_with(app, "stop drafting below")
