@@ -60,7 +60,8 @@ DEFINITIONS = {
     "splits acceptance by prompt sets chosen for high entropy (throughput_1k/high_entropy); SpecLens splits each "
     "position by the target's own entropy there, so the tiers are its own, not speculators'",
     "context_length": "tokens before the attempt's position (prompt + output so far), in buckets",
-    "source": "the sample's `source` field (e.g. humaneval, chat); a typed prompt: 'typed prompt'",
+    "source": "the sample's `source` field up to its first '/' (HumanEval/3 and HumanEval/7 are HumanEval: the "
+    "dataset, not the item); a typed prompt: 'typed prompt'",
     "span": f"thinking: after a {THINK_OPEN} and before its {THINK_CLOSE} in the output; answer: elsewhere "
     "(only where the outputs hold a thinking span)",
     "calibration": f"the draft's probability of each attempted draft (its softmax at that draft step) in {BINS} "
@@ -253,7 +254,7 @@ def _losses(name: str, runs: list[LostRun], text, special) -> DraftLosses:
             len(attempts),
             order=[t[2] for t in ENTROPY_TIERS],
         ),
-        by_source=_groups(attempts, lambda a: a.source),
+        by_source=_groups(attempts, lambda a: a.source.split("/")[0] or a.source),
         by_span=_groups([a for a in attempts if a.span is not None], lambda a: a.span, len(attempts)),
         calibration=_calibration(attempts),
         threshold_whatif=_thresholds(chains) if scored or not attempts else _thresholds(chains)[:1],

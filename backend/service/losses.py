@@ -49,10 +49,47 @@ def where_lost_over(db_url: str | None, run_ids: list[int]) -> WhereLost:
     grouped: dict[str, list[LostRun]] = {}
     names = _draft_names([run.draft_path for run, _ in runs])
     for run, steps in runs:
-        source = sources.get(run.sample_id, "typed prompt" if run.sample_id is None else "sample deleted")
+        source = sources.get(run.sample_id) or _source_of(run.sample_ref, run.sample_id is not None)
         lost = LostRun(run.id, steps, source, run.resolved.greedy_chain)
         grouped.setdefault(names[run.draft_path], []).append(lost)
     return where_lost(grouped, _one_token_text(targets[0]), special_ids(targets[0]))
+
+
+def _source_of(sample_ref: str | None, had_sample: bool) -> str:
+    """The source of a run's sample that is not (or no longer) in the store: a samples file's record
+    ("path#index", as `evaluate` and `replay --samples` name it), a typed prompt, or said unknown."""
+    if had_sample:
+        return "sample deleted"
+    if not sample_ref or sample_ref == "prompt":
+        return "typed prompt"
+    path, _, index = sample_ref.rpartition("#")
+    if path and index.isdigit():
+        found = _file_sources(path, _stamp(path))
+        if found is not None and int(index) < len(found):
+            return found[int(index)] or "no source field"
+    return f"{Path(path or sample_ref).name} (source not read)"
+
+
+def _stamp(path: str) -> float | None:
+    try:
+        return Path(path).stat().st_mtime
+    except OSError:
+        return None
+
+
+@lru_cache(maxsize=16)
+def _file_sources(path: str, _stamp: float | None) -> tuple[str, ...] | None:
+    """The `source` field of each valid record of a training JSONL file, in the order `--index`
+    counts them (None for another format, or a file that cannot be read now)."""
+    from backend.data.samples import read_jsonl
+
+    if not path.endswith(".jsonl"):
+        return None
+    try:
+        samples, _ = read_jsonl(path)
+    except (BadInput, OSError):
+        return None
+    return tuple(s.source or "" for s in samples)
 
 
 def _draft_names(paths: list[str]) -> dict[str, str]:

@@ -167,3 +167,18 @@ def test_the_cli_view_over_a_stored_run_agrees_with_its_own_metrics(stored_run):
     missing = run_cli("lost", "--runs", f"{run_id},99999", "--db", db_url)
     assert missing.returncode == 2 and missing.stderr.count("\n") == 1
     assert "run 99999: no such run" in missing.stderr
+
+
+def test_a_runs_source_is_read_from_its_samples_file_when_the_store_has_no_sample(tmp_path):
+    """evaluate's runs name their sample as "file#index" (the index-th valid record): its source
+    field is what the source split groups by (issue 55), never 'typed prompt'."""
+    import json
+
+    from backend.service.losses import _source_of
+
+    path = tmp_path / "eval.jsonl"
+    records = [{"input_ids": [1, 2], "loss_mask": [0, 1], "source": s} for s in ("HumanEval/0", "chat/1")]
+    path.write_text("not json\n" + "\n".join(json.dumps(r) for r in records) + "\n")
+    assert _source_of(f"{path}#1", False) == "chat/1"  # the bad first line is not counted
+    assert _source_of("prompt", False) == "typed prompt" and _source_of(None, True) == "sample deleted"
+    assert _source_of(f"{path}#9", False) == "eval.jsonl (source not read)"
