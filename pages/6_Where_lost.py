@@ -76,6 +76,7 @@ SPLITS = (
     ("by_context", "By context length", "tokens before the attempt"),
     ("by_source", "By prompt source (the sample's source field)", "source"),
     ("by_span", "By span: thinking vs answer", "span of the output"),
+    ("by_block", "By block: code vs prose (fenced ``` blocks of the output)", "where in the output"),
 )
 
 st.subheader("By draft position")

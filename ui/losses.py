@@ -89,7 +89,7 @@ def group_figure(found: WhereLost, split: str, title: str, xaxis: str) -> go.Fig
 def _label(group) -> str:
     if group is None:
         return "none"
-    return f"n={group.attempts}" if group.rate is not None else f"n={group.attempts}: too few"
+    return f"n={group.attempts}" if group.rate is not None else "too few"
 
 
 def calibration_figure(found: WhereLost) -> go.Figure:

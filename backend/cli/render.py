@@ -60,6 +60,7 @@ def where_lost_text(found) -> str:
             ("context length", d.by_context),
             ("source", d.by_source),
             ("span", d.by_span),
+            ("block (code vs prose)", d.by_block),
         ):
             if groups:
                 lines.append(f"  by {title}: group, share of attempts, acceptance [95% CI], samples")

@@ -64,6 +64,8 @@ DEFINITIONS = {
     "dataset, not the item); a typed prompt: 'typed prompt'",
     "span": f"thinking: after a {THINK_OPEN} and before its {THINK_CLOSE} in the output; answer: elsewhere "
     "(only where the outputs hold a thinking span)",
+    "block": "code: inside a fenced block (``` ... ```) of the output; prose: outside one (only where the outputs "
+    "hold a fenced block), read from the output itself whatever the sample's source",
     "calibration": f"the draft's probability of each attempted draft (its softmax at that draft step) in {BINS} "
     "equal bins, against the share of those attempts the target accepted",
     "ece": "expected calibration error: sum over bins of (attempts in bin / attempts) x |acceptance - mean draft "
@@ -165,6 +167,7 @@ class DraftLosses(Plain):
     threshold_whatif: list[ThresholdRow]
     notes: list[str] = field(default_factory=list)
     by_entropy: list[GroupRate] = field(default_factory=list)  # runs stored before entropies: empty
+    by_block: list[GroupRate] = field(default_factory=list)  # code vs prose; empty: no fenced code
 
 
 @dataclass(frozen=True)
@@ -186,6 +189,7 @@ class _Attempt:
     context: int  # tokens before it
     source: str
     span: str | None  # "thinking" | "answer" | None (no thinking span anywhere)
+    block: str | None  # "code" | "prose" | None (no fenced code anywhere)
 
 
 def token_kind(text: str, token_id: int, special: frozenset[int]) -> str:
@@ -221,6 +225,8 @@ def _losses(name: str, runs: list[LostRun], text, special) -> DraftLosses:
     notes = []
     if any(a.span is None for a in attempts):
         notes.append("no thinking span in these outputs: the span split is left out")
+    if any(a.block is None for a in attempts):
+        notes.append("no fenced code (```) in these outputs: the code vs prose split is left out")
     chains = [r for r in runs if r.greedy_chain]
     if len(chains) < len(runs):
         notes.append(f"threshold what-if over the {len(chains)} greedy-chain runs of {len(runs)}")
@@ -256,6 +262,7 @@ def _losses(name: str, runs: list[LostRun], text, special) -> DraftLosses:
         ),
         by_source=_groups(attempts, lambda a: a.source.split("/")[0] or a.source),
         by_span=_groups([a for a in attempts if a.span is not None], lambda a: a.span, len(attempts)),
+        by_block=_groups([a for a in attempts if a.block is not None], lambda a: a.block, len(attempts)),
         calibration=_calibration(attempts),
         threshold_whatif=_thresholds(chains) if scored or not attempts else _thresholds(chains)[:1],
         notes=notes,
@@ -264,15 +271,16 @@ def _losses(name: str, runs: list[LostRun], text, special) -> DraftLosses:
 
 def _attempts(runs: list[LostRun], text) -> list[_Attempt]:
     found = []
-    thinking_seen = any(THINK_OPEN in text(t) for r in runs for s in r.steps for t in s.committed_ids)
+    tokens = [text(t) for r in runs for s in r.steps for t in s.committed_ids]
+    thinking_seen = any(THINK_OPEN in t for t in tokens)
+    fences_seen = "```" in "".join(t for t in tokens if "`" in t)
     for run in runs:
-        thinking = False
+        spans = _Spans()
         for step in run.steps:
             drafted = list(step.drafted_ids)
             committed = list(step.committed_ids)
             for j in range(1, min(step.accepted_count + 1, len(drafted)) + 1):
                 token = committed[j - 1] if j - 1 < len(committed) else step.target_argmax_ids[j - 1]
-                span = ("thinking" if thinking else "answer") if thinking_seen else None
                 found.append(
                     _Attempt(
                         run.run_id,
@@ -285,20 +293,39 @@ def _attempts(runs: list[LostRun], text) -> list[_Attempt]:
                         _at(getattr(getattr(step, "tree", None), "target_entropies", None), j - 1),
                         step.position + j - 1,
                         run.source,
-                        span,
+                        spans.span() if thinking_seen else None,
+                        spans.block() if fences_seen else None,
                     )
                 )
-                if thinking_seen:
-                    thinking = _thinking_after(thinking, text(token))
-            if thinking_seen and step.accepted_count >= len(drafted) and committed:
-                thinking = _thinking_after(thinking, text(committed[-1]))  # the bonus after K accepted
+                spans.read(text(token))
+            if step.accepted_count >= len(drafted) and committed:
+                spans.read(text(committed[-1]))  # the bonus after K accepted
     return found
 
 
-def _thinking_after(thinking: bool, token_text: str) -> bool:
-    if THINK_CLOSE in token_text:
-        return False
-    return thinking or THINK_OPEN in token_text
+class _Spans:
+    """Where the output is, read token by token: inside a thinking span (<think> ... </think>) and
+    inside a fenced code block (``` ... ```, counted across tokens that split the backticks)."""
+
+    def __init__(self) -> None:
+        self.thinking = self.code = False
+        self.ticks = 0
+
+    def read(self, token_text: str) -> None:
+        if THINK_CLOSE in token_text:
+            self.thinking = False
+        elif THINK_OPEN in token_text:
+            self.thinking = True
+        for character in token_text:
+            self.ticks = self.ticks + 1 if character == "`" else 0
+            if self.ticks == 3:
+                self.code, self.ticks = not self.code, 0
+
+    def span(self) -> str:
+        return "thinking" if self.thinking else "answer"
+
+    def block(self) -> str:
+        return "code" if self.code else "prose"
 
 
 def _at(values, index):

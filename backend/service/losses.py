@@ -169,7 +169,7 @@ def chosen_runs(
     return sorted(newest.values())
 
 
-SPLITS = ("by_kind", "by_entropy", "by_confidence", "by_context", "by_source", "by_span")
+SPLITS = ("by_kind", "by_entropy", "by_confidence", "by_context", "by_source", "by_span", "by_block")
 TABLE_FORMATS = ("csv", "parquet")
 
 

@@ -9,7 +9,18 @@ import pytest
 
 from backend.diagnostics.where_lost import MIN_ATTEMPTS, LostRun, WhereLost, token_kind, where_lost, wilson
 
-TEXT = {1: "def", 2: " ", 3: "(", 4: "42", 5: "<think>", 6: "</think>", 7: "x", 9: "<eos>"}
+TEXT = {
+    1: "def",
+    2: " ",
+    3: "(",
+    4: "42",
+    5: "<think>",
+    6: "</think>",
+    7: "x",
+    9: "<eos>",
+    10: "``",
+    11: "`\n",
+}
 
 
 def step(index, drafted, a, probs, committed=None, target_probs=None, position=10):
@@ -112,6 +123,20 @@ def test_entropy_tiers_from_the_steps_tree_and_older_runs_said():
     tiers = {g.group: (g.attempts, g.accepted) for g in found.by_entropy}
     assert tiers == {"low (H < 0.5 nats)": (2, 2), "high (H >= 2)": (1, 0)}
     assert any("2 of 5 attempts come from runs stored before" in note for note in found.notes)
+
+
+def test_code_and_prose_blocks_read_across_split_backticks():
+    steps = [
+        step(0, [7, 10], 2, [0.9, 0.9], committed=[7, 10, 11]),  # x, then ``` split over two tokens
+        step(1, [1, 1], 1, [0.9, 0.9], committed=[1, 7]),  # inside the block
+        step(2, [10, 11], 2, [0.9, 0.9], committed=[10, 11, 7]),  # the block closes; x after it
+    ]
+    found = where_lost({"d": [run(1, steps)]}, text).drafts[0]
+    # prose: x and the opening `` (the block opens after its third backtick, in the bonus); code: def,
+    # the x the target emitted where step 1 rejected, and the closing `` and ` (it closes after them)
+    assert {g.group: g.attempts for g in found.by_block} == {"prose": 2, "code": 4}
+    plain = where_lost({"d": [run(1, steps[1:2])]}, text).drafts[0]
+    assert plain.by_block == [] and any("no fenced code" in note for note in plain.notes)
 
 
 def test_thinking_and_answer_spans_and_sources():
