@@ -53,7 +53,7 @@ if not run_ids:
     st.info(f"No finished run of {', '.join(drafts)} at K={k} on these samples.")
     st.stop()
 try:
-    found = losses.where_lost_over(state.db(), run_ids)
+    found = view.where_lost(state.db(), tuple(run_ids))
 except BadInput as error:
     st.error(md(error))
     st.stop()

@@ -16,6 +16,13 @@ COLOURS = ("#1565c0", "#ef6c00", "#2e7d32", "#6a1b9a")
 TOO_FEW = "#bdbdbd"
 
 
+@st.cache_data(show_spinner="Reading the runs' steps...", max_entries=8)
+def where_lost(db_url: str, run_ids: tuple[int, ...]) -> WhereLost:
+    """The losses of these finished runs (they do not change once finished; a deleted run changes the
+    ids asked), read once per set: a click on a bar reruns the page without reading the steps again."""
+    return losses.where_lost_over(db_url, list(run_ids))
+
+
 def _layout(figure: go.Figure, title: str, xaxis: str, yaxis: str, height: int = 320) -> go.Figure:
     figure.update_layout(
         title=title,

@@ -41,7 +41,7 @@ def where_lost_over(db_url: str | None, run_ids: list[int]) -> WhereLost:
                 raise BadInput(f"run {run_id}: no such run in {db_url or 'the default database'}")
             runs.append((run, store.get_steps(session, run_id)))
         sources = store.sample_sources(session, [run.sample_id for run, _ in runs])
-    targets = sorted({run.target_path for run, _ in runs})
+    targets = sorted({str(Path(run.target_path).resolve()) for run, _ in runs})  # one target, however named
     if len(targets) > 1:
         raise BadInput(
             f"runs of {len(targets)} targets ({', '.join(targets)}): read one target's runs at a time"

@@ -189,6 +189,24 @@ def test_the_cli_view_over_a_stored_run_agrees_with_its_own_metrics(stored_run):
     assert set(table["definition"]) >= {"position_marginal", "group_rate", "calibration"}
     bad = run_cli("lost", "--runs", str(run_id), "--db", db_url, "--out", str(out.with_suffix(".xlsx")))
     assert bad.returncode == 2 and "--out writes .csv or .parquet" in bad.stderr
+    # the same target named two ways (absolute, and relative to where a CLI ran) is one target
+    import os
+
+    from backend.service.database import open_database
+    from backend.service.losses import where_lost_over
+    from db import store
+
+    with store.session_scope(open_database(db_url).factory) as session:
+        relative = os.path.relpath(run.target_path)
+        other = store.create_run(
+            session,
+            kind="replay",
+            target_path=relative,
+            draft_path=run.draft_path,
+            params={},
+            aux_hf_indices=[0],
+        )
+    assert where_lost_over(db_url, [run_id, other]).drafts[0].runs == 2
     missing = run_cli("lost", "--runs", f"{run_id},99999", "--db", db_url)
     assert missing.returncode == 2 and missing.stderr.count("\n") == 1
     assert "run 99999: no such run" in missing.stderr
