@@ -19,7 +19,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from backend.engine.metrics import mean_ci95
+from backend.engine.metrics import LOST_TERMS, definitions, mean_ci95
 from backend.plain import Plain
 
 MIN_ATTEMPTS = 20  # fewer attempts than this: a group is reported as too small to judge
@@ -40,41 +40,9 @@ CONTEXT_BUCKETS = (256, 512, 1024, 2048, 4096)
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 UNRECORDED = "not recorded"
 
-DEFINITIONS = {
-    "attempt": "an attempt is draft position j of a verify step whose drafts 1..j-1 were accepted (the target "
-    "judged d_j): a step accepting a of K drafts makes min(a + 1, K) attempts",
-    "position_marginal": "P(a >= i): share of verify steps accepting at least i drafts; mean over samples (runs) "
-    "with its 95% interval over samples (mean_ci95), and pooled over steps",
-    "position_conditional": "P(a >= i | a >= i-1): of the steps that reached position i, the share accepting it "
-    "(pooled over steps)",
-    "group_rate": "accepted attempts / attempts in the group, with a 95% Wilson interval over attempts (attempts "
-    "of one sample are not independent: read it as a lower bound on the uncertainty); share = the group's "
-    f"attempts / all attempts; fewer than {MIN_ATTEMPTS} attempts: too few to judge",
-    "token_kind": "the kind of the target's token at the attempt (the accepted draft, or the target's own token "
-    "where it rejected), from its text: special (the tokenizer's special tokens), whitespace / indentation, "
-    "digits, punctuation, words / identifiers (letters, digits, underscore), mixed",
-    "target_confidence": "the target's probability of its own greedy token at the attempt's position (the verify "
-    "forward's top-1 probability), in tiers",
-    "target_entropy": "the entropy (nats, temperature 1) of the target's distribution at the attempt's position, "
-    "from the verify forward, in tiers: low < 0.5 (one token all but certain), medium 0.5-2, high >= 2. speculators "
-    "splits acceptance by prompt sets chosen for high entropy (throughput_1k/high_entropy); SpecLens splits each "
-    "position by the target's own entropy there, so the tiers are its own, not speculators'",
-    "context_length": "tokens before the attempt's position (prompt + output so far), in buckets",
-    "source": "the sample's `source` field up to its first '/' (HumanEval/3 and HumanEval/7 are HumanEval: the "
-    "dataset, not the item); a typed prompt: 'typed prompt'",
-    "span": f"thinking: after a {THINK_OPEN} and before its {THINK_CLOSE} in the output; answer: elsewhere "
-    "(only where the outputs hold a thinking span)",
-    "block": "code: inside a fenced block (``` ... ```) of the output; prose: outside one (only where the outputs "
-    "hold a fenced block), read from the output itself whatever the sample's source",
-    "calibration": f"the draft's probability of each attempted draft (its softmax at that draft step) in {BINS} "
-    "equal bins, against the share of those attempts the target accepted",
-    "ece": "expected calibration error: sum over bins of (attempts in bin / attempts) x |acceptance - mean draft "
-    "probability|; 0 = the draft's probability is the acceptance rate",
-    "threshold_whatif": "WHAT-IF from the stored steps, greedy chains only: each step drafts until the first "
-    "draft whose probability is below the threshold (at least one draft), so it accepts min(a, drafts kept); "
-    "later steps are assumed unchanged (in a real run a shorter step moves every later step), and a draft "
-    "forward and a verified token are taken to cost the same whatever the length",
-}
+# Every number's definition, from the one DEFINITIONS (backend/engine/metrics.py, "lost_*" keys), by
+# the short names this module's JSON and the pages use.
+DEFINITIONS = definitions({name: f"lost_{name}" for name in LOST_TERMS})
 
 
 @dataclass(frozen=True)

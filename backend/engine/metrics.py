@@ -46,6 +46,40 @@ DEFINITIONS = {
     "length, bonus included); per-position = accepted tokens at position i / drafts (P(a > i), marginal)",
     "vllm_v0_metrics_accept_length": "accept length = emitted tokens / verify steps, verify steps = draft "
     "tokens / K (needs K; vLLM V0 exposes no draft count)",
+    # Where acceptance is lost over stored runs (backend/diagnostics/where_lost.py)
+    "lost_attempt": "an attempt is draft position j of a verify step whose drafts 1..j-1 were accepted (the target "
+    "judged d_j): a step accepting a of K drafts makes min(a + 1, K) attempts",
+    "lost_position_marginal": "P(a >= i): share of verify steps accepting at least i drafts; mean over samples (runs) "
+    "with its 95% interval over samples (mean_ci95), and pooled over steps",
+    "lost_position_conditional": "P(a >= i | a >= i-1): of the steps that reached position i, the share accepting it "
+    "(pooled over steps)",
+    "lost_group_rate": "accepted attempts / attempts in the group, with a 95% Wilson interval over attempts (attempts "
+    "of one sample are not independent: read it as a lower bound on the uncertainty); share = the group's "
+    "attempts / all attempts; fewer than 20 attempts (where_lost.MIN_ATTEMPTS): too few to judge",
+    "lost_token_kind": "the kind of the target's token at the attempt (the accepted draft, or the target's own token "
+    "where it rejected), from its text: special (the tokenizer's special tokens), whitespace / indentation, "
+    "digits, punctuation, words / identifiers (letters, digits, underscore), mixed",
+    "lost_target_confidence": "the target's probability of its own greedy token at the attempt's position (the verify "
+    "forward's top-1 probability), in tiers",
+    "lost_target_entropy": "the entropy (nats, temperature 1) of the target's distribution at the attempt's position, "
+    "from the verify forward, in tiers: low < 0.5 (one token all but certain), medium 0.5-2, high >= 2. speculators "
+    "splits acceptance by prompt sets chosen for high entropy (throughput_1k/high_entropy); SpecLens splits each "
+    "position by the target's own entropy there, so the tiers are its own, not speculators'",
+    "lost_context_length": "tokens before the attempt's position (prompt + output so far), in buckets",
+    "lost_source": "the sample's `source` field up to its first '/' (HumanEval/3 and HumanEval/7 are HumanEval: the "
+    "dataset, not the item); a typed prompt: 'typed prompt'",
+    "lost_span": "thinking: after a <think> and before its </think> in the output; answer: elsewhere "
+    "(only where the outputs hold a thinking span)",
+    "lost_block": "code: inside a fenced block (``` ... ```) of the output; prose: outside one (only where the outputs "
+    "hold a fenced block), read from the output itself whatever the sample's source",
+    "lost_calibration": "the draft's probability of each attempted draft (its softmax at that draft step) in 10 "
+    "equal bins, against the share of those attempts the target accepted",
+    "lost_ece": "expected calibration error: sum over bins of (attempts in bin / attempts) x |acceptance - mean draft "
+    "probability|; 0 = the draft's probability is the acceptance rate",
+    "lost_threshold_whatif": "WHAT-IF from the stored steps, greedy chains only: each step drafts until the first "
+    "draft whose probability is below the threshold (at least one draft), so it accepts min(a, drafts kept); "
+    "later steps are assumed unchanged (in a real run a shorter step moves every later step), and a draft "
+    "forward and a verified token are taken to cost the same whatever the length",
 }
 
 
@@ -62,6 +96,24 @@ class AcceptanceMetrics:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+LOST_TERMS = (
+    "attempt",
+    "position_marginal",
+    "position_conditional",
+    "group_rate",
+    "token_kind",
+    "target_confidence",
+    "target_entropy",
+    "context_length",
+    "source",
+    "span",
+    "block",
+    "calibration",
+    "ece",
+    "threshold_whatif",
+)
 
 
 def definitions(names: dict[str, str] | tuple[str, ...]) -> dict[str, str]:

@@ -225,3 +225,12 @@ def test_a_runs_source_is_read_from_its_samples_file_when_the_store_has_no_sampl
     assert _source_of(f"{path}#1", False) == "chat/1"  # the bad first line is not counted
     assert _source_of("prompt", False) == "typed prompt" and _source_of(None, True) == "sample deleted"
     assert _source_of(f"{path}#9", False) == "eval.jsonl (source not read)"
+
+
+def test_every_term_is_defined_once_in_the_one_definitions_with_the_numbers_the_code_uses():
+    from backend.diagnostics.where_lost import BINS, DEFINITIONS, MIN_ATTEMPTS
+    from backend.engine import metrics
+
+    assert all(metrics.DEFINITIONS[f"lost_{name}"] == text for name, text in DEFINITIONS.items())
+    assert f"fewer than {MIN_ATTEMPTS} attempts" in DEFINITIONS["group_rate"]
+    assert f"in {BINS} equal bins" in DEFINITIONS["calibration"]
