@@ -28,7 +28,7 @@ if not offered.drafts:
         "`speclens evaluate --drafts A,B --samples FILE`; then come back."
     )
     st.stop()
-c1, c2, c3 = st.columns([3, 1, 2])
+c1, c2, c4, c3 = st.columns([3, 1, 2, 2])
 names = list(offered.drafts)
 drafts = c1.multiselect(
     "Drafts",
@@ -38,6 +38,9 @@ drafts = c1.multiselect(
     help="each draft's runs are one group; two side by side",
 )
 k = c2.selectbox("K (draft steps)", offered.ks, key="lost_k", help="runs of one draft length at a time")
+mode = c4.selectbox(
+    "Decoding", offered.modes, key="lost_mode", help="chain or tree, greedy or sampled: one at a time"
+)
 every = "every sample and typed prompt"
 dataset = c3.selectbox(
     "Samples from",
@@ -48,9 +51,11 @@ dataset = c3.selectbox(
 if not drafts:
     st.info("Choose a draft.")
     st.stop()
-run_ids = losses.chosen_runs(state.db(), state.target_path(), [offered.drafts[n] for n in drafts], k, dataset)
+run_ids = losses.chosen_runs(
+    state.db(), state.target_path(), [offered.drafts[n] for n in drafts], k, dataset, mode
+)
 if not run_ids:
-    st.info(f"No finished run of {', '.join(drafts)} at K={k} on these samples.")
+    st.info(f"No finished run of {', '.join(drafts)} at K={k}, {mode}, on these samples.")
     st.stop()
 try:
     found = view.where_lost(state.db(), tuple(run_ids))
@@ -58,7 +63,7 @@ except BadInput as error:
     st.error(md(error))
     st.stop()
 st.caption(
-    f"{len(run_ids)} finished runs (the newest per draft and prompt): "
+    f"{len(run_ids)} finished runs ({mode}; per draft and prompt the run with the most verify steps): "
     + "; ".join(
         f"{d.name}: {d.runs} runs, {d.verify_steps} verify steps, {d.attempts} attempts" for d in found.drafts
     )

@@ -41,17 +41,19 @@ def where_lost_over(db_url: str | None, run_ids: list[int]) -> WhereLost:
                 raise BadInput(f"run {run_id}: no such run in {db_url or 'the default database'}")
             runs.append((run, store.get_steps(session, run_id)))
         sources = store.sample_sources(session, [run.sample_id for run, _ in runs])
-    targets = sorted({str(Path(run.target_path).resolve()) for run, _ in runs})  # one target, however named
+    targets = sorted(
+        {_resolved(run.target_path) for run, _ in runs}
+    )  # one target, however its path is spelled
     if len(targets) > 1:
         raise BadInput(
             f"runs of {len(targets)} targets ({', '.join(targets)}): read one target's runs at a time"
         )
     grouped: dict[str, list[LostRun]] = {}
-    names = _draft_names([run.draft_path for run, _ in runs])
+    names = _draft_names([_resolved(run.draft_path) for run, _ in runs])
     for run, steps in runs:
         source = sources.get(run.sample_id) or _source_of(run.sample_ref, run.sample_id is not None)
         lost = LostRun(run.id, steps, source, run.resolved.greedy_chain)
-        grouped.setdefault(names[run.draft_path], []).append(lost)
+        grouped.setdefault(names[_resolved(run.draft_path)], []).append(lost)
     return where_lost(grouped, _one_token_text(targets[0]), special_ids(targets[0]))
 
 
@@ -92,6 +94,11 @@ def _file_sources(path: str, _stamp: float | None) -> tuple[str, ...] | None:
     return tuple(s.source or "" for s in samples)
 
 
+def _resolved(path: str) -> str:
+    """A checkpoint directory as one string however a run spelled it (relative from a CLI, absolute)."""
+    return str(Path(path).resolve())
+
+
 def _draft_names(paths: list[str]) -> dict[str, str]:
     """Each draft's folder name, or its path where two drafts share a name."""
     short = {path: Path(path).name or path for path in paths}
@@ -120,21 +127,23 @@ def special_ids(target_path: str) -> frozenset[int]:
 @dataclass(frozen=True)
 class LossChoices:
     """What the stored runs of one target offer the Where-lost page: drafts (name -> path) newest
-    first, the draft lengths K they ran, the datasets their samples came from (id -> name)."""
+    first, the draft lengths K and the decoding modes they ran (the most run first), the datasets
+    their samples came from (id -> name)."""
 
     drafts: dict[str, str]
     ks: list[int]
     datasets: dict[int, str]
+    modes: list[str]
 
 
 def _finished(db_url: str | None, target_path: str) -> list:
     from backend.service.runs import list_runs
 
-    same = str(Path(target_path).resolve())
+    same = _resolved(target_path)
     return [
         r
         for r in list_runs(db_url, limit=5000)
-        if r.kind == "replay" and r.status == "finished" and str(Path(r.target_path).resolve()) == same
+        if r.kind == "replay" and r.status == "finished" and _resolved(r.target_path) == same
     ]
 
 
@@ -142,31 +151,46 @@ def choices(db_url: str | None, target_path: str) -> LossChoices:
     from backend.service.datasets import list_datasets
 
     runs = _finished(db_url, target_path)
-    paths = list(dict.fromkeys(r.draft_path for r in runs))
+    paths = list(dict.fromkeys(_resolved(r.draft_path) for r in runs))
     names = _draft_names(paths)
     ks = [k for k, _ in Counter(r.resolved.num_steps for r in runs).most_common()]  # the most run first
     with store.session_scope(open_database(db_url).factory) as session:
         used = set(store.sample_datasets(session, [r.sample_id for r in runs]).values())
     datasets = {d.id: d.name for d in list_datasets(db_url) if d.id in used}
-    return LossChoices({names[p]: p for p in paths}, ks, datasets)
+    modes = [m for m, _ in Counter(r.resolved.mode for r in runs).most_common()]
+    return LossChoices({names[p]: p for p in paths}, ks, datasets, modes)
 
 
 def chosen_runs(
-    db_url: str | None, target_path: str, draft_paths: list[str], k: int, dataset_id: int | None = None
+    db_url: str | None,
+    target_path: str,
+    draft_paths: list[str],
+    k: int,
+    dataset_id: int | None = None,
+    mode: str | None = None,
 ) -> list[int]:
-    """The finished replays of these drafts at K = `k` (on `dataset_id`'s samples when given): the
-    newest run per draft and prompt, so a prompt replayed twice counts once."""
+    """The finished replays of these drafts at K = `k`, decoded as `mode` (chain greedy, a tree,
+    sampled: one at a time; None: any) and on `dataset_id`'s samples when given. One run per draft
+    and prompt, so a prompt replayed twice counts once: the one with the most verify steps (the
+    most evidence; the newest of those)."""
+    wanted = {_resolved(p) for p in draft_paths}
     runs = [
-        r for r in _finished(db_url, target_path) if r.draft_path in draft_paths and r.resolved.num_steps == k
+        r
+        for r in _finished(db_url, target_path)
+        if _resolved(r.draft_path) in wanted
+        and r.resolved.num_steps == k
+        and (mode is None or r.resolved.mode == mode)
     ]
     if dataset_id is not None:
         with store.session_scope(open_database(db_url).factory) as session:
             of = store.sample_datasets(session, [r.sample_id for r in runs])
         runs = [r for r in runs if of.get(r.sample_id) == dataset_id]
-    newest = {}
-    for r in runs:  # newest first (list_runs' order)
-        newest.setdefault((r.draft_path, tuple(r.prompt_ids)), r.id)
-    return sorted(newest.values())
+    kept = {}
+    for r in runs:  # newest first (list_runs' order): a later run of as many steps does not replace it
+        key = (_resolved(r.draft_path), tuple(r.prompt_ids))
+        if key not in kept or r.step_count > kept[key].step_count:
+            kept[key] = r
+    return sorted(r.id for r in kept.values())
 
 
 SPLITS = ("by_kind", "by_entropy", "by_confidence", "by_context", "by_source", "by_span", "by_block")

@@ -207,6 +207,21 @@ def test_the_cli_view_over_a_stored_run_agrees_with_its_own_metrics(stored_run):
             aux_hf_indices=[0],
         )
     assert where_lost_over(db_url, [run_id, other]).drafts[0].runs == 2
+    # the page's choice: one run per draft and prompt, the one with the most verify steps, whichever
+    # way the draft's path was spelled (a later, shorter run of the same prompt does not replace it)
+    from backend.service.losses import choices, chosen_runs
+
+    with store.session_scope(open_database(db_url).factory) as session:
+        shorter = store.create_run(
+            session, kind="replay", target_path=relative, draft_path=os.path.relpath(run.draft_path),
+            params=dict(run.params), aux_hf_indices=[0], given=store.RunInput(prompt_ids=list(run.prompt_ids)),
+        )  # fmt: skip
+        store.finish_run(session, shorter, output_ids=[1], metrics={})
+    offered = choices(db_url, run.target_path)
+    assert list(offered.drafts) == [Path(run.draft_path).name] and offered.modes == ["chain greedy"]
+    assert chosen_runs(db_url, run.target_path, list(offered.drafts.values()), 3, None, "chain greedy") == [
+        run_id
+    ]
     missing = run_cli("lost", "--runs", f"{run_id},99999", "--db", db_url)
     assert missing.returncode == 2 and missing.stderr.count("\n") == 1
     assert "run 99999: no such run" in missing.stderr
