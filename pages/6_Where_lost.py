@@ -55,7 +55,7 @@ run_ids = losses.chosen_runs(
     state.db(), state.target_path(), [offered.drafts[n] for n in drafts], k, dataset, mode
 )
 if not run_ids:
-    st.info(f"No finished run of {', '.join(drafts)} at K={k}, {mode}, on these samples.")
+    st.info(f"No finished run of {md(', '.join(drafts))} at K={k}, {md(mode)}, on these samples.")
     st.stop()
 try:
     found = view.where_lost(state.db(), tuple(run_ids))
@@ -63,9 +63,10 @@ except BadInput as error:
     st.error(md(error))
     st.stop()
 st.caption(
-    f"{len(run_ids)} finished runs ({mode}; per draft and prompt the run with the most verify steps): "
+    f"{len(run_ids)} finished runs ({md(mode)}; per draft and prompt the run with the most verify steps): "
     + "; ".join(
-        f"{d.name}: {d.runs} runs, {d.verify_steps} verify steps, {d.attempts} attempts" for d in found.drafts
+        f"{md(d.name)}: {d.runs} runs, {d.verify_steps} verify steps, {d.attempts} attempts"
+        for d in found.drafts
     )
     + ". An attempt is a draft the target judged (see Definitions)."
 )

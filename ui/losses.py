@@ -3,6 +3,9 @@ figure per split, the drafts side by side, every bar clickable to list the steps
 
 from __future__ import annotations
 
+import html
+from itertools import cycle
+
 import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
@@ -40,7 +43,7 @@ def _layout(figure: go.Figure, title: str, xaxis: str, yaxis: str, height: int =
 
 def position_figure(found: WhereLost) -> go.Figure:
     figure = go.Figure()
-    for colour, d in zip(COLOURS, found.drafts, strict=False):
+    for colour, d in zip(cycle(COLOURS), found.drafts):
         rows = d.by_position
         low = [
             m - c[0] if m is not None and c else 0
@@ -53,7 +56,7 @@ def position_figure(found: WhereLost) -> go.Figure:
         figure.add_bar(
             x=[f"d{r.position}" for r in rows],
             y=[r.marginal_mean for r in rows],
-            name=f"{d.name} ({d.runs} samples)",
+            name=f"{_shown(d.name)} ({d.runs} samples)",
             marker_color=colour,
             error_y=dict(type="data", symmetric=False, array=high, arrayminus=low),
             customdata=[[r.steps, r.conditional, r.marginal] for r in rows],
@@ -69,14 +72,14 @@ def group_figure(found: WhereLost, split: str, title: str, xaxis: str) -> go.Fig
     """One bar per group and draft: its acceptance with the Wilson interval; a group too small to
     judge is a grey bar of height 0 labelled so, never a rate."""
     figure = go.Figure()
-    order = list(dict.fromkeys(g.group for d in found.drafts for g in getattr(d, split)))
-    for colour, d in zip(COLOURS, found.drafts, strict=False):
+    order = list(dict.fromkeys(g.group for d in found.drafts for g in getattr(d, split)))  # names as stored
+    for colour, d in zip(cycle(COLOURS), found.drafts):
         groups = {g.group: g for g in getattr(d, split)}
         shown = [groups.get(name) for name in order]
         figure.add_bar(
-            x=order,
+            x=[_shown(name) for name in order],
             y=[g.rate if g is not None and g.rate is not None else 0 for g in shown],
-            name=d.name,
+            name=_shown(d.name),
             marker_color=[colour if g is not None and g.rate is not None else TOO_FEW for g in shown],
             text=[_label(g) for g in shown],
             textposition="outside",
@@ -104,7 +107,7 @@ def calibration_figure(found: WhereLost) -> go.Figure:
     figure.add_scatter(
         x=[0, 1], y=[0, 1], mode="lines", name="calibrated", line=dict(dash="dot", color="#9e9e9e")
     )
-    for colour, d in zip(COLOURS, found.drafts, strict=False):
+    for colour, d in zip(cycle(COLOURS), found.drafts):
         overall = d.calibration[0]
         bins = [b for b in overall.bins if b.attempts]
         ece = "n/a" if overall.ece is None else f"{overall.ece:.3f}"
@@ -112,7 +115,7 @@ def calibration_figure(found: WhereLost) -> go.Figure:
             x=[b.mean_probability for b in bins],
             y=[b.acceptance for b in bins],
             mode="lines+markers",
-            name=f"{d.name} (ECE {ece})",
+            name=f"{_shown(d.name)} (ECE {ece})",
             marker=dict(color=colour, size=[6 + min(14, b.attempts // 10) for b in bins]),
             customdata=[[b.attempts, b.low, b.high] for b in bins],
             hovertemplate="draft p in [%{customdata[1]:.1f}, %{customdata[2]:.1f}): mean %{x:.3f}, accepted "
@@ -126,6 +129,12 @@ def calibration_figure(found: WhereLost) -> go.Figure:
     )
     figure.update_layout(xaxis_range=[0, 1.02], clickmode="event")
     return figure
+
+
+def _shown(name: str) -> str:
+    """A name from the data (a draft's folder, a dataset's source) as plotly may draw it: plotly reads
+    `<br>`, `<b>`, `<a href>` in labels and hovers, so its markup characters are escaped."""
+    return html.escape(name, quote=True)
 
 
 def clicked(event) -> tuple[int, str] | None:
@@ -151,7 +160,7 @@ def show_steps(found: WhereLost, split: str, hit: tuple[int, str] | None, key: s
         rows = [] if row is None else [(run, step, row.position, 0) for run, step in row.rejected_at]
         what = f"{draft.name}, {x}: the steps that rejected it"
     else:
-        group = next((g for g in getattr(draft, split) if g.group == x), None)
+        group = next((g for g in getattr(draft, split) if _shown(g.group) == x), None)
         rows = [] if group is None else [tuple(e) for e in group.examples]
         what = f"{draft.name}, {x}: its attempts, rejections first"
     if not rows:
@@ -164,7 +173,7 @@ def show_steps(found: WhereLost, split: str, hit: tuple[int, str] | None, key: s
     event = st.dataframe(
         frame, hide_index=True, key=f"{key}_steps", on_select="rerun", selection_mode="single-row", height=180
     )
-    picked = list(getattr(getattr(event, "selection", None), "rows", None) or [])
+    picked = [r for r in getattr(getattr(event, "selection", None), "rows", None) or [] if r < len(rows)]
     if picked and st.button("Open this step in Decode", key=f"{key}_open"):
         _open(rows[picked[0]][0], rows[picked[0]][1])
 
@@ -204,7 +213,7 @@ def rejected(found: WhereLost) -> None:
     event = st.dataframe(
         frame, hide_index=True, key="lost_rejected", on_select="rerun", selection_mode="single-row"
     )
-    picked = list(getattr(getattr(event, "selection", None), "rows", None) or [])
+    picked = [r for r in getattr(getattr(event, "selection", None), "rows", None) or [] if r < len(listed)]
     if picked and listed[picked[0]][1].examples:
         run, step = listed[picked[0]][1].examples[0]
         if st.button(f"Open run {run}, step {step + 1} in Decode", key="lost_rejected_open"):

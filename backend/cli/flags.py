@@ -42,7 +42,7 @@ def run_ids(text: str) -> list[int]:
         for part in filter(None, (p.strip() for p in text.split(","))):
             low, _, high = part.partition("-")
             first, last = int(low), int(high or low)
-            if last - first > 100_000:
+            if last < first or last - first > 100_000:  # 5-3 is a typo, not "none"
                 raise ValueError
             ids.extend(range(first, last + 1))
     except ValueError:

@@ -55,6 +55,7 @@ class LostRun:
     steps: Sequence
     source: str = "typed prompt"
     greedy_chain: bool = True
+    prompt_ids: Sequence[int] = ()  # what the spans start from (a template's <think>, an open fence)
 
 
 @dataclass(frozen=True)
@@ -176,28 +177,54 @@ def token_kind(text: str, token_id: int, special: frozenset[int]) -> str:
     return "mixed"
 
 
+NO_TOKENIZER = "unknown (no tokenizer)"
+
+
 def where_lost(
     named_runs: dict[str, list[LostRun]],
-    text: Callable[[int], str],
+    text: Callable[[int], str] | None,
     special: frozenset[int] = frozenset(),
 ) -> WhereLost:
     """Each draft's losses over its runs (`named_runs`: draft name -> its runs); `text`: one token id's
-    text (the target's tokenizer), `special`: the tokenizer's special token ids."""
-    return WhereLost([_losses(name, runs, text, special) for name, runs in named_runs.items()])
+    text (the target's tokenizer; None where it cannot be read: no kinds, spans or blocks then),
+    `special`: the tokenizer's special token ids."""
+    cached = None if text is None else _memo(text)
+    return WhereLost([_losses(name, runs, cached, special) for name, runs in named_runs.items()])
+
+
+def _memo(text: Callable[[int], str]) -> Callable[[int], str]:
+    seen: dict[int, str] = {}
+
+    def once(token: int) -> str:
+        if token not in seen:
+            seen[token] = text(token)
+        return seen[token]
+
+    return once
 
 
 def _losses(name: str, runs: list[LostRun], text, special) -> DraftLosses:
     attempts = _attempts(runs, text)
     verify = [s for r in runs for s in r.steps if s.drafted_ids]
-    kind = {a.token: token_kind(text(a.token), a.token, special) for a in attempts}
+    if text is None:
+        kind = dict.fromkeys((a.token for a in attempts), NO_TOKENIZER)
+        text = str
+    else:
+        kind = {a.token: token_kind(text(a.token), a.token, special) for a in attempts}
     notes = []
+    if NO_TOKENIZER in kind.values():
+        notes.append("the target's tokenizer cannot be read: no token kinds, spans or code blocks (ids only)")
     if any(a.span is None for a in attempts):
         notes.append("no thinking span in these outputs: the span split is left out")
     if any(a.block is None for a in attempts):
         notes.append("no fenced code (```) in these outputs: the code vs prose split is left out")
     chains = [r for r in runs if r.greedy_chain]
     if len(chains) < len(runs):
-        notes.append(f"threshold what-if over the {len(chains)} greedy-chain runs of {len(runs)}")
+        notes.append(
+            f"calibration and the threshold what-if read the {len(chains)} greedy-chain runs of {len(runs)} (a "
+            "tree's or a sampled run's acceptance is not the favourite draft's own top-1 match)"
+        )
+    chain_ids = {r.run_id for r in chains}
     unmeasured = sum(a.target_entropy is None for a in attempts)
     if unmeasured:
         notes.append(
@@ -231,19 +258,29 @@ def _losses(name: str, runs: list[LostRun], text, special) -> DraftLosses:
         by_source=_groups(attempts, lambda a: a.source.split("/")[0] or a.source),
         by_span=_groups([a for a in attempts if a.span is not None], lambda a: a.span, len(attempts)),
         by_block=_groups([a for a in attempts if a.block is not None], lambda a: a.block, len(attempts)),
-        calibration=_calibration(attempts),
-        threshold_whatif=_thresholds(chains) if scored or not attempts else _thresholds(chains)[:1],
+        calibration=_calibration([a for a in attempts if a.run_id in chain_ids]),
+        threshold_whatif=_thresholds(chains, notes)
+        if scored or not attempts
+        else _thresholds(chains, notes)[:1],
         notes=notes,
     )
 
 
 def _attempts(runs: list[LostRun], text) -> list[_Attempt]:
     found = []
-    tokens = [text(t) for r in runs for s in r.steps for t in s.committed_ids]
-    thinking_seen = any(THINK_OPEN in t for t in tokens)
-    fences_seen = "```" in "".join(t for t in tokens if "`" in t)
+    if text is None:  # no tokenizer: no spans or blocks to read
+        text, thinking_seen, fences_seen = str, False, False
+    else:
+        tokens = [text(t) for r in runs for t in _read_before(r)] + [
+            text(t) for r in runs for s in r.steps for t in s.committed_ids
+        ]
+        thinking_seen = any(THINK_OPEN in t or THINK_CLOSE in t for t in tokens)
+        fences_seen = "```" in "".join(t for t in tokens if "`" in t)
     for run in runs:
         spans = _Spans()
+        if thinking_seen or fences_seen:
+            for token in _read_before(run):  # the prompt, then the prefill's first output token
+                spans.read(text(token))
         for step in run.steps:
             drafted = list(step.drafted_ids)
             committed = list(step.committed_ids)
@@ -256,10 +293,10 @@ def _attempts(runs: list[LostRun], text) -> list[_Attempt]:
                         j,
                         j <= step.accepted_count,
                         token,
-                        _at(step.draft_probs, j - 1),
-                        _at(step.target_argmax_probs, j - 1),
-                        _at(getattr(getattr(step, "tree", None), "target_entropies", None), j - 1),
-                        step.position + j - 1,
+                        _probability(_at(step.draft_probs, j - 1)),
+                        _probability(_at(step.target_argmax_probs, j - 1)),
+                        _entropy_at(step, j),
+                        step.position + j,  # x_n's position + 1 + (j - 1): tokens before d_j
                         run.source,
                         spans.span() if thinking_seen else None,
                         spans.block() if fences_seen else None,
@@ -294,6 +331,32 @@ class _Spans:
 
     def block(self) -> str:
         return "code" if self.code else "prose"
+
+
+def _read_before(run: LostRun) -> list[int]:
+    """The tokens before the first step's drafts: the prompt and the prefill's first output token."""
+    first = [run.steps[0].pending_token] if run.steps and hasattr(run.steps[0], "pending_token") else []
+    return [*run.prompt_ids, *first]
+
+
+def _entropy_at(step, j: int) -> float | None:
+    """The target's entropy at attempt j: verify row 0 for d_1, else the row of the accepted node
+    d_{j-1} (a tree's rows are its nodes in tree order; a chain's are j - 1)."""
+    tree = getattr(step, "tree", None)
+    entropies = getattr(tree, "target_entropies", None)
+    if not entropies:
+        return None
+    path = getattr(tree, "accepted_path", None) or list(range(j - 1))
+    row = 0 if j == 1 else path[j - 2] + 1 if j - 2 < len(path) else None
+    value = _at(entropies, row) if row is not None else None
+    return value if value is None or math.isfinite(value) else None
+
+
+def _probability(value) -> float | None:
+    """A stored probability, clamped to [0, 1]; NaN or missing: None (not recorded)."""
+    if value is None or not math.isfinite(value):
+        return None
+    return min(1.0, max(0.0, float(value)))
 
 
 def _at(values, index):
@@ -439,8 +502,14 @@ def _calibrated(position: int | None, scored: list[_Attempt]) -> Calibration:
     return Calibration(position, len(scored), ece if scored else None, bins)
 
 
-def _thresholds(runs: list[LostRun]) -> list[ThresholdRow]:
-    steps = [s for r in runs for s in r.steps if s.drafted_ids]
+def _thresholds(runs: list[LostRun], notes: list[str]) -> list[ThresholdRow]:
+    """The what-if over the steps that kept a probability for every draft."""
+    drafted = [s for r in runs for s in r.steps if s.drafted_ids]
+    steps = [s for s in drafted if len(s.draft_probs or []) >= len(s.drafted_ids)]
+    if 0 < len(steps) < len(drafted):
+        notes.append(
+            f"threshold what-if over the {len(steps)} of {len(drafted)} steps that kept draft probabilities"
+        )
     return [_threshold(None, steps)] + [_threshold(t, steps) for t in THRESHOLDS]
 
 

@@ -72,7 +72,8 @@ DEFINITIONS = {
     "(only where the outputs hold a thinking span)",
     "lost_block": "code: inside a fenced block (``` ... ```) of the output; prose: outside one (only where the outputs "
     "hold a fenced block), read from the output itself whatever the sample's source",
-    "lost_calibration": "the draft's probability of each attempted draft (its softmax at that draft step) in 10 "
+    "lost_calibration": "greedy chains only: the draft's probability of each attempted draft (its softmax at that "
+    "draft step) in 10 "
     "equal bins, against the share of those attempts the target accepted",
     "lost_ece": "expected calibration error: sum over bins of (attempts in bin / attempts) x |acceptance - mean draft "
     "probability|; 0 = the draft's probability is the acceptance rate",

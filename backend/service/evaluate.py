@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from itertools import zip_longest
 
+from backend import BadInput
 from backend.engine.metrics import definitions, mean_ci95
 from backend.engine.records import Progress, no_progress
 from backend.engine.request import ReplayRequest
@@ -163,7 +164,10 @@ def evaluate(
     from backend.service.losses import where_lost_over
 
     # where each draft lost acceptance over these runs (issue 55; `lost --runs` prints it for any runs)
-    lost = where_lost_over(db_url, sorted(run_ids.values())).to_dict() if run_ids else None
+    try:  # whatever it meets, the evaluation's own numbers are never lost to it
+        lost = where_lost_over(db_url, sorted(run_ids.values())).to_dict() if run_ids else None
+    except (BadInput, ValueError, TypeError) as error:
+        lost = {"error": str(error)}
     summary = summarise(db_url, plan, run_ids, reused, len(pairs) - reused)
     return {**summary, "where_lost": lost, "ray": ray or None, **stats}
 

@@ -51,13 +51,41 @@ def where_lost_over(db_url: str | None, run_ids: list[int]) -> WhereLost:
     grouped: dict[str, list[LostRun]] = {}
     names = _draft_names([_resolved(run.draft_path) for run, _ in runs])
     for run, steps in runs:
-        source = sources.get(run.sample_id) or _source_of(run.sample_ref, run.sample_id is not None)
-        lost = LostRun(run.id, steps, source, run.resolved.greedy_chain)
+        if run.sample_id in sources:
+            source = sources[run.sample_id] or "no source field"
+        else:
+            source = _source_of(run.sample_ref, run.sample_id is not None, _vocab_size(targets[0]))
+        lost = LostRun(run.id, steps, source, run.resolved.greedy_chain, tuple(run.prompt_ids))
         grouped.setdefault(names[_resolved(run.draft_path)], []).append(lost)
-    return where_lost(grouped, _one_token_text(targets[0]), special_ids(targets[0]))
+    found = where_lost(grouped, _one_token_text(targets[0]), special_ids(targets[0]))
+    return _mixed(found, runs, names)
 
 
-def _source_of(sample_ref: str | None, had_sample: bool) -> str:
+def _mixed(found: WhereLost, runs: list, names: dict[str, str]) -> WhereLost:
+    """Each draft's losses with a note where its runs mixed draft lengths, decoding modes or
+    unfinished runs (the CLI reads any ids it is given; the page asks for one K and mode)."""
+    from dataclasses import replace
+
+    drafts = []
+    for draft in found.drafts:
+        mine = [run for run, _ in runs if names[_resolved(run.draft_path)] == draft.name]
+        said = []
+        ks = sorted({run.resolved.num_steps for run in mine})
+        modes = sorted({run.resolved.mode for run in mine})
+        if len(ks) > 1:
+            said.append(
+                f"runs of K {', '.join(map(str, ks))} pooled: read one K at a time to compare positions"
+            )
+        if len(modes) > 1:
+            said.append(f"runs decoded as {', '.join(modes)} pooled")
+        unfinished = sum(run.status != "finished" for run in mine)
+        if unfinished:
+            said.append(f"{unfinished} of {len(mine)} runs did not finish: their stored steps are counted")
+        drafts.append(replace(draft, notes=[*draft.notes, *said]) if said else draft)
+    return replace(found, drafts=drafts)
+
+
+def _source_of(sample_ref: str | None, had_sample: bool, vocab_size: int | None = None) -> str:
     """The source of a run's sample that is not (or no longer) in the store: a samples file's record
     ("path#index", as `evaluate` and `replay --samples` name it), a typed prompt, or said unknown."""
     if had_sample:
@@ -66,10 +94,20 @@ def _source_of(sample_ref: str | None, had_sample: bool) -> str:
         return "typed prompt"
     path, _, index = sample_ref.rpartition("#")
     if path and index.isdigit():
-        found = _file_sources(path, _stamp(path))
+        found = _file_sources(path, _stamp(path), vocab_size)
         if found is not None and int(index) < len(found):
             return found[int(index)] or "no source field"
     return f"{Path(path or sample_ref).name} (source not read)"
+
+
+def _vocab_size(target_path: str) -> int | None:
+    """The target's vocab size from its config.json (no transformers: this module is torch-free)."""
+    try:
+        config = json.loads((Path(target_path) / "config.json").read_text(encoding="utf-8"))
+        size = config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return size if isinstance(size, int) and size > 0 else None
 
 
 def _stamp(path: str) -> float | None:
@@ -80,18 +118,18 @@ def _stamp(path: str) -> float | None:
 
 
 @lru_cache(maxsize=16)
-def _file_sources(path: str, _stamp: float | None) -> tuple[str, ...] | None:
-    """The `source` field of each valid record of a training JSONL file, in the order `--index`
-    counts them (None for another format, or a file that cannot be read now)."""
-    from backend.data.samples import read_jsonl
+def _file_sources(path: str, _stamp: float | None, vocab_size: int | None = None) -> tuple[str, ...] | None:
+    """The `source` field of each valid record of a training JSONL file (valid for the target's vocab,
+    as `evaluate` and `replay --index` count them), read one line at a time; None for another format,
+    or a file that cannot be read now."""
+    from backend.data.samples import iter_jsonl
 
     if not path.endswith(".jsonl"):
         return None
     try:
-        samples, _ = read_jsonl(path)
+        return tuple(s.source or "" for s in iter_jsonl(path, vocab_size, []))
     except (BadInput, OSError):
         return None
-    return tuple(s.source or "" for s in samples)
 
 
 def _resolved(path: str) -> str:
@@ -107,8 +145,9 @@ def _draft_names(paths: list[str]) -> dict[str, str]:
 
 
 def _one_token_text(target_path: str):
+    """One token id's text with the target's tokenizer; None when it has none or it cannot be read."""
     decode = token_text(target_path)
-    return (lambda token: decode([token])) if decode else str
+    return (lambda token: decode([token])) if decode else None
 
 
 @lru_cache(maxsize=8)
@@ -118,6 +157,8 @@ def special_ids(target_path: str) -> frozenset[int]:
     try:
         added = json.loads(path.read_text(encoding="utf-8")).get("added_tokens") or []
     except (OSError, ValueError, AttributeError):
+        return frozenset()
+    if not isinstance(added, list):
         return frozenset()
     return frozenset(
         t["id"] for t in added if isinstance(t, dict) and t.get("special") and isinstance(t.get("id"), int)

@@ -249,3 +249,31 @@ def test_every_term_is_defined_once_in_the_one_definitions_with_the_numbers_the_
     assert all(metrics.DEFINITIONS[f"lost_{name}"] == text for name, text in DEFINITIONS.items())
     assert f"fewer than {MIN_ATTEMPTS} attempts" in DEFINITIONS["group_rate"]
     assert f"in {BINS} equal bins" in DEFINITIONS["calibration"]
+
+
+def test_a_review_s_cases_tree_rows_the_prompt_nan_no_tokenizer_and_chains_only():
+    """A tree's entropy is read at the accepted node's verify row; a <think> in the prompt or as the
+    prefill's token opens the span; a NaN probability is not recorded (no crash); without a tokenizer
+    no kind is guessed; calibration reads greedy chains only."""
+    tree_step = step(0, [1, 1], 2, [0.9, 0.9])
+    tree_step.tree = SimpleNamespace(accepted_path=[3, 5], target_entropies=[0.1, 9.0, 9.0, 3.0, 9.0, 0.2])
+    (d1, d2) = where_lost({"d": [run(1, [tree_step], greedy=False)]}, text).drafts[0].by_entropy
+    assert (d1.group, d1.attempts, d2.group, d2.attempts) == ("low (H < 0.5 nats)", 1, "high (H >= 2)", 1)
+
+    opened = step(0, [1, 6], 2, [0.9, 0.9], committed=[1, 6, 7])
+    opened.pending_token = 7
+    thinking = LostRun(1, [opened], "chat", True, prompt_ids=(5,))  # the template put <think> in the prompt
+    spans = {g.group: g.attempts for g in where_lost({"d": [thinking]}, text).drafts[0].by_span}
+    assert spans == {"thinking": 2}  # def and </think> are read inside the span
+
+    broken = step(0, [1, 1], 1, [float("nan"), 1.5], target_probs=[float("nan")] * 3)
+    found = where_lost({"d": [run(1, [broken])]}, text).drafts[0]
+    assert found.calibration[0].attempts == 1 and found.calibration[0].bins[9].attempts == 1  # 1.5 -> 1.0
+    assert [g.group for g in found.by_confidence] == ["not recorded"]
+
+    blind = where_lost({"d": [run(1, [broken])]}, None).drafts[0]
+    assert [g.group for g in blind.by_kind] == ["unknown (no tokenizer)"] and blind.by_span == []
+    assert any("tokenizer cannot be read" in note for note in blind.notes)
+
+    sampled = where_lost({"d": [run(1, [step(0, [1, 1], 1, [0.5, 0.5])], greedy=False)]}, text).drafts[0]
+    assert sampled.calibration[0].attempts == 0 and any("greedy-chain runs" in n for n in sampled.notes)
