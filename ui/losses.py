@@ -227,14 +227,20 @@ def _open(run: int, step: int) -> None:
     st.switch_page("pages/2_Decode.py")
 
 
-def downloads(found: WhereLost, run_ids: list[int]) -> None:
+@st.cache_data(show_spinner=False, max_entries=8)
+def _file(db_url: str, run_ids: tuple[int, ...], fmt: str) -> bytes:
+    """The download of these runs' tables, made once per set and format (not on every click)."""
+    return losses.where_lost_file(where_lost(db_url, run_ids), fmt)
+
+
+def downloads(db_url: str, run_ids: list[int]) -> None:
     """Every number on the page as one table (each row naming its definition), CSV or Parquet."""
     left, right = st.columns(2)
     name = f"where_lost_runs_{min(run_ids)}-{max(run_ids)}"
     for column, fmt, mime in ((left, "csv", "text/csv"), (right, "parquet", "application/octet-stream")):
         column.download_button(
             f"Download the tables ({fmt.upper()})",
-            losses.where_lost_file(found, fmt),
+            _file(db_url, tuple(run_ids), fmt),
             file_name=f"{name}.{fmt}",
             mime=mime,
             key=f"lost_download_{fmt}",
