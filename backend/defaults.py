@@ -55,7 +55,7 @@ class BundledPair:
 
 TOY = BundledPair(
     "toy",
-    "toy pair (a 12-layer Llama trained on synthetic text)",
+    "toy pair (a 12-layer Llama trained on Python source)",
     DEMO_TARGET,
     DEMO_DRAFTS,
     (("demo eval (bundled)", DEMO_EVAL),),
