@@ -51,9 +51,7 @@ dataset = c3.selectbox(
 if not drafts:
     st.info("Choose a draft.")
     st.stop()
-run_ids = losses.chosen_runs(
-    state.db(), state.target_path(), [offered.drafts[n] for n in drafts], k, dataset, mode
-)
+run_ids = losses.chosen_runs(state.db(), offered, [offered.drafts[n] for n in drafts], k, dataset, mode)
 if not run_ids:
     st.info(f"No finished run of {md(', '.join(drafts))} at K={k}, {md(mode)}, on these samples.")
     st.stop()

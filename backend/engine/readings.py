@@ -66,9 +66,6 @@ class EngineView:
             accounting=self.accounting,
         )
 
-    def to_dict(self) -> dict:
-        return self.reading().to_dict()
-
 
 @dataclass(frozen=True)
 class EngineReading(Plain):

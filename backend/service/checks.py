@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
@@ -162,7 +163,14 @@ def read_engine_readings(draft_path: str, target_path: str, progress=None) -> En
     """engine_readings' reading of a draft only torch reads (a reader job): preflight's table."""
     from backend.engine.preflight import preflight
 
-    return EngineReadings.from_dict(preflight(draft_path, target_path).to_dict())
+    report = preflight(draft_path, target_path).result()
+    return EngineReadings(
+        report.engines,
+        report.disagreements,
+        report.training_engine,
+        report.aux_hf_indices,
+        report.wiring_source,
+    )
 
 
 # ----------------------------------------------------------------------------- wiring probes
@@ -182,25 +190,42 @@ def _draft_stamp(draft_path: str) -> list[float]:
     return list(stamp(*(Path(draft_path, name) for name in DRAFT_FILES)))
 
 
-def remember_probe(target_path: str, draft_path: str, report: ProbeResult, db_url: str | None = None) -> None:
-    """Keep a finished probe's report so the lint, the probe tab and Decode's default reference use what
-    it found: in this server, and in the database when one is given (a later server reads it there;
-    a database that cannot be written keeps it in this server only)."""
+def _in_store(db_url: str | None, work: Callable):
+    """`work(session)` on the database at `db_url`; None when there is none or it cannot be read or
+    written (a read-only or unreachable store keeps what is kept in this server only)."""
     from sqlalchemy.exc import SQLAlchemyError
 
     from backend import BadInput
     from backend.service.database import open_database
     from db import store
 
-    key, drafted = _pair_key(target_path, draft_path), _draft_stamp(draft_path)
-    _PROBES[key] = (drafted, report)
     if db_url is None:
-        return
+        return None
     try:
         with store.session_scope(open_database(db_url).factory) as session:
-            store.add_probe(session, *key, drafted, report.to_dict())
+            return work(session)
     except (BadInput, SQLAlchemyError):
-        pass
+        return None
+
+
+def _read(kind, raw):
+    """A kept result read back typed; None where this code cannot read it (hand-edited, another
+    version's)."""
+    try:
+        return kind.from_dict(raw) if raw else None
+    except (TypeError, ValueError, AttributeError):
+        return None
+
+
+def remember_probe(target_path: str, draft_path: str, report: ProbeResult, db_url: str | None = None) -> None:
+    """Keep a finished probe's report so the lint, the probe tab and Decode's default reference use what
+    it found: in this server, and in the database when one is given (a later server reads it there;
+    a database that cannot be written keeps it in this server only)."""
+    from db import store
+
+    key, drafted = _pair_key(target_path, draft_path), _draft_stamp(draft_path)
+    _PROBES[key] = (drafted, report)
+    _in_store(db_url, lambda session: store.add_probe(session, *key, drafted, report.to_dict()))
 
 
 @dataclass(frozen=True)
@@ -217,47 +242,28 @@ _VERDICTS: dict[tuple[str, str], tuple[list, KeptVerdict]] = {}
 def remember_verdict(result: DiagnosisResult, db_url: str | None = None) -> None:
     """Keep a finished `diagnose` verdict as a probe is kept (issue 58 row 10: a reload lost a verdict
     that took minutes): in this server, and in the database when it can be written."""
-    from sqlalchemy.exc import SQLAlchemyError
-
-    from backend import BadInput
-    from backend.service.database import open_database
     from db import store
 
     key, drafted = _pair_key(result.target, result.draft), _draft_stamp(result.draft)
     _VERDICTS[key] = (drafted, KeptVerdict(result, datetime.now(UTC)))
-    if db_url is None:
-        return
-    try:
-        with store.session_scope(open_database(db_url).factory) as session:
-            store.add_verdict(session, *key, drafted, result.to_dict())
-    except (BadInput, SQLAlchemyError):
-        pass
+    _in_store(db_url, lambda session: store.add_verdict(session, *key, drafted, result.to_dict()))
 
 
 def known_verdict(target_path: str, draft_path: str, db_url: str | None = None) -> KeptVerdict | None:
     """The newest verdict of this pair on the draft's files as they are now (this server's, else the
     database's); None when none was reached or the draft changed since."""
-    from sqlalchemy.exc import SQLAlchemyError
-
-    from backend import BadInput
-    from backend.service.database import open_database
     from db import store
 
     key, drafted = _pair_key(target_path, draft_path), _draft_stamp(draft_path)
     stamped, kept = _VERDICTS.get(key, (None, None))
     if kept is not None and stamped == drafted:
         return kept
-    if db_url is None:
+    stored = _in_store(db_url, lambda session: store.newest_verdict(session, *key, drafted))
+    result = _read(DiagnosisResult, stored[0]) if stored else None
+    if result is None:
         return None
-    try:
-        with store.session_scope(open_database(db_url).factory) as session:
-            stored = store.newest_verdict(session, *key, drafted)
-        if stored is None:
-            return None
-        result, when = stored
-        return KeptVerdict(DiagnosisResult.from_dict(result), when.replace(tzinfo=when.tzinfo or UTC))
-    except (BadInput, SQLAlchemyError, TypeError, ValueError, AttributeError):
-        return None
+    when = stored[1]
+    return KeptVerdict(result, when.replace(tzinfo=when.tzinfo or UTC))
 
 
 def probe_settings(num_steps: int, budget: int, live: int, samples: list) -> SettingsUsed:
@@ -270,26 +276,14 @@ def known_probe(target_path: str, draft_path: str, db_url: str | None = None) ->
     """The probe of this pair on the draft's files as they are now that ran on the most samples (the
     newest of those), this server's or the database's (the CLI keeps its probes there too); None when
     none ran (or the draft changed since)."""
-    from sqlalchemy.exc import SQLAlchemyError
-
-    from backend import BadInput
-    from backend.service.database import open_database
     from db import store
 
     key, drafted = _pair_key(target_path, draft_path), _draft_stamp(draft_path)
     stamped, report = _PROBES.get(key, (None, None))
     here = report if stamped == drafted else None
-    stored = None
-    if db_url is not None:
-        try:
-            with store.session_scope(open_database(db_url).factory) as session:
-                stored = store.largest_probe(session, *key, drafted)
-        except (BadInput, SQLAlchemyError):
-            stored = None
-    try:  # a stored probe this code cannot read (hand-edited, another version's) is skipped
-        stored = ProbeResult.from_dict(stored) if stored else None
-    except (TypeError, ValueError, AttributeError):
-        stored = None
+    stored = _read(
+        ProbeResult, _in_store(db_url, lambda session: store.largest_probe(session, *key, drafted))
+    )
     found = [r for r in (here, stored) if r]
     # the probe on the most samples (issue 58 row 18: a 32-sample CLI probe lost to the page's 8); this
     # server's when they are as large

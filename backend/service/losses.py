@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
@@ -132,6 +132,7 @@ def _file_sources(path: str, _stamp: float | None, vocab_size: int | None = None
         return None
 
 
+@lru_cache(maxsize=4096)
 def _resolved(path: str) -> str:
     """A checkpoint directory as one string however a run spelled it (relative from a CLI, absolute)."""
     return str(Path(path).resolve())
@@ -175,6 +176,7 @@ class LossChoices:
     ks: list[int]
     datasets: dict[int, str]
     modes: list[str]
+    runs: tuple = field(default=(), repr=False)  # the finished runs these were read from (chosen_runs)
 
 
 def _finished(db_url: str | None, target_path: str) -> list:
@@ -199,12 +201,12 @@ def choices(db_url: str | None, target_path: str) -> LossChoices:
         used = set(store.sample_datasets(session, [r.sample_id for r in runs]).values())
     datasets = {d.id: d.name for d in list_datasets(db_url) if d.id in used}
     modes = [m for m, _ in Counter(r.resolved.mode for r in runs).most_common()]
-    return LossChoices({names[p]: p for p in paths}, ks, datasets, modes)
+    return LossChoices({names[p]: p for p in paths}, ks, datasets, modes, tuple(runs))
 
 
 def chosen_runs(
     db_url: str | None,
-    target_path: str,
+    offered: LossChoices,
     draft_paths: list[str],
     k: int,
     dataset_id: int | None = None,
@@ -217,7 +219,7 @@ def chosen_runs(
     wanted = {_resolved(p) for p in draft_paths}
     runs = [
         r
-        for r in _finished(db_url, target_path)
+        for r in offered.runs  # read once, by choices
         if _resolved(r.draft_path) in wanted
         and r.resolved.num_steps == k
         and (mode is None or r.resolved.mode == mode)

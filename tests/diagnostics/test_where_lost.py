@@ -219,9 +219,7 @@ def test_the_cli_view_over_a_stored_run_agrees_with_its_own_metrics(stored_run):
         store.finish_run(session, shorter, output_ids=[1], metrics={})
     offered = choices(db_url, run.target_path)
     assert list(offered.drafts) == [Path(run.draft_path).name] and offered.modes == ["chain greedy"]
-    assert chosen_runs(db_url, run.target_path, list(offered.drafts.values()), 3, None, "chain greedy") == [
-        run_id
-    ]
+    assert chosen_runs(db_url, offered, list(offered.drafts.values()), 3, None, "chain greedy") == [run_id]
     missing = run_cli("lost", "--runs", f"{run_id},99999", "--db", db_url)
     assert missing.returncode == 2 and missing.stderr.count("\n") == 1
     assert "run 99999: no such run" in missing.stderr
