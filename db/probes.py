@@ -20,16 +20,28 @@ def add_probe(session: Session, target_path: str, draft_path: str, draft_stamp: 
     return row.id
 
 
-def largest_probe(session: Session, target_path: str, draft_path: str, draft_stamp: list) -> dict | None:
+def largest_probe(
+    session: Session, target_path: str, draft_path: str, draft_stamp: list, method: str | None = None
+) -> dict | None:
     """The probe of this pair on the draft's files as they are now (same stamp) that ran on the most
-    samples, the newest of those; None when none ran, or the draft changed since."""
+    samples, the newest of those, one run by `method` (its settings' method) before any other; None
+    when none ran, or the draft changed since."""
     rows = session.scalars(
         select(WiringProbeRow)
         .where(WiringProbeRow.target_path == target_path, WiringProbeRow.draft_path == draft_path)
         .order_by(WiringProbeRow.id.desc())
     )
     kept = [dict(row.report or {}) for row in rows if list(row.draft_stamp or []) == list(draft_stamp)]
-    return max(kept, key=lambda report: report.get("n_samples") or 0) if kept else None
+    return (
+        max(kept, key=lambda report: (_method(report) == method, report.get("n_samples") or 0))
+        if kept
+        else None
+    )
+
+
+def _method(report: dict) -> str | None:
+    settings = report.get("settings")
+    return settings.get("method") if isinstance(settings, dict) else None
 
 
 def add_verdict(session: Session, target_path: str, draft_path: str, draft_stamp: list, result: dict) -> int:

@@ -284,12 +284,16 @@ def cmd_probe(args) -> tuple[dict, str]:
     finally:
         bar.close()
     keep_probe(args, report.result(settings=settings.describe(samples), ran_by="the CLI's probe"))
-    lines = [f"{'HF indices':>14}  acc_0  pred. AL  label"]
+    lines = [f"{'HF indices':>14}   loss  acc_0  pred. AL  label"]
     for c in report.candidates[:12]:
         predicted = "  n/a " if c.simulated is None else f"{1 + c.simulated:6.2f}"
+        loss = "  n/a" if c.loss is None else f"{c.loss:6.3f}"
         lines.append(
-            f"{str(list(c.aux_hf_indices)):>14}  {c.acc_step0:.3f}  {predicted}    {'; '.join(c.labels)}"
+            f"{str(list(c.aux_hf_indices)):>14} {loss}  {c.acc_step0:.3f}  {predicted}    {'; '.join(c.labels)}"
         )
+    lines.append(
+        "loss: the draft's training loss (nats) at TTT step 0, which ranks; acc_0: top-1 accuracy there"
+    )
     lines.append(f"({len(report.candidates)} candidates, {report.n_samples} samples, {report.seconds:.1f} s)")
     lines.append(report.verdict)
     return report.to_dict(), "\n".join(lines)

@@ -1,21 +1,28 @@
 """Wiring probe: which three target hidden states was this draft trained on? (docs/reference.md §2, §5)
 
-A draft fed the states it was trained on predicts the target far better than one fed any other
-states. The target runs once per sample capturing every HF index (0 = embedding output .. L = last
-layer, pre-norm); each candidate is then one draft forward (TTT step 0) whose head runs on the
-loss-masked positions only: acc_0 (the draft's argmax is the target's greedy token, what greedy
-acceptance asks) ranks them, the mean probability the draft gives that token breaks ties. Candidates
-are compared paired, on the same positions: per sample, acc_0 under one wiring minus the other's, so
-that what is easy or hard for every wiring cancels. The best is separated from another when that
-difference is T_SEPARATE standard errors above zero over the samples (a paired t) and at least
-CONFIRM_MARGIN; else the two are tied and no wiring is written. (The probability alone does not
-rank: on the toy demo's final draft a wrong wiring gets the higher mean probability and the lower
-acc_0.) The K-step acc_k and the predicted accept length are computed for the
-best, the declared and the tied wirings only.
+A draft fed the states it was trained on fits the target far better than one fed any other states.
+The target runs once per sample capturing every HF index (0 = embedding output .. L = last layer,
+pre-norm) and keeping its distribution over the draft vocabulary; each candidate is then one draft
+forward (TTT step 0) whose head runs on the loss-masked positions only. Candidates are ranked by the
+draft's training loss there: the cross-entropy of its distribution against the target's (restricted
+to the draft vocabulary, as SpecForge and EAGLE-3 train it; the target's SOFT_TOP likeliest tokens),
+the quantity training minimised on the trained wiring. acc_0 (the draft's argmax is the target's
+greedy token) is reported beside it but does not rank: a 0/1 score per position, it is the noisiest
+measure the forward gives (the real pair's miswired draft on 8 samples: acc_0 puts HF [0, 3, 15]
+above the trained [0, 2, 15], 2.7 standard errors; on 32 samples the two are level, while the loss
+ranks the trained wiring first on both).
+
+Candidates are compared paired, position by position (the same positions under every wiring), so
+what is easy or hard for every wiring cancels. Neighbouring positions' differences are correlated,
+so the standard error of the mean difference comes from blocks of BLOCK consecutive counted positions
+(a block-clustered standard error). The best is separated from another when the other's loss lies
+T_SEPARATE such standard errors above the best's; else the two are tied, no wiring is written, and
+the report says how many samples would separate them if the difference holds. The K-step acc_k and
+the predicted accept length are computed for the best, the declared and the tied wirings only.
 
 Candidates: the declared ids read in each convention, the defaults, +/-1 shifts of each declared
-id, the embedding output (HF 0) in place of the low layer, the [embedding, a, b] shift of docs/seed-story.md,
-then a bounded coordinate search around the best so far.
+id, the embedding output (HF 0) in place of the low layer, the [embedding, a, b] shift of
+docs/seed-story.md, then a coordinate search, one slot at a time, around the best so far.
 """
 
 from __future__ import annotations
@@ -23,6 +30,8 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
+
+import torch
 
 from backend.diagnostics.probe_settings import ProbeResult, ProbeSettings, sample_keys  # noqa: F401 (re-exported)
 from backend.engine.draft_model import Eagle3Draft
@@ -42,14 +51,16 @@ from backend.engine.teacher import (
 )
 from backend.engine.wiring import Wiring, default_hf_indices
 
-CONFIRM_MARGIN = 0.01  # the least acc_0 gap that counts against the declared wiring (see confirm_margin)
-T_SEPARATE = 2.5  # a paired per-sample acc_0 difference this many standard errors above 0 separates
+CONFIRM_MARGIN = 0.01  # the least acc_0 gap that counts where no loss was measured (see confirm_margin)
+T_SEPARATE = 3.0  # a paired training-loss difference this many standard errors above 0 separates
+BLOCK = 16  # counted positions per block of the paired standard error (neighbours are correlated)
 REPORTED = 6  # the candidates whose K-step acc_k is computed (best, declared, tied first)
 
 
 def confirm_margin(best: Candidate) -> float:
-    """How far below the best candidate's acc_0 the declared wiring may score and still be the trained
-    one: two binomial standard errors of acc_0 over the positions counted (sqrt(p(1-p)/n)), at least
+    """Where no training loss was measured (no sample long enough to count a position): how far below
+    the best candidate's acc_0 the declared wiring may score and still be the trained one, two
+    binomial standard errors of acc_0 over the positions counted (sqrt(p(1-p)/n)), at least
     CONFIRM_MARGIN. In a deep target neighbouring layers carry nearly the same residual stream (the
     demo's HF 5 and 6: cosine ~0.9), so a ±1 neighbour of the trained wiring can score a point higher
     on a few samples by chance; a gap inside this margin is no evidence of a mis-wiring."""
@@ -66,8 +77,8 @@ class Candidate:
     acc_per_step: list[float | None] = field(default_factory=list)
     n_positions: int = 0
     live_accept_length: float | None = None
-    sample_acc: list[float] = field(default_factory=list)  # per sample, acc_0 (TTT step 0)
-    sample_prob: list[float] = field(default_factory=list)  # per sample, the mean p of the target token
+    loss: float | None = None  # the draft's training loss at TTT step 0, nats per counted position
+    position_loss: list[torch.Tensor] = field(default_factory=list, repr=False)  # per sample, per position
     mean_prob: float | None = None  # p(the target's greedy token) at step 0, over every counted position
 
     @property
@@ -84,10 +95,10 @@ class Candidate:
 
     @property
     def score(self) -> tuple[float, float]:
-        """What ranks candidates: acc_0 then the mean probability where the probe measured them (step
-        0 only), else the predicted accept length, then acc_0."""
-        if self.mean_prob is not None:
-            return (self.acc_step0, self.mean_prob)
+        """What ranks candidates: the lower training loss, then acc_0 (where no loss was measured: the
+        predicted accept length, then acc_0)."""
+        if self.loss is not None:
+            return (-self.loss, self.acc_step0)
         return (self.simulated or 0.0, self.acc_step0)
 
     def to_dict(self) -> dict:
@@ -101,38 +112,57 @@ class Candidate:
             "n_positions": self.n_positions,
             "live_accept_length": self.live_accept_length,
             "mean_prob": self.mean_prob,  # of the target's greedy token at TTT step 0
+            "loss": self.loss,  # the draft's training loss at TTT step 0 (module docstring)
         }
 
 
-def paired_t(best: Candidate, other: Candidate, measure: str = "sample_acc") -> float | None:
-    """How many standard errors `best`'s per-sample `measure` (acc_0, or the mean probability of the
-    target token: sample_prob) lies above `other`'s, paired over the samples; None where either has no
-    per-sample scores or fewer than 2 samples pair up."""
-    a, b = getattr(best, measure), getattr(other, measure)
-    if len(a) < 2 or len(a) != len(b):
+def loss_t(best: Candidate, other: Candidate) -> tuple[float, int, int] | None:
+    """How many standard errors `other`'s training loss lies above `best`'s, paired position by
+    position over the same samples, with the positions counted and the blocks of BLOCK the standard
+    error came from (block-clustered: sum the deviations of each block, the variance of the mean is
+    G/(G-1) * sum of their squares / n^2); None where either has no per-position losses or fewer
+    than two blocks."""
+    a, b = best.position_loss, other.position_loss
+    if not a or len(a) != len(b):
         return None
-    differences = [x - y for x, y in zip(a, b, strict=True)]
-    n = len(differences)
-    mean = sum(differences) / n
-    spread = math.sqrt(sum((d - mean) ** 2 for d in differences) / (n - 1))
-    if spread == 0:
-        return math.inf if mean > 0 else 0.0
-    return mean / (spread / math.sqrt(n))
+    differences = [y - x for x, y in zip(a, b, strict=True)]
+    n = sum(len(d) for d in differences)
+    if n == 0:
+        return None
+    mean = sum(float(d.sum()) for d in differences) / n
+    blocks = [float((d[i : i + BLOCK] - mean).sum()) for d in differences for i in range(0, len(d), BLOCK)]
+    if len(blocks) < 2:
+        return None
+    variance = len(blocks) / (len(blocks) - 1) * sum(s * s for s in blocks) / n**2
+    if variance == 0:
+        return (math.inf if mean > 0 else 0.0), n, len(blocks)
+    return mean / math.sqrt(variance), n, len(blocks)
 
 
 def separates(best: Candidate, other: Candidate) -> bool:
-    """Whether these samples tell `best` from `other`: the paired t of their per-sample acc_0 (see the
-    module) with a gap of at least CONFIRM_MARGIN, else (none measured) acc_0 beyond two binomial
-    standard errors."""
-    t = paired_t(best, other)
-    if t is None:
+    """Whether these samples tell `best` from `other`: `other`'s training loss T_SEPARATE paired
+    standard errors above the best's (see the module), else (no loss measured) acc_0 beyond two
+    binomial standard errors."""
+    measured = loss_t(best, other)
+    if measured is None:
         return other.acc_step0 < best.acc_step0 - confirm_margin(best)
-    by_prob = paired_t(best, other, "sample_prob")
-    return (
-        t >= T_SEPARATE
-        and best.acc_step0 - other.acc_step0 >= CONFIRM_MARGIN
-        and (by_prob is None or by_prob >= T_SEPARATE)
-    )
+    return measured[0] >= T_SEPARATE
+
+
+def _level(best: Candidate, other: Candidate) -> bool:
+    """The two score the same at every position (the draft ignores the states they differ in)."""
+    a, b = best.position_loss, other.position_loss
+    return bool(a) and len(a) == len(b) and all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+
+
+def samples_to_separate(best: Candidate, other: Candidate, n_samples: int) -> int | None:
+    """About how many samples would separate the two if the mean difference holds: the standard error
+    shrinks as one over the square root of the samples, so n * (T_SEPARATE / t)^2; None where the
+    best is not ahead at all."""
+    measured = loss_t(best, other)
+    if measured is None or not 0 < measured[0] < T_SEPARATE:
+        return None
+    return max(n_samples + 1, math.ceil(n_samples * (T_SEPARATE / measured[0]) ** 2))
 
 
 @dataclass
@@ -166,32 +196,41 @@ class ProbeReport:
 
     @property
     def tied(self) -> list[Candidate]:
-        """The one set of wirings the samples cannot tell apart: every view names these (the headline,
-        the evidence, the fix, the lint), and the first is the one a view uses when it needs one (the
-        Decode reference, the live replays). Led by the highest mean probability of the target's token:
-        a draft is trained to maximise the likelihood of the target's tokens, and inside a tie acc_0's
-        order is noise (the real pair's miswired draft: its trained HF [0, 2, 15] has the highest mean
-        probability of the tie at 8 and at 32 samples, and the third acc_0). Just the declared one
-        when it is confirmed."""
+        """The one set of wirings the samples cannot tell apart, lowest training loss first: every view
+        names these (the headline, the evidence, the fix, the lint), and the first is the one a view
+        uses when it needs one (the Decode reference, the live replays). Just the declared one when
+        it is confirmed."""
         if self.confirmed:
             return [self.declared]
-        tied = [self.best, *(c for c in self.as_good if c is not self.declared)]
-        if all(c.mean_prob is not None for c in tied):  # led by the training objective's measure
-            tied.sort(key=lambda c: c.mean_prob, reverse=True)
-        return tied
+        return [self.best, *(c for c in self.as_good if c is not self.declared)]
 
     @property
     def separated(self) -> bool:
         """One wiring stands out: a fix may write it. Otherwise the fix says how to separate them."""
         return len(self.tied) == 1
 
+    def samples_needed(self) -> int | None:
+        """About how many samples would separate the tie if its differences hold (the closest pair
+        decides); None when some tied wiring is not behind the best at all."""
+        needed = [samples_to_separate(self.best, c, self.n_samples) for c in self.tied[1:]]
+        return max(needed) if needed and None not in needed else None
+
     def how_to_separate(self, draft_dir: str | None = None) -> str:
         names = " / ".join(f"HF {list(c.aux_hf_indices)}" for c in self.tied)
+        if all(_level(self.best, c) for c in self.tied[1:]):
+            return (
+                f"{names} score the same at every position of these {self.n_samples} samples: the draft reads "
+                "none of the states they differ in, so no samples can separate them and each serves it equally. "
+                "No wiring is written: declare the one your trainer used (its training config names the layers)."
+            )
+        needed = self.samples_needed()
+        why = f" (if the differences these samples show hold, about {needed} would)" if needed else ""
         return (
-            f"{self.n_samples} samples cannot tell {names} apart, so no wiring is written yet: run the probe on more "
-            f"samples (python -m backend probe --draft {draft_dir or 'DRAFT'} --samples FILE --limit {4 * self.n_samples}, "
-            "or the Wiring probe tab with more samples), or hold the served features against the draft's training "
-            "features (Train vs serve). Until then each of them serves the draft about as well."
+            f"{self.n_samples} samples cannot tell {names} apart{why}, so no wiring is written yet: run the probe "
+            f"on more samples (python -m backend probe --draft {draft_dir or 'DRAFT'} --samples FILE --limit "
+            f"{needed or 4 * self.n_samples}, or the Wiring probe tab with more samples), or hold the served "
+            "features against the draft's training features (Train vs serve). Until then each of them serves "
+            "the draft about as well."
         )
 
     def to_dict(self) -> dict:
@@ -202,6 +241,11 @@ class ProbeReport:
             "verdict": self.verdict,
             "confirmed": self.confirmed,
             "confirm_margin": confirm_margin(self.best),
+            "separation": {
+                "measure": "the draft's training loss at TTT step 0, paired per position",
+                "t_separate": T_SEPARATE,
+                "block": BLOCK,
+            },
             "as_good_as_best": [list(c.aux_hf_indices) for c in self.as_good],
             "tied": [list(c.aux_hf_indices) for c in self.tied],
             "separated": self.separated,
@@ -279,9 +323,10 @@ def run_probe(
     started = time.time()
     num_layers = target.num_layers
     every_index = list(range(num_layers + 1))
+    draft_vocab = draft.to_target_ids(torch.arange(draft.config.draft_vocab_size, device=target.device))
     passes: list[TargetPass] = []
     for number, sample in enumerate(samples):
-        passes.append(target_pass(target, sample.input_ids, sample.loss_mask, every_index))
+        passes.append(target_pass(target, sample.input_ids, sample.loss_mask, every_index, draft_vocab))
         progress(0.2 * (number + 1) / len(samples), f"target pass {number + 1}/{len(samples)}")
     in_vocab = draft_vocab_mask(draft, target.vocab_size, target.device)
     to_draft = target_to_draft(draft, target.vocab_size, target.device)
@@ -294,16 +339,16 @@ def run_probe(
                     evaluated[indices].labels.append(label)
             return evaluated[indices]
         scored = [draft_step0_scores(draft, p, p.features(indices), to_draft, math) for p in passes]
-        counted = sum(len(probs) for probs, _ in scored)
-        hits = sum(int(h.sum()) for _, h in scored)
+        counted = sum(len(s.losses) for s in scored)
+        hits = sum(int(s.hits.sum()) for s in scored)
         candidate = Candidate(
             indices,
             list(labels),
             [hits / counted if counted else None] + [None] * (num_steps - 1),
             counted,
-            sample_acc=[float(h.float().mean()) for _, h in scored if len(h)],
-            sample_prob=[float(p.mean()) for p, _ in scored if len(p)],
-            mean_prob=float(sum(float(p.sum()) for p, _ in scored) / counted) if counted else None,
+            loss=sum(float(s.losses.sum()) for s in scored) / counted if counted else None,
+            position_loss=[s.losses for s in scored],
+            mean_prob=sum(float(s.probs.sum()) for s in scored) / counted if counted else None,
         )
         evaluated[indices] = candidate
         return candidate
@@ -437,10 +482,10 @@ def verdict(report: ProbeReport, num_layers: int) -> str:
         )
     if report.confirmed:
         runner = next((c for c in report.candidates if c is not declared), None)
-        margin = f" (next best {list(runner.aux_hf_indices)}: acc_0 {runner.acc_step0:.3f})" if runner else ""
+        margin = f" (next best HF {list(runner.aux_hf_indices)}: {_score(runner)})" if runner else ""
         return (
             f"The declared wiring {describe(declared.aux_hf_indices, num_layers)} is the trained one: "
-            f"acc_0 {declared.acc_step0:.3f}, the best of {len(report.candidates)} candidates{margin}. {config}"
+            f"{_score(declared)}, the best of {len(report.candidates)} candidates{margin}. {config}"
         )
     loss = ""
     if best.simulated and declared.simulated is not None:
@@ -460,7 +505,7 @@ def verdict(report: ProbeReport, num_layers: int) -> str:
             f"{describe(declared.aux_hf_indices, num_layers)}: {_score(best)} vs {_score(declared)} with the "
             f"declared wiring{loss}{live}; the runner-up is {_runner_up(report)}. {config}"
         )
-    others = ", ".join(f"HF {list(c.aux_hf_indices)} (acc_0 {c.acc_step0:.3f})" for c in tied)
+    others = ", ".join(f"HF {list(c.aux_hf_indices)} ({_score(c)})" for c in tied)
     return (
         f"The draft was not trained on the declared {describe(declared.aux_hf_indices, num_layers)}: "
         f"the best wiring, {describe(best.aux_hf_indices, num_layers)}, scores {_score(best)} vs "
@@ -477,20 +522,21 @@ def _runner_up(report: ProbeReport) -> str:
 
 
 def _score(candidate: Candidate) -> str:
-    """A candidate's numbers in words: acc_0 and, where measured, the mean probability of the token."""
+    """A candidate's numbers in words: the training loss where measured, and acc_0."""
     said = f"acc_0 {candidate.acc_step0:.3f}"
-    if candidate.mean_prob is not None:
-        said += f", mean p(target token) {candidate.mean_prob:.3f}"
+    if candidate.loss is not None:
+        said = f"training loss {candidate.loss:.3f} nats, " + said
     return said
 
 
 def _noise(best: Candidate, other: Candidate) -> str:
-    """How far apart the samples put two candidates: the paired t of their per-sample acc_0 (or the
-    acc_0 margin where there are none)."""
-    t = paired_t(best, other)
-    if t is None:
+    """How far apart the samples put two candidates: the paired t of their training losses (or the
+    acc_0 margin where none was measured)."""
+    measured = loss_t(best, other)
+    if measured is None:
         return f"±{confirm_margin(best):.3f} acc_0, two standard errors over {best.n_positions} positions"
+    t, n, blocks = measured
     return (
-        f"paired over {len(best.sample_acc)} samples the best's acc_0 is {t:.1f} standard errors above it; "
-        f"{T_SEPARATE:g} and a gap of {CONFIRM_MARGIN} separate"
+        f"paired over {n} positions in {blocks} blocks of {BLOCK}, its training loss is {t:.1f} standard "
+        f"errors above the best's; {T_SEPARATE:g} separate"
     )

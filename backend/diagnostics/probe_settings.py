@@ -8,6 +8,10 @@ from dataclasses import dataclass, field
 
 from backend.plain import Plain
 
+# How candidates are ranked and separated (backend/diagnostics/probe.py): a stored probe of another
+# method does not answer a request, and a kept probe of this method is preferred to older ones.
+METHOD = "training loss, paired per position in blocks"
+
 
 @dataclass(frozen=True)
 class ProbeSettings:
@@ -22,7 +26,9 @@ class ProbeSettings:
 
     def describe(self, samples: list) -> SettingsUsed:
         """What a run of the probe used, to tell whether a stored report answers another request."""
-        return SettingsUsed(self.num_steps, self.search_budget, self.live_samples, sample_keys(samples))
+        return SettingsUsed(
+            self.num_steps, self.search_budget, self.live_samples, sample_keys(samples), METHOD
+        )
 
 
 def sample_keys(samples: list) -> list[int]:
@@ -38,6 +44,7 @@ class SettingsUsed(Plain):
     search_budget: int | None = None
     live_samples: int | None = None
     sample_keys: list[int] | None = None
+    method: str | None = None  # METHOD of the version that ran it (older probes: none, acc_0 ranked)
 
 
 @dataclass(frozen=True)
@@ -54,11 +61,21 @@ class CandidateResult(Plain):
     n_positions: int = 0
     live_accept_length: float | None = None
     mean_prob: float | None = None  # of the target's greedy token at TTT step 0
+    loss: float | None = None  # the draft's training loss at TTT step 0 (nats; older probes: none)
 
 
 @dataclass(frozen=True)
 class DeclaredCandidate(CandidateResult):
     source: str = ""  # where the declared wiring was read from
+
+
+@dataclass(frozen=True)
+class Separation(Plain):
+    """The rule that told candidates apart: the measure, the paired t it needs, the block size."""
+
+    measure: str = ""
+    t_separate: float = 0.0
+    block: int = 0
 
 
 @dataclass(frozen=True)
@@ -80,6 +97,7 @@ class ProbeResult(Plain):
     verdict: str = ""
     confirmed: bool = False
     confirm_margin: float | None = None
+    separation: Separation | None = None  # how tied and separated were told apart (older probes: none)
     as_good_as_best: list[list[int]] = field(default_factory=list)
     tied: list[list[int]] = field(default_factory=list)
     separated: bool = False

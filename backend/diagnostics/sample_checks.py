@@ -37,7 +37,12 @@ def wiring_findings(report, num_layers: int, draft_dir: str | None = None) -> li
     names = " or ".join(f"HF {list(c.aux_hf_indices)}" for c in tied)
     message = (
         f"the draft was trained on {names}, not on the declared {describe(report.declared.aux_hf_indices, num_layers)}: "
-        f"acc_0 {best.acc_step0:.3f} vs {report.declared.acc_step0:.3f}"
+        + (
+            f"training loss {best.loss:.3f} vs {report.declared.loss:.3f} nats, "
+            if best.loss is not None and report.declared.loss is not None
+            else ""
+        )
+        + f"acc_0 {best.acc_step0:.3f} vs {report.declared.acc_step0:.3f}"
     )
     if len(tied) > 1:
         message += f" ({report.n_samples} samples cannot tell these {len(tied)} apart)"
@@ -60,6 +65,7 @@ def wiring_findings(report, num_layers: int, draft_dir: str | None = None) -> li
                 "as_good_as_best": [list(c.aux_hf_indices) for c in tied[1:]],
                 "separated": report.separated,
                 "acc_step0": {"declared": report.declared.acc_step0, "best": best.acc_step0},
+                "training_loss": {"declared": report.declared.loss, "best": best.loss},
                 "n_positions": best.n_positions,
             },
             fix,

@@ -16,6 +16,7 @@ sample's end are not counted (SpecForge pads them with zeros).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from math import log
 
 import torch
 
@@ -61,27 +62,65 @@ def draft_vocab_mask(draft: Eagle3Draft, target_vocab: int, device) -> torch.Ten
     return mask
 
 
+SOFT_TOP = 256  # the target tokens whose probability the training loss keeps (real pair: 99.7% of the mass)
+# A position's training loss counts at most this many times what a draft that knows nothing (uniform
+# over its vocabulary) pays, ln(draft vocab): a few confidently wrong positions cannot outweigh the
+# rest (a hand-built draft with near one-hot logits pays ~30 nats there, a trained one rarely > 10).
+LOSS_CAP = 2.0
+
+
+@dataclass
+class SoftTargets:
+    """The target's distribution at each position restricted to the draft vocabulary and renormalised
+    (what SpecForge and EAGLE-3 train the draft against), its SOFT_TOP most likely tokens: their
+    probabilities [T, k] and draft-vocab indices [T, k]."""
+
+    probs: torch.Tensor
+    draft_ids: torch.Tensor
+
+
 @dataclass
 class TargetPass:
-    """One target forward over a sample: residual-stream states by HF index, and the argmax."""
+    """One target forward over a sample: residual-stream states by HF index, the argmax, and (when
+    asked for) the target's distribution over the draft vocabulary."""
 
     ids: torch.Tensor  # [T]
     loss_mask: torch.Tensor  # [T] bool
     states: dict[int, torch.Tensor]  # HF index -> [T, Ht] (index L pre-norm)
     target_argmax: torch.Tensor  # [T]: g_t, the target's greedy prediction for token t+1
+    soft: SoftTargets | None = None
 
     def features(self, aux_hf_indices) -> torch.Tensor:
         return torch.cat([self.states[i] for i in aux_hf_indices], dim=-1)
 
 
-def target_pass(target: Target, input_ids: list[int], loss_mask: list[int], aux_hf_indices) -> TargetPass:
-    """The target's forward over the sample, through the runner replays use (a prefill)."""
+def target_pass(
+    target: Target,
+    input_ids: list[int],
+    loss_mask: list[int],
+    aux_hf_indices,
+    soft_over: torch.Tensor | None = None,
+) -> TargetPass:
+    """The target's forward over the sample, through the runner replays use (a prefill). `soft_over`:
+    the draft vocabulary as target ids (`Eagle3Draft.to_target_ids`); given, the pass keeps the
+    target's distribution over it (`SoftTargets`) for the draft's training loss."""
     ids = torch.tensor(input_ids, device=target.device)
     runner = target.runner
     with torch.inference_mode():
         output = runner.forward(ids[None], runner.new_cache(), 0, capture=aux_hf_indices)
-    target_argmax = output.logits[0].argmax(-1)
-    return TargetPass(ids, torch.tensor(loss_mask, device=target.device).bool(), output.states, target_argmax)
+        logits = output.logits[0]
+        soft = None
+        if soft_over is not None:
+            vocab = logits.shape[-1]
+            restricted = logits[:, soft_over.clamp(max=vocab - 1)].float()
+            restricted[:, soft_over >= vocab] = -torch.inf  # a draft id past the target's vocabulary
+            probs = torch.softmax(restricted, dim=-1)
+            top = probs.topk(min(SOFT_TOP, probs.shape[-1]), dim=-1)
+            soft = SoftTargets(top.values, top.indices)
+    target_argmax = logits.argmax(-1)
+    return TargetPass(
+        ids, torch.tensor(loss_mask, device=target.device).bool(), output.states, target_argmax, soft
+    )
 
 
 def teacher_forced_counts(
@@ -110,24 +149,35 @@ def target_to_draft(draft: Eagle3Draft, target_vocab: int, device) -> torch.Tens
     return mapping
 
 
+@dataclass
+class StepZeroScores:
+    """Per counted position of one sample (`draft_step0_scores`)."""
+
+    losses: torch.Tensor  # the draft's training loss (nats)
+    probs: torch.Tensor  # the draft's probability of the target's greedy token (0 out of its vocabulary)
+    hits: torch.Tensor  # bool: its argmax is that token (acc_0)
+
+
 def draft_step0_scores(
     draft: Eagle3Draft,
     passed: TargetPass,
     features: torch.Tensor,
     to_draft: torch.Tensor,
     math: DraftMath | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Step 0 of the TTT chain over one target pass, at the counted (loss-masked) positions only:
-    the draft's probability of the target's greedy token, and whether its argmax is that token
-    (acc_0's hit). The wiring probe compares candidate wirings on these, position by position (the
-    same positions under every wiring). The head runs on the counted rows only: the lm_head is most of
-    a draft forward's cost."""
+) -> StepZeroScores:
+    """Step 0 of the TTT chain over one target pass (made with `soft_over`), at the counted
+    (loss-masked) positions only: the draft's training loss there (cross-entropy, in nats, of its
+    distribution against the target's `SoftTargets`), the probability it gives the target's greedy
+    token, and whether its argmax is that token (acc_0's hit). Each loss is capped at LOSS_CAP *
+    ln(draft vocabulary). The wiring probe compares candidate wirings on these, position by position
+    (the same positions under every wiring). The head runs on the counted rows only: the lm_head is
+    most of a draft forward's cost."""
     ids, mask, target_argmax = passed.ids, passed.loss_mask, passed.target_argmax
     device = ids.device
     total = len(ids)
     if total < 3:
         empty = torch.zeros(0, device=device)
-        return empty, empty.bool()
+        return StepZeroScores(empty, empty, empty.bool())
     with torch.inference_mode():
         length = total - 1
         index = torch.arange(length, device=device)
@@ -142,12 +192,15 @@ def draft_step0_scores(
         )
         rows = mask[index].nonzero().squeeze(-1)
         logits = draft.logits(hidden[rows], math).float()
+        log_probs = torch.log_softmax(logits, dim=-1)
         truth = to_draft[target_argmax[rows + 1]]
         known = truth >= 0
-        log_probs = torch.log_softmax(logits, dim=-1).gather(-1, truth.clamp(min=0)[:, None]).squeeze(-1)
-        probs = torch.where(known, log_probs.exp(), torch.zeros_like(log_probs))  # out of vocab: 0
+        probs = torch.where(known, log_probs.gather(-1, truth.clamp(min=0)[:, None]).squeeze(-1).exp(), 0.0)
         hits = known & (logits.argmax(-1) == truth)
-    return probs, hits
+        soft = passed.soft
+        losses = -(soft.probs[rows + 1] * log_probs.gather(-1, soft.draft_ids[rows + 1])).sum(-1)
+        losses = losses.clamp(max=LOSS_CAP * log(logits.shape[-1]))
+    return StepZeroScores(losses, probs, hits)
 
 
 def draft_counts(

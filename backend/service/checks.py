@@ -10,7 +10,7 @@ from pathlib import Path
 
 from backend.diagnostics.findings import DiagnosisResult
 from backend.diagnostics.lint import LintResult
-from backend.diagnostics.probe_settings import ProbeResult, ProbeSettings, SettingsUsed
+from backend.diagnostics.probe_settings import METHOD, ProbeResult, ProbeSettings, SettingsUsed
 from backend.engine.engine_table import EngineReadings
 from backend.service.reference_spec import ReferenceSpec
 
@@ -282,12 +282,13 @@ def known_probe(target_path: str, draft_path: str, db_url: str | None = None) ->
     stamped, report = _PROBES.get(key, (None, None))
     here = report if stamped == drafted else None
     stored = _read(
-        ProbeResult, _in_store(db_url, lambda session: store.largest_probe(session, *key, drafted))
+        ProbeResult, _in_store(db_url, lambda session: store.largest_probe(session, *key, drafted, METHOD))
     )
     found = [r for r in (here, stored) if r]
-    # the probe on the most samples (issue 58 row 18: a 32-sample CLI probe lost to the page's 8); this
+    # one of this version's method first (an older probe ranked on acc_0 and tied more), then the
+    # probe on the most samples (issue 58 row 18: a 32-sample CLI probe lost to the page's 8); this
     # server's when they are as large
-    return max(found, key=lambda r: r.n_samples or 0) if found else None
+    return max(found, key=lambda r: (r.settings.method == METHOD, r.n_samples or 0)) if found else None
 
 
 def probe_wirings(report: ProbeResult | None) -> list[list[int]]:

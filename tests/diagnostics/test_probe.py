@@ -31,7 +31,8 @@ def test_probe_names_the_embedding_wiring_of_a_miswired_draft(bigram_setup):
         assert as_dict["config"]["sglang"]["eagle_config"]["eagle_aux_hidden_state_layer_ids"][0] == -1
     else:  # tied wirings: nothing to paste, and how to separate them
         assert as_dict["config"] is None and len(as_dict["tied"]) > 1
-        assert all(w[0] == 0 for w in as_dict["tied"]) and "more samples" in as_dict["how_to_separate"]
+        # the draft reads only the embedding chunk: every [0, a, b] scores the same, and it says so
+        assert all(w[0] == 0 for w in as_dict["tied"]) and "score the same" in as_dict["how_to_separate"]
     # progress: (fraction, message), fractions within 0..1 and ending done
     assert reports and all(0.0 <= f <= 1.0 and isinstance(m, str) for f, m in reports)
     assert reports[-1] == (1.0, "done")
@@ -62,6 +63,7 @@ def test_wirings_inside_the_noise_of_the_best_are_named_as_good():
     """Two neighbouring layers of a deep target can serve a draft equally: the probe names every wiring
     within two standard errors of the best instead of claiming the best is the trained one."""
     from backend.diagnostics.probe import Candidate, ProbeReport, ProbeResult, ProbeSettings, verdict
+    from backend.diagnostics.probe_settings import METHOD
 
     declared = Candidate((2, 6, 9), ["declared"], [0.143, 0.1], 762)
     best = Candidate((0, 1, 6), ["search"], [0.592, 0.5], 762)
@@ -89,7 +91,7 @@ def test_wirings_inside_the_noise_of_the_best_are_named_as_good():
     kept = alone.result(
         target="t", draft="d", settings=ProbeSettings(2, 5).describe([]), ran_by="the probe tab"
     )
-    settings = {"num_steps": 2, "search_budget": 5, "live_samples": 0, "sample_keys": []}
+    settings = {"num_steps": 2, "search_budget": 5, "live_samples": 0, "sample_keys": [], "method": METHOD}
     extra = {"target": "t", "draft": "d", "settings": settings, "ran_by": "the probe tab"}
     assert kept.to_dict() == {**alone.to_dict(), **extra} and ProbeResult.from_dict(kept.to_dict()) == kept
 
@@ -140,48 +142,62 @@ def test_a_declared_wiring_that_repeats_an_index_is_run_as_given(bigram_setup, t
     assert not report.confirmed and report.best.aux_hf_indices[0] == 0  # the search finds the embedding
 
 
-def test_a_consistent_small_gap_separates_paired_and_an_inconsistent_one_does_not():
-    """Issue 58: candidates are compared paired over samples (per-sample acc_0 differences), so a gap
-    every sample shows separates where the unpaired margin (two binomial standard errors, 0.036 here)
-    would call a tie, and a gap some samples reverse does not."""
-    from backend.diagnostics.probe import Candidate, ProbeReport, paired_t, separates
+def _losses(wiring, base, shifts):
+    """A candidate with per-position training losses: `base` (one tensor per sample) plus `shifts`."""
+    import torch
 
-    base = [0.60, 0.62, 0.58, 0.61, 0.59, 0.63, 0.60, 0.62]
+    from backend.diagnostics.probe import Candidate
 
-    def candidate(wiring, shifts):
-        accs = [a + d for a, d in zip(base, shifts, strict=True)]
-        return Candidate(wiring, [], [sum(accs) / 8, 0.5], 762, sample_acc=accs, mean_prob=0.2)
+    position_loss = [b + torch.as_tensor(d, dtype=torch.float32) for b, d in zip(base, shifts, strict=True)]
+    total = sum(float(x.sum()) for x in position_loss) / sum(len(x) for x in position_loss)
+    return Candidate(wiring, [], [0.4, 0.3], 512, loss=total, position_loss=position_loss)
 
-    best = candidate((0, 2, 15), [0.0] * 8)
-    consistent = candidate((0, 3, 15), [-0.02, -0.018, -0.022, -0.02, -0.019, -0.021, -0.02, -0.02])
-    mixed = candidate((0, 1, 15), [0.05, -0.09, 0.04, -0.08, 0.03, -0.07, 0.02, -0.06])
-    assert paired_t(best, consistent) > 20 and separates(best, consistent)
-    assert best.acc_step0 - consistent.acc_step0 < 0.036  # inside the unpaired margin
-    assert not separates(best, mixed)
-    declared = candidate((2, 15, 27), [-0.4] * 8)
+
+def test_a_small_loss_gap_every_block_shows_separates_and_one_blocks_reverse_does_not():
+    """Issue 58: candidates are compared paired, position by position, with the standard error from
+    blocks of 16 positions, so a small gap every block shows separates and a larger one that some
+    blocks reverse does not; a tie says how many samples would separate it."""
+    import torch
+
+    from backend.diagnostics.probe import BLOCK, ProbeReport, loss_t, samples_to_separate, separates
+
+    generator = torch.Generator().manual_seed(0)
+    base = [3 + torch.rand(64, generator=generator) * 4 for _ in range(8)]  # what every wiring finds hard
+    best = _losses((0, 2, 15), base, [0.0] * 8)
+    small = [0.02 + 0.002 * torch.randn(64, generator=generator) for _ in range(8)]
+    consistent = _losses((0, 3, 15), base, small)
+    t, n, blocks = loss_t(best, consistent)
+    assert n == 512 and blocks == 512 // BLOCK and t > 20 and separates(best, consistent)
+    reversing = [torch.tensor([0.2 if (i // BLOCK) % 2 else -0.15 for i in range(64)]) for _ in range(8)]
+    mixed = _losses((0, 1, 15), base, reversing)  # ahead in half the blocks, behind in the others
+    assert mixed.loss > best.loss and not separates(best, mixed)
+    declared = _losses((2, 15, 27), base, [3.0] * 8)
     report = ProbeReport(declared, "config", [best, mixed, consistent, declared], "", [], [], 1.0, 2, 8)
     assert not report.confirmed and [c.aux_hf_indices for c in report.tied] == [(0, 2, 15), (0, 1, 15)]
-    tiny = candidate((0, 4, 15), [-0.005] * 8)  # every sample agrees, but the gap is below CONFIRM_MARGIN
-    assert paired_t(best, tiny) == float("inf") and not separates(best, tiny)
+    needed = samples_to_separate(best, mixed, 8)
+    assert needed == report.samples_needed() and needed > 8
+    text = report.how_to_separate()
+    assert f"about {needed} would" in text and f"--limit {needed}" in text
+    assert separates(best, declared) and samples_to_separate(best, declared, 8) is None
 
 
-def test_a_wiring_the_probability_favours_is_not_separated_on_acc_0_alone():
-    """The real pair's miswired draft: HF [0, 3, 15] beats the trained [0, 2, 15] on acc_0 in every
-    sample, while [0, 2, 15] gets the higher probability of the target's token. Separation needs both
-    measures, so the trained wiring stays in the tie instead of being ruled out."""
-    from backend.diagnostics.probe import Candidate, separates
+def test_the_training_loss_ranks_and_acc_0_does_not():
+    """The real pair's miswired draft on 8 samples: HF [0, 3, 15] has the higher acc_0 (0.413 vs 0.397)
+    and the higher training loss; the trained [0, 2, 15], lower in loss, ranks first. Wirings the draft
+    cannot tell apart (it reads none of the states they differ in) are named level, and no sample count
+    is asked for."""
+    import torch
 
-    acc = [0.41, 0.40, 0.43, 0.42, 0.40, 0.41, 0.42, 0.41]
-    best = Candidate((0, 3, 15), [], [0.4125], 2000, sample_acc=acc, sample_prob=[0.27] * 8, mean_prob=0.27)
-    trained = Candidate(
-        (0, 2, 15), [], [0.3975], 2000,
-        sample_acc=[a - 0.015 for a in acc], sample_prob=[0.28, 0.281, 0.279, 0.28, 0.282, 0.278, 0.28, 0.281],
-        mean_prob=0.28,
-    )  # fmt: skip
-    assert not separates(best, trained)
-    worse = Candidate(
-        (0, 9, 15), [], [0.3975], 2000,
-        sample_acc=[a - 0.015 for a in acc], sample_prob=[0.25, 0.251, 0.249, 0.25, 0.252, 0.248, 0.25, 0.251],
-        mean_prob=0.25,
-    )  # fmt: skip
-    assert separates(best, worse)  # both measures put it below the best
+    from backend.diagnostics.probe import ProbeReport
+
+    base = [torch.full((32,), 3.0) for _ in range(4)]
+    trained = _losses((0, 2, 15), base, [0.0] * 4)
+    sharper = _losses((0, 3, 15), base, [0.03] * 4)
+    trained.acc_per_step, sharper.acc_per_step = [0.397], [0.413]
+    assert sharper.acc_step0 > trained.acc_step0 and trained.score > sharper.score
+    twin = _losses((0, 4, 15), base, [0.0] * 4)
+    declared = _losses((2, 15, 27), base, [3.0] * 4)
+    report = ProbeReport(declared, "config", [trained, twin, sharper, declared], "", [], [], 1.0, 2, 4)
+    assert [c.aux_hf_indices for c in report.tied] == [(0, 2, 15), (0, 4, 15)]
+    text = report.how_to_separate()
+    assert "score the same at every position" in text and "--limit" not in text

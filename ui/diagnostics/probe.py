@@ -20,6 +20,7 @@ def _render(report) -> None:
         [
             {
                 "HF indices": str(c.aux_hf_indices),
+                "training loss (nats)": c.loss,
                 "acc_0": c.acc_step0,
                 "mean p(target token)": c.mean_prob,
                 "predicted accept length": c.predicted_accept_length,
@@ -30,12 +31,20 @@ def _render(report) -> None:
         ]
     )
     st.dataframe(table, hide_index=True, key="probe_table")
+    rule = report.separation
     st.caption(
-        f"{len(report.candidates)} candidates on {report.n_samples} samples in "
-        f"{report.seconds:.1f} s. acc_0: teacher-forced top-1 accuracy at TTT step 0; mean p(target "
-        "token): the probability the draft gives the target's greedy token there; two wirings are told "
-        "apart when both are lower for one in a paired comparison over the samples (t >= 2.5); predicted "
-        "accept length = 1 + sum_k prod_(j<=k) acc_j, for the reported wirings."
+        f"{len(report.candidates)} candidates on {report.n_samples} samples in {report.seconds:.1f} s, "
+        "ranked by training loss: the draft's cross-entropy against the target's distribution over the "
+        "draft vocabulary at TTT step 0 (what it was trained to lower; lower is better). acc_0: "
+        "teacher-forced top-1 accuracy there; mean p(target token): the probability the draft gives the "
+        "target's greedy token. "
+        + (
+            f"Two wirings are told apart when one's loss is {rule.t_separate:g} standard errors above the "
+            f"other's, paired position by position (standard errors from blocks of {rule.block} positions). "
+            if rule
+            else "This probe was kept by an older version: ranked by acc_0, told apart over samples. "
+        )
+        + "Predicted accept length = 1 + sum_k prod_(j<=k) acc_j, for the reported wirings."
     )
     if report.config is None:  # tied: the verdict above says how to separate them; nothing to paste
         return
