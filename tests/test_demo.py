@@ -4,10 +4,12 @@ The committed files' checks need no model: tests/test_demo_files.py."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from backend.data.samples import read_jsonl
-from backend.defaults import DEMO_DRAFTS, DEMO_EVAL, DEMO_TARGET
+from backend.defaults import DEMO_DRAFTS, DEMO_EVAL, DEMO_TARGET, SMOLLM2
 from tests.support.demo import demo_wiring
 
 pytestmark = pytest.mark.slow
@@ -118,3 +120,25 @@ def test_trees_on_the_demo_pair(target, evaluation):
     chain, _ = accept_length((3, 1, 4), evaluation[:3], 96)
     tree, _ = accept_length((3, 4, 8), evaluation[:3], 96)
     assert tree >= chain, (tree, chain)
+
+
+@pytest.mark.skipif(
+    not (SMOLLM2 / "target" / "model.safetensors").is_file() and os.environ.get("SPECLENS_REQUIRE_VLLM") != "1",
+    reason="the real target is not converted (python -m demo.smollm2)",
+)
+def test_the_probe_separates_the_real_pairs_trained_wiring_on_8_samples():
+    """Issue 58's flagship: on the default 8 samples the real pair's miswired draft is named trained on
+    HF [0, 2, 15] alone (acc_0 tied seven wirings there), its fix writes that wiring, and the correctly
+    wired final draft is confirmed."""
+    from backend.diagnostics.probe import ProbeSettings, run_probe
+    from backend.engine.loading import load_target
+    from tests.support.models import load_draft as load
+
+    target = load_target(SMOLLM2 / "target", device="cpu", dtype="fp32")
+    samples = read_jsonl(SMOLLM2 / "data" / "eval.jsonl", target.vocab_size)[0][:8]
+    miswired, declared = load(SMOLLM2 / "drafts" / "miswired", target)
+    report = run_probe(target, miswired, declared, samples, ProbeSettings(K, 20))
+    assert [list(c.aux_hf_indices) for c in report.tied] == [[0, 2, 15]] and report.separated
+    assert report.to_dict()["config"]["vllm"] == {"eagle_aux_hidden_state_layer_ids": [0, 2, 15]}
+    final, declared = load(SMOLLM2 / "drafts" / "final", target)
+    assert run_probe(target, final, declared, samples, ProbeSettings(K, 20)).confirmed
