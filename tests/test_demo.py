@@ -123,7 +123,8 @@ def test_trees_on_the_demo_pair(target, evaluation):
 
 
 @pytest.mark.skipif(
-    not (SMOLLM2 / "target" / "model.safetensors").is_file() and os.environ.get("SPECLENS_REQUIRE_VLLM") != "1",
+    not (SMOLLM2 / "target" / "model.safetensors").is_file()
+    and os.environ.get("SPECLENS_REQUIRE_VLLM") != "1",
     reason="the real target is not converted (python -m demo.smollm2)",
 )
 def test_the_probe_separates_the_real_pairs_trained_wiring_on_8_samples():
