@@ -24,6 +24,7 @@ checks this):
       step_state         what a step reads and leaves: ReplayConfig, caches, cursor, catch-up, budget
       stop_ids           the ids that end a generation where an engine decides them by text (llama.cpp)
       chain_step         one greedy chain step: draft, verify, accept, roll back, record
+      batch              a set of samples replayed as one batch: one target verify forward for all
       tree_step          one tree (or sampled) step: draft tree, tree-masked verify, acceptance walk
       safetensors_header a safetensors header checked before any tensor is read
       sampling           temperature sampling and each engine's acceptance rule
@@ -86,6 +87,7 @@ checks this):
       evaluate           every (draft, sample) pair of a dataset, summed per draft
       feature_check      serve-check --features: a server's returned features against the layers
       jobs               the job runner: engine records persisted step by step
+      batch_jobs         samples of one draft replayed in batches, each stored as its own run
       losses             where_lost over stored runs: runs grouped by draft, sources, the tokenizer
       models             loaded targets and drafts kept in small LRUs
       observations       server numbers stored and compared with the replay

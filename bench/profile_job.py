@@ -2,7 +2,8 @@
 
     PYTHONPATH=. python bench/profile_job.py [--pair demo|bench32] [--prompts 2] [--tokens 256] [--top 15]
 
-  demo     the bundled pair (demo/target, demo/drafts/final) on the first eval prompts, K = 4
+  demo     the bundled toy pair (demo/target, demo/drafts/final) on the first eval prompts, K = 4
+  real     the SmolLM2 pair (demo/smollm2/target, drafts/final) on its first eval prompts, K = 4
   bench32  replay_bench's synthetic target made 32 layers deep (hidden 256) with its `partial` draft
            (accept length ~2.3), on its 16-token prompt
 
@@ -27,16 +28,21 @@ from pathlib import Path
 import torch
 
 
-def demo_pair(prompts: int):
-    from backend.defaults import DEMO_DRAFTS, DEMO_EVAL, DEMO_TARGET
+def demo_pair(prompts: int, real: bool = False):
+    from backend.defaults import DEMO_DRAFTS, DEMO_EVAL, DEMO_TARGET, SMOLLM2
     from backend.engine.loading import load_target
     from backend.engine.preflight import load_checked_draft
 
-    target = load_target(DEMO_TARGET, device="cpu", dtype="fp32")
-    draft, report = load_checked_draft(DEMO_DRAFTS / "final", target)
-    records = [json.loads(line) for line in DEMO_EVAL.read_text().splitlines()[:prompts]]
+    target_dir, drafts, evaluation = (
+        (SMOLLM2 / "target", SMOLLM2 / "drafts", SMOLLM2 / "data" / "eval.jsonl")
+        if real
+        else (DEMO_TARGET, DEMO_DRAFTS, DEMO_EVAL)
+    )
+    target = load_target(target_dir, device="cpu", dtype="fp32")
+    draft, report = load_checked_draft(drafts / "final", target)
+    records = [json.loads(line) for line in evaluation.read_text().splitlines()[:prompts]]
     prompt_ids = [r["input_ids"][: r["n_prompt_tokens"]] for r in records]
-    return target, draft, report.wiring, str(DEMO_TARGET), str(DEMO_DRAFTS / "final"), prompt_ids
+    return target, draft, report.wiring, str(target_dir), str(drafts / "final"), prompt_ids
 
 
 def bench32_pair(prompts: int, root: Path):
@@ -57,7 +63,7 @@ def bench32_pair(prompts: int, root: Path):
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pair", choices=("demo", "bench32"), default="demo")
+    parser.add_argument("--pair", choices=("demo", "real", "bench32"), default="demo")
     parser.add_argument("--prompts", type=int, default=2)
     parser.add_argument("--tokens", type=int, default=256)
     parser.add_argument("--top", type=int, default=15)
@@ -70,8 +76,8 @@ def main(argv: list[str] | None = None) -> None:
     from backend.service.plan import resolve
 
     folder = Path(tempfile.mkdtemp(prefix="profile_job_"))
-    if args.pair == "demo":
-        target, draft, wiring, target_path, draft_path, prompts = demo_pair(args.prompts)
+    if args.pair in ("demo", "real"):
+        target, draft, wiring, target_path, draft_path, prompts = demo_pair(args.prompts, args.pair == "real")
     else:
         target, draft, wiring, target_path, draft_path, prompts = bench32_pair(args.prompts, folder)
     database = open_database(f"sqlite:///{folder}/profile.db")

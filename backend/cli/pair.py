@@ -340,9 +340,8 @@ def cmd_evaluate(args) -> tuple[dict, str]:
         bar.set_postfix_str(message[-60:], refresh=False)
 
     try:
-        result = evaluate.evaluate(
-            args.db, plan, not args.no_resume, report, args.ray, args.workers, args.ray_timeout
-        )
+        where = evaluate.Where(args.ray, args.workers, args.ray_timeout, args.batch)
+        result = evaluate.evaluate(args.db, plan, not args.no_resume, report, where)
     finally:
         bar.close()
     text = (

@@ -80,6 +80,13 @@ def _evaluate_command(commands) -> None:
     ev.add_argument("--db", help="SQLAlchemy URL (default: SPECLENS_DB_URL or sqlite:///data/speclens.db)")
     ev.add_argument("--no-resume", action="store_true", help="replay every pair, even those already stored")
     ev.add_argument(
+        "--batch",
+        type=positive,
+        metavar="N",
+        help="samples replayed together in one batch per draft (default: as many as half the free memory "
+        "holds, at most 16; 1: one at a time; trees and sampled acceptance always run one at a time)",
+    )
+    ev.add_argument(
         "--ray",
         metavar="ADDRESS",
         default=os.environ.get("SPECLENS_RAY_ADDRESS"),

@@ -115,19 +115,15 @@ def draft_chain(
     return proposal
 
 
-def verify(
-    target: Target,
+def judge(
+    output,
     wiring: Wiring,
-    cache,
-    cursor: Cursor,
     drafted: list[int],
     penalised: tuple[History, Penalties] | None = None,
     ends_prefix: set[int] | None = None,
 ) -> Verdict:
-    """3-4. One target forward over [x_n, d_1..d_K]; accept the longest agreeing prefix (of the
-    penalised rows when the request has penalties: row i after d_1..d_i)."""
-    ids = torch.tensor([[cursor.pending] + drafted], device=target.device)
-    output = target.runner.forward(ids, cache, cursor.position, capture=wiring.aux_hf_indices)
+    """4. What the verify forward over [x_n, d_1..d_K] (`output`, a TargetOutput) decided: the longest
+    agreeing prefix (of the penalised rows when the request has penalties: row i after d_1..d_i)."""
     logits = output.logits[0]
     if penalised is not None:
         history, penalties = penalised
@@ -222,52 +218,94 @@ def chain_tree(
     )
 
 
-def chain_step(
-    target: Target,
-    draft: Eagle3Draft,
-    wiring: Wiring,
-    caches: Caches,
-    cursor: Cursor,
-    config: ReplayConfig,
-    history: History | None,
-    step_index: int,
-) -> tuple[StepRecord, Cursor | None]:
-    """One verify step of the greedy chain. Returns the record and the next cursor (None when the
-    replay is finished); a request's penalty history takes the committed tokens."""
-    device, target_cache, draft_cache = target.device, caches.target, caches.draft
-    eos = config.stops(target.eos_token_ids)
-    num_drafts = config.drafts_at(cursor.produced)
-    started = time.perf_counter()
-    proposal = Proposal()  # no drafts: a plain decode of the pending token (llama.cpp's last token)
-    if num_drafts:
-        hidden = draft_catch_up(draft, draft_cache, cursor, config.math)  # 1
-        proposal = draft_chain(
-            draft, draft_cache, hidden, cursor.position - 1, config, history, num_drafts
-        )  # 2
-    if config.record and num_drafts < config.num_steps:  # fewer drafts (llama.cpp): K rows kept, zeros
+@dataclass
+class Proposed:
+    """Steps 1-2 of a chain step, ready for the target: the proposal and what it cost."""
+
+    proposal: Proposal
+    draft_ms: float
+
+
+@dataclass
+class Chain:
+    """One sample's greedy chain between verify steps: the pair, the settings, the caches, the cursor
+    (None once the replay is finished), a request's penalty history, and the next step's index. A
+    step is three parts, `propose`, the target's verify forward and `conclude`: `step` runs them for
+    this sample, the batched replay (backend/engine/batch.py) runs the forward once for many."""
+
+    target: Target
+    draft: Eagle3Draft
+    wiring: Wiring
+    config: ReplayConfig
+    caches: Caches
+    cursor: Cursor | None
+    history: History | None = None
+    step_index: int = 0
+
+    def propose(self) -> Proposed:
+        """1-2. Catch the draft up on the committed positions and propose the chain (none where the
+        reading drafts nothing this step: a plain decode of the pending token, llama.cpp's last
+        token)."""
+        draft, caches, cursor, config = self.draft, self.caches, self.cursor, self.config
         weight = next(draft.parameters())
-        proposal.hidden += [weight.new_zeros(draft.config.hidden_size, device="cpu")] * (
-            config.num_steps - num_drafts
-        )
-    draft_ms = elapsed_ms(started, device)
+        started = time.perf_counter()
+        num_drafts = config.drafts_at(cursor.produced)
+        proposal = Proposal()
+        if num_drafts:
+            hidden = draft_catch_up(draft, caches.draft, cursor, config.math)  # 1
+            proposal = draft_chain(
+                draft, caches.draft, hidden, cursor.position - 1, config, self.history, num_drafts
+            )  # 2
+        if config.record and num_drafts < config.num_steps:  # fewer drafts (llama.cpp): K rows kept, zeros
+            proposal.hidden += [weight.new_zeros(draft.config.hidden_size, device="cpu")] * (
+                config.num_steps - num_drafts
+            )
+        return Proposed(proposal, elapsed_ms(started, weight.device))
 
-    started = time.perf_counter()
-    penalised = None if history is None else (history, config.penalties)
-    ends_prefix = eos if config.accounting == "llamacpp" else None
-    verdict = verify(
-        target, wiring, target_cache, cursor, proposal.drafted_ids, penalised, ends_prefix
-    )  # 3, 4
-    roll_back(target_cache, draft_cache, cursor, verdict.accepted)  # 5
-    verify_ms = elapsed_ms(started, device)
+    def verify_ids(self, proposed: Proposed) -> list[int]:
+        """3. What the target verifies: [x_n, d_1..d_K], at positions n..n+K."""
+        return [self.cursor.pending] + proposed.proposal.drafted_ids
 
-    committed, finished = commit_within_budget(
-        verdict.emitted, cursor.produced, eos, config.max_new_tokens
-    )  # 6
-    record = step_record(
-        step_index, cursor, proposal, verdict, committed, draft_ms, verify_ms, config.record
-    )  # 7
-    if finished:
-        return record, None
-    if history is not None:
-        history.add(committed)
-    return record, cursor.after(verdict.emitted, committed, verdict.features)
+    def conclude(self, proposed: Proposed, output, verify_ms: float) -> StepRecord:
+        """4-7. Judge the verify forward's `output` (a TargetOutput), roll back, commit within the
+        budget, record; the cursor moves on (None when the replay is finished) and the penalty
+        history takes the committed tokens."""
+        target, cursor, config, history = self.target, self.cursor, self.config, self.history
+        eos = config.stops(target.eos_token_ids)
+        started = time.perf_counter()
+        penalised = None if history is None else (history, config.penalties)
+        ends_prefix = eos if config.accounting == "llamacpp" else None
+        verdict = judge(output, self.wiring, proposed.proposal.drafted_ids, penalised, ends_prefix)  # 4
+        roll_back(self.caches.target, self.caches.draft, cursor, verdict.accepted)  # 5
+        verify_ms += elapsed_ms(started, target.device)
+        committed, finished = commit_within_budget(
+            verdict.emitted, cursor.produced, eos, config.max_new_tokens
+        )  # 6
+        record = step_record(
+            self.step_index,
+            cursor,
+            proposed.proposal,
+            verdict,
+            committed,
+            proposed.draft_ms,
+            verify_ms,
+            config.record,
+        )  # 7
+        self.step_index += 1
+        if finished:
+            self.cursor = None
+        else:
+            if history is not None:
+                history.add(committed)
+            self.cursor = cursor.after(verdict.emitted, committed, verdict.features)
+        return record
+
+    def step(self) -> StepRecord:
+        """One verify step of this sample alone."""
+        proposed = self.propose()  # 1, 2
+        started = time.perf_counter()
+        ids = torch.tensor([self.verify_ids(proposed)], device=self.target.device)
+        output = self.target.runner.forward(
+            ids, self.caches.target, self.cursor.position, capture=self.wiring.aux_hf_indices
+        )  # 3
+        return self.conclude(proposed, output, elapsed_ms(started, self.target.device))  # 4-7

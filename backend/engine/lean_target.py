@@ -9,8 +9,9 @@ values). `LeanTarget` runs the same arithmetic on the target's own weights:
 - the KV cache lives in buffers with room to grow (`KVCache`); attention reads prefix views,
   so a forward copies only the new entries;
 - grouped-query attention passes `enable_gqa` to SDPA instead of repeating keys and values;
-- the causal mask of a verify chunk is made additive (0 / -inf) once per forward, as SDPA makes a
-  boolean mask additive in every layer;
+- the causal mask of a verify chunk is built once per forward, boolean as transformers passes it
+  (an additive float mask with `enable_gqa` takes SDPA's slow path on the CPU: 0.40 vs 0.09 ms per
+  call on the real pair's shapes, bench/replay_bench.py);
 - RMSNorm is `F.rms_norm` in fp32;
 - RoPE rotates with one `roll` and a sign-folded sine ((-x2)*s == x2*(-s) exactly), q and k at once.
 
@@ -38,7 +39,7 @@ import torch
 import torch.nn.functional as F
 
 from backend.engine.kv_cache import KVCache
-from backend.engine.target_runner import TargetOutput, TargetRunner, TransformersRunner, tree_mask
+from backend.engine.target_runner import TargetOutput, TargetRunner, TransformersRunner
 
 
 class LeanLayer:
@@ -101,57 +102,76 @@ class LeanTarget(TargetRunner):
 
     def run(self, input_ids, cache: KVCache, positions, tree, wanted) -> TargetOutput:
         """transformers' LlamaModel.forward arithmetic (see the module docstring)."""
-        length = input_ids.shape[1]
+        return self.run_rows(input_ids, [cache], positions, tree, wanted)[0]
+
+    def run_rows(self, input_ids, caches: list[KVCache], positions, tree, wanted) -> list[TargetOutput]:
+        """`run` over B sequences at once (input_ids and positions [B, T], one cache each): every
+        projection is one matrix product over the B*T rows, so the weights are read once per forward
+        (the batched replay, backend/engine/batch.py); attention runs per sequence on its own cache,
+        as `run` does. One sequence is `run` itself."""
+        rows, length = input_ids.shape
         device = input_ids.device
-        past = cache.length
-        states: dict[int, torch.Tensor] = {}
+        masks = [self._mask(cache.length, length, tree, device) for cache in caches]
+        states: list[dict[int, torch.Tensor]] = [{} for _ in range(rows)]
         hidden = self.embed(input_ids)
         cos, sin = self.rotary(hidden, positions)
         half = cos.shape[-1] // 2
         cos = cos[:, None]
         sin = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)[:, None]
-        mask, causal = None, False
-        if tree is not None:
-            mask = tree_mask(tree, past, self.dtype, device)
-        elif length > 1 and past:  # transformers' boolean causal mask, made additive once per forward
-            rows = torch.arange(past, past + length, device=device)[:, None]
-            hidden_future = torch.arange(past + length, device=device)[None, :] > rows
-            mask = torch.zeros(hidden_future.shape, dtype=hidden.dtype, device=device)
-            mask = mask.masked_fill_(hidden_future, float("-inf"))[None, None]
-        elif length > 1:
-            causal = True
-        if 0 in wanted:
-            states[0] = hidden[0]
+        self._keep(states, 0, hidden, wanted)
         for index, layer in enumerate(self.layers):
             x = self._norm(layer.input_norm, hidden)
             heads, kv_heads, head_dim = layer.heads, layer.kv_heads, layer.head_dim
-            q = F.linear(x, *layer.q).view(1, length, heads, head_dim).transpose(1, 2)
-            k = F.linear(x, *layer.k).view(1, length, kv_heads, head_dim).transpose(1, 2)
-            values = F.linear(x, *layer.v).view(1, length, kv_heads, head_dim).transpose(1, 2)
+            q = F.linear(x, *layer.q).view(rows, length, heads, head_dim).transpose(1, 2)
+            k = F.linear(x, *layer.k).view(rows, length, kv_heads, head_dim).transpose(1, 2)
+            values = F.linear(x, *layer.v).view(rows, length, kv_heads, head_dim).transpose(1, 2)
             qk = torch.cat((q, k), dim=1)
             qk = qk * cos + qk.roll(half, -1) * sin
             queries, keys = qk[:, :heads], qk[:, heads:]
-            all_keys, all_values = cache.append(index, keys, values)
-            attended = F.scaled_dot_product_attention(
-                queries,
-                all_keys,
-                all_values,
-                attn_mask=mask,
-                dropout_p=0.0,
-                scale=layer.scaling,
-                is_causal=causal,
-                enable_gqa=heads != kv_heads,
-            )
-            attended = attended.transpose(1, 2).reshape(1, length, heads * head_dim)
+            attended = []
+            for row, (cache, (mask, causal)) in enumerate(zip(caches, masks, strict=True)):
+                all_keys, all_values = cache.append(index, keys[row : row + 1], values[row : row + 1])
+                attended.append(
+                    F.scaled_dot_product_attention(
+                        queries[row : row + 1],
+                        all_keys,
+                        all_values,
+                        attn_mask=mask,
+                        dropout_p=0.0,
+                        scale=layer.scaling,
+                        is_causal=causal,
+                        enable_gqa=heads != kv_heads,
+                    )
+                )
+            attended = attended[0] if rows == 1 else torch.cat(attended)
+            attended = attended.transpose(1, 2).reshape(rows, length, heads * head_dim)
             hidden = hidden + F.linear(attended, *layer.o)
             x = self._norm(layer.post_norm, hidden)
             hidden = hidden + F.linear(
                 layer.act(F.linear(x, *layer.gate)) * F.linear(x, *layer.up), *layer.down
             )
-            if index + 1 in wanted:
-                states[index + 1] = hidden[0]
+            self._keep(states, index + 1, hidden, wanted)
         logits = F.linear(self._norm(self.norm, hidden), *self.lm_head)
-        return TargetOutput(logits, states)
+        return [TargetOutput(logits[row : row + 1], states[row]) for row in range(rows)]
+
+    @staticmethod
+    def _keep(states: list[dict], index: int, hidden: torch.Tensor, wanted) -> None:
+        if index in wanted:
+            for row, kept in enumerate(states):
+                kept[index] = hidden[row]
+
+    def _mask(self, past: int, length: int, tree, device) -> tuple[torch.Tensor | None, bool]:
+        """One sequence's attention mask for `length` new tokens after `past` cached ones, boolean
+        (True: attend; see the module docstring): a tree's (every cached entry and the node's
+        ancestors), transformers' causal mask, or SDPA's own causal flag for a prefill (None, True)."""
+        if tree is not None:
+            seen = torch.ones(length, past + length, dtype=torch.bool, device=device)
+            seen[:, past:] = tree[1].to(device)
+            return seen[None, None], False
+        if length > 1 and past:
+            rows = torch.arange(past, past + length, device=device)[:, None]
+            return (torch.arange(past + length, device=device)[None, :] <= rows)[None, None], False
+        return None, length > 1
 
 
 # ----------------------------------------------------------------------------------- eligibility

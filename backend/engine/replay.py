@@ -25,7 +25,7 @@ from collections.abc import Iterator
 
 import torch
 
-from backend.engine.chain_step import chain_step
+from backend.engine.chain_step import Chain
 from backend.engine.draft_model import Eagle3Draft
 from backend.engine.kv_cache import KVCache
 from backend.engine.loading import Target
@@ -37,53 +37,68 @@ from backend.engine.step_state import Caches, Cursor, ReplayConfig, elapsed_ms
 from backend.engine.tree_step import tree_step
 from backend.engine.wiring import Wiring
 
-__all__ = ["ReplayConfig", "StepRecord", "accept_lengths", "output_ids_of", "replay"]
+__all__ = ["ReplayConfig", "StepRecord", "accept_lengths", "output_ids_of", "replay", "start"]
 
 
 def replay(
     target: Target, draft: Eagle3Draft, prompt_ids: list[int], wiring: Wiring, config: ReplayConfig
 ) -> Iterator[PrefillRecord | StepRecord]:
     """Yield a PrefillRecord, then one StepRecord per verify step, until EOS or max_new_tokens."""
+    generator = None if config.sampling.greedy else torch.Generator().manual_seed(config.sampling.seed)
+    with torch.inference_mode():
+        record, chain = start(target, draft, prompt_ids, wiring, config, generator)
+        yield record
+        if chain is None or chain.cursor is None:
+            return
+        if not config.uses_tree_path:
+            while chain.cursor is not None:  # each step commits >= 1 token
+                yield chain.step()
+            return
+        cursor = chain.cursor
+        for step_index in range(config.max_new_tokens):  # a tree, or a sampled chain (no penalties)
+            record, cursor = tree_step(
+                target, draft, wiring, chain.caches, cursor, config, generator, step_index
+            )
+            yield record
+            if cursor is None:
+                return
+
+
+def start(
+    target: Target,
+    draft: Eagle3Draft,
+    prompt_ids: list[int],
+    wiring: Wiring,
+    config: ReplayConfig,
+    generator: torch.Generator | None = None,
+) -> tuple[PrefillRecord, Chain]:
+    """The prefill: the target over the prompt, the first token, and the sample's state for its verify
+    steps (a Chain whose cursor is None when the first token already ends the replay). Call it under
+    torch.inference_mode()."""
     if not prompt_ids:
         raise ValueError("the prompt is empty")
     runner, device, indices = target.runner, target.device, wiring.aux_hf_indices
     eos = config.stops(target.eos_token_ids)
-    generator = None if config.sampling.greedy else torch.Generator().manual_seed(config.sampling.seed)
-    with torch.inference_mode():
-        started = time.perf_counter()
-        target_cache = runner.new_cache()
-        output = runner.forward(torch.tensor([prompt_ids], device=device), target_cache, 0, capture=indices)
-        history = None
-        last = output.logits[0, -1]
-        if config.penalties.active:
-            history = History(list(prompt_ids), last.shape[-1], last.device)
-            last = history.apply(last[None], config.penalties)[0]
-        first = first_token(last, config.sampling, generator)
-        if history is not None:
-            history.add([first])
-        features = output.features(indices)
-        yield PrefillRecord(
-            list(prompt_ids),
-            first,
-            elapsed_ms(started, device),
-            features.to("cpu") if config.record else None,
-        )
-        if first in eos or config.max_new_tokens <= 1:
-            return
-        cursor = Cursor(len(prompt_ids), first, 1, features, list(prompt_ids[1:]) + [first], 0)
-        caches = Caches(target_cache, KVCache(draft.config.num_layers))
-        for step_index in range(config.max_new_tokens):  # each step commits >= 1 token
-            if config.uses_tree_path:  # a tree, or a sampled chain (no penalties: ReplayConfig)
-                record, cursor = tree_step(
-                    target, draft, wiring, caches, cursor, config, generator, step_index
-                )
-            else:
-                record, cursor = chain_step(
-                    target, draft, wiring, caches, cursor, config, history, step_index
-                )
-            yield record
-            if cursor is None:
-                return
+    started = time.perf_counter()
+    target_cache = runner.new_cache()
+    output = runner.forward(torch.tensor([prompt_ids], device=device), target_cache, 0, capture=indices)
+    history = None
+    last = output.logits[0, -1]
+    if config.penalties.active:
+        history = History(list(prompt_ids), last.shape[-1], last.device)
+        last = history.apply(last[None], config.penalties)[0]
+    first = first_token(last, config.sampling, generator)
+    if history is not None:
+        history.add([first])
+    features = output.features(indices)
+    record = PrefillRecord(
+        list(prompt_ids), first, elapsed_ms(started, device), features.to("cpu") if config.record else None
+    )
+    caches = Caches(target_cache, KVCache(draft.config.num_layers))
+    cursor = Cursor(len(prompt_ids), first, 1, features, list(prompt_ids[1:]) + [first], 0)
+    if first in eos or config.max_new_tokens <= 1:
+        cursor = None
+    return record, Chain(target, draft, wiring, config, caches, cursor, history)
 
 
 def first_token(logits: torch.Tensor, sampling: Sampling, generator: torch.Generator | None) -> int:

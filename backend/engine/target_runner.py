@@ -1,8 +1,10 @@
 """The target's forward behind one small interface, chosen once when the target is loaded.
 
-A runner is a `TargetRunner` (below): a `name` ("lean" or "transformers"), `new_cache()` and
-`forward(input_ids, cache, start_position, tree=None, capture=())`, written once on the base class,
-which works out the positions and hands the subclass's `run` what it needs.
+A runner is a `TargetRunner` (below): a `name` ("lean" or "transformers"), `new_cache()`,
+`forward(input_ids, cache, start_position, tree=None, capture=())` and its batched form
+`forward_rows(input_ids, caches, starts, capture=())` (B sequences, one cache each), written once on
+the base class, which works out the positions and hands the subclass's `run` (`run_rows`) what it
+needs.
 
 Two runners implement it:
 - `LeanTarget` (backend/engine/lean_target.py): transformers' Llama arithmetic without its per-call
@@ -80,6 +82,25 @@ class TargetRunner:
 
     def run(self, input_ids, cache, positions, tree, wanted: frozenset[int]) -> TargetOutput:
         raise NotImplementedError
+
+    def forward_rows(
+        self, input_ids: torch.Tensor, caches: list, starts: list[int], capture=()
+    ) -> list[TargetOutput]:
+        """`forward` over B sequences of the same length (input_ids [B, T]), sequence b at positions
+        starts[b].. on caches[b]: one TargetOutput each (logits [1, T, V]). The batched replay
+        (backend/engine/batch.py) verifies a batch of samples with it."""
+        length, device = input_ids.shape[1], input_ids.device
+        positions = torch.cat([positions_of(length, start, None, device) for start in starts])
+        return self.run_rows(input_ids, caches, positions, None, frozenset(capture))
+
+    def run_rows(
+        self, input_ids, caches: list, positions, tree, wanted: frozenset[int]
+    ) -> list[TargetOutput]:
+        """One `run` per sequence; a runner that can batch the sequences overrides it (LeanTarget)."""
+        return [
+            self.run(input_ids[row : row + 1], cache, positions[row : row + 1], tree, wanted)
+            for row, cache in enumerate(caches)
+        ]
 
 
 class TransformersRunner(TargetRunner):

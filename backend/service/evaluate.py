@@ -112,39 +112,63 @@ def run_pair(db_url: str | None, pair: Pair, progress: Progress = no_progress) -
     return run_replay(pair.request, db_url, progress).run_id
 
 
+@dataclass(frozen=True)
+class Where:
+    """Where the pairs replay: in this process, each draft's samples in batches of `batch` (None: as
+    many as memory holds, backend/service/batch_jobs.py; 1: one at a time), or on Ray (`ray`: an
+    address or 'local', `workers` actors, waiting at most `ray_timeout` s for the cluster)."""
+
+    ray: str | None = None
+    workers: int | None = None
+    ray_timeout: float | None = None
+    batch: int | None = None
+
+
 def run_pairs(
     db_url: str | None,
     pairs: list[Pair],
     resume: bool = True,
     progress: Progress = no_progress,
-    ray: str | None = None,
-    workers: int | None = None,
+    where: Where = Where(),
     stats: dict | None = None,
-    ray_timeout: float | None = None,
 ) -> tuple[dict[Pair, int], int]:
-    """Every pair's run id (replayed now, or found stored when `resume`) and how many were found:
-    in this process one after another, or on Ray (`ray`: an address or 'local')."""
-    if ray:
+    """Every pair's run id (replayed now, or found stored when `resume`) and how many were found,
+    replayed `where` says."""
+    if where.ray:
         from backend.service.ray_eval import RAY_CONNECT_TIMEOUT_S, Cluster, run_pairs_on_ray
 
-        cluster = Cluster(ray, workers, RAY_CONNECT_TIMEOUT_S if ray_timeout is None else ray_timeout)
+        timeout = RAY_CONNECT_TIMEOUT_S if where.ray_timeout is None else where.ray_timeout
+        cluster = Cluster(where.ray, where.workers, timeout)
         return run_pairs_on_ray(db_url, pairs, cluster, resume, progress, stats=stats)
-    from backend.service.jobs import run_replay
+    from backend.service.batch_jobs import run_in_batches
 
-    run_ids, reused = {}, 0
-    for number, pair in enumerate(pairs):
-        where = f"{pair.label} ({number + 1}/{len(pairs)})"
+    run_ids, todo, answers, first_asking = {}, [], {}, {}
+    for pair in pairs:
         found = existing_run(db_url, pair) if resume else None
         if found is not None:
-            run_ids[pair], reused = found.id, reused + 1
+            run_ids[pair] = found.id
+        elif resume and pair.request in first_asking:  # asks for the run another pair here will store
+            answers[first_asking[pair.request]].append(pair)
         else:
+            first_asking.setdefault(pair.request, pair)
+            answers[pair] = [pair]
+            todo.append(pair)
+    reused = len(pairs) - len(todo)
+    done = len(run_ids)
+    progress(done / max(1, len(pairs)), f"{reused} already stored")
+    for draft in dict.fromkeys(pair.draft for pair in todo):
+        mine = [pair for pair in todo if pair.draft == draft]
 
-            def inner(fraction: float, message: str, number=number, where=where) -> None:
-                progress((number + min(1.0, max(0.0, fraction))) / len(pairs), f"{where}: {message}")
+        def inner(fraction: float, message: str, mine=mine, done=done) -> None:
+            where = f"{mine[0].label.rsplit(' sample ', 1)[0]}: {message}"
+            progress((done + min(1.0, max(0.0, fraction)) * len(mine)) / len(pairs), where)
 
-            run_ids[pair] = run_replay(pair.request, db_url, inner).run_id
-        progress((number + 1) / len(pairs), f"{where}: done ({reused} already stored)")
-    return run_ids, reused
+        outcomes = run_in_batches([pair.request for pair in mine], db_url, where.batch, inner)
+        for pair, outcome in zip(mine, outcomes, strict=True):
+            run_ids.update(dict.fromkeys(answers[pair], outcome.run_id))
+            done += len(answers[pair])
+        progress(done / len(pairs), f"{done}/{len(pairs)} pairs ({reused} already stored)")
+    return {pair: run_ids[pair] for pair in pairs}, reused
 
 
 def evaluate(
@@ -152,15 +176,12 @@ def evaluate(
     plan: Plan,
     resume: bool = True,
     progress: Progress = no_progress,
-    ray: str | None = None,
-    workers: int | None = None,
-    ray_timeout: float | None = None,
+    where: Where = Where(),
 ) -> dict:
-    """Every pair of the plan (in this process, or on Ray, waiting at most `ray_timeout` s for the
-    cluster), then the per-draft summary."""
+    """Every pair of the plan, replayed `where` says, then the per-draft summary."""
     pairs = plan.pairs()
     stats: dict = {}  # on Ray: workers started, pairs retried
-    run_ids, reused = run_pairs(db_url, pairs, resume, progress, ray, workers, stats, ray_timeout)
+    run_ids, reused = run_pairs(db_url, pairs, resume, progress, where, stats)
     from backend.service.losses import where_lost_over
 
     # where each draft lost acceptance over these runs (issue 55; `lost --runs` prints it for any runs)
@@ -169,7 +190,7 @@ def evaluate(
     except (BadInput, ValueError, TypeError) as error:
         lost = {"error": str(error)}
     summary = summarise(db_url, plan, run_ids, reused, len(pairs) - reused)
-    return {**summary, "where_lost": lost, "ray": ray or None, **stats}
+    return {**summary, "where_lost": lost, "ray": where.ray or None, **stats}
 
 
 def summarise(db_url: str | None, plan: Plan, run_ids: dict, reused: int, replayed: int) -> dict:

@@ -53,6 +53,7 @@ class ReplayOutcome:
     resolved: Resolved = field(default_factory=Resolved)  # what the pair made of the request (stored)
     output_text: str | None = None  # the output in the target's tokenizer (None without one)
     artifact_path: str | None = None
+    batch_size: int = 1  # samples replayed with it in one batch (backend/service/batch_jobs.py)
 
 
 def run_replay(
@@ -117,18 +118,23 @@ def record_run(target, draft, plan: ReplayPlan, outcome: ReplayOutcome, writer, 
     """Each record the engine yields, written as it arrives (SIGTERM honoured between records)."""
     total = plan.config.max_new_tokens
     for record in replay(target, draft, list(plan.prompt_ids), plan.wiring, plan.config):
-        if isinstance(record, PrefillRecord):
-            outcome.output_ids.append(record.first_token)
-            outcome.prefill_ms = record.prefill_ms
-        else:
-            outcome.steps.append(record)
-            outcome.output_ids.extend(record.committed_ids)
-        tensors.add(record)
-        writer.add(record)
+        take(outcome, record, tensors, writer)
         progress(len(outcome.output_ids) / total, f"{len(outcome.output_ids)}/{total} tokens")
         if STOP.is_set():
             STOP.clear()
             raise Terminated()
+
+
+def take(outcome: ReplayOutcome, record: PrefillRecord | StepRecord, tensors, writer) -> None:
+    """One record into the run: the outcome's output and steps, the hidden states, the writer."""
+    if isinstance(record, PrefillRecord):
+        outcome.output_ids.append(record.first_token)
+        outcome.prefill_ms = record.prefill_ms
+    else:
+        outcome.steps.append(record)
+        outcome.output_ids.extend(record.committed_ids)
+    tensors.add(record)
+    writer.add(record)
 
 
 def fail_run(database: Database, plan: ReplayPlan, outcome: ReplayOutcome, writer, tensors, error) -> None:
@@ -165,7 +171,8 @@ def fail_run(database: Database, plan: ReplayPlan, outcome: ReplayOutcome, write
                 outcome.run_id,
                 error=f"{said}\n{traceback.format_exc(limit=3)}",
                 output_ids=None if writer.steps else outcome.output_ids,  # None: the stored partial output
-                metrics=run_metrics(committed, plan.config.num_steps),
+                metrics=run_metrics(committed, plan.config.num_steps)
+                | ({"batch_size": outcome.batch_size} if outcome.batch_size > 1 else {}),
                 status=status,
                 **artifact,
             )
@@ -196,6 +203,8 @@ def close_run(
         raise BadInput(str(gone)) from None
     artifact = tensors.save(database.artifact_dir, outcome.run_id)
     outcome.metrics = run_metrics(outcome.steps, plan.config.num_steps)
+    if outcome.batch_size > 1:  # its verify times are the batch forward's, shared evenly
+        outcome.metrics["batch_size"] = outcome.batch_size
     if target.dtype != torch.float32:  # the yardstick for judging this run against plain decoding
         progress(1.0, "measuring the target's own verify-vs-decode disagreement")
         agreement = self_disagreement(

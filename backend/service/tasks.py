@@ -276,11 +276,11 @@ class CompareResult(Plain):
 def compare_job(db_url: str | None, comparison: Comparison, *, progress: Progress) -> CompareResult:
     """The pairs of both sides run as `evaluate` runs them (backend.service.evaluate.run_pairs):
     here one after another, or on Ray when `ray` names a cluster."""
-    from backend.service.evaluate import run_pairs
+    from backend.service.evaluate import Where, run_pairs
     from backend.service.runs import get_run
 
     c, pairs = comparison, comparison_pairs(comparison)
-    run_ids, reused = run_pairs(db_url, list(pairs.values()), c.reuse, progress, c.ray)
+    run_ids, reused = run_pairs(db_url, list(pairs.values()), c.reuse, progress, Where(ray=c.ray))
     rows = []
     for sample in c.samples:
         run = {side: run_ids[pairs[(sample.index, side)]] for side, _ in c.sides}

@@ -82,7 +82,7 @@ def test_ray_gives_the_local_numbers_and_a_killed_worker_loses_nothing(tmp_path,
     """Two Ray workers (ray.init(num_cpus=2)) writing to one PostgreSQL database, one of them killed
     while it replays: every pair still ends as a finished run, with the single-process numbers."""
     ray = pytest.importorskip("ray")
-    from backend.service.evaluate import evaluate
+    from backend.service.evaluate import Where, evaluate
     from backend.service.ray_eval import Cluster, evaluate_on_ray
     from backend.service.runs import list_runs
 
@@ -99,7 +99,7 @@ def test_ray_gives_the_local_numbers_and_a_killed_worker_loses_nothing(tmp_path,
     try:
         db = postgres_url
         spread = evaluate_on_ray(db, plan(3), Cluster("local"), hook=kill_a_busy_worker)
-        again = evaluate(db, plan(3), ray="local")  # the CLI path: all stored, nothing to replay
+        again = evaluate(db, plan(3), where=Where(ray="local"))  # the CLI path: all stored, nothing to replay
     finally:
         ray.shutdown()
     assert killed, "no worker was busy after the first pair: nothing was killed"

@@ -1,0 +1,86 @@
+"""Replay a set of samples as one batch: the greedy chain of each sample, with the target's verify
+forwards of all of them in one forward (issue 56).
+
+A serving engine verifies many requests in one forward; one sample at a time reads every weight of
+the target once per verify step and sample. Here each verify step of the batch runs, per sample, the
+draft's catch-up and chain (`Chain.propose`, its own draft cache), then one target forward over every
+sample's [x_n, d_1..d_K] (`TargetRunner.forward_rows`: every projection one matrix product over all
+rows, attention per sample on its own cache), then, per sample, the judgement, roll-back, commit and
+record (`Chain.conclude`). Samples have their own prompts (the prefills run one by one), positions,
+caches and acceptance; a sample that finishes leaves the batch, and samples drafting fewer tokens this
+step (llama.cpp's reading near the budget) verify in a forward of their own length.
+
+Each sample's records are the records of its replay alone except for the arithmetic: a matrix product
+over more rows may round differently in the last place (tests/engine/test_batch.py), so where the top
+two logits of a verify row nearly tie, batching can move the argmax. In fp32 on the CPU the outputs
+are equal token for token on the demo pairs; a divergence is checked against the target alone: the
+lone and batched verify forwards of that chunk give the two tokens (`backend.engine.batch_check`).
+Each step's verify time is the batch forward's time shared evenly among its samples.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import torch
+
+from backend.engine.chain_step import Chain
+from backend.engine.draft_model import Eagle3Draft
+from backend.engine.loading import Target
+from backend.engine.records import PrefillRecord, StepRecord
+from backend.engine.replay import start
+from backend.engine.step_state import ReplayConfig, elapsed_ms
+from backend.engine.wiring import Wiring
+
+
+def batchable(config: ReplayConfig) -> bool:
+    """Whether replays with these settings can run batched: the greedy chain (trees and sampled
+    acceptance run one sample at a time)."""
+    return not config.uses_tree_path
+
+
+def replay_batch(
+    target: Target,
+    draft: Eagle3Draft,
+    wiring: Wiring,
+    prompts: list[list[int]],
+    configs: list[ReplayConfig],
+) -> Iterator[tuple[int, PrefillRecord | StepRecord, bool]]:
+    """Yield (the prompt's index, its record, whether it was the prompt's last): each prompt's
+    PrefillRecord, then its StepRecords, the verify steps of all prompts still running batched
+    together, until each ends at EOS or its max_new_tokens. Prompt i replays with configs[i] (its
+    budget, K, reading); every prompt gets the records its `replay` alone would yield."""
+    if not all(batchable(config) for config in configs):
+        raise ValueError("only the greedy chain replays batched (topk 1, temperature 0)")
+    with torch.inference_mode():
+        running: dict[int, Chain] = {}
+        for index, (prompt, config) in enumerate(zip(prompts, configs, strict=True)):
+            record, chain = start(target, draft, prompt, wiring, config)
+            yield index, record, chain.cursor is None
+            if chain.cursor is not None:
+                running[index] = chain
+        while running:
+            proposed = {index: chain.propose() for index, chain in running.items()}
+            by_length: dict[int, list[int]] = {}
+            for index, chain in running.items():
+                by_length.setdefault(len(chain.verify_ids(proposed[index])), []).append(index)
+            for members in by_length.values():
+                started = time.perf_counter()
+                chains = [running[index] for index in members]
+                ids = torch.tensor(
+                    [chain.verify_ids(proposed[index]) for index, chain in zip(members, chains, strict=True)],
+                    device=target.device,
+                )
+                outputs = target.runner.forward_rows(
+                    ids,
+                    [chain.caches.target for chain in chains],
+                    [chain.cursor.position for chain in chains],
+                    capture=wiring.aux_hf_indices,
+                )
+                share = elapsed_ms(started, target.device) / len(members)
+                for index, chain, output in zip(members, chains, outputs, strict=True):
+                    record = chain.conclude(proposed[index], output, share)
+                    if chain.cursor is None:
+                        del running[index]
+                    yield index, record, index not in running

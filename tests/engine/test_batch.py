@@ -1,0 +1,95 @@
+"""The batched replay (backend/engine/batch.py): every sample of a batch gets the records its replay
+alone yields, with ragged prompts, samples finishing at different steps, and llama.cpp's reading
+(verify forwards of different lengths in one step)."""
+
+from __future__ import annotations
+
+import pytest
+
+
+def _prompts(vocab: int, count: int = 5) -> list[list[int]]:
+    import torch
+
+    generator = torch.Generator().manual_seed(11)
+    return [torch.randint(1, vocab, (3 + 4 * i,), generator=generator).tolist() for i in range(count)]
+
+
+def _by_sample(stream, count: int) -> list[list]:
+    records, ended = [[] for _ in range(count)], []
+    for index, record, last in stream:
+        assert index not in ended  # nothing of a sample after its last record
+        records[index].append(record)
+        if last:
+            ended.append(index)
+    assert sorted(ended) == list(range(count))
+    return records
+
+
+def _same(lone: list, batched: list) -> None:
+    import torch
+
+    from backend.engine.records import PrefillRecord
+
+    assert [type(r) for r in lone] == [type(r) for r in batched]
+    for a, b in zip(lone, batched, strict=True):
+        if isinstance(a, PrefillRecord):
+            assert a.first_token == b.first_token and torch.equal(a.aux_features, b.aux_features)
+            continue
+        assert (a.step_index, a.position, a.pending_token) == (b.step_index, b.position, b.pending_token)
+        assert (a.drafted_ids, a.accepted_count, a.bonus_id) == (b.drafted_ids, b.accepted_count, b.bonus_id)
+        assert (a.committed_ids, a.target_argmax_ids) == (b.committed_ids, b.target_argmax_ids)
+        # the arithmetic may round differently over more rows; what the run keeps stays within it
+        assert torch.allclose(a.aux_features, b.aux_features, atol=1e-4, rtol=1e-4)
+        assert torch.allclose(a.draft_hidden, b.draft_hidden, atol=1e-4, rtol=1e-4)
+        assert a.draft_probs == pytest.approx(b.draft_probs, abs=1e-5)
+
+
+@pytest.mark.parametrize("name", ["random-L2", "random-L6-eagle", "copy-L4-bigram", "copy-L5-context"])
+def test_each_sample_of_a_batch_replays_as_it_would_alone(pairs, name):
+    from backend.engine.batch import replay_batch
+    from backend.engine.records import PrefillRecord, StepRecord
+    from backend.engine.replay import ReplayConfig, output_ids_of, replay
+
+    pair = pairs[name]
+    prompts = _prompts(pair.target.vocab_size)
+    config = ReplayConfig(num_steps=3, max_new_tokens=20)
+    batched = _by_sample(
+        replay_batch(pair.target, pair.draft, pair.wiring, prompts, [config] * len(prompts)), len(prompts)
+    )
+    for prompt, records in zip(prompts, batched, strict=True):
+        _same(list(replay(pair.target, pair.draft, prompt, pair.wiring, config)), records)
+        assert isinstance(records[0], PrefillRecord) and all(isinstance(r, StepRecord) for r in records[1:])
+        assert len(output_ids_of(records)) <= 20
+
+
+def test_llamacpp_reading_verifies_shorter_chunks_beside_full_ones(pairs):
+    """llama.cpp drafts fewer tokens near the budget, so one step of the batch verifies chunks of two
+    lengths (prompts whose outputs stand at different counts); each still equals its lone replay."""
+    from backend.engine.batch import replay_batch
+    from backend.engine.replay import ReplayConfig, replay
+
+    pair = pairs["copy-L5-context"]
+    prompts = _prompts(pair.target.vocab_size, 4)
+    for budget in (6, 9):
+        config = ReplayConfig(num_steps=4, max_new_tokens=budget, accounting="llamacpp")
+        batched = _by_sample(
+            replay_batch(pair.target, pair.draft, pair.wiring, prompts, [config] * len(prompts)), len(prompts)
+        )
+        for prompt, records in zip(prompts, batched, strict=True):
+            _same(list(replay(pair.target, pair.draft, prompt, pair.wiring, config)), records)
+
+
+def test_trees_and_sampled_acceptance_are_not_batched(pairs):
+    from backend.engine.batch import batchable, replay_batch
+    from backend.engine.replay import ReplayConfig
+    from backend.engine.sampling import Sampling
+
+    pair = pairs["copy-L4-bigram"]
+    assert batchable(ReplayConfig(num_steps=3))
+    for config in (
+        ReplayConfig(num_steps=3, topk=2, num_draft_tokens=5),
+        ReplayConfig(sampling=Sampling(1.0)),
+    ):
+        assert not batchable(config)
+        with pytest.raises(ValueError, match="greedy chain"):
+            next(replay_batch(pair.target, pair.draft, pair.wiring, [[1, 2]], [config]))
