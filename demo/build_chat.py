@@ -32,8 +32,8 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer, LlamaForCausalLM
 
+from backend.engine.batch import accept_lengths
 from backend.engine.loading import Target, eos_ids
-from backend.engine.replay import accept_lengths
 from backend.engine.synthetic import draft_config_dict, save_draft
 from backend.engine.wiring import Wiring, default_hf_indices
 from demo import chat_prompts, make_data, packed, smollm2, train_draft
@@ -405,10 +405,12 @@ def build(out: Path, work: Path, plan: Plan, target_dir: Path) -> None:
     def heldout_accept_length(draft, hf_indices: list[int]) -> tuple[float, list[float]]:
         """Mean over the held-out chat prompts of each replay's accept length (mean of a + 1), K steps."""
         wired = Wiring(tuple(hf_indices), "the wiring this draft is trained on")
-        per_prompt = []
-        for ids in heldout:
-            counts = accept_lengths(runner, draft, ids, wired, plan.ttt_steps, plan.heldout_new_tokens)
-            per_prompt.append(sum(a + 1 for a in counts) / max(1, len(counts)))
+        per_prompt = [
+            sum(a + 1 for a in counts) / max(1, len(counts))
+            for counts in accept_lengths(
+                runner, draft, heldout, wired, plan.ttt_steps, plan.heldout_new_tokens
+            )
+        ]
         return sum(per_prompt) / len(per_prompt), per_prompt
 
     def train(

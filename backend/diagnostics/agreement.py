@@ -67,21 +67,21 @@ def teacher_vs_live(
     """Teacher-forced accuracy under `training_wiring` (what the training run measured; default: the
     serving wiring) next to live acceptance under `wiring` (what serving feeds), both with
     `config`'s K and draft math (a replay.ReplayConfig), the live replays `config.max_new_tokens` long."""
-    from backend.engine.replay import accept_lengths
+    from backend.engine.batch import accept_lengths
     from backend.engine.teacher import teacher_forced_counts
 
     training_wiring = training_wiring or wiring
     num_steps, max_new_tokens, math = config.num_steps, config.max_new_tokens, config.math
     rows = []
-    for number, sample in enumerate(samples):
-        progress(number / len(samples), f"sample {number + 1}/{len(samples)}")
+    progress(0.0, f"live replays of {len(samples)} samples, batched")
+    prompts = [list(sample.prompt_ids) for sample in samples]
+    every_live = accept_lengths(target, draft, prompts, wiring, num_steps, max_new_tokens, math)
+    for number, (sample, counts_live) in enumerate(zip(samples, every_live, strict=True)):
+        progress(0.5 + 0.5 * number / len(samples), f"teacher-forced, sample {number + 1}/{len(samples)}")
         counts = teacher_forced_counts(
             target, draft, training_wiring, sample.input_ids, sample.loss_mask, num_steps, math
         )
         simulated = counts.simulated_accept_length
-        counts_live = accept_lengths(
-            target, draft, sample.prompt_ids, wiring, num_steps, max_new_tokens, math
-        )
         live = acceptance_metrics(counts_live, num_steps).mean_accept_length
         predicted = None if simulated is None else 1 + simulated
         rows.append(

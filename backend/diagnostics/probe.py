@@ -34,12 +34,12 @@ from dataclasses import dataclass, field
 import torch
 
 from backend.diagnostics.probe_settings import ProbeResult, ProbeSettings, sample_keys  # noqa: F401 (re-exported)
+from backend.engine.batch import accept_lengths
 from backend.engine.draft_model import Eagle3Draft
 from backend.engine.loading import Target
 from backend.engine.metrics import acceptance_metrics, simulated_accept_length
 from backend.engine.readings import DraftMath
 from backend.engine.records import Progress, no_progress
-from backend.engine.replay import accept_lengths
 from backend.engine.teacher import (
     TargetPass,
     TeacherCounts,
@@ -458,10 +458,11 @@ def live_accept_length(
 ) -> float | None:
     """Accept length of unrecorded replays of `samples` fed the wiring `indices` (docs/reference.md §6)."""
     wiring = Wiring(tuple(indices), "probe candidate")
+    prompts = [list(sample.prompt_ids) for sample in samples]
     counts = [
         a
-        for sample in samples
-        for a in accept_lengths(target, draft, sample.prompt_ids, wiring, num_steps, max_new_tokens, math)
+        for per_prompt in accept_lengths(target, draft, prompts, wiring, num_steps, max_new_tokens, math)
+        for a in per_prompt
     ]
     return acceptance_metrics(counts, num_steps).mean_accept_length
 

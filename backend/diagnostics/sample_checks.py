@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from backend.diagnostics.findings import Finding
 from backend.diagnostics.probe import describe
 from backend.diagnostics.probe_settings import ProbeResult
+from backend.engine.batch import replay_all
 from backend.engine.metrics import acceptance_metrics, simulated_accept_length
 from backend.engine.reading_fixes import wiring_fix
 from backend.engine.records import PrefillRecord
@@ -350,11 +351,11 @@ def live_findings(
     (train-serve-gap) and the accept length on repeating spans against the rest (repetition)."""
     num_steps, max_new_tokens = shape  # K, and the tokens each replay generates
     counts, repeating, rest = [], [], []
-    for sample in samples:
-        prompt = list(sample.input_ids[: sample.prompt_len])
+    config = ReplayConfig(num_steps, max_new_tokens, record=False, math=math)
+    prompts = [list(sample.input_ids[: sample.prompt_len]) for sample in samples]
+    for records in replay_all(target, draft, wiring, prompts, config) if prompts else []:
         output: list[int] = []
-        config = ReplayConfig(num_steps, max_new_tokens, record=False, math=math)
-        for record in replay(target, draft, prompt, wiring, config):
+        for record in records:
             if isinstance(record, PrefillRecord):
                 output.append(record.first_token)
                 continue

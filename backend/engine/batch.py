@@ -28,6 +28,7 @@ import torch
 from backend.engine.chain_step import Chain
 from backend.engine.draft_model import Eagle3Draft
 from backend.engine.loading import Target
+from backend.engine.readings import DraftMath
 from backend.engine.records import PrefillRecord, StepRecord
 from backend.engine.replay import start
 from backend.engine.step_state import ReplayConfig, elapsed_ms
@@ -84,3 +85,31 @@ def replay_batch(
                     if chain.cursor is None:
                         del running[index]
                     yield index, record, index not in running
+
+
+def replay_all(
+    target: Target, draft: Eagle3Draft, wiring: Wiring, prompts: list[list[int]], config: ReplayConfig
+) -> list[list[PrefillRecord | StepRecord]]:
+    """Each prompt's records, the prompts replayed as one batch with the same settings."""
+    records: list[list[PrefillRecord | StepRecord]] = [[] for _ in prompts]
+    for index, record, _ in replay_batch(target, draft, wiring, prompts, [config] * len(prompts)):
+        records[index].append(record)
+    return records
+
+
+def accept_lengths(
+    target: Target,
+    draft: Eagle3Draft,
+    prompts: list[list[int]],
+    wiring: Wiring,
+    num_steps: int,
+    max_new_tokens: int,
+    math: DraftMath | None = None,
+) -> list[list[int]]:
+    """Per prompt, the accepted count a of every verify step of an unrecorded replay (live accept
+    lengths), the prompts replayed as one batch."""
+    config = ReplayConfig(num_steps, max_new_tokens, record=False, math=math)
+    return [
+        [r.accepted_count for r in records if isinstance(r, StepRecord)]
+        for records in replay_all(target, draft, wiring, prompts, config)
+    ]

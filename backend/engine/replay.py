@@ -30,14 +30,13 @@ from backend.engine.draft_model import Eagle3Draft
 from backend.engine.kv_cache import KVCache
 from backend.engine.loading import Target
 from backend.engine.penalties import History
-from backend.engine.readings import DraftMath
 from backend.engine.records import PrefillRecord, StepRecord
 from backend.engine.sampling import Sampling, exponential_race, inverse_cdf, target_distribution
 from backend.engine.step_state import Caches, Cursor, ReplayConfig, elapsed_ms
 from backend.engine.tree_step import tree_step
 from backend.engine.wiring import Wiring
 
-__all__ = ["ReplayConfig", "StepRecord", "accept_lengths", "output_ids_of", "replay", "start"]
+__all__ = ["ReplayConfig", "StepRecord", "output_ids_of", "replay", "start"]
 
 
 def replay(
@@ -118,21 +117,3 @@ def output_ids_of(records: list[PrefillRecord | StepRecord]) -> list[int]:
     for record in records:
         output.extend([record.first_token] if isinstance(record, PrefillRecord) else record.committed_ids)
     return output
-
-
-def accept_lengths(
-    target: Target,
-    draft: Eagle3Draft,
-    prompt_ids: list[int],
-    wiring: Wiring,
-    num_steps: int,
-    max_new_tokens: int,
-    math: DraftMath | None = None,
-) -> list[int]:
-    """The accepted count a of every verify step of an unrecorded replay (for live accept lengths)."""
-    config = ReplayConfig(num_steps, max_new_tokens, record=False, math=math)
-    return [
-        r.accepted_count
-        for r in replay(target, draft, prompt_ids, wiring, config)
-        if isinstance(r, StepRecord)
-    ]

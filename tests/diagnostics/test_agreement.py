@@ -24,7 +24,11 @@ def test_accuracy_vs_live_flags_the_miswired_draft(bigram_setup):
         training_wiring=Wiring(tuple(TRAINED), "claimed training wiring"),
     )
     assert all(r.flagged and r.acc_0 > 0.5 and r.live_accept_length < 1.2 for r in rows)
-    assert seen == [(0.0, "sample 1/2"), (0.5, "sample 2/2")]
+    assert seen == [
+        (0.0, "live replays of 2 samples, batched"),
+        (0.5, "teacher-forced, sample 1/2"),
+        (0.75, "teacher-forced, sample 2/2"),
+    ]
     summary = draft_summary(rows)
     assert summary.flagged and summary.samples == 2 and summary.live_over_predicted < summary.flag_ratio
     assert summary.mean_acc_0 == sum(r.acc_0 for r in rows) / 2

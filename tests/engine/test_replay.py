@@ -151,7 +151,8 @@ def test_records_carry_probabilities_and_hidden_states(pairs):
 
 
 def test_recording_off_keeps_the_same_tokens(pairs):
-    from backend.engine.replay import ReplayConfig, accept_lengths, output_ids_of, replay
+    from backend.engine.batch import accept_lengths
+    from backend.engine.replay import ReplayConfig, output_ids_of, replay
 
     pair = pairs["copy-L5-context"]
     on = list(replay(pair.target, pair.draft, [1, 5, 9], pair.wiring, ReplayConfig(3, 30)))
@@ -166,8 +167,8 @@ def test_recording_off_keeps_the_same_tokens(pairs):
         assert len(entropies) == len(b.drafted_ids) + 1 and all(h >= 0 for h in entropies)
         assert a.tree.target_entropies == pytest.approx(entropies)
     assert off[0].aux_features is None
-    assert accept_lengths(pair.target, pair.draft, [1, 5, 9], pair.wiring, 3, 30) == [
-        s.accepted_count for s in on[1:]
+    assert accept_lengths(pair.target, pair.draft, [[1, 5, 9]], pair.wiring, 3, 30) == [
+        [s.accepted_count for s in on[1:]]
     ]
 
 
