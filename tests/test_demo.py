@@ -60,6 +60,26 @@ def live(target, name, samples, wiring=None, tokens=96):
     return sum(accepted) / len(accepted), outputs
 
 
+def lone_counts(target, name, sample, tokens=96):
+    from backend.engine.replay import ReplayConfig, StepRecord, output_ids_of, replay
+
+    draft, fed = load_draft(target, name)
+    records = list(replay(target, draft, sample.prompt_ids, fed, ReplayConfig(K, tokens, record=False)))
+    return output_ids_of(records), [r.accepted_count for r in records if isinstance(r, StepRecord)]
+
+
+def batched_counts(target, name, samples, tokens=96):
+    from backend.engine.batch import replay_all
+    from backend.engine.replay import ReplayConfig, StepRecord, output_ids_of
+
+    draft, fed = load_draft(target, name)
+    prompts = [list(s.prompt_ids) for s in samples]
+    return [
+        (output_ids_of(records), [r.accepted_count for r in records if isinstance(r, StepRecord)])
+        for records in replay_all(target, draft, fed, prompts, ReplayConfig(K, tokens, record=False))
+    ]
+
+
 def test_headline_numbers(target, evaluation):
     from tests.support.oracle import plain_greedy
 
@@ -72,6 +92,8 @@ def test_headline_numbers(target, evaluation):
     assert final_al >= 2.3 and epoch1_al < final_al
     for sample, output in zip(prompts, outputs, strict=True):
         assert output == plain_greedy(target, sample.prompt_ids, len(output))  # exactness on the demo pair
+    # batched (issue 56): the same prompts as one batch give each the lone replay's tokens and counts
+    assert batched_counts(target, "final", prompts) == [lone_counts(target, "final", s) for s in prompts]
     trained, _ = demo_wiring()
     true_al, _ = live(target, "miswired", prompts, wiring=trained)
     declared_al, _ = live(target, "miswired", prompts)
@@ -143,3 +165,13 @@ def test_the_probe_separates_the_real_pairs_trained_wiring_on_8_samples():
     assert report.to_dict()["config"]["vllm"] == {"eagle_aux_hidden_state_layer_ids": [0, 2, 15]}
     final, declared = load(SMOLLM2 / "drafts" / "final", target)
     assert run_probe(target, final, declared, samples, ProbeSettings(K, 20)).confirmed
+    # issue 56 on the real pair, fp32: a batch of 6 gives each prompt its lone replay's tokens and counts
+    from backend.engine.batch import replay_all
+    from backend.engine.replay import ReplayConfig, StepRecord, output_ids_of, replay
+
+    config, prompts = ReplayConfig(K, 48, record=False), [list(s.prompt_ids) for s in samples[:6]]
+    for prompt, records in zip(prompts, replay_all(target, final, declared, prompts, config), strict=True):
+        alone = list(replay(target, final, prompt, declared, config))
+        assert output_ids_of(records) == output_ids_of(alone)
+        steps = [(r.drafted_ids, r.accepted_count) for r in records if isinstance(r, StepRecord)]
+        assert steps == [(r.drafted_ids, r.accepted_count) for r in alone if isinstance(r, StepRecord)]

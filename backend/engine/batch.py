@@ -11,10 +11,11 @@ caches and acceptance; a sample that finishes leaves the batch, and samples draf
 step (llama.cpp's reading near the budget) verify in a forward of their own length.
 
 Each sample's records are the records of its replay alone except for the arithmetic: a matrix product
-over more rows may round differently in the last place (tests/engine/test_batch.py), so where the top
-two logits of a verify row nearly tie, batching can move the argmax. In fp32 on the CPU the outputs
-are equal token for token on the demo pairs; a divergence is checked against the target alone: the
-lone and batched verify forwards of that chunk give the two tokens (`backend.engine.batch_check`).
+over more rows may round differently in the last place, so where the top two logits of a verify row
+nearly tie, batching could move the argmax, as a verify chunk can against 1-token decodes
+(backend/diagnostics/precision.py). In fp32 on the CPU the tests find every sample equal to its lone
+replay, tokens and per-step counts: tests/engine/test_batch.py on the test pairs, tests/test_demo.py
+on the toy pair (3 prompts x 96 tokens) and the real pair (6 prompts x 48 tokens, drafts too).
 Each step's verify time is the batch forward's time shared evenly among its samples.
 """
 
