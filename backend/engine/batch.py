@@ -26,7 +26,7 @@ from collections.abc import Iterator
 
 import torch
 
-from backend.engine.chain_step import Chain
+from backend.engine.chain_step import Chain, Proposal, Proposed, draft_chains
 from backend.engine.draft_model import Eagle3Draft
 from backend.engine.loading import Target
 from backend.engine.readings import DraftMath
@@ -63,7 +63,7 @@ def replay_batch(
             if chain.cursor is not None:
                 running[index] = chain
         while running:
-            proposed = {index: chain.propose() for index, chain in running.items()}
+            proposed = propose_all(draft, running)
             by_length: dict[int, list[int]] = {}
             for index, chain in running.items():
                 by_length.setdefault(len(chain.verify_ids(proposed[index])), []).append(index)
@@ -114,3 +114,41 @@ def accept_lengths(
         [r.accepted_count for r in records if isinstance(r, StepRecord)]
         for records in replay_all(target, draft, wiring, prompts, config)
     ]
+
+
+def propose_all(draft: Eagle3Draft, running: dict[int, Chain]) -> dict[int, Proposed]:
+    """1-2 for every running sample: each catches up on its own (the committed counts differ), then
+    the chains of samples drafting the same number of tokens with the same settings are proposed
+    together (`draft_chains`); a sample's draft time is its catch-up plus its share of its group's."""
+    device = next(draft.parameters()).device
+    caught, spent = {}, {}
+    for index, chain in running.items():
+        started = time.perf_counter()
+        caught[index] = chain.catch_up()
+        spent[index] = elapsed_ms(started, device)
+    groups: list[tuple[int, ReplayConfig, list[int]]] = []
+    for index, chain in running.items():
+        if caught[index] is None:
+            continue
+        group = next((g for g in groups if g[0] == chain.num_drafts and g[1] == chain.config), None)
+        if group is None:
+            groups.append((chain.num_drafts, chain.config, [index]))
+        else:
+            group[2].append(index)
+    proposals = {index: Proposal() for index in running}
+    for steps, config, members in groups:
+        started = time.perf_counter()
+        chains = [running[index] for index in members]
+        made = draft_chains(
+            draft,
+            [chain.caches.draft for chain in chains],
+            torch.cat([caught[index] for index in members]),
+            [chain.cursor.position - 1 for chain in chains],
+            config,
+            [chain.history for chain in chains],
+            steps,
+        )
+        share = elapsed_ms(started, device) / len(members)
+        for index, proposal in zip(members, made, strict=True):
+            proposals[index], spent[index] = proposal, spent[index] + share
+    return {index: chain.proposed(proposals[index], spent[index]) for index, chain in running.items()}

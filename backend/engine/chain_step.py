@@ -67,52 +67,66 @@ def accepted_prefix_length(
     return accepted
 
 
-def draft_chain(
+def draft_chains(
     draft: Eagle3Draft,
-    cache: KVCache,
+    caches: list[KVCache],
     hidden: torch.Tensor,
-    position: int,
+    positions: list[int],
     config: ReplayConfig,
-    history: History | None = None,
-    num_drafts: int | None = None,
-) -> Proposal:
-    """2. Propose d_1..d_K (K = `num_drafts` when the reading drafts fewer this step). `hidden` is the catch-up output at `position` (= n-1); step j feeds
-    (out_{j-1}, d_j) at RoPE position n-1+j.
+    histories: list[History | None],
+    steps: int,
+) -> list[Proposal]:
+    """2. Propose d_1..d_steps for B sequences at once (one when a sample replays alone). `hidden`
+    [B, H] is each sequence's catch-up output at positions[b] (= n-1); step j feeds (out_{j-1}, d_j)
+    at RoPE position n-1+j, each sequence on its own cache (the draft's matrix products over the B
+    rows together). A request's penalty history, where the draft mirrors it, applies to its row.
 
     The chain stays on the device: each d_j is fed back as the tensor it was computed as, and the
-    host reads the K proposals once, at the end (on a GPU, no synchronisation per draft step). When
-    recording, the probabilities and top-k alternatives of all K steps come from one softmax and one
-    top-k over the K logit rows, read with one copy."""
-    proposal = Proposal()
-    device = hidden.device
-    steps = config.num_steps if num_drafts is None else num_drafts
-    positions = torch.arange(position + 1, position + steps, device=device)
-    drafted, rows = [], []
+    host reads the proposals once, at the end (on a GPU, no synchronisation per draft step). The
+    probabilities (and, when recording, the top-k alternatives) of all steps come from one softmax
+    and one top-k over the logit rows, read with one copy."""
+    device, math = hidden.device, config.math
+    fed_at = torch.tensor(positions, device=device)
+    to_target = None
+    drafted, rows, kept = [], [], []
     for j in range(1, steps + 1):
-        logits = draft.logits(hidden, config.math)[-1]
-        if history is not None and config.penalties.on_draft:  # the draft mirrors the penalty
-            to_target = draft.to_target_ids(torch.arange(logits.shape[-1], device=device))
-            logits = history.apply_mapped(logits, config.penalties, to_target, [int(t) for t in drafted])
-        target_id = draft.to_target_ids(logits.argmax())
-        drafted.append(target_id)
+        logits = draft.logits(hidden, math)
+        if config.penalties.on_draft and any(h is not None for h in histories):  # the draft mirrors it
+            if to_target is None:
+                to_target = draft.to_target_ids(torch.arange(logits.shape[-1], device=device))
+            logits = torch.stack(
+                [
+                    row
+                    if history is None
+                    else history.apply_mapped(row, config.penalties, to_target, [int(d[b]) for d in drafted])
+                    for b, (row, history) in enumerate(zip(logits, histories, strict=True))
+                ]
+            )
+        target_ids = draft.to_target_ids(logits.argmax(-1))
+        drafted.append(target_ids)
         rows.append(logits)
         if config.record:
-            proposal.hidden.append(hidden[-1].detach().to("cpu"))
+            kept.append(hidden.detach().to("cpu"))
         if j < steps:
-            fed = draft.feedback(hidden, config.math)  # out, or norm(out) under EAGLE 3.1 readings
-            hidden = draft(fed, target_id.view(1), positions[j - 1 : j], cache, math=config.math)
-    proposal.drafted_ids = torch.stack(drafted).tolist()
+            fed = draft.feedback(hidden, math)  # out, or norm(out) under EAGLE 3.1 readings
+            cache = caches[0] if len(caches) == 1 else caches
+            hidden = draft(fed, target_ids, fed_at + j, cache, math=math)
+    drafted_ids = torch.stack(drafted, dim=1).tolist()
     # d_j's own probability, kept by every run (where acceptance is lost reads it: calibration); the
     # alternatives only by recorded runs (the chips)
-    probs = torch.softmax(torch.stack(rows).float(), dim=-1)
+    probs = torch.softmax(torch.stack(rows, dim=1).float(), dim=-1)  # [B, steps, V]
+    proposals = [Proposal(drafted_ids=ids) for ids in drafted_ids]
     if config.record:
         top = probs.topk(min(config.top_alternatives, probs.shape[-1]))
-        proposal.probs = top.values[:, 0].tolist()  # the argmax's probability: d_j's own
-        proposal.top_ids = draft.to_target_ids(top.indices).tolist()
-        proposal.top_probs = top.values.tolist()
+        values, ids = top.values.tolist(), draft.to_target_ids(top.indices).tolist()
+        for b, proposal in enumerate(proposals):
+            proposal.probs = [v[0] for v in values[b]]  # the argmax's probability: d_j's own
+            proposal.top_ids, proposal.top_probs = ids[b], values[b]
+            proposal.hidden = [step[b] for step in kept]
     else:
-        proposal.probs = probs.max(-1).values.tolist()
-    return proposal
+        for proposal, row in zip(proposals, probs.max(-1).values.tolist(), strict=True):
+            proposal.probs = row
+    return proposals
 
 
 def judge(
@@ -246,21 +260,36 @@ class Chain:
         """1-2. Catch the draft up on the committed positions and propose the chain (none where the
         reading drafts nothing this step: a plain decode of the pending token, llama.cpp's last
         token)."""
-        draft, caches, cursor, config = self.draft, self.caches, self.cursor, self.config
-        weight = next(draft.parameters())
         started = time.perf_counter()
-        num_drafts = config.drafts_at(cursor.produced)
+        hidden = self.catch_up()  # 1
         proposal = Proposal()
-        if num_drafts:
-            hidden = draft_catch_up(draft, caches.draft, cursor, config.math)  # 1
-            proposal = draft_chain(
-                draft, caches.draft, hidden, cursor.position - 1, config, self.history, num_drafts
-            )  # 2
-        if config.record and num_drafts < config.num_steps:  # fewer drafts (llama.cpp): K rows kept, zeros
-            proposal.hidden += [weight.new_zeros(draft.config.hidden_size, device="cpu")] * (
-                config.num_steps - num_drafts
-            )
-        return Proposed(proposal, elapsed_ms(started, weight.device))
+        if hidden is not None:
+            (proposal,) = draft_chains(
+                self.draft, [self.caches.draft], hidden, [self.cursor.position - 1], self.config,
+                [self.history], self.num_drafts,
+            )  # 2  # fmt: skip
+        return self.proposed(proposal, elapsed_ms(started, next(self.draft.parameters()).device))
+
+    @property
+    def num_drafts(self) -> int:
+        return self.config.drafts_at(self.cursor.produced)
+
+    def catch_up(self) -> torch.Tensor | None:
+        """1. The draft over the positions the target committed last: its output at n-1 [1, H], from
+        which d_1 is read; None when this step drafts nothing."""
+        if not self.num_drafts:
+            return None
+        return draft_catch_up(self.draft, self.caches.draft, self.cursor, self.config.math)
+
+    def proposed(self, proposal: Proposal, draft_ms: float) -> Proposed:
+        """The step's proposal, with zero rows kept for drafts a shorter step skipped (llama.cpp's
+        reading), and what drafting it cost."""
+        draft, config = self.draft, self.config
+        missing = config.num_steps - len(proposal.drafted_ids)
+        if config.record and missing:  # fewer drafts: K rows kept, zeros (never read)
+            weight = next(draft.parameters())
+            proposal.hidden += [weight.new_zeros(draft.config.hidden_size, device="cpu")] * missing
+        return Proposed(proposal, draft_ms)
 
     def verify_ids(self, proposed: Proposed) -> list[int]:
         """3. What the target verifies: [x_n, d_1..d_K], at positions n..n+K."""

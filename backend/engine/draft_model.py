@@ -81,10 +81,21 @@ class DraftAttention(nn.Module):
             self.q_norm = LlamaRMSNorm(self.head_dim, eps=config.rms_norm_eps)
             self.k_norm = LlamaRMSNorm(self.head_dim, eps=config.rms_norm_eps)
 
-    def forward(self, x, cos, signed_sin, mask, cache: KVCache | TTTCache | None, layer: int, qk_norm: bool):
+    def forward(
+        self,
+        x,
+        cos,
+        signed_sin,
+        mask,
+        cache: KVCache | TTTCache | list[KVCache] | None,
+        layer: int,
+        qk_norm: bool,
+    ):
         """x [m, W] -> attention output [m, H]. This call's keys and values [kv_heads, m, d] are
-        appended to `cache` first (None: attend to them alone); mask [m, all keys] bool, True =
-        attend, None = attend to all. q and k are rotated together; cos/signed_sin are [m, head_dim]."""
+        appended to `cache` first (None: attend to them alone; a list: row r is one new entry of
+        its own sequence, appended to cache[r] and attending to it alone, the batched chain); mask
+        [m, all keys] bool, True = attend, None = attend to all. q and k are rotated together;
+        cos/signed_sin are [m, head_dim]."""
         m = x.shape[0]
         q = linear(self.q_proj, x).view(m, self.num_heads, self.head_dim)
         k = linear(self.k_proj, x).view(m, self.num_kv_heads, self.head_dim)
@@ -93,8 +104,21 @@ class DraftAttention(nn.Module):
         v = linear(self.v_proj, x).view(m, self.num_kv_heads, self.head_dim).transpose(0, 1)
         qk = rotate(torch.cat((q, k), dim=1).transpose(0, 1), cos, signed_sin)
         q, k = qk[: self.num_heads], qk[self.num_heads :]
-        keys, values = cache.append(layer, k, v) if cache is not None else (k, v)
-        attended = attend(q, keys, values, mask, self.num_heads != self.num_kv_heads)
+        gqa = self.num_heads != self.num_kv_heads
+        if isinstance(cache, list):
+            rows = range(m)
+            attended = torch.cat(
+                [
+                    attend(
+                        q[:, r : r + 1], *cache[r].append(layer, k[:, r : r + 1], v[:, r : r + 1]), None, gqa
+                    )
+                    for r in rows
+                ],
+                dim=1,
+            )
+        else:
+            keys, values = cache.append(layer, k, v) if cache is not None else (k, v)
+            attended = attend(q, keys, values, mask, gqa)
         return linear(self.o_proj, attended.transpose(0, 1).reshape(m, -1))
 
 
@@ -198,7 +222,7 @@ class Eagle3Draft(nn.Module):
 
         Returns the output hidden [m, H] (pre-norm).
         With a cache, attention covers the cached entries and the new ones are appended (None:
-        the m new entries alone). `mask` [m, all keys] bool (None: causal over the cache and the new
+        the m new entries alone; a list of m caches: m sequences, one new entry each). `mask` [m, all keys] bool (None: causal over the cache and the new
         entries); the TTT layout and the trees pass their own.
         """
         math = math or self.default_math
@@ -207,8 +231,10 @@ class Eagle3Draft(nn.Module):
             self.rotary.to(hidden.device)
         cos, sin = self.rotary(hidden, positions[None])
         cos, signed_sin = cos[0], signed(sin[0])
-        num_past = cache.length if cache is not None else 0
-        if mask is None and hidden.shape[0] > 1:  # one new query may attend to every entry
+        num_past = cache.length if isinstance(cache, KVCache | TTTCache) else 0
+        if (
+            mask is None and hidden.shape[0] > 1 and not isinstance(cache, list)
+        ):  # one new query sees every entry
             mask = causal_mask(num_past, hidden.shape[0], hidden.device)
         for index, layer in enumerate(self.layers):
             hidden = layer.forward(hidden, embeds, cos, signed_sin, mask, math, cache, index)
