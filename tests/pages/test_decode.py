@@ -142,16 +142,22 @@ def test_a_run_started_elsewhere_opens_on_the_healthy_vs_broken_comparison(db):
     from backend.defaults import DEMO_DRAFTS, DEMO_TARGET
     from backend.engine.request import ReplayRequest
     from backend.service import checks
+    from backend.service.batch_jobs import run_in_batches
     from backend.service.datasets import ensure_demo_dataset, get_samples
-    from backend.service.jobs import run_replay
 
-    sample = get_samples(db, ensure_demo_dataset(db))[0]
-    request = ReplayRequest(
-        str(DEMO_TARGET), str(DEMO_DRAFTS / "final"), prompt_ids=tuple(sample.prompt_ids), max_new_tokens=16
-    )
-    run_id = run_replay(request, db).run_id  # as the CLI stores it: no reference
+    samples = get_samples(db, ensure_demo_dataset(db))[:2]
+    requests = [
+        ReplayRequest(
+            str(DEMO_TARGET), str(DEMO_DRAFTS / "final"), prompt_ids=tuple(s.prompt_ids), max_new_tokens=16
+        )
+        for s in samples
+    ]
+    run_id = run_in_batches(requests, db)[
+        -1
+    ].run_id  # as evaluate stores it (issue 56): batched, no reference
     app = ok(page("2_Decode").run())
     assert app.session_state["global_run_id"] == run_id
+    assert any("Replayed in a batch of 2 samples" in c.value for c in app.caption)  # said, never hidden
     app = ok(finish(app, "decode_reference_task"))
     expected = checks.default_reference(str(DEMO_TARGET), str(DEMO_DRAFTS / "final"))
     assert app.selectbox(key="decode_reference").value == expected.label

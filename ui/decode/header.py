@@ -126,6 +126,11 @@ def summary(run: RunInfo, steps: list[StepRecord]) -> None:
     )
     for note in resolved.decoding_notes:
         st.caption(f"Note: {md(note)}")
+    if metrics.batch_size:
+        st.caption(
+            f"Replayed in a batch of {metrics.batch_size} samples (evaluate or Compare): the same tokens and "
+            "steps as alone; its draft and verify times are the batch forwards' time shared evenly."
+        )
     cap_note(run, steps)
 
 
