@@ -21,7 +21,8 @@ Two ratios are printed under the table (issue 40's bars: >= 0.9 and >= 0.85):
                   StepRecord.draft_ms + verify_ms, in the bare replay): what everything outside the
                   models' forwards costs
 With the vLLM venv (.venv-vllm) present, vLLM's own tokens/s (the target alone, and with the draft) on
-the same prompts join the table (bench/vllm_bench.py's server rows).
+the same prompts join the table (bench/vllm_bench.py's server rows). A second table follows: `evaluate`
+over 16 prompts one at a time and batched, beside vLLM given all 16 at once (bench/batch_bench.py).
 Run with `PYTHONPATH=. python bench/replay_bench.py --demo [--pair toy|smollm2]` (this module does the work).
 """
 
@@ -295,8 +296,13 @@ def main(out: Path, rounds: int, new_tokens: int, pair: BundledPair | None = Non
     )
     if vllm:
         vllm_speed(result, result["prompts"], result["new_tokens"], result["K"])
+    from bench import batch_bench
+
+    # issue 56: the dataset path, evaluate one at a time and batched, beside vLLM given all at once
+    result["dataset"] = batch_bench.run(pair, 16, result["new_tokens"], vllm)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2, default=str))
     print(table(result))
+    print(batch_bench.table(result["dataset"]))
     print(f"JSON: {out}")
     return 0 if all(row["equals_generate"] for row in result["rows"]) else 1
