@@ -11,6 +11,7 @@ with any fail, suspect with any warn, ok otherwise; the headline is the worst fi
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from backend.diagnostics.cheap_checks import (
@@ -194,23 +195,30 @@ def diagnose_loaded(
     subject: Subject,
     preflight_report: dict,
     samples: list,
-    lint_findings: list[dict] | None = None,
+    lint: Callable[[list[list[int]] | None], list[dict]] | None = None,
     options: DiagnoseOptions | None = None,
     progress: Progress = no_progress,
     penalties: dict | None = None,
     features=None,
 ) -> Diagnosis:
-    """Every check on a loaded pair under its view (`options.engine`'s reading); `penalties`: the
-    sampling penalties served (request-style names), measured on live replays; `features`: the
-    draft's training features (backend.data.features.FeatureFile, read from `options.features`).
-    Without samples, the subject's kept probe gives its answer."""
+    """Every check on a loaded pair under its view (`options.engine`'s reading); `lint(trained)`: the
+    serving-flag lint's findings given the wirings the probe found the draft trained on (None: the
+    declared one stands), asked once the verdict's probe (or the kept one) has answered, so that no
+    lint fix writes a wiring the probe rejects (issue 58 row 2); `penalties`: the sampling penalties
+    served (request-style names), measured on live replays; `features`: the draft's training features
+    (backend.data.features.FeatureFile, read from `options.features`). Without samples, the subject's
+    kept probe gives its answer."""
     options = options or DiagnoseOptions()
     target, draft, num_steps = subject.target, subject.draft, options.num_steps
     ran: dict = {}
     findings = preflight_findings(preflight_report, options.engine)
     ran["preflight"] = "ran"
-    findings += lint_as_findings(lint_findings or [])
-    ran["serving flags"] = "ran" if lint_findings is not None else "skipped: no --sglang, --vllm or --request"
+    ran["serving flags"] = "ran" if lint is not None else "skipped: no --sglang, --vllm or --request"
+
+    def linted(answer: ProbeAnswer | None) -> list[Finding]:
+        trained = answer.tied if answer is not None and not answer.confirmed else None
+        return lint_as_findings(lint(trained)) if lint is not None else []
+
     findings += vocab_findings(draft, target.vocab_size, samples, num_steps)
     findings += context_findings(draft.config, target.model.config, options.context)
     findings += precision_findings(target, target.model.config)
@@ -227,18 +235,19 @@ def diagnose_loaded(
         for check in ("wiring probe", "reading probe", "chat template", "live replays", "penalties"):
             ran[check] = "skipped: no --samples"
         kept = subject.kept_probe
+        answer = ProbeAnswer.of_stored(kept) if kept else None
         if kept:  # one kept with the pair sees the wiring: its answer counts here too
             findings += stored_probe_findings(kept, target.num_layers)
-            findings = engine_wiring_against_probe(findings, ProbeAnswer.of_stored(kept))
+            findings = engine_wiring_against_probe(findings, answer)
             ran["wiring probe"] = (
                 f"ran earlier ({kept.ran_by or 'kept with the pair'}, "
                 f"{kept.n_samples} samples): its answer is used"
             )
-        return Diagnosis(findings, ran)
+        return Diagnosis(findings + linted(answer), ran)
     measured: dict = {}
     findings += _sample_findings(subject, samples, options, ran, progress, penalties or {}, measured)
     answer = ProbeAnswer.of_report(measured.pop("probe_report"), subject.draft_dir)
-    findings = engine_wiring_against_probe(findings, answer)
+    findings = engine_wiring_against_probe(findings, answer) + linted(answer)
     progress(1.0, "done")
     probe = measured.pop("probe", None)
     return Diagnosis(findings, ran, LiveMeasure(**measured) if measured else None, probe)

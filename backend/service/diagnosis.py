@@ -59,15 +59,29 @@ def diagnose(
     if not report["ok"]:  # nothing else means anything until the draft loads
         diagnosis = Diagnosis(preflight_findings(report, engine), {"preflight": "ran: failed"})
         return diagnosis.result(**pair, engine=engine, aux_hf_indices=report["aux_hf_indices"])
-    lint_findings, penalties = None, {}
+    lint, penalties = None, {}
     if options.sglang or options.vllm:
-        lint = lint_command(
-            draft_path, options.sglang, options.vllm, target_path, request_file=options.request_file
-        )
-        lint_findings = lint.to_dict()["findings"]
-        penalties = lint.effective.get("penalties", {})
+        penalties = (
+            lint_command(draft_path, options.sglang, options.vllm, target_path, request_file=options.request_file)
+            .effective.get("penalties", {})
+        )  # fmt: skip
+
+        def lint(trained):  # once the probe has answered (diagnose_loaded)
+            return lint_command(
+                draft_path,
+                options.sglang,
+                options.vllm,
+                target_path,
+                trained,
+                request_file=options.request_file,
+            ).to_dict()["findings"]
+
     elif options.request_file:
-        lint_findings, penalties = request_lint(options.request_file, engine)
+        request_findings, penalties = request_lint(options.request_file, engine)
+
+        def lint(trained):
+            return request_findings
+
     progress(0.02, "loading models")
     target, draft, _ = models.pair(target_path, draft_path, options.device, options.dtype)
     view, _ = reading_of(engine, None, draft, target.num_layers)  # BadInput when it cannot run the draft
@@ -79,7 +93,7 @@ def diagnose(
     subject = Subject(target, draft, draft_path, view, kept)
     features = load_feature_file(options.features, target.hidden_size) if options.features else None
     diagnosis = diagnose_loaded(
-        subject, report, list(samples or []), lint_findings, options, progress, penalties, features
+        subject, report, list(samples or []), lint, options, progress, penalties, features
     )
     return diagnosis.result(
         **pair,

@@ -65,3 +65,35 @@ def test_a_confirmed_declared_wiring_leaves_the_findings_as_they_are():
     probe = report((DECLARED, 0.41), ((0, 2, 15), 0.12))
     findings = [engine_finding("vllm", [1, 14, 26])]
     assert engine_wiring_against_probe(findings, probe) == findings
+
+
+def test_the_lint_of_a_serving_command_in_a_verdict_never_writes_the_rejected_wiring(tmp_path):
+    """The walk's row 2 with `diagnose --vllm CMD`: the lint's aux-ids-field finding wrote the declared
+    HF wiring into its fix beside the probe's rejection of it. The verdict's lint now runs with the
+    probe's answer (here a probe kept with the pair, as on the cheap checks): it names the trained
+    wiring and writes nothing else."""
+    import json
+
+    from backend.defaults import DEMO_DRAFTS, DEMO_TARGET
+    from backend.diagnostics.diagnose import DiagnoseOptions
+    from backend.diagnostics.probe import Candidate, ProbeReport, ProbeSettings
+    from backend.service import checks
+    from backend.service.diagnosis import diagnose
+
+    db_url = f"sqlite:///{tmp_path / 'kept.db'}"
+    draft = str(
+        DEMO_DRAFTS / "miswired"
+    )  # declares nested [1, 5, 8]: trained, as SpecForge reads it, on HF [2, 6, 9]
+    trained, declared = Candidate((0, 2, 6), [], [0.58], 1000), Candidate((2, 6, 9), [], [0.13], 1000)
+    probe = ProbeReport(declared, "config", [trained, declared], "", [], [], 1.0, 4, 8)
+    assert probe.separated
+    checks.remember_probe(
+        str(DEMO_TARGET), draft, probe.result(settings=ProbeSettings().describe([]), ran_by="a test"), db_url
+    )
+    spec = json.dumps({"method": "eagle3", "model": draft, "num_speculative_tokens": 4})
+    command = f"vllm serve {DEMO_TARGET} --speculative-config '{spec}'"
+    result = diagnose(str(DEMO_TARGET), draft, None, DiagnoseOptions(vllm=command), db_url=db_url)
+    fixes = [f.fix or "" for f in result.findings]
+    assert not any("[2, 6, 9]" in fix for fix in fixes), fixes
+    assert any("[0, 2, 6]" in fix for fix in fixes)
+    assert any("aux-ids-not-trained" in f.message for f in result.findings)

@@ -98,16 +98,15 @@ def _widgets(row: str, columns) -> dict:
     }
 
 
-def _follow_sidebar(names: list[str], current: str) -> dict:
+def _follow_sidebar(names: list[str], current: str) -> None:
     """ "Draft to replay" starts on the sidebar's active draft and follows it when the sidebar changes
-    (issue 58 row 7: it stayed on the old draft); a draft picked in the form stays until then."""
+    (issue 58 row 7: it stayed on the old draft); a draft picked in the form stays until then. The
+    widget's value is set through its key before it is drawn, the one way that also moves what the
+    browser shows (dropping the key and passing an index left the browser's old choice on screen)."""
     seen = st.session_state.get("decode_draft_sidebar")
     st.session_state["decode_draft_sidebar"] = current
     if seen != current or st.session_state.get("decode_draft") not in names:
-        st.session_state.pop("decode_draft", None)  # a new widget value: the sidebar's draft
-    if "decode_draft" in st.session_state:
-        return {}
-    return {"index": names.index(current) if current in names else 0}
+        st.session_state["decode_draft"] = current if current in names else names[0]
 
 
 def replay_request(expanded: bool) -> ReplayRequest | None:
@@ -119,10 +118,10 @@ def replay_request(expanded: bool) -> ReplayRequest | None:
         names = list(state.drafts())
         current = state.draft_name(state.draft_path())
         columns = st.columns(ROW_COLUMNS)
+        _follow_sidebar(names, current)
         draft_choice = columns[0].selectbox(
             "Draft to replay",
             names,
-            **_follow_sidebar(names, current),
             key="decode_draft",
             help="The draft this replay runs. It starts on the sidebar's active draft; choosing another "
             "here changes this replay only.",
