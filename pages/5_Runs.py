@@ -8,8 +8,17 @@ from backend import BadInput
 from backend.service import runs as stored_runs
 from ui import state
 from ui.html import md
-from ui.pickers import pick_among, run_label
-from ui.runs import ACCEPT_LENGTH_HELP, WALL_HELP, dataset_names, list_runs, run_facts, runs_frame
+from ui.pickers import pick_among
+from ui.runs import (
+    ACCEPT_LENGTH_HELP,
+    WALL_HELP,
+    dataset_names,
+    list_runs,
+    run_facts,
+    run_name,
+    runs_frame,
+    sample_labels,
+)
 
 st.set_page_config(page_title="SpecLens · Runs", layout="wide")
 state.sidebar()
@@ -19,8 +28,9 @@ runs = list_runs(limit=1000)
 if not runs:
     st.info("No runs yet: start one on the Decode page or with `python -m backend replay`.")
     st.stop()
-prompts = stored_runs.prompt_texts(runs)
-frame = runs_frame(runs, dataset_names(), prompts)
+prompts = stored_runs.prompt_texts(runs)  # searched whole, beyond the label's start
+labels = sample_labels(runs, dataset_names(), prompts)  # one name per run: the table, the picker, the facts
+frame = runs_frame(runs, labels=labels)
 c1, c2, c3 = st.columns(3)
 statuses = c1.multiselect("Status", sorted(frame["status"].unique()), key="runs_filter_status")
 drafts = c2.multiselect("Draft", sorted(frame["draft"].unique()), key="runs_filter_draft")
@@ -47,7 +57,8 @@ run_ids = shown["run"].tolist()
 if not run_ids:
     st.stop()
 by_id = {r.id: r for r in runs}
-run_id = pick_among("Run", run_ids, "runs_pick", lambda i: run_label(by_id[i]))  # facts, export, delete
+# the picker names a run as the table does; it decides the facts, export and delete
+run_id = pick_among("Run", run_ids, "runs_pick", lambda i: run_name(by_id[i], labels[i]))
 run, steps = stored_runs.get_run_with_steps(state.db(), run_id)
 if run is None:
     st.warning(f"Run {run_id} no longer exists.")
@@ -56,7 +67,9 @@ if run.error:
     st.error(f"Run {run.id} {run.status}: {md(run.error.splitlines()[0])}")
     with st.expander("Full error"):
         st.code(run.error)
-st.dataframe(run_facts(run, len(steps)), hide_index=True, key="runs_facts", width="stretch")
+st.dataframe(
+    run_facts(run, len(steps), labels.get(run.id)), hide_index=True, key="runs_facts", width="stretch"
+)
 with st.expander("Everything stored with this run (parameters and metrics, JSON)"):
     st.json({"params": run.params, "metrics": run.metrics}, expanded=True)
 left, middle, right, last = st.columns(4)

@@ -73,12 +73,15 @@ def pick_among(label: str, options: list, memory: str, format_func=str):
     return chosen
 
 
-def run_label(run) -> str:
+def run_label(run, unfinished_al: bool = True) -> str:
+    """`unfinished_al=False`: a run that is not finished shows no accept length (AL —), for a page that
+    says such a run has none (Compare, issue 58 row 11); elsewhere its steps so far give one."""
     al = run.measured.mean_accept_length
+    shown = "—" if run.status != "finished" and not unfinished_al else "n/a" if al is None else f"{al:.2f}"
     return (
         f"run {run.id} · {run.status} · {state.draft_name(run.draft_path)} · K={run.resolved.num_steps} · "
         f"{run.resolved.mode} · {run.resolved.engine or ''} · "
-        f"{run.sample_ref or ''} · {len(run.output_ids)} tokens · AL {'n/a' if al is None else f'{al:.2f}'}"
+        f"{run.sample_ref or ''} · {len(run.output_ids)} tokens · AL {shown}"
     )
 
 

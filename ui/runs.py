@@ -44,9 +44,15 @@ def short_path(path: str) -> str:
     return "/".join(parts[-2:]) if len(parts) >= 2 else path
 
 
-def sample_name(ref: str | None, datasets: dict[int, str], prompt: str | None = None) -> str:
+def sample_name(
+    ref: str | None, datasets: dict[int, str], prompt: str | None = None, source: str | None = None
+) -> str:
     """'dataset 2 #5' as 'humaneval.jsonl #5 (dataset 2)', with the sample's source when the dataset
-    names one ('HumanEval/2'), so the search finds a source by name; a typed prompt by its start."""
+    names one ('HumanEval/2'), so the search finds a source by name; a typed prompt by its start; a
+    samples file's record ('eval.jsonl#2', from `replay --samples`) with `source`, read from that file
+    (stored_runs.file_sample_sources), as the store has none for it."""
+    if source and ref and "#" in ref and not ref.startswith("dataset "):
+        return f"{ref} ({source})"
     match = re.fullmatch(r"dataset (\d+) #(\d+)", ref or "")
     if match and int(match.group(1)) in datasets:
         dataset, index = int(match.group(1)), int(match.group(2))
@@ -68,6 +74,27 @@ def _source(dataset_id: int, index: int) -> str | None:
     return samples[index].source if 0 <= index < len(samples) else None
 
 
+def sample_labels(
+    runs: list[stored_runs.RunInfo], datasets: dict[int, str], prompts: dict[int, str]
+) -> dict[int, str]:
+    """Run id -> its sample as the Runs page names it wherever it names a run (the table, the picker,
+    the facts), so a typed prompt reads 'prompt: def fib(n):' in all three; also what 'Sample
+    contains' matches. `prompts`: run id -> prompt text (stored_runs.prompt_texts); each samples file
+    is read once for all the runs."""
+    sources = stored_runs.file_sample_sources(runs)
+    return {r.id: sample_name(r.sample_ref, datasets, prompts.get(r.id), sources.get(r.id)) for r in runs}
+
+
+def run_name(run, sample: str) -> str:
+    """The picker's line for a run (ui.pickers.run_label, shared by the pages) with its sample named
+    as the Runs page's table names it (`sample`, from sample_labels) rather than its stored ref."""
+    from dataclasses import replace
+
+    from ui.pickers import run_label
+
+    return run_label(replace(run, sample_ref=sample))
+
+
 def wall_seconds(run) -> float | None:
     if run.finished_at is None or run.created_at is None:
         return None
@@ -75,9 +102,10 @@ def wall_seconds(run) -> float | None:
 
 
 def runs_frame(
-    runs: list[stored_runs.RunInfo], datasets: dict[int, str] | None = None, prompts: dict | None = None
+    runs: list[stored_runs.RunInfo], datasets: dict[int, str] | None = None, labels: dict | None = None
 ) -> pd.DataFrame:
-    """`prompts`: run id -> prompt text (stored_runs.prompt_texts), for the typed prompts' labels."""
+    """`labels`: run id -> the sample as the Runs page names it (sample_labels); without them a
+    sample by its stored ref and its dataset's name (the home page)."""
     rows = []
     for r in runs:
         wall = wall_seconds(r)
@@ -88,7 +116,7 @@ def runs_frame(
                 "created": r.created_at.strftime("%Y-%m-%d %H:%M:%S") if r.created_at else "",
                 "target": short_path(r.target_path),
                 "draft": state.draft_name(r.draft_path),
-                "sample": sample_name(r.sample_ref, datasets or {}, (prompts or {}).get(r.id)),
+                "sample": (labels or {}).get(r.id) or sample_name(r.sample_ref, datasets or {}),
                 "K": r.resolved.num_steps,
                 "mode": r.resolved.mode,
                 "engine": r.resolved.engine or "",
@@ -108,15 +136,16 @@ def runs_frame(
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-def run_facts(run, steps: int) -> pd.DataFrame:
-    """The chosen run as labelled rows (what, value)."""
+def run_facts(run, steps: int, sample: str | None = None) -> pd.DataFrame:
+    """The chosen run as labelled rows (what, value); `sample`: its sample as the table names it
+    (sample_labels), else read here."""
     wall = wall_seconds(run)
     resolved = run.resolved
     al = run.measured.mean_accept_length
     facts = [
         ("target", run.target_path),
         ("draft", run.draft_path),
-        ("sample", sample_name(run.sample_ref, dataset_names())),
+        ("sample", sample or sample_name(run.sample_ref, dataset_names())),
         (
             "decoding",
             f"K = {resolved.num_steps}, {resolved.mode}, read as {resolved.engine or '?'}",

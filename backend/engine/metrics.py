@@ -205,6 +205,11 @@ T975 = {
 }  # fmt: skip
 
 
+def t975(df: int) -> float:
+    """T975 at `df` degrees of freedom (df >= 1); past the table, the normal's 1.960."""
+    return T975[max(d for d in T975 if d <= df)] if df <= 120 else 1.960
+
+
 def mean_ci95(values: list[float]) -> list[float] | None:
     """[low, high] of the mean's 95% interval over `values` (DEFINITIONS["mean_ci95"]); None under two."""
     n = len(values)
@@ -212,6 +217,5 @@ def mean_ci95(values: list[float]) -> list[float] | None:
         return None
     mean = sum(values) / n
     spread = (sum((v - mean) ** 2 for v in values) / (n - 1)) ** 0.5
-    t = T975[max(df for df in T975 if df <= n - 1)] if n - 1 <= 120 else 1.960
-    half = t * spread / n**0.5
+    half = t975(n - 1) * spread / n**0.5
     return [mean - half, mean + half]

@@ -13,7 +13,7 @@ from pathlib import Path
 from backend import BadInput
 from backend.diagnostics.where_lost import DEFINITIONS, MIN_ATTEMPTS, LostRun, WhereLost, where_lost
 from backend.service.database import open_database
-from backend.service.runs import token_text
+from backend.service.runs import file_sample_source, target_vocab_size, token_text
 from db import store
 
 THRESHOLD_ASSUMPTIONS = DEFINITIONS["threshold_whatif"]
@@ -54,7 +54,7 @@ def where_lost_over(db_url: str | None, run_ids: list[int]) -> WhereLost:
         if run.sample_id in sources:
             source = sources[run.sample_id] or "no source field"
         else:
-            source = _source_of(run.sample_ref, run.sample_id is not None, _vocab_size(targets[0]))
+            source = _source_of(run.sample_ref, run.sample_id is not None, target_vocab_size(targets[0]))
         lost = LostRun(run.id, steps, source, run.resolved.greedy_chain, tuple(run.prompt_ids))
         grouped.setdefault(names[_resolved(run.draft_path)], []).append(lost)
     found = where_lost(grouped, _one_token_text(targets[0]), special_ids(targets[0]))
@@ -92,44 +92,11 @@ def _source_of(sample_ref: str | None, had_sample: bool, vocab_size: int | None 
         return "sample deleted"
     if not sample_ref or sample_ref == "prompt":
         return "typed prompt"
-    path, _, index = sample_ref.rpartition("#")
-    if path and index.isdigit():
-        found = _file_sources(path, _stamp(path), vocab_size)
-        if found is not None and int(index) < len(found):
-            return found[int(index)] or "no source field"
+    found = file_sample_source(sample_ref, vocab_size)  # shared with the Runs page's search
+    if found is not None:
+        return found or "no source field"
+    path = sample_ref.rpartition("#")[0]
     return f"{Path(path or sample_ref).name} (source not read)"
-
-
-def _vocab_size(target_path: str) -> int | None:
-    """The target's vocab size from its config.json (no transformers: this module is torch-free)."""
-    try:
-        config = json.loads((Path(target_path) / "config.json").read_text(encoding="utf-8"))
-        size = config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return size if isinstance(size, int) and size > 0 else None
-
-
-def _stamp(path: str) -> float | None:
-    try:
-        return Path(path).stat().st_mtime
-    except OSError:
-        return None
-
-
-@lru_cache(maxsize=16)
-def _file_sources(path: str, _stamp: float | None, vocab_size: int | None = None) -> tuple[str, ...] | None:
-    """The `source` field of each valid record of a training JSONL file (valid for the target's vocab,
-    as `evaluate` and `replay --index` count them), read one line at a time; None for another format,
-    or a file that cannot be read now."""
-    from backend.data.samples import iter_jsonl
-
-    if not path.endswith(".jsonl"):
-        return None
-    try:
-        return tuple(s.source or "" for s in iter_jsonl(path, vocab_size, []))
-    except (BadInput, OSError):
-        return None
 
 
 @lru_cache(maxsize=4096)

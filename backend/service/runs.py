@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from functools import lru_cache
 from pathlib import Path
 
@@ -108,6 +109,68 @@ def prompt_texts(runs: list[RunInfo]) -> dict[int, str]:
         text = token_text(run.target_path)
         texts[run.id] = text(run.prompt_ids) if text else " ".join(map(str, run.prompt_ids))
     return texts
+
+
+def file_sample_sources(runs: list[RunInfo]) -> dict[int, str]:
+    """Each run's sample source read from its samples file, for the runs whose sample_ref names a
+    record of one ("path#index": `replay --samples --index`, `evaluate`; the store has no source for
+    them): what the Runs page searches and labels them by. A run list holds hundreds of runs of one
+    file, so each file is read once (file_sample_source's cache) and each target's vocab read once."""
+    vocab_sizes: dict[str, int | None] = {}
+    found = {}
+    for run in runs:
+        if "#" not in (run.sample_ref or ""):
+            continue
+        if run.target_path not in vocab_sizes:
+            vocab_sizes[run.target_path] = target_vocab_size(run.target_path)
+        source = file_sample_source(run.sample_ref, vocab_sizes[run.target_path])
+        if source:
+            found[run.id] = source
+    return found
+
+
+def file_sample_source(sample_ref: str | None, vocab_size: int | None = None) -> str | None:
+    """The `source` field of the samples file record a run names as "path#index" (the index-th valid
+    record for the target's vocab, as `replay --index` and `evaluate` count them); "" for a record
+    without one; None for another ref, or a file (or index) that cannot be read now: a label only,
+    never an error. One place for the Runs page and the Where-lost page (losses._source_of)."""
+    path, _, index = (sample_ref or "").rpartition("#")
+    if not path or not index.isdigit():
+        return None
+    found = _file_sources(path, _stamp(path), vocab_size)
+    return found[int(index)] if found is not None and int(index) < len(found) else None
+
+
+def target_vocab_size(target_path: str) -> int | None:
+    """The target's vocab size from its config.json (no transformers: this module is torch-free)."""
+    try:
+        config = json.loads((Path(target_path) / "config.json").read_text(encoding="utf-8"))
+        size = config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return size if isinstance(size, int) and size > 0 else None
+
+
+def _stamp(path: str) -> float | None:
+    try:
+        return Path(path).stat().st_mtime
+    except OSError:
+        return None
+
+
+@lru_cache(maxsize=16)
+def _file_sources(path: str, _stamp: float | None, vocab_size: int | None = None) -> tuple[str, ...] | None:
+    """The `source` field of each valid record of a training JSONL file (valid for the target's vocab,
+    as `evaluate` and `replay --index` count them), read one line at a time; None for another format,
+    or a file that cannot be read now. Keyed by the file's mtime, so an edited file is read again."""
+    from backend.data.samples import iter_jsonl
+
+    if not path.endswith(".jsonl"):
+        return None
+    try:
+        return tuple(s.source or "" for s in iter_jsonl(path, vocab_size, []))
+    except (BadInput, OSError):
+        return None
 
 
 @lru_cache(maxsize=8)

@@ -318,3 +318,6 @@ def test_an_unfinished_run_shows_no_accept_length_and_says_why(db):
     values = {m.label: m.value for m in app.metric}
     assert values["Accept length B"] == "—" and values["Accept length A"] != "—"
     assert any("Run B is interrupted, not finished" in w.value for w in app.warning)
+    # issue 58 row 11: nor does the picker's label give it one; the finished run keeps its own
+    labels = {o.split(" · ")[0]: o for o in app.selectbox(key="compare_run_b").options}
+    assert labels[f"run {b}"].endswith("AL —") and labels[f"run {a}"].endswith("AL 3.00")

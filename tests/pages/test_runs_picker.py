@@ -71,3 +71,42 @@ def test_runs_are_found_by_their_prompt_text_and_a_typed_prompt_is_labelled_by_i
     assert table.loc[table["run"] == typed, "sample"].item() == "prompt: def fib(n): return n"
     app = ok(app.text_input(key="runs_filter_sample").set_value("fib(").run())
     assert list(frame_with(app, "acceptance rate")["run"]) == [typed]
+    # the picker and the facts name it as the table does (they said just "prompt")
+    picker = next(box for box in app.selectbox if box.label == "Run")
+    assert picker.value == typed and " · prompt: def fib(n): return n · " in picker.format_func(typed)
+    facts = frame_with(app, "what")
+    assert facts.loc[facts["what"] == "sample", "value"].item() == "prompt: def fib(n): return n"
+
+
+def test_a_run_of_a_samples_files_record_is_found_by_the_records_source(db, tmp_path):
+    """Issue 58 row 8: `replay --samples FILE --index 2` stores "FILE#2" and no source: 'Sample
+    contains' HumanEval/2 found none of its runs. The source is read from the file (the index counts
+    its valid records, as `replay --index` does) and named in the table, the picker and the facts; a
+    file that is gone leaves its runs by their ref, the page still drawn."""
+    import json
+
+    from db import store
+
+    path = tmp_path / "eval.jsonl"
+    records = [{"input_ids": [1, 2, n], "loss_mask": [0, 0, 1], "source": f"HumanEval/{n}"} for n in range(3)]
+    path.write_text("not a record\n" + "\n".join(json.dumps(r) for r in records) + "\n")
+    factory = store.session_factory(store.make_engine(db))
+    made = []
+    with store.session_scope(factory) as session:
+        for ref in (f"{path}#2", f"{path}#0", f"{tmp_path / 'gone.jsonl'}#2"):
+            run_id = store.create_run(
+                session, kind="replay", target_path="demo/target", draft_path="demo/drafts/final",
+                params={"num_steps": 4}, aux_hf_indices=[2, 4, 5], given=store.RunInput([1, 2], ref),
+            )  # fmt: skip
+            store.finish_run(session, run_id, output_ids=[7], metrics={})
+            made.append(run_id)
+    app = ok(page("5_Runs").run())
+    app = ok(app.text_input(key="runs_filter_sample").set_value("humaneval/2").run())
+    table = frame_with(app, "acceptance rate")
+    assert list(table["run"]) == [made[0]] and table["sample"].item() == f"{path}#2 (HumanEval/2)"
+    picker = next(box for box in app.selectbox if box.label == "Run")
+    assert f" · {path}#2 (HumanEval/2) · " in picker.format_func(made[0])
+    facts = frame_with(app, "what")
+    assert facts.loc[facts["what"] == "sample", "value"].item() == f"{path}#2 (HumanEval/2)"
+    app = ok(app.text_input(key="runs_filter_sample").set_value("gone.jsonl").run())
+    assert frame_with(app, "acceptance rate")["sample"].tolist() == [f"{tmp_path / 'gone.jsonl'}#2"]

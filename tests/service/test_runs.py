@@ -125,3 +125,55 @@ def test_find_finished_run_skips_unfinished_runs_and_prefers_the_same_sample(db_
     runs.delete_run(db_url, of_second)
     assert runs.find_finished_run(db_url, replace(request, sample_id=second)).id == newest
     assert runs.find_finished_run(db_url, replace(request, sample_id=second, record=False)).id == not_recorded
+
+
+def _run(run_id: int, sample_ref: str | None, target_path: str = "t"):
+    from datetime import datetime
+
+    from backend.service.runs import RunInfo
+
+    return RunInfo(
+        run_id, "replay", "finished", None, target_path, "d", sample_ref, [1, 2], {}, [0, 1, 2], [3], {},
+        None, None, datetime(2025, 1, 1), None,
+    )  # fmt: skip
+
+
+def test_a_runs_source_is_read_from_the_samples_file_its_ref_names_once_per_file(tmp_path):
+    """Issue 58 row 8: a `replay --samples FILE --index I` run stores "FILE#I" and no source; the Runs
+    page searches the source read from that file: the I-th valid record for the run's target's vocab
+    (as `replay --index` counts), the file read once for a list of hundreds of its runs, a missing
+    file or index no source (never an error)."""
+    import os
+
+    from backend.service import runs
+
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "config.json").write_text(json.dumps({"vocab_size": 100}))
+    path = tmp_path / "eval.jsonl"
+    records = [
+        {"input_ids": [1, 2], "loss_mask": [0, 1], "source": "HumanEval/0"},
+        {"input_ids": [1, 500], "loss_mask": [0, 1], "source": "outside the vocab"},  # not counted
+        {"input_ids": [1, 2], "loss_mask": [0, 1], "source": "HumanEval/2"},
+        {"input_ids": [1, 2], "loss_mask": [0, 1]},  # no source field
+    ]
+    path.write_text("not json\n" + "\n".join(json.dumps(r) for r in records) + "\n")
+    listed = [_run(n, f"{path}#1", str(target)) for n in range(300)] + [
+        _run(300, f"{path}#0", str(target)),
+        _run(301, f"{path}#2", str(target)),  # the record without a source
+        _run(302, f"{path}#9", str(target)),
+        _run(303, f"{tmp_path / 'gone.jsonl'}#0", str(target)),
+        _run(304, "prompt"),
+        _run(305, None),
+        _run(306, "dataset 1 #0"),
+    ]
+    runs._file_sources.cache_clear()
+    found = runs.file_sample_sources(listed)
+    assert found == {**{n: "HumanEval/2" for n in range(300)}, 300: "HumanEval/0"}
+    assert runs._file_sources.cache_info().hits >= 300  # read once, not once a run
+    path.write_text(json.dumps({**records[0], "source": "edited/0"}) + "\n")
+    os.utime(path, (1, 1))  # a new mtime: the edited file is read again
+    assert runs.file_sample_sources(listed[300:302]) == {300: "edited/0"}
+    path.write_text("")
+    path.chmod(0)  # unreadable (a root test run can still read it: then simply no record)
+    assert runs.file_sample_sources(listed[:1]) == {}

@@ -78,3 +78,22 @@ def test_the_batch_says_when_a_difference_is_within_the_spread():
         f"About {summary.samples_to_settle()} samples would settle" in said
         and summary.samples_to_settle() > 3
     )
+
+
+def test_the_samples_that_would_settle_a_delta_are_the_t_interval_s():
+    """Issue 58 row 13: the N said is the fewest whose t interval (the one the sentence quotes)
+    excludes 0 if the mean delta and its spread hold; (2 sd / delta)^2 said 4 at sd 1.02, delta 1.06,
+    where 4 samples' interval still includes 0."""
+    from backend.engine.metrics import t975
+    from ui.compare.batch import BatchSummary
+
+    def settle(delta: float, sd: float, samples: int = 3) -> int:
+        return BatchSummary(samples, 1.0, 1.0 + delta, delta, None, 2, 1, 0, 0, sd).samples_to_settle()
+
+    assert settle(1.06, 1.02) == 7
+    for delta, sd in ((1.06, 1.02), (-0.3, 1.0), (0.05, 1.0), (0.5, 0.4)):
+        n = settle(delta, sd)
+        assert abs(delta) - t975(n - 1) * sd / n**0.5 >= 0  # n samples: the interval excludes 0
+        assert n == 4 or abs(delta) - t975(n - 2) * sd / (n - 1) ** 0.5 < 0  # one fewer: it does not
+    assert settle(0.05, 1.0) == 1537  # past the table: the normal's 1.960
+    assert BatchSummary(3, 1.0, 1.0, 0.0, None, 0, 0, 3, 0, 0.0).samples_to_settle() is None

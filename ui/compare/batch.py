@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import pandas as pd
 import streamlit as st
 
-from backend.engine.metrics import mean_ci95
+from backend.engine.metrics import mean_ci95, t975
 from backend.service.tasks import CompareResult, CompareRow
 from ui import state
 from ui.html import md
@@ -36,11 +36,17 @@ class BatchSummary:
     delta_sd: float | None = None  # the spread of the per-sample deltas (sample standard deviation)
 
     def samples_to_settle(self) -> int | None:
-        """About how many samples would put a mean delta of this size outside its 95% interval, at
-        this spread (n ~ (2 sd / delta)^2, a large-sample approximation); None without a spread."""
+        """The fewest samples (more than these) whose 95% interval excludes 0 if the mean delta and its
+        spread hold: |delta| / (sd / sqrt(n)) >= t at n - 1 degrees of freedom, the t the interval uses
+        (issue 58 row 13: the large-sample (2 sd / delta)^2 said 4 where the interval needs 7). None
+        without a spread."""
         if not self.delta_sd or not self.mean_delta:
             return None
-        return max(self.samples + 1, math.ceil((2 * self.delta_sd / abs(self.mean_delta)) ** 2))
+        ratio = abs(self.mean_delta) / self.delta_sd
+        for n in range(max(2, self.samples + 1), 122):  # within the table: t shrinks as n grows
+            if ratio * math.sqrt(n) >= t975(n - 1):
+                return n
+        return max(self.samples + 1, 122, math.ceil((t975(121) / ratio) ** 2))  # t constant past the table
 
     def mean(self, side: str) -> float | None:
         return self.mean_a if side == "A" else self.mean_b

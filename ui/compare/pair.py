@@ -53,7 +53,7 @@ def shown_pair(run_ids: list[int], finished: list[int] | None = None) -> tuple[i
 def pick_pair(runs: list[RunInfo]) -> tuple[int, int]:
     run_ids = [r.id for r in runs]
     preset = shown_pair(run_ids, [r.id for r in runs if r.status == "finished"])
-    label = {r.id: run_label(r) for r in runs}
+    label = {r.id: run_label(r, unfinished_al=False) for r in runs}  # as _metrics shows them
     left, right = st.columns(2)
     chosen = []
     for column, side, key, fallback in ((left, 0, "compare_run_a", 0), (right, 1, "compare_run_b", 1)):

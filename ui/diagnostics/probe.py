@@ -13,9 +13,10 @@ from ui.pickers import first_samples
 from ui.taskview import task_panel
 
 
-def _render(report) -> None:
-    """`report`: a wiring probe's ProbeResult (backend/diagnostics/probe_settings.py)."""
-    (st.success if report.confirmed else st.error)(report.verdict)
+def candidate_table(report) -> tuple[pd.DataFrame, dict]:
+    """The candidates as a table, and its column config: "why tried" as wide as its longest reason (the
+    default width cut "embedding, low, middle (the shift in docs/seed-story.md)" to "embedding, low,
+    middl…", issue 58 row 14; "large", 400 px, holds about 50 characters, and reasons join with ';')."""
     table = pd.DataFrame(
         [
             {
@@ -30,7 +31,16 @@ def _render(report) -> None:
             for c in report.candidates
         ]
     )
-    st.dataframe(table, hide_index=True, key="probe_table")
+    longest = max((len(c.label) for c in report.candidates), default=0)
+    why = st.column_config.TextColumn("why tried", width=max(200, 8 * longest + 24))  # about 8 px a character
+    return table, {"why tried": why}
+
+
+def _render(report) -> None:
+    """`report`: a wiring probe's ProbeResult (backend/diagnostics/probe_settings.py)."""
+    (st.success if report.confirmed else st.error)(report.verdict)
+    table, columns = candidate_table(report)
+    st.dataframe(table, hide_index=True, key="probe_table", column_config=columns)
     rule = report.separation
     st.caption(
         f"{len(report.candidates)} candidates on {report.n_samples} samples in {report.seconds:.1f} s, "

@@ -28,6 +28,21 @@ def _chain_runs() -> list[RunInfo]:
     ]
 
 
+# the table's headers in words, not WhatIfRow's field names (issue 58 row 14)
+WHATIF_HEADERS = {
+    "num_steps": "K (draft tokens per step)",
+    "predicted_accept_length": "predicted accept length",
+    "predicted_speedup": "predicted speed-up",
+    "extrapolated": "extrapolated",
+}
+
+
+def whatif_table(rows: list[WhatIfRow]) -> pd.DataFrame:
+    return pd.DataFrame([r.to_dict() for r in rows], columns=list(WHATIF_HEADERS)).rename(
+        columns=WHATIF_HEADERS
+    )
+
+
 def _tree_prediction(steps, shape: tuple[int, int, int], tokens_given: bool):
     if shape[1] == 1:
         return None
@@ -133,6 +148,6 @@ def whatif_tab() -> None:
         **st.session_state.get("whatif_measured", {}).get(run_id, {}),
     }
     st.plotly_chart(charts.whatif(rows, measured), key="whatif_chart")
-    st.dataframe(pd.DataFrame([r.to_dict() for r in rows]), hide_index=True, key="whatif_table")
+    st.dataframe(whatif_table(rows), hide_index=True, key="whatif_table")
     st.caption(f"Model: {MODEL}. {ACCEPT_LENGTH_HELP}. 'extrapolated' rows reuse the last measured rate.")
     _checker(run, steps, rows)
