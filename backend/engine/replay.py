@@ -12,7 +12,9 @@ the newest token x_n. Each verify step:
   6. commit the a + 1 tokens within the budget (EOS or max_new_tokens ends the replay);
   7. record the step (once, with everything it needs).
 
-Every step emits a + 1 tokens, so the output equals the target's plain greedy output.
+Every step emits a + 1 tokens, so the output equals the target's plain greedy output. A greedy chain
+step is a `Chain` (chain_step.py): `start` makes one after the prefill; backend/engine/batch.py runs
+many samples' steps with one forward of each model per step.
 
 Trees (topk > 1) and sampled acceptance run the same loop with `tree_step`: the draft proposes a
 tree (backend/engine/tree.py), the target verifies it in one forward under a tree mask, the
@@ -47,13 +49,13 @@ def replay(
     with torch.inference_mode():
         record, chain = start(target, draft, prompt_ids, wiring, config, generator)
         yield record
-        if chain is None or chain.cursor is None:
-            return
         if not config.uses_tree_path:
             while chain.cursor is not None:  # each step commits >= 1 token
                 yield chain.step()
             return
         cursor = chain.cursor
+        if cursor is None:
+            return
         for step_index in range(config.max_new_tokens):  # a tree, or a sampled chain (no penalties)
             record, cursor = tree_step(
                 target, draft, wiring, chain.caches, cursor, config, generator, step_index
