@@ -14,26 +14,51 @@ from ui.taskview import task_panel
 
 
 def candidate_table(report) -> tuple[pd.DataFrame, dict]:
-    """The candidates as a table, and its column config: "why tried" as wide as its longest reason (the
-    default width cut "embedding, low, middle (the shift in docs/seed-story.md)" to "embedding, low,
-    middl…", issue 58 row 14; "large", 400 px, holds about 50 characters, and reasons join with ';')."""
+    """The candidates as a table, and its column config: short headers with their definitions on hover,
+    numbers in narrow columns, and "why tried" as wide as its longest reason, so that the whole table
+    fits the page beside the sidebar at 1440 px (issue 58 row 14: the default width cut "embedding, low,
+    middle (the shift in docs/seed-story.md)" to "embedding, low, middl…", and a wider column alone
+    pushed the reasons past the page's edge)."""
     table = pd.DataFrame(
         [
             {
                 "HF indices": str(c.aux_hf_indices),
-                "training loss (nats)": c.loss,
+                "loss (nats)": c.loss,
                 "acc_0": c.acc_step0,
-                "mean p(target token)": c.mean_prob,
-                "predicted accept length": c.predicted_accept_length,
-                "live accept length": c.live_accept_length,
+                "mean p": c.mean_prob,
+                "predicted AL": c.predicted_accept_length,
+                "live AL": c.live_accept_length,
                 "why tried": c.label,
             }
             for c in report.candidates
         ]
     )
+    number = st.column_config.NumberColumn
     longest = max((len(c.label) for c in report.candidates), default=0)
-    why = st.column_config.TextColumn("why tried", width=max(200, 8 * longest + 24))  # about 8 px a character
-    return table, {"why tried": why}
+    columns = {
+        "HF indices": st.column_config.TextColumn("HF indices", width=90),
+        "loss (nats)": number(
+            "loss (nats)",
+            format="%.3f",
+            width=85,
+            help="the draft's training loss at TTT step 0; ranks (lower first)",
+        ),
+        "acc_0": number("acc_0", format="%.3f", width=65, help="teacher-forced top-1 accuracy at TTT step 0"),
+        "mean p": number(
+            "mean p", format="%.3f", width=65, help="the draft's mean probability of the target's token"
+        ),
+        "predicted AL": number(
+            "predicted AL",
+            format="%.2f",
+            width=95,
+            help="predicted accept length: 1 + sum_k prod_(j<=k) acc_j",
+        ),
+        "live AL": number("live AL", format="%.2f", width=70, help="accept length of live replays"),
+        "why tried": st.column_config.TextColumn(
+            "why tried", width=max(160, 7 * longest + 24)
+        ),  # ~7 px a character
+    }
+    return table, columns
 
 
 def _render(report) -> None:
@@ -46,15 +71,15 @@ def _render(report) -> None:
         f"{len(report.candidates)} candidates on {report.n_samples} samples in {report.seconds:.1f} s, "
         "ranked by training loss: the draft's cross-entropy against the target's distribution over the "
         "draft vocabulary at TTT step 0 (what it was trained to lower; lower is better). acc_0: "
-        "teacher-forced top-1 accuracy there; mean p(target token): the probability the draft gives the "
-        "target's greedy token. "
+        "teacher-forced top-1 accuracy there; mean p: the probability the draft gives the target's greedy "
+        "token there; live AL: the accept length of live replays, where they ran. "
         + (
             f"Two wirings are told apart when one's loss is {rule.t_separate:g} standard errors above the "
             f"other's, paired position by position (standard errors from blocks of {rule.block} positions). "
             if rule
             else "This probe was kept by an older version: ranked by acc_0, told apart over samples. "
         )
-        + "Predicted accept length = 1 + sum_k prod_(j<=k) acc_j, for the reported wirings."
+        + "Predicted AL (accept length) = 1 + sum_k prod_(j<=k) acc_j, for the reported wirings."
     )
     if report.config is None:  # tied: the verdict above says how to separate them; nothing to paste
         return
