@@ -88,6 +88,20 @@ def served_hf(engine: str, config: DraftConfig, num_layers: int | None) -> list[
     return default_hf_indices(num_layers) if num_layers else None
 
 
+def served_by(engine: str, config: DraftConfig, num_layers: int | None) -> list[tuple[list[int] | None, str]]:
+    """What each runner of `engine` feeds this draft, in words: one entry, except vLLM 0.32 on a draft
+    with only nested ids, where its V1 runner (the CPU build) reads them as HF indices and its V2
+    runner (the GPU default) ignores them for the defaults (readings.py vllm_v1_wiring /
+    vllm_v2_wiring, the same split `aux_ids` states), so the lint names both, as preflight does."""
+    nested, top = config.nested_aux_ids, config.top_level_aux_ids
+    if engine != "sglang" and top is None and nested is not None:
+        return [
+            (list(nested), "its V1 runner, the CPU build"),
+            (default_hf_indices(num_layers) if num_layers else None, "its V2 runner, the GPU default"),
+        ]
+    return [(served_hf(engine, config, num_layers), "from the draft's config")]
+
+
 def aux_ids_against(
     engine: str, config: DraftConfig, target: TargetFacts, trained: list[list[int]], add
 ) -> None:
@@ -95,11 +109,12 @@ def aux_ids_against(
     wirings it could not tell from the best): never suggest the declared wiring when the probe rejected
     it; say what to write so that this engine feeds the trained layers, and when several wirings are
     within the probe's noise, name them all and say which check settles it."""
-    served = served_hf(engine, config, target.num_layers)
+    feeds = served_by(engine, config, target.num_layers)
+    served = " or ".join(str(w) for w, _ in feeds)
     name = "SGLang" if engine == "sglang" else "vLLM"
     best = trained[0]
     found = " or ".join(f"HF {w}" for w in trained)
-    if served in trained:
+    if all(w in trained for w, _ in feeds):
         add(
             "info",
             "aux-ids-trained",
@@ -120,8 +135,9 @@ def aux_ids_against(
     add(
         "error",
         "aux-ids-not-trained",
-        f"The wiring probe found this draft trained on {found}, but {name} will feed HF {served} "
-        f"(from the draft's config): the draft sees layers it was never trained on.{ties}",
+        f"The wiring probe found this draft trained on {found}, but {name} will feed "
+        + " or ".join(f"HF {w} ({who})" for w, who in feeds)
+        + f": the draft sees layers it was never trained on.{ties}",
         f'Write the trained wiring in both fields: "eagle_config": {{"eagle_aux_hidden_state_layer_ids": '
         f"{[i - 1 for i in best]}}} (SGLang, output-of-layer ids = HF - 1) and top-level "
         f'"eagle_aux_hidden_state_layer_ids": {best} (vLLM, HF indices).'
