@@ -72,7 +72,8 @@ def read_bin_draft_facts(draft_path: str, progress=None):
 
 def whatif_best_k(db_url: str | None, draft_path: str, trained: list | None = None) -> tuple[int, str] | None:
     """(K, why) of the highest predicted speed-up (backend/diagnostics/whatif.py) on the newest finished
-    greedy chain run of `draft_path`; None without one. `trained`: the wirings the probe found the draft
+    greedy chain run of `draft_path` replayed alone (a batched run's times are its share of a batch
+    forward: no cost of a served step); None without one. `trained`: the wirings the probe found the draft
     trained on when it rejected the declared one: a run fed one of them is preferred, and a K read off a
     run of another (broken) wiring says so (issue 58 row 3)."""
     from pathlib import Path
@@ -88,7 +89,8 @@ def whatif_best_k(db_url: str | None, draft_path: str, trained: list | None = No
         histogram, k = run.metrics.get("accept_histogram"), run.resolved.num_steps
         chain = run.resolved.greedy_chain
         timed = run.metrics.get("verify_ms_total") and run.metrics.get("draft_ms_total")
-        if run.status != "finished" or not histogram or not k or not chain or not timed:
+        alone = not run.metrics.get("batch_size")  # a batched run's times are a batch forward's shares
+        if run.status != "finished" or not histogram or not k or not chain or not timed or not alone:
             continue
         if str(Path(run.draft_path).resolve()) != wanted:
             continue

@@ -45,6 +45,13 @@ def test_a_batch_stores_the_runs_each_sample_makes_alone(pairs, tmp_path):
         assert stored.metrics["mean_accept_length"] == one.metrics["mean_accept_length"]
     assert [o.metrics.get("batch_size") for o in batched] == [3, 3, 3, None]
     assert all("batch_size" not in o.metrics for o in alone)
+    # the lint's K comes from a run's own step times: never a batched run's shares of a batch forward
+    from backend.service.checks import whatif_best_k
+
+    draft, only_batched = requests[0].draft, f"sqlite:///{tmp_path / 'only_batched.db'}"
+    run_in_batches(requests[:2], only_batched, batch=2)
+    assert whatif_best_k(only_batched, draft) is None
+    assert whatif_best_k(f"sqlite:///{tmp_path / 'alone.db'}", draft) is not None
 
 
 def test_a_batch_stopped_part_way_keeps_the_samples_that_finished(pairs, tmp_path):
