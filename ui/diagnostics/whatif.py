@@ -142,6 +142,12 @@ def whatif_tab() -> None:
     num_steps = run.resolved.num_steps
     counts = verify_counts(steps)
     draft_ms, verify_ms = run.measured.draft_ms_total, run.measured.verify_ms_total
+    if run.measured.batch_size:
+        st.warning(
+            f"Run {run.id} was replayed in a batch of {run.measured.batch_size} samples: its draft and verify "
+            "times are its shares of batch forwards, not what one served step costs, so the speed-ups below "
+            "use costs no single request pays. Its accept lengths hold; for speed-ups pick a run replayed alone."
+        )
     rows = predict(counts, num_steps, draft_ms, verify_ms)
     measured = {
         num_steps: run.measured.mean_accept_length,
