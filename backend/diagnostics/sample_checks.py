@@ -353,7 +353,7 @@ def live_findings(
     counts, repeating, rest = [], [], []
     config = ReplayConfig(num_steps, max_new_tokens, record=False, math=math)
     prompts = [list(sample.input_ids[: sample.prompt_len]) for sample in samples]
-    for records in replay_all(target, draft, wiring, prompts, config) if prompts else []:
+    for records in replay_all(target, draft, wiring, prompts, config):
         output: list[int] = []
         for record in records:
             if isinstance(record, PrefillRecord):

@@ -15,7 +15,7 @@ import os
 from backend import BadInput, Terminated
 from backend.engine.batch import batchable, replay_batch
 from backend.engine.loading import Target
-from backend.engine.records import Progress, no_progress
+from backend.engine.records import Progress, StepRecord, no_progress
 from backend.engine.request import ReplayRequest
 from backend.service import models
 from backend.service.database import Database, open_database
@@ -63,6 +63,7 @@ def run_plans(
     writers = [RunWriter(database, o.run_id, t) for o, t in zip(outcomes, tensors, strict=True)]
     still_open = set(range(len(plans)))
     total = sum(p.config.max_new_tokens for p in plans)
+    made = 0  # tokens out so far, over the batch
     RECORDING.set()
     try:
         prompts, configs = [list(p.prompt_ids) for p in plans], [p.config for p in plans]
@@ -79,7 +80,7 @@ def run_plans(
                     no_progress,
                 )
                 still_open.discard(index)
-            made = sum(len(o.output_ids) for o in outcomes)
+            made += len(record.committed_ids) if isinstance(record, StepRecord) else 1
             progress(
                 made / total,
                 f"{made}/{total} tokens, {len(plans) - len(still_open)}/{len(plans)} samples done",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from itertools import zip_longest
+from pathlib import Path
 
 from backend import BadInput
 from backend.engine.metrics import definitions, mean_ci95
@@ -159,9 +160,10 @@ def run_pairs(
     for draft in dict.fromkeys(pair.draft for pair in todo):
         mine = [pair for pair in todo if pair.draft == draft]
 
-        def inner(fraction: float, message: str, mine=mine, done=done) -> None:
-            where = f"{mine[0].label.rsplit(' sample ', 1)[0]}: {message}"
-            progress((done + min(1.0, max(0.0, fraction)) * len(mine)) / len(pairs), where)
+        def inner(
+            fraction: float, message: str, mine=mine, done=done, name=Path(draft).name or draft
+        ) -> None:
+            progress((done + min(1.0, max(0.0, fraction)) * len(mine)) / len(pairs), f"{name}: {message}")
 
         outcomes = run_in_batches([pair.request for pair in mine], db_url, where.batch, inner)
         for pair, outcome in zip(mine, outcomes, strict=True):

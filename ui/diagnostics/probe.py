@@ -33,27 +33,20 @@ def candidate_table(report) -> tuple[pd.DataFrame, dict]:
             for c in report.candidates
         ]
     )
-    number = st.column_config.NumberColumn
+    numbers = {  # header: (format, width in px, definition on hover)
+        "loss (nats)": ("%.3f", 85, "the draft's training loss at TTT step 0; ranks (lower first)"),
+        "acc_0": ("%.3f", 65, "teacher-forced top-1 accuracy at TTT step 0"),
+        "mean p": ("%.3f", 65, "the draft's mean probability of the target's token"),
+        "predicted AL": ("%.2f", 95, "predicted accept length: 1 + sum_k prod_(j<=k) acc_j"),
+        "live AL": ("%.2f", 70, "accept length of live replays"),
+    }
     longest = max((len(c.label) for c in report.candidates), default=0)
     columns = {
         "HF indices": st.column_config.TextColumn("HF indices", width=90),
-        "loss (nats)": number(
-            "loss (nats)",
-            format="%.3f",
-            width=85,
-            help="the draft's training loss at TTT step 0; ranks (lower first)",
-        ),
-        "acc_0": number("acc_0", format="%.3f", width=65, help="teacher-forced top-1 accuracy at TTT step 0"),
-        "mean p": number(
-            "mean p", format="%.3f", width=65, help="the draft's mean probability of the target's token"
-        ),
-        "predicted AL": number(
-            "predicted AL",
-            format="%.2f",
-            width=95,
-            help="predicted accept length: 1 + sum_k prod_(j<=k) acc_j",
-        ),
-        "live AL": number("live AL", format="%.2f", width=70, help="accept length of live replays"),
+        **{
+            name: st.column_config.NumberColumn(name, format=shown, width=width, help=meaning)
+            for name, (shown, width, meaning) in numbers.items()
+        },
         "why tried": st.column_config.TextColumn(
             "why tried", width=max(160, 7 * longest + 24)
         ),  # ~7 px a character
