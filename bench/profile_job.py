@@ -1,13 +1,15 @@
 """Where the job runner's time goes: cProfile of `run_plan` (what the CLI and the dashboard run).
 
-    PYTHONPATH=. python bench/profile_job.py [--pair demo|bench32] [--prompts 2] [--tokens 256] [--top 15]
+    PYTHONPATH=. python bench/profile_job.py [--pair demo|real|bench32] [--prompts 2] [--tokens 256] [--top 15]
+                                             [--batch]
 
   demo     the bundled toy pair (demo/target, demo/drafts/final) on the first eval prompts, K = 4
   real     the SmolLM2 pair (demo/smollm2/target, drafts/final) on its first eval prompts, K = 4
   bench32  replay_bench's synthetic target made 32 layers deep (hidden 256) with its `partial` draft
            (accept length ~2.3), on its 16-token prompt
 
-One warm-up job runs first (not profiled); then the profiled jobs write into a temporary SQLite
+--batch replays the prompts as one batch (`run_plans`, what `evaluate --batch` runs) instead of one
+job after another. One warm-up job runs first (not profiled); then the profiled jobs write into a temporary SQLite
 database. Prints the top entries by own time (tottime), then SpecLens's own functions (backend/) by
 cumulative time, which name the stages (verify, draft, recording, store), each with its share of
 the profiled wall time.
@@ -67,10 +69,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--prompts", type=int, default=2)
     parser.add_argument("--tokens", type=int, default=256)
     parser.add_argument("--top", type=int, default=15)
+    parser.add_argument(
+        "--batch", action="store_true", help="replay the prompts as one batch (run_plans, what evaluate runs)"
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(2)
 
     from backend.engine.request import ReplayRequest
+    from backend.service.batch_jobs import run_plans
     from backend.service.database import open_database
     from backend.service.jobs import run_plan
     from backend.service.plan import resolve
@@ -82,17 +88,20 @@ def main(argv: list[str] | None = None) -> None:
         target, draft, wiring, target_path, draft_path, prompts = bench32_pair(args.prompts, folder)
     database = open_database(f"sqlite:///{folder}/profile.db")
 
-    def job(prompt, tokens):
+    def plan(prompt, tokens):
         request = ReplayRequest(
             target_path, draft_path, prompt_ids=tuple(prompt), num_steps=4, max_new_tokens=tokens
         )
-        return run_plan(database, target, draft, resolve(request, target, draft))
+        return resolve(request, target, draft)
 
-    job(prompts[0], 32)  # warm-up: first-call costs stay out of the profile
+    run_plan(database, target, draft, plan(prompts[0], 32))  # warm-up: first-call costs stay out
     profiler = cProfile.Profile()
     started = time.perf_counter()
     profiler.enable()
-    outcomes = [job(p, args.tokens) for p in prompts]
+    if args.batch:
+        outcomes = run_plans(database, target, draft, [plan(p, args.tokens) for p in prompts])
+    else:
+        outcomes = [run_plan(database, target, draft, plan(p, args.tokens)) for p in prompts]
     profiler.disable()
     wall = time.perf_counter() - started
     tokens = sum(len(o.output_ids) for o in outcomes)

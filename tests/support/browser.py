@@ -182,8 +182,13 @@ def probe_then_lint(page, trained, declared, probe_shot: Path, lint_shot: Path) 
 
     page.get_by_role("tab", name="Wiring probe").click()
     page.get_by_role("button", name="Run the probe").click()
-    found = page.get_by_text(re.compile("^The draft was (trained on HF|not trained on the declared)")).first
-    found.wait_for(timeout=300_000)
+    # the verdict above the tabs says the same words: wait for this probe's progress bar to come and go
+    # (CI once read the verdict's text while the probe still ran, and its config block landed later)
+    progress = page.locator('[data-testid="stProgress"]').first
+    progress.wait_for(timeout=60_000)
+    progress.wait_for(state="detached", timeout=300_000)
+    wait_idle(page)
+    found = page.get_by_text(re.compile("^The draft was (trained on HF|not trained on the declared)")).last
     probe_text = found.inner_text()
     assert str(list(trained)) in probe_text
     named = set(re.findall(r"HF (\[\d+, \d+, \d+\])", probe_text)) - {str(list(declared))}
