@@ -31,8 +31,8 @@ from backend.engine.draft_model import Eagle3Draft
 from backend.engine.loading import Target
 from backend.engine.readings import DraftMath
 from backend.engine.records import PrefillRecord, StepRecord
-from backend.engine.replay import start
-from backend.engine.step_state import ReplayConfig, elapsed_ms
+from backend.engine.replay import Prefill, prefilled
+from backend.engine.step_state import ReplayConfig, draft_catch_ups, elapsed_ms
 from backend.engine.wiring import Wiring
 
 
@@ -55,37 +55,62 @@ def replay_batch(
     budget, K, reading); every prompt gets the records its `replay` alone would yield."""
     if not all(batchable(config) for config in configs):
         raise ValueError("only the greedy chain replays batched (topk 1, temperature 0)")
+    if any(not prompt for prompt in prompts):
+        raise ValueError("a prompt is empty")
     with torch.inference_mode():
         running: dict[int, Chain] = {}
-        for index, (prompt, config) in enumerate(zip(prompts, configs, strict=True)):
-            record, chain = start(target, draft, prompt, wiring, config)
-            yield index, record, chain.cursor is None
-            if chain.cursor is not None:
-                running[index] = chain
+        for group in prefill_groups([len(prompt) for prompt in prompts]):
+            started = time.perf_counter()
+            caches = [target.runner.new_cache() for _ in group]
+            outputs = target.runner.forward_many(
+                [prompts[index] for index in group],
+                caches,
+                [0] * len(group),
+                capture=wiring.aux_hf_indices,
+                last_logits=True,
+            )
+            elapsed = elapsed_ms(started, target.device)
+            tokens = sum(len(prompts[index]) for index in group)
+            for index, cache, output in zip(group, caches, outputs, strict=True):
+                share = len(prompts[index]) / tokens  # each prefill's time: its share of the rows
+                began = time.perf_counter() - elapsed * share / 1000
+                prefill = Prefill(prompts[index], cache, output, began)
+                record, chain = prefilled(target, draft, wiring, configs[index], prefill)
+                yield index, record, chain.cursor is None
+                if chain.cursor is not None:
+                    running[index] = chain
         while running:
             proposed = propose_all(draft, running)
-            by_length: dict[int, list[int]] = {}
-            for index, chain in running.items():
-                by_length.setdefault(len(chain.verify_ids(proposed[index])), []).append(index)
-            for members in by_length.values():
-                started = time.perf_counter()
-                chains = [running[index] for index in members]
-                ids = torch.tensor(
-                    [chain.verify_ids(proposed[index]) for index, chain in zip(members, chains, strict=True)],
-                    device=target.device,
-                )
-                outputs = target.runner.forward_rows(
-                    ids,
-                    [chain.caches.target for chain in chains],
-                    [chain.cursor.position for chain in chains],
-                    capture=wiring.aux_hf_indices,
-                )
-                share = elapsed_ms(started, target.device) / len(members)
-                for index, chain, output in zip(members, chains, outputs, strict=True):
-                    record = chain.conclude(proposed[index], output, share)
-                    if chain.cursor is None:
-                        del running[index]
-                    yield index, record, index not in running
+            started = time.perf_counter()
+            members, chains = list(running), list(running.values())
+            outputs = target.runner.forward_many(
+                [chain.verify_ids(proposed[index]) for index, chain in running.items()],
+                [chain.caches.target for chain in chains],
+                [chain.cursor.position for chain in chains],
+                capture=wiring.aux_hf_indices,
+            )
+            share = elapsed_ms(started, target.device) / len(members)
+            for index, chain, output in zip(members, chains, outputs, strict=True):
+                record = chain.conclude(proposed[index], output, share)
+                if chain.cursor is None:
+                    del running[index]
+                yield index, record, index not in running
+
+
+PREFILL_ROWS = 4096  # prompt tokens per batched prefill forward (a longer prompt runs alone)
+
+
+def prefill_groups(lengths: list[int], rows: int = PREFILL_ROWS) -> list[list[int]]:
+    """The prompts' indices in order, cut into prefill forwards of at most `rows` tokens each."""
+    groups: list[list[int]] = []
+    size = 0
+    for index, length in enumerate(lengths):
+        if not groups or size + length > rows:
+            groups.append([])
+            size = 0
+        groups[-1].append(index)
+        size += length
+    return groups
 
 
 def replay_all(
@@ -117,26 +142,25 @@ def accept_lengths(
 
 
 def propose_all(draft: Eagle3Draft, running: dict[int, Chain]) -> dict[int, Proposed]:
-    """1-2 for every running sample: each catches up on its own (the committed counts differ), then
-    the chains of samples drafting the same number of tokens with the same settings are proposed
-    together (`draft_chains`); a sample's draft time is its catch-up plus its share of its group's."""
+    """1-2 for every running sample: the catch-ups of samples with the same settings in one draft
+    forward (`draft_catch_ups`: each its own committed count, packed), then the chains of samples
+    drafting the same number of tokens with the same settings proposed together (`draft_chains`); a
+    sample's draft time is its share of its groups' forwards."""
     device = next(draft.parameters()).device
-    caught, spent = {}, {}
-    for index, chain in running.items():
+    spent = dict.fromkeys(running, 0.0)
+    caught: dict[int, torch.Tensor] = {}
+    for config, members in _groups(running, lambda chain: chain.num_drafts > 0, lambda chain: chain.config):
         started = time.perf_counter()
-        caught[index] = chain.catch_up()
-        spent[index] = elapsed_ms(started, device)
-    groups: list[tuple[int, ReplayConfig, list[int]]] = []
-    for index, chain in running.items():
-        if caught[index] is None:
-            continue
-        group = next((g for g in groups if g[0] == chain.num_drafts and g[1] == chain.config), None)
-        if group is None:
-            groups.append((chain.num_drafts, chain.config, [index]))
-        else:
-            group[2].append(index)
+        chains = [running[index] for index in members]
+        hidden = draft_catch_ups(
+            draft, [c.caches.draft for c in chains], [c.cursor for c in chains], config.math
+        )
+        share = elapsed_ms(started, device) / len(members)
+        for row, index in enumerate(members):
+            caught[index], spent[index] = hidden[row : row + 1], spent[index] + share
     proposals = {index: Proposal() for index in running}
-    for steps, config, members in groups:
+    by_chain = _groups(running, lambda chain: chain.num_drafts > 0, lambda c: (c.num_drafts, c.config))
+    for (steps, config), members in by_chain:
         started = time.perf_counter()
         chains = [running[index] for index in members]
         made = draft_chains(
@@ -152,3 +176,18 @@ def propose_all(draft: Eagle3Draft, running: dict[int, Chain]) -> dict[int, Prop
         for index, proposal in zip(members, made, strict=True):
             proposals[index], spent[index] = proposal, spent[index] + share
     return {index: chain.proposed(proposals[index], spent[index]) for index, chain in running.items()}
+
+
+def _groups(running: dict[int, Chain], wanted, key) -> list[tuple[object, list[int]]]:
+    """The running samples `wanted` keeps, grouped by `key` (equal keys share a forward), in order."""
+    groups: list[tuple[object, list[int]]] = []
+    for index, chain in running.items():
+        if not wanted(chain):
+            continue
+        value = key(chain)
+        group = next((g for g in groups if g[0] == value), None)
+        if group is None:
+            groups.append((value, [index]))
+        else:
+            group[1].append(index)
+    return groups

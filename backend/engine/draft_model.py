@@ -92,10 +92,10 @@ class DraftAttention(nn.Module):
         qk_norm: bool,
     ):
         """x [m, W] -> attention output [m, H]. This call's keys and values [kv_heads, m, d] are
-        appended to `cache` first (None: attend to them alone; a list: row r is one new entry of
-        its own sequence, appended to cache[r] and attending to it alone, the batched chain); mask
-        [m, all keys] bool, True = attend, None = attend to all. q and k are rotated together;
-        cos/signed_sin are [m, head_dim]."""
+        appended to `cache` first (None: attend to them alone; a list: the rows are sequences packed
+        one after another, sequence s appended to cache[s] and attending to it alone, with mask[s]:
+        the batched replay); mask [m, all keys] bool, True = attend, None = attend to all. q and k
+        are rotated together; cos/signed_sin are [m, head_dim]."""
         m = x.shape[0]
         q = linear(self.q_proj, x).view(m, self.num_heads, self.head_dim)
         k = linear(self.k_proj, x).view(m, self.num_kv_heads, self.head_dim)
@@ -106,16 +106,13 @@ class DraftAttention(nn.Module):
         q, k = qk[: self.num_heads], qk[self.num_heads :]
         gqa = self.num_heads != self.num_kv_heads
         if isinstance(cache, list):
-            rows = range(m)
-            attended = torch.cat(
-                [
-                    attend(
-                        q[:, r : r + 1], *cache[r].append(layer, k[:, r : r + 1], v[:, r : r + 1]), None, gqa
-                    )
-                    for r in rows
-                ],
-                dim=1,
-            )
+            attended, first = [], 0
+            for sequence_cache, sequence_mask in zip(cache, mask, strict=True):
+                last = first + (1 if sequence_mask is None else sequence_mask.shape[0])
+                keys, values = sequence_cache.append(layer, k[:, first:last], v[:, first:last])
+                attended.append(attend(q[:, first:last], keys, values, sequence_mask, gqa))
+                first = last
+            attended = torch.cat(attended, dim=1)
         else:
             keys, values = cache.append(layer, k, v) if cache is not None else (k, v)
             attended = attend(q, keys, values, mask, gqa)
@@ -213,17 +210,20 @@ class Eagle3Draft(nn.Module):
         hidden,
         token_ids,
         positions,
-        cache: KVCache | TTTCache | None = None,
+        cache: KVCache | TTTCache | list[KVCache] | None = None,
         mask=None,
         math: DraftMath | None = None,
+        lengths: list[int] | None = None,
     ):
         """Run the draft over m positions: hidden [m, H] (`fuse`d target features, or the draft's own
         previous output), token_ids [m] (the tokens one ahead), positions [m] (RoPE positions).
 
         Returns the output hidden [m, H] (pre-norm).
         With a cache, attention covers the cached entries and the new ones are appended (None:
-        the m new entries alone; a list of m caches: m sequences, one new entry each). `mask` [m, all keys] bool (None: causal over the cache and the new
-        entries); the TTT layout and the trees pass their own.
+        the m new entries alone; a list of caches: sequences packed one after another, lengths[s]
+        rows of sequence s on cache[s], causal over it; one row each when `lengths` is None).
+        `mask` [m, all keys] bool (None: causal over the cache and the new entries); the TTT layout
+        and the trees pass their own.
         """
         math = math or self.default_math
         embeds = self.embed(token_ids, math).to(hidden.dtype)
@@ -231,10 +231,13 @@ class Eagle3Draft(nn.Module):
             self.rotary.to(hidden.device)
         cos, sin = self.rotary(hidden, positions[None])
         cos, signed_sin = cos[0], signed(sin[0])
-        num_past = cache.length if isinstance(cache, KVCache | TTTCache) else 0
-        if (
-            mask is None and hidden.shape[0] > 1 and not isinstance(cache, list)
-        ):  # one new query sees every entry
+        if isinstance(cache, list):  # each sequence causal over its own cache; one row sees it all
+            mask = [
+                None if length == 1 else causal_mask(c.length, length, hidden.device)
+                for c, length in zip(cache, lengths or [1] * len(cache), strict=True)
+            ]
+        elif mask is None and hidden.shape[0] > 1:  # one new query sees every entry
+            num_past = cache.length if isinstance(cache, KVCache | TTTCache) else 0
             mask = causal_mask(num_past, hidden.shape[0], hidden.device)
         for index, layer in enumerate(self.layers):
             hidden = layer.forward(hidden, embeds, cos, signed_sin, mask, math, cache, index)

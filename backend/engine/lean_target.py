@@ -17,8 +17,8 @@ values). `LeanTarget` runs the same arithmetic on the target's own weights:
 
 On the CPU none of these changes a bit, and `lean_target` checks it: the first time a model is
 asked for, its lean forward must reproduce transformers' own forward (logits and every layer's
-output, bit for bit) over a prefill, a verify chunk, a one-token step, a tree and a one-token
-prefill; a model that fails any of it keeps transformers' forward. `target_runner` makes that choice
+output, bit for bit) over a prefill, a verify chunk, a one-token step, a tree, a one-token
+prefill and a prefill computing its last logits alone; a model that fails any of it keeps transformers' forward. `target_runner` makes that choice
 once, when the Target is loaded (backend/engine/loading.py), and replays never ask again. It is the
 default on the CPU (on the demo pair it takes the job runner from 1.19x to 1.89x `generate()`,
 bench/replay_bench.py --demo); SPECLENS_LEAN_TARGET=0 turns it off. Only exact `LlamaForCausalLM`
@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import os
 import weakref
+from itertools import accumulate
 
 import torch
 import torch.nn.functional as F
@@ -100,40 +101,52 @@ class LeanTarget(TargetRunner):
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
         return weight * x.to(hidden.dtype)
 
-    def run(self, input_ids, cache: KVCache, positions, tree, wanted) -> TargetOutput:
-        """transformers' LlamaModel.forward arithmetic (see the module docstring)."""
-        return self.run_rows(input_ids, [cache], positions, tree, wanted)[0]
+    @property
+    def device(self) -> torch.device:
+        return self.embed.weight.device
 
-    def run_rows(self, input_ids, caches: list[KVCache], positions, tree, wanted) -> list[TargetOutput]:
-        """`run` over B sequences at once (input_ids and positions [B, T], one cache each): every
-        projection is one matrix product over the B*T rows, so the weights are read once per forward
-        (the batched replay, backend/engine/batch.py); attention runs per sequence on its own cache,
-        as `run` does. One sequence is `run` itself."""
-        rows, length = input_ids.shape
-        device = input_ids.device
-        masks = [self._mask(cache.length, length, tree, device) for cache in caches]
-        states: list[dict[int, torch.Tensor]] = [{} for _ in range(rows)]
+    def run(self, input_ids, cache: KVCache, positions, tree, wanted, last_logits) -> TargetOutput:
+        """transformers' LlamaModel.forward arithmetic (see the module docstring)."""
+        return self._run(input_ids, [cache], positions, [input_ids.shape[1]], tree, wanted, last_logits)[0]
+
+    def run_many(self, input_ids, caches, positions, lengths, wanted, last_logits) -> list[TargetOutput]:
+        return self._run(input_ids, caches, positions, lengths, None, wanted, last_logits)
+
+    def _run(
+        self, input_ids, caches: list[KVCache], positions, lengths: list[int], tree, wanted, last_logits
+    ) -> list[TargetOutput]:
+        """`run` over B sequences packed one after another (input_ids and positions [1, sum(lengths)],
+        one cache each): every projection is one matrix product over all their rows, so the weights
+        are read once per forward (the batched replay, backend/engine/batch.py); attention runs per
+        sequence on its own cache, as `run` does. One sequence is `run` itself."""
+        total, device = input_ids.shape[1], input_ids.device
+        bounds = [(end - length, end) for length, end in zip(lengths, accumulate(lengths), strict=True)]
+        masks = [
+            self._mask(cache.length, length, tree, device)
+            for cache, length in zip(caches, lengths, strict=True)
+        ]
+        states: list[dict[int, torch.Tensor]] = [{} for _ in lengths]
         hidden = self.embed(input_ids)
         cos, sin = self.rotary(hidden, positions)
         half = cos.shape[-1] // 2
         cos = cos[:, None]
         sin = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)[:, None]
-        self._keep(states, 0, hidden, wanted)
+        self._keep(states, bounds, 0, hidden, wanted)
         for index, layer in enumerate(self.layers):
             x = self._norm(layer.input_norm, hidden)
             heads, kv_heads, head_dim = layer.heads, layer.kv_heads, layer.head_dim
-            q = F.linear(x, *layer.q).view(rows, length, heads, head_dim).transpose(1, 2)
-            k = F.linear(x, *layer.k).view(rows, length, kv_heads, head_dim).transpose(1, 2)
-            values = F.linear(x, *layer.v).view(rows, length, kv_heads, head_dim).transpose(1, 2)
+            q = F.linear(x, *layer.q).view(1, total, heads, head_dim).transpose(1, 2)
+            k = F.linear(x, *layer.k).view(1, total, kv_heads, head_dim).transpose(1, 2)
+            values = F.linear(x, *layer.v).view(1, total, kv_heads, head_dim).transpose(1, 2)
             qk = torch.cat((q, k), dim=1)
             qk = qk * cos + qk.roll(half, -1) * sin
             queries, keys = qk[:, :heads], qk[:, heads:]
             attended = []
-            for row, (cache, (mask, causal)) in enumerate(zip(caches, masks, strict=True)):
-                all_keys, all_values = cache.append(index, keys[row : row + 1], values[row : row + 1])
+            for (first, last), cache, (mask, causal) in zip(bounds, caches, masks, strict=True):
+                all_keys, all_values = cache.append(index, keys[:, :, first:last], values[:, :, first:last])
                 attended.append(
                     F.scaled_dot_product_attention(
-                        queries[row : row + 1],
+                        queries[:, :, first:last],
                         all_keys,
                         all_values,
                         attn_mask=mask,
@@ -143,22 +156,28 @@ class LeanTarget(TargetRunner):
                         enable_gqa=heads != kv_heads,
                     )
                 )
-            attended = attended[0] if rows == 1 else torch.cat(attended)
-            attended = attended.transpose(1, 2).reshape(rows, length, heads * head_dim)
+            attended = attended[0] if len(attended) == 1 else torch.cat(attended, dim=2)
+            attended = attended.transpose(1, 2).reshape(1, total, heads * head_dim)
             hidden = hidden + F.linear(attended, *layer.o)
             x = self._norm(layer.post_norm, hidden)
             hidden = hidden + F.linear(
                 layer.act(F.linear(x, *layer.gate)) * F.linear(x, *layer.up), *layer.down
             )
-            self._keep(states, index + 1, hidden, wanted)
+            self._keep(states, bounds, index + 1, hidden, wanted)
+        if last_logits:  # each sequence's last row alone (a prefill reads nothing else)
+            hidden = hidden[:, [last - 1 for _, last in bounds]]
+            bounds = [(row, row + 1) for row in range(len(bounds))]
         logits = F.linear(self._norm(self.norm, hidden), *self.lm_head)
-        return [TargetOutput(logits[row : row + 1], states[row]) for row in range(rows)]
+        return [
+            TargetOutput(logits[:, first:last], kept)
+            for (first, last), kept in zip(bounds, states, strict=True)
+        ]
 
     @staticmethod
-    def _keep(states: list[dict], index: int, hidden: torch.Tensor, wanted) -> None:
+    def _keep(states: list[dict], bounds, index: int, hidden: torch.Tensor, wanted) -> None:
         if index in wanted:
-            for row, kept in enumerate(states):
-                kept[index] = hidden[row]
+            for (first, last), kept in zip(bounds, states, strict=True):
+                kept[index] = hidden[0, first:last]
 
     def _mask(self, past: int, length: int, tree, device) -> tuple[torch.Tensor | None, bool]:
         """One sequence's attention mask for `length` new tokens after `past` cached ones, boolean
@@ -251,7 +270,8 @@ def _fingerprint(model) -> tuple:
 
 def _reproduces_transformers(model, lean: LeanTarget) -> bool:
     """Both forwards over the same sequence of calls: prefill, a verify chunk, a crop, a one-token
-    step, a tree and a one-token prefill; logits and every layer's output must be equal bit for bit."""
+    step, a tree, a one-token prefill and a prefill computing its last logits alone; logits and every
+    layer's output must be equal bit for bit."""
     reference = TransformersRunner(model)
     vocab = model.config.vocab_size
     ids = torch.randint(0, vocab, (1, 16), generator=torch.Generator().manual_seed(0))
@@ -268,15 +288,16 @@ def _reproduces_transformers(model, lean: LeanTarget) -> bool:
     ]
     layers = tuple(range(model.config.num_hidden_layers + 1))
     with torch.inference_mode():
-        for fresh in (False, True):
+        for fresh in (None, "one token", "last logits"):
             reference_cache, lean_cache = reference.new_cache(), lean.new_cache()
             for (first, last), start, keep, tree in calls[:1] if fresh else calls:
-                chunk = ids[:, 13:14] if fresh else ids[:, first:last]
+                chunk = ids[:, 13:14] if fresh == "one token" else ids[:, first:last]
                 if keep is not None:
                     reference_cache.crop(keep)
                     lean_cache.crop(keep)
-                expected = reference.forward(chunk, reference_cache, start, tree, layers)
-                got = lean.forward(chunk, lean_cache, start, tree, layers)
+                only_last = fresh == "last logits"  # a prefill's: `generate()` computes only that row
+                expected = reference.forward(chunk, reference_cache, start, tree, layers, only_last)
+                got = lean.forward(chunk, lean_cache, start, tree, layers, only_last)
                 if not torch.equal(expected.logits, got.logits):
                     return False
                 if not all(torch.equal(expected.states[i], got.states[i]) for i in layers):

@@ -24,6 +24,7 @@ the caches keep the root and the accepted path.
 
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import torch
 
@@ -35,6 +36,7 @@ from backend.engine.penalties import History
 from backend.engine.records import PrefillRecord, StepRecord
 from backend.engine.sampling import Sampling, exponential_race, inverse_cdf, target_distribution
 from backend.engine.step_state import Caches, Cursor, ReplayConfig, elapsed_ms
+from backend.engine.target_runner import TargetOutput
 from backend.engine.tree_step import tree_step
 from backend.engine.wiring import Wiring
 
@@ -78,11 +80,42 @@ def start(
     torch.inference_mode()."""
     if not prompt_ids:
         raise ValueError("the prompt is empty")
-    runner, device, indices = target.runner, target.device, wiring.aux_hf_indices
-    eos = config.stops(target.eos_token_ids)
     started = time.perf_counter()
-    target_cache = runner.new_cache()
-    output = runner.forward(torch.tensor([prompt_ids], device=device), target_cache, 0, capture=indices)
+    cache = target.runner.new_cache()
+    output = target.runner.forward(
+        torch.tensor([prompt_ids], device=target.device),
+        cache,
+        0,
+        capture=wiring.aux_hf_indices,
+        last_logits=True,
+    )
+    return prefilled(target, draft, wiring, config, Prefill(prompt_ids, cache, output, started), generator)
+
+
+@dataclass
+class Prefill:
+    """One prompt's prefill forward: the prompt, the cache it filled, its TargetOutput (the last
+    position's logits) and when it started (a perf_counter reading)."""
+
+    prompt_ids: list[int]
+    cache: object
+    output: TargetOutput
+    started: float
+
+
+def prefilled(
+    target: Target,
+    draft: Eagle3Draft,
+    wiring: Wiring,
+    config: ReplayConfig,
+    prefill: Prefill,
+    generator: torch.Generator | None = None,
+) -> tuple[PrefillRecord, Chain]:
+    """`start` after its forward (the batched replay runs many prompts' in one): the first token,
+    the record and the Chain."""
+    prompt_ids, output = prefill.prompt_ids, prefill.output
+    device, indices = target.device, wiring.aux_hf_indices
+    eos = config.stops(target.eos_token_ids)
     history = None
     last = output.logits[0, -1]
     if config.penalties.active:
@@ -93,9 +126,12 @@ def start(
         history.add([first])
     features = output.features(indices)
     record = PrefillRecord(
-        list(prompt_ids), first, elapsed_ms(started, device), features.to("cpu") if config.record else None
+        list(prompt_ids),
+        first,
+        elapsed_ms(prefill.started, device),
+        features.to("cpu") if config.record else None,
     )
-    caches = Caches(target_cache, KVCache(draft.config.num_layers))
+    caches = Caches(prefill.cache, KVCache(draft.config.num_layers))
     cursor = Cursor(len(prompt_ids), first, 1, features, list(prompt_ids[1:]) + [first], 0)
     if first in eos or config.max_new_tokens <= 1:
         cursor = None

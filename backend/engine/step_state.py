@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from itertools import accumulate
 
 import torch
 
@@ -131,13 +132,29 @@ def draft_catch_up(
 ) -> torch.Tensor:
     """1. Run the draft over committed positions with (A_p, x_{p+1}); return the last output hidden
     [1, H], from which d_1 is read."""
-    features, tokens, start = cursor.catch_up_features, cursor.catch_up_tokens, cursor.catch_up_start
+    return draft_catch_ups(draft, [cache], [cursor], math)
+
+
+def draft_catch_ups(
+    draft: Eagle3Draft, caches: list[KVCache], cursors: list[Cursor], math: DraftMath | None = None
+) -> torch.Tensor:
+    """1 for B sequences in one draft forward (their positions packed one after another, each on
+    its own cache: the batched replay); each one's last output hidden [B, H]."""
+    lengths = [len(cursor.catch_up_tokens) for cursor in cursors]
+    features = torch.cat([cursor.catch_up_features for cursor in cursors])
     device = features.device
-    positions = torch.arange(start, start + len(tokens), device=device)
-    hidden = draft(
-        draft.fuse(features, math), torch.tensor(tokens, device=device), positions, cache, math=math
+    tokens = torch.tensor([token for cursor in cursors for token in cursor.catch_up_tokens], device=device)
+    positions = torch.cat(
+        [
+            torch.arange(c.catch_up_start, c.catch_up_start + n, device=device)
+            for c, n in zip(cursors, lengths, strict=True)
+        ]
     )
-    return hidden[-1:]
+    fused = draft.fuse(features, math)
+    if len(caches) == 1:
+        return draft(fused, tokens, positions, caches[0], math=math)[-1:]
+    hidden = draft(fused, tokens, positions, caches, math=math, lengths=lengths)
+    return hidden[[end - 1 for end in accumulate(lengths)]]
 
 
 def commit_within_budget(

@@ -1,10 +1,12 @@
 """The target's forward behind one small interface, chosen once when the target is loaded.
 
 A runner is a `TargetRunner` (below): a `name` ("lean" or "transformers"), `new_cache()`,
-`forward(input_ids, cache, start_position, tree=None, capture=())` and its batched form
-`forward_rows(input_ids, caches, starts, capture=())` (B sequences, one cache each), written once on
-the base class, which works out the positions and hands the subclass's `run` (`run_rows`) what it
-needs.
+`forward(input_ids, cache, start_position, tree=None, capture=(), last_logits=False)` and its batched
+form `forward_many(sequences, caches, starts, capture=(), last_logits=False)` (B sequences of any
+lengths, one cache each), written once on the base class, which works out the positions and hands
+the subclass's `run` (`run_many`) what it needs. `last_logits`: only the last position's logits are
+computed (a prefill reads nothing else; transformers' `generate()` computes its prefill the same way,
+with `logits_to_keep=1`).
 
 Two runners implement it:
 - `LeanTarget` (backend/engine/lean_target.py): transformers' Llama arithmetic without its per-call
@@ -19,7 +21,9 @@ built; the Target holds it as `runner`, and every forward of a replay goes throu
 from __future__ import annotations
 
 import contextlib
+import inspect
 from dataclasses import dataclass
+from functools import cache
 
 import torch
 import transformers
@@ -71,36 +75,71 @@ class TargetRunner:
         start_position: int,
         tree: tuple[torch.Tensor, torch.Tensor] | None = None,
         capture=(),
+        last_logits: bool = False,
     ) -> TargetOutput:
         """Run the target over `input_ids` [1, T] at positions start..start+T-1 (a tree: start +
         depths, (depths, visible) as backend/engine/tree.py builds them, each token seeing the cache
         and its ancestors), appending T entries to `cache` (one of `new_cache()`); the logits
-        [1, T, V] and the residual-stream states at the HF indices in `capture`: index 0 the hidden
-        entering layer 0, index i the output of layer i - 1."""
+        [1, T, V] ([1, 1, V], the last position's, with `last_logits`) and the residual-stream states
+        at the HF indices in `capture`: index 0 the hidden entering layer 0, index i the output of
+        layer i - 1."""
         positions = positions_of(input_ids.shape[1], start_position, tree, input_ids.device)
-        return self.run(input_ids, cache, positions, tree, frozenset(capture))
+        return self.run(input_ids, cache, positions, tree, frozenset(capture), last_logits)
 
-    def run(self, input_ids, cache, positions, tree, wanted: frozenset[int]) -> TargetOutput:
+    def run(
+        self, input_ids, cache, positions, tree, wanted: frozenset[int], last_logits: bool
+    ) -> TargetOutput:
         raise NotImplementedError
 
-    def forward_rows(
-        self, input_ids: torch.Tensor, caches: list, starts: list[int], capture=()
+    def forward_many(
+        self,
+        sequences: list[list[int]],
+        caches: list,
+        starts: list[int],
+        capture=(),
+        last_logits: bool = False,
     ) -> list[TargetOutput]:
-        """`forward` over B sequences of the same length (input_ids [B, T]), sequence b at positions
-        starts[b].. on caches[b]: one TargetOutput each (logits [1, T, V]). The batched replay
-        (backend/engine/batch.py) verifies a batch of samples with it."""
-        length, device = input_ids.shape[1], input_ids.device
-        positions = torch.cat([positions_of(length, start, None, device) for start in starts])
-        return self.run_rows(input_ids, caches, positions, None, frozenset(capture))
+        """`forward` over B sequences of any lengths at once, sequence b (its token ids) at positions
+        starts[b].. on caches[b]: one TargetOutput each, as its own `forward` would give. The batched
+        replay (backend/engine/batch.py) runs its prefills and verify steps through it."""
+        device = self.device
+        ids = torch.tensor([[token for sequence in sequences for token in sequence]], device=device)
+        positions = torch.cat(
+            [positions_of(len(s), start, None, device) for s, start in zip(sequences, starts, strict=True)],
+            dim=1,
+        )
+        lengths = [len(sequence) for sequence in sequences]
+        return self.run_many(ids, caches, positions, lengths, frozenset(capture), last_logits)
 
-    def run_rows(
-        self, input_ids, caches: list, positions, tree, wanted: frozenset[int]
+    def run_many(
+        self,
+        input_ids,
+        caches: list,
+        positions,
+        lengths: list[int],
+        wanted: frozenset[int],
+        last_logits: bool,
     ) -> list[TargetOutput]:
-        """One `run` per sequence; a runner that can batch the sequences overrides it (LeanTarget)."""
-        return [
-            self.run(input_ids[row : row + 1], cache, positions[row : row + 1], tree, wanted)
-            for row, cache in enumerate(caches)
-        ]
+        """The sequences packed one after another in input_ids and positions [1, sum(lengths)]: one
+        `run` per sequence; a runner that can batch them overrides it (LeanTarget)."""
+        outputs, offset = [], 0
+        for length, sequence_cache in zip(lengths, caches, strict=True):
+            end = offset + length
+            ids, at = input_ids[:, offset:end], positions[:, offset:end]
+            outputs.append(self.run(ids, sequence_cache, at, None, wanted, last_logits))
+            offset = end
+        return outputs
+
+    @property
+    def device(self) -> torch.device:
+        raise NotImplementedError
+
+
+@cache
+def keeps_last_logits(model_class: type) -> bool:
+    """Whether this transformers version's model takes `logits_to_keep` (what `generate()` passes as 1
+    for its prefill)."""
+    return "logits_to_keep" in inspect.signature(model_class.forward).parameters
 
 
 class TransformersRunner(TargetRunner):
@@ -114,11 +153,17 @@ class TransformersRunner(TargetRunner):
     def new_cache(self) -> HFCache:
         return HFCache()
 
-    def run(self, input_ids, cache: HFCache, positions, tree, wanted) -> TargetOutput:
+    @property
+    def device(self) -> torch.device:
+        return self.model.get_input_embeddings().weight.device
+
+    def run(self, input_ids, cache: HFCache, positions, tree, wanted, last_logits) -> TargetOutput:
         model, device = self.model, input_ids.device
         length = input_ids.shape[1]
         before = cache.length
         extra = {}
+        if last_logits and keeps_last_logits(type(model)):
+            extra["logits_to_keep"] = 1
         if tree is not None:
             dtype = model.get_input_embeddings().weight.dtype
             extra["attention_mask"] = tree_mask(tree, before, dtype, device)
@@ -138,6 +183,5 @@ class TransformersRunner(TargetRunner):
                 f"transformers {transformers.__version__} ignored the '{argument}' argument of "
                 f"{type(model).__name__}.forward"
             )
-        return TargetOutput(
-            output.logits.to(device), states
-        )  # a split target computes them on its last device
+        logits = output.logits[:, -1:] if last_logits else output.logits
+        return TargetOutput(logits.to(device), states)  # a split target computes them on its last device

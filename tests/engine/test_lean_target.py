@@ -68,6 +68,57 @@ def test_the_lean_forward_reproduces_transformers_bit_for_bit(pairs):
         for cache in (reference, lean):
             cache.keep_rows(position, [0, 2, 4])  # the root and the path down the second branch
         both(ids[:, 150:155], position + 3)
+        # a prefill computing its last logits alone, as generate() computes its own (logits_to_keep=1)
+        fresh_lean, fresh_reference = lean_runner.new_cache(), reference_runner.new_cache()
+        expected = reference_runner.forward(ids[:, :40], fresh_reference, 0, None, layers, last_logits=True)
+        got = lean_runner.forward(ids[:, :40], fresh_lean, 0, None, layers, last_logits=True)
+        assert got.logits.shape == (1, 1, model.config.vocab_size) and torch.equal(
+            expected.logits, got.logits
+        )
+        assert all(torch.equal(expected.states[i], got.states[i]) for i in layers)
+
+
+@pytest.mark.parametrize("runner_kind", ["lean", "transformers"])
+def test_sequences_of_any_lengths_run_packed_as_each_would_alone(pairs, runner_kind):
+    """forward_many (the batched replay's prefills and verify steps): prompts of different lengths
+    on fresh caches, then chunks of different lengths after them; each sequence's logits (all, or
+    the last alone), states and cache as its own forward gives them, within the rounding of a matrix
+    product over more rows."""
+    import torch
+
+    from backend.engine.lean_target import LeanTarget
+    from backend.engine.target_runner import TransformersRunner
+
+    model = pairs["random-L6-eagle"].target.model
+    runner = LeanTarget(model) if runner_kind == "lean" else TransformersRunner(model)
+    layers = (0, 2, 5)
+    generator = torch.Generator().manual_seed(5)
+    prompts = [
+        torch.randint(0, model.config.vocab_size, (n,), generator=generator).tolist() for n in (3, 11, 1, 7)
+    ]
+    chunks = [
+        torch.randint(0, model.config.vocab_size, (n,), generator=generator).tolist() for n in (5, 1, 3, 5)
+    ]
+    close = dict(atol=1e-4, rtol=1e-4)  # states reach ~50 here
+    with torch.inference_mode():
+        alone = [runner.new_cache() for _ in prompts]
+        packed = [runner.new_cache() for _ in prompts]
+        for last_logits, sequences, starts in (
+            (True, prompts, [0] * len(prompts)),
+            (False, chunks, [len(p) for p in prompts]),
+        ):
+            outputs = runner.forward_many(sequences, packed, starts, layers, last_logits)
+            for sequence, start, cache, output in zip(sequences, starts, alone, outputs, strict=True):
+                ids = torch.tensor([sequence])
+                expected = runner.forward(ids, cache, start, None, layers, last_logits)
+                assert output.logits.shape == expected.logits.shape
+                assert torch.allclose(output.logits, expected.logits, **close)
+                assert all(torch.allclose(output.states[i], expected.states[i], **close) for i in layers)
+        assert (
+            [c.length for c in packed]
+            == [c.length for c in alone]
+            == [len(p) + len(c) for p, c in zip(prompts, chunks, strict=True)]
+        )
 
 
 def test_a_replay_takes_the_lean_path_and_records_the_same_steps(pairs):
