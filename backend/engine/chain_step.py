@@ -14,7 +14,7 @@ from backend.engine.loading import Target
 from backend.engine.metrics import simulated_accept_length
 from backend.engine.penalties import History, Penalties
 from backend.engine.records import StepRecord, StepTree
-from backend.engine.sampling import row_entropies
+from backend.engine.sampling import near_tie_rows, row_entropies
 from backend.engine.step_state import (
     Caches,
     Cursor,
@@ -168,7 +168,9 @@ def step_record(
     # the probabilities every run keeps (where acceptance is lost reads them: diagnostics/where_lost.py)
     target_probs = torch.softmax(verdict.logits.float(), dim=-1)
     recorded = dict(
-        target_argmax_probs=target_probs.max(-1).values.tolist(), draft_probs=list(proposal.probs)
+        target_argmax_probs=target_probs.max(-1).values.tolist(),
+        draft_probs=list(proposal.probs),
+        near_tie_rows=near_tie_rows(verdict.logits, verdict.accepted + 1),
     )
     entropies = row_entropies(target_probs)
     if record:

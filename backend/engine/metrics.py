@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+NEAR_TIE = 1e-4  # a verify row whose top two logits lie within this share of its largest magnitude
+
 DEFINITIONS = {
     "mean_accept_length": "accept length (tau): mean over verify steps of a + 1, bonus token included "
     "(SGLang accept len, vLLM mean_acceptance_length, EAGLE papers)",

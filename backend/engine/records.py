@@ -77,6 +77,8 @@ class StepRecord:
     draft_top_ids: list[list[int]] = field(default_factory=list)  # top alternatives per d_j
     draft_top_probs: list[list[float]] = field(default_factory=list)
     target_argmax_probs: list[float] = field(default_factory=list)
+    # verify rows 0..a (those the output read) whose top two logits nearly tie (sampling.near_tie_rows)
+    near_tie_rows: list[int] = field(default_factory=list)
     # The step's draft tree (StepTree). For a tree, drafted_ids and the other chain-shaped fields
     # describe its main path: the accepted path, then the draft's favourite child down to a leaf.
     tree: StepTree | None = None
@@ -102,9 +104,12 @@ def verify_counts(steps) -> list[int]:
     return [s.accepted_count for s in steps if s.is_verify_step]
 
 
-# The StepRecord fields that are columns of the steps table.
+# The StepRecord fields that are columns of the steps table (a run keeps its near-ties' positions in
+# its metrics instead: service/jobs.run_metrics).
 STORED_STEP_FIELDS = tuple(
-    name for name in StepRecord.__dataclass_fields__ if name not in ("aux_features", "draft_hidden")
+    name
+    for name in StepRecord.__dataclass_fields__
+    if name not in ("aux_features", "draft_hidden", "near_tie_rows")
 )
 
 

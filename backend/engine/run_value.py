@@ -170,6 +170,7 @@ class RunMetrics:
     expected_accept_length: float | None = None  # sampled runs
     self_disagreement_per_1000: float | None = None  # runs off fp32
     batch_size: int | None = None  # replayed with this many samples in one batch (evaluate, Compare)
+    near_ties: tuple = ()  # positions whose token a near-tie of the verify logits chose
     draft_ms_total: float = 0.0
     verify_ms_total: float = 0.0
 

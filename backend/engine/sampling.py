@@ -29,6 +29,8 @@ from dataclasses import dataclass
 
 import torch
 
+from backend.engine.metrics import NEAR_TIE
+
 SAMPLING_RULES = ("sglang", "vllm")
 
 
@@ -101,6 +103,19 @@ def row_entropies(probs: torch.Tensor) -> list[float]:
     """The entropy in nats of each row of a [rows, V] probability matrix (the target's uncertainty at
     each verify row: where acceptance is lost splits by it)."""
     return (-(probs * probs.clamp_min(1e-30).log()).sum(-1)).tolist()
+
+
+def near_tie_rows(logits: torch.Tensor, rows: int) -> list[int]:
+    """The first `rows` rows of [R, V] logits whose top two lie within NEAR_TIE of the row's largest
+    magnitude: a product summed in another order (a batch of samples, transformers' forward against
+    the lean one, an engine's kernels, a verify chunk against one-token decodes) may take the other
+    token there (docs/reference.md §7)."""
+    head = logits[:rows].float()
+    if head.shape[-1] < 2 or not rows:
+        return []
+    top = head.topk(2, dim=-1).values
+    scale = head.abs().amax(-1).clamp_min(1.0)
+    return torch.nonzero(top[:, 0] - top[:, 1] <= NEAR_TIE * scale).flatten().tolist()
 
 
 def inverse_cdf(probs: torch.Tensor, coin: float) -> int:

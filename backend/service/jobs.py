@@ -442,4 +442,6 @@ def run_metrics(steps: list[StepRecord], num_steps: int) -> dict:
     metrics["expected_accept_length"] = (
         expected_accept_length(expected) if len(expected) == len(verified) else None
     )
+    # the positions whose token a near-tie chose (sampling.near_tie_rows), for Decode's note
+    metrics["near_ties"] = [s.position + row + 1 for s in verified for row in s.near_tie_rows]
     return metrics

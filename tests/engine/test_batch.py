@@ -26,22 +26,21 @@ def _by_sample(stream, count: int) -> list[list]:
 
 
 def _same(lone: list, batched: list) -> None:
-    import torch
-
+    from backend.engine.lean_target import within_rounding  # within the rounding of more rows' products
     from backend.engine.records import PrefillRecord
 
     assert [type(r) for r in lone] == [type(r) for r in batched]
     for a, b in zip(lone, batched, strict=True):
         if isinstance(a, PrefillRecord):  # the prompts' prefills run packed in one forward
             assert a.first_token == b.first_token
-            assert torch.allclose(a.aux_features, b.aux_features, atol=1e-4, rtol=1e-4)
+            assert within_rounding(a.aux_features, b.aux_features)
             continue
         assert (a.step_index, a.position, a.pending_token) == (b.step_index, b.position, b.pending_token)
         assert (a.drafted_ids, a.accepted_count, a.bonus_id) == (b.drafted_ids, b.accepted_count, b.bonus_id)
         assert (a.committed_ids, a.target_argmax_ids) == (b.committed_ids, b.target_argmax_ids)
         # the arithmetic may round differently over more rows; what the run keeps stays within it
-        assert torch.allclose(a.aux_features, b.aux_features, atol=1e-4, rtol=1e-4)
-        assert torch.allclose(a.draft_hidden, b.draft_hidden, atol=1e-4, rtol=1e-4)
+        assert within_rounding(a.aux_features, b.aux_features)
+        assert within_rounding(a.draft_hidden, b.draft_hidden)
         assert a.draft_probs == pytest.approx(b.draft_probs, abs=1e-5)
 
 
@@ -103,3 +102,31 @@ def test_prefills_are_cut_into_forwards_of_at_most_the_row_budget():
     assert prefill_groups([5, 3, 8], rows=8) == [[0, 1], [2]]  # a prompt as long as the budget runs alone
     assert prefill_groups([20], rows=8) == [[0]]  # a longer one too
     assert prefill_groups([], rows=8) == []
+
+
+def test_near_ties_are_the_rows_whose_top_two_logits_lie_within_the_share():
+    import torch
+
+    from backend.engine.sampling import near_tie_rows
+
+    logits = torch.tensor([[10.0, 10.0005, 0.0], [10.0, 5.0, 0.0], [-30.0, 2.0, 2.002]])
+    assert near_tie_rows(logits, 3) == [0, 2]  # gaps 5e-4 <= 1e-4 * 10 and 2e-3 <= 1e-4 * 30
+    assert near_tie_rows(logits, 1) == [0]  # only the rows the output read
+    assert near_tie_rows(logits * torch.tensor([1.0, 1.0, 10.0]), 3) == [0]  # row 2: 20.02 vs 2.0
+
+
+def test_a_batched_sample_may_differ_from_its_lone_replay_only_at_a_recorded_near_tie():
+    from backend.engine.records import PrefillRecord, StepRecord
+    from tests.support.batched import same_or_near_tie
+
+    prefill = PrefillRecord([1, 2], 5, 0.0, None)
+
+    def step(argmax, accepted, ties):
+        emitted = argmax[:accepted] + [argmax[accepted]]
+        return StepRecord(0, 2, 5, [7, 8], accepted, argmax[accepted], emitted, argmax, near_tie_rows=ties)
+
+    lone = [prefill, step([7, 9, 4], 1, [])]
+    assert same_or_near_tie(lone, lone) is None
+    assert same_or_near_tie(lone, [prefill, step([7, 8, 4], 2, [1])]) == 2 + 1 + 1  # row 1 chose token 4
+    with pytest.raises(AssertionError, match="without a recorded near-tie"):
+        same_or_near_tie(lone, [prefill, step([7, 8, 4], 2, [0])])

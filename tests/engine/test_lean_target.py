@@ -25,13 +25,15 @@ def test_the_lean_target_forward_is_on_unless_turned_off(pairs, monkeypatch):
     assert isinstance(target_runner(model), TransformersRunner)  # transformers' own forward
 
 
-def test_the_lean_forward_reproduces_transformers_bit_for_bit(pairs):
-    """Prefill, verify chunks, crops, a tree, keep_rows, one-token steps and a context past the
-    cache's first buffer: logits and every captured layer equal, and the caches stay as long."""
+def test_the_lean_forward_agrees_with_transformers(pairs):
+    """A decode (one-token calls) bit for bit; prefill, verify chunks, crops, a tree, keep_rows,
+    one-token steps after them and a context past the cache's first buffer within the lean check's
+    tolerance (several rows' products are summed in another order: lean_target.product), and the
+    caches stay as long."""
     import torch
 
     from backend.engine.kv_cache import KVCache
-    from backend.engine.lean_target import LeanTarget
+    from backend.engine.lean_target import LeanTarget, within_rounding
     from backend.engine.target_runner import TransformersRunner
 
     model = pairs["random-L6-eagle"].target.model
@@ -48,12 +50,16 @@ def test_the_lean_forward_reproduces_transformers_bit_for_bit(pairs):
         assert isinstance(lean, KVCache)
         reference = reference_runner.new_cache()
 
-        def both(chunk, start, tree=None):
+        def both(chunk, start, tree=None, same=within_rounding):
             expected = reference_runner.forward(chunk, reference, start, tree, layers)
             got = lean_runner.forward(chunk, lean, start, tree, layers)
-            assert torch.equal(expected.logits, got.logits)
-            assert all(torch.equal(expected.states[i], got.states[i]) for i in layers)
+            assert same(got.logits, expected.logits)
+            assert all(same(got.states[i], expected.states[i]) for i in layers)
             assert lean.length == reference.length
+
+        for position in range(12):  # a decode: one token at a time, bit for bit
+            both(ids[:, position : position + 1], position, same=torch.equal)
+        lean, reference = lean_runner.new_cache(), reference_runner.new_cache()
 
         both(ids[:, :7], 0)
         position = 7
@@ -72,10 +78,12 @@ def test_the_lean_forward_reproduces_transformers_bit_for_bit(pairs):
         fresh_lean, fresh_reference = lean_runner.new_cache(), reference_runner.new_cache()
         expected = reference_runner.forward(ids[:, :40], fresh_reference, 0, None, layers, last_logits=True)
         got = lean_runner.forward(ids[:, :40], fresh_lean, 0, None, layers, last_logits=True)
-        assert got.logits.shape == (1, 1, model.config.vocab_size) and torch.equal(
-            expected.logits, got.logits
+        assert got.logits.shape == (1, 1, model.config.vocab_size) and within_rounding(
+            got.logits, expected.logits
         )
-        assert all(torch.equal(expected.states[i], got.states[i]) for i in layers)
+        assert all(within_rounding(got.states[i], expected.states[i]) for i in layers)
+        # and a broken lean forward is told apart: the tolerance is the last places, not the numbers
+        assert not within_rounding(got.states[layers[-1]] * 1.001, expected.states[layers[-1]])
 
 
 @pytest.mark.parametrize("runner_kind", ["lean", "transformers"])
@@ -123,12 +131,13 @@ def test_sequences_of_any_lengths_run_packed_as_each_would_alone(pairs, runner_k
 
 def test_a_replay_takes_the_lean_path_and_records_the_same_steps(pairs):
     """The whole replay (chain and tree, recorded) on the lean forward equals the replay on
-    transformers' forward, record for record and tensor for tensor."""
+    transformers' forward, record for record: the same tokens and counts, every tensor and
+    probability within the lean check's rounding."""
     from dataclasses import replace
 
     import torch
 
-    from backend.engine.lean_target import LeanTarget
+    from backend.engine.lean_target import LeanTarget, within_rounding
     from backend.engine.replay import ReplayConfig, replay
     from backend.engine.target_runner import TransformersRunner
 
@@ -145,7 +154,11 @@ def test_a_replay_takes_the_lean_path_and_records_the_same_steps(pairs):
                 if name.endswith("_ms"):
                     continue
                 if isinstance(x, torch.Tensor):
-                    assert torch.equal(x, y), name
+                    assert within_rounding(x, y), name
+                elif name == "tree":  # this hand-built draft ties exactly: which tied node is kept may flip
+                    assert (len(x.tokens), len(x.accepted_path)) == (len(y.tokens), len(y.accepted_path))
+                elif name.endswith("probs"):
+                    assert within_rounding(torch.tensor(x), torch.tensor(y)), name
                 else:
                     assert x == y, name
 

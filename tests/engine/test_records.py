@@ -33,9 +33,11 @@ def test_rejection_index():
     assert step(accepted=3).rejection_index is None
 
 
-def test_stored_fields_are_every_field_but_the_tensors():
-    assert "aux_features" not in STORED_STEP_FIELDS and "draft_hidden" not in STORED_STEP_FIELDS
-    assert set(STORED_STEP_FIELDS) | {"aux_features", "draft_hidden"} == set(StepRecord.__dataclass_fields__)
+def test_stored_fields_are_every_field_but_the_tensors_and_the_near_ties():
+    """The tensors go to the run's artifact, the near-ties' positions to its metrics."""
+    kept_elsewhere = {"aux_features", "draft_hidden", "near_tie_rows"}
+    assert not kept_elsewhere & set(STORED_STEP_FIELDS)
+    assert set(STORED_STEP_FIELDS) | kept_elsewhere == set(StepRecord.__dataclass_fields__)
     assert STORED_STEP_FIELDS[:3] == ("step_index", "position", "pending_token")
 
 

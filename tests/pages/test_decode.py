@@ -155,9 +155,19 @@ def test_a_run_started_elsewhere_opens_on_the_healthy_vs_broken_comparison(db):
     run_id = run_in_batches(requests, db)[
         -1
     ].run_id  # as evaluate stores it (issue 56): batched, no reference
+    from db import store
+    from db.models import Run
+
+    factory = store.session_factory(store.make_engine(db))
+    with store.session_scope(factory) as session:  # a near-tie at the output's 3rd token, as recorded
+        run = session.get(Run, run_id)
+        assert run.metrics["near_ties"] == []  # none on the toy pair
+        prompt_length = len(run.prompt_ids)
+        run.metrics = {**run.metrics, "near_ties": [prompt_length + 2]}
     app = ok(page("2_Decode").run())
     assert app.session_state["global_run_id"] == run_id
     assert any("Replayed in a batch of 2 samples" in c.value for c in app.caption)  # said, never hidden
+    assert any(c.value.startswith("Near-ties: 1 output token(s) (#3,") for c in app.caption)
     app = ok(finish(app, "decode_reference_task"))
     expected = checks.default_reference(str(DEMO_TARGET), str(DEMO_DRAFTS / "final"))
     assert app.selectbox(key="decode_reference").value == expected.label

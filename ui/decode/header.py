@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import streamlit as st
 
 from backend import BadInput
-from backend.engine.metrics import DEFINITIONS
+from backend.engine.metrics import DEFINITIONS, NEAR_TIE
 from backend.engine.records import StepRecord
 from backend.service import tasks
 from backend.service.checks import EngineReadings, engine_readings
@@ -131,7 +131,22 @@ def summary(run: RunInfo, steps: list[StepRecord]) -> None:
             f"Replayed in a batch of {metrics.batch_size} samples (evaluate or Compare): the same tokens and "
             "steps as alone; its draft and verify times are the batch forwards' time shared evenly."
         )
+    near_ties_note(run)
     cap_note(run, steps)
+
+
+def near_ties_note(run: RunInfo) -> None:
+    """Where the target's top two logits nearly tied at a token the output took (the run's metrics)."""
+    ties = run.measured.near_ties
+    if not ties:
+        return
+    shown = ", ".join(str(position - len(run.prompt_ids) + 1) for position in ties[:12])
+    st.caption(
+        f"Near-ties: {len(ties)} output token(s) (#{shown}{', ...' if len(ties) > 12 else ''}, counting the "
+        f"prefill's token as #1) were chosen where the target's top two logits lay within {NEAR_TIE:g} of "
+        "the row's largest magnitude: a product summed in another order (a batch, transformers' forward, "
+        "an engine's kernels) may take the other token there."
+    )
 
 
 def budget(run: RunInfo) -> int:
