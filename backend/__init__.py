@@ -10,8 +10,9 @@ checks this):
       engine_table       how every engine reads a draft, from its config and weight names (torch-free)
       kv_cache           the KV caches: one protocol, three kinds of entries
       layouts            every draft format's tensor names, read and write
-      lean_target        a lean CPU forward for Llama targets, bit for bit transformers'
+      lean_target        a lean CPU forward for Llama targets: transformers' arithmetic, checked at load
       loading            a Hugging Face target and an EAGLE-3 draft loaded from local directories
+      product            one projection: F.linear, or weight @ x^T for a few rows (faster with MKL)
       penalties          sampling penalties on the target's (and the draft's) logits
       metrics            acceptance metrics, each with the definition it is computed by
       preflight          a draft checked against a target before anything runs

@@ -1,11 +1,13 @@
 """Projections of a few rows: transformers' `F.linear` against the lean forward's weight @ x^T
-(`backend/engine/lean_target.product`), on the real pair's shapes (SmolLM2-135M: hidden 576,
+(`backend/engine/product.product`), on the real pair's shapes (SmolLM2-135M: hidden 576,
 intermediate 1536, vocab 49152), fp32, 2 threads.
 
     PYTHONPATH=. python bench/product_bench.py [--repeat 200]
 
 Prints one row per (shape, rows): the median ms of each and their ratio, and whether the two are
-equal bit for bit (one row: `product` is `F.linear` itself).
+equal bit for bit (one row and past MM_ROWS: `product` is `F.linear` itself). The weights stay in
+the CPU's caches here, unlike in a forward that streams 30 layers' weights: the end-to-end numbers
+are bench/replay_bench.py --demo's.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import torch.nn.functional as F
 
 SHAPES = {"q/o 576x576": (576, 576), "gate/up 1536x576": (1536, 576), "down 576x1536": (576, 1536),
           "lm_head 49152x576": (49152, 576)}  # fmt: skip
-ROWS = (1, 2, 5, 8, 16, 80)
+ROWS = (1, 2, 5, 8, 16, 32, 80)
 
 
 def median_ms(call, repeat: int) -> float:
@@ -34,7 +36,7 @@ def median_ms(call, repeat: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from backend.engine.lean_target import product
+    from backend.engine.product import product
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=200)

@@ -30,6 +30,7 @@ from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm, Lla
 
 from backend.engine.draft_config import DraftConfig
 from backend.engine.kv_cache import KVCache, TTTCache
+from backend.engine.product import product
 from backend.engine.readings import DraftMath
 
 
@@ -42,7 +43,8 @@ def rms_norm(norm: LlamaRMSNorm, hidden: torch.Tensor) -> torch.Tensor:
 
 
 def linear(layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    return F.linear(x, layer.weight, layer.bias)
+    """`layer(x)`'s arithmetic: a few rows as weight @ x^T (backend/engine/product.py)."""
+    return product(x, layer.weight, layer.bias)
 
 
 def rotate(states: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:

@@ -14,9 +14,9 @@ values). `LeanTarget` runs the same arithmetic on the target's own weights:
   call on the real pair's shapes, bench/replay_bench.py);
 - RMSNorm is `F.rms_norm` in fp32;
 - RoPE rotates with one `roll` and a sign-folded sine ((-x2)*s == x2*(-s) exactly), q and k at once;
-- a projection of several rows (a prefill, a verify chunk, a batch) is weight @ x^T (`product`): the
-  same products as `F.linear`, summed in another order, and 1.3-3x faster than MKL's `F.linear` for
-  2-16 rows on this machine's CPU (issue 56: the job runner on the real pair from 17.2 to ~24 tok/s).
+- a projection of 2-32 rows (a verify chunk, a small batch) is weight @ x^T (backend/engine/product.py):
+  the same products as `F.linear`, summed in another order, and much faster with MKL on this
+  machine's CPU for a few rows (the bare replay on the real pair from 17.2 to 24-25 tok/s).
 
 On the CPU a decode (one-token calls) does not change a bit, and `lean_target` checks it: the first
 time a model is asked for, its lean forward must reproduce transformers' own forward (logits and
@@ -49,6 +49,7 @@ import torch
 import torch.nn.functional as F
 
 from backend.engine.kv_cache import KVCache
+from backend.engine.product import product
 from backend.engine.target_runner import TargetOutput, TargetRunner, TransformersRunner
 
 
@@ -198,22 +199,6 @@ class LeanTarget(TargetRunner):
             rows = torch.arange(past, past + length, device=device)[:, None]
             return (torch.arange(past + length, device=device)[None, :] <= rows)[None, None], False
         return None, length > 1
-
-
-def product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """A projection x [1, T, in] -> [1, T, out]: one row as transformers computes it (`F.linear`, a
-    vector-matrix product); more rows as (weight @ x^T)^T, the same products summed in another order.
-    MKL takes a slow path for `F.linear` with a few rows on this machine's CPU (AMD EPYC): a verify
-    chunk of 5 rows through the real pair's lm_head costs 20.8 ms as `F.linear`, 6.7 ms as
-    weight @ x^T, 7.4 ms for one row (bench/replay_bench.py). Rounded differently in the last place,
-    as a verify chunk's rows already are against one-token decodes (backend/diagnostics/precision.py)."""
-    rows = x.shape[1]
-    if rows == 1:
-        return F.linear(x, weight, bias)
-    out = torch.mm(weight, x[0].t()).t().contiguous()
-    if bias is not None:
-        out = out + bias
-    return out[None]
 
 
 # ----------------------------------------------------------------------------------- eligibility

@@ -27,6 +27,7 @@ from backend.service.jobs import (
     RunWriter,
     close_run,
     fail_run,
+    flush_together,
     freeze_long_lived_objects,
     open_run,
     run_plan,
@@ -60,7 +61,9 @@ def run_plans(
         RunTensors(database.artifact_dir, o.run_id, p.wiring.aux_hf_indices)
         for o, p in zip(outcomes, plans, strict=True)
     ]
-    writers = [RunWriter(database, o.run_id, t) for o, t in zip(outcomes, tensors, strict=True)]
+    writers = [  # committed together, on one clock (flush_together)
+        RunWriter(database, o.run_id, t, own_clock=False) for o, t in zip(outcomes, tensors, strict=True)
+    ]
     still_open = set(range(len(plans)))
     total = sum(p.config.max_new_tokens for p in plans)
     made = 0  # tokens out so far, over the batch
@@ -80,6 +83,8 @@ def run_plans(
                     no_progress,
                 )
                 still_open.discard(index)
+            elif writers[index].due():  # every open run's batch, one transaction
+                flush_together(database, [writers[i] for i in sorted(still_open)])
             made += len(record.committed_ids) if isinstance(record, StepRecord) else 1
             progress(
                 made / total,
@@ -90,13 +95,9 @@ def run_plans(
                 raise Terminated()
     except BaseException as error:
         RECORDING.clear()
-        gone = isinstance(error, store.RunGone)
         for index in sorted(still_open):
-            try:
-                fail_run(database, plans[index], outcomes[index], writers[index], tensors[index], error)
-            except BadInput:  # this run was deleted too
-                continue
-        if gone:
+            _fail(database, plans[index], outcomes[index], writers[index], tensors[index], error)
+        if isinstance(error, store.RunGone):
             raise BadInput(str(error)) from None
         raise
     RECORDING.clear()
@@ -104,6 +105,14 @@ def run_plans(
         for outcome in outcomes:
             outcome.output_text = target.tokenizer.decode(outcome.output_ids)
     return outcomes
+
+
+def _fail(database: Database, plan: ReplayPlan, outcome, writer, tensors, error: BaseException) -> None:
+    """A run still open when the batch failed: failed (interrupted) with every record that arrived."""
+    try:
+        fail_run(database, plan, outcome, writer, tensors, error)
+    except BadInput:  # this run was deleted too
+        pass
 
 
 def batch_size(target: Target, plan_tokens: int, asked: int | None = None) -> int:

@@ -246,8 +246,13 @@ class RunWriter:
     COMMIT_EVERY_S = 0.5
     COMMIT_EVERY_STEPS = 128
 
-    def __init__(self, database: Database, run_id: int, tensors: RunTensors | None = None):
+    def __init__(
+        self, database: Database, run_id: int, tensors: RunTensors | None = None, own_clock: bool = True
+    ):
+        """`own_clock` False: `add` never commits; the caller commits this writer with others
+        (`flush_together`, a batch of samples' runs)."""
         self.database, self.run_id, self.tensors = database, run_id, tensors
+        self.own_clock = own_clock
         self.steps: list[StepRecord] = []
         self.output_ids: list[int] = []  # everything emitted so far, stored with each batch
         self.committed = 0  # steps committed so far (the run's first `committed` steps)
@@ -259,17 +264,28 @@ class RunWriter:
             self.output_ids += record.committed_ids
         else:
             self.output_ids.append(record.first_token)
-        due = time.perf_counter() - self.last_commit >= self.COMMIT_EVERY_S
-        if due or len(self.steps) >= self.COMMIT_EVERY_STEPS:
+        if self.own_clock and self.due():
             self.flush()
+
+    def due(self) -> bool:
+        return (
+            time.perf_counter() - self.last_commit >= self.COMMIT_EVERY_S
+            or len(self.steps) >= self.COMMIT_EVERY_STEPS
+        )
 
     def flush(self) -> None:
         """One transaction: the batch, the run's partial output and its heartbeat. RunGone when
         the run was deleted meanwhile (nothing is written then)."""
+        flush_together(self.database, [self])
+
+    def write(self, session) -> None:
+        """This writer's batch into the caller's transaction (RunGone when the run is gone)."""
         stats = self.tensors.pending_stats() if self.tensors is not None else []
-        with store.session_scope(self.database.factory) as session:
-            if not store.write_run_batch(session, self.run_id, self.steps, stats, self.output_ids):
-                raise store.RunGone(self.run_id)
+        if not store.write_run_batch(session, self.run_id, self.steps, stats, self.output_ids):
+            raise store.RunGone(self.run_id)
+
+    def written(self) -> None:
+        """After the commit of `write`'s transaction."""
         self.committed += len(self.steps)
         self.steps = []  # committed: never written twice, whatever follows
         self.last_commit = time.perf_counter()
@@ -278,6 +294,16 @@ class RunWriter:
 
     def close(self) -> None:
         self.flush()
+
+
+def flush_together(database: Database, writers: list[RunWriter]) -> None:
+    """Every writer's batch, partial output and heartbeat in one transaction (a batch of samples'
+    runs commits once, not once per run), then each one's tensors to its part file."""
+    with store.session_scope(database.factory) as session:
+        for writer in writers:
+            writer.write(session)
+    for writer in writers:
+        writer.written()
 
 
 class RunTensors:
