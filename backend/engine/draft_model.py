@@ -15,9 +15,10 @@ embedding `e` is come from a `DraftMath`: the reading of one engine (backend/eng
 There is one forward. Keys and values go through a cache object that appends them and returns every
 entry attention sees: a `KVCache` for inference (the replay, trees), a `TTTCache` for the
 teacher-forced TTT layout (backend/engine/kv_cache.py). Below `Eagle3Draft` the layers run their
-modules' arithmetic (`F.linear`, `F.rms_norm`, RoPE as one roll) rather than calling each module,
-which is what makes a draft step cheap; tests/engine/test_lean_target.py checks it against the
-modules called as modules, bit for bit. So a forward hook on a submodule of the draft (a layer, a
+modules' arithmetic (`product`: `F.linear`, or weight @ x^T for a few rows; `F.rms_norm`; RoPE as one
+roll) rather than calling each module, which is what makes a draft step cheap;
+tests/engine/test_lean_target.py checks it against the modules called as modules (one row bit for
+bit, a few rows within the last places). So a forward hook on a submodule of the draft (a layer, a
 projection) does not run; one on the `Eagle3Draft` itself does. SpecLens registers none.
 """
 

@@ -10,8 +10,8 @@ with `logits_to_keep=1`).
 
 Two runners implement it:
 - `LeanTarget` (backend/engine/lean_target.py): transformers' Llama arithmetic without its per-call
-  machinery, on a `KVCache`; taken only where it reproduced transformers' own forward bit for bit
-  when the model was loaded;
+  machinery, on a `KVCache`; taken only where it agreed with transformers' own forward when the model
+  was loaded (a decode bit for bit, several rows within the last places: backend/engine/product.py);
 - `TransformersRunner` (below): the model's own forward on an `HFCache`, capturing with forward hooks.
 
 `backend.engine.lean_target.target_runner(model)` picks one when a `backend.engine.loading.Target` is

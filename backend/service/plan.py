@@ -50,8 +50,8 @@ class ReplayPlan:
             device=str(target.device),
             dtype=str(target.dtype).replace("torch.", ""),
             target_placement=placement(target.model),
-            # whose arithmetic ran the target: SpecLens's lean forward (checked bit for bit against
-            # transformers' when the target was loaded, backend/engine/lean_target.py) or transformers' own
+            # whose arithmetic ran the target: SpecLens's lean forward (checked against transformers' when
+            # the target was loaded, backend/engine/lean_target.py) or transformers' own
             target_forward=target.runner.name,
             decoding_notes=tuple(decoding.notes),
         )

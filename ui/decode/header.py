@@ -23,7 +23,7 @@ from ui.tokens import Pieces
 
 SHORT_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 TARGET_FORWARDS = {  # params.target_forward (backend/engine/lean_target.py)
-    "lean": "; target forward: SpecLens's lean Llama forward (checked bit for bit against transformers')",
+    "lean": "; target forward: SpecLens's lean Llama forward (checked against transformers' when the target loaded: a decode bit for bit, verify chunks within the last places)",
     "transformers": "; target forward: transformers'",
 }
 
@@ -129,7 +129,9 @@ def summary(run: RunInfo, steps: list[StepRecord]) -> None:
     if metrics.batch_size:
         st.caption(
             f"Replayed in a batch of {metrics.batch_size} samples (evaluate or Compare): the same tokens and "
-            "steps as alone; its draft and verify times are the batch forwards' time shared evenly."
+            "steps as alone, its hidden states within the last places (a product over more rows rounds "
+            "otherwise; where that meets a near-tie, it is named below); its draft and verify times are the "
+            "batch forwards' time shared evenly."
         )
     near_ties_note(run)
     cap_note(run, steps)
@@ -140,9 +142,9 @@ def near_ties_note(run: RunInfo) -> None:
     ties = run.measured.near_ties
     if not ties:
         return
-    shown = ", ".join(str(position - len(run.prompt_ids) + 1) for position in ties[:12])
+    shown = ", ".join(f"#{position - len(run.prompt_ids) + 1}" for position in ties[:12])
     st.caption(
-        f"Near-ties: {len(ties)} output token(s) (#{shown}{', ...' if len(ties) > 12 else ''}, counting the "
+        f"Near-ties: {len(ties)} output token(s) ({shown}{', ...' if len(ties) > 12 else ''}, counting the "
         f"prefill's token as #1) were chosen where the target's top two logits lay within {NEAR_TIE:g} of "
         "the row's largest magnitude: a product summed in another order (a batch, transformers' forward, "
         "an engine's kernels) may take the other token there."
