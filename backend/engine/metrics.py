@@ -40,7 +40,8 @@ DEFINITIONS = {
     "runs) / total verify steps (step-weighted; a long request weighs more)",
     "mean_accept_length_over_prompts": "mean over requests (or runs, one a prompt) with a verify step of "
     "each one's accept length (a short one weighs as much as a long one); those without a step are left out",
-    "tokens_per_s": "output tokens / decode time (draft + verify, prefill excluded), summed over runs",
+    "tokens_per_s": "output tokens / decode time (draft + verify, prefill excluded), summed over runs (a "
+    "batched run's times are its share of the batch's forwards, so a batch's runs sum to its wall time)",
     # What a server's own aggregate number means, by where it was read (observe)
     "sglang_log_accept_length": "accept length = mean of the logged `accept len` values (SGLang logs, per "
     "decode-log interval, accepted tokens per verify step including the bonus)",
