@@ -12,6 +12,7 @@ import torch
 from backend.engine.draft_model import Eagle3Draft
 from backend.engine.loading import Target
 from backend.engine.records import StepRecord, StepTree
+from backend.engine.sampling import near_tie_rows
 from backend.engine.step_state import (
     Caches,
     Cursor,
@@ -69,6 +70,8 @@ def tree_step(
     record = tree_record(
         step_index, cursor, tree, verdict, features, committed, (draft_ms, verify_ms), config
     )
+    # the near-ties among the rows the output read: the root, then the accepted path (chain-shaped)
+    record.near_tie_rows = near_tie_rows(output.logits[0][rows], len(rows))
     if finished:
         return record, None
     return record, cursor.after(emitted, committed, features)

@@ -130,3 +130,28 @@ def test_a_batched_sample_may_differ_from_its_lone_replay_only_at_a_recorded_nea
     assert same_or_near_tie(lone, [prefill, step([7, 8, 4], 2, [1])]) == 2 + 1 + 1  # row 1 chose token 4
     with pytest.raises(AssertionError, match="without a recorded near-tie"):
         same_or_near_tie(lone, [prefill, step([7, 8, 4], 2, [0])])
+
+
+def test_chain_and_tree_steps_record_every_near_tie_the_output_read(pairs):
+    """A head whose odd rows copy their even neighbours exactly: every verify row's top two logits tie,
+    so every row a step read (0..a: the chain, or the tree's root and accepted path) is recorded."""
+    import copy
+    from dataclasses import replace
+
+    import torch
+
+    from backend.engine.lean_target import target_runner
+    from backend.engine.replay import ReplayConfig, StepRecord, replay
+
+    pair = pairs["random-L2"]
+    model = copy.deepcopy(pair.target.model)
+    with torch.no_grad():
+        model.lm_head.weight[1::2] = model.lm_head.weight[0::2]
+    tied = replace(pair.target, model=model, runner=target_runner(model))
+    for config in (ReplayConfig(3, 16), ReplayConfig(3, 16, topk=2, num_draft_tokens=5)):
+        steps = [
+            r for r in replay(tied, pair.draft, [3, 7, 11], pair.wiring, config) if isinstance(r, StepRecord)
+        ]
+        assert steps and all(s.near_tie_rows == list(range(s.accepted_count + 1)) for s in steps)
+    plain = [r for r in replay(pair.target, pair.draft, [3, 7, 11], pair.wiring, ReplayConfig(3, 16))]
+    assert all(not r.near_tie_rows for r in plain if isinstance(r, StepRecord))  # random logits: none
