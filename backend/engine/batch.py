@@ -72,9 +72,8 @@ def replay_batch(
             elapsed = elapsed_ms(started, target.device)
             tokens = sum(len(prompts[index]) for index in group)
             for index, cache, output in zip(group, caches, outputs, strict=True):
-                share = len(prompts[index]) / tokens  # each prefill's time: its share of the rows
-                began = time.perf_counter() - elapsed * share / 1000
-                prefill = Prefill(prompts[index], cache, output, began)
+                share = elapsed * len(prompts[index]) / tokens  # each prefill's time: its share of the rows
+                prefill = Prefill(prompts[index], cache, output, share)
                 record, chain = prefilled(target, draft, wiring, configs[index], prefill)
                 yield index, record, chain.cursor is None
                 if chain.cursor is not None:

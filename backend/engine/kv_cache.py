@@ -148,7 +148,12 @@ class HFCache:
 
 
 @cache
+def forward_takes(model_class: type, name: str) -> bool:
+    """Whether this transformers version's model forward takes the keyword `name` (a name it does
+    not take is swallowed by `**kwargs`)."""
+    return name in inspect.signature(model_class.forward).parameters
+
+
 def cache_argument(model_class: type) -> str:
     """The forward keyword this transformers version's model takes for the KV cache."""
-    parameters = inspect.signature(model_class.forward).parameters
-    return "past_key_values" if "past_key_values" in parameters else "cache"
+    return "past_key_values" if forward_takes(model_class, "past_key_values") else "cache"

@@ -89,18 +89,19 @@ def start(
         capture=wiring.aux_hf_indices,
         last_logits=True,
     )
-    return prefilled(target, draft, wiring, config, Prefill(prompt_ids, cache, output, started), generator)
+    prefill = Prefill(prompt_ids, cache, output, elapsed_ms(started, target.device))
+    return prefilled(target, draft, wiring, config, prefill, generator)
 
 
 @dataclass
 class Prefill:
     """One prompt's prefill forward: the prompt, the cache it filled, its TargetOutput (the last
-    position's logits) and when it started (a perf_counter reading)."""
+    position's logits) and its milliseconds (in a batch: this prompt's share of the forward)."""
 
     prompt_ids: list[int]
     cache: object
     output: TargetOutput
-    started: float
+    forward_ms: float
 
 
 def prefilled(
@@ -114,6 +115,7 @@ def prefilled(
     """`start` after its forward (the batched replay runs many prompts' in one): the first token,
     the record and the Chain."""
     prompt_ids, output = prefill.prompt_ids, prefill.output
+    started = time.perf_counter()
     device, indices = target.device, wiring.aux_hf_indices
     eos = config.stops(target.eos_token_ids)
     history = None
@@ -128,7 +130,7 @@ def prefilled(
     record = PrefillRecord(
         list(prompt_ids),
         first,
-        elapsed_ms(prefill.started, device),
+        prefill.forward_ms + elapsed_ms(started, device),
         features.to("cpu") if config.record else None,
     )
     caches = Caches(prefill.cache, KVCache(draft.config.num_layers))

@@ -141,7 +141,11 @@ def draft_catch_ups(
     """1 for B sequences in one draft forward (their positions packed one after another, each on
     its own cache: the batched replay); each one's last output hidden [B, H]."""
     lengths = [len(cursor.catch_up_tokens) for cursor in cursors]
-    features = torch.cat([cursor.catch_up_features for cursor in cursors])
+    features = (
+        cursors[0].catch_up_features
+        if len(cursors) == 1
+        else torch.cat([c.catch_up_features for c in cursors])
+    )
     device = features.device
     tokens = torch.tensor([token for cursor in cursors for token in cursor.catch_up_tokens], device=device)
     positions = torch.cat(

@@ -21,15 +21,13 @@ built; the Target holds it as `runner`, and every forward of a replay goes throu
 from __future__ import annotations
 
 import contextlib
-import inspect
 from dataclasses import dataclass
-from functools import cache
 
 import torch
 import transformers
 
 from backend.engine.capture import AuxCapture, fused
-from backend.engine.kv_cache import HFCache, cache_argument
+from backend.engine.kv_cache import HFCache, cache_argument, forward_takes
 
 
 @dataclass
@@ -135,13 +133,6 @@ class TargetRunner:
         raise NotImplementedError
 
 
-@cache
-def keeps_last_logits(model_class: type) -> bool:
-    """Whether this transformers version's model takes `logits_to_keep` (what `generate()` passes as 1
-    for its prefill)."""
-    return "logits_to_keep" in inspect.signature(model_class.forward).parameters
-
-
 class TransformersRunner(TargetRunner):
     """The model's own forward (any family, any device, a target split by accelerate)."""
 
@@ -162,7 +153,7 @@ class TransformersRunner(TargetRunner):
         length = input_ids.shape[1]
         before = cache.length
         extra = {}
-        if last_logits and keeps_last_logits(type(model)):
+        if last_logits and forward_takes(type(model), "logits_to_keep"):  # as generate() passes it
             extra["logits_to_keep"] = 1
         if tree is not None:
             dtype = model.get_input_embeddings().weight.dtype
