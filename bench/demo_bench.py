@@ -28,7 +28,9 @@ Run with `PYTHONPATH=. python bench/replay_bench.py --demo [--pair toy|smollm2]`
 
 from __future__ import annotations
 
+import atexit
 import json
+import shutil
 import statistics
 import tempfile
 import time
@@ -86,6 +88,7 @@ def run_demo(
     records = [json.loads(line) for line in pair.eval_set.read_text().splitlines()[:prompts]]
     prompt_ids = [r["input_ids"][: r["n_prompt_tokens"]] for r in records]
     folder = tempfile.mkdtemp(prefix="demo_bench_")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)  # 61 MB a run, tests included
     database = open_database(f"sqlite:///{folder}/bench.db")
 
     hf_target = replace(target, runner=TransformersRunner(target.model))  # SPECLENS_LEAN_TARGET=0's runner

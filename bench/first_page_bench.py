@@ -17,8 +17,10 @@ Printed as a table; compare runs within one invocation (this machine is noisy).
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import re
+import shutil
 import socket
 import statistics
 import subprocess
@@ -47,7 +49,9 @@ def torch_loaded(pid: int) -> bool:
 def one_run(page_name: str, browser) -> dict:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPECLENS_")}
-    env["SPECLENS_DB_URL"] = f"sqlite:///{tempfile.mkdtemp()}/bench.db"
+    folder = tempfile.mkdtemp(prefix="first_page_bench_")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    env["SPECLENS_DB_URL"] = f"sqlite:///{folder}/bench.db"
     started = time.perf_counter()
     server = subprocess.Popen(
         [

@@ -12,9 +12,11 @@ near the interpreter's own footprint plus one batch, not grow with the file.
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import random
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -55,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mb", type=float, default=200.0, help="size of the generated JSONL (default 200)")
     args = parser.parse_args(argv)
     folder = Path(tempfile.mkdtemp(prefix="import_bench_"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)  # a 200 MB file
     data = folder / "big.jsonl"
     records = write_file(data, args.mb)
     size_mb = data.stat().st_size / 1024**2

@@ -20,9 +20,11 @@ shares to rank, and bench/replay_bench.py for speeds.
 from __future__ import annotations
 
 import argparse
+import atexit
 import cProfile
 import json
 import pstats
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -82,6 +84,7 @@ def main(argv: list[str] | None = None) -> None:
     from backend.service.plan import resolve
 
     folder = Path(tempfile.mkdtemp(prefix="profile_job_"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
     if args.pair in ("demo", "real"):
         target, draft, wiring, target_path, draft_path, prompts = demo_pair(args.prompts, args.pair == "real")
     else:

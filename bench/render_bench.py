@@ -18,9 +18,11 @@ database, then:
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import re
+import shutil
 import statistics
 import sys
 import tempfile
@@ -128,6 +130,7 @@ def main(argv: list[str] | None = None) -> None:
     rows = []
     for length in [int(x) for x in args.lengths.split(",")]:
         folder = Path(tempfile.mkdtemp(prefix="speclens-render-"))
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
         url = f"sqlite:///{folder / 'bench.db'}"
         run_id = make_run(url, length)
         html_ms, html_kb, tokens = html_timing(url, run_id)

@@ -30,6 +30,7 @@ if [ ! -f "$DIR/.speclens-complete" ] || ! "$DIR/build/bin/llama-server" --versi
     touch "$DIR/.speclens-complete"  # only a finished build is ever used
     SAID="llama.cpp $VERSION built into $DIR"
 else
+    touch "$DIR/.speclens-complete"  # used now (tests/run.sh prunes entries unused for 2 days)
     SAID="llama.cpp $VERSION: cached at $DIR"
 fi
 if [ "${1:-}" = "--build-only" ]; then

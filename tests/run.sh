@@ -22,6 +22,13 @@ stage() {  # stage NAME: the time since the previous stage ended is NAME's
     stage_start=$now
 }
 
+CACHE="${SPECLENS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/speclens}"
+disk_free() {  # the free space where the checkout and the per-machine cache live (a CI run once ran out)
+    df -h --output=avail,target . "$(dirname "$CACHE")" 2>/dev/null | tail -n +2 | sort -u |
+        awk -v when="$1" '{printf "tests/run.sh: %s free on %s (%s)\n", $1, $2, when}'
+}
+disk_free "before the installs"
+export PIP_NO_CACHE_DIR=1  # pip's wheel cache would keep a second copy of every install on the disk
 MISSING=()
 command -v chromium >/dev/null 2>&1 || MISSING+=(chromium)
 compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || MISSING+=(postgresql)
@@ -49,7 +56,6 @@ stage "install: .venv (requirements.txt)"
 stage "install: the real pair (python -m demo.smollm2)"
 # vLLM's CPU build for the real-engine tests (tests/real_engine), in its own venv (README's vLLM command),
 # built once per machine: a new requirements-vllm.txt is a new cache entry.
-CACHE="${SPECLENS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/speclens}"
 VLLM_VENV="$CACHE/venv-vllm-$(sha256sum requirements-vllm.txt | cut -c1-16)"
 if [ ! -f "$VLLM_VENV/.speclens-complete" ] || ! "$VLLM_VENV/bin/python" -c "import vllm" 2>/dev/null; then
     rm -rf "$VLLM_VENV"  # a run killed mid-install leaves no marker: start over
@@ -60,6 +66,7 @@ if [ ! -f "$VLLM_VENV/.speclens-complete" ] || ! "$VLLM_VENV/bin/python" -c "imp
     touch "$VLLM_VENV/.speclens-complete"  # only a finished install is ever used
     VLLM_FROM="installed into $VLLM_VENV"
 else
+    touch "$VLLM_VENV/.speclens-complete"  # used now (the pruning below keeps what was used lately)
     VLLM_FROM="cached: $VLLM_VENV"
 fi
 if [ ! -L .venv-vllm ] || [ "$(readlink .venv-vllm)" != "$VLLM_VENV" ]; then
@@ -67,8 +74,15 @@ if [ ! -L .venv-vllm ] || [ "$(readlink .venv-vllm)" != "$VLLM_VENV" ]; then
     ln -s "$VLLM_VENV" .venv-vllm
 fi
 stage "install: vLLM ($VLLM_FROM)"
+# The floor's venv sees .venv's packages behind its own (a .pth file: torch, numpy, pytest come from there)
+# and installs only what differs: transformers 4.57 with its tokenizers and huggingface-hub, which shadow
+# .venv's (160 MB and ~13 s, where a second torch cost 1.2 GB and ~50 s). pip then lists the conflicts of
+# .venv packages the floor never imports (kernels wants a newer huggingface-hub): expected, not a failure.
 python3 -m venv .venv-floor
+site_of() { "$1" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])"; }
+site_of .venv/bin/python >"$(site_of .venv-floor/bin/python)/speclens-main-venv.pth"
 .venv-floor/bin/pip install -q -r tests/requirements-floor.txt
+.venv-floor/bin/python -c "import transformers; assert transformers.__version__.startswith('4.'), transformers.__file__"
 stage "install: .venv-floor (tests/requirements-floor.txt)"
 # llama.cpp's server for tests/real_engine/test_llamacpp.py, built once per machine into the same cache,
 # keyed by its version and build flags (scripts/install-llamacpp.sh); .llamacpp links to it.
@@ -103,6 +117,17 @@ stage "main suite (pytest -n 2)"
 floor=0
 .venv-floor/bin/python -m pytest -q -p no:cacheprovider -n 2 tests/engine -m "not slow" || floor=$?
 stage "floor: tests/engine on transformers 4.57 (pytest -n 2)"
+# The per-machine cache keeps what this checkout links to, and any other entry (an older
+# requirements-vllm.txt or llama.cpp build, another checkout's) that a run used in the last 2 days.
+for entry in "$CACHE"/venv-vllm-* "$CACHE"/llamacpp-*; do
+    [ -d "$entry" ] || continue
+    [ "$entry" = "$(readlink .venv-vllm)" ] || [ "$entry" = "$(readlink .llamacpp)" ] && continue
+    used=$([ -f "$entry/.speclens-complete" ] && echo "$entry/.speclens-complete" || echo "$entry")
+    if [ -n "$(find "$used" -maxdepth 0 -mmin +2880)" ]; then
+        rm -rf "$entry" && echo "tests/run.sh: removed $entry (not used for 2 days)"
+    fi
+done
+disk_free "at the end"
 
 echo
 echo "tests/run.sh: wall time by stage"

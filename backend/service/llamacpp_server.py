@@ -51,12 +51,50 @@ def llamacpp_dir(path: str | None = None) -> Path:
     return chosen
 
 
+CACHE_GB = 4.0  # the GGUF cache's default cap (SPECLENS_GGUF_CACHE_GB)
+RECENT_S = 3600.0  # a conversion used this recently stays, over the cap or not
+
+
 def gguf_cache() -> Path:
     root = (
         os.environ.get("SPECLENS_CACHE")
         or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "speclens"
     )
     return Path(root) / "gguf"
+
+
+def cache_cap_bytes() -> float:
+    said = os.environ.get("SPECLENS_GGUF_CACHE_GB", "")
+    try:
+        cap = float(said) if said else CACHE_GB
+    except ValueError:
+        cap = -1.0
+    if not cap >= 0:
+        raise BadInput(f"SPECLENS_GGUF_CACHE_GB={said!r}: not a size in GB (a number >= 0)")
+    return cap * 1024**3
+
+
+def keep_under_cap(folder: Path, now: float | None = None) -> list[Path]:
+    """Removes the least recently used conversions (each is touched when used) until the folder holds
+    at most the cap, never one used in the last RECENT_S (a pair just asked for, however large: its
+    target and draft, or another run's); the removed paths. A draft's F32 GGUF is tens of MB, a
+    target's 4 bytes a parameter: without a cap every changed draft or target stays on the disk for
+    good (docs/engines.md)."""
+    cap, now, sizes = cache_cap_bytes(), time.time() if now is None else now, []
+    for gguf in folder.glob("*.gguf"):
+        try:
+            info = gguf.stat()
+        except FileNotFoundError:  # another process removed it meanwhile
+            continue
+        sizes.append((info.st_mtime, info.st_size, gguf))
+    removed, total = [], 0
+    for used, size, gguf in sorted(sizes, key=lambda entry: -entry[0]):  # newest use first
+        total += size
+        if total > cap and now - used > RECENT_S:
+            gguf.unlink(missing_ok=True)  # a server that has it open keeps reading it (POSIX)
+            gguf.with_suffix(".log").unlink(missing_ok=True)
+            removed.append(gguf)
+    return removed
 
 
 @functools.lru_cache(maxsize=32)
@@ -111,6 +149,9 @@ def converted(
             said = next((ln for ln in reversed(lines) if "Error" in ln), lines[-1] if lines else "no output")
             raise BadInput(f"{model_dir}: llama.cpp's converter failed: {said.strip()[-300:]} (log: {log})")
         partial.rename(out)  # only a finished conversion is ever used
+    else:
+        os.utime(out)  # used now: the cap removes the least recently used first
+    keep_under_cap(folder)
     found = CONVERTER_LAYERS.search(log.read_text(errors="replace")) if log.is_file() else None
     return out, (f"EAGLE-3: target_layers = {found.group(1)}" if found else "")
 
