@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import zlib
 from datetime import UTC, datetime
+from pathlib import Path
 
 import streamlit as st
 
@@ -33,10 +34,28 @@ def number(value, digits: int = 2) -> str:
     return "—" if value is None else f"{value:.{digits}f}"
 
 
+def _same_dir(a: str, b: str) -> bool:
+    try:
+        return Path(a).resolve() == Path(b).resolve()
+    except (OSError, RuntimeError):
+        return a == b
+
+
+def newest_of_active_pair(runs: list[RunInfo]) -> int:
+    """Where the picker opens when no run was chosen: the newest run of the sidebar's draft, else of its
+    target, else the newest run (runs come newest first)."""
+    for path, field in ((state.draft_path(), "draft_path"), (state.target_path(), "target_path")):
+        found = next((r.id for r in runs if _same_dir(getattr(r, field), path)), None)
+        if found is not None:
+            return found
+    return runs[0].id
+
+
 def pick_run(runs: list[RunInfo]) -> int:
-    """The run select box: the selected run (a replay that just finished is followed)."""
+    """The run select box: the selected run (a replay that just finished is followed); with none chosen
+    yet, the newest run of the sidebar's pair."""
     run_ids = [r.id for r in runs]
-    selected = state.get_value("run") or run_ids[0]
+    selected = state.get_value("run") or newest_of_active_pair(runs)
     if selected not in run_ids:
         selected = run_ids[0]
     labels = {r.id: run_label(r) for r in runs}
