@@ -116,8 +116,9 @@ def test_home_tells_the_demo_s_story_from_the_demo_s_own_files(db):
 
 
 def test_a_link_s_draft_becomes_the_active_draft_once(db):
-    """?draft=miswired (Home's step 2) makes miswired active on arrival; the parameter is dropped, so a
-    later sidebar choice is not overridden; an unknown name keeps the active draft and says so."""
+    """?draft=miswired (Home's step 2) makes miswired active on arrival; the address then names the
+    active draft on every page, so a later sidebar choice is not overridden and a reload (a new session
+    on that address) opens on the same draft; an unknown name keeps the active draft and says so."""
     from backend.defaults import DEMO_DRAFTS
 
     app = page("4_Diagnostics")
@@ -126,10 +127,20 @@ def test_a_link_s_draft_becomes_the_active_draft_once(db):
     assert app.sidebar.selectbox(key="sidebar_draft").value == "miswired"
     assert any("the active draft, on every page" in i.value for i in app.info)  # said, not silent
     assert str(DEMO_DRAFTS / "miswired") in " ".join(c.value for c in app.caption)
-    assert "draft" not in app.query_params
-    app.sidebar.selectbox(key="sidebar_draft").set_value("final")
+    assert app.query_params["draft"] == "miswired"
+    app.sidebar.selectbox(key="sidebar_draft").set_value("epoch1")
     app = ok(app.run())
-    assert app.sidebar.selectbox(key="sidebar_draft").value == "final"
+    assert app.sidebar.selectbox(key="sidebar_draft").value == "epoch1"
+    assert app.query_params["draft"] == "epoch1"  # the address follows the sidebar, silently
+    assert not any("the active draft, on every page" in i.value for i in app.info)
+    app = ok(app.run())
+    assert app.sidebar.selectbox(key="sidebar_draft").value == "epoch1"
+    reloaded = page("4_Diagnostics")
+    reloaded.query_params["draft"] = app.query_params["draft"]
+    reloaded = ok(reloaded.run())
+    assert reloaded.sidebar.selectbox(key="sidebar_draft").value == "epoch1"
+    plain = ok(page("4_Diagnostics").run())
+    assert plain.query_params["draft"] == plain.sidebar.selectbox(key="sidebar_draft").value
     other = page("home")
     other.query_params["draft"] = "nope"
     other = ok(other.run())

@@ -91,7 +91,7 @@ def show_demo_story(target_path: str) -> None:
     st.page_link(
         "pages/4_Diagnostics.py",
         label="3. On that page, the Wiring probe tab: which layers the draft was really trained on, tried "
-        "candidate by candidate (teacher-forced accuracy)",
+        "candidate by candidate (the draft's training loss against the target, teacher-forced)",
         query_params={"draft": story.broken},
     )
     st.page_link(

@@ -159,23 +159,42 @@ def draft_name(path: str) -> str:
     return Path(path).name
 
 
+ADDRESS_DRAFT = "state_draft_in_address"  # the ?draft= name this session wrote or followed last
+
+
 def follow_link() -> None:
-    """A link's `?draft=NAME` makes that draft active (Home's start-here links); read once, then
-    dropped from the address so a later choice in the sidebar is not overridden by it."""
+    """A `?draft=NAME` in the address makes that draft active: Home's start-here links, and a reload or
+    a copied address, since the sidebar writes the active draft's name there on every page
+    (`keep_draft_in_address`). A name this session wrote or followed itself is not followed again, so
+    a later choice in the sidebar is not overridden by it."""
     name = st.query_params.get("draft")
-    if name is None:
+    if name is None or name == st.session_state.get(ADDRESS_DRAFT):
         return
-    del st.query_params["draft"]
+    st.session_state[ADDRESS_DRAFT] = name
     if name in drafts():
         if drafts()[name] != draft_path():
             set_value("draft", drafts()[name])
             st.info(
-                f"The link made **{md(name)}** the active draft, on every page from now on; the sidebar's "
-                "Draft box switches back.",
+                f"The address (a link, or a reload) made **{md(name)}** the active draft, on every page from "
+                "now on; the sidebar's Draft box switches back.",
                 icon="ℹ️",
             )
     else:
-        st.warning(f"The link names a draft {md(name)!r} this session does not know; the active one is kept.")
+        st.warning(
+            f"The address names a draft {md(name)!r} this session does not know; the active one is kept."
+        )
+
+
+def keep_draft_in_address() -> None:
+    """The active draft's name in the page's address (`?draft=NAME`), so that a reload, which starts a
+    new session, opens on the same draft; a draft without a name in the sidebar's list leaves none."""
+    name = draft_name(draft_path())
+    if drafts().get(name) == draft_path():
+        if st.query_params.get("draft") != name:
+            st.query_params["draft"] = name
+        st.session_state[ADDRESS_DRAFT] = name
+    elif "draft" in st.query_params:
+        del st.query_params["draft"]
 
 
 def linked_select(param: str, widget_key: str, options: list[str], default: str | None = None) -> dict:
@@ -241,6 +260,7 @@ def sidebar() -> None:
                     st.error(md(str(error)))
                 else:
                     st.rerun()
+    keep_draft_in_address()
 
 
 def _follow_target(target: str) -> None:

@@ -316,8 +316,8 @@ def run_probe(
     progress: Progress = no_progress,
     math: DraftMath | None = None,
 ) -> ProbeReport:
-    """Rank candidate wirings by teacher-forced accuracy on `samples` (objects with input_ids and
-    loss_mask; prompt_ids for live runs)."""
+    """Rank candidate wirings by the draft's teacher-forced training loss on `samples` (objects with
+    input_ids and loss_mask; prompt_ids for live runs); acc_0 is reported beside it."""
     settings = settings or ProbeSettings()
     num_steps, search_budget, live_samples = settings.num_steps, settings.search_budget, settings.live_samples
     started = time.time()

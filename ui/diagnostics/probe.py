@@ -1,4 +1,4 @@
-"""The wiring probe tab: teacher-forced accuracy under candidate wirings, the copy-paste config."""
+"""The wiring probe tab: the draft's training loss (and acc_0) under candidate wirings, the copy-paste config."""
 
 from __future__ import annotations
 
@@ -85,8 +85,8 @@ def _render(report) -> None:
 
 def probe_tab() -> None:
     st.markdown(
-        "Which three target hidden states was this draft trained on? Teacher-forced accuracy under "
-        "candidate wirings (declared in each convention, defaults, ±1 shifts, embedding output, local search)."
+        "Which three target hidden states was this draft trained on? The draft's training loss "
+        "(teacher-forced, against the target) under candidate wirings (declared in each convention, defaults, ±1 shifts, embedding output, local search)."
     )
     samples = first_samples("probe", default_n=8)
     c1, c2, c3 = st.columns(3)
