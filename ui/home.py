@@ -73,7 +73,10 @@ def show_demo_story(target_path: str) -> None:
     st.markdown(_drafts_text(story))
     if story.curve_definition:  # the per-epoch numbers above, defined where they are shown
         definition = story.curve_definition.split(": ", 1)[-1]
-        st.caption(f"Held-out accept length (the build's measure, per epoch above): {md(definition)}.")
+        # the definition's `code` marks would show as literal backticks once escaped
+        st.caption(
+            f"Held-out accept length (the build's measure, per epoch above): {md(definition.replace('`', ''))}."
+        )
     engines = _engines_text(story)
     if engines:
         st.markdown(engines)
@@ -90,8 +93,8 @@ def show_demo_story(target_path: str) -> None:
     )
     st.page_link(
         "pages/4_Diagnostics.py",
-        label="3. On that page, the Wiring probe tab: which layers the draft was really trained on, tried "
-        "candidate by candidate (the draft's training loss against the target, teacher-forced)",
+        label="3. On that page, the Wiring probe tab: which layers the draft was really trained on, "
+        "candidate by candidate (by its training loss)",
         query_params={"draft": story.broken},
     )
     st.page_link(

@@ -143,6 +143,9 @@ def active_setup_note() -> str:
     one), or the user's own."""
     pair = pair_of(target_path())
     change = "choose another in the sidebar or set SPECLENS_TARGET / SPECLENS_DRAFT / SPECLENS_DB_URL"
+    unusable = checkpoints.problem(target_path(), "target")
+    if unusable:
+        return f"No usable target is active: {md(unusable)}; {change}."
     if pair is None:
         return f"Your own target is active (not a bundled pair); {change}."
     note = f"The bundled {pair.label} is active ({pair.target.relative_to(REPO)}); {change}."
@@ -235,15 +238,14 @@ def sidebar() -> None:
         st.caption("Active setup (shared by all pages)")
         st.text(f"database ({db_backend()}): {db_url()}")
         target = st.text_input("Target model directory", value=target_path(), key="sidebar_target")
+        unusable = checkpoints.problem(target, "target")
         if target != target_path():
             set_value("target", target)
-            if Path(target, "config.json").is_file():
+            if not unusable:
                 checkpoints.remember(db(), "target", target)
                 _follow_target(target)
-        if not Path(target).is_dir():
-            st.error(f"{md(target)}: no such directory. Pick a local Hugging Face model directory.")
-        elif not Path(target, "config.json").is_file():
-            st.error(f"{md(target)} has no config.json: pick a local Hugging Face model directory.")
+        if unusable:
+            st.error(f"{md(unusable)}. Pick a local Hugging Face model directory.")
         names = list(drafts())
         current = draft_name(draft_path())
         shown = follow("sidebar_draft", current, names)  # a draft just added (or chosen elsewhere) is shown

@@ -45,6 +45,7 @@ class Widget:
     widget_value: object = None  # the form's default (None: the field's)
     step: float | None = None
     none_at: object = None  # a number widget's value that means None (num_draft_tokens 0)
+    range: str | None = None  # the help's words for what the setting's check accepts (else low to high)
 
 
 @dataclass(frozen=True)
@@ -154,7 +155,7 @@ class ReplayRequest:
         group="decoding",
         parse=_integer,
         help="K: draft tokens per verify step",
-        widget=Widget("number", "K (draft steps)", low=1, high=16),
+        widget=Widget("number", "K (draft steps)", low=1, high=MAX_STEPS),
     )
     max_new_tokens: int = setting(
         128,
@@ -203,7 +204,15 @@ class ReplayRequest:
         parse=_integer,
         help="tokens verified per step, the root included (SGLang --speculative-num-draft-tokens; "
         "topk 1 forces steps + 1)",
-        widget=Widget("number", "Draft tokens N", row="tree", low=0, high=MAX_DRAFT_TOKENS, none_at=0),
+        widget=Widget(
+            "number",
+            "Draft tokens N",
+            row="tree",
+            low=0,
+            high=MAX_DRAFT_TOKENS,
+            none_at=0,
+            range=f"0 (none) or 2 to {MAX_DRAFT_TOKENS}",
+        ),  # fmt: skip
     )
     temperature: float = setting(
         0.0,
@@ -212,7 +221,7 @@ class ReplayRequest:
         group="tree",
         parse=_number,
         help="0 (default): greedy",
-        widget=Widget("number", "Temperature", row="sampling", low=0.0, high=10.0, step=0.1),
+        widget=Widget("number", "Temperature", row="sampling", low=0.0, step=0.1, range="0 or more"),
     )
     top_p: float = setting(
         1.0,
@@ -220,7 +229,7 @@ class ReplayRequest:
         flag="--top-p",
         group="tree",
         parse=_number,
-        widget=Widget("number", "top_p", row="sampling", low=0.01, high=1.0, step=0.05),
+        widget=Widget("number", "top_p", row="sampling", step=0.05, range="above 0, at most 1"),
     )
     top_k: int = setting(
         0,
@@ -229,7 +238,7 @@ class ReplayRequest:
         group="tree",
         parse=_integer,
         help="0 or -1: every token; 1 is greedy",
-        widget=Widget("number", "top_k (0 = all)", row="sampling", low=0, high=1_000_000),
+        widget=Widget("number", "top_k (0 = all)", row="sampling", range="-1 or more"),
     )
     seed: int = setting(
         0,
@@ -238,7 +247,7 @@ class ReplayRequest:
         group="tree",
         parse=_integer,
         help="seeds every random draw: a run replays bit for bit",
-        widget=Widget("number", "Seed", row="sampling", low=0, high=2**31 - 1),
+        widget=Widget("number", "Seed", row="sampling", low=0, high=2**63 - 1),
     )
     draft_attention: str = setting(
         "ancestors",

@@ -44,7 +44,7 @@ def parse_aux_indices(text: str | None) -> tuple[int, ...] | None:
     try:
         values = tuple(int(part) for part in text.replace(" ", "").split(",") if part)
     except ValueError:
-        raise BadInput(f"{text!r}: expected three comma-separated integers") from None
+        raise BadInput(f"{text!r}: expected three comma-separated integers, e.g. 2,15,27") from None
     check_override(values, repr(text))
     return values
 
@@ -55,7 +55,9 @@ def check_override(values, what: str | None = None) -> None:
     target's depth is checked when the override becomes a Wiring (override_wiring)."""
     what = what or str(list(values))
     if len(values) != 3:
-        raise BadInput(f"{what}: EAGLE-3 fuses exactly three target states; got {len(values)} indices")
+        raise BadInput(
+            f"{what}: EAGLE-3 fuses exactly three target states; got {len(values)} indices (e.g. 2,15,27)"
+        )
     if any(v < 0 for v in values):
         raise BadInput(f"{what}: HF indices are >= 0 (0 = embedding output)")
 

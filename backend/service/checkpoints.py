@@ -20,16 +20,34 @@ def remember(db_url: str | None, role: str, path: str) -> str:
     default (issue 58 row 4)."""
     if role not in ROLES:
         raise BadInput(f"unknown checkpoint role {role!r}; use one of {', '.join(ROLES)}")
+    said = problem(path, role)
+    if said:
+        raise BadInput(said)
     directory = Path(path).expanduser()
-    if not directory.is_dir():
-        raise BadInput(f"{path}: no such directory")
-    if not (directory / "config.json").is_file():
-        raise BadInput(f"{path}: the directory has no config.json (not a model or draft checkpoint)")
-    readable(directory, role, strict=True)
     name = directory.name or str(directory)
     with store.session_scope(open_database(db_url).factory) as session:
         store.remember_checkpoint(session, role, str(directory), name)
     return name
+
+
+def problem(path: str, role: str) -> str | None:
+    """Why `path` is not a usable `role` directory, in one line naming it (missing, a file, no
+    config.json, a config.json that does not read as `role`'s); None when it is usable."""
+    directory = Path(path).expanduser()
+    try:
+        if directory.is_file():
+            return f"{path}: a file, not a model directory (give the folder that holds config.json)"
+        if not directory.is_dir():
+            return f"{path}: no such directory"
+        if not (directory / "config.json").is_file():
+            return f"{path}: the directory has no config.json (not a model or draft checkpoint)"
+    except OSError as error:  # a path too long, a folder we may not enter
+        return f"{path}: cannot be read ({error.strerror or error})"
+    try:
+        readable(directory, role, strict=True)
+    except BadInput as error:
+        return str(error)
+    return None
 
 
 def readable(directory, role: str, strict: bool = False) -> bool:

@@ -14,6 +14,7 @@ same table as a local one of the same runs.
 from __future__ import annotations
 
 import os
+import re
 import socket
 import time
 from collections.abc import Callable
@@ -51,6 +52,17 @@ class Cluster:
     timeout: float = RAY_CONNECT_TIMEOUT_S
 
 
+ADDRESS = re.compile(r"(ray://)?[A-Za-z0-9_.\-\[\]:]+:\d{1,5}")
+
+
+def address_problem(address: str) -> str | None:
+    """Why `address` is not a Ray address this accepts ('local', 'auto', host:port, ray://host:port), in
+    one line; None when it is one. Ray's own check raises a bare ValueError deep in ray.init."""
+    if address in ("local", "auto", "") or ADDRESS.fullmatch(address):
+        return None
+    return f"Ray address {address!r}: not 'local', 'auto', host:port or ray://host:port (e.g. 10.0.0.5:6379)"
+
+
 def wait_for_listener(address: str, timeout: float) -> None:
     """BadInput unless something accepts a TCP connection at a `host:port` (or `ray://host:port`) address
     within `timeout` s. Ray's own connect retries an address with nothing listening without end."""
@@ -78,6 +90,9 @@ def connect(address: str, timeout: float = RAY_CONNECT_TIMEOUT_S):
     except ImportError:
         raise BadInput("--ray needs the ray package: pip install ray") from None
     if not ray.is_initialized():
+        said = address_problem(address)
+        if said:
+            raise BadInput(said)
         wait_for_listener(address, timeout)
         try:
             ray.init(
@@ -91,7 +106,7 @@ def connect(address: str, timeout: float = RAY_CONNECT_TIMEOUT_S):
                     }
                 },
             )
-        except ConnectionError as error:
+        except (ConnectionError, ValueError) as error:
             raise BadInput(f"Ray cluster {address}: {error}") from None
     return ray
 

@@ -15,7 +15,9 @@ SPACE, NEWLINE, LT, X, SELF, RETURN, DEF = 224, 202, 31, 91, 283, 305, 297
 PROMPT = [DEF, X]
 
 
-def store_run(db: str, draft: str, steps: list[dict], *, sample_id=None, al: float | None = None) -> int:
+def store_run(
+    db: str, draft: str, steps: list[dict], *, sample_id=None, al: float | None = None, prompt=PROMPT
+) -> int:
     """A finished run of the demo target with the given verify steps (no model involved): each step
     {"position", "drafted", "accepted", "bonus"}; its output is the prefill token X then the steps'
     committed tokens."""
@@ -48,7 +50,7 @@ def store_run(db: str, draft: str, steps: list[dict], *, sample_id=None, al: flo
             draft_path=str(DEMO_DRAFTS / draft),
             params={"num_steps": 2, "topk": 1, "num_draft_tokens": 3, "engine": "sglang"},
             aux_hf_indices=[2, 4, 5],
-            given=store.RunInput(PROMPT, "dataset 1 #0", sample_id),
+            given=store.RunInput(list(prompt), "dataset 1 #0" if prompt == PROMPT else "prompt", sample_id),
         )
         store.add_steps(session, run_id, records)
         mean = al if al is not None else sum(s["accepted"] + 1 for s in steps) / len(steps)
@@ -80,6 +82,27 @@ def said(app) -> str:
     blocks = [h.proto.body for h in app.html if "sl-said" in h.proto.body]
     assert len(blocks) == 1
     return re.sub(r"<[^>]+>", "", blocks[0].split('<div class="sl-said">', 1)[1])
+
+
+def test_runs_of_different_prompts_show_both_outputs_and_compare_no_positions(db):
+    """A walk paired a dataset-sample run with a typed-prompt run: B's row was empty (its window was
+    taken from A's prompt length) and the page said the drafts agreed everywhere."""
+    a = store_run(db, "epoch1", [{"position": 2, "drafted": [SELF, SPACE], "accepted": 2, "bonus": NEWLINE}])
+    longer = [*PROMPT, SPACE, SELF, NEWLINE]
+    b = store_run(
+        db, "final", [{"position": 5, "drafted": [RETURN, LT], "accepted": 1, "bonus": SPACE}], prompt=longer
+    )
+    app = page("3_Compare")
+    app.session_state["global_compare_runs"] = (a, b)
+    app = ok(app.run())
+    assert any("different prompts" in w.value for w in app.warning)
+    metrics = {m.label: m.value for m in app.metric}
+    assert metrics["Drafts first differ at"] == "—" and metrics["Outputs first differ at"] == "—"
+    body = next(h.proto.body for h in app.html if "<b>B</b>" in h.proto.body)
+    row_a, row_b = body.split("<b>A</b>", 1)[1].split("<b>B</b>", 1)
+    assert row_a.count('class="sl-t ') == 4 and row_b.count('class="sl-t ') == 3  # every output token
+    assert '<div class="sl-said">' not in body  # no sentence on where the drafts differ
+    assert {"Run A's prompt ends:", "Run B's prompt ends:"} <= {c.value for c in app.caption}  # each its own
 
 
 def test_compare_says_what_differed_in_words(db):

@@ -10,6 +10,7 @@ import streamlit as st
 from backend import BadInput
 from backend.engine.request import ReplayRequest
 from backend.service import runs as stored_runs
+from backend.service.ray_eval import address_problem
 from backend.service.tasks import Comparison
 from ui import state
 from ui.html import md
@@ -45,21 +46,54 @@ def _decoding() -> tuple[dict, dict]:
 def _which_samples(samples: list, running: bool) -> tuple[list | None, str | None]:
     """(the samples a button asked for, the Ray address for a batch), or (None, None)."""
     single, batch = st.columns(2)
-    index = single.number_input("Sample #", 0, len(samples) - 1, 0, key="compare_index")
-    sample_preview(samples[int(index)], state.target_path(), single)
-    count = batch.number_input(
-        "Batch: first N samples", 1, len(samples), min(6, len(samples)), key="compare_batch_n"
+    # No min/max on the numbers (as on Decode): out of range, the browser would keep the last good
+    # number while showing the typed one, and a click would compare on that.
+    index = int(
+        single.number_input("Sample #", value=0, step=1, key="compare_index", help=f"0 to {len(samples) - 1}")
     )
+    index_problem = (
+        None
+        if 0 <= index < len(samples)
+        else f"Sample #{index}: this dataset has samples 0 to {len(samples) - 1}"
+    )
+    if index_problem:
+        single.error(index_problem)
+    else:
+        sample_preview(samples[index], state.target_path(), single)
+    count = int(
+        batch.number_input(
+            "Batch: first N samples",
+            value=min(6, len(samples)),
+            step=1,
+            key="compare_batch_n",
+            help=f"1 to {len(samples)}",
+        )
+    )
+    count_problem = (
+        None
+        if 1 <= count <= len(samples)
+        else f"Batch of {count}: this dataset has {len(samples)} samples (1 to {len(samples)})"
+    )
+    if count_problem:
+        batch.error(count_problem)
     ray_address = batch.text_input(
         "Run the batch on Ray (address, 'local', or empty: here)",
         os.environ.get("SPECLENS_RAY_ADDRESS", ""),
         key="compare_ray",
         help=RAY_HELP,
     ).strip()
-    if single.button("Compare on this sample", key="compare_start_one", disabled=running):
-        return [samples[int(index)]], None
-    if batch.button("Compare on N samples", key="compare_start_batch", disabled=running):
-        return samples[: int(count)], ray_address or None
+    if single.button(
+        "Compare on this sample", key="compare_start_one", disabled=running or bool(index_problem)
+    ):
+        return [samples[index]], None
+    if batch.button(
+        "Compare on N samples", key="compare_start_batch", disabled=running or bool(count_problem)
+    ):
+        refused = address_problem(ray_address)
+        if refused:
+            batch.error(md(refused))
+            return None, None
+        return samples[:count], ray_address or None
     if running:
         st.caption("A comparison is running (progress below); start the next one when it ends.")
     return None, None

@@ -66,7 +66,9 @@ def pick_pair(runs: list[RunInfo]) -> tuple[int, int]:
     return chosen[0], chosen[1]
 
 
-def _metrics(run_a: RunInfo, steps_a, run_b: RunInfo, steps_b, divergence: int | None) -> None:
+def _metrics(
+    run_a: RunInfo, steps_a, run_b: RunInfo, steps_b, divergence: int | None, same_prompt: bool
+) -> None:
     # an unfinished run's accept length is of the steps it kept: not shown as the run's (issue 58 row 11)
     al_a, al_b = (r.measured.mean_accept_length if r.status == "finished" else None for r in (run_a, run_b))
     cells = st.columns(5)
@@ -78,15 +80,25 @@ def _metrics(run_a: RunInfo, steps_a, run_b: RunInfo, steps_b, divergence: int |
         help=ACCEPT_LENGTH_HELP,
     )
     cells[2].metric("Steps A / B", f"{len(steps_a)} / {len(steps_b)}")
-    cells[3].metric(
-        "Drafts first differ at",
-        "nowhere" if divergence is None else f"output {divergence - len(run_a.prompt_ids)}",
-        help=DRAFTS_HELP,
-    )
-    outputs = first_output_difference(run_a.output_ids, run_b.output_ids, lengths=True)
-    cells[4].metric(
-        "Outputs first differ at", "nowhere" if outputs is None else f"output {outputs}", help=OUTPUTS_HELP
-    )
+    if not same_prompt:  # positions of two prompts are not the same text: nothing to say position by position
+        cells[3].metric(
+            "Drafts first differ at", "—", help=f"{DRAFTS_HELP}. Not compared: the prompts differ"
+        )
+        cells[4].metric(
+            "Outputs first differ at", "—", help=f"{OUTPUTS_HELP}. Not compared: the prompts differ"
+        )
+    else:
+        cells[3].metric(
+            "Drafts first differ at",
+            "nowhere" if divergence is None else f"output {divergence - len(run_a.prompt_ids)}",
+            help=DRAFTS_HELP,
+        )
+        outputs = first_output_difference(run_a.output_ids, run_b.output_ids, lengths=True)
+        cells[4].metric(
+            "Outputs first differ at",
+            "nowhere" if outputs is None else f"output {outputs}",
+            help=OUTPUTS_HELP,
+        )
     st.caption(f"A: {run_a.resolved.mode} · B: {run_b.resolved.mode}")
     for side, run in (("A", run_a), ("B", run_b)):
         if run.status != "finished":
@@ -104,11 +116,16 @@ def _shown(accept_length) -> str:
 
 
 def show_pair(run_a: RunInfo, steps_a: list[StepRecord], run_b: RunInfo, steps_b: list[StepRecord]) -> None:
-    if run_a.prompt_ids != run_b.prompt_ids:
-        st.warning("The two runs have different prompts: positions are aligned, but the texts differ.")
+    same_prompt = run_a.prompt_ids == run_b.prompt_ids
+    if not same_prompt:
+        st.warning(
+            "The two runs have different prompts: their drafts are not compared position by position (the "
+            "same position holds different text); each row below shows its own run's output. Compare two "
+            "runs of one sample for where the drafts differ."
+        )
     positions_a, positions_b = committed_positions(run_a, steps_a), committed_positions(run_b, steps_b)
-    divergence = first_divergence(positions_a, positions_b)
-    _metrics(run_a, steps_a, run_b, steps_b, divergence)
+    divergence = first_divergence(positions_a, positions_b) if same_prompt else None
+    _metrics(run_a, steps_a, run_b, steps_b, divergence, same_prompt)
     pieces = Pieces(run_a.target_path)
     length = max(len(run_a.output_ids), len(run_b.output_ids))
     offset = (
@@ -116,18 +133,24 @@ def show_pair(run_a: RunInfo, steps_a: list[StepRecord], run_b: RunInfo, steps_b
         if length > WINDOW
         else 0
     )
-    start = len(run_a.prompt_ids) + offset
-    window = (start, start + WINDOW)
-    st.caption("The prompt ends (the outputs below continue it):")
-    st.code(prompt_tail(run_a.prompt_ids, run_a.target_path), language=None, wrap_lines=True)
+
+    def window(run: RunInfo) -> tuple[int, int]:  # the same output positions of each run
+        start = len(run.prompt_ids) + offset
+        return start, start + WINDOW
+
+    for side, run in (("A", run_a), ("B", run_b)) if not same_prompt else (("", run_a),):
+        st.caption(
+            f"Run {side}'s prompt ends:" if side else "The prompt ends (the outputs below continue it):"
+        )
+        st.code(prompt_tail(run.prompt_ids, run.target_path), language=None, wrap_lines=True)
     st.html(
         CSS
         + timeline_legend()
         + "<b>A</b>"
-        + timeline_html(run_a, positions_a, pieces, *window, divergence)
+        + timeline_html(run_a, positions_a, pieces, *window(run_a), divergence)
         + "<b>B</b>"
-        + timeline_html(run_b, positions_b, pieces, *window, divergence)
-        + difference_html(run_a, run_b, positions_a, positions_b, pieces)
+        + timeline_html(run_b, positions_b, pieces, *window(run_b), divergence)
+        + (difference_html(run_a, run_b, positions_a, positions_b, pieces) if same_prompt else "")
     )
     st.caption(
         "Each token is coloured by how its run produced it; hover a token for its output position, "

@@ -8,6 +8,7 @@ from backend import BadInput
 from backend.engine.request import ReplayRequest, settings_of
 from backend.service import checks
 from ui import state
+from ui.html import md
 from ui.pickers import dataset_picker, sample_preview
 
 ROW_COLUMNS = 5  # every row of settings in five equal columns (the main row: the draft, then four)
@@ -18,8 +19,9 @@ TREE_HELP = (
 )
 
 
-def _prompt_source() -> dict | None:
-    """The request's prompt fields: a dataset sample's ids as they are, or typed text."""
+def _prompt_source() -> dict | str | None:
+    """The request's prompt fields: a dataset sample's ids as they are, or typed text; a line saying
+    why not when the sample number is out of range (None: no dataset)."""
     mode = st.radio("Prompt from", ["Dataset sample", "Typed prompt"], horizontal=True, key="decode_mode")
     if mode == "Typed prompt":
         typed = st.text_area("Prompt", "def parse_header(line):\n", key="decode_prompt")
@@ -36,13 +38,19 @@ def _prompt_source() -> dict | None:
     dataset_id, samples = dataset_picker("decode_dataset", preset[0] if preset else None)
     if not samples:
         return None
+    # No min/max on the widget, as for the settings below: out of range, the browser would keep the
+    # last good number and Start would replay that sample, while the field shows the typed one.
     index = st.number_input(
         "Sample #",
-        0,
-        len(samples) - 1,
         value=preset[1] if preset and preset[0] == dataset_id else 0,
+        step=1,
         key="decode_index",
+        help=f"0 to {len(samples) - 1}",
     )
+    if not 0 <= int(index) < len(samples):
+        said = f"Sample #{int(index)}: this dataset has samples 0 to {len(samples) - 1}"
+        st.error(said)
+        return said
     chosen = samples[int(index)]
     sample_preview(chosen, state.target_path())
     return {
@@ -69,7 +77,7 @@ def _widget(column, name: str, meta, default):
     # No min/max on the widget: out of range, the browser keeps the last good value and shows why only
     # on hover, and Start would run that value (issue 58 row 5). The setting's own check refuses it on
     # Start, in one visible line; the help states the range.
-    bounds = f"{kind(w.low)} to {kind(w.high)}"
+    bounds = w.range or f"{kind(w.low)} to {kind(w.high)}"
     help = f"{help} ({bounds})" if help else bounds
     return column.number_input(w.label, value=kind(shown), key=key, help=help, **step)
 
@@ -136,7 +144,9 @@ def replay_request(expanded: bool) -> ReplayRequest | None:
             settings = {name: _value(meta, value) for name, (meta, value) in held.items()}
             if source is None:
                 raise BadInput("choose a sample or type a prompt")
+            if isinstance(source, str):
+                raise BadInput(source)
             return ReplayRequest(state.target_path(), state.drafts()[draft_choice], **settings, **source)
         except BadInput as error:
-            st.error(str(error))
+            st.error(md(str(error)))
             return None
