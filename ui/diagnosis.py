@@ -8,6 +8,7 @@ import streamlit as st
 from backend.engine.request import ENGINE_CHOICES
 from ui import state
 from ui.html import md
+from ui.numbers import whole
 from ui.pickers import first_samples
 from ui.tables import evidence_table, title
 
@@ -86,10 +87,10 @@ def diagnose_form() -> tuple[list, dict] | None:
     samples = [] if cheap else first_samples("diagnose", default_n=8)
     left, middle, right = st.columns(3)
     engine = left.selectbox("Read it as", ENGINE_CHOICES, key="diagnose_engine")
-    context = middle.number_input(
-        "Served context (0: skip the curve)", 0, 1_000_000, 0, step=256, key="diagnose_context"
+    context = whole(
+        middle, "Served context (0: skip the curve)", 0, 1_000_000, 0, "diagnose_context", step=256
     )
-    steps = right.number_input("K (draft tokens per step)", 1, 16, 4, key="diagnose_steps")
+    steps = whole(right, "K (draft tokens per step)", 1, 16, 4, "diagnose_steps")
     command = st.text_input(
         "Serving command (optional): an SGLang launch command, or vLLM arguments starting with `vllm serve`",
         "",
@@ -101,7 +102,8 @@ def diagnose_form() -> tuple[list, dict] | None:
         key=f"diagnose_features_{abs(hash(state.draft_path()))}",
         help=features_help(state.target_path()),
     ).strip()
-    if not st.button("Diagnose", key="diagnose_run", type="primary"):
+    ready = samples is not None and None not in (context, steps)
+    if not st.button("Diagnose", key="diagnose_run", type="primary", disabled=not ready):
         return None
     is_vllm = "vllm" in command.split()[:2]
     return samples, {

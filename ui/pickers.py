@@ -7,6 +7,7 @@ import streamlit as st
 from backend.service import datasets as stored_datasets
 from ui import state
 from ui.html import md
+from ui.numbers import whole
 
 
 @st.cache_data(show_spinner=False, max_entries=8)
@@ -46,14 +47,14 @@ def dataset_picker(key: str, preset: int | None = None, container=st):
     return dataset_id, samples_of(state.db(), dataset_id)
 
 
-def first_samples(key: str, default_n: int = 8) -> list:
+def first_samples(key: str, default_n: int = 8) -> list | None:
     """A dataset and how many of its first samples to use."""
     left, right = st.columns(2)
     _, samples = dataset_picker(f"{key}_dataset", container=left)
     if not samples:
         return []
-    count = right.number_input("Samples", 1, len(samples), min(default_n, len(samples)), key=f"{key}_n")
-    return samples[: int(count)]
+    count = whole(right, "Samples", 1, len(samples), min(default_n, len(samples)), f"{key}_n")
+    return None if count is None else samples[:count]  # None: a count out of range, said under it
 
 
 def pick_among(label: str, options: list, memory: str, format_func=str):

@@ -21,6 +21,7 @@ from backend.service.per_request import (
 )
 from ui.charts import LEGEND_BELOW, histogram
 from ui.html import md
+from ui.numbers import whole
 from ui.taskview import task_panel
 
 KEY = "server_requests"
@@ -38,14 +39,10 @@ def requests_form() -> ServedRequests | None:
     location = st.text_input("...or a file path or URL", "", key=f"{KEY}_location")
     left, right = st.columns(2)
     format = left.selectbox("Format", ["auto", *FORMATS], key=f"{KEY}_format")
-    k = right.number_input(
-        "K (num speculative tokens), where the file does not say (0 = unknown)",
-        min_value=0,
-        max_value=64,
-        value=0,
-        key=f"{KEY}_k",
+    k = whole(
+        right, "K (num speculative tokens), where the file does not say (0 = unknown)", 0, 64, 0, f"{KEY}_k"
     )
-    if not st.button("Read the requests", key=f"{KEY}_read"):
+    if not st.button("Read the requests", key=f"{KEY}_read", disabled=k is None):
         return None
     asked = {"format": format, "num_speculative_tokens": int(k) or None}
     if location.strip() or upload is None:
@@ -202,14 +199,8 @@ def show_requests(
     st.dataframe(table(result.rows), hide_index=True, key=f"{KEY}_table")
     if result.worst:
         left, right = st.columns([1, 3])
-        n = left.number_input(
-            "Worst requests",
-            min_value=1,
-            max_value=len(result.worst),
-            value=min(3, len(result.worst)),
-            key=f"{KEY}_n",
-        )
-        if right.button(f"Replay the {int(n)} worst with the active draft", key=f"{KEY}_replay"):
+        n = whole(left, "Worst requests", 1, len(result.worst), min(3, len(result.worst)), f"{KEY}_n")
+        if n is not None and right.button(f"Replay the {n} worst with the active draft", key=f"{KEY}_replay"):
             st.session_state[f"{KEY}_task"] = tasks.start_replay_worst(
                 db_url, result, int(n), target_path, draft_path
             )

@@ -68,3 +68,18 @@ def test_a_typed_override_is_shown_literally_with_an_example(db):
     app = ok(app.button(key="decode_start").click().run())
     (error,) = [e.value for e in app.error]
     assert "\\*\\*x\\*\\*" in error and "e.g. 2,15,27" in plain(error)
+
+
+def test_a_number_out_of_range_is_said_under_its_field_and_starts_nothing(db):
+    """Every bounded number on the pages (ui/numbers.whole): with widget bounds the browser kept the typed
+    number on screen while the page went on with the last good one."""
+    app = ok(page("3_Compare").run())
+    app = ok(app.number_input(key="compare_steps").set_value(99).run())
+    assert any(plain(e.value) == "K: 99 is outside 1 to 16." for e in app.error)
+    assert app.button(key="compare_start_one").disabled and app.button(key="compare_start_batch").disabled
+    app = ok(app.number_input(key="compare_steps").set_value(3).run())
+    assert not app.error and not app.button(key="compare_start_one").disabled
+    app = ok(page("4_Diagnostics").run())
+    app = ok(app.number_input(key="diagnose_n").set_value(0).run())
+    assert any(plain(e.value).startswith("Samples: 0 is outside 1 to") for e in app.error)
+    assert app.button(key="diagnose_run").disabled

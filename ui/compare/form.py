@@ -14,6 +14,7 @@ from backend.service.ray_eval import address_problem
 from backend.service.tasks import Comparison
 from ui import state
 from ui.html import md
+from ui.numbers import whole
 from ui.pickers import dataset_picker, sample_preview
 
 REUSE_HELP = (
@@ -27,23 +28,26 @@ RAY_HELP = (
 )
 
 
-def _decoding() -> tuple[dict, dict]:
+def _decoding() -> tuple[dict, dict] | None:
+    """Each side's tree settings; None when a number is out of range (said under it)."""
     st.caption(
         "Decoding per side (SGLang's flags): topk 1 is a chain; topk > 1 drafts a tree of N verified "
         "tokens. Pick the same draft twice to compare a chain and a tree of it."
     )
     d1, d2, d3, d4 = st.columns(4)
-    topk_a = int(d1.number_input("topk A", 1, 16, 1, key="compare_topk_a"))
-    tokens_a = int(d2.number_input("Draft tokens N A (0: K+1)", 0, 256, 0, key="compare_tokens_a"))
-    topk_b = int(d3.number_input("topk B", 1, 16, 1, key="compare_topk_b"))
-    tokens_b = int(d4.number_input("Draft tokens N B (0: K+1)", 0, 256, 0, key="compare_tokens_b"))
+    topk_a = whole(d1, "topk A", 1, 16, 1, "compare_topk_a")
+    tokens_a = whole(d2, "Draft tokens N A (0: K+1)", 0, 256, 0, "compare_tokens_a")
+    topk_b = whole(d3, "topk B", 1, 16, 1, "compare_topk_b")
+    tokens_b = whole(d4, "Draft tokens N B (0: K+1)", 0, 256, 0, "compare_tokens_b")
+    if None in (topk_a, tokens_a, topk_b, tokens_b):
+        return None
     return (
         {"topk": topk_a, "num_draft_tokens": tokens_a or None},
         {"topk": topk_b, "num_draft_tokens": tokens_b or None},
     )
 
 
-def _which_samples(samples: list, running: bool) -> tuple[list | None, str | None]:
+def _which_samples(samples: list, running: bool, invalid: bool = False) -> tuple[list | None, str | None]:
     """(the samples a button asked for, the Ray address for a batch), or (None, None)."""
     single, batch = st.columns(2)
     # No min/max on the numbers (as on Decode): out of range, the browser would keep the last good
@@ -83,11 +87,11 @@ def _which_samples(samples: list, running: bool) -> tuple[list | None, str | Non
         help=RAY_HELP,
     ).strip()
     if single.button(
-        "Compare on this sample", key="compare_start_one", disabled=running or bool(index_problem)
+        "Compare on this sample", key="compare_start_one", disabled=running or invalid or bool(index_problem)
     ):
         return [samples[index]], None
     if batch.button(
-        "Compare on N samples", key="compare_start_batch", disabled=running or bool(count_problem)
+        "Compare on N samples", key="compare_start_batch", disabled=running or invalid or bool(count_problem)
     ):
         refused = address_problem(ray_address)
         if refused:
@@ -128,9 +132,10 @@ def comparison(running: bool) -> Comparison | None:
         opens_b = state.linked_select("b", "compare_draft_b", names, shown_b)
         draft_a = c1.selectbox("Draft A", names, key="compare_draft_a", **opens_a)
         draft_b = c2.selectbox("Draft B", names, key="compare_draft_b", **opens_b)
-        steps = int(c3.number_input("K", 1, 16, 4, key="compare_steps"))
-        max_new = int(c4.number_input("Max new tokens", 1, 2048, 96, key="compare_max_new"))
-        decoding_a, decoding_b = _decoding()
+        steps = whole(c3, "K", 1, 16, 4, "compare_steps")
+        max_new = whole(c4, "Max new tokens", 1, 2048, 96, "compare_max_new")
+        decoding = _decoding()
+        invalid = decoding is None or None in (steps, max_new)
         reuse = st.checkbox(
             "Reuse finished runs of the same draft, sample and settings",
             value=True,
@@ -140,9 +145,10 @@ def comparison(running: bool) -> Comparison | None:
         dataset_id, samples = dataset_picker("compare_dataset")
         if not samples:
             return None
-        chosen, ray = _which_samples(samples, running)
-        if not chosen:
+        chosen, ray = _which_samples(samples, running, invalid)
+        if not chosen or decoding is None:
             return None
+        decoding_a, decoding_b = decoding
         first = tuple(chosen[0].prompt_ids)  # each side's template; every sample's prompt goes in later
         try:
             a, b = (
@@ -152,9 +158,9 @@ def comparison(running: bool) -> Comparison | None:
                     prompt_ids=first,
                     num_steps=steps,
                     max_new_tokens=max_new,
-                    **decoding,
+                    **side,
                 )
-                for draft, decoding in ((draft_a, decoding_a), (draft_b, decoding_b))
+                for draft, side in ((draft_a, decoding_a), (draft_b, decoding_b))
             )
         except BadInput as error:
             st.error(md(error))

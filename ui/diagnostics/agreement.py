@@ -10,6 +10,7 @@ from backend.engine.wiring import parse_aux_indices
 from backend.service import tasks
 from ui import charts, state
 from ui.html import md
+from ui.numbers import whole
 from ui.pickers import first_samples
 from ui.taskview import task_panel
 
@@ -53,15 +54,16 @@ def agreement_tab() -> None:
     st.markdown("Teacher-forced accuracy (what training reports) next to live accept length, per sample.")
     samples = first_samples("agreement", default_n=6)
     c1, c2, c3 = st.columns(3)
-    steps = int(c1.number_input("K", 1, 8, 4, key="agreement_steps"))
-    max_new = int(c2.number_input("Max new tokens", 8, 512, 96, key="agreement_max_new"))
+    steps = whole(c1, "K", 1, 8, 4, "agreement_steps")
+    max_new = whole(c2, "Max new tokens", 8, 512, 96, "agreement_max_new")
     claimed = c3.text_input(
         "Training wiring (HF indices, optional)",
         "",
         key="agreement_training_wiring",
         help="The wiring the training run fed (e.g. the probe's answer). Empty: the serving wiring.",
     )
-    if st.button("Measure", key="agreement_run") and samples:
+    ready = bool(samples) and None not in (steps, max_new)
+    if st.button("Measure", key="agreement_run", disabled=not ready):
         try:
             training = parse_aux_indices(claimed)
         except BadInput as error:

@@ -68,7 +68,7 @@ def doctor_tab() -> None:
     samples = first_samples("doctor", default_n=48)
     others = ["(none)"] + [n for n, p in state.drafts().items() if p != state.draft_path()]
     other = st.selectbox("Compare d2t with", others, key="doctor_other")
-    if st.button("Run the doctor", key="doctor_run"):
+    if st.button("Run the doctor", key="doctor_run", disabled=samples is None):
         st.session_state["doctor_task"] = tasks.start_doctor(
             state.target_path(), state.draft_path(), samples, state.drafts().get(other)
         )

@@ -9,6 +9,7 @@ import streamlit as st
 
 from backend.service import checks, tasks
 from ui import state
+from ui.numbers import whole
 from ui.pickers import first_samples
 from ui.taskview import task_panel
 
@@ -90,12 +91,13 @@ def probe_tab() -> None:
     )
     samples = first_samples("probe", default_n=8)
     c1, c2, c3 = st.columns(3)
-    steps = int(c1.number_input("K (TTT steps)", 1, 8, 4, key="probe_steps"))
-    budget = int(c2.number_input("Search budget (extra candidates)", 0, 200, 20, key="probe_budget"))
-    live = int(c3.number_input("Live replays on first N samples", 0, 5, 0, key="probe_live"))
-    wanted = checks.probe_settings(steps, budget, live, samples)
+    steps = whole(c1, "K (TTT steps)", 1, 8, 4, "probe_steps")
+    budget = whole(c2, "Search budget (extra candidates)", 0, 200, 20, "probe_budget")
+    live = whole(c3, "Live replays on first N samples", 0, 5, 0, "probe_live")
+    ready = bool(samples) and None not in (steps, budget, live)
+    wanted = checks.probe_settings(steps, budget, live, samples) if ready else None
     known = checks.known_probe(state.target_path(), state.draft_path(), state.db())
-    if st.button("Run the probe", key="probe_run") and samples:
+    if st.button("Run the probe", key="probe_run", disabled=not ready):
         st.session_state["probe_task"] = tasks.start_probe(
             state.target_path(), state.draft_path(), samples, steps, budget, live
         )
@@ -117,15 +119,17 @@ def _reused(known, wanted) -> None:
     differ = [
         f"{label} {getattr(ran, name)} (here {getattr(wanted, name)})"
         for name, label in names.items()
-        if getattr(ran, name) != getattr(wanted, name)
+        if wanted is not None and getattr(ran, name) != getattr(wanted, name)
     ]
-    if ran.sample_keys != wanted.sample_keys:
+    if wanted is not None and ran.sample_keys != wanted.sample_keys:
         differ.append(f"{len(ran.sample_keys or [])} other samples (here {len(wanted.sample_keys)})")
     source = known.ran_by or "an earlier run"
     st.info(
         f"Shown: the probe {source} ran on this pair in {known.seconds:.0f} s"
         + (
-            " with these settings and samples; nothing to re-run."
+            " (the settings above are not valid: see the red line)."
+            if wanted is None
+            else " with these settings and samples; nothing to re-run."
             if not differ
             else f". Its settings differ from the ones above: {'; '.join(differ)}. Run the probe to measure them."
         )

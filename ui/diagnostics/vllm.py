@@ -17,6 +17,7 @@ from backend.service.served_engines import TITLES, ServerOptions
 from backend.service.vllm_server import DEFAULT_PYTHON
 from ui import state
 from ui.html import md
+from ui.numbers import whole
 from ui.pickers import first_samples
 from ui.taskview import task_panel
 
@@ -83,8 +84,8 @@ def vllm_tab() -> None:
     name = TITLES[engine]
     c1, c2, c3 = st.columns(3)
     where = c1.radio(name, ["Launch it here", "At a URL"], horizontal=True, key="vllm_check_where")
-    steps = int(c2.number_input("K (drafted tokens per step)", 1, 8, 4, key="vllm_check_steps"))
-    tokens = int(c3.number_input("Max new tokens", 8, 512, 96, key="vllm_check_tokens"))
+    steps = whole(c2, "K (drafted tokens per step)", 1, 8, 4, "vllm_check_steps")
+    tokens = whole(c3, "Max new tokens", 8, 512, 96, "vllm_check_tokens")
     url, log = None, None
     if where == "At a URL":
         default = "http://127.0.0.1:8000" if engine == "vllm" else "http://127.0.0.1:8080"
@@ -102,7 +103,8 @@ def vllm_tab() -> None:
             st.info(md(error))
     readings = ENGINE_READINGS[engine]
     reading = st.selectbox("Replay as", readings, format_func=READINGS.get, key=f"{engine}_check_reading")
-    if st.button(f"Check against {name}", key="vllm_check_run") and samples:
+    ready = bool(samples) and None not in (steps, tokens)
+    if st.button(f"Check against {name}", key="vllm_check_run", disabled=not ready):
         settings = EngineCheckSettings(
             state.target_path(),
             state.draft_path(),

@@ -14,6 +14,7 @@ from backend.engine.records import verify_counts
 from backend.service import tasks
 from backend.service.runs import RunInfo
 from ui import charts, state
+from ui.numbers import whole
 from ui.pickers import run_label
 from ui.runs import ACCEPT_LENGTH_HELP, get_run, list_runs
 from ui.taskview import task_panel
@@ -98,11 +99,11 @@ def _checker(run: RunInfo, steps, rows: list[WhatIfRow]) -> None:
     st.markdown("**Check with a real replay** (SGLang's flags; topk 1 is a chain of K)")
     num_steps = run.resolved.num_steps
     w1, w2, w3 = st.columns(3)
-    other_k = int(w1.number_input("K (steps)", 1, 8, 2 if num_steps != 2 else 3, key="whatif_k"))
-    other_topk = int(w2.number_input("topk", 1, 16, 1, key="whatif_topk"))
-    tokens = int(
-        w3.number_input("Draft tokens N (0: K+1)", 0, 256, 0 if other_topk == 1 else 8, key="whatif_tokens")
-    )
+    other_k = whole(w1, "K (steps)", 1, 8, 2 if num_steps != 2 else 3, "whatif_k")
+    other_topk = whole(w2, "topk", 1, 16, 1, "whatif_topk")
+    tokens = whole(w3, "Draft tokens N (0: K+1)", 0, 256, 0 if other_topk == 1 else 8, "whatif_tokens")
+    if None in (other_k, other_topk, tokens):
+        return  # said under the field
     shape = (other_k, other_topk, tokens or other_k + 1)
     guess = _tree_prediction(steps, shape, bool(tokens))
     if st.button("Replay with these settings", key="whatif_replay"):
