@@ -24,6 +24,9 @@ st.set_page_config(page_title="SpecLens · Runs", layout="wide")
 state.sidebar()
 st.title("Runs")
 
+deleted = st.session_state.pop("runs_deleted", None)
+if deleted is not None:
+    st.success(f"Run {deleted} deleted.")
 runs = list_runs(limit=1000)
 if not runs:
     st.info("No runs yet: start one on the Decode page or with `python -m backend replay`.")
@@ -89,11 +92,16 @@ if last.button("Open in Decode", key="runs_open"):
     state.set_value("run", run.id)
     st.switch_page("pages/2_Decode.py")
 with st.expander("Delete this run"):
-    if st.button(f"Delete run {run.id}", type="primary", key="runs_delete"):
+    # ticked per run: after a delete the picker moves to another run, whose box starts unticked, so a
+    # second click cannot delete it
+    sure = st.checkbox(
+        f"Delete run {run.id} with its {len(steps)} steps, for good", key=f"runs_delete_sure_{run.id}"
+    )
+    if st.button(f"Delete run {run.id}", type="primary", key="runs_delete", disabled=not sure):
         try:
             stored_runs.delete_run(state.db(), run.id)
         except BadInput as error:
-            st.error(str(error))
+            st.error(md(error))
         else:
-            st.success(f"Run {run.id} deleted.")
+            st.session_state["runs_deleted"] = run.id  # said after the rerun, which would wipe it here
             st.rerun()

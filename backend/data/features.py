@@ -46,18 +46,44 @@ def check_archive_size(path: Path) -> None:
         )
 
 
+def file_problem(path: Path, what: str = "feature file") -> str | None:
+    """Why `path` is not a file to load, in one line naming it (missing, a folder); None when it is one."""
+    if path.is_dir():
+        return f"{path}: a folder, not a {what} (give the .ckpt file itself)"
+    if not path.is_file():
+        return f"{path}: no such {what}"
+    return None
+
+
+def load_refused(path: Path | str, error: Exception) -> BadInput:
+    """torch.load(..., weights_only=True)'s refusal of `path`, said for a user in one line. torch's own
+    text is a page long and ends by suggesting weights_only=False, an unpickling SpecLens never does."""
+    text = str(error)
+    if "Unsupported global" in text:  # a real pickle naming a class or function, not a tensor
+        reason = (
+            "it holds Python objects besides tensors, which SpecLens never unpickles (a SpecForge feature "
+            "file is a dict of tensors)"
+        )
+    else:  # torch's first line of a weights-only refusal is its advice to unpickle: the cause is below it
+        said = [
+            line.strip() for line in text.splitlines() if "Unsupported" in line or "invalid load key" in line
+        ]
+        detail = said[0] if said else "" if "Weights only load failed" in text else first_line(error)
+        reason = f"not a torch.save file, or a cut one ({type(error).__name__}{': ' if detail else ''}{detail[:100]})"
+    return BadInput(f"{path}: {reason}")
+
+
 def load_feature_file(path: str | Path, hidden_size: int | None = None) -> FeatureFile:
     """A SpecForge offline feature file (`torch.save` dict), loaded with weights_only=True."""
     path = Path(path)
-    if not path.is_file():
-        raise BadInput(f"{path}: no such feature file")
+    said = file_problem(path)
+    if said:
+        raise BadInput(said)
     check_archive_size(path)
     try:
         data = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # any unpickling refusal is the user's file
-        raise BadInput(
-            f"{path}: not a tensor-only torch file ({type(error).__name__}: {first_line(error)[:200]})"
-        ) from error
+        raise load_refused(path, error) from error
     if not isinstance(data, dict):
         raise BadInput(f"{path}: expected a dict with {', '.join(FEATURE_KEYS)}")
     missing = [k for k in ("input_ids", "aux_hidden_state") if k not in data]

@@ -142,7 +142,7 @@ def feature_tensors(path: str | None) -> list[dict]:
         raise BadInput(f"{file.name}: the feature file is no longer at {file}")
     import torch
 
-    from backend.data.features import check_archive_size
+    from backend.data.features import check_archive_size, load_refused
 
     check_archive_size(file)
     data, error = None, None
@@ -153,8 +153,7 @@ def feature_tensors(path: str | None) -> list[dict]:
         except Exception as refused:  # noqa: BLE001 - any unpickling refusal is the file's
             error = refused
     else:
-        first = (str(error).splitlines() or [""])[0][:200]
-        raise BadInput(f"{file.name}: not a tensor-only torch file ({type(error).__name__}: {first})")
+        raise load_refused(file.name, error)
     if not isinstance(data, dict):
         raise BadInput(f"{file.name}: holds a {type(data).__name__}, not a dict of tensors")
     rows = []

@@ -51,8 +51,11 @@ def diagnose(
     options = replace(options, engine=engine)
     if options.context is not None and options.context < 1:
         raise BadInput(f"--context {options.context}: must be a positive number of tokens")
-    if options.features and not Path(options.features).is_file():
-        raise BadInput(f"{options.features}: no such training feature file")
+    from backend.data.features import file_problem  # torch: imported where the work runs
+
+    said = options.features and file_problem(Path(options.features), "training feature file")
+    if said:
+        raise BadInput(said)
     progress(0.0, "preflight")
     report = preflight(draft_path, target_path).to_dict()
     pair = {"target": str(target_path), "draft": str(draft_path)}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import pytest
 
@@ -90,7 +91,7 @@ def test_an_empty_feature_file_is_bad_input_with_a_reason(tmp_path):
 
     path = tmp_path / "empty.ckpt"
     path.write_bytes(b"")
-    with pytest.raises(BadInput, match=r"empty.ckpt: not a tensor-only torch file \(EOFError"):
+    with pytest.raises(BadInput, match=r"empty.ckpt: not a torch.save file, or a cut one \(EOFError"):
         load_feature_file(path)
 
 
@@ -111,3 +112,25 @@ def test_a_chat_template_that_does_not_compile_is_one_bad_input(tmp_path):
     tokenizer.chat_template = "{{ raise_exception('roles must alternate') }}"  # the template's own refusal
     result = read_dataset(path, tokenizer, None, "sharegpt")
     assert not result.samples and result.rejected[0].reason == "roles must alternate"
+
+
+def test_a_feature_file_is_refused_in_words_never_with_torch_s_advice_to_unpickle(tmp_path):
+    """torch's refusal text is a page that suggests weights_only=False; the user gets one line."""
+    import torch
+
+    from backend.data.features import load_feature_file
+
+    evil = tmp_path / "evil.ckpt"
+    torch.save({"input_ids": torch.zeros(3), "call": print}, evil)
+    text = tmp_path / "notes.ckpt"
+    text.write_text('{"not": "torch"}\n')
+    folder = tmp_path / "features"
+    folder.mkdir()
+    for path, said in [
+        (evil, "holds Python objects besides tensors, which SpecLens never unpickles"),
+        (text, "not a torch.save file, or a cut one (UnpicklingError: Unsupported operand"),
+        (folder, "a folder, not a feature file"),
+    ]:
+        with pytest.raises(BadInput, match=re.escape(said)) as refused:
+            load_feature_file(path)
+        assert "weights_only" not in str(refused.value) and "\n" not in str(refused.value)

@@ -138,7 +138,7 @@ def test_specforge_feature_files(tmp_path):
     reasons = {r.line: r.reason for r in result.rejected}
     assert set(reasons) == {2, 3, 4, 5, 6, 7}
     assert "does not match" in reasons[2] and "lacks aux_hidden_state" in reasons[3]
-    assert "tensor-only" in reasons[4] and "tensor-only" in reasons[5]
+    assert "not a torch.save file" in reasons[4] and "not a torch.save file" in reasons[5]
     assert "expected a dict" in reasons[6] and "vocabulary" in reasons[7]
     (tmp_path / "nothing").mkdir()
     with pytest.raises(BadInput, match="no .ckpt feature files"):

@@ -47,6 +47,8 @@ def test_runs_filter_and_delete(db):
     runs.text_input(key="runs_filter_sample").set_value("").run()
     runs.multiselect(key="runs_filter_draft").set_value(["epoch1"]).run()
     assert len(frame_with(runs, "acceptance rate")) == 1
+    picked = next(box for box in runs.selectbox if box.label == "Run").value
+    runs.checkbox(key=f"runs_delete_sure_{picked}").check().run()
     ok(runs.button(key="runs_delete").click().run())
     assert [r.draft_path for r in list_runs(db)] == [str(DEMO_DRAFTS / "final")]
 

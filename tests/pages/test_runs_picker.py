@@ -110,3 +110,20 @@ def test_a_run_of_a_samples_files_record_is_found_by_the_records_source(db, tmp_
     assert facts.loc[facts["what"] == "sample", "value"].item() == f"{path}#2 (HumanEval/2)"
     app = ok(app.text_input(key="runs_filter_sample").set_value("gone.jsonl").run())
     assert frame_with(app, "acceptance rate")["sample"].tolist() == [f"{tmp_path / 'gone.jsonl'}#2"]
+
+
+def test_a_delete_is_asked_for_per_run_and_said_once_done(db):
+    """A walk deleted run 2, saw no word of it, and the same open control then offered run 4."""
+    from backend.service.runs import get_run_with_steps
+
+    ids = _runs(db, 3)
+    app = ok(page("5_Runs").run())
+    chosen = _named(app)[0]
+    assert app.button(key="runs_delete").disabled  # not before its box is ticked
+    app = ok(app.checkbox(key=f"runs_delete_sure_{chosen}").check().run())
+    app = ok(app.button(key="runs_delete").click().run())
+    assert get_run_with_steps(db, chosen)[0] is None
+    assert [s.value for s in app.success] == [f"Run {chosen} deleted."]
+    following = _named(app)[0]
+    assert following in ids and following != chosen
+    assert app.button(key="runs_delete").disabled  # the next run is not one click away

@@ -158,7 +158,7 @@ def test_feature_tensors_lists_what_a_feature_file_holds(tmp_path):
     ]
     for path, reason in [
         (tmp_path / "gone.ckpt", "no longer at"),
-        (DEMO_EVAL, "not a tensor-only torch file"),
+        (DEMO_EVAL, "not a torch.save file"),
         (None, "names no feature file"),
     ]:
         with pytest.raises(BadInput, match=reason) as refused:
