@@ -33,6 +33,7 @@ checks this):
       synthetic          random-init targets and drafts written in every published layout
       target_runner      the target's forward behind one interface, chosen at load
       teacher            teacher-forced accuracy acc_k (SpecForge's definition)
+      torch_files        torch.load's refusals said in one line naming the file (weights_only=True)
       tree               tree drafting and verification as SGLang runs them
       wiring             the one parser of an aux-index list: the HF indices that feed fc
       json_config        model config files read as plain, checked JSON (torch-free)

@@ -48,7 +48,7 @@ def _terminate(_signum, _frame):
 
 
 def _refusal(error: BaseException, url: str | None) -> str | None:
-    if not isinstance(error, SQLAlchemyError | OSError):
+    if not isinstance(error, SQLAlchemyError | OSError | RecursionError):
         return None
     from backend.service.database import refusal
 
@@ -76,6 +76,11 @@ def gate_value(args, result: dict) -> tuple[str, float | None] | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # transformers' own bars ("Loading weights") would come between a command's bar and its one line of
+    # error on stderr; the commands show their own progress. HF_HUB_DISABLE_PROGRESS_BARS=0 brings them back.
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    if "transformers" in sys.modules and os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] == "1":
+        sys.modules["transformers"].utils.logging.disable_progress_bar()  # read at its import: too late
     args = build_parser().parse_args(argv)
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:

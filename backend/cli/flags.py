@@ -16,6 +16,23 @@ def positive(text: str) -> int:
     return value
 
 
+MAX_ID = 2**63 - 1  # SQLite's and PostgreSQL's largest integer key
+
+
+def non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def run_id(text: str) -> int:
+    value = int(text)
+    if not 1 <= value <= MAX_ID:
+        raise argparse.ArgumentTypeError(f"a run id is 1 to {MAX_ID}, got {value}")
+    return value
+
+
 def positive_float(text: str) -> float:
     try:
         value = float(text)
@@ -40,15 +57,17 @@ def run_ids(text: str) -> list[int]:
     ids = []
     try:
         for part in filter(None, (p.strip() for p in text.split(","))):
-            low, _, high = part.partition("-")
+            low, dash, high = part.partition("-")
+            if dash and not high:  # "1-" is a cut range, not run 1
+                raise ValueError
             first, last = int(low), int(high or low)
             if last < first or last - first > 100_000:  # 5-3 is a typo, not "none"
                 raise ValueError
             ids.extend(range(first, last + 1))
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected run ids like 3,4,5 or 12-43, got {text!r}") from None
-    if not ids or any(i < 1 for i in ids):
-        raise argparse.ArgumentTypeError(f"expected run ids >= 1, got {text!r}")
+    if not ids or any(not 1 <= i <= MAX_ID for i in ids):
+        raise argparse.ArgumentTypeError(f"expected run ids 1 to {MAX_ID}, got {text!r}")
     return ids
 
 

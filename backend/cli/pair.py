@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from backend import BadInput
 from backend.cli.flags import request_fields
@@ -12,9 +13,23 @@ from backend.plain import plain
 
 
 def cmd_preflight(args) -> tuple[dict, str]:
+    from backend.engine.loading import pick_device, pick_dtype
     from backend.engine.preflight import preflight
 
+    pick_dtype(pick_device(args.device), args.dtype)  # what a replay would refuse, refused here too
     report = preflight(args.draft, args.target, args.sample_length, args.aux_hf_indices).to_dict()
+    training = report["engines"].get(report["training_engine"]) if report["engines"] else None
+    if args.aux_hf_indices is None and args.engine == "auto" and training and not training["loads"]:
+        # a replay with the same flags (auto: the training reading) refuses this draft: so does preflight
+        report["ok"] = False
+        report["checks"].append(
+            {
+                "name": "wiring",
+                "status": "fail",
+                "message": f"{Path(args.draft) / 'config.json'}: {training['refusal']} (--engine NAME runs "
+                "another reading)",
+            }
+        )
     lines = [f"{c['status'].upper():5} {c['name']}: {c['message']}" for c in report["checks"]]
     if args.write_fix:
         report["fixed_draft"] = _write_fix(args, report)
@@ -73,10 +88,13 @@ def cmd_replay(args) -> tuple[dict, str]:
     from backend.engine.request import ReplayRequest
     from backend.service.jobs import run_replay
 
+    if args.index is not None and not args.samples:
+        raise BadInput("--index picks a sample of --samples: give --samples FILE, or drop --index")
     vocab_size = checked_vocab(args)
     if args.samples:
-        sample = sample_at(args.samples, args.index, vocab_size)
-        source = {"prompt_ids": tuple(sample.prompt_ids), "sample_ref": f"{args.samples}#{args.index}"}
+        index = args.index or 0
+        sample = sample_at(args.samples, index, vocab_size)
+        source = {"prompt_ids": tuple(sample.prompt_ids), "sample_ref": f"{args.samples}#{index}"}
     else:
         source = {"prompt_text": args.prompt, "sample_ref": "prompt", "chat_template": args.chat_template}
     request = ReplayRequest(
@@ -224,6 +242,7 @@ def cmd_diagnose(args) -> tuple[dict, str]:
     from backend.service.diagnosis import diagnose, serving_engine
 
     serving_engine(args.engine, args.sglang, args.vllm)  # contradictions before anything loads
+    store_first(args)
     if args.request:
         from backend.diagnostics.serving_features import read_request_bodies
 
@@ -241,7 +260,7 @@ def cmd_diagnose(args) -> tuple[dict, str]:
             request_file=args.request,
             features=args.features,
             num_steps=args.steps,
-            live_samples=max(0, args.live),
+            live_samples=args.live,
             device=args.device,
             dtype=args.dtype,
         )
@@ -261,6 +280,15 @@ def cmd_diagnose(args) -> tuple[dict, str]:
     return result.to_dict(), "\n".join(lines)
 
 
+def store_first(args) -> None:
+    """A --db given to keep what the command finds is opened before anything loads: a file that is not a
+    database is refused in one line then, not after minutes of work kept nowhere."""
+    if getattr(args, "db", None):
+        from backend.service.database import database_url, open_database
+
+        open_database(database_url(args.db))
+
+
 def keep_probe(args, report) -> None:
     """A probe the CLI ran (alone or inside diagnose) is kept with the pair, as the pages keep theirs:
     the lint, the probe tab and Decode's reference then use it (the largest probe of the draft as it
@@ -274,6 +302,7 @@ def keep_probe(args, report) -> None:
 def cmd_probe(args) -> tuple[dict, str]:
     from backend.diagnostics.probe import ProbeSettings, run_probe
 
+    store_first(args)
     samples, _ = load_samples(args.samples, checked_vocab(args), args.limit)
     target, draft, wiring, view = load_pair(args, max(len(s.input_ids) for s in samples))
     bar, progress = percent_bar("probe")

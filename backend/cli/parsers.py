@@ -11,8 +11,10 @@ from backend.cli.flags import (
     decoding_flags,
     dispatch_flags,
     gate,
+    non_negative,
     positive,
     positive_float,
+    run_id,
     run_ids,
     setting_flag,
     utf8_text,
@@ -52,7 +54,9 @@ def _replay_command(commands) -> None:
     source.add_argument(
         "--samples", help="JSONL samples file; the prompt is a sample's first n_prompt_tokens"
     )
-    rep.add_argument("--index", type=int, default=0, help="which valid sample of --samples (0-based)")
+    rep.add_argument(
+        "--index", type=non_negative, help="which valid sample of --samples (0-based; default 0)"
+    )
     rep.add_argument(
         "--chat-template",
         action="store_true",
@@ -122,10 +126,12 @@ def _probe_command(commands) -> None:
     )
     probe.add_argument("--limit", type=positive, default=8, help="use the first N valid samples (default 8)")
     setting_flag(probe, "num_steps", help="K: TTT steps to score")
-    probe.add_argument("--budget", type=int, default=40, help="extra candidates the local search may try")
+    probe.add_argument(
+        "--budget", type=non_negative, default=40, help="extra candidates the local search may try"
+    )
     probe.add_argument(
         "--live",
-        type=int,
+        type=non_negative,
         default=0,
         metavar="N",
         help="also replay live on the first N samples for the best, declared and runner-up",
@@ -171,7 +177,11 @@ def _diagnose_command(commands) -> None:
         "training stored, the cheap check that sees the wiring",
     )
     diag.add_argument(
-        "--live", type=int, default=2, metavar="N", help="live replays on the first N samples (default 2)"
+        "--live",
+        type=non_negative,
+        default=2,
+        metavar="N",
+        help="live replays on the first N samples (default 2)",
     )
 
 
@@ -197,7 +207,7 @@ def _import_command(commands) -> None:
 
 def _export_command(commands) -> None:
     exp = commands.add_parser("export", help="write a stored run as CSV, JSON or Parquet")
-    exp.add_argument("--run", type=int, required=True, help="run id")
+    exp.add_argument("--run", type=run_id, required=True, help="run id")
     exp.add_argument("--format", required=True, choices=["csv", "json", "parquet"])
     exp.add_argument("--out", required=True, help="output file")
     exp.add_argument("--db", help="SQLAlchemy URL (default: SPECLENS_DB_URL or sqlite:///data/speclens.db)")

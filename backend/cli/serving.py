@@ -38,8 +38,13 @@ def cmd_lint(args) -> tuple[dict, str]:
 
 
 def cmd_observe(args) -> tuple[dict, str]:
+    from backend.service.checkpoints import problem
     from backend.service.observations import observe
 
+    for path, role in ((args.draft, "draft"), (args.target, "target")):  # given, it must be one
+        said = path and problem(path, role)
+        if said:
+            raise BadInput(f"--{role} {said}")
     if args.runs and not args.export_profile:
         raise BadInput("--runs goes with --export-profile OUT")
     if args.replay_worst and not args.requests:

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import torch
 
-from backend import BadInput, first_line
+from backend import BadInput
+from backend.engine.torch_files import load_refused
 
 FEATURE_KEYS = ("input_ids", "loss_mask", "hidden_state", "aux_hidden_state")
 
@@ -53,24 +54,6 @@ def file_problem(path: Path, what: str = "feature file") -> str | None:
     if not path.is_file():
         return f"{path}: no such {what}"
     return None
-
-
-def load_refused(path: Path | str, error: Exception) -> BadInput:
-    """torch.load(..., weights_only=True)'s refusal of `path`, said for a user in one line. torch's own
-    text is a page long and ends by suggesting weights_only=False, an unpickling SpecLens never does."""
-    text = str(error)
-    if "Unsupported global" in text:  # a real pickle naming a class or function, not a tensor
-        reason = (
-            "it holds Python objects besides tensors, which SpecLens never unpickles (a SpecForge feature "
-            "file is a dict of tensors)"
-        )
-    else:  # torch's first line of a weights-only refusal is its advice to unpickle: the cause is below it
-        said = [
-            line.strip() for line in text.splitlines() if "Unsupported" in line or "invalid load key" in line
-        ]
-        detail = said[0] if said else "" if "Weights only load failed" in text else first_line(error)
-        reason = f"not a torch.save file, or a cut one ({type(error).__name__}{': ' if detail else ''}{detail[:100]})"
-    return BadInput(f"{path}: {reason}")
 
 
 def load_feature_file(path: str | Path, hidden_size: int | None = None) -> FeatureFile:

@@ -90,6 +90,8 @@ def records_of(text: str, source: str) -> tuple[list[tuple[str, object]], bool]:
             doc = json.loads(stripped)
         except json.JSONDecodeError:
             doc = None
+        except RecursionError:
+            raise BadInput(f"{source}: JSON nested too deeply") from None
         if isinstance(doc, list):
             return [(f"record {i + 1}", value) for i, value in enumerate(doc)], True
         if isinstance(doc, dict):
@@ -105,6 +107,8 @@ def records_of(text: str, source: str) -> tuple[list[tuple[str, object]], bool]:
             out.append((f"line {number}", json.loads(line)))
         except json.JSONDecodeError as error:
             raise BadInput(f"{source}: line {number}: not JSON ({error.msg})") from None
+        except RecursionError:
+            raise BadInput(f"{source}: line {number}: JSON nested too deeply") from None
     return out, False
 
 

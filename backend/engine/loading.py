@@ -27,6 +27,7 @@ from backend.engine.lean_target import target_runner
 from backend.engine.readings import read_as
 from backend.engine.safetensors_header import check_safetensors
 from backend.engine.target_runner import TargetRunner
+from backend.engine.torch_files import load_refused
 
 DTYPES = {
     "fp32": torch.float32,
@@ -109,6 +110,19 @@ def read_target_config(path: str | Path):
         raise BadInput(f"{file}: transformers cannot read it ({first_line(error)})") from None
 
 
+def tokenizer_problem(path: str | Path) -> str:
+    """Why `path` gives no tokenizer, in one line naming the file: none there, or one that does not
+    load (its error's first line)."""
+    files = [Path(path) / name for name in TOKENIZER_FILES if (Path(path) / name).is_file()]
+    if not files:
+        return f"{path} has no tokenizer ({', '.join(TOKENIZER_FILES)})"
+    try:
+        AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except Exception as error:  # noqa: BLE001 - what the user is told
+        return f"{files[0]}: the tokenizer does not load ({type(error).__name__}: {first_line(error)[:160]})"
+    return f"{path}: the tokenizer loads now (it did not before)"
+
+
 def load_tokenizer(path: str | Path):
     """The target's tokenizer, or None when the directory has none or it cannot be loaded offline
     (ids are then shown as ids). transformers 4.x raises a zoo of errors for a directory without one."""
@@ -145,6 +159,12 @@ def load_target(
         raise BadInput(f"target {path}: --device-map needs the accelerate package ({error})") from None
     except (OSError, ValueError, KeyError, RuntimeError) as error:
         raise BadInput(f"target {path}: cannot load the model ({first_line(error)})") from None
+    except pickle.UnpicklingError as error:  # a .bin that torch.load(weights_only=True) refuses
+        bins = sorted(Path(path).glob("*.bin"))
+        where = bins[0] if len(bins) == 1 else f"target {path} (*.bin)"
+        raise load_refused(
+            where, error, "a model's weights are tensors: save them as model.safetensors"
+        ) from None
     if dispatch:
         torch_device = execution_device(model, torch_device)
         model.eval()

@@ -440,4 +440,15 @@ def reading_of(engine: str, override, draft, num_target_layers: int) -> tuple[En
         draft.own_embedding is not None,
         getattr(draft, "own_embedding_differs", None),
     )
-    return view, fed_wiring(view, override, num_target_layers)
+    try:
+        return view, fed_wiring(view, override, num_target_layers)
+    except BadInput as error:  # say what the file holds: the reading shifts nested ids by one
+        config = draft.config
+        declared = [
+            f"{name} {ids}"
+            for name, ids in (("nested", config.nested_aux_ids), ("top-level", config.top_level_aux_ids))
+            if ids is not None
+        ]
+        if not declared:
+            raise
+        raise BadInput(f"{error} (the draft's config.json declares {' and '.join(declared)})") from None

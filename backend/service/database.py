@@ -10,6 +10,7 @@ from pathlib import Path
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlalchemy.orm import sessionmaker
 
+from backend import first_line
 from db import store
 
 
@@ -80,6 +81,10 @@ def existing_store(url: str | None = None) -> str | None:
 # a disk that refuses a write (full, over quota, a file-size limit, mounted read-only): the
 # environment's fault, reported in one line as bad input, never as an internal error
 DISK_REFUSED = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS})
+# a path the user gave that cannot be read or written as asked: their input, said in one line
+PATH_REFUSED = frozenset(
+    {errno.EACCES, errno.EPERM, errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.ELOOP, errno.ENAMETOOLONG}
+)
 
 
 def refusal(error: BaseException, url: str | None = None) -> str | None:
@@ -92,4 +97,8 @@ def refusal(error: BaseException, url: str | None = None) -> str | None:
         return f"database {url or database_url()}: {reason[0]}{notes}"
     if isinstance(error, OSError) and error.errno in DISK_REFUSED:
         return f"{error.filename or 'a file'}: {error.strerror}{notes}"
+    if isinstance(error, OSError) and error.errno in PATH_REFUSED and error.filename:
+        return f"{error.filename}: {error.strerror}{notes}"
+    if isinstance(error, RecursionError):  # json and the parsers recurse per nesting level
+        return f"the input is nested too deeply to read ({first_line(error)}){notes}"
     return None

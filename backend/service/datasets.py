@@ -142,7 +142,8 @@ def feature_tensors(path: str | None) -> list[dict]:
         raise BadInput(f"{file.name}: the feature file is no longer at {file}")
     import torch
 
-    from backend.data.features import check_archive_size, load_refused
+    from backend.data.features import check_archive_size
+    from backend.engine.torch_files import load_refused
 
     check_archive_size(file)
     data, error = None, None

@@ -117,7 +117,9 @@ def prompt_ids(request: ReplayRequest, tokenizer) -> list[int]:
     if request.prompt_ids is not None:
         return list(request.prompt_ids)
     if tokenizer is None:
-        raise BadInput(f"target {request.target} has no tokenizer; use a sample's token ids instead")
+        from backend.engine.loading import tokenizer_problem
+
+        raise BadInput(f"{tokenizer_problem(request.target)}; use a sample's token ids instead")
     if request.chat_template:
         from backend.data.conversations import user_prompt_ids
 

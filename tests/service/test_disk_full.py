@@ -143,5 +143,8 @@ def test_a_refused_write_is_one_line_naming_the_file_and_any_other_error_is_not(
     )
     locked = OperationalError("UPDATE runs SET ...", {}, Exception("database is locked\nmore"))
     assert refusal(locked, "sqlite:///x.db") == "database sqlite:///x.db: database is locked"
-    assert refusal(OSError(errno.EACCES, "Permission denied", "x")) is None
+    # a path that cannot be read or written as asked is named (the battery's unreadable files)
+    assert refusal(OSError(errno.EACCES, "Permission denied", "x")) == "x: Permission denied"
+    assert refusal(OSError(errno.EACCES, "Permission denied")) is None  # no file to name
+    assert refusal(OSError(errno.EIO, "Input/output error", "x")) is None
     assert refusal(ValueError("no")) is None
