@@ -11,6 +11,7 @@ from backend.service import losses
 from ui import losses as view
 from ui import state
 from ui.html import md
+from ui.numbers import plural
 
 st.set_page_config(page_title="SpecLens · Where lost", layout="wide")
 state.sidebar()
@@ -61,9 +62,10 @@ except BadInput as error:
     st.error(md(error))
     st.stop()
 st.caption(
-    f"{len(run_ids)} finished runs ({md(mode)}; per draft and prompt the run with the most verify steps): "
+    f"{plural(len(run_ids), 'finished run')} ({md(mode)}; per draft and prompt the run with the most verify steps): "
     + "; ".join(
-        f"{md(d.name)}: {d.runs} runs, {d.verify_steps} verify steps, {d.attempts} attempts"
+        f"{md(d.name)}: {plural(d.runs, 'run')}, {plural(d.verify_steps, 'verify step')}, "
+        f"{plural(d.attempts, 'attempt')}"
         for d in found.drafts
     )
     + ". An attempt is a draft the target judged (see Definitions)."

@@ -227,7 +227,9 @@ def test_dashboard_in_chromium(dashboard, hostile_dataset):
         page.get_by_label("File or folder path").press("Enter")
         wait_idle(page)
         page.get_by_role("button", name="Import", exact=True).click()
-        page.get_by_text(re.compile(r"imported 1 jsonl samples, rejected 1")).wait_for(timeout=60_000)
+        page.get_by_text(re.compile(r"imported 1 sample \(format: jsonl\), rejected 1")).wait_for(
+            timeout=60_000
+        )
         wait_idle(page)
         page.screenshot(path=str(SHOTS / "2_samples.png"), full_page=True)
         shown = page.locator(".sl-text").first.inner_text()

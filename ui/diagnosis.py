@@ -44,7 +44,10 @@ def show_diagnosis(result, stale: str | None = None) -> None:
     """`result`: diagnose's DiagnosisResult (backend/diagnostics/findings.py)."""
     # "ok" from checks none of which can see the wiring is not shown as healthy
     level = "unverified" if result.verdict == "ok" and not result.wiring_seen else result.verdict
-    text = f"**{WORDS[level]}**: {md(result.headline)}"
+    headline = result.headline
+    if level == "unverified":  # the CLI's headline says it too: "No cause found, but unverified: ..."
+        headline = headline.replace(", but unverified:", ":", 1)
+    text = f"**{WORDS[level]}**: {md(headline)}"
     if stale:
         text = f"*{md(stale)}*\n\n" + text
     SHOW[level](text)

@@ -14,6 +14,7 @@ from backend.service import losses
 from backend.service.losses import DEFINITIONS, MIN_ATTEMPTS, WhereLost
 from ui import state
 from ui.charts import LEGEND_BELOW
+from ui.numbers import plural
 
 COLOURS = ("#1565c0", "#ef6c00", "#2e7d32", "#6a1b9a")
 TOO_FEW = "#bdbdbd"
@@ -56,7 +57,7 @@ def position_figure(found: WhereLost) -> go.Figure:
         figure.add_bar(
             x=[f"d{r.position}" for r in rows],
             y=[r.marginal_mean for r in rows],
-            name=f"{_shown(d.name)} ({d.runs} samples)",
+            name=f"{_shown(d.name)} ({plural(d.runs, 'sample')})",
             marker_color=colour,
             error_y=dict(type="data", symmetric=False, array=high, arrayminus=low),
             customdata=[[r.steps, r.conditional, r.marginal] for r in rows],

@@ -1,4 +1,5 @@
-"""Whole-number fields whose range is checked on the page, not by the widget. With min_value/max_value
+"""Whole numbers on the pages: counts said in words (`plural`), and fields whose range is checked on
+the page, not by the widget. With min_value/max_value
 Streamlit's field keeps showing a number typed out of range (red, the reason only on hover) while the
 script goes on with the last good one, so a button would act on a number the page does not show (issue
 58 row 5). Here the range goes in the help and, when it is broken, in one visible line; the field's
@@ -21,3 +22,8 @@ def whole(
         return number
     column.error(f"{label}: {number} is outside {bounds}.")
     return None
+
+
+def plural(count: int, word: str, words: str | None = None) -> str:
+    """'1 run', '2 runs' (`words` where adding an s is wrong)."""
+    return f"{count} {word if count == 1 else words or word + 's'}"

@@ -101,6 +101,10 @@ def wall_seconds(run) -> float | None:
     return max(0.0, (run.finished_at - run.created_at).total_seconds())
 
 
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
 def runs_frame(
     runs: list[stored_runs.RunInfo], datasets: dict[int, str] | None = None, labels: dict | None = None
 ) -> pd.DataFrame:
@@ -124,8 +128,8 @@ def runs_frame(
                 "verify steps": r.step_count
                 if r.measured.verify_steps is None
                 else r.measured.verify_steps,  # a plain decode is no verify step
-                "accept length": r.measured.mean_accept_length,
-                "acceptance rate": r.measured.acceptance_rate,
+                "accept length": _rounded(r.measured.mean_accept_length),  # as the facts show it
+                "acceptance rate": _rounded(r.measured.acceptance_rate),
                 "wall s": None if wall is None else round(wall, 1),
                 "tokens/s": round(len(r.output_ids) / wall, 1) if wall else None,
                 "aux HF indices": str(r.aux_hf_indices),
@@ -154,7 +158,11 @@ def run_facts(run, steps: int, sample: str | None = None) -> pd.DataFrame:
         ("device · dtype", f"{resolved.device or '?'} · {resolved.dtype or '?'}"),
         ("accept length", "—" if al is None else f"{al:.3f} (mean of a + 1 over {steps} verify steps)"),
         ("output tokens", str(len(run.output_ids))),
-        ("created → finished", f"{run.created_at:%Y-%m-%d %H:%M:%S} → {run.finished_at or '—'}"),
+        (
+            "created → finished",
+            f"{run.created_at:%Y-%m-%d %H:%M:%S} → "
+            + (f"{run.finished_at:%Y-%m-%d %H:%M:%S}" if run.finished_at else "—"),
+        ),
         (
             "wall",
             "—"

@@ -213,7 +213,11 @@ def diagnose_loaded(
     ran: dict = {}
     findings = preflight_findings(preflight_report, options.engine)
     ran["preflight"] = "ran"
-    ran["serving flags"] = "ran" if lint is not None else "skipped: no --sglang, --vllm or --request"
+    ran["serving flags"] = (
+        "ran"
+        if lint is not None
+        else "skipped: no serving command (CLI --sglang, --vllm or --request; page: Serving command)"
+    )
 
     def linted(answer: ProbeAnswer | None) -> list[Finding]:
         trained = answer.tied if answer is not None and not answer.confirmed else None
@@ -230,10 +234,10 @@ def diagnose_loaded(
         findings += train_serve_findings(diff, str(options.features))
         ran["train vs serve"] = f"ran on {options.features}"
     else:
-        ran["train vs serve"] = "skipped: no training features (--features)"
+        ran["train vs serve"] = "skipped: no training features (CLI --features; page: Training features)"
     if not samples:
         for check in ("wiring probe", "reading probe", "chat template", "live replays", "penalties"):
-            ran[check] = "skipped: no --samples"
+            ran[check] = "skipped: no samples (CLI --samples; page: untick Cheap checks only)"
         kept = subject.kept_probe
         answer = ProbeAnswer.of_stored(kept) if kept else None
         if kept:  # one kept with the pair sees the wiring: its answer counts here too
@@ -342,5 +346,5 @@ def _sample_findings(
         findings += found
         ran["context curve"] = f"ran at {[p['prompt_tokens'] for p in curve]} tokens"
     else:
-        ran["context curve"] = "skipped: no --context"
+        ran["context curve"] = "skipped: no served context (CLI --context; page: Served context)"
     return findings

@@ -52,7 +52,7 @@ def test_the_cheap_verdict_on_miswired_is_diagnose_s_and_asks_for_what_sees_the_
     ok(diagnostics.button(key="diagnose_run").click().run())
     diagnostics = ok(finish(diagnostics, "diagnose_task"))
     shown = " ".join(i.value for i in diagnostics.info).replace("\\", "")
-    assert "**Unverified**: No cause found, but unverified: no check that ran can see the wiring" in shown
+    assert "**Unverified**: No cause found: no check that ran can see the wiring" in shown
     assert "**Next:**" in shown and not diagnostics.success, shown
     (features,) = [t for t in diagnostics.text_input if t.key.startswith("diagnose_features_")]
     ok(features.set_value(str(DEMO_EVAL.parent / "features" / "data_0.ckpt")).run())

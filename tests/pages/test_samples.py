@@ -31,7 +31,9 @@ def test_samples_filters_view_and_import(db, tmp_path):
     app.radio(key="samples_source").set_value("Path on this machine").run()
     app.text_input(key="samples_path").set_value(str(bad)).run()
     ok(app.button(key="samples_import_path").click().run())
-    assert "imported 1 jsonl samples, rejected 1" in app.warning[0].value  # not green: a record was rejected
+    assert (
+        "imported 1 sample (format: jsonl), rejected 1" in app.warning[0].value
+    )  # not green: a record was rejected
     assert frame_with(app, "reason")["line"].tolist() == [2]
     empty = tmp_path / "empty.jsonl"
     empty.write_text("{oops\n")

@@ -112,7 +112,7 @@ def test_an_upload_is_kept_and_says_what_it_was(db):
     app.file_uploader(key="samples_upload").upload("data_1.ckpt", data)
     ok(app.run())
     ok(app.button(key="samples_import_upload").click().run())
-    assert "imported 1 specforge samples" in app.success[0].value
+    assert "imported 1 sample (format: specforge)" in app.success[0].value
     dataset = list_datasets(db)[-1]
     uploads = (open_database(db).artifact_dir.parent / "uploads").resolve()
     saved = Path(dataset.path)

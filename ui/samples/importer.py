@@ -10,6 +10,7 @@ from backend import BadInput
 from backend.service import datasets as stored_datasets
 from ui import state
 from ui.html import md
+from ui.numbers import plural
 
 
 def do_import(
@@ -52,12 +53,20 @@ def import_section() -> None:
         )
         if source_kind == "Path on this machine":
             path = st.text_input("File or folder path", key="samples_path")
-            if st.button("Import", key="samples_import_path") and path:
-                do_import(path, name, format_choice)
+            if st.button("Import", key="samples_import_path"):
+                if path.strip():
+                    do_import(path.strip(), name, format_choice)
+                else:
+                    st.session_state["samples_import_report"] = "type the path of a file or folder first"
         else:
             upload = st.file_uploader("File", key="samples_upload", type=["jsonl", "json", "txt", "ckpt"])
-            if st.button("Import upload", key="samples_import_upload") and upload is not None:
-                do_import(None, name or upload.name, format_choice, upload=(upload.name, upload.getvalue()))
+            if st.button("Import upload", key="samples_import_upload"):
+                if upload is not None:
+                    do_import(
+                        None, name or upload.name, format_choice, upload=(upload.name, upload.getvalue())
+                    )
+                else:
+                    st.session_state["samples_import_report"] = "choose a file to upload first"
         _report(st.session_state.get("samples_import_report"))
 
 
@@ -69,7 +78,8 @@ def _report(report) -> None:
         dataset_id, result = report
         rejected = result.rejected
         (st.warning if rejected else st.success)(
-            f"Dataset {dataset_id}: imported {result.imported} {result.format} samples, rejected {len(rejected)}"
+            f"Dataset {dataset_id}: imported {plural(result.imported, 'sample')} (format: {result.format}), "
+            f"rejected {len(rejected)}"
             + (" (each listed below with its record number and reason)." if rejected else ".")
         )
         if rejected:
