@@ -130,3 +130,17 @@ def test_a_target_whose_bin_would_run_code_is_refused_and_nothing_runs(tmp_path)
     said = str(error.value)
     assert said.startswith(f"{target / 'pytorch_model.bin'}: it holds Python objects besides tensors")
     assert "weights_only" not in said and "\n" not in said and not marker.exists()
+
+
+def test_an_empty_db_url_and_a_missing_store_are_refused_and_nothing_is_created(tmp_path):
+    assert refused("lost", "--runs", "1", "--db", "") == (
+        "error: --db '': an empty database URL (leave --db out for the default)"
+    )
+    missing = tmp_path / "none.db"
+    for args in (
+        ("export", "--run", "1", "--format", "csv", "--out", str(tmp_path / "o.csv")),
+        ("lost", "--runs", "1"),
+    ):
+        said = refused(*args, "--db", f"sqlite:///{missing}")
+        assert said == f"error: sqlite:///{missing}: no database there (nothing stored yet)"
+    assert not missing.exists()

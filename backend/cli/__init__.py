@@ -82,6 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     if "transformers" in sys.modules and os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] == "1":
         sys.modules["transformers"].utils.logging.disable_progress_bar()  # read at its import: too late
     args = build_parser().parse_args(argv)
+    if getattr(args, "db", None) == "":  # an unset shell variable: not the default database
+        print("error: --db '': an empty database URL (leave --db out for the default)", file=sys.stderr)
+        return 2
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         result, text = COMMANDS[args.command](args)

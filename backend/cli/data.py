@@ -22,10 +22,21 @@ def cmd_import(args) -> tuple[dict, str]:
     }, "\n".join(lines)
 
 
+def read_store(url: str | None) -> str:
+    """The database a read-only command reads; BadInput when there is none (an SQLite file that does
+    not exist is not created just to say it holds no run)."""
+    from backend.service.database import database_url, existing_store
+
+    found = existing_store(url)
+    if found is None:
+        raise BadInput(f"{database_url(url)}: no database there (nothing stored yet)")
+    return found
+
+
 def cmd_export(args) -> tuple[dict, str]:
     from backend.service.runs import export
 
-    path = export(args.db, args.run, args.format, args.out)
+    path = export(read_store(args.db), args.run, args.format, args.out)
     return {"run_id": args.run, "format": args.format, "out": str(path)}, f"wrote {path}"
 
 
@@ -37,7 +48,7 @@ def cmd_lost(args) -> tuple[dict, str]:
 
     if args.out and Path(args.out).suffix.lower() not in (".csv", ".parquet"):
         raise BadInput(f"{args.out}: --out writes .csv or .parquet")
-    found = where_lost_over(args.db, args.runs)
+    found = where_lost_over(read_store(args.db), args.runs)
     text = where_lost_text(found)
     if args.out:
         try:
