@@ -346,8 +346,8 @@ def test_dashboard_in_chromium(dashboard, hostile_dataset):
         page.screenshot(path=str(SHOTS / "4_compare.png"), full_page=True)
         # a batch of two samples: the first pair is reused, its summary shown; each row opens its pair
         open_expander(page, "Run two drafts")
-        page.get_by_label("Batch: first N samples").fill("2")
-        page.get_by_label("Batch: first N samples").press("Enter")
+        page.get_by_label("Batch: first N samples", exact=True).fill("2")
+        page.get_by_label("Batch: first N samples", exact=True).press("Enter")
         wait_idle(page)
         page.get_by_role("button", name="Compare on N samples").click()
         page.get_by_text(re.compile(r"1 run\(s\) reused|2 run\(s\) reused")).wait_for(timeout=240_000)
