@@ -240,7 +240,7 @@ def _read_weights_file(path: Path) -> dict[str, torch.Tensor]:
         found = re.search(r"GLOBAL ([\w.]+)", str(error))
         what = f"a {found.group(1)} object" if found else "Python objects"
         raise BadInput(
-            f"{path.name} holds {what} beyond tensors; refusing to unpickle it (only weights are loaded, "
+            f"{path} holds {what} beyond tensors; refusing to unpickle it (only weights are loaded, "
             "torch.load weights_only=True): re-save its state dict as tensors, or as model.safetensors"
         ) from None
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
