@@ -24,8 +24,10 @@ stage() {  # stage NAME: the time since the previous stage ended is NAME's
 
 CACHE="${SPECLENS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/speclens}"
 disk_free() {  # the free space where the checkout and the per-machine cache live (a CI run once ran out)
-    df -h --output=avail,target . "$(dirname "$CACHE")" 2>/dev/null | tail -n +2 | sort -u |
-        awk -v when="$1" '{printf "tests/run.sh: %s free on %s (%s)\n", $1, $2, when}'
+    local cache_disk="$CACHE"  # the cache's nearest folder that exists (none on a new machine)
+    while [ ! -d "$cache_disk" ] && [ "$cache_disk" != / ]; do cache_disk=$(dirname "$cache_disk"); done
+    { df -h --output=avail,target . "$cache_disk" 2>/dev/null || true; } | tail -n +2 | sort -u |
+        awk -v when="$1" '{printf "tests/run.sh: %s free on %s (%s)\n", $1, $2, when}' || true
 }
 disk_free "before the installs"
 export PIP_NO_CACHE_DIR=1  # pip's wheel cache would keep a second copy of every install on the disk
