@@ -443,6 +443,8 @@ def reading_of(engine: str, override, draft, num_target_layers: int) -> tuple[En
     try:
         return view, fed_wiring(view, override, num_target_layers)
     except BadInput as error:  # say what the file holds: the reading shifts nested ids by one
+        if override is not None:  # the override was refused, not the config's ids
+            raise
         config = draft.config
         declared = [
             f"{name} {ids}"

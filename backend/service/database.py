@@ -95,10 +95,10 @@ def refusal(error: BaseException, url: str | None = None) -> str | None:
     if isinstance(error, SQLAlchemyError):
         reason = str(getattr(error, "orig", None) or error).strip().splitlines() or [type(error).__name__]
         return f"database {url or database_url()}: {reason[0]}{notes}"
-    if isinstance(error, OSError) and error.errno in DISK_REFUSED:
+    if isinstance(error, OSError) and (
+        error.errno in DISK_REFUSED or (error.errno in PATH_REFUSED and error.filename)
+    ):
         return f"{error.filename or 'a file'}: {error.strerror}{notes}"
-    if isinstance(error, OSError) and error.errno in PATH_REFUSED and error.filename:
-        return f"{error.filename}: {error.strerror}{notes}"
     if isinstance(error, RecursionError):  # json and the parsers recurse per nesting level
         return f"the input is nested too deeply to read ({first_line(error)}){notes}"
     return None

@@ -108,7 +108,12 @@ class ServedNumbers(Plain):
 
 
 def same_path(a: str | None, b: str | None) -> bool:
-    return bool(a and b) and Path(a).resolve() == Path(b).resolve()
+    if not (a and b):
+        return False
+    try:
+        return Path(a).resolve() == Path(b).resolve()
+    except (OSError, RuntimeError):  # a symlink loop: compare as written
+        return a == b
 
 
 def greedy_replays(db_url: str | None, draft_path: str | None, k: int | None) -> list:

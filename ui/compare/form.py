@@ -50,36 +50,10 @@ def _decoding() -> tuple[dict, dict] | None:
 def _which_samples(samples: list, running: bool, invalid: bool = False) -> tuple[list | None, str | None]:
     """(the samples a button asked for, the Ray address for a batch), or (None, None)."""
     single, batch = st.columns(2)
-    # No min/max on the numbers (as on Decode): out of range, the browser would keep the last good
-    # number while showing the typed one, and a click would compare on that.
-    index = int(
-        single.number_input("Sample #", value=0, step=1, key="compare_index", help=f"0 to {len(samples) - 1}")
-    )
-    index_problem = (
-        None
-        if 0 <= index < len(samples)
-        else f"Sample #{index}: this dataset has samples 0 to {len(samples) - 1}"
-    )
-    if index_problem:
-        single.error(index_problem)
-    else:
+    index = whole(single, "Sample #", 0, len(samples) - 1, 0, "compare_index")
+    if index is not None:
         sample_preview(samples[index], state.target_path(), single)
-    count = int(
-        batch.number_input(
-            "Batch: first N samples",
-            value=min(6, len(samples)),
-            step=1,
-            key="compare_batch_n",
-            help=f"1 to {len(samples)}",
-        )
-    )
-    count_problem = (
-        None
-        if 1 <= count <= len(samples)
-        else f"Batch of {count}: this dataset has {len(samples)} samples (1 to {len(samples)})"
-    )
-    if count_problem:
-        batch.error(count_problem)
+    count = whole(batch, "Batch: first N samples", 1, len(samples), min(6, len(samples)), "compare_batch_n")
     ray_address = batch.text_input(
         "Run the batch on Ray (address, 'local', or empty: here)",
         os.environ.get("SPECLENS_RAY_ADDRESS", ""),
@@ -87,11 +61,11 @@ def _which_samples(samples: list, running: bool, invalid: bool = False) -> tuple
         help=RAY_HELP,
     ).strip()
     if single.button(
-        "Compare on this sample", key="compare_start_one", disabled=running or invalid or bool(index_problem)
+        "Compare on this sample", key="compare_start_one", disabled=running or invalid or index is None
     ):
         return [samples[index]], None
     if batch.button(
-        "Compare on N samples", key="compare_start_batch", disabled=running or invalid or bool(count_problem)
+        "Compare on N samples", key="compare_start_batch", disabled=running or invalid or count is None
     ):
         refused = address_problem(ray_address)
         if refused:

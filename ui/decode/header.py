@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import zlib
 from datetime import UTC, datetime
-from pathlib import Path
 
 import streamlit as st
 
@@ -14,6 +13,7 @@ from backend.engine.metrics import DEFINITIONS, NEAR_TIE
 from backend.engine.records import StepRecord
 from backend.service import tasks
 from backend.service.checks import EngineReadings, engine_readings
+from backend.service.per_request import same_path
 from backend.service.runs import RunInfo
 from ui import state
 from ui.html import md
@@ -34,18 +34,11 @@ def number(value, digits: int = 2) -> str:
     return "—" if value is None else f"{value:.{digits}f}"
 
 
-def _same_dir(a: str, b: str) -> bool:
-    try:
-        return Path(a).resolve() == Path(b).resolve()
-    except (OSError, RuntimeError):
-        return a == b
-
-
 def newest_of_active_pair(runs: list[RunInfo]) -> int:
     """Where the picker opens when no run was chosen: the newest run of the sidebar's draft, else of its
     target, else the newest run (runs come newest first)."""
     for path, field in ((state.draft_path(), "draft_path"), (state.target_path(), "target_path")):
-        found = next((r.id for r in runs if _same_dir(getattr(r, field), path)), None)
+        found = next((r.id for r in runs if same_path(getattr(r, field), path)), None)
         if found is not None:
             return found
     return runs[0].id
