@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import math
 import os
 import sqlite3
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,7 +29,8 @@ def database_url(url: str | None = None) -> str:
 
 def make_engine(url: str | None = None) -> Engine:
     """An engine on `url` with its schema created or upgraded (db/schema.py). SQLite: WAL, foreign
-    keys, writers wait for each other. PostgreSQL (psycopg 3): connections checked before use (a
+    keys, writers wait for each other, and the file itself holds every commit (`settled`).
+    PostgreSQL (psycopg 3): connections checked before use (a
     shared server restarts), JSON written strictly (PostgreSQL refuses NaN and Infinity)."""
     url = database_url(url)
     if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
@@ -54,10 +57,46 @@ def make_engine(url: str | None = None) -> Engine:
                 pass
             cursor.execute("PRAGMA foreign_keys=ON")
             cursor.execute("PRAGMA busy_timeout=30000")  # concurrent writers wait instead of failing
+            # every commit is copied into the database file at once (a passive checkpoint: it never
+            # waits for a reader), so a copy of the file alone holds every committed run, not the
+            # -wal beside it (SQLite's default waits for 1,000 pages)
+            cursor.execute(f"PRAGMA wal_autocheckpoint={WAL_CHECKPOINT_PAGES}")
             cursor.close()
+
+        path = schema.sqlite_path(url)
+        if path is not None and not schema.read_only(url):
+            atexit.register(settle_at_exit, weakref.ref(engine), path)
 
     schema.prepare(engine, url)
     return engine
+
+
+WAL_CHECKPOINT_PAGES = 1
+
+
+def settle_at_exit(engine_ref: weakref.ref, path: Path) -> None:
+    """At the end of the process: its connections closed, and the database file made whole and
+    standalone when this process was its last user: the write-ahead log folded in and the file put
+    back to SQLite's rollback journal (no -wal or -shm beside it), so the file alone, copied, mailed
+    or opened read-only by another user, holds every run. Another process still using the file
+    keeps it in WAL (SQLite refuses the switch while it is open) and does this at its own end; the
+    next opener turns WAL on again. Best effort: nothing here may fail the command that ended."""
+    engine = engine_ref()
+    if engine is not None:
+        engine.dispose()
+    if not path.is_file():
+        return
+    try:
+        connection = sqlite3.connect(path, timeout=0)
+    except sqlite3.Error:
+        return
+    try:
+        connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        connection.execute("PRAGMA journal_mode=DELETE")
+    except sqlite3.Error:
+        pass  # in use elsewhere (busy, locked) or read-only now: its last user settles it
+    finally:
+        connection.close()
 
 
 def strict_json(value) -> str:

@@ -81,6 +81,17 @@ class Run(Base):
     )
 
 
+class RunId(Base):
+    """Every run id ever handed out on SQLite, whose plain INTEGER PRIMARY KEY gives a deleted largest
+    id to the next row: this table's AUTOINCREMENT (sqlite_sequence) never goes back, so a run id
+    means one run forever (db/runs.py next_run_id). PostgreSQL's runs.id sequence never goes back
+    by itself; the table is there too (one schema) and stays empty."""
+
+    __tablename__ = "run_ids"
+    __table_args__ = {"sqlite_autoincrement": True}
+    id: Mapped[int] = mapped_column(primary_key=True)
+
+
 class Step(Base):
     __tablename__ = "steps"
     __table_args__ = (Index("ix_steps_run_step", "run_id", "step_index", unique=True),)

@@ -19,7 +19,7 @@ from backend.engine.records import STORED_STEP_FIELDS, StepRecord, stored_fields
 from backend.engine.request import ReplayRequest
 from backend.engine.run_value import Resolved, RunMetrics, asked_settings, read_params
 from db.connection import session_scope
-from db.models import Run, Step, TokenStat, utc_now
+from db.models import Run, RunId, Step, TokenStat, utc_now
 
 # ------------------------------------------------------------------------------ dataclasses
 
@@ -116,6 +116,7 @@ def create_run(
     given: RunInput = NO_INPUT,
 ) -> int:
     run = Run(
+        id=next_run_id(session),
         kind=kind,
         status="running",
         writer_host=socket.gethostname(),
@@ -132,6 +133,21 @@ def create_run(
     session.add(run)
     session.flush()
     return run.id
+
+
+def next_run_id(session: Session) -> int | None:
+    """A run id never given before, in the caller's transaction (None: the database's own sequence
+    decides, PostgreSQL's, which never goes back). On SQLite: the next of `run_ids`' AUTOINCREMENT, and
+    past the largest run id there is (a run written without it), which the sequence then keeps."""
+    if session.get_bind().dialect.name != "sqlite":
+        return None
+    given = session.execute(insert(RunId.__table__)).inserted_primary_key[0]
+    largest = session.scalar(select(func.max(Run.id))) or 0
+    if given <= largest:
+        given = largest + 1
+        session.execute(insert(RunId.__table__).values(id=given))
+    session.execute(delete(RunId.__table__))  # sqlite_sequence keeps the largest
+    return given
 
 
 def add_steps(session: Session, run_id: int, steps: list[StepRecord]) -> None:

@@ -4,7 +4,8 @@ this code is refused.
 
 Versions (revision ids `0001`, `0002`, ...): 1 = the tables before versioning; 2 = the steps' `tree`
 column and the runs' writer heartbeat (`writer_host`, `writer_pid`, `heartbeat_at`); 3 = text from
-users (dataset names, sample sources, reference labels) unbounded on PostgreSQL; 4 = the `wiring_probes` table; 5 = the `verdicts` table. Two records
+users (dataset names, sample sources, reference labels) unbounded on PostgreSQL; 4 = the `wiring_probes` table; 5 = the `verdicts` table; 6 = the `run_ids` table
+(run ids never handed out twice on SQLite). Two records
 sit side by side: Alembic's `alembic_version` (the revision) and `speclens_schema` (the integer
 version, which SpecLens builds from before Alembic read to refuse a newer database). A database
 made before Alembic has no `alembic_version`: it is upgraded from the first revision, whose
@@ -33,8 +34,8 @@ from sqlalchemy.orm import Mapped, mapped_column
 from backend import BadInput
 from db.models import Base
 
-SCHEMA_VERSION = 5
-HEAD_REVISION = "0005"  # the revision in db/migrations/versions that makes SCHEMA_VERSION
+SCHEMA_VERSION = 6
+HEAD_REVISION = "0006"  # the revision in db/migrations/versions that makes SCHEMA_VERSION
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 ADVISORY_LOCK_KEY = 0x5EC1E25  # PostgreSQL pg_advisory_xact_lock key for schema changes
 ALEMBIC_TABLE = "alembic_version"

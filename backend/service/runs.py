@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from functools import lru_cache
 from pathlib import Path
 
@@ -83,12 +84,24 @@ def get_run_with_steps(db_url: str | None, run_id: int) -> tuple[RunInfo | None,
 
 
 def delete_run(db_url: str | None, run_id: int) -> bool:
-    """Delete a run; BadInput while it is still recording."""
+    """Delete a run and its files (its artifact folder: hidden states, part files); BadInput while it
+    is still recording, or when its files could not be removed (the row is gone then: say where they
+    are). Its id is never handed out again (db/runs.py next_run_id)."""
+    database = open_database(db_url)
     try:
-        with store.session_scope(open_database(db_url).factory) as session:
-            return store.delete_run(session, run_id)
+        with store.session_scope(database.factory) as session:
+            deleted = store.delete_run(session, run_id)
     except store.RunBusy as busy:
         raise BadInput(str(busy)) from None
+    folder = database.artifact_dir / str(run_id) if database.artifact_dir is not None else None
+    if deleted and folder is not None and folder.is_dir():
+        try:
+            shutil.rmtree(folder)
+        except OSError as error:
+            raise BadInput(
+                f"run {run_id} deleted, but its files in {folder} were not removed ({error.strerror})"
+            ) from None
+    return deleted
 
 
 def token_stats(db_url: str | None, run_id: int, reference: str | None = None) -> list[dict]:
