@@ -11,20 +11,17 @@ from backend.defaults import default_target
 
 
 def cmd_lint(args) -> tuple[dict, str]:
-    from backend.diagnostics.lint_llamacpp import lint_llamacpp
+    from backend.service.checks import lint
     from backend.service.database import existing_store
 
-    if args.llamacpp is not None:
-        if args.request:
-            raise BadInput(
-                "lint --llamacpp reads no --request (llama-server's request fields are not linted)"
-            )
-        report = lint_llamacpp(args.llamacpp, args.draft, args.target)
-    else:
-        from backend.service.checks import lint
-
-        engine, command = ("sglang", args.sglang) if args.sglang is not None else ("vllm", args.vllm)
-        report = lint(args.draft, command, engine, args.target, existing_store(args.db), args.request)
+    if args.llamacpp is not None and args.request:
+        raise BadInput("lint --llamacpp reads no --request (llama-server's request fields are not linted)")
+    engine, command = next(
+        (name, given)
+        for name, given in (("llamacpp", args.llamacpp), ("sglang", args.sglang), ("vllm", args.vllm))
+        if given is not None
+    )
+    report = lint(args.draft, command, engine, args.target, existing_store(args.db), args.request)
     lines = [f"{f.severity.upper():7} {f.code}: {f.message}\n        fix: {f.fix}" for f in report.findings]
     if report.effective_flags:
         lines.append(f"{report.engine} will run: {report.effective_flags}")

@@ -5,6 +5,7 @@ speculative flags that change what runs (tools/server and common/arg.cpp of llam
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +34,22 @@ FLAG_VALUES = {  # the flags the lint reads, each with the name it is kept under
 }
 
 
+# Flags llama-server 11434 no longer takes: it refuses to start on them with "the argument has been
+# removed. use ..." (common/arg.cpp, the "removed params" block, arg_removed); each with the flag that
+# replaced it, None where the replacement depends on the ngram variant.
+REMOVED_FLAGS = {
+    "--draft": "--spec-draft-n-max",
+    "--draft-n": "--spec-draft-n-max",
+    "--draft-max": "--spec-draft-n-max",
+    "--draft-min": "--spec-draft-n-min",
+    "--draft-n-min": "--spec-draft-n-min",
+    "--spec-ngram-size-n": None,
+    "--spec-ngram-size-m": None,
+    "--spec-ngram-min-hits": None,
+}
+RENAMED_TO = {"--spec-draft-n-max": "n_max", "--spec-draft-n-min": "n_min"}
+
+
 @dataclass(frozen=True)
 class LlamaServer:
     """What a llama-server command line asks for (values as given; None: not on the line)."""
@@ -44,19 +61,47 @@ class LlamaServer:
     p_min: str | None = None
     n_min: str | None = None
     parallel: str | None = None
+    removed: tuple[tuple[str, str], ...] = ()  # (flag, value) of each REMOVED_FLAGS flag on the line
 
 
 def parse_llama_server(command: str) -> LlamaServer:
     words = split_command(command)
     found: dict[str, str] = {}
+    removed: list[tuple[str, str]] = []
     for index, word in enumerate(words):
         flag, _, inline = word.partition("=")
-        if flag in FLAG_VALUES:
+        if flag in FLAG_VALUES or flag in REMOVED_FLAGS:
             value = inline or (words[index + 1] if index + 1 < len(words) else None)
             if value is None:
                 raise BadInput(f"llama-server command: {flag} has no value")
-            found[FLAG_VALUES[flag]] = value
-    return LlamaServer(**found)
+            if flag in REMOVED_FLAGS:
+                removed.append((flag, value))
+            else:
+                found[FLAG_VALUES[flag]] = value
+    for flag, value in removed:  # what the command means once the flag is renamed (the fix)
+        key = RENAMED_TO.get(REMOVED_FLAGS[flag] or "")
+        if key:
+            found.setdefault(key, value)
+    return LlamaServer(**found, removed=tuple(removed))
+
+
+def without_removed_flags(command: str) -> str:
+    """The command with each removed flag written as the flag that replaced it (one with no single
+    replacement is dropped, with its value): what llama-server 11434 starts on."""
+    words, kept, skip = split_command(command), [], False
+    for index, word in enumerate(words):
+        if skip:
+            skip = False
+            continue
+        flag, eq, inline = word.partition("=")
+        if flag not in REMOVED_FLAGS:
+            kept.append(word)
+            continue
+        skip = not eq and index + 1 < len(words)
+        value = inline if eq else (words[index + 1] if skip else "")
+        if REMOVED_FLAGS[flag]:
+            kept += [REMOVED_FLAGS[flag], value]
+    return shlex.join(kept)
 
 
 def gguf_target_layers(path: Path) -> list[int] | None:
@@ -82,8 +127,13 @@ def _number(value: str | None, kind, flag: str):
         raise BadInput(f"llama-server command: {flag} {value!r} is not a number") from None
 
 
-def lint_llamacpp(command: str, draft_dir: str | None, target_dir: str | None) -> LintResult:
-    """The lint (same keys as the SGLang / vLLM lint) of a llama-server command."""
+def lint_llamacpp(
+    command: str, draft_dir: str | None, target_dir: str | None, trained: list[list[int]] | None = None
+) -> LintResult:
+    """The lint (same keys as the SGLang / vLLM lint) of a llama-server command. `trained`: the wirings
+    the wiring probe found this draft trained on when it rejected the declared one (its best, then those
+    it could not tell from it: service/checks.py trained_wirings), as the SGLang and vLLM lints take
+    them (lint_wiring.aux_ids_against); without them the declared wiring is taken as the trained one."""
     server = parse_llama_server(command)
     if not draft_dir:
         raise BadInput(
@@ -101,30 +151,87 @@ def lint_llamacpp(command: str, draft_dir: str | None, target_dir: str | None) -
         findings.append(Finding(code, severity(word), message, fix=fix))
 
     view = read_as("llamacpp", config, layers, False)
-    trained = list(read_as("auto", config, layers, False).wiring.aux_hf_indices)
     fed, source = list(view.wiring.aux_hf_indices), "its converter would write from this config.json"
     if server.draft and Path(server.draft).is_file():
         written = gguf_target_layers(Path(server.draft))
         if written is not None:
             fed, source = written, f"{server.draft} says (eagle3 target_layers)"
-    if fed != trained:
-        words, _ = wiring_fix("llamacpp", trained)
-        add(
-            "error",
-            "aux-ids-llamacpp",
-            f"llama.cpp feeds HF {fed} ({source}); the draft was trained on HF {trained} ({config.architecture}, "
-            f"{view.wiring.source}).",
-            f"In {draft_dir}/config.json {words}.",
-        )
+    if trained:
+        _wiring_against_probe(fed, source, [list(w) for w in trained], draft_dir, add)
+    else:
+        declared = list(read_as("auto", config, layers, False).wiring.aux_hf_indices)
+        if fed != declared:
+            words, _ = wiring_fix("llamacpp", declared)
+            add(
+                "error",
+                "aux-ids-llamacpp",
+                f"llama.cpp feeds HF {fed} ({source}); the draft was trained on HF {declared} "
+                f"({config.architecture}, {view.wiring.source}).",
+                f"In {draft_dir}/config.json {words}.",
+            )
     if not view.loads:
         add("error", "llamacpp-refuses", view.refusal, "Serve this draft with vLLM or SGLang.")
+    _removed_flag_findings(server, add)
     n_max, p_min = _flag_findings(server, add)
     return lint_result(
         findings,
         "llamacpp",
-        {k: v for k, v in vars(server).items() if v is not None},
+        {k: v for k, v in vars(server).items() if v},
         {"aux_hf_indices": fed, "num_speculative_tokens": n_max or DEFAULT_N_MAX, "p_min": p_min or 0.0},
-        f"--spec-type draft-eagle3 --spec-draft-n-max {n_max or DEFAULT_N_MAX}",
+        None if server.removed else f"--spec-type draft-eagle3 --spec-draft-n-max {n_max or DEFAULT_N_MAX}",
+        without_removed_flags(command) if server.removed else None,
+        ("removed-flag",) if server.removed else (),
+    )
+
+
+def _removed_flag_findings(server: LlamaServer, add) -> None:
+    """Each removed flag on the line: the server does not start (common/arg.cpp arg_removed)."""
+    for flag, value in server.removed:
+        instead = REMOVED_FLAGS[flag]
+        add(
+            "error",
+            "removed-flag",
+            f'{flag} {value}: llama-server (11434) no longer takes {flag} and refuses to start: "the argument '
+            f'has been removed" (common/arg.cpp, removed params). Nothing of this command runs.',
+            f"Write {instead} {value}."
+            if instead
+            else "Drop it; use the --spec-ngram-* flag of your variant.",
+        )
+
+
+def _wiring_against_probe(fed: list[int], source: str, trained: list[list[int]], draft_dir: str, add) -> None:
+    """The llama.cpp twin of lint_wiring.aux_ids_against (same codes): llama-server feeds the layers the
+    GGUF names, and the probe rejected the declared ones; never suggest the declared wiring again."""
+    found = " or ".join(f"HF {w}" for w in trained)
+    if fed in trained:
+        add(
+            "info",
+            "aux-ids-trained",
+            f"llama.cpp feeds HF {fed} ({source}), "
+            + (
+                "the layers the wiring probe found this draft trained on."
+                if len(trained) == 1
+                else f"one of the wirings the probe found this draft trained on ({found}: it cannot tell them apart)."
+            ),
+            "Nothing to change for the wiring.",
+        )
+        return
+    if len(trained) == 1:
+        words, _ = wiring_fix("llamacpp", trained[0])
+        fix = f"In {draft_dir}/config.json {words}; serve the new GGUF with -md."
+    else:
+        fix = (
+            f"Separate {found} first: run the wiring probe on more samples (python -m backend probe --samples "
+            "FILE --limit 32); then write the one it separates at the top level of config.json (HF indices) and "
+            "convert the draft to GGUF again."
+        )
+    add(
+        "error",
+        "aux-ids-not-trained",
+        f"The wiring probe found this draft trained on {found}, but llama.cpp will feed HF {fed} ({source}): "
+        "the draft sees layers it was never trained on."
+        + ("" if len(trained) == 1 else f" The probe cannot tell {found} apart on its samples."),
+        fix,
     )
 
 

@@ -35,7 +35,8 @@ def lint(
     if engine.lower() in ("llama.cpp", "llamacpp"):  # the GGUF's wiring and llama-server's flags
         from backend.diagnostics.lint_llamacpp import lint_llamacpp
 
-        return lint_llamacpp(command, draft_path, target_path)
+        found = trained_wirings(target_path, draft_path, db_url) if target_path and draft_path else []
+        return lint_llamacpp(command, draft_path, target_path, found)
     sglang, vllm = (command, None) if engine.lower() == "sglang" else (None, command)
     settings = parse_sglang(sglang) if sglang is not None else parse_vllm(vllm)
     draft_path = draft_path or settings.draft_path  # as lint_command reads them, to find the stored probe

@@ -82,3 +82,58 @@ def test_flags_that_change_the_run_are_named(tmp_path):
     assert done.returncode == 2 and done.stderr.strip().splitlines()[-1].endswith("-md has no value")
     done = run_cli("lint", "--target", str(TOY / "target"), "--llamacpp", "llama-server -m t.gguf")
     assert done.returncode == 2 and "--draft DIR" in done.stderr
+
+
+def test_a_kept_probe_that_rejects_the_declared_wiring_is_what_the_llamacpp_lint_holds_to(tmp_path, db_url):
+    """Issue 65 row 1: the probe found the bundled miswired draft trained on other layers than it
+    declares; the SGLang and vLLM lints said so and the llama.cpp lint passed it (declared reading only).
+    Now the three lints read the same kept probe, on the CLI and on the page (service.checks.lint)."""
+    from backend.defaults import DEMO_DRAFTS, DEMO_TARGET
+    from backend.diagnostics.probe_settings import ProbeResult
+    from backend.service import checks
+
+    draft = tmp_path / "miswired"
+    shutil.copytree(DEMO_DRAFTS / "miswired", draft)
+    target = str(DEMO_TARGET)
+    checks.remember_probe(
+        target,
+        str(draft),
+        ProbeResult.from_dict({"confirmed": False, "best": {"aux_hf_indices": [0, 2, 15]}}),
+        db_url,
+    )
+    checks._PROBES.clear()  # only the database remembers
+    command = "llama-server -m t.gguf -md d.gguf --spec-type draft-eagle3 --spec-draft-n-max 8"
+    report = cli_json(
+        "lint", "--target", target, "--draft", str(draft), "--db", db_url, "--llamacpp", command
+    )
+    wiring = [f for f in report["findings"] if f["code"].startswith("aux-ids")]
+    assert [f["code"] for f in wiring] == ["aux-ids-not-trained"] and report["errors"] == 1
+    assert "trained on HF [0, 2, 15]" in wiring[0]["message"]
+    assert '"eagle_aux_hidden_state_layer_ids": [0, 2, 15]' in wiring[0]["fix"]
+    page = checks.lint(str(draft), command, "llama.cpp", target, db_url)
+    assert json.loads(json.dumps(page.to_dict())) == report  # one answer on the page and the CLI
+    fed = report["effective"]["aux_hf_indices"]  # a GGUF written with the trained layers passes
+    fixed = gguf_with_layers(tmp_path / "fixed.gguf", [0, 2, 15])
+    passed = cli_json(
+        "lint", "--target", target, "--draft", str(draft), "--db", db_url,
+        "--llamacpp", f"llama-server -m t.gguf -md {fixed} --spec-type draft-eagle3 --spec-draft-n-max 8",
+    )  # fmt: skip
+    assert fed != [0, 2, 15] and passed["errors"] == 0
+    assert [f["code"] for f in passed["findings"] if f["code"].startswith("aux-ids")] == ["aux-ids-trained"]
+
+
+def test_a_removed_flag_is_an_error_and_the_command_is_rewritten(tmp_path):
+    """Issue 65 row 6: llama-server 11434 refuses --draft-max and its kin (common/arg.cpp, removed
+    params); the lint said it would run --spec-draft-n-max 3."""
+    draft = draft_with_nested(tmp_path, [1, 5, 8])
+    command = "llama-server -m t.gguf -md d.gguf --spec-type draft-eagle3 --draft-max 16 --draft-min=2"
+    report = lint("--draft", str(draft), "--llamacpp", command)
+    removed = [f for f in report["findings"] if f["code"] == "removed-flag"]
+    assert len(removed) == 2 and report["errors"] == 2
+    assert "--draft-max 16" in removed[0]["message"] and removed[0]["fix"] == "Write --spec-draft-n-max 16."
+    assert report["effective_flags"] is None and report["effective"]["num_speculative_tokens"] == 16
+    assert report["recommended_command"] == (
+        "llama-server -m t.gguf -md d.gguf --spec-type draft-eagle3 --spec-draft-n-max 16 --spec-draft-n-min 2"
+    )
+    text = run_cli("lint", "--target", str(TOY / "target"), "--draft", str(draft), "--llamacpp", command)
+    assert "--spec-draft-n-max 3" not in text.stdout and "removed-flag" in text.stdout
