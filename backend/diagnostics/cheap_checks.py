@@ -33,7 +33,9 @@ PREFLIGHT_CLASSES = {
 
 def preflight_findings(report: dict, engine: str) -> list[Finding]:
     """Failed checks by class; where the engines read the draft differently from its training reading:
-    a fail for the serving engine under test, a warning for the others when none is named."""
+    a fail for the serving engine under test (`engine`: --engine, or the serving command's engine),
+    the cause for a user who serves with it; a warning for each when none is named (issue 65 row 3:
+    an info let a draft vLLM misreads pass as OK, when the user's bad accept length may be vLLM's)."""
     found = []
     for check in report.get("checks", []):
         if check["status"] == "fail":
@@ -59,8 +61,9 @@ def preflight_findings(report: dict, engine: str) -> list[Finding]:
         found.append(
             Finding(
                 "aux-wiring",
-                "fail" if serving else "info",  # named: the engine under test; else what each would do
-                f"served by {fix['engine']}: {fix['message']}",
+                "fail" if serving else "warn",  # named: the engine under test; else what each would do
+                f"served by {fix['engine']}: {fix.get('problem') or fix['message']}"
+                + ("" if serving else " Serving with it, that is the cause of a low accept length."),
                 {"engine": fix["engine"], "fed": fix["fed"], "trained": fix["trained"]},
                 f"In the draft's config.json: {wiring_fix(fix['engine'], fix['trained'])[0]} "
                 f"(python -m backend preflight --engine {fix['engine']} --write-fix OUT writes the copy).",

@@ -108,7 +108,10 @@ class Diagnosis:
                     if len(worst) > 1
                     else ""
                 )
-                return f"{worst[0].cls}: {worst[0].message}{more}"
+                blind = level == "warn" and self.next_step is not None  # a warning is not all there is
+                return f"{worst[0].cls}: {worst[0].message}{more}" + (
+                    "; and unverified: no check that ran can see the wiring" if blind else ""
+                )
         skipped = [k for k, v in self.ran.items() if str(v).startswith("skipped")]
         if not self.wiring_seen:
             return "No cause found, but unverified: no check that ran can see the wiring" + (

@@ -44,6 +44,7 @@ def serving_wiring_findings(views: dict[str, EngineView], trained: list[int]) ->
                     "engine": engine,
                     "fed": fed,
                     "trained": list(trained),
+                    "problem": f"{SERVING_NAMES[engine]} feeds HF {fed}; trained on HF {list(trained)}.",
                     "message": f"{SERVING_NAMES[engine]} feeds HF {fed}; trained on HF {list(trained)}. Fix: {words}",
                     "config_update": keys,
                 }

@@ -45,9 +45,10 @@ def test_the_cheap_diagnosis_of_the_bundled_miswired_draft():
 
     trained, declared = demo_wiring()
     target, draft = str(DEMO_TARGET), str(DEMO_DRAFTS / "miswired")
-    blind = diagnose(target, draft)
-    assert blind.verdict != "broken" and not blind.wiring_seen
-    assert blind.headline.startswith("No cause found, but unverified") and blind.next_step
+    blind = diagnose(target, draft)  # vLLM's V1 runner misreads its nested ids: a warning (issue 65 row 3)
+    assert blind.verdict == "suspect" and not blind.wiring_seen
+    assert blind.headline.startswith("aux-wiring: served by vllm") and blind.next_step
+    assert blind.headline.endswith("and unverified: no check that ran can see the wiring")
     features = str(DEMO_TARGET.parent / "data" / "features" / "data_0.ckpt")
     seen = diagnose(target, draft, options=DiagnoseOptions(features=features))
     assert seen.verdict == "broken" and seen.wiring_seen and seen.next_step is None
