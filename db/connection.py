@@ -29,12 +29,14 @@ def database_url(url: str | None = None) -> str:
 
 def make_engine(url: str | None = None) -> Engine:
     """An engine on `url` with its schema created or upgraded (db/schema.py). SQLite: WAL, foreign
-    keys, writers wait for each other, and the file itself holds every commit (`settled`).
+    keys, writers wait for each other; the file itself holds every finished run (`session_scope`,
+    `settle_at_exit`).
     PostgreSQL (psycopg 3): connections checked before use (a
     shared server restarts), JSON written strictly (PostgreSQL refuses NaN and Infinity)."""
     url = database_url(url)
-    if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
-        Path(url[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
+    path = schema.sqlite_path(url)
+    if path is not None and "?" not in url and not str(path).startswith("file:"):  # not a URI (mode=ro...)
+        path.parent.mkdir(parents=True, exist_ok=True)
     opened = schema.engine_url(url)
     try:
         if opened.startswith("postgresql"):
@@ -57,10 +59,6 @@ def make_engine(url: str | None = None) -> Engine:
                 pass
             cursor.execute("PRAGMA foreign_keys=ON")
             cursor.execute("PRAGMA busy_timeout=30000")  # concurrent writers wait instead of failing
-            # every commit is copied into the database file at once (a passive checkpoint: it never
-            # waits for a reader), so a copy of the file alone holds every committed run, not the
-            # -wal beside it (SQLite's default waits for 1,000 pages)
-            cursor.execute(f"PRAGMA wal_autocheckpoint={WAL_CHECKPOINT_PAGES}")
             cursor.close()
 
         path = schema.sqlite_path(url)
@@ -69,9 +67,6 @@ def make_engine(url: str | None = None) -> Engine:
 
     schema.prepare(engine, url)
     return engine
-
-
-WAL_CHECKPOINT_PAGES = 1
 
 
 def settle_at_exit(engine_ref: weakref.ref, path: Path) -> None:
@@ -130,6 +125,18 @@ def session_factory(engine: Engine) -> sessionmaker:
     return sessionmaker(engine, expire_on_commit=False)
 
 
+SETTLE = "settle"  # session.info key: this transaction ends something a copy of the file must hold
+
+
+def settle_after_commit(session: Session) -> None:
+    """Ask for the write-ahead log to be copied into the SQLite file once this transaction commits:
+    what a repository function calls when it ends something (a run finished or failed, a run
+    deleted, a dataset imported), so that the file alone, copied while the dashboard still runs,
+    holds it; SQLite's own checkpoint waits for 1,000 pages. A run's step batches are not settled one
+    by one (a checkpoint per batch would double its writes, and on a full disk compete with them)."""
+    session.info[SETTLE] = True
+
+
 @contextmanager
 def session_scope(factory: sessionmaker) -> Iterator[Session]:
     session = factory()
@@ -140,4 +147,20 @@ def session_scope(factory: sessionmaker) -> Iterator[Session]:
         session.rollback()
         raise
     finally:
+        settle = session.info.pop(SETTLE, False)
         session.close()
+    if settle:
+        checkpoint(factory.kw["bind"])
+
+
+def checkpoint(engine: Engine) -> None:
+    """A passive checkpoint of a SQLite file (it never waits for a reader, and what a reader still
+    holds follows at the next one); best effort: a full disk or a busy file must not fail the write
+    that committed. Nothing on other databases."""
+    if engine.dialect.name != "sqlite":
+        return
+    try:
+        with engine.connect() as connection:
+            connection.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)")
+    except Exception:  # noqa: BLE001 - sqlite3 and SQLAlchemy errors alike; the commit stands
+        pass

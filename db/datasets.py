@@ -10,6 +10,7 @@ from sqlalchemy import func, insert, select
 from sqlalchemy.orm import Session
 
 from backend.data.samples import Sample
+from db.connection import settle_after_commit
 from db.models import Dataset, SampleRow
 
 # ------------------------------------------------------------------------------ datasets
@@ -38,6 +39,7 @@ def create_dataset_streaming(
     """(dataset id, samples stored): the samples are inserted in batches as the iterator yields
     them, inside the caller's one transaction (all land or none; memory: one batch)."""
     dataset = Dataset(name=name, path=path, format=format)
+    settle_after_commit(session)
     session.add(dataset)
     session.flush()
     rows, count = [], 0
@@ -70,6 +72,7 @@ def delete_dataset(session: Session, dataset_id: int) -> str | None:
     dataset = session.get(Dataset, dataset_id)
     if dataset is None:
         return None
+    settle_after_commit(session)
     path = dataset.path or ""
     session.delete(dataset)
     return path

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from backend.engine.records import STORED_STEP_FIELDS, StepRecord, stored_fields, stored_step
 from backend.engine.request import ReplayRequest
 from backend.engine.run_value import Resolved, RunMetrics, asked_settings, read_params
-from db.connection import session_scope
+from db.connection import session_scope, settle_after_commit
 from db.models import Run, RunId, Step, TokenStat, utc_now
 
 # ------------------------------------------------------------------------------ dataclasses
@@ -224,6 +224,7 @@ def finish_run(
     run = _locked_run(session, run_id)
     if run is None:
         raise RunGone(run_id)
+    settle_after_commit(session)
     run.status, run.output_ids, run.metrics = "finished", list(output_ids), metrics
     run.artifact_path, run.artifact_sha256, run.finished_at = artifact_path, artifact_sha256, utc_now()
 
@@ -242,6 +243,7 @@ def fail_run(
     run = _locked_run(session, run_id)
     if run is None:
         return  # deleted while it ran: nothing to mark
+    settle_after_commit(session)
     run.status, run.error, run.finished_at = status, error, utc_now()
     run.output_ids = list(output_ids or run.output_ids or [])
     run.metrics = metrics or run.metrics or {}
@@ -318,6 +320,7 @@ def delete_run(session: Session, run_id: int, force: bool = False) -> bool:
             "stop it first, or delete it once it has ended"
         )
     session.delete(run)
+    settle_after_commit(session)
     return True
 
 

@@ -13,7 +13,7 @@ from streamlit.errors import StreamlitPageNotFoundError
 from backend import BadInput
 from backend.defaults import REPO, active_pair, default_draft, default_target, pair_of
 from backend.service import checkpoints, datasets
-from backend.service.database import database_url
+from backend.service.database import database_url, write_problem
 from ui.html import md
 
 # The navigation, drawn by `sidebar` (Streamlit's own list is hidden: it names the home page after
@@ -237,6 +237,9 @@ def sidebar() -> None:
             pass  # a page script run on its own (AppTest of one file) has no other pages to link
         st.caption("Active setup (shared by all pages)")
         st.text(f"database ({db_backend()}): {db_url()}")
+        unwritable = write_problem(db_url())
+        if unwritable:
+            st.warning(md(unwritable))
         target = st.text_input("Target model directory", value=target_path(), key="sidebar_target")
         unusable = checkpoints.problem(target, "target")
         if target != target_path():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import functools
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -10,8 +11,8 @@ from pathlib import Path
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlalchemy.orm import sessionmaker
 
-from backend import first_line
-from db import store
+from backend import BadInput, first_line
+from db import schema, store
 
 
 @dataclass(frozen=True)
@@ -101,4 +102,38 @@ def refusal(error: BaseException, url: str | None = None) -> str | None:
         return f"{error.filename or 'a file'}: {error.strerror}{notes}"
     if isinstance(error, RecursionError):  # json and the parsers recurse per nesting level
         return f"the input is nested too deeply to read ({first_line(error)}){notes}"
+    return None
+
+
+def refused_in_one_line(function):
+    """A service function that writes the store, called with the database URL first: a refusal of the
+    database or the disk (a read-only store, a full disk: `refusal`) reaches its caller as BadInput in
+    one line naming the database, as the CLI says it, never as a driver's traceback on a page."""
+
+    @functools.wraps(function)
+    def guarded(db_url, *args, **kwargs):
+        try:
+            return function(db_url, *args, **kwargs)
+        except (SQLAlchemyError, OSError, RecursionError) as error:
+            said = refusal(error, database_url(db_url))
+            if said is None:
+                raise
+            raise BadInput(said) from None
+
+    return guarded
+
+
+def write_problem(url: str | None = None) -> str | None:
+    """Why this process cannot write the store at `url`, said before anything is tried (the sidebar):
+    a SQLite file or folder it may not write, or one opened read-only; None when nothing says so (a
+    server's permissions show only when a write is refused)."""
+    resolved = database_url(url)
+    path = schema.sqlite_path(resolved)
+    if path is None:
+        return None
+    if schema.read_only(resolved) or "mode=ro" in resolved or "immutable=1" in resolved:
+        return (
+            f"database {path if '?' not in resolved else resolved} is read-only here: runs, imports and deletes "
+            "are refused; point SPECLENS_DB_URL at a file you can write to keep new work"
+        )
     return None

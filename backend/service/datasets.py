@@ -10,7 +10,7 @@ from backend.data.importer import ImportResult, check_source, stream_dataset
 from backend.data.samples import Sample
 from backend.defaults import BUNDLED_EVAL_SETS
 from backend.engine.json_config import TOKENIZER_FILES
-from backend.service.database import open_database
+from backend.service.database import open_database, refused_in_one_line
 from backend.service.readers import in_reader, stamp
 from db import schema, store
 
@@ -32,6 +32,7 @@ def target_vocabulary(target_path: str | None):
     return load_tokenizer(target_path), read_target_config(target_path).vocab_size
 
 
+@refused_in_one_line
 def import_dataset(
     db_url: str | None,
     path: str | Path,
@@ -87,6 +88,7 @@ def uploads_dir(db_url: str | None) -> Path:
     return open_database(db_url).artifact_dir.parent / "uploads"
 
 
+@refused_in_one_line
 def import_upload(
     db_url: str | None,
     filename: str,
@@ -171,6 +173,7 @@ def feature_tensors(path: str | None) -> list[dict]:
     return rows
 
 
+@refused_in_one_line
 def delete_dataset(db_url: str | None, dataset_id: int) -> bool:
     """Delete a dataset and its samples; the uploaded file kept for it (under the data folder's
     uploads/) goes with it. Files the user imported by path are never touched."""

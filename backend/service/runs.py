@@ -12,7 +12,7 @@ from sqlalchemy import select
 from backend import BadInput
 from backend.engine.records import StepRecord
 from backend.engine.request import ReplayRequest
-from backend.service.database import open_database, reap
+from backend.service.database import open_database, reap, refused_in_one_line
 from db import store
 from db.export import ExportError, export_bytes, export_run
 from db.models import Run
@@ -83,6 +83,7 @@ def get_run_with_steps(db_url: str | None, run_id: int) -> tuple[RunInfo | None,
         return run, store.get_steps(session, run_id) if run else []
 
 
+@refused_in_one_line
 def delete_run(db_url: str | None, run_id: int) -> bool:
     """Delete a run and its files (its artifact folder: hidden states, part files); BadInput while it
     is still recording, or when its files could not be removed (the row is gone then: say where they

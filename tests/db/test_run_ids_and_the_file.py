@@ -11,12 +11,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import torch
-
 from backend.service import runs as stored_runs
 from backend.service.database import open_database
 from db import schema, store
-from db.artifacts import write_artifact
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -32,6 +29,10 @@ def _new_run(url: str) -> int:
 
 
 def test_a_deleted_runs_id_is_never_handed_out_again_and_its_files_go(any_db_url):
+    import torch  # collecting the tests loads no torch (tests/test_architecture.py)
+
+    from db.artifacts import write_artifact
+
     first, newest = _new_run(any_db_url), _new_run(any_db_url)
     folder = open_database(any_db_url).artifact_dir / str(newest)
     write_artifact(folder, "hidden_states", {"x": torch.zeros(2)})

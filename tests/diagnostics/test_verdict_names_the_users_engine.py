@@ -9,13 +9,27 @@ from __future__ import annotations
 import pytest
 
 from backend.defaults import DEMO_DRAFTS, DEMO_TARGET
-from backend.diagnostics.diagnose import Diagnosis, preflight_findings
-from backend.engine.preflight import preflight
 
 
 @pytest.fixture(scope="module")
 def report() -> dict:
+    from backend.engine.preflight import preflight  # transformers: not at collection
+
     return preflight(str(DEMO_DRAFTS / "final"), str(DEMO_TARGET)).to_dict()
+
+
+def preflight_findings(report: dict, engine: str):
+    from backend.diagnostics.diagnose import preflight_findings as findings  # torch: not at collection
+
+    return findings(report, engine)
+
+
+def verdict(findings) -> tuple[str, str]:
+    """(verdict, headline) of a diagnosis whose preflight ran and found `findings`."""
+    from backend.diagnostics.diagnose import Diagnosis
+
+    diagnosis = Diagnosis(findings, {"preflight": "ran"})
+    return diagnosis.verdict, diagnosis.headline
 
 
 def _wiring(findings):
@@ -30,13 +44,13 @@ def test_with_no_engine_named_a_misreading_engine_is_a_warning_and_the_verdict_n
     assert [f.severity for f in wiring] == ["warn"] and f"feeds HF {vllm['fed']}" in wiring[0].message
     assert "Fix" not in wiring[0].message  # said once, as the fix
     assert f'"eagle_aux_hidden_state_layer_ids": {vllm["trained"]}' in wiring[0].fix
-    diagnosis = Diagnosis(findings, {"preflight": "ran"})
-    assert diagnosis.verdict == "suspect" and diagnosis.headline.startswith("aux-wiring: served by vllm")
+    said, headline = verdict(findings)
+    assert said == "suspect" and headline.startswith("aux-wiring: served by vllm")
 
 
 def test_serving_with_the_engine_that_misreads_it_makes_it_the_cause(report):
     assert [f.severity for f in _wiring(preflight_findings(report, "vllm"))] == ["fail"]
-    assert Diagnosis(preflight_findings(report, "vllm"), {}).verdict == "broken"
+    assert verdict(preflight_findings(report, "vllm"))[0] == "broken"
 
 
 def test_serving_with_an_engine_that_reads_it_right_says_nothing_of_the_others(report):

@@ -95,8 +95,9 @@ def test_a_run_that_cannot_even_be_marked_says_so_and_is_reaped_later(tmp_path):
 
 
 def test_mark_in_place_fits_where_the_full_update_does_not(tmp_path):
-    """The write-ahead log may not grow at all (the limit is its size): the full fail_run (the error
-    with its trace, the output, the metrics) is refused, the in-place mark is written."""
+    """The write-ahead log may not grow past what the database file and the log hold (the limit, as
+    tests/support/disk_fills.py sets it in `log` mode): the full fail_run (the error with its trace,
+    the output, the metrics) is refused, the in-place mark is written."""
     db = _database_with_a_run(tmp_path)
     script = f"""
 import os, resource, sys
@@ -107,11 +108,11 @@ database = open_database("sqlite:///{db}")
 with store.session_scope(database.factory) as session:
     run_id = store.create_run(session, kind="replay", target_path="t", draft_path="d", params={{}},
         aux_hf_indices=[1, 2, 3], given=store.RunInput([1, 2, 3], None, None))
-limit = os.path.getsize("{db}-wal")
+limit = os.path.getsize("{db}-wal") + os.path.getsize("{db}")
 resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
 try:
     with store.session_scope(database.factory) as session:
-        store.fail_run(session, run_id, error="x" * 50000, output_ids=list(range(20000)))
+        store.fail_run(session, run_id, error="x" * 50000, output_ids=list(range(200000)))
     print("full update written")
 except Exception as error:
     print("full update refused:", type(error).__name__)

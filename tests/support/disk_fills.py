@@ -2,8 +2,10 @@
 ARGS...` runs `backend.cli.main(ARGS)` while a watcher thread, once the database holds `--after`
 committed steps in its newest run, lowers the process's file-size limit (RLIMIT_FSIZE, a real kernel limit: writes
 beyond it fail with EFBIG, as on a full disk):
-- `log`: to the write-ahead log's current size, so the log cannot grow (the database file may grow
-  up to that size): a checkpoint can still make room;
+- `log`: to the size the database file and its write-ahead log take together, so the log cannot grow
+  past it and the database file can take what a checkpoint copies in: a checkpoint can still make
+  room. (The limit is per file and covers writes in place too: at the log's size alone it would forbid
+  a checkpoint's writes into a database file larger than the log, which holds every finished run.)
 - `nothing`: to zero, so no file can be written at all.
 Python ignores SIGXFSZ, so the writes fail with an error instead of killing the process."""
 
@@ -32,7 +34,7 @@ def steps_in(db: str) -> int:
 def fill_after(mode: str, db: str, after: int) -> None:
     while steps_in(db) < after:
         time.sleep(0.02)
-    limit = os.path.getsize(f"{db}-wal") if mode == "log" else 0
+    limit = os.path.getsize(f"{db}-wal") + os.path.getsize(db) if mode == "log" else 0
     resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
 
 
