@@ -1,42 +1,45 @@
 """SpecLens backend, in layers; each imports only the layers below it (tests/test_architecture.py
 checks this):
 
-    backend.engine       the algorithm (torch, transformers)
+    backend.run          the run's vocabulary, torch-free: request, records, metrics, wiring (db/, pages)
+      request            what a user asks for: one frozen ReplayRequest, its fields' flags and widgets (torch-free)
+      run_value          a run stored and read back typed: the request as asked, what the pair resolved
+      records            the records the engine yields, one type per concept (torch-free)
+      metrics            acceptance metrics, each with the definition it is computed by
+      wiring             the one parser of an aux-index list: the HF indices that feed fc
+      shapes             a speculative step's shape and SGLang's rules for its flags (torch-free)
+      stop_ids           the ids that end a generation where an engine decides them by text (llama.cpp)
+      engine_names       the engines and training tools whose reading a run names, with their descriptions
+    backend.drafts       what a draft on disk is and how each engine reads it (torch-free but draft_llama)
+      draft_config       a draft's config.json, whatever its layout, as one typed description
+      json_config        model config files read as plain, checked JSON (torch-free)
+      layouts            every draft format's tensor names, read and write
+      readings           how each engine (SGLang, vLLM, llama.cpp, SpecForge, speculators, EAGLE) reads a draft
+      reading_fixes      where the readings part ways; the config change a serving engine needs
+      engine_table       how every engine reads a draft, from its config and weight names (torch-free)
+      safetensors_header a safetensors header checked before any tensor is read
+      torch_files        torch.load's refusals said in one line naming the file (weights_only=True)
+      draft_llama        a draft's LlamaConfig and the checks transformers leaves to build time
+    backend.engine       the algorithm (torch, transformers): the target's forwards, the steps, loading
       capture            forward hooks on the target capturing the residual stream at HF indices
       dispatch           a target split across devices (accelerate's device_map, max_memory)
-      draft_llama        a draft's LlamaConfig and the checks transformers leaves to build time
-      draft_config       a draft's config.json, whatever its layout, as one typed description
       draft_model        the EAGLE-3 draft network, each step written out
-      engine_table       how every engine reads a draft, from its config and weight names (torch-free)
       kv_cache           the KV caches: one protocol, three kinds of entries
-      layouts            every draft format's tensor names, read and write
       lean_target        a lean CPU forward for Llama targets: transformers' arithmetic, checked at load
       loading            a Hugging Face target and an EAGLE-3 draft loaded from local directories
       product            one projection: F.linear, or weight @ x^T for a few rows (faster with MKL)
       penalties          sampling penalties on the target's (and the draft's) logits
-      metrics            acceptance metrics, each with the definition it is computed by
       preflight          a draft checked against a target before anything runs
-      readings           how each engine (SGLang, vLLM, llama.cpp, SpecForge, speculators, EAGLE) reads a draft
-      reading_fixes      where the readings part ways; the config change a serving engine needs
-      request            what a user asks for: one frozen ReplayRequest, its fields' flags and widgets (torch-free)
-      run_value          a run stored and read back typed: the request as asked, what the pair resolved
-      records            the records the engine yields, one type per concept (torch-free)
       replay             speculative decoding replayed one verify step at a time (the loop)
       step_state         what a step reads and leaves: ReplayConfig, caches, cursor, catch-up, budget
-      stop_ids           the ids that end a generation where an engine decides them by text (llama.cpp)
       chain_step         one greedy chain step: draft, verify, accept, roll back, record
       batch              a set of samples replayed as one batch: one target verify forward for all
       tree_step          one tree (or sampled) step: draft tree, tree-masked verify, acceptance walk
-      safetensors_header a safetensors header checked before any tensor is read
       sampling           temperature sampling and each engine's acceptance rule
-      shapes             a speculative step's shape and SGLang's rules for its flags (torch-free)
       synthetic          random-init targets and drafts written in every published layout
       target_runner      the target's forward behind one interface, chosen at load
       teacher            teacher-forced accuracy acc_k (SpecForge's definition)
-      torch_files        torch.load's refusals said in one line naming the file (weights_only=True)
       tree               tree drafting and verification as SGLang runs them
-      wiring             the one parser of an aux-index list: the HF indices that feed fc
-      json_config        model config files read as plain, checked JSON (torch-free)
     backend.data         files in, validated records out
       conversations      a chat conversation rendered: tokens, and the mask on each reply (linear)
       features           SpecForge offline feature files (.ckpt)
@@ -103,11 +106,13 @@ checks this):
       tasks              background tasks the dashboard polls
       vllm_server        vLLM's OpenAI server launched on the pair; one greedy completion on token ids
       worker             model work in a worker process, not the Streamlit server
+      run_tensors        a run's recorded tensors on disk: part files as it commits, one artifact at its end
+      stamps             a cache key for files: their modification times
+      eval_pairs         the (draft, sample) pairs an evaluation replays: found stored or replayed
     backend.cli          argparse over the service (`python -m backend`); backend.defaults the bundled pairs
 
-engine <- data <- diagnostics <- service <- cli / pages. Only `backend.service` and `backend.cli`
-import `db` (db itself imports only the torch-free record types `backend.engine.records`,
-`backend.engine.request`, `backend.engine.run_value` and `backend.data.samples`). Only `pages/` and `ui/` import streamlit; pages and ui never import torch
+run <- drafts <- engine <- data <- diagnostics <- service <- cli / pages. Only `backend.service` and `backend.cli`
+import `db` (db itself imports only the torch-free room `backend.run` and `backend.data.samples`). Only `pages/` and `ui/` import streamlit; pages and ui never import torch
 or transformers (directly or through what they import) and define no work that touches a model:
 they build requests and call `backend.service`. The reference the code cites is docs/reference.md.
 """

@@ -28,7 +28,7 @@ from pathlib import Path
 def evaluate_rows(pair, prompts: int, tokens: int, num_steps: int = 4) -> list[dict]:
     from backend.data.samples import read_jsonl
     from backend.engine.loading import read_target_config
-    from backend.engine.request import ReplayRequest
+    from backend.run.request import ReplayRequest
     from backend.service import evaluate, models
     from backend.service.runs import get_run
 

@@ -42,10 +42,10 @@ import torch
 from backend.defaults import BundledPair, active_pair
 from backend.engine.loading import load_target
 from backend.engine.preflight import load_checked_draft
-from backend.engine.records import StepRecord
 from backend.engine.replay import ReplayConfig, output_ids_of, replay
-from backend.engine.request import ReplayRequest
 from backend.engine.target_runner import TransformersRunner
+from backend.run.records import StepRecord
+from backend.run.request import ReplayRequest
 from backend.service.database import open_database
 from backend.service.jobs import run_plan
 from backend.service.plan import resolve

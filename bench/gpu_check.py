@@ -37,12 +37,10 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from backend.diagnostics.precision import divergence_explained, self_disagreement
-from backend.engine.draft_config import parse_draft_config
+from backend.drafts.draft_config import parse_draft_config
 from backend.engine.loading import DraftFiles, Target, build_draft, load_target, pick_dtype
 from backend.engine.preflight import check_draft, load_checked_draft
-from backend.engine.records import StepRecord
 from backend.engine.replay import ReplayConfig, replay
-from backend.engine.request import ReplayRequest
 from backend.engine.synthetic import (
     TargetShape,
     bigram_draft_tensors,
@@ -55,6 +53,8 @@ from backend.engine.synthetic import (
     save_draft,
 )
 from backend.engine.target_runner import TransformersRunner
+from backend.run.records import StepRecord
+from backend.run.request import ReplayRequest
 from backend.service.database import open_database
 from backend.service.jobs import run_plan
 from backend.service.plan import resolve

@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     torch.set_num_threads(2)
 
-    from backend.engine.request import ReplayRequest
+    from backend.run.request import ReplayRequest
     from backend.service.batch_jobs import run_plans
     from backend.service.database import open_database
     from backend.service.jobs import run_plan

@@ -35,7 +35,7 @@ sys.path.insert(0, str(REPO))
 from backend.defaults import DEMO_DRAFTS, DEMO_TARGET  # noqa: E402
 from backend.engine.loading import load_target  # noqa: E402
 from backend.engine.preflight import load_checked_draft  # noqa: E402
-from backend.engine.request import ReplayRequest  # noqa: E402
+from backend.run.request import ReplayRequest  # noqa: E402
 from backend.service.database import open_database  # noqa: E402
 from backend.service.jobs import run_plan  # noqa: E402
 from backend.service.plan import resolve  # noqa: E402

@@ -61,13 +61,12 @@ from pathlib import Path
 
 import torch
 
-from backend.engine.draft_config import parse_draft_config
+from backend.drafts.draft_config import parse_draft_config
+from backend.drafts.readings import declared_wiring
 from backend.engine.draft_model import Eagle3Draft
 from backend.engine.loading import Target, load_target
 from backend.engine.preflight import load_checked_draft
-from backend.engine.readings import declared_wiring
 from backend.engine.replay import ReplayConfig, StepRecord, output_ids_of, replay
-from backend.engine.request import ReplayRequest
 from backend.engine.synthetic import (
     TargetShape,
     bigram_draft_tensors,
@@ -78,7 +77,8 @@ from backend.engine.synthetic import (
     random_draft_tensors,
     save_draft,
 )
-from backend.engine.wiring import Wiring
+from backend.run.request import ReplayRequest
+from backend.run.wiring import Wiring
 from backend.service.database import open_database
 from backend.service.jobs import run_plan
 from backend.service.plan import resolve

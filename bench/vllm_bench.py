@@ -40,9 +40,9 @@ def timed(fn) -> tuple[float, object]:
 def in_process_rows(args, prompts: list[list[int]]) -> list[dict]:
     import torch
 
-    from backend.engine.records import StepRecord
     from backend.engine.replay import ReplayConfig, replay
-    from backend.engine.request import ReplayRequest
+    from backend.run.records import StepRecord
+    from backend.run.request import ReplayRequest
     from backend.service import models
     from backend.service.jobs import run_replay
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from backend.engine.records import StepRecord, stored_fields
+from backend.run.records import StepRecord, stored_fields
 from db import store
 
 EXPORT_FORMATS = ("csv", "json", "parquet")

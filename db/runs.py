@@ -15,9 +15,9 @@ from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
-from backend.engine.records import STORED_STEP_FIELDS, StepRecord, stored_fields, stored_step
-from backend.engine.request import ReplayRequest
-from backend.engine.run_value import Resolved, RunMetrics, asked_settings, read_params
+from backend.run.records import STORED_STEP_FIELDS, StepRecord, stored_fields, stored_step
+from backend.run.request import ReplayRequest
+from backend.run.run_value import Resolved, RunMetrics, asked_settings, read_params
 from db.connection import session_scope, settle_after_commit
 from db.models import Run, RunId, Step, TokenStat, utc_now
 

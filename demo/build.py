@@ -31,7 +31,7 @@ import torch
 from transformers import AutoTokenizer, LlamaForCausalLM
 
 from backend.engine.synthetic import draft_config_dict, save_draft
-from backend.engine.wiring import default_hf_indices
+from backend.run.wiring import default_hf_indices
 from demo import corpus, make_data, repetition, train_draft, train_target
 
 DEMO_DIR = Path(__file__).resolve().parent

@@ -35,7 +35,7 @@ from transformers import AutoTokenizer, LlamaForCausalLM
 from backend.engine.batch import accept_lengths
 from backend.engine.loading import Target, eos_ids
 from backend.engine.synthetic import draft_config_dict, save_draft
-from backend.engine.wiring import Wiring, default_hf_indices
+from backend.run.wiring import Wiring, default_hf_indices
 from demo import chat_prompts, make_data, packed, smollm2, train_draft
 
 OUT = Path(__file__).resolve().parent / "smollm2"

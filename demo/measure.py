@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def declared_wiring(model) -> list[int]:
-    from backend.engine.wiring import default_hf_indices
+    from backend.run.wiring import default_hf_indices
 
     return default_hf_indices(model.config.num_hidden_layers)
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from backend.engine.draft_config import parse_draft_config
+from backend.drafts.draft_config import parse_draft_config
 from backend.engine.draft_model import Eagle3Draft
 from backend.engine.kv_cache import TTTCache
 from backend.engine.synthetic import vocab_mapping

@@ -98,7 +98,7 @@ def db_url(tmp_path) -> str:
 @pytest.fixture()
 def stored_run(pairs, db_url) -> tuple[str, int]:
     """A finished, recorded replay of the copy-L4-bigram pair (K=3, 12 tokens): (db_url, run id)."""
-    from backend.engine.request import ReplayRequest
+    from backend.run.request import ReplayRequest
     from backend.service.jobs import run_replay
 
     pair = pairs["copy-L4-bigram"]

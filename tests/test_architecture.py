@@ -9,24 +9,16 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-LAYERS = ["engine", "data", "diagnostics", "service", "cli"]  # each may import only itself and those before
+# each may import only itself and those before
+LAYERS = ["run", "drafts", "engine", "data", "diagnostics", "service", "cli"]
+TORCH_FREE_ROOMS = ("backend.run",)  # the run's vocabulary: db/ and the pages import it whole
 PAGE_BACKEND_ALLOWED = {
     "backend",
     "backend.defaults",
-    "backend.engine.wiring",
-    "backend.engine.metrics",
-    "backend.engine.records",
-    "backend.engine.request",
     "backend.diagnostics.mismatch",
     "backend.diagnostics.whatif",
 }
-DB_BACKEND_ALLOWED = {
-    "backend",
-    "backend.engine.records",
-    "backend.engine.request",
-    "backend.engine.run_value",
-    "backend.data.samples",
-}
+DB_BACKEND_ALLOWED = {"backend", "backend.data.samples"}
 HEAVY = ("torch", "transformers", "safetensors")
 
 
@@ -40,6 +32,10 @@ def imported_modules(source: str) -> set[str]:
             names.add(node.module)
             names.update(f"{node.module}.{alias.name}" for alias in node.names)
     return names
+
+
+def in_room(module: str, rooms=TORCH_FREE_ROOMS) -> bool:
+    return any(module == room or module.startswith(room + ".") for room in rooms)
 
 
 def python_files(*folders: str) -> list[Path]:
@@ -86,6 +82,7 @@ def violations_of_pages(path: Path, source: str) -> list[str]:
             root == "backend"
             and module not in PAGE_BACKEND_ALLOWED
             and not module.startswith("backend.service")
+            and not in_room(module)
         ):
             parent = module.rsplit(".", 1)[0]
             if parent not in PAGE_BACKEND_ALLOWED and not parent.startswith("backend.service"):
@@ -111,11 +108,58 @@ def test_db_imports_no_model_code_and_no_streamlit():
             root = module.split(".")[0]
             if root == "streamlit" or (
                 root == "backend"
+                and not in_room(module)
                 and module not in DB_BACKEND_ALLOWED
                 and module.rsplit(".", 1)[0] not in DB_BACKEND_ALLOWED
             ):
                 found.append(f"{path.relative_to(REPO)} imports {module}")
     assert found == []
+
+
+def _graph(folder: str) -> dict[str, set[str]]:
+    """module -> the modules of the same backend folder it imports (at any depth, TYPE_CHECKING too)."""
+    package = f"backend.{folder}"
+    names = {p.stem for p in (REPO / "backend" / folder).glob("*.py") if p.stem != "__init__"}
+    graph = {}
+    for name in names:
+        source = (REPO / "backend" / folder / f"{name}.py").read_text()
+        graph[name] = {m.split(".")[2] for m in imported_modules(source) if m.startswith(package + ".")} & (
+            names - {name}
+        )
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Each import circle of a graph, as the path that closes it (depth-first)."""
+    found, state = [], {}
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = "open"
+        for other in sorted(graph[node]):
+            if state.get(other) == "open":
+                found.append(path[path.index(other) :] + [other] if other in path else [node, other])
+            elif other not in state:
+                visit(other, [*path, other])
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    return found
+
+
+def test_no_import_circle_inside_a_folder():
+    """Each backend folder's modules import one another in one direction (a circle is two concepts
+    that need each other: one room too many or one too few)."""
+    assert circles({"a": {"b"}, "b": {"a"}}) and not circles({"a": {"b"}, "b": set()})  # not vacuous
+    found = {folder: circles(_graph(folder)) for folder in LAYERS}
+    assert {folder: c for folder, c in found.items() if c} == {}
+
+
+def test_the_run_room_loads_no_torch():
+    """The run's vocabulary (what db/ and the pages import) loads neither torch nor transformers."""
+    modules = [f"backend.run.{p.stem}" for p in sorted((REPO / "backend" / "run").glob("*.py"))]
+    assert heavy_loaded_by(modules) == {}
 
 
 def test_pages_and_ui_are_thin():
@@ -136,7 +180,7 @@ def test_the_checks_catch_violations():
     assert violations_of_pages(page, "from db import store\n")
     assert violations_of_pages(page, "tasks.MANAGER.submit('x', 'y', work)\n")
     assert not violations_of_pages(
-        page, "from backend.service import tasks\nfrom backend.engine.wiring import Wiring\n"
+        page, "from backend.service import tasks\nfrom backend.run.wiring import Wiring\n"
     )
 
 

@@ -181,7 +181,7 @@ def test_replay_tree_and_sampling_flags(checkpoints, tmp_path):
     import torch
 
     from backend.engine.loading import load_target
-    from backend.engine.records import StepTree
+    from backend.run.records import StepTree
     from tests.support.oracle import plain_greedy
 
     root, drafts, samples = checkpoints

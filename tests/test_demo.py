@@ -115,8 +115,8 @@ def test_trees_on_the_demo_pair(target, evaluation):
     """Every tree shape replays exactly the target's greedy output (first eval prompt, 48 new tokens),
     and SGLang's (3, 4, 8) tree accepts at least as much as the chain at K = 3 over the first 3 eval
     prompts (96 new tokens; demo/MEASURED.md has the 16-prompt table)."""
-    from backend.engine.records import StepRecord
     from backend.engine.replay import ReplayConfig, output_ids_of, replay
+    from backend.run.records import StepRecord
     from tests.support.oracle import plain_greedy
 
     draft, fed = load_draft(target, "final")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from backend.data.samples import read_jsonl
 from backend.defaults import DEMO, DEMO_DRAFTS, DEMO_TARGET
-from backend.engine.wiring import default_hf_indices
+from backend.run.wiring import default_hf_indices
 
 
 def test_committed_files_load_offline():

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from backend.engine.request import ENGINE_CHOICES
+from backend.run.request import ENGINE_CHOICES
 from ui import state
 from ui.html import md
 from ui.numbers import whole

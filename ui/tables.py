@@ -9,7 +9,7 @@ from ui.html import md
 
 
 def engine_readings(readings, key: str) -> None:
-    """How each engine reads the draft (backend/engine/readings.py) and where they disagree.
+    """How each engine reads the draft (backend/drafts/readings.py) and where they disagree.
     `readings`: the engine table (engine_table.EngineReadings) or preflight's report, which holds it
     (engine_table.PreflightResult)."""
     rows = [

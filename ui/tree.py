@@ -8,7 +8,7 @@ from html import escape
 
 import plotly.graph_objects as go
 
-from backend.engine.records import StepTree
+from backend.run.records import StepTree
 
 STATUS_COLOURS = {
     "accepted": "#66bb6a",

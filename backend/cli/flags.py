@@ -6,7 +6,7 @@ import argparse
 
 from backend import BadInput
 from backend.defaults import default_draft, default_target
-from backend.engine.request import settings_of
+from backend.run.request import settings_of
 
 
 def positive(text: str) -> int:
@@ -82,7 +82,7 @@ def finite_number(text: str) -> float:
 
 
 def setting_flag(sub, name: str, **overrides) -> None:
-    """One ReplayRequest setting as a flag, built from its field (backend/engine/request.py `Setting`):
+    """One ReplayRequest setting as a flag, built from its field (backend/run/request.py `Setting`):
     its flag, default, check and help; `overrides` (a command's own help or default) on top."""
     meta, default = next((m, d) for n, m, d in settings_of() if n == name)
     kwargs = {"default": default, "help": meta.help or None}

@@ -48,7 +48,7 @@ def cmd_preflight(args) -> tuple[dict, str]:
 
 
 def _write_fix(args, report: dict) -> dict:
-    from backend.engine.readings import SERVING_ENGINES
+    from backend.drafts.readings import SERVING_ENGINES
     from backend.service.draft_fix import write_fixed_draft
 
     if args.engine not in SERVING_ENGINES:
@@ -69,7 +69,7 @@ def _write_fix(args, report: dict) -> dict:
 def load_pair(args, sample_length: int):
     """(target, draft, wiring) for teacher/probe: the draft is refused with the preflight's reasons
     when it fails; its warnings go to stderr."""
-    from backend.engine.request import reading_of
+    from backend.drafts.readings import reading_of
     from backend.service import models
     from backend.service.plan import checked_override, preflight_warnings
 
@@ -83,9 +83,9 @@ def load_pair(args, sample_length: int):
 
 def cmd_replay(args) -> tuple[dict, str]:
     from backend.data.samples import sample_at
-    from backend.engine.metrics import DEFINITIONS
-    from backend.engine.records import verify_counts
-    from backend.engine.request import ReplayRequest
+    from backend.run.metrics import DEFINITIONS
+    from backend.run.records import verify_counts
+    from backend.run.request import ReplayRequest
     from backend.service.jobs import run_replay
 
     if args.index is not None and not args.samples:
@@ -214,7 +214,7 @@ def checked_vocab(args) -> int:
     """The target's vocab size from its config, after both configs are checked: a bad target,
     draft or flag is reported before any weights load (seconds, and progress bars, later). A wiring
     override's range is checked where it is used, also before any load (plan.checked_override)."""
-    from backend.engine.draft_config import read_draft_config
+    from backend.drafts.draft_config import read_draft_config
     from backend.engine.loading import pick_device, read_target_config
 
     config = read_target_config(args.target)
@@ -335,8 +335,9 @@ def cmd_evaluate(args) -> tuple[dict, str]:
 
     check_source(args.samples)  # a bad path is refused before the model stack is imported
     from backend.engine.loading import read_target_config
-    from backend.engine.request import ReplayRequest
+    from backend.run.request import ReplayRequest
     from backend.service import evaluate
+    from backend.service.eval_pairs import Plan
 
     drafts = args.draft or [default_draft()]
     tokenizer = None
@@ -360,7 +361,7 @@ def cmd_evaluate(args) -> tuple[dict, str]:
     template = ReplayRequest(  # a bad setting is refused here, before any model loads
         args.target, drafts[0], prompt_ids=tuple(samples[0].prompt_ids), **request_fields(args)
     )
-    plan = evaluate.Plan(template, drafts, samples, str(args.samples), {d: Path(d).name or d for d in drafts})
+    plan = Plan(template, drafts, samples, str(args.samples), {d: Path(d).name or d for d in drafts})
     total = len(drafts) * len(samples)
     bar = progress_bar(total, "evaluate", unit="run")
 

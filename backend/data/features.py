@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from backend import BadInput
-from backend.engine.torch_files import load_refused
+from backend.drafts.torch_files import load_refused
 
 FEATURE_KEYS = ("input_ids", "loss_mask", "hidden_state", "aux_hidden_state")
 

@@ -36,7 +36,7 @@ from backend.data.request_numbers import (
     Where,
     histogram_metrics,
 )
-from backend.engine.metrics import mean_ci95
+from backend.run.metrics import mean_ci95
 
 FORMATS = ("vllm", "sglang", "sglext", "trtllm", "llamacpp", "modelopt", "sglang-server-info")
 # Readers: backend/data/formats_other.py (vllm, trtllm, llamacpp, modelopt) and formats_sglang.py

@@ -10,8 +10,8 @@ import math
 from dataclasses import dataclass, field
 
 from backend import BadInput
-from backend.engine.metrics import definitions, position_rates
 from backend.plain import Plain
+from backend.run.metrics import definitions, position_rates
 
 MEAN_TOLERANCE = 1e-3  # an engine's own ratio vs the one its counts give (ModelOpt rounds to 6 digits)
 

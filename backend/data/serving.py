@@ -17,8 +17,8 @@ import re
 from dataclasses import dataclass, field
 
 from backend import BadInput
-from backend.engine.metrics import definitions
 from backend.plain import Plain
+from backend.run.metrics import definitions
 
 DEFINITIONS = definitions(  # by where the server's number was read, from the one DEFINITIONS
     {

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from backend import BadInput
-from backend.engine.json_config import config_sizes, read_json_object
+from backend.drafts.json_config import config_sizes, read_json_object
 
 # Flags (as the engines spell them) -> the feature they turn on. A value of None: the flag takes no
 # value. SGLang: python/sglang/srt/server_args.py; vLLM: vllm/engine/arg_utils.py.

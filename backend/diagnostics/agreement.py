@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from backend.engine.metrics import acceptance_metrics
-from backend.engine.records import Progress, no_progress
 from backend.plain import KEY, Plain
+from backend.run.metrics import acceptance_metrics
+from backend.run.records import Progress, no_progress
 
 FLAG_RATIO = 0.75
 DEFINITION = (

@@ -10,8 +10,8 @@ import torch
 from backend.diagnostics.draft_head import is_head_check, missing_head_fix
 from backend.diagnostics.findings import Finding
 from backend.diagnostics.reading_probe import rope_scaling
-from backend.engine.reading_fixes import wiring_fix
-from backend.engine.readings import SERVING_ENGINES, VARIANT_FLAGS
+from backend.drafts.reading_fixes import wiring_fix
+from backend.drafts.readings import SERVING_ENGINES, VARIANT_FLAGS
 from backend.engine.teacher import (
     draft_vocab_mask,
 )

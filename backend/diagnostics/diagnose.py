@@ -38,8 +38,8 @@ from backend.diagnostics.sample_checks import (
     wiring_findings,
 )
 from backend.diagnostics.train_serve import train_serve_findings
-from backend.engine.records import Progress, no_progress
-from backend.engine.wiring import Wiring
+from backend.run.records import Progress, no_progress
+from backend.run.wiring import Wiring
 
 CLASSES = (
     "aux-wiring",

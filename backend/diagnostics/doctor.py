@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from backend.engine.engine_table import PreflightResult
+from backend.drafts.engine_table import PreflightResult
 from backend.plain import Plain
 
 if TYPE_CHECKING:

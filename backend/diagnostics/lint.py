@@ -31,11 +31,11 @@ from backend.diagnostics.serving_features import (
     request_features,
     served_penalties,
 )
-from backend.engine.draft_config import DraftConfig, read_draft_config
-from backend.engine.layouts import to_internal_names
-from backend.engine.safetensors_header import tensor_shapes
-from backend.engine.shapes import SGLANG_AUTO_CHAIN, SGLANG_AUTO_DEFAULT, sglang_flags, sglang_rewrites
+from backend.drafts.draft_config import DraftConfig, read_draft_config
+from backend.drafts.layouts import to_internal_names
+from backend.drafts.safetensors_header import tensor_shapes
 from backend.plain import Plain
+from backend.run.shapes import SGLANG_AUTO_CHAIN, SGLANG_AUTO_DEFAULT, sglang_flags, sglang_rewrites
 
 SGLANG_MAX_RUNNING_REQUESTS = 48
 PICKLED_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json")  # only torch reads these
@@ -281,7 +281,7 @@ def _benchmark_knobs(settings: ServingSettings, add) -> None:
 
 
 def _sglang_shape(settings: ServingSettings, target: TargetFacts, chain: tuple[int, str], add) -> dict:
-    """num_steps / topk / num_draft_tokens as SGLang will run them: backend/engine/shapes.py's rules
+    """num_steps / topk / num_draft_tokens as SGLang will run them: backend/run/shapes.py's rules
     (`sglang_rewrites`, the replay's too), each rewrite or refusal a finding."""
     steps, topk, tokens = settings.num_steps, settings.topk, settings.num_draft_tokens
     recommended = f"{sglang_flags(chain[0], 1, chain[0] + 1)} ({chain[1]})"

@@ -13,9 +13,9 @@ from backend import BadInput
 from backend.data.serving_command import split_command, target_facts
 from backend.diagnostics.findings import Finding, severity
 from backend.diagnostics.lint import LintResult, lint_result
-from backend.engine.draft_config import read_draft_config
-from backend.engine.reading_fixes import wiring_fix
-from backend.engine.readings import read_as
+from backend.drafts.draft_config import read_draft_config
+from backend.drafts.reading_fixes import wiring_fix
+from backend.drafts.readings import read_as
 
 DEFAULT_N_MAX = 3  # common/common.h common_params_speculative_draft::n_max
 FLAG_VALUES = {  # the flags the lint reads, each with the name it is kept under (common/arg.cpp)

@@ -4,8 +4,8 @@ layer ids from (docs/reference.md §2), against the declared wiring or the one t
 from __future__ import annotations
 
 from backend.data.serving_command import TargetFacts
-from backend.engine.draft_config import DraftConfig
-from backend.engine.wiring import default_hf_indices
+from backend.drafts.draft_config import DraftConfig
+from backend.run.wiring import default_hf_indices
 
 
 def aux_ids(engine: str, config: DraftConfig, target: TargetFacts, add) -> None:

@@ -5,10 +5,10 @@ sglang#33643) and with it on both (a draft that mirrors it). Class sampling-pena
 from __future__ import annotations
 
 from backend.diagnostics.findings import Finding
-from backend.engine.metrics import acceptance_metrics
 from backend.engine.penalties import Penalties
-from backend.engine.records import PrefillRecord
 from backend.engine.replay import ReplayConfig, replay
+from backend.run.metrics import acceptance_metrics
+from backend.run.records import PrefillRecord
 
 COSTLY = 0.1  # accept length lost to the penalty above this: a warning
 

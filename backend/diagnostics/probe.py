@@ -34,12 +34,10 @@ from dataclasses import dataclass, field
 import torch
 
 from backend.diagnostics.probe_settings import ProbeResult, ProbeSettings, sample_keys  # noqa: F401 (re-exported)
+from backend.drafts.readings import DraftMath
 from backend.engine.batch import accept_lengths
 from backend.engine.draft_model import Eagle3Draft
 from backend.engine.loading import Target
-from backend.engine.metrics import acceptance_metrics, simulated_accept_length
-from backend.engine.readings import DraftMath
-from backend.engine.records import Progress, no_progress
 from backend.engine.teacher import (
     TargetPass,
     TeacherCounts,
@@ -49,7 +47,9 @@ from backend.engine.teacher import (
     target_pass,
     target_to_draft,
 )
-from backend.engine.wiring import Wiring, default_hf_indices
+from backend.run.metrics import acceptance_metrics, simulated_accept_length
+from backend.run.records import Progress, no_progress
+from backend.run.wiring import Wiring, default_hf_indices
 
 CONFIRM_MARGIN = 0.01  # the least acc_0 gap that counts where no loss was measured (see confirm_margin)
 T_SEPARATE = 3.0  # a paired training-loss difference this many standard errors above 0 separates

@@ -22,13 +22,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from backend import BadInput
-from backend.engine.draft_config import parse_draft_config, read_config_file
+from backend.drafts.draft_config import parse_draft_config, read_config_file
+from backend.drafts.readings import DraftMath, read_as
 from backend.engine.loading import Target, read_draft
 from backend.engine.preflight import build_draft, check_draft
-from backend.engine.readings import DraftMath, read_as
-from backend.engine.records import Progress, no_progress
 from backend.engine.teacher import TargetPass, TeacherCounts, draft_hits, draft_vocab_mask, target_pass
-from backend.engine.wiring import Wiring
+from backend.run.records import Progress, no_progress
+from backend.run.wiring import Wiring
 
 CHUNK = 4  # samples added per round while the best candidate is not separated
 # Paired standard errors a candidate must beat the declared reading by: about ten candidates are tried

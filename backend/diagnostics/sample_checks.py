@@ -9,10 +9,8 @@ from dataclasses import dataclass, replace
 from backend.diagnostics.findings import Finding
 from backend.diagnostics.probe import describe
 from backend.diagnostics.probe_settings import ProbeResult
+from backend.drafts.reading_fixes import wiring_fix
 from backend.engine.batch import replay_all
-from backend.engine.metrics import acceptance_metrics, simulated_accept_length
-from backend.engine.reading_fixes import wiring_fix
-from backend.engine.records import PrefillRecord
 from backend.engine.replay import ReplayConfig, replay
 from backend.engine.teacher import (
     TeacherCounts,
@@ -21,6 +19,8 @@ from backend.engine.teacher import (
     target_pass,
     teacher_forced_counts,
 )
+from backend.run.metrics import acceptance_metrics, simulated_accept_length
+from backend.run.records import PrefillRecord
 
 REPEAT_NGRAM = 4
 CONTEXT_DROP = 0.75  # an accept length below this share of the shortest context's is flagged

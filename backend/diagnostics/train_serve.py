@@ -5,7 +5,7 @@ they are not, which target layers training stored (the one cheap check that can 
 from __future__ import annotations
 
 from backend.diagnostics.findings import Finding
-from backend.engine.reading_fixes import wiring_fix
+from backend.drafts.reading_fixes import wiring_fix
 
 
 def train_serve_findings(diff: dict, feature_path: str) -> list[Finding]:

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from backend.engine.metrics import accept_histogram, position_rates, simulated_accept_length
 from backend.plain import Plain
+from backend.run.metrics import accept_histogram, position_rates, simulated_accept_length
 
 MODEL = (
     "AL(K) = 1 + sum_k prod_{i<=k} alpha_i (alpha_i: measured conditional acceptance); "

@@ -19,8 +19,8 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from backend.engine.metrics import LOST_TERMS, definitions, mean_ci95
 from backend.plain import Plain
+from backend.run.metrics import LOST_TERMS, definitions, mean_ci95
 
 MIN_ATTEMPTS = 20  # fewer attempts than this: a group is reported as too small to judge
 EXAMPLES = 50  # steps kept per group and position for a reader to open (rejections first)
@@ -40,7 +40,7 @@ CONTEXT_BUCKETS = (256, 512, 1024, 2048, 4096)
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 UNRECORDED = "not recorded"
 
-# Every number's definition, from the one DEFINITIONS (backend/engine/metrics.py, "lost_*" keys), by
+# Every number's definition, from the one DEFINITIONS (backend/run/metrics.py, "lost_*" keys), by
 # the short names this module's JSON and the pages use.
 DEFINITIONS = definitions({name: f"lost_{name}" for name in LOST_TERMS})
 

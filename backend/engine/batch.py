@@ -26,14 +26,14 @@ from collections.abc import Iterator
 
 import torch
 
+from backend.drafts.readings import DraftMath
 from backend.engine.chain_step import Chain, Proposal, Proposed, draft_chains
 from backend.engine.draft_model import Eagle3Draft
 from backend.engine.loading import Target
-from backend.engine.readings import DraftMath
-from backend.engine.records import PrefillRecord, StepRecord
 from backend.engine.replay import Prefill, prefilled
 from backend.engine.step_state import ReplayConfig, draft_catch_ups, elapsed_ms
-from backend.engine.wiring import Wiring
+from backend.run.records import PrefillRecord, StepRecord
+from backend.run.wiring import Wiring
 
 
 def batchable(config: ReplayConfig) -> bool:

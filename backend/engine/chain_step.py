@@ -11,9 +11,7 @@ import torch
 from backend.engine.draft_model import Eagle3Draft
 from backend.engine.kv_cache import KVCache
 from backend.engine.loading import Target
-from backend.engine.metrics import simulated_accept_length
 from backend.engine.penalties import History, Penalties
-from backend.engine.records import StepRecord, StepTree
 from backend.engine.sampling import near_tie_rows, row_entropies
 from backend.engine.step_state import (
     Caches,
@@ -23,7 +21,9 @@ from backend.engine.step_state import (
     draft_catch_up,
     elapsed_ms,
 )
-from backend.engine.wiring import Wiring
+from backend.run.metrics import simulated_accept_length
+from backend.run.records import StepRecord, StepTree
+from backend.run.wiring import Wiring
 
 
 @dataclass

@@ -10,7 +10,7 @@ draft's own previous output, H wide), the embeddings of the tokens one ahead, an
     logits = lm_head(norm(out))        over the draft vocab; target id = d + d2t[d]
 
 Which variants apply, what is fed back (out, or norm(out) under EAGLE 3.1 readings) and whose
-embedding `e` is come from a `DraftMath`: the reading of one engine (backend/engine/readings.py).
+embedding `e` is come from a `DraftMath`: the reading of one engine (backend/drafts/readings.py).
 
 There is one forward. Keys and values go through a cache object that appends them and returns every
 entry attention sees: a `KVCache` for inference (the replay, trees), a `TTTCache` for the
@@ -29,10 +29,10 @@ import torch.nn.functional as F
 from torch import nn
 from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm, LlamaRotaryEmbedding
 
-from backend.engine.draft_config import DraftConfig
+from backend.drafts.draft_config import DraftConfig
+from backend.drafts.readings import DraftMath
 from backend.engine.kv_cache import KVCache, TTTCache
 from backend.engine.product import product
-from backend.engine.readings import DraftMath
 
 
 def rms_norm(norm: LlamaRMSNorm, hidden: torch.Tensor) -> torch.Tensor:

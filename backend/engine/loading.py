@@ -19,15 +19,15 @@ from safetensors.torch import load_file
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from backend import BadInput, first_line
-from backend.engine.draft_config import DraftConfig, read_draft_config
+from backend.drafts.draft_config import DraftConfig, read_draft_config
+from backend.drafts.json_config import TOKENIZER_FILES, config_sizes, read_json_object
+from backend.drafts.layouts import file_name, to_internal_names
+from backend.drafts.readings import read_as
+from backend.drafts.safetensors_header import check_safetensors
+from backend.drafts.torch_files import load_refused
 from backend.engine.draft_model import Eagle3Draft
-from backend.engine.json_config import TOKENIZER_FILES, config_sizes, read_json_object
-from backend.engine.layouts import file_name, to_internal_names
 from backend.engine.lean_target import target_runner
-from backend.engine.readings import read_as
-from backend.engine.safetensors_header import check_safetensors
 from backend.engine.target_runner import TargetRunner
-from backend.engine.torch_files import load_refused
 
 DTYPES = {
     "fp32": torch.float32,
@@ -198,7 +198,7 @@ def eos_ids(model) -> tuple[int, ...]:
 class DraftFiles:
     path: str
     config: DraftConfig
-    tensors: dict[str, torch.Tensor]  # under our names (backend.engine.layouts)
+    tensors: dict[str, torch.Tensor]  # under our names (backend.drafts.layouts)
     weights_file: str
     renamed: list[str] = field(default_factory=list)  # notes on names normalised from other layouts
     original_names: dict[str, str] = field(default_factory=dict)  # our name -> the file's name

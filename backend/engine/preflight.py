@@ -13,9 +13,8 @@ from pathlib import Path
 import torch
 
 from backend import BadInput, first_line
-from backend.engine.draft_config import KNOWN_ARCHITECTURES, VARIANT_FLAGS, DraftConfig
-from backend.engine.draft_model import Eagle3Draft
-from backend.engine.engine_table import (
+from backend.drafts.draft_config import KNOWN_ARCHITECTURES, VARIANT_FLAGS, DraftConfig
+from backend.drafts.engine_table import (
     OWN_EMBEDDING,
     Check,
     Disagreement,
@@ -23,6 +22,8 @@ from backend.engine.engine_table import (
     PreflightResult,
     engine_table,
 )
+from backend.drafts.readings import DESCRIPTIONS, fed_wiring
+from backend.engine.draft_model import Eagle3Draft
 from backend.engine.loading import (
     IGNORABLE_SUFFIXES,
     DraftFiles,
@@ -31,15 +32,14 @@ from backend.engine.loading import (
     read_draft,
     read_target_config,
 )
-from backend.engine.readings import DESCRIPTIONS
-from backend.engine.wiring import Wiring, check_indices, fed_wiring
+from backend.run.wiring import Wiring, check_indices
 
 
 @dataclass
 class PreflightReport:
     checks: list[Check]
     wiring: Wiring | None  # the override, else the training reading's wiring
-    engines: dict = field(default_factory=dict)  # engine name -> EngineView (backend/engine/readings.py)
+    engines: dict = field(default_factory=dict)  # engine name -> EngineView (backend/drafts/readings.py)
     training_engine: str | None = None
     disagreements: list = field(default_factory=list)
     serving_fixes: list = field(default_factory=list)  # reading_fixes.serving_wiring_findings

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
-from backend.engine.metrics import NEAR_TIE
+from backend.run.metrics import NEAR_TIE
 
 SAMPLING_RULES = ("sglang", "vllm")
 

@@ -18,10 +18,10 @@ from tokenizers import Tokenizer, decoders
 from tokenizers.models import BPE
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+from backend.drafts.draft_config import parse_draft_config
+from backend.drafts.layouts import LAYOUTS, to_layout_names
 from backend.engine.capture import AuxCapture
-from backend.engine.draft_config import parse_draft_config
 from backend.engine.draft_model import Eagle3Draft
-from backend.engine.layouts import LAYOUTS, to_layout_names
 
 
 @dataclass(frozen=True)

@@ -20,12 +20,12 @@ from math import log
 
 import torch
 
+from backend.drafts.readings import DraftMath
 from backend.engine.draft_model import Eagle3Draft
 from backend.engine.kv_cache import TTTCache
 from backend.engine.loading import Target
-from backend.engine.metrics import simulated_accept_length
-from backend.engine.readings import DraftMath
-from backend.engine.wiring import Wiring
+from backend.run.metrics import simulated_accept_length
+from backend.run.wiring import Wiring
 
 
 @dataclass

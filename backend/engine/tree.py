@@ -47,7 +47,7 @@ from backend.engine.sampling import (
     sibling_accept_probability,
     target_distribution,
 )
-from backend.engine.shapes import TreeShape
+from backend.run.shapes import TreeShape
 
 if TYPE_CHECKING:
     from backend.engine.step_state import ReplayConfig

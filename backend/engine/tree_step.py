@@ -11,7 +11,6 @@ import torch
 
 from backend.engine.draft_model import Eagle3Draft
 from backend.engine.loading import Target
-from backend.engine.records import StepRecord, StepTree
 from backend.engine.sampling import near_tie_rows
 from backend.engine.step_state import (
     Caches,
@@ -29,7 +28,8 @@ from backend.engine.tree import (
     expected_accepted,
     main_path,
 )
-from backend.engine.wiring import Wiring
+from backend.run.records import StepRecord, StepTree
+from backend.run.wiring import Wiring
 
 
 def tree_step(

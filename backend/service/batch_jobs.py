@@ -15,15 +15,14 @@ import os
 from backend import BadInput, Terminated
 from backend.engine.batch import batchable, replay_batch
 from backend.engine.loading import Target
-from backend.engine.records import Progress, StepRecord, no_progress
-from backend.engine.request import ReplayRequest
+from backend.run.records import Progress, StepRecord, no_progress
+from backend.run.request import ReplayRequest
 from backend.service import models
 from backend.service.database import Database, open_database
 from backend.service.jobs import (
     RECORDING,
     STOP,
     ReplayOutcome,
-    RunTensors,
     RunWriter,
     close_run,
     fail_run,
@@ -34,6 +33,7 @@ from backend.service.jobs import (
     take,
 )
 from backend.service.plan import ReplayPlan, checked_override, resolve
+from backend.service.run_tensors import RunTensors
 from db import store
 
 MAX_BATCH = 16  # samples per batch when none is asked for (the CPU gains little past it)

@@ -53,8 +53,8 @@ def problem(path: str, role: str) -> str | None:
 def readable(directory, role: str, strict: bool = False) -> bool:
     """Whether `directory`'s config.json reads as `role`'s (a draft: an EAGLE-3 draft config; a target:
     a JSON object); with `strict`, a BadInput naming the file and the reason instead of False."""
-    from backend.engine.draft_config import read_draft_config
-    from backend.engine.json_config import read_json_object
+    from backend.drafts.draft_config import read_draft_config
+    from backend.drafts.json_config import read_json_object
 
     try:
         if role == "draft":
@@ -92,8 +92,8 @@ def _stamp(path: str) -> float:
 @lru_cache(maxsize=256)
 def _fits(draft: str, target: str, _draft_stamp: float, _target_stamp: float) -> bool:
     """Both config.json files read as plain JSON (the dashboard's server imports no torch)."""
-    from backend.engine.draft_config import read_draft_config
-    from backend.engine.json_config import config_sizes, read_json_object
+    from backend.drafts.draft_config import read_draft_config
+    from backend.drafts.json_config import config_sizes, read_json_object
 
     file = Path(target, "config.json")
     try:

@@ -11,7 +11,7 @@ from pathlib import Path
 from backend.diagnostics.findings import DiagnosisResult
 from backend.diagnostics.lint import LintResult
 from backend.diagnostics.probe_settings import METHOD, ProbeResult, ProbeSettings, SettingsUsed
-from backend.engine.engine_table import EngineReadings
+from backend.drafts.engine_table import EngineReadings
 from backend.service.reference_spec import ReferenceSpec
 
 
@@ -55,7 +55,7 @@ def _bin_draft_facts(draft_path: str):
     pickle); None for safetensors weights (the lint reads their headers itself, and says why when it
     cannot) or none at all. Only which files exist is looked at here: the headers are read once."""
     from backend.diagnostics.lint import PICKLED_WEIGHTS
-    from backend.engine.safetensors_header import SAFETENSORS_WEIGHTS
+    from backend.drafts.safetensors_header import SAFETENSORS_WEIGHTS
     from backend.service.readers import in_reader
 
     present = [name for name in (*SAFETENSORS_WEIGHTS, *PICKLED_WEIGHTS) if Path(draft_path, name).is_file()]
@@ -141,10 +141,10 @@ def default_reference(
 
 def engine_readings(draft_path: str, target_path: str) -> EngineReadings:
     """How each engine reads the draft on this target, and where they disagree (preflight's table),
-    read inline from the config and the safetensors headers (backend/engine/engine_table.py); only a
+    read inline from the config and the safetensors headers (backend/drafts/engine_table.py); only a
     pytorch_model.bin draft is read by preflight in the reader process. Kept until the draft's or the
     target's files change."""
-    from backend.service.readers import stamp
+    from backend.service.stamps import stamp
 
     files = [Path(draft_path, name) for name in DRAFT_FILES]
     return _engine_readings(
@@ -154,7 +154,7 @@ def engine_readings(draft_path: str, target_path: str) -> EngineReadings:
 
 @lru_cache(maxsize=32)
 def _engine_readings(draft_path: str, target_path: str, _stamp: tuple) -> EngineReadings:
-    from backend.engine.engine_table import read_engine_table
+    from backend.drafts.engine_table import read_engine_table
     from backend.service.readers import in_reader
 
     return read_engine_table(draft_path, target_path) or in_reader(
@@ -188,7 +188,7 @@ def _pair_key(target_path: str, draft_path: str) -> tuple[str, str]:
 
 
 def _draft_stamp(draft_path: str) -> list[float]:
-    from backend.service.readers import stamp
+    from backend.service.stamps import stamp
 
     return list(stamp(*(Path(draft_path, name) for name in DRAFT_FILES)))
 

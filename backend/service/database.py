@@ -47,7 +47,9 @@ def reap(database: Database) -> list[int]:
     except OperationalError:
         return []
     if reaped and database.artifact_dir is not None:
-        from backend.service.jobs import recover_artifact  # torch, only when there is something to merge
+        from backend.service.run_tensors import (
+            recover_artifact,  # torch, only when there is something to merge
+        )
 
         for run_id in reaped:
             artifact = recover_artifact(database.artifact_dir, run_id)

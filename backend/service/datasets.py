@@ -9,9 +9,10 @@ from backend import BadInput
 from backend.data.importer import ImportResult, check_source, stream_dataset
 from backend.data.samples import Sample
 from backend.defaults import BUNDLED_EVAL_SETS
-from backend.engine.json_config import TOKENIZER_FILES
+from backend.drafts.json_config import TOKENIZER_FILES
 from backend.service.database import open_database, refused_in_one_line
-from backend.service.readers import in_reader, stamp
+from backend.service.readers import in_reader
+from backend.service.stamps import stamp
 from db import schema, store
 
 DatasetInfo = store.DatasetInfo
@@ -145,7 +146,7 @@ def feature_tensors(path: str | None) -> list[dict]:
     import torch
 
     from backend.data.features import check_archive_size
-    from backend.engine.torch_files import load_refused
+    from backend.drafts.torch_files import load_refused
 
     check_archive_size(file)
     data, error = None, None

@@ -9,7 +9,7 @@ import json
 from dataclasses import dataclass, field
 
 from backend.defaults import REPO, BundledPair, pair_of
-from backend.engine.reading_fixes import describe_layers
+from backend.drafts.reading_fixes import describe_layers
 
 LAB_NOTE = "TRAINED_WIRING.json"
 CURVE = "TRAINING_CURVE.json"

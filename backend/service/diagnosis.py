@@ -8,7 +8,7 @@ from pathlib import Path
 
 from backend import BadInput
 from backend.diagnostics.findings import DiagnosisResult
-from backend.engine.records import Progress, no_progress
+from backend.run.records import Progress, no_progress
 from backend.service import models
 
 
@@ -43,8 +43,8 @@ def diagnose(
     )
     from backend.diagnostics.lint import lint_command
     from backend.diagnostics.serving_features import request_lint
+    from backend.drafts.readings import reading_of
     from backend.engine.preflight import preflight
-    from backend.engine.request import reading_of
 
     options = options or DiagnoseOptions()
     engine = serving_engine(options.engine, options.sglang, options.vllm)

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from backend import BadInput
-from backend.engine.records import verify_counts
-from backend.engine.request import ReplayRequest
 from backend.plain import Plain
+from backend.run.records import verify_counts
+from backend.run.request import ReplayRequest
 from backend.service.database import open_database
 from backend.service.served_engines import (
     CLIENTS,
@@ -245,7 +245,7 @@ def compare(number: int, served: dict, replayed: dict) -> PromptCheck:
 def candidate_wirings(settings: EngineCheckSettings, replayed: list[int]) -> list[tuple[str, tuple]]:
     """Readings to try when the replay and the server differ: every engine's reading of the draft, and
     the replayed wiring shifted one layer down and up."""
-    from backend.engine.readings import DESCRIPTIONS, ENGINES, read_as
+    from backend.drafts.readings import DESCRIPTIONS, ENGINES, read_as
     from backend.service import models
 
     target, draft, _ = models.pair(settings.target_path, settings.draft_path, settings.device, settings.dtype)

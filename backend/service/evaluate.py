@@ -11,14 +11,14 @@ print the same table for the same runs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from itertools import zip_longest
 from pathlib import Path
 
 from backend import BadInput
-from backend.engine.metrics import definitions, mean_ci95
-from backend.engine.records import Progress, no_progress
-from backend.engine.request import ReplayRequest
+from backend.run.metrics import definitions, mean_ci95
+from backend.run.records import Progress, no_progress
+from backend.service.eval_pairs import Pair, Plan, existing_run
 
 WORST = 5  # samples listed per draft, lowest accept length first
 
@@ -31,86 +31,6 @@ DEFINITIONS = definitions(  # evaluate's keys, from the one DEFINITIONS
         "tokens_per_s": "tokens_per_s",
     }
 )
-
-
-@dataclass(frozen=True)
-class Pair:
-    """One replay to do: a draft on a sample, as the request that replays it (frozen: a pair keys a
-    dict)."""
-
-    request: ReplayRequest
-    sample_index: int
-    label: str = ""  # how progress messages name it
-
-    @property
-    def draft(self) -> str:
-        return self.request.draft
-
-
-def pairs_of(template: ReplayRequest, drafts: list[str], samples: list, ref, label) -> list[Pair]:
-    """Each draft on each sample: `template` (validated when it was made) with the draft and the
-    sample's prompt put in (dataclasses.replace, which validates them too). `ref(sample)` names the
-    sample in the run, `label(draft, sample)` in progress messages."""
-    return [
-        Pair(
-            replace(
-                template,
-                draft=draft,
-                prompt_ids=tuple(sample.prompt_ids),
-                sample_id=getattr(sample, "id", None),
-                sample_ref=ref(sample),
-            ),
-            sample.index,
-            label(draft, sample),
-        )
-        for draft in drafts
-        for sample in samples
-    ]
-
-
-@dataclass
-class Plan:
-    template: ReplayRequest  # every pair's request: its draft and prompt are each pair's own
-    drafts: list[str]
-    samples: list  # backend.data.samples.Sample (index, prompt_ids, source, optional id)
-    dataset_ref: str  # how a run names its sample: f"{dataset_ref}#{index}"
-    names: dict[str, str] = field(default_factory=dict)  # draft path -> short name for the table
-
-    @property
-    def target(self) -> str:
-        return self.template.target
-
-    def pairs(self) -> list[Pair]:
-        """Every (draft, sample) pair (the template was validated when it was made)."""
-        if not self.drafts or not self.samples:
-            return []
-        return pairs_of(
-            self.template,
-            self.drafts,
-            self.samples,
-            lambda sample: f"{self.dataset_ref}#{sample.index}",
-            lambda draft, sample: f"{self.names.get(draft, draft)} sample {sample.index}",
-        )
-
-
-def existing_run(db_url: str | None, pair: Pair):
-    """The finished run that already answers this pair, if any (resume)."""
-    from backend.engine.loading import pick_device, pick_dtype
-    from backend.service.runs import find_finished_run
-
-    device = pick_device(pair.request.device)
-    dtype = str(pick_dtype(device, pair.request.dtype)).replace("torch.", "")
-    return find_finished_run(db_url, pair.request, str(device), dtype)
-
-
-def run_pair(db_url: str | None, pair: Pair, progress: Progress = no_progress) -> int:
-    """Replay one pair into the store (or find it there): its run id."""
-    from backend.service.jobs import run_replay
-
-    found = existing_run(db_url, pair)
-    if found is not None:
-        return found.id
-    return run_replay(pair.request, db_url, progress).run_id
 
 
 @dataclass(frozen=True)
@@ -132,15 +52,16 @@ def run_pairs(
     progress: Progress = no_progress,
     where: Where = Where(),
     stats: dict | None = None,
+    hook=None,
 ) -> tuple[dict[Pair, int], int]:
     """Every pair's run id (replayed now, or found stored when `resume`) and how many were found,
-    replayed `where` says."""
+    replayed `where` says (`hook`: on Ray, ray_eval.run_pairs_on_ray's)."""
     if where.ray:
         from backend.service.ray_eval import RAY_CONNECT_TIMEOUT_S, Cluster, run_pairs_on_ray
 
         timeout = RAY_CONNECT_TIMEOUT_S if where.ray_timeout is None else where.ray_timeout
         cluster = Cluster(where.ray, where.workers, timeout)
-        return run_pairs_on_ray(db_url, pairs, cluster, resume, progress, stats=stats)
+        return run_pairs_on_ray(db_url, pairs, cluster, resume, progress, hook, stats)
     from backend.service.batch_jobs import run_in_batches
 
     run_ids, todo, answers, first_asking = {}, [], {}, {}
@@ -179,11 +100,13 @@ def evaluate(
     resume: bool = True,
     progress: Progress = no_progress,
     where: Where = Where(),
+    hook=None,
 ) -> dict:
-    """Every pair of the plan, replayed `where` says, then the per-draft summary."""
+    """Every pair of the plan, replayed `where` says, then the per-draft summary (`hook`: on Ray, called
+    after each finished pair: ray_eval.run_pairs_on_ray)."""
     pairs = plan.pairs()
     stats: dict = {}  # on Ray: workers started, pairs retried
-    run_ids, reused = run_pairs(db_url, pairs, resume, progress, where, stats)
+    run_ids, reused = run_pairs(db_url, pairs, resume, progress, where, stats, hook)
     from backend.service.losses import where_lost_over
 
     # where each draft lost acceptance over these runs (issue 55; `lost --runs` prints it for any runs)

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from backend import BadInput
-from backend.engine.records import Progress, no_progress
 from backend.plain import Plain
+from backend.run.records import Progress, no_progress
 
 DEFINITION = (
     "per slot of H columns of meta_info.hidden_states: the mean cosine (and norm ratio) over aligned rows "
@@ -192,7 +192,7 @@ def feature_check(
         match_slots,
         verdict,
     )
-    from backend.engine.request import reading_of
+    from backend.drafts.readings import reading_of
     from backend.service import models
 
     parsed = _checked(responses, prompts, source, _vocab_size(target_path))  # before any model loads

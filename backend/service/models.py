@@ -35,7 +35,7 @@ class LRU:
 def files_stamp(path: str | Path) -> tuple:
     """(name, modification time) of each file directly in the directory `path` (empty when it is not
     one): part of a loaded model's cache key, so that rewritten weights or config are never served stale."""
-    from backend.service.readers import stamp
+    from backend.service.stamps import stamp
 
     try:
         files = sorted(entry for entry in Path(path).iterdir() if entry.is_file())

@@ -324,7 +324,7 @@ class ServeCheckSettings:
 
 def check_sample(db_url: str | None, url: str, number: int, sample, settings: ServeCheckSettings) -> dict:
     """One sample's prompt sent to the server, then replayed offline (unrecorded) with the same settings."""
-    from backend.engine.request import ReplayRequest
+    from backend.run.request import ReplayRequest
     from backend.service.jobs import run_replay
 
     served = request_accept_length(url, list(sample.prompt_ids), settings.max_new_tokens, settings.timeout)

@@ -308,7 +308,7 @@ def replay_worst(
 ) -> list[ReplayedRequest]:
     """Replay the prompts of the n worst requests with the draft at the served K, through the job
     runner the `replay` command uses; served vs replayed for each (with_replays puts them in the rows)."""
-    from backend.engine.request import ReplayRequest
+    from backend.run.request import ReplayRequest
     from backend.service.jobs import run_replay
 
     k, chosen = replay_plan(result, n)
@@ -367,7 +367,7 @@ def profile_from_runs(db_url: str | None, run_ids: list[int]) -> dict:
     """speculation_profile.json (ModelOpt specdec_bench speculation_profile.py build_profile's schema)
     for finished runs: the pooled accept histogram keyed by a + 1, the step-weighted mean and the
     per-request (per-run) mean, marginal and conditional rates."""
-    from backend.engine.metrics import acceptance_metrics
+    from backend.run.metrics import acceptance_metrics
 
     if not run_ids:
         raise BadInput("give the runs to export (--runs ID,ID,...)")

@@ -1,6 +1,6 @@
 """A request resolved once against the loaded pair: what the engine runs and what the run stores.
 
-`ReplayRequest` (backend/engine/request.py) validates what the user gave, CLI flags or page
+`ReplayRequest` (backend/run/request.py) validates what the user gave, CLI flags or page
 widgets, before any model loads. `resolve` then decides, in one place, everything that needs the
 loaded pair: the engine's reading of the draft and the wiring it feeds (the override, else that
 reading's), the prompt's ids, the tree shape after SGLang's rewrites and the acceptance rule, the
@@ -13,15 +13,15 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from backend import BadInput
+from backend.drafts.readings import EngineView, reading_of
 from backend.engine.dispatch import placement
 from backend.engine.preflight import PreflightReport, context_check
-from backend.engine.readings import EngineView
 from backend.engine.replay import ReplayConfig
-from backend.engine.request import Decoding, ReplayRequest, reading_of
-from backend.engine.run_value import Resolved, describe_mode
 from backend.engine.sampling import Sampling
-from backend.engine.stop_ids import llamacpp_stop_ids
-from backend.engine.wiring import Wiring, override_wiring
+from backend.run.request import Decoding, ReplayRequest
+from backend.run.run_value import Resolved, describe_mode
+from backend.run.stop_ids import llamacpp_stop_ids
+from backend.run.wiring import Wiring, override_wiring
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,8 @@ sees the actor error, puts the pair back in the queue for another actor (MAX_ATT
 starts a replacement actor when the cluster still has room. Its half-written run is left to the
 store's reaper (it shows as interrupted), and the pair's finished run comes from the retry.
 
-The summary is read back from the stored runs (evaluate.summarise), so a Ray evaluation prints the
-same table as a local one of the same runs.
+evaluate.evaluate(where=Where(ray=...)) runs its pairs here and reads the summary back from the stored
+runs (evaluate.summarise), so a Ray evaluation prints the same table as a local one of the same runs.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from backend import BadInput
-from backend.engine.records import Progress, no_progress
-from backend.service.evaluate import Pair, Plan, existing_run, run_pair, summarise
+from backend.run.records import Progress, no_progress
+from backend.service.eval_pairs import Pair, existing_run, run_pair
 
 MAX_ATTEMPTS = 3  # tries per pair before the evaluation fails
 REPO = Path(__file__).resolve().parents[2]  # workers import backend from here (same path on every node)
@@ -183,19 +183,3 @@ def run_pairs_on_ray(
         for actor in actors:
             ray.kill(actor)
     return run_ids, reused
-
-
-def evaluate_on_ray(
-    db_url: str | None,
-    plan: Plan,
-    cluster: Cluster | None = None,
-    resume: bool = True,
-    progress: Progress = no_progress,
-    hook: Callable[[dict], None] | None = None,
-) -> dict:
-    """evaluate.evaluate with its pairs on Ray (`hook`: see run_pairs_on_ray)."""
-    cluster = cluster or Cluster()
-    pairs = plan.pairs()
-    stats: dict = {}
-    run_ids, reused = run_pairs_on_ray(db_url, pairs, cluster, resume, progress, hook, stats)
-    return {**summarise(db_url, plan, run_ids, reused, len(pairs) - reused), "ray": cluster.address, **stats}

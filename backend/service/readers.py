@@ -9,11 +9,10 @@ by the files read and their modification times (`stamp`), so a file changed on d
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from backend import BadInput
-from backend.engine.records import no_progress
+from backend.run.records import no_progress
 from backend.service.worker import JobFailed, Worker
 
 READER = Worker("speclens-reader")
@@ -27,15 +26,3 @@ def in_reader(job: Callable, *args) -> Any:
         if error.bad_input:
             raise BadInput(str(error)) from None
         raise
-
-
-def stamp(*paths: str | Path | None) -> tuple[float, ...]:
-    """The modification time of each path (-1 where it is missing): a cache key that changes when a
-    file does."""
-    stamps = []
-    for path in paths:
-        try:
-            stamps.append(Path(path).stat().st_mtime if path else -1.0)
-        except OSError:
-            stamps.append(-1.0)
-    return tuple(stamps)

@@ -20,8 +20,8 @@ import torch
 from backend import BadInput
 from backend.data.features import load_feature_file
 from backend.diagnostics.hidden_diff import compare_chunks
-from backend.engine.records import Progress
 from backend.engine.teacher import target_pass
+from backend.run.records import Progress
 from backend.service import models
 from backend.service.database import open_database
 from backend.service.reference_spec import ReferenceResult, ReferenceSpec

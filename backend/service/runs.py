@@ -10,8 +10,8 @@ from pathlib import Path
 from sqlalchemy import select
 
 from backend import BadInput
-from backend.engine.records import StepRecord
-from backend.engine.request import ReplayRequest
+from backend.run.records import StepRecord
+from backend.run.request import ReplayRequest
 from backend.service.database import open_database, reap, refused_in_one_line
 from db import store
 from db.export import ExportError, export_bytes, export_run

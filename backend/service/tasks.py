@@ -19,10 +19,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from backend import BadInput
-from backend.engine.engine_table import PreflightResult
-from backend.engine.records import Progress
-from backend.engine.request import ReplayRequest, reading_of
+from backend.drafts.engine_table import PreflightResult
+from backend.drafts.readings import reading_of
 from backend.plain import KEY, Plain
+from backend.run.records import Progress
+from backend.run.request import ReplayRequest
 from backend.service import models
 from backend.service.reference_spec import ReferenceSpec
 from backend.service.worker import WORKER, JobFailed
@@ -229,8 +230,8 @@ class Comparison:
 
 
 def comparison_pairs(c: Comparison) -> dict:
-    """{(sample index, side): evaluate.Pair}: each side's request on every sample."""
-    from backend.service.evaluate import pairs_of
+    """{(sample index, side): eval_pairs.Pair}: each side's request on every sample."""
+    from backend.service.eval_pairs import pairs_of
 
     pairs, numbers = {}, {sample.index: number for number, sample in enumerate(c.samples)}
     for side, template in c.sides:
@@ -405,7 +406,7 @@ def agreement_job(
     """Teacher-forced accuracy beside live acceptance, per sample (agreement.Agreement)."""
     from backend.diagnostics.agreement import DEFINITION, Agreement, draft_summary, teacher_vs_live
     from backend.engine.replay import ReplayConfig
-    from backend.engine.wiring import Wiring, check_indices
+    from backend.run.wiring import Wiring, check_indices
 
     progress(0.0, "loading models")
     target, draft, _ = models.pair(target_path, draft_path)

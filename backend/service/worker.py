@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from backend import BadInput
-from backend.engine.records import Progress
+from backend.run.records import Progress
 
 POLL_S = 0.5
 

@@ -278,7 +278,7 @@ def test_eight_concurrent_first_openers_on_postgresql(postgres_url):
 def _write_runs(url: str, barrier, writer: int, runs: int, steps: int) -> str:
     """One writer process: `runs` runs, each created, given its steps and token stats in batches
     with heartbeats, and finished (what a replay job does), all the while the other writer does too."""
-    from backend.engine.records import StepRecord
+    from backend.run.records import StepRecord
 
     try:
         engine = store.make_engine(url)
@@ -335,7 +335,7 @@ def test_a_run_deleted_while_its_writer_commits_a_batch(any_db_url):
     a foreign-key error or a lost update, on either backend."""
     import threading
 
-    from backend.engine.records import StepRecord
+    from backend.run.records import StepRecord
 
     engine = store.make_engine(any_db_url)
     factory = store.session_factory(engine)

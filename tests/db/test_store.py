@@ -9,7 +9,7 @@ import pytest
 
 from backend import BadInput
 from backend.data.samples import Sample
-from backend.engine.records import StepRecord, StepTree
+from backend.run.records import StepRecord, StepTree
 from db import schema, store
 
 

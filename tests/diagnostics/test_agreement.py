@@ -8,7 +8,7 @@ from tests.support.models import TRAINED
 def test_accuracy_vs_live_flags_the_miswired_draft(bigram_setup):
     from backend.diagnostics.agreement import Agreement, draft_summary, teacher_vs_live
     from backend.engine.replay import ReplayConfig
-    from backend.engine.wiring import Wiring
+    from backend.run.wiring import Wiring
     from tests.support.models import load_draft
 
     target, samples = bigram_setup.target, bigram_setup.samples

@@ -110,7 +110,7 @@ def test_eagle3_algorithm_with_eagle1_draft(drafts):
 def test_defaults_chosen_by_target_architecture(drafts, target_dir):
     """SGLang's auto_choose_speculative_params: (5, 4, 8) for Llama and unlisted architectures,
     (3, 1, 4) for DeepSeek V2/V3, GptOss, Bailing MoE. Topk or draft tokens without num-steps: SGLang
-    asserts and does not start (the same rule the replay applies, backend/engine/shapes.py)."""
+    asserts and does not start (the same rule the replay applies, backend/run/shapes.py)."""
     report = lint_command(drafts["good"], sglang=sglang(drafts["good"], target=target_dir))
     finding = next(f for f in report.findings if f.code == "defaults-by-architecture")
     assert "steps=5, topk=4, draft tokens=8" in finding.message
@@ -134,7 +134,7 @@ def test_the_lint_and_the_replay_apply_one_set_of_sglang_rules(drafts, target_di
     """Issue 41: every flag case of docs/reference.md §9 and §12 gets the same answer from the lint and
     the replay's request (both call shapes.sglang_rewrites)."""
     from backend import BadInput
-    from backend.engine.request import ReplayRequest
+    from backend.run.request import ReplayRequest
 
     cases = [
         (None, None, None),

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 
 def replayed(target, draft, wiring, prompt, tokens):
-    from backend.engine.records import StepRecord
     from backend.engine.replay import ReplayConfig, replay
+    from backend.run.records import StepRecord
 
     records = list(replay(target, draft, prompt, wiring, ReplayConfig(4, tokens, record=False)))
     steps = [r for r in records if isinstance(r, StepRecord)]

@@ -115,7 +115,7 @@ def test_a_top_level_declaration_is_read_as_declared_and_the_probe_confirms_it(b
     """SpecForge ignores a top-level list, but the default reading must not replace declared ids
     with the defaults: the declared HF [0, 2, 4] is what the replay, teacher and probe run."""
     from backend.diagnostics.probe import ProbeSettings, run_probe
-    from backend.engine.readings import read_as
+    from backend.drafts.readings import read_as
     from tests.support.models import load_draft
 
     setup = bigram_setup

@@ -28,7 +28,7 @@ def test_rates_and_empty_runs():
 
 def test_tree_whatif_reads_the_targets_token_among_the_drafts_top_k():
     from backend.diagnostics.whatif import predict_tree, topk_rates
-    from backend.engine.records import StepRecord
+    from backend.run.records import StepRecord
 
     def step(accepted, argmax, tops):
         drafted = [t[0] for t in tops]

@@ -162,7 +162,7 @@ def test_no_runs_and_the_json_round_trip():
 
 def test_the_cli_view_over_a_stored_run_agrees_with_its_own_metrics(stored_run):
     """`lost --runs` on a stored replay: its P(a >= i) is the run's own per-position metric (computed
-    by backend/engine/metrics.py from the same steps), and a bad run id is one line, exit 2."""
+    by backend/run/metrics.py from the same steps), and a bad run id is one line, exit 2."""
     import json
 
     from backend.service.runs import get_run
@@ -242,7 +242,7 @@ def test_a_runs_source_is_read_from_its_samples_file_when_the_store_has_no_sampl
 
 def test_every_term_is_defined_once_in_the_one_definitions_with_the_numbers_the_code_uses():
     from backend.diagnostics.where_lost import BINS, DEFINITIONS, MIN_ATTEMPTS
-    from backend.engine import metrics
+    from backend.run import metrics
 
     assert all(metrics.DEFINITIONS[f"lost_{name}"] == text for name, text in DEFINITIONS.items())
     assert f"fewer than {MIN_ATTEMPTS} attempts" in DEFINITIONS["group_rate"]

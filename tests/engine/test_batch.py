@@ -27,7 +27,7 @@ def _by_sample(stream, count: int) -> list[list]:
 
 def _same(lone: list, batched: list) -> None:
     from backend.engine.lean_target import within_rounding  # within the rounding of more rows' products
-    from backend.engine.records import PrefillRecord
+    from backend.run.records import PrefillRecord
 
     assert [type(r) for r in lone] == [type(r) for r in batched]
     for a, b in zip(lone, batched, strict=True):
@@ -47,8 +47,8 @@ def _same(lone: list, batched: list) -> None:
 @pytest.mark.parametrize("name", ["random-L2", "random-L6-eagle", "copy-L4-bigram", "copy-L5-context"])
 def test_each_sample_of_a_batch_replays_as_it_would_alone(pairs, name):
     from backend.engine.batch import replay_batch
-    from backend.engine.records import PrefillRecord, StepRecord
     from backend.engine.replay import ReplayConfig, output_ids_of, replay
+    from backend.run.records import PrefillRecord, StepRecord
 
     pair = pairs[name]
     prompts = _prompts(pair.target.vocab_size)
@@ -116,7 +116,7 @@ def test_near_ties_are_the_rows_whose_top_two_logits_lie_within_the_share():
 
 
 def test_a_batched_sample_may_differ_from_its_lone_replay_only_at_a_recorded_near_tie():
-    from backend.engine.records import PrefillRecord, StepRecord
+    from backend.run.records import PrefillRecord, StepRecord
     from tests.support.batched import same_or_near_tie
 
     prefill = PrefillRecord([1, 2], 5, 0.0, None)

@@ -40,7 +40,7 @@ EAGLE_RELEASE = {
 
 
 def parse(config: dict):
-    from backend.engine.draft_config import parse_draft_config  # transformers: imported when used
+    from backend.drafts.draft_config import parse_draft_config  # transformers: imported when used
 
     return parse_draft_config(config)
 
@@ -184,7 +184,7 @@ def test_the_plain_key_list_covers_the_installed_llama_config():
     list must hold every key the installed LlamaConfig has (run on the floor and the newest release)."""
     from transformers import LlamaConfig
 
-    from backend.engine.draft_config import GENERIC_HF_KEYS, LLAMA_KEYS
+    from backend.drafts.draft_config import GENERIC_HF_KEYS, LLAMA_KEYS
 
     missing = set(LlamaConfig().to_dict()) - LLAMA_KEYS - GENERIC_HF_KEYS
     assert not missing, f"add to draft_config.LLAMA_KEYS: {sorted(missing)}"
@@ -198,7 +198,7 @@ def test_parsing_a_draft_config_imports_neither_torch_nor_transformers(tmp_path)
 
     (tmp_path / "config.json").write_text(json.dumps({**EAGLE_RELEASE, "hidden_act": "nope"}))
     code = (
-        "import sys\nfrom backend.engine.draft_config import read_draft_config\n"
+        "import sys\nfrom backend.drafts.draft_config import read_draft_config\n"
         f"config = read_draft_config({str(tmp_path)!r})\n"
         "print(config.hidden_size, sorted(m for m in ('torch', 'transformers') if m in sys.modules))\n"
         "try:\n    config.check_buildable()\nexcept ValueError as error:\n    print('refused:', error)\n"

@@ -30,9 +30,9 @@ def test_variant_flags_are_implemented(tmp_path, target_dirs, flag):
     and a missing tensor fails."""
     import torch
 
+    from backend.drafts.readings import read_as
     from backend.engine.loading import load_target
     from backend.engine.preflight import load_checked_draft, preflight
-    from backend.engine.readings import read_as
     from backend.engine.synthetic import draft_config_dict, random_draft_tensors, save_draft
 
     value = flag != "norm_output"  # norm_output defaults to true; the variant is turning it off
@@ -93,9 +93,9 @@ def test_post_norm_feedback_changes_the_next_draft_step(tmp_path, target_dirs):
     """EAGLE 3.1 (vLLM/speculators norm_output=true): the next step is fed norm(out), not out."""
     import torch
 
+    from backend.drafts.readings import read_as
     from backend.engine.loading import load_target
     from backend.engine.preflight import load_checked_draft
-    from backend.engine.readings import read_as
     from backend.engine.synthetic import draft_config_dict, random_draft_tensors, save_draft
 
     config = draft_config_dict(

@@ -12,7 +12,7 @@ KEYS = ("engines", "disagreements", "training_engine", "aux_hf_indices", "wiring
 
 def preflight_table(draft, target):
     """Preflight's JSON read back typed (it round-trips), then its table: what the dashboard reads."""
-    from backend.engine.engine_table import EngineReadings, PreflightResult
+    from backend.drafts.engine_table import EngineReadings, PreflightResult
     from backend.engine.preflight import preflight
 
     report = preflight(draft, target).to_dict()
@@ -23,7 +23,7 @@ def preflight_table(draft, target):
 @pytest.mark.parametrize("name", ["final", "epoch1", "miswired"])
 def test_the_bundled_drafts(name):
     from backend.defaults import DEMO_DRAFTS, DEMO_TARGET
-    from backend.engine.engine_table import read_engine_table
+    from backend.drafts.engine_table import read_engine_table
 
     draft = DEMO_DRAFTS / name
     assert read_engine_table(draft, DEMO_TARGET) == preflight_table(draft, DEMO_TARGET)
@@ -39,7 +39,7 @@ def test_the_bundled_drafts(name):
     ],
 )
 def test_every_layout_reads_the_same(tmp_path, layout, overrides):
-    from backend.engine.engine_table import read_engine_table
+    from backend.drafts.engine_table import read_engine_table
 
     target = make_lint_target(tmp_path / "target")
     draft = make_draft(tmp_path, "draft", layout=layout, **overrides)
@@ -51,7 +51,7 @@ def test_a_pickled_draft_is_left_to_preflight(tmp_path):
 
     from backend import BadInput
     from backend.defaults import DEMO_DRAFTS, DEMO_TARGET
-    from backend.engine.engine_table import read_engine_table
+    from backend.drafts.engine_table import read_engine_table
 
     draft = tmp_path / "bin"
     draft.mkdir()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from backend.engine.layouts import LAYOUTS, file_name, to_internal_names, to_layout_name, to_layout_names
+from backend.drafts.layouts import LAYOUTS, file_name, to_internal_names, to_layout_name, to_layout_names
 
 OURS = {
     "fc.weight": 1,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from backend.engine.records import verify_counts
+from backend.run.records import verify_counts
 
 CASES = [
     ("copy-L4-bigram", [1, 5, 9], 4, 17),
@@ -17,8 +17,8 @@ CASES = [
 
 @pytest.mark.parametrize("name, prompt, num_steps, max_new", CASES)
 def test_drafts_shrink_to_the_budget_and_the_output_is_plain_greedy(pairs, name, prompt, num_steps, max_new):
-    from backend.engine.records import StepRecord
     from backend.engine.replay import ReplayConfig, output_ids_of, replay
+    from backend.run.records import StepRecord
     from tests.support.oracle import plain_greedy
 
     pair = pairs[name]
@@ -47,8 +47,8 @@ def test_drafts_shrink_to_the_budget_and_the_output_is_plain_greedy(pairs, name,
 def test_the_last_token_is_a_plain_decode_when_one_is_left(pairs):
     """With every draft accepted (a copy draft on a bigram target), K = 3 and 10 tokens: the steps after
     the first token draft 3, 3 (8 out), then 1 (9 out) and one plain decode (10)."""
-    from backend.engine.records import StepRecord
     from backend.engine.replay import ReplayConfig, replay
+    from backend.run.records import StepRecord
 
     pair = pairs["copy-L4-bigram"]
     config = ReplayConfig(3, 10, accounting="llamacpp", stop_ids=frozenset())
@@ -88,7 +88,7 @@ def test_the_llamacpp_reading_refuses_trees_and_sampling():
 
 
 def test_llamacpp_stops_at_every_end_of_generation_text():
-    from backend.engine.stop_ids import llamacpp_stop_ids
+    from backend.run.stop_ids import llamacpp_stop_ids
 
     class Vocab:
         def get_vocab(self):

@@ -1,4 +1,4 @@
-"""llama.cpp's reading of a draft (backend/engine/readings.py `_llamacpp`), over the published configs of
+"""llama.cpp's reading of a draft (backend/drafts/readings.py `_llamacpp`), over the published configs of
 many teams, and the reading asked for deciding over the training reading's limits (preflight)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from backend.engine.draft_config import parse_draft_config
-from backend.engine.readings import read_as
+from backend.drafts.draft_config import parse_draft_config
+from backend.drafts.readings import read_as
 
 PUBLISHED = json.loads(
     (Path(__file__).resolve().parent.parent / "support" / "published_configs.json").read_text()
@@ -48,8 +48,8 @@ def test_llamacpp_reads_only_a_top_level_id_list_and_otherwise_its_defaults(name
 
 
 def test_nested_ids_are_ignored_and_named_with_the_fix():
-    from backend.engine.engine_table import engine_table
-    from backend.engine.reading_fixes import wiring_fix
+    from backend.drafts.engine_table import engine_table
+    from backend.drafts.reading_fixes import wiring_fix
 
     raw = {"architectures": ["LlamaForCausalLMEagle3"], **SMALL, "num_hidden_layers": 1, "draft_vocab_size": 128,
            "eagle_config": {"eagle_aux_hidden_state_layer_ids": [0, 3, 6], "use_aux_hidden_state": True}}  # fmt: skip

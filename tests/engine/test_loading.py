@@ -24,9 +24,9 @@ def test_every_layout_loads_passes_preflight_and_replays(tmp_path, target_dirs, 
     import torch
     from safetensors.torch import load_file
 
+    from backend.drafts.readings import declared_wiring
     from backend.engine.loading import build_draft, load_target, read_draft
     from backend.engine.preflight import check_draft, preflight
-    from backend.engine.readings import declared_wiring
     from tests.support.oracle import plain_greedy
 
     target_dir = target_dirs[layers]
@@ -111,10 +111,10 @@ def test_unreadable_target_or_draft_is_bad_input(tmp_path, target_dirs):
 
 
 def test_multi_layer_speculators_draft_replays_exactly(tmp_path, target_dirs):
-    from backend.engine.draft_config import parse_draft_config
+    from backend.drafts.draft_config import parse_draft_config
+    from backend.drafts.readings import declared_wiring
     from backend.engine.loading import load_target
     from backend.engine.preflight import load_checked_draft, preflight
-    from backend.engine.readings import declared_wiring
     from backend.engine.synthetic import draft_config_dict, random_draft_tensors, save_draft
     from tests.support.oracle import plain_greedy
 
@@ -228,8 +228,8 @@ def test_tensor_shapes_from_headers_match_the_loaded_draft(tmp_path, target_dirs
     the folder is refused."""
     from safetensors.torch import save_file
 
+    from backend.drafts.safetensors_header import tensor_shapes
     from backend.engine.loading import read_draft_tensors
-    from backend.engine.safetensors_header import tensor_shapes
 
     draft_dir = write_draft(tmp_path / "one", target_dirs[4])
     loaded, _ = read_draft_tensors(draft_dir)

@@ -7,7 +7,7 @@ import statistics
 
 import pytest
 
-from backend.engine.metrics import T975, mean_ci95
+from backend.run.metrics import T975, mean_ci95
 
 
 def test_the_interval_is_the_mean_plus_minus_t_times_the_standard_error():

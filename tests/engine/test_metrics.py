@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from backend.engine.metrics import DEFINITIONS, acceptance_metrics, simulated_accept_length
+from backend.run.metrics import DEFINITIONS, acceptance_metrics, simulated_accept_length
 
 
 def test_hand_computed_example():

@@ -32,8 +32,8 @@ def reference(target, prompt, max_new, repetition=1.0, frequency=0.0, presence=0
 
 
 def run(pair, prompt, penalties, k=3):
-    from backend.engine.records import StepRecord
     from backend.engine.replay import ReplayConfig, output_ids_of, replay
+    from backend.run.records import StepRecord
 
     records = list(
         replay(pair.target, pair.draft, prompt, pair.wiring, ReplayConfig(k, MAX_NEW, penalties=penalties))
@@ -73,8 +73,8 @@ def test_the_penalty_costs_the_trained_draft_acceptance_unless_it_mirrors_it():
 
     from backend.data.samples import read_jsonl
     from backend.defaults import DEMO_DRAFTS, DEMO_EVAL, DEMO_TARGET
+    from backend.drafts.readings import reading_of
     from backend.engine.penalties import Penalties
-    from backend.engine.request import reading_of
     from backend.service import models
 
     target, draft, _ = models.pair(str(DEMO_TARGET), str(DEMO_DRAFTS / "final"))

@@ -211,7 +211,7 @@ def write_style(root: Path, style: str, target_dir: Path):
     import torch
     from safetensors.torch import save_file
 
-    from backend.engine.draft_config import parse_draft_config
+    from backend.drafts.draft_config import parse_draft_config
     from backend.engine.draft_model import Eagle3Draft
 
     published, _, layout, *_ = STYLES[style]
@@ -348,9 +348,9 @@ SLOW_STYLES = {"specforge-qwen3-8b", "specforge-deepseek-v3", "speculators-shard
     "style", [pytest.param(s, marks=pytest.mark.slow) if s in SLOW_STYLES else s for s in STYLES]
 )
 def test_every_engine_reads_each_published_style(style, tmp_path):
+    from backend.drafts.readings import read_as
     from backend.engine.loading import load_target
     from backend.engine.preflight import load_checked_draft, preflight
-    from backend.engine.readings import read_as
     from backend.engine.replay import ReplayConfig, output_ids_of, replay
     from backend.engine.synthetic import TargetShape, make_target
     from tests.support.oracle import plain_greedy
@@ -392,8 +392,8 @@ def test_every_engine_reads_each_published_style(style, tmp_path):
 def test_the_default_reading_honours_declared_flags_the_training_engine_drops():
     """A SpecForge-architecture config declaring norm_before_fc: SpecForge has no such module, so the
     default reading applies it as vLLM does (and says so) instead of dropping it."""
-    from backend.engine.draft_config import parse_draft_config
-    from backend.engine.readings import read_as
+    from backend.drafts.draft_config import parse_draft_config
+    from backend.drafts.readings import read_as
 
     config = parse_draft_config(
         {

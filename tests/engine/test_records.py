@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from backend.engine.records import (
+from backend.run.records import (
     STORED_STEP_FIELDS,
     StepRecord,
     StepTree,

@@ -127,8 +127,8 @@ def test_accept_patterns_cover_rejection_partial_and_full(exactness):
 
 
 def test_records_carry_probabilities_and_hidden_states(pairs):
-    from backend.engine.records import PrefillRecord
     from backend.engine.replay import ReplayConfig, replay
+    from backend.run.records import PrefillRecord
 
     pair = pairs["random-L2"]
     records = list(replay(pair.target, pair.draft, [3, 17, 40, 2], pair.wiring, ReplayConfig(3, 20)))

@@ -1,12 +1,12 @@
 """A run is one typed value: the request as asked and what the pair resolved, stored flat and read
-back (backend/engine/run_value.py), older rows included."""
+back (backend/run/run_value.py), older rows included."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from backend.engine.request import ReplayRequest
-from backend.engine.run_value import Resolved, asked_settings, params, read_params
+from backend.run.request import ReplayRequest
+from backend.run.run_value import Resolved, asked_settings, params, read_params
 
 # A replay's params as the layout before this one stored them (RunSettings.to_dict, stop 60): the
 # tree flags as asked under "requested", the asked engine as engine_requested, no asked device.
@@ -94,7 +94,7 @@ def test_what_a_request_decides_is_compared_by_equality():
 
 
 def test_stored_metrics_read_back_typed():
-    from backend.engine.run_value import RunMetrics
+    from backend.run.run_value import RunMetrics
 
     stored = {"mean_accept_length": 1.85, "per_position_marginal": [0.5, None], "accept_histogram": [3, 1]}
     metrics = RunMetrics.from_dict(stored)

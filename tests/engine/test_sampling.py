@@ -56,8 +56,8 @@ def first_steps(request, pairs) -> dict:
     """One sampled replay per seed, stopped after its first verify step (computed once per mode, read by
     both statistical tests below): the first two emitted tokens, and that step's record. The first step
     always verifies in full (1 + K + 1 tokens fit the budget), so no truncation biases its count."""
-    from backend.engine.records import PrefillRecord, StepRecord
     from backend.engine.replay import replay
+    from backend.run.records import PrefillRecord, StepRecord
 
     mode = request.param
     pair = pairs["copy-L4-bigram"]  # a draft that is often right, so acceptance and rejection both happen

@@ -20,8 +20,8 @@ def test_copy_draft_accuracy_matches_a_direct_count_on_its_bigram_target(pairs):
     step, so acc_k can be counted by hand: index t is right at step k iff f(f(x_t)) == f(x_{t+1+k})."""
     import torch
 
-    from backend.engine.metrics import simulated_accept_length
     from backend.engine.teacher import teacher_forced_counts
+    from backend.run.metrics import simulated_accept_length
 
     pair = pairs["copy-L4-bigram"]
     with torch.no_grad():

@@ -1,6 +1,6 @@
 """Aux-layer ids -> HF hidden_states indices, under both conventions, and parsing a typed wiring
-(backend.engine.wiring is plain Python; only the draft-config parser needs transformers). The wiring a
-draft declares is its training reading's (backend.engine.readings.declared_wiring); an override is
+(backend.run.wiring is plain Python; only the draft-config parser needs transformers). The wiring a
+draft declares is its training reading's (backend.drafts.readings.declared_wiring); an override is
 built by wiring.override_wiring."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from backend import BadInput
-from backend.engine.wiring import (
+from backend.run.wiring import (
     check_indices,
     default_hf_indices,
     override_wiring,
@@ -26,8 +26,8 @@ BASE = {
 
 
 def wiring_of(extra: dict, num_layers: int = 32, override=None, convention="hf"):
-    from backend.engine.draft_config import parse_draft_config  # transformers: imported when used
-    from backend.engine.readings import declared_wiring
+    from backend.drafts.draft_config import parse_draft_config  # transformers: imported when used
+    from backend.drafts.readings import declared_wiring
 
     if override is not None:
         return override_wiring(override, num_layers, convention)

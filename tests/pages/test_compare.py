@@ -22,7 +22,7 @@ def store_run(
     {"position", "drafted", "accepted", "bonus"}; its output is the prefill token X then the steps'
     committed tokens."""
     from backend.defaults import DEMO_DRAFTS, DEMO_TARGET
-    from backend.engine.records import StepRecord
+    from backend.run.records import StepRecord
     from db import store
 
     records, output = [], [X]
@@ -143,7 +143,7 @@ def test_words_for_diverging_outputs_and_hostile_tokens():
     diverged, and the outputs' own divergence is named; token text is escaped and made visible."""
     import html
 
-    from backend.engine.records import StepRecord
+    from backend.run.records import StepRecord
     from ui.compare.timeline import committed_positions, difference_html, visible
 
     class A:
@@ -173,7 +173,7 @@ def test_words_for_diverging_outputs_and_hostile_tokens():
 def test_batch_summary_counts_wins_and_leaves_out_samples_without_an_accept_length():
     import statistics
 
-    from backend.engine.metrics import mean_ci95
+    from backend.run.metrics import mean_ci95
     from ui.compare.batch import BatchSummary, batch_summary
 
     pairs = [(1, 2)] * 5

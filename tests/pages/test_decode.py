@@ -140,7 +140,7 @@ def test_a_run_started_elsewhere_opens_on_the_healthy_vs_broken_comparison(db):
     """Issue 58 row 9: a run from the CLI (or Compare) opened on 'fed features only (norms)'; only
     Decode's own form asked for the reference that tells healthy from broken."""
     from backend.defaults import DEMO_DRAFTS, DEMO_TARGET
-    from backend.engine.request import ReplayRequest
+    from backend.run.request import ReplayRequest
     from backend.service import checks
     from backend.service.batch_jobs import run_in_batches
     from backend.service.datasets import ensure_demo_dataset, get_samples

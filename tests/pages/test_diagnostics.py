@@ -140,7 +140,7 @@ def test_the_server_tab_names_the_slot_the_server_fed(db, tmp_path):
     import json
 
     from backend.defaults import DEMO_DRAFTS, DEMO_TARGET
-    from backend.engine.request import reading_of
+    from backend.drafts.readings import reading_of
     from backend.service import models
     from tests.support.pages import finish
     from tests.support.sglang_features import response

@@ -11,7 +11,7 @@ pytestmark = pytest.mark.slow
 
 def test_runs_filter_and_delete(db):
     from backend.defaults import DEMO_DRAFTS, DEMO_TARGET
-    from backend.engine.request import ReplayRequest
+    from backend.run.request import ReplayRequest
     from backend.service.datasets import ensure_demo_dataset, get_samples
     from backend.service.jobs import run_replay
     from backend.service.runs import list_runs
@@ -76,7 +76,7 @@ def test_where_lost_over_two_drafts_runs(db):
     position chart and the splits drawn per draft, a small group labelled too few to judge, and the
     numbers those charts draw are the service's (checked independently in tests/diagnostics)."""
     from backend.defaults import DEMO_DRAFTS, DEMO_TARGET
-    from backend.engine.request import ReplayRequest
+    from backend.run.request import ReplayRequest
     from backend.service.datasets import ensure_demo_dataset, get_samples
     from backend.service.jobs import run_replay
 

@@ -11,7 +11,7 @@ from backend import Terminated
 def _requests(pair, count: int, tokens: int = 14) -> list:
     import torch
 
-    from backend.engine.request import ReplayRequest
+    from backend.run.request import ReplayRequest
 
     generator = torch.Generator().manual_seed(5)
     return [

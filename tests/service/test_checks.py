@@ -38,7 +38,7 @@ def test_the_cheap_diagnosis_of_the_bundled_miswired_draft():
     wiring, the lint never suggests the declared layers."""
     from backend.defaults import DEMO_DRAFTS, DEMO_TARGET
     from backend.diagnostics.diagnose import DiagnoseOptions
-    from backend.engine.reading_fixes import wiring_fix
+    from backend.drafts.reading_fixes import wiring_fix
     from backend.service import checks
     from backend.service.diagnosis import diagnose
     from tests.support.demo import demo_wiring

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-from backend.engine.reading_fixes import wiring_fix
+from backend.drafts.reading_fixes import wiring_fix
 from backend.service.engine_check import (
     DEFINITION,
     EngineCheck,

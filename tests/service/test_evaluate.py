@@ -22,13 +22,13 @@ COMPARED = (
 
 def plan(samples: int = 2):
     from backend.data.samples import read_jsonl
-    from backend.service.evaluate import Plan
+    from backend.service.eval_pairs import Plan
 
     valid, _ = read_jsonl(DEMO_EVAL)
     for index, sample in enumerate(valid):
         sample.index = index
     drafts = [str(DEMO_DRAFTS / "final"), str(DEMO_DRAFTS / "epoch1")]
-    from backend.engine.request import ReplayRequest
+    from backend.run.request import ReplayRequest
 
     template = ReplayRequest(str(DEMO_TARGET), drafts[0], prompt_ids=tuple(valid[0].prompt_ids), **SETTINGS)
     return Plan(template, drafts, valid[:samples], str(DEMO_EVAL), {d: d[-6:] for d in drafts})
@@ -42,7 +42,7 @@ def numbers(result: dict) -> list[dict]:
 
 
 def test_local_evaluation_stores_every_pair_and_resumes(tmp_path):
-    from backend.engine.metrics import mean_ci95
+    from backend.run.metrics import mean_ci95
     from backend.service.evaluate import evaluate, table
     from backend.service.runs import list_runs
 
@@ -83,7 +83,6 @@ def test_ray_gives_the_local_numbers_and_a_killed_worker_loses_nothing(tmp_path,
     while it replays: every pair still ends as a finished run, with the single-process numbers."""
     ray = pytest.importorskip("ray")
     from backend.service.evaluate import Where, evaluate
-    from backend.service.ray_eval import Cluster, evaluate_on_ray
     from backend.service.runs import list_runs
 
     local = evaluate(f"sqlite:///{tmp_path / 'local.db'}", plan(3))
@@ -98,7 +97,7 @@ def test_ray_gives_the_local_numbers_and_a_killed_worker_loses_nothing(tmp_path,
 
     try:
         db = postgres_url
-        spread = evaluate_on_ray(db, plan(3), Cluster("local"), hook=kill_a_busy_worker)
+        spread = evaluate(db, plan(3), where=Where(ray="local"), hook=kill_a_busy_worker)
         again = evaluate(db, plan(3), where=Where(ray="local"))  # the CLI path: all stored, nothing to replay
     finally:
         ray.shutdown()

@@ -13,7 +13,7 @@ PROMPTS = [[1, 5, 9, 3, 7, 2], [4, 8, 15, 16, 23, 42, 7]]
 @pytest.fixture(scope="module")
 def demo():
     from backend.defaults import DEMO_DRAFTS, DEMO_TARGET
-    from backend.engine.request import reading_of
+    from backend.drafts.readings import reading_of
     from backend.service import models
 
     target, draft, _ = models.pair(str(DEMO_TARGET), str(DEMO_DRAFTS / "final"))

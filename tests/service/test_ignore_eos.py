@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from backend import BadInput
-from backend.engine.request import ReplayRequest
+from backend.run.request import ReplayRequest
 
 
 def greedy_past_eos(target, prompt: list[int], new_tokens: int) -> list[int]:
@@ -55,7 +55,7 @@ def test_llamacpp_refuses_it_and_the_flag_and_the_widget_exist():
     from backend.cli.flags import request_fields
 
     assert request_fields(args)["ignore_eos"] is True
-    from backend.engine.request import settings_of
+    from backend.run.request import settings_of
 
     widget = next(m.widget for n, m, _ in settings_of() if n == "ignore_eos")
     assert (widget.kind, widget.label) == ("checkbox", "Ignore EOS")

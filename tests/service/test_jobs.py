@@ -7,7 +7,7 @@ import pytest
 
 
 def request_for(pair, prompt_ids, num_steps, max_new_tokens, **kwargs):
-    from backend.engine.request import ReplayRequest
+    from backend.run.request import ReplayRequest
 
     return ReplayRequest(
         str(pair.target_dir),
@@ -203,8 +203,9 @@ def test_long_samples_warn_about_the_drafts_context(pairs, db_url):
 def test_chunk_norms_and_run_metrics():
     import torch
 
-    from backend.engine.records import StepRecord
-    from backend.service.jobs import chunk_norms, run_metrics
+    from backend.run.records import StepRecord
+    from backend.service.jobs import run_metrics
+    from backend.service.run_tensors import chunk_norms
 
     rows = chunk_norms(torch.tensor([[3.0, 4.0, 0.0, 1.0, 2.0, 0.0]]), 5, [0, 2, 4])
     assert rows == [

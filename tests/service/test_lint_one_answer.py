@@ -19,8 +19,8 @@ SGLANG = (  # the seed story's flags: num_steps 1 with 16 draft tokens, rewritte
 
 def _chain_run(db_url: str, fed: list[int]) -> int:
     """A finished greedy chain run of the draft, K = 4, as a replay stores it."""
-    from backend.engine.request import ReplayRequest
-    from backend.engine.run_value import Resolved, params
+    from backend.run.request import ReplayRequest
+    from backend.run.run_value import Resolved, params
     from db import store
 
     request = ReplayRequest(str(DEMO_TARGET), DRAFT, prompt_ids=(1, 2, 3), num_steps=4)

@@ -13,7 +13,7 @@ def test_a_recorded_llamacpp_run_is_stored_and_its_metrics_count_verify_steps(
     import json
     import shutil
 
-    from backend.engine.request import ReplayRequest
+    from backend.run.request import ReplayRequest
     from backend.service.jobs import run_replay
     from backend.service.runs import get_run_with_steps
 

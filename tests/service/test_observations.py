@@ -16,7 +16,7 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "support" / "serving"
 
 def demo_replay(db_url, num_steps, tokens=48):
     from backend.defaults import DEMO_DRAFTS, DEMO_EVAL, DEMO_TARGET
-    from backend.engine.request import ReplayRequest
+    from backend.run.request import ReplayRequest
     from backend.service.jobs import run_replay
 
     record = json.loads(DEMO_EVAL.read_text().splitlines()[0])
@@ -155,7 +155,7 @@ def test_a_tree_server_is_compared_with_tree_replays_of_its_shape(db_url):
     """A server running topk 4 (steps 3, draft tokens 8) is put beside the replays of that tree only,
     not beside chains at the same K."""
     from backend.defaults import DEMO_DRAFTS, DEMO_EVAL, DEMO_TARGET
-    from backend.engine.request import ReplayRequest
+    from backend.run.request import ReplayRequest
     from backend.service.jobs import run_replay
     from backend.service.observations import observe_texts
 

@@ -85,7 +85,7 @@ def test_export_needs_finished_runs(tmp_path):
 def replayed(tmp_path_factory):
     """Two greedy replays of the demo pair on the first two eval prompts, K = 3."""
     from backend.data.samples import sample_at
-    from backend.engine.request import ReplayRequest
+    from backend.run.request import ReplayRequest
     from backend.service.jobs import run_replay
 
     db = f"sqlite:///{tmp_path_factory.mktemp('per_request') / 'x.db'}"

@@ -38,7 +38,7 @@ def nebius_like(tmp_path: Path, target_dir: Path) -> Path:
 def test_the_training_readings_refusal_does_not_stop_an_engine_that_serves_the_draft(tmp_path, target_dirs):
     from backend import BadInput
     from backend.engine.preflight import preflight
-    from backend.engine.request import ReplayRequest
+    from backend.run.request import ReplayRequest
     from backend.service.jobs import run_replay
 
     target = target_dirs[4]

@@ -13,7 +13,7 @@ from tests.support.models import TRAINED
 @pytest.fixture()
 def runs(bigram_setup, db_url):
     """Two identical recorded runs of the mis-wired bigram draft: (db_url, [run ids])."""
-    from backend.engine.request import ReplayRequest
+    from backend.run.request import ReplayRequest
     from backend.service.database import open_database
     from backend.service.jobs import run_plan
     from backend.service.plan import resolve
@@ -35,7 +35,7 @@ def runs(bigram_setup, db_url):
 
 
 def test_run_references(runs):
-    from backend.engine.records import no_progress
+    from backend.run.records import no_progress
     from backend.service.references import compute_reference
     from backend.service.runs import token_stat_references, token_stats
 
@@ -66,8 +66,8 @@ def test_training_features_as_a_reference(runs, bigram_setup, tmp_path):
     import torch
 
     from backend.diagnostics.mismatch import ChunkRow
-    from backend.engine.records import no_progress
     from backend.engine.teacher import target_pass
+    from backend.run.records import no_progress
     from backend.service.references import compute_reference
     from backend.service.runs import get_run, token_stats
 
@@ -99,7 +99,7 @@ def test_training_features_as_a_reference(runs, bigram_setup, tmp_path):
 
 
 def test_bad_references_are_bad_input(runs):
-    from backend.engine.records import no_progress
+    from backend.run.records import no_progress
     from backend.service.references import compute_reference
 
     url, run_ids = runs

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from backend import BadInput
-from backend.engine.request import MAX_STEPS, ReplayRequest, reading_of
+from backend.drafts.readings import reading_of
+from backend.run.request import MAX_STEPS, ReplayRequest
 
 
 def request(**kwargs) -> ReplayRequest:
@@ -51,7 +52,7 @@ def test_requests_are_frozen_with_tuples():
 
 
 def test_wiring_and_prompt_are_resolved_for_the_loaded_pair():
-    from backend.engine.draft_config import parse_draft_config
+    from backend.drafts.draft_config import parse_draft_config
 
     config = parse_draft_config(
         {
@@ -88,7 +89,7 @@ def test_wiring_and_prompt_are_resolved_for_the_loaded_pair():
 
 
 def test_sglang_rewrites_are_applied_and_both_values_kept():
-    from backend.engine.shapes import sglang_shape
+    from backend.run.shapes import sglang_shape
 
     decoding = request(num_steps=5, topk=1, num_draft_tokens=16).decoding()
     assert (decoding.shape.topk, decoding.shape.num_draft_tokens) == (1, 6)

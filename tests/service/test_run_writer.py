@@ -8,7 +8,7 @@ import pytest
 
 
 def _step(index: int):
-    from backend.engine.records import StepRecord, StepTree
+    from backend.run.records import StepRecord, StepTree
 
     return StepRecord(
         index,
@@ -69,8 +69,8 @@ def test_a_batch_stores_what_the_orm_functions_store(any_db_url):
 def test_the_artifact_from_memory_is_the_merged_parts_and_stats_are_per_record(tmp_path):
     import torch
 
-    from backend.engine.records import PrefillRecord, StepRecord
-    from backend.service.jobs import RunTensors, chunk_norms, merge_parts
+    from backend.run.records import PrefillRecord, StepRecord
+    from backend.service.run_tensors import RunTensors, chunk_norms, merge_parts
 
     generator = torch.Generator().manual_seed(0)
     indices = (0, 2, 4)

@@ -40,7 +40,7 @@ def test_list_read_export_and_delete(stored_run, tmp_path):
 def test_find_finished_run_matches_target_draft_prompt_and_every_setting(stored_run, pairs):
     from dataclasses import replace
 
-    from backend.engine.request import ReplayRequest
+    from backend.run.request import ReplayRequest
     from backend.service import runs
 
     url, run_id = stored_run
@@ -80,13 +80,13 @@ def test_find_finished_run_skips_unfinished_runs_and_prefers_the_same_sample(db_
     from dataclasses import replace
 
     from backend.data.samples import Sample
-    from backend.engine.request import ReplayRequest
+    from backend.run.request import ReplayRequest
     from backend.service import runs
     from db import store
 
     request = ReplayRequest("t", "d", prompt_ids=(1, 2), num_steps=2, max_new_tokens=8)
-    from backend.engine.run_value import Resolved
-    from backend.engine.run_value import params as params_of
+    from backend.run.run_value import Resolved
+    from backend.run.run_value import params as params_of
 
     params = params_of(request, Resolved(device="cpu", dtype="float32"))  # stored as a replay stores it
     factory = store.session_factory(store.make_engine(db_url))

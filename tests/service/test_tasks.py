@@ -56,8 +56,8 @@ def test_progress_is_clamped_and_wait_times_out():
 def test_refused_draft_carries_its_preflight_report(pairs, tmp_path, db_url):
     from safetensors.torch import load_file
 
-    from backend.engine.request import ReplayRequest
     from backend.engine.synthetic import save_draft
+    from backend.run.request import ReplayRequest
     from backend.service.tasks import start_replay
 
     pair = pairs["random-L2"]
@@ -74,7 +74,7 @@ def test_refused_draft_carries_its_preflight_report(pairs, tmp_path, db_url):
 
 
 def test_start_replay_stores_a_run(pairs, db_url):
-    from backend.engine.request import ReplayRequest
+    from backend.run.request import ReplayRequest
     from backend.service.runs import get_run
     from backend.service.tasks import start_replay
 
@@ -101,7 +101,7 @@ def test_compare_puts_a_chain_and_a_tree_of_the_same_draft_side_by_side(pairs, d
     from dataclasses import replace
 
     from backend.data.samples import Sample
-    from backend.engine.request import ReplayRequest
+    from backend.run.request import ReplayRequest
     from backend.service.runs import get_run
     from backend.service.tasks import Comparison, start_compare
 
@@ -132,7 +132,7 @@ def compare_on(pairs, db_url, samples, max_new=10, reuse=True, decoding_b=None):
     """start_compare of copy-L4-bigram's draft against itself (K=3), waited for."""
     from dataclasses import replace
 
-    from backend.engine.request import ReplayRequest
+    from backend.run.request import ReplayRequest
     from backend.service.tasks import Comparison, start_compare
 
     pair = pairs["copy-L4-bigram"]
@@ -190,7 +190,7 @@ def test_compare_reuses_only_runs_of_the_same_sample_and_settings(pairs, db_url)
 def test_diagnostic_tasks_use_the_declared_wiring_after_an_override(bigram_setup, db_url):
     """A wiring override belongs to one request: a probe of the same draft afterwards still starts
     from the draft's declared wiring, even though the draft stays loaded."""
-    from backend.engine.request import ReplayRequest
+    from backend.run.request import ReplayRequest
     from backend.service import models
     from backend.service.tasks import start_agreement, start_probe, start_replay
 
@@ -260,7 +260,7 @@ def test_a_page_never_waits_for_a_running_job_to_prestart_the_worker():
     import threading
     import time
 
-    from backend.engine.records import no_progress
+    from backend.run.records import no_progress
     from backend.service.worker import WORKER
     from tests.support import jobs
 
@@ -277,7 +277,7 @@ def test_a_page_never_waits_for_a_running_job_to_prestart_the_worker():
 
 @pytest.mark.slow  # spawns a worker process
 def test_a_worker_that_cannot_import_the_model_stack_says_so_for_each_job(tmp_path, monkeypatch):
-    from backend.engine.records import no_progress
+    from backend.run.records import no_progress
     from backend.service.worker import JobFailed, Worker
     from tests.support import jobs
 

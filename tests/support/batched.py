@@ -9,7 +9,7 @@ def same_or_near_tie(lone: list, batched: list) -> int | None:
     """None when the two replays' outputs and steps are equal; else the sequence position of the first
     token they chose differently, asserted to be at a near-tie a run recorded. Records of one sample:
     its PrefillRecord, then its StepRecords."""
-    from backend.engine.records import PrefillRecord
+    from backend.run.records import PrefillRecord
 
     for a, b in zip(lone, batched, strict=False):
         if isinstance(a, PrefillRecord):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from backend.defaults import DEMO, DEMO_DRAFTS, DEMO_TARGET
-from backend.engine.wiring import default_hf_indices
+from backend.run.wiring import default_hf_indices
 
 
 def demo_wiring() -> tuple[list[int], list[int]]:

@@ -18,7 +18,7 @@ from backend.data.samples import Sample
 if TYPE_CHECKING:
     from backend.engine.draft_model import Eagle3Draft
     from backend.engine.loading import Target
-    from backend.engine.wiring import Wiring
+    from backend.run.wiring import Wiring
 
 
 def load_draft(draft_dir, target: Target, aux_hf_indices=None) -> tuple[Eagle3Draft, Wiring]:

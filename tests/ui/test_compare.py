@@ -84,7 +84,7 @@ def test_the_samples_that_would_settle_a_delta_are_the_t_interval_s():
     """Issue 58 row 13: the N said is the fewest whose t interval (the one the sentence quotes)
     excludes 0 if the mean delta and its spread hold; (2 sd / delta)^2 said 4 at sd 1.02, delta 1.06,
     where 4 samples' interval still includes 0."""
-    from backend.engine.metrics import t975
+    from backend.run.metrics import t975
     from ui.compare.batch import BatchSummary
 
     def settle(delta: float, sd: float, samples: int = 3) -> int:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from backend.diagnostics.mismatch import ChunkRow
-from backend.engine.records import StepRecord, StepTree
+from backend.run.records import StepRecord, StepTree
 from ui.html import chips_html, context_html, legend, mismatch_html, output_html, sample_html, step_statuses
 
 HOSTILE = {1: "<script>alert(1)</script>", 2: "<img src=x onerror=alert(1)>", 3: '"quoted" & more', 4: "ok"}

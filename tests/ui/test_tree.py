@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from backend.engine.records import StepTree
+from backend.run.records import StepTree
 from ui.tree import node_statuses, tree_figure, tree_layout
 
 TREE = StepTree(

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import pandas as pd
 import streamlit as st
 
-from backend.engine.metrics import mean_ci95, t975
+from backend.run.metrics import mean_ci95, t975
 from backend.service.tasks import CompareResult, CompareRow
 from ui import state
 from ui.html import md

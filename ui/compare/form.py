@@ -8,7 +8,7 @@ import os
 import streamlit as st
 
 from backend import BadInput
-from backend.engine.request import ReplayRequest
+from backend.run.request import ReplayRequest
 from backend.service import runs as stored_runs
 from backend.service.ray_eval import address_problem
 from backend.service.tasks import Comparison

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from backend.engine.records import StepRecord
+from backend.run.records import StepRecord
 from backend.service.runs import RunInfo
 from ui import charts, state
 from ui.compare.timeline import (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from backend import BadInput
-from backend.engine.request import ReplayRequest, settings_of
+from backend.run.request import ReplayRequest, settings_of
 from backend.service import checks
 from ui import state
 from ui.html import md
@@ -61,7 +61,7 @@ def _prompt_source() -> dict | str | None:
 
 
 def _widget(column, name: str, meta, default):
-    """One request setting's widget, as its field declares it (backend/engine/request.py `Widget`);
+    """One request setting's widget, as its field declares it (backend/run/request.py `Widget`);
     returns what the widget holds (`_value` makes it the request's value)."""
     w, help = meta.widget, meta.help or None
     key, value = f"decode_{name}", default if w.widget_value is None else w.widget_value

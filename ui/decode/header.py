@@ -9,8 +9,8 @@ from datetime import UTC, datetime
 import streamlit as st
 
 from backend import BadInput
-from backend.engine.metrics import DEFINITIONS, NEAR_TIE
-from backend.engine.records import StepRecord
+from backend.run.metrics import DEFINITIONS, NEAR_TIE
+from backend.run.records import StepRecord
 from backend.service import tasks
 from backend.service.checks import EngineReadings, engine_readings
 from backend.service.per_request import same_path

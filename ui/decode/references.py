@@ -6,7 +6,7 @@ from __future__ import annotations
 import streamlit as st
 
 from backend import BadInput
-from backend.engine.wiring import parse_aux_indices
+from backend.run.wiring import parse_aux_indices
 from backend.service import checks, tasks
 from backend.service.reference_spec import ReferenceResult, ReferenceSpec
 from backend.service.runs import RunInfo

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from backend.engine.metrics import DEFINITIONS
-from backend.engine.records import StepRecord, verify_counts
+from backend.run.metrics import DEFINITIONS
+from backend.run.records import StepRecord, verify_counts
 from backend.service.engine_check import first_difference, served_beside
 from backend.service.runs import RunInfo
 from ui import charts, state

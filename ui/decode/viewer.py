@@ -8,7 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from backend.diagnostics.mismatch import ChunkRow
-from backend.engine.records import StepRecord
+from backend.run.records import StepRecord
 from backend.service import runs as stored_runs
 from backend.service.runs import RunInfo
 from ui import charts, state

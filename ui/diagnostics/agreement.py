@@ -6,7 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from backend import BadInput
-from backend.engine.wiring import parse_aux_indices
+from backend.run.wiring import parse_aux_indices
 from backend.service import tasks
 from ui import charts, state
 from ui.html import md

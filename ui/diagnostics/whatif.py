@@ -10,7 +10,7 @@ import streamlit as st
 
 from backend import BadInput
 from backend.diagnostics.whatif import MODEL, TREE_MODEL, WhatIfRow, predict, predict_tree
-from backend.engine.records import verify_counts
+from backend.run.records import verify_counts
 from backend.service import tasks
 from backend.service.runs import RunInfo
 from ui import charts, state

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from types import SimpleNamespace
 
-from backend.engine.request import ReplayRequest, settings_of
+from backend.run.request import ReplayRequest, settings_of
 
 STORED_AS = {"aux_hf_indices": "wiring_override"}  # the key runs have always stored it under
 
@@ -155,7 +155,7 @@ SAMPLING_DEFAULTS = {n: d for n, _, d in settings_of() if n in ("temperature", "
 
 @dataclass(frozen=True)
 class RunMetrics:
-    """A run's stored metrics, typed (the metrics column; definitions: backend/engine/metrics.py
+    """A run's stored metrics, typed (the metrics column; definitions: backend/run/metrics.py
     DEFINITIONS). None where a run has none (no verify step, an older run, a greedy run's expected
     accept length)."""
 

@@ -17,9 +17,11 @@ from functools import partial
 from pathlib import Path
 
 from backend import BadInput
-from backend.engine.json_config import read_json_object
-from backend.engine.readings import VARIANT_FLAGS  # kept as declared here; readings decide their meaning
+from backend.drafts.json_config import read_json_object
 
+# The variant flags a draft config may declare, kept as declared; what each means is up to the readings
+# (backend/drafts/readings.py).
+VARIANT_FLAGS = ("fc_norm", "norm_before_fc", "norm_output", "norm_before_residual")
 # Every architecture string an engine accepts for an EAGLE-3 draft (docs/reference.md §10).
 KNOWN_ARCHITECTURES = (
     "LlamaForCausalLMEagle3",  # SpecForge, SGLang, ModelOpt; vLLM too
@@ -135,7 +137,7 @@ class DraftConfig:
         transformers), made once; BadInput naming the file when transformers cannot build it."""
         built = self.__dict__.get("_llama_config")
         if built is None:
-            from backend.engine.draft_llama import llama_config_of
+            from backend.drafts.draft_llama import llama_config_of
 
             built = llama_config_of(self.llama_args, self.where)
             object.__setattr__(self, "_llama_config", built)

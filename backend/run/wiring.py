@@ -8,18 +8,15 @@ Neither present: HF [2, L//2, L-3] (= outputs of layers [1, L//2-1, L-4]).
 
 This module is plain Python (no torch): pages parse user text with `parse_aux_indices`, the one
 parser of a wiring list, and `override_wiring` turns a typed list into a Wiring. What a draft
-declares, and what each engine makes of it, is read in backend/engine/readings.py only.
+declares, what each engine makes of it and what is fed (`fed_wiring`) are read in
+backend/drafts/readings.py only.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from backend import BadInput
-
-if TYPE_CHECKING:
-    from backend.engine.readings import EngineView
 
 CONVENTIONS = {
     "hf": "HF hidden_states index (0 = embedding output, k = output of layer k-1)",
@@ -77,7 +74,7 @@ def to_hf_indices(ids, convention: str) -> list[int]:
 def override_wiring(ids, num_target_layers: int, convention: str = "hf") -> Wiring:
     """The wiring a user types in place of the draft's (`--aux-hf-indices`, the pages' override), in
     `convention`, checked against the target. The one place an override becomes a Wiring; the
-    wiring a draft declares comes only from its readings (backend/engine/readings.py)."""
+    wiring a draft declares comes only from its readings (backend/drafts/readings.py)."""
     hf = to_hf_indices(ids, convention)
     wiring = Wiring(tuple(hf), f"override {list(ids)} ({CONVENTIONS[convention]})")
     check_indices(wiring.aux_hf_indices, num_target_layers)
@@ -95,17 +92,3 @@ def check_indices(indices, num_target_layers: int) -> None:
             f"aux HF indices {bad} out of range: the target has {num_target_layers} layers, "
             f"so valid HF indices are 0..{num_target_layers}"
         )
-
-
-def fed_wiring(view: EngineView, override, num_target_layers: int) -> Wiring:
-    """The HF indices fed to the draft: the `override` (checked against the target's depth in
-    wiring.override_wiring), else what `view`'s engine reads (checked in `_read`). BadInput when that
-    engine cannot run the draft. The one rule: preflight, replays, the teacher, the probe and every
-    dashboard job reach it (through engine/request.py::reading_of where a draft is loaded)."""
-    if isinstance(override, Wiring):  # checked already, against the target's config before it loaded
-        return override  # (service/plan.py checked_override)
-    if override is not None:
-        return override_wiring(override, num_target_layers)
-    if not view.loads:
-        raise BadInput(view.refusal)
-    return view.wiring

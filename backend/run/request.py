@@ -19,9 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 
 from backend import BadInput
-from backend.engine.readings import ENGINES, EngineView, read_as
-from backend.engine.shapes import DRAFT_ATTENTION, TreeShape, sglang_shape
-from backend.engine.wiring import Wiring, check_override, fed_wiring, parse_aux_indices
+from backend.run.engine_names import ENGINES
+from backend.run.shapes import DRAFT_ATTENTION, TreeShape, sglang_shape
+from backend.run.wiring import check_override, parse_aux_indices
 
 MAX_STEPS = 64
 MAX_TOPK = 16
@@ -426,31 +426,3 @@ class ReplayRequest:
             f"{Path(self.draft).name} K={self.num_steps}{tree}{sampled}{engine}{override} "
             f"on {self.sample_ref or 'prompt'}"
         )
-
-
-def reading_of(engine: str, override, draft, num_target_layers: int) -> tuple[EngineView, Wiring]:
-    """`engine`'s view of the loaded draft and the HF indices it is fed: the `override` (checked
-    against the target's depth in wiring.override_wiring, the one depth check), else what that engine
-    reads (checked in the readings). BadInput when that engine cannot run the draft. The one place a
-    replay, the teacher and the probe decide what feeds the draft."""
-    view = read_as(
-        engine,
-        draft.config,
-        num_target_layers,
-        draft.own_embedding is not None,
-        getattr(draft, "own_embedding_differs", None),
-    )
-    try:
-        return view, fed_wiring(view, override, num_target_layers)
-    except BadInput as error:  # say what the file holds: the reading shifts nested ids by one
-        if override is not None:  # the override was refused, not the config's ids
-            raise
-        config = draft.config
-        declared = [
-            f"{name} {ids}"
-            for name, ids in (("nested", config.nested_aux_ids), ("top-level", config.top_level_aux_ids))
-            if ids is not None
-        ]
-        if not declared:
-            raise
-        raise BadInput(f"{error} (the draft's config.json declares {' and '.join(declared)})") from None

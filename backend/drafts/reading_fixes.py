@@ -3,7 +3,7 @@ engine feed the trained wiring (the readings themselves: readings.py)."""
 
 from __future__ import annotations
 
-from backend.engine.readings import DESCRIPTIONS, SERVING_ENGINES, EngineView
+from backend.drafts.readings import DESCRIPTIONS, SERVING_ENGINES, EngineView
 
 SERVING_NAMES = {
     "sglang": "SGLang",

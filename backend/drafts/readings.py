@@ -12,14 +12,14 @@ Every rule cites the engine source it follows (read 2026-08; commits in docs/ref
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
-from typing import TYPE_CHECKING
 
 from backend import BadInput
-from backend.engine.wiring import Wiring, check_indices, default_hf_indices
+from backend.drafts.draft_config import VARIANT_FLAGS, DraftConfig
 from backend.plain import Plain
+from backend.run.engine_names import DESCRIPTIONS, ENGINES, SERVING_ENGINES
+from backend.run.wiring import Wiring, check_indices, default_hf_indices, override_wiring
 
-if TYPE_CHECKING:
-    from backend.engine.draft_config import DraftConfig
+__all__ = ["DESCRIPTIONS", "ENGINES", "SERVING_ENGINES", "VARIANT_FLAGS"]  # read here by the readings' users
 
 
 @dataclass(frozen=True)
@@ -91,21 +91,6 @@ class EngineReading(Plain):
     accounting: str = "fixed-k"
 
 
-# The variant flags a draft config may declare; what each means is up to the reading below.
-VARIANT_FLAGS = ("fc_norm", "norm_before_fc", "norm_output", "norm_before_residual")
-ENGINES = ("sglang", "vllm", "vllm-v2", "llamacpp", "specforge", "speculators", "eagle")
-SERVING_ENGINES = ("sglang", "vllm", "vllm-v2", "llamacpp")
-DESCRIPTIONS = {
-    "sglang": "SGLang (serving)",
-    "vllm": "vLLM (serving)",
-    "vllm-v2": "vLLM V2 runner (serving, GPU default)",
-    "llamacpp": "llama.cpp (serving)",
-    "specforge": "SpecForge (training)",
-    "speculators": "speculators (training, vLLM format)",
-    "eagle": "original EAGLE (SafeAILab)",
-}
-
-
 def training_engine(config: DraftConfig) -> str:
     """The reading of the tool that most likely wrote the checkpoint: what the draft was trained as."""
     if config.speculators_format:
@@ -155,7 +140,7 @@ def as_declared(view: EngineView, config: DraftConfig, num_target_layers: int) -
     - fc_norm / norm_before_fc / norm_before_residual: applied as vLLM and speculators apply them;
     - norm_output on a draft EAGLE would read: the post-norm feedback, as vLLM and speculators read it.
     rope_*, draft_vocab_size and max_position_embeddings are read by every engine from the draft's
-    config already (backend/engine/draft_config.py), so nothing is replaced there."""
+    config already (backend/drafts/draft_config.py), so nothing is replaced there."""
     nested, top = config.nested_aux_ids, config.top_level_aux_ids
     name = DESCRIPTIONS[view.engine]
     wiring, math, notes = view.wiring, view.math, list(view.notes)
@@ -558,3 +543,45 @@ def declared_wiring(config: DraftConfig, num_target_layers: int) -> Wiring:
     wiring = read_as("auto", config, num_target_layers, False).wiring
     check_indices(wiring.aux_hf_indices, num_target_layers)
     return wiring
+
+
+def fed_wiring(view: EngineView, override, num_target_layers: int) -> Wiring:
+    """The HF indices fed to the draft: the `override` (checked against the target's depth in
+    wiring.override_wiring), else what `view`'s engine reads (checked in `_read`). BadInput when that
+    engine cannot run the draft. The one rule: preflight, replays, the teacher, the probe and every
+    dashboard job reach it (through run/request.py::reading_of where a draft is loaded)."""
+    if isinstance(override, Wiring):  # checked already, against the target's config before it loaded
+        return override  # (service/plan.py checked_override)
+    if override is not None:
+        return override_wiring(override, num_target_layers)
+    if not view.loads:
+        raise BadInput(view.refusal)
+    return view.wiring
+
+
+def reading_of(engine: str, override, draft, num_target_layers: int) -> tuple[EngineView, Wiring]:
+    """`engine`'s view of the loaded draft and the HF indices it is fed: the `override` (checked
+    against the target's depth in backend/run/wiring.py override_wiring, the one depth check), else what that engine
+    reads (checked in the readings). BadInput when that engine cannot run the draft. The one place a
+    replay, the teacher and the probe decide what feeds the draft."""
+    view = read_as(
+        engine,
+        draft.config,
+        num_target_layers,
+        draft.own_embedding is not None,
+        getattr(draft, "own_embedding_differs", None),
+    )
+    try:
+        return view, fed_wiring(view, override, num_target_layers)
+    except BadInput as error:  # say what the file holds: the reading shifts nested ids by one
+        if override is not None:  # the override was refused, not the config's ids
+            raise
+        config = draft.config
+        declared = [
+            f"{name} {ids}"
+            for name, ids in (("nested", config.nested_aux_ids), ("top-level", config.top_level_aux_ids))
+            if ids is not None
+        ]
+        if not declared:
+            raise
+        raise BadInput(f"{error} (the draft's config.json declares {' and '.join(declared)})") from None

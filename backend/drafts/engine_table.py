@@ -14,14 +14,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from backend import BadInput
-from backend.engine.draft_config import DraftConfig, read_draft_config
-from backend.engine.json_config import config_sizes, read_json_object
-from backend.engine.layouts import to_internal_names
-from backend.engine.reading_fixes import disagreements, serving_wiring_findings
-from backend.engine.readings import ENGINES, EngineReading, EngineView, read_as, training_engine
-from backend.engine.safetensors_header import tensor_shapes
-from backend.engine.wiring import Wiring, fed_wiring
+from backend.drafts.draft_config import DraftConfig, read_draft_config
+from backend.drafts.json_config import config_sizes, read_json_object
+from backend.drafts.layouts import to_internal_names
+from backend.drafts.reading_fixes import disagreements, serving_wiring_findings
+from backend.drafts.readings import ENGINES, EngineReading, EngineView, fed_wiring, read_as, training_engine
+from backend.drafts.safetensors_header import tensor_shapes
 from backend.plain import Plain
+from backend.run.wiring import Wiring
 
 OWN_EMBEDDING = "own_embedding.weight"
 
