@@ -36,7 +36,6 @@ checks this):
       batch              a set of samples replayed as one batch: one target verify forward for all
       tree_step          one tree (or sampled) step: draft tree, tree-masked verify, acceptance walk
       sampling           temperature sampling and each engine's acceptance rule
-      synthetic          random-init targets and drafts written in every published layout
       target_runner      the target's forward behind one interface, chosen at load
       teacher            teacher-forced accuracy acc_k (SpecForge's definition)
       tree               tree drafting and verification as SGLang runs them

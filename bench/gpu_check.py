@@ -41,7 +41,13 @@ from backend.drafts.draft_config import parse_draft_config
 from backend.engine.loading import DraftFiles, Target, build_draft, load_target, pick_dtype
 from backend.engine.preflight import check_draft, load_checked_draft
 from backend.engine.replay import ReplayConfig, replay
-from backend.engine.synthetic import (
+from backend.engine.target_runner import TransformersRunner
+from backend.run.records import StepRecord
+from backend.run.request import ReplayRequest
+from backend.service.database import open_database
+from backend.service.jobs import run_plan
+from backend.service.plan import resolve
+from tests.support.synthetic import (
     TargetShape,
     bigram_draft_tensors,
     corrupt_next_token_map,
@@ -52,12 +58,6 @@ from backend.engine.synthetic import (
     random_draft_tensors,
     save_draft,
 )
-from backend.engine.target_runner import TransformersRunner
-from backend.run.records import StepRecord
-from backend.run.request import ReplayRequest
-from backend.service.database import open_database
-from backend.service.jobs import run_plan
-from backend.service.plan import resolve
 
 EIGHT_B = {
     "num_hidden_layers": 32,

@@ -67,7 +67,12 @@ from backend.engine.draft_model import Eagle3Draft
 from backend.engine.loading import Target, load_target
 from backend.engine.preflight import load_checked_draft
 from backend.engine.replay import ReplayConfig, StepRecord, output_ids_of, replay
-from backend.engine.synthetic import (
+from backend.run.request import ReplayRequest
+from backend.run.wiring import Wiring
+from backend.service.database import open_database
+from backend.service.jobs import run_plan
+from backend.service.plan import resolve
+from tests.support.synthetic import (
     TargetShape,
     bigram_draft_tensors,
     corrupt_next_token_map,
@@ -77,11 +82,6 @@ from backend.engine.synthetic import (
     random_draft_tensors,
     save_draft,
 )
-from backend.run.request import ReplayRequest
-from backend.run.wiring import Wiring
-from backend.service.database import open_database
-from backend.service.jobs import run_plan
-from backend.service.plan import resolve
 
 NUM_STEPS = 4  # K
 THREADS = 2

@@ -30,9 +30,9 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer, LlamaForCausalLM
 
-from backend.engine.synthetic import draft_config_dict, save_draft
 from backend.run.wiring import default_hf_indices
 from demo import corpus, make_data, repetition, train_draft, train_target
+from tests.support.synthetic import draft_config_dict, save_draft
 
 DEMO_DIR = Path(__file__).resolve().parent
 

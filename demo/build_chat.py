@@ -34,9 +34,9 @@ from transformers import AutoTokenizer, LlamaForCausalLM
 
 from backend.engine.batch import accept_lengths
 from backend.engine.loading import Target, eos_ids
-from backend.engine.synthetic import draft_config_dict, save_draft
 from backend.run.wiring import Wiring, default_hf_indices
 from demo import chat_prompts, make_data, packed, smollm2, train_draft
+from tests.support.synthetic import draft_config_dict, save_draft
 
 OUT = Path(__file__).resolve().parent / "smollm2"
 SEED = 2026

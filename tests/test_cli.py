@@ -26,7 +26,7 @@ cli = run_cli  # python -m backend ..., in process (tests/support/cli.py)
 def checkpoints(tmp_path_factory):
     import torch
 
-    from backend.engine.synthetic import (
+    from tests.support.synthetic import (
         TargetShape,
         draft_config_dict,
         make_target,

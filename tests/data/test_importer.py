@@ -19,7 +19,7 @@ TEMPLATE = (
 
 
 def character_tokenizer(vocab: int):
-    from backend.engine.synthetic import character_tokenizer as make  # transformers: imported when used
+    from tests.support.synthetic import character_tokenizer as make  # transformers: imported when used
 
     return make(vocab)
 

@@ -8,8 +8,8 @@ import random
 
 
 def _setup(tmp_path):
-    from backend.engine.synthetic import TargetShape, draft_config_dict, make_target
     from demo import make_data, train_draft
+    from tests.support.synthetic import TargetShape, draft_config_dict, make_target
 
     target = make_target(
         tmp_path / "target", TargetShape(num_layers=4, hidden=32, vocab=96, heads=2, kv_heads=1)

@@ -7,7 +7,7 @@ from backend.data.samples import Sample
 
 def test_doctor_coverage_and_regenerated_mapping(bigram_setup, tmp_path):
     from backend.diagnostics.doctor import compare_mappings, coverage
-    from backend.engine.synthetic import draft_config_dict, random_draft_tensors, save_draft
+    from tests.support.synthetic import draft_config_dict, random_draft_tensors, save_draft
 
     root, target, samples = bigram_setup.root, bigram_setup.target, bigram_setup.samples
     assert coverage(str(root / "right"), 48, samples).all_tokens == 1.0  # no mapping: every token reachable

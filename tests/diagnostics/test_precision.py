@@ -44,7 +44,7 @@ def near_tie_target(path, seed: int):
     within a test's budget (issue 38: an AVX2 EPYC showed none in 40 positions of an 8-layer target)."""
     import torch
 
-    from backend.engine.synthetic import TargetShape, make_target
+    from tests.support.synthetic import TargetShape, make_target
 
     shape = TargetShape(num_layers=4, hidden=256, vocab=500, heads=2, kv_heads=1, intermediate=704)
     model = make_target(path, shape, seed=seed, init_std=0.02)
@@ -84,8 +84,8 @@ def test_a_bf16_divergence_is_the_targets_own_rounding(tmp_path):
     from backend.diagnostics.precision import divergence_explained
     from backend.engine.loading import load_target
     from backend.engine.preflight import load_checked_draft
-    from backend.engine.synthetic import draft_config_dict, random_draft_tensors, save_draft
     from tests.support.oracle import plain_greedy
+    from tests.support.synthetic import draft_config_dict, random_draft_tensors, save_draft
 
     prompt, tokens, checked, identical = list(range(1, 17)), 40, [], True
     for seed in range(BF16_SEARCH):

@@ -10,7 +10,7 @@ import pytest
 @pytest.fixture(scope="session")
 def target_dirs(tmp_path_factory) -> dict[int, Path]:
     """Random Llama targets of 4 and 7 layers (hidden 32, vocab 80) by depth."""
-    from backend.engine.synthetic import TargetShape, make_target
+    from tests.support.synthetic import TargetShape, make_target
 
     root = tmp_path_factory.mktemp("targets")
     for layers in (4, 7):

@@ -33,7 +33,7 @@ def test_variant_flags_are_implemented(tmp_path, target_dirs, flag):
     from backend.drafts.readings import read_as
     from backend.engine.loading import load_target
     from backend.engine.preflight import load_checked_draft, preflight
-    from backend.engine.synthetic import draft_config_dict, random_draft_tensors, save_draft
+    from tests.support.synthetic import draft_config_dict, random_draft_tensors, save_draft
 
     value = flag != "norm_output"  # norm_output defaults to true; the variant is turning it off
     config = draft_config_dict(target_config(target_dirs[4]), draft_vocab=40, **{flag: value})
@@ -96,7 +96,7 @@ def test_post_norm_feedback_changes_the_next_draft_step(tmp_path, target_dirs):
     from backend.drafts.readings import read_as
     from backend.engine.loading import load_target
     from backend.engine.preflight import load_checked_draft
-    from backend.engine.synthetic import draft_config_dict, random_draft_tensors, save_draft
+    from tests.support.synthetic import draft_config_dict, random_draft_tensors, save_draft
 
     config = draft_config_dict(
         target_config(target_dirs[4]), draft_vocab=40, layout="speculators", norm_output=True

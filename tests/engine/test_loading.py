@@ -115,8 +115,8 @@ def test_multi_layer_speculators_draft_replays_exactly(tmp_path, target_dirs):
     from backend.drafts.readings import declared_wiring
     from backend.engine.loading import load_target
     from backend.engine.preflight import load_checked_draft, preflight
-    from backend.engine.synthetic import draft_config_dict, random_draft_tensors, save_draft
     from tests.support.oracle import plain_greedy
+    from tests.support.synthetic import draft_config_dict, random_draft_tensors, save_draft
 
     config = draft_config_dict(target_config(target_dirs[7]), draft_vocab=40, layout="speculators")
     config["transformer_layer_config"]["num_hidden_layers"] = 2
@@ -136,8 +136,8 @@ def test_draft_wider_than_target_brings_its_own_embedding(tmp_path, target_dirs)
 
     from backend.engine.loading import load_target
     from backend.engine.preflight import load_checked_draft, preflight
-    from backend.engine.synthetic import draft_config_dict, random_draft_tensors, save_draft
     from tests.support.oracle import plain_greedy
+    from tests.support.synthetic import draft_config_dict, random_draft_tensors, save_draft
 
     base = target_config(target_dirs[4])
     config = draft_config_dict(
@@ -176,8 +176,8 @@ def test_sharded_bin_weights_load_and_a_bad_index_is_bad_input(tmp_path, target_
 
     from backend import BadInput
     from backend.engine.loading import read_draft
-    from backend.engine.synthetic import draft_config_dict, random_draft_tensors
     from tests.support.checkpoints import target_config
+    from tests.support.synthetic import draft_config_dict, random_draft_tensors
 
     config = draft_config_dict(target_config(target_dirs[4]), draft_vocab=40)
     tensors = random_draft_tensors(config)

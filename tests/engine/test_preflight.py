@@ -42,7 +42,7 @@ def test_fc_width_mismatch_fails(tmp_path, target_dirs):
 
 
 def test_draft_for_another_target_fails(tmp_path, target_dirs):
-    from backend.engine.synthetic import (
+    from tests.support.synthetic import (
         TargetShape,
         draft_config_dict,
         make_target,
@@ -121,7 +121,7 @@ def test_corrupt_vocab_mappings_fail(tmp_path, target_dirs):
 
 
 def test_context_warning_and_no_files(tmp_path, target_dirs):
-    from backend.engine.synthetic import draft_config_dict
+    from tests.support.synthetic import draft_config_dict
 
     draft_dir = write_draft(tmp_path / "d", target_dirs[4])
     report = preflight(draft_dir, target_dirs[4], sample_length=5000)
@@ -256,7 +256,7 @@ def test_eagle_placeholder_maps_of_a_full_vocabulary_draft_load_as_the_identity(
 
     from backend.engine.loading import load_target
     from backend.engine.preflight import load_checked_draft
-    from backend.engine.synthetic import draft_config_dict
+    from tests.support.synthetic import draft_config_dict
 
     vocab = draft_config_dict(target_config(target_dirs[4]))["vocab_size"]
 

@@ -352,8 +352,8 @@ def test_every_engine_reads_each_published_style(style, tmp_path):
     from backend.engine.loading import load_target
     from backend.engine.preflight import load_checked_draft, preflight
     from backend.engine.replay import ReplayConfig, output_ids_of, replay
-    from backend.engine.synthetic import TargetShape, make_target
     from tests.support.oracle import plain_greedy
+    from tests.support.synthetic import TargetShape, make_target
 
     _, layers, _, expected_aux, switches, refusals = STYLES[style]
     shape = TargetShape(num_layers=layers, hidden=64, vocab=256, heads=4, kv_heads=2)

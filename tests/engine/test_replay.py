@@ -220,7 +220,9 @@ def test_accept_counts_follow_the_drafts_belief_on_a_bigram_target(tmp_path):
     wrong) and proposes d_j = b^(j+1)(x_{n-1}). So a = the longest j-prefix with b^(j+1) == f^(j+1)."""
     from backend.engine.loading import load_target
     from backend.engine.replay import ReplayConfig, StepRecord, output_ids_of, replay
-    from backend.engine.synthetic import (
+    from tests.support.models import load_draft
+    from tests.support.oracle import plain_greedy
+    from tests.support.synthetic import (
         TargetShape,
         bigram_draft_tensors,
         corrupt_next_token_map,
@@ -229,8 +231,6 @@ def test_accept_counts_follow_the_drafts_belief_on_a_bigram_target(tmp_path):
         make_bigram_target,
         save_draft,
     )
-    from tests.support.models import load_draft
-    from tests.support.oracle import plain_greedy
 
     follow = cyclic_next_token_map(48, seed=3)
     believed = corrupt_next_token_map(follow, 0.3, seed=4)

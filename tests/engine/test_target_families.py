@@ -70,8 +70,8 @@ def test_replay_and_capture_on_other_families(family, tmp_path):
     from backend.engine.loading import load_target
     from backend.engine.preflight import load_checked_draft
     from backend.engine.replay import ReplayConfig, output_ids_of, replay
-    from backend.engine.synthetic import draft_config_dict, random_draft_tensors, save_draft
     from tests.support.oracle import plain_greedy
+    from tests.support.synthetic import draft_config_dict, random_draft_tensors, save_draft
 
     config_name, model_name, extra = FAMILIES[family]
     if not hasattr(transformers, model_name):

@@ -45,7 +45,7 @@ NESTED = [1, 3, 4]  # SpecForge's nested ids of the draft served below: vLLM fee
 def bigram(tmp_path_factory) -> dict:
     """The bigram target, a draft trained on HF [0, 2, 4] whose config declares nested ids [1, 3, 4]
     (SpecForge's layout), and four prompts that follow the target's bigram map."""
-    from backend.engine.synthetic import (
+    from tests.support.synthetic import (
         TargetShape,
         bigram_draft_tensors,
         corrupt_next_token_map,

@@ -28,8 +28,8 @@ def test_refused_draft_carries_its_preflight_report(pairs, tmp_path):
     from safetensors.torch import load_file
 
     from backend.engine.preflight import PreflightRefused
-    from backend.engine.synthetic import save_draft
     from backend.service import models
+    from tests.support.synthetic import save_draft
 
     pair = pairs["random-L2"]
     tensors = load_file(pair.draft_dir / "model.safetensors")

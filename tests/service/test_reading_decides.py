@@ -11,7 +11,7 @@ import pytest
 
 @pytest.fixture(scope="module")
 def target_dirs(tmp_path_factory) -> dict[int, Path]:
-    from backend.engine.synthetic import TargetShape, make_target
+    from tests.support.synthetic import TargetShape, make_target
 
     root = tmp_path_factory.mktemp("targets")
     make_target(root / "L4", TargetShape(num_layers=4, hidden=32, vocab=80), seed=4)
@@ -22,7 +22,7 @@ def nebius_like(tmp_path: Path, target_dir: Path) -> Path:
     """Nebius's published gpt-oss-20b EAGLE-3 config at a small size: LlamaForCausalLM, head_dim 16 where
     hidden / heads is 4 (Nebius: 16 where 8), YaRN rope, a draft vocabulary: EAGLE (the training reading guessed from the
     architecture) refuses the head_dim; vLLM and llama.cpp load it."""
-    from backend.engine.synthetic import random_draft_tensors, save_draft
+    from tests.support.synthetic import random_draft_tensors, save_draft
 
     config = {
         "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 32,

@@ -56,9 +56,9 @@ def test_progress_is_clamped_and_wait_times_out():
 def test_refused_draft_carries_its_preflight_report(pairs, tmp_path, db_url):
     from safetensors.torch import load_file
 
-    from backend.engine.synthetic import save_draft
     from backend.run.request import ReplayRequest
     from backend.service.tasks import start_replay
+    from tests.support.synthetic import save_draft
 
     pair = pairs["random-L2"]
     tensors = load_file(pair.draft_dir / "model.safetensors")

@@ -25,7 +25,7 @@ def write_draft(
     dtype=None,
 ) -> Path:
     """A random draft for the target in `target_dir`; `edit_config` / `edit_tensors` tamper with it."""
-    from backend.engine.synthetic import draft_config_dict, random_draft_tensors, save_draft
+    from tests.support.synthetic import draft_config_dict, random_draft_tensors, save_draft
 
     config = draft_config_dict(target_config(target_dir), draft_vocab=draft_vocab, layout=layout)
     if edit_config:

@@ -32,7 +32,7 @@ def make_lint_target(path: Path) -> Path:
 def make_draft(
     root: Path, name: str, layout="specforge", aux_ids=None, drop=(), draft_vocab=128, **overrides
 ) -> Path:
-    from backend.engine.synthetic import draft_config_dict, random_draft_tensors, save_draft
+    from tests.support.synthetic import draft_config_dict, random_draft_tensors, save_draft
 
     target = llama_config(
         vocab_size=256,

@@ -66,7 +66,7 @@ PAIR_SPECS = {
 
 def build_pair(root: Path, name: str, spec: PairSpec) -> Pair:
     from backend.engine.loading import load_target
-    from backend.engine.synthetic import (
+    from tests.support.synthetic import (
         TargetShape,
         copy_draft_tensors,
         draft_config_dict,
@@ -112,7 +112,7 @@ def build_bigram_setup(root: Path) -> BigramSetup:
     import torch
 
     from backend.engine.loading import load_target
-    from backend.engine.synthetic import (
+    from tests.support.synthetic import (
         TargetShape,
         bigram_draft_tensors,
         corrupt_next_token_map,
