@@ -7,9 +7,9 @@ import re
 import plotly.graph_objects as go
 
 # Legends above the plot area, right-aligned: below it they sit on the x-axis tick labels.
-# Below the plot: above it, a legend collides with the title in a half-width column (issue 31 item 9);
+# Below the plot: above it, a legend collides with the title in a half-width column;
 # plotly widens the bottom margin to fit it.
-# Its top sits below the x-axis title (at -0.18 the title was drawn over the legend, issue 58 row 14).
+# Its top sits below the x-axis title (at -0.18 the title was drawn over the legend).
 LEGEND_BELOW = dict(orientation="h", yanchor="top", y=-0.3, xanchor="left", x=0)
 
 

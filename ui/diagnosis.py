@@ -19,7 +19,7 @@ FEATURES_HELP = (
     "what serving feeds with what training fed, without samples; without it only the wiring probe (on "
     "samples) can see the wiring. A file from another draft's training says nothing about this one."
 )
-BUNDLED_FEATURES = {  # what each bundled pair's feature files are (issue 58 row 17)
+BUNDLED_FEATURES = {  # what each bundled pair's feature files are
     "toy": " The toy pair's demo/data/features/data_*.ckpt are its miswired draft's training features.",
     "smollm2": " The SmolLM2 pair's demo/smollm2/data/features/data_0.ckpt was fed the declared wiring "
     "HF [2, 15, 27] (final's and epoch1's training), not miswired's: with miswired it cannot show the gap.",

@@ -156,7 +156,7 @@ def output_html(first_token: int | None, steps, piece_of, current: int, window: 
         tokens = []
         for k, token in enumerate(step.committed_ids):
             cls = "sl-acc" if k < step.accepted_count else "sl-bonus"
-            # 1-based as the viewer's "Step N of M" and Compare's timelines (issue 58 row 12)
+            # 1-based as the viewer's "Step N of M" and Compare's timelines
             title = escape(f"step {number + 1}  pos {step.position + 1 + k}  id {token}", quote=True)
             tokens.append(f'<span class="sl-t {cls}" title="{title}">{show(piece_of(token))}</span>')
         outline = " sl-cur" if number == current else ""

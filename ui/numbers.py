@@ -1,9 +1,8 @@
 """Whole numbers on the pages: counts said in words (`plural`), and fields whose range is checked on
-the page, not by the widget. With min_value/max_value
-Streamlit's field keeps showing a number typed out of range (red, the reason only on hover) while the
-script goes on with the last good one, so a button would act on a number the page does not show (issue
-58 row 5). Here the range goes in the help and, when it is broken, in one visible line; the field's
-value is then None and the caller starts nothing."""
+the page, not by the widget. With min_value/max_value Streamlit's field keeps showing a number typed
+out of range (red, the reason only on hover) while the script goes on with the last good one, so a
+button would act on a number the page does not show. Here the range goes in the help and, when it is
+broken, in one visible line; the field's value is then None and the caller starts nothing."""
 
 from __future__ import annotations
 

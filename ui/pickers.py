@@ -60,8 +60,8 @@ def first_samples(key: str, default_n: int = 8) -> list | None:
 def pick_among(label: str, options: list, memory: str, format_func=str):
     """A select box over `options` that shows what it returns, whatever the options were before. A
     keyed select box whose options change (a filter narrowed to nothing, then cleared) can come back
-    showing its first option while returning the browser's stale choice (issue 58 row 1: the picker
-    named run 9, the facts, the export and delete run 6). Here the widget's key follows the options,
+    showing its first option while returning the browser's stale choice (the picker could name run 9
+    while the facts, the export and delete acted on run 6). Here the widget's key follows the options,
     so a new set of options is a new widget, and its index is the last choice (kept under `memory`)
     when it is still offered, else the first."""
     import hashlib
@@ -76,7 +76,7 @@ def pick_among(label: str, options: list, memory: str, format_func=str):
 
 def run_label(run, unfinished_al: bool = True) -> str:
     """`unfinished_al=False`: a run that is not finished shows no accept length (AL —), for a page that
-    says such a run has none (Compare, issue 58 row 11); elsewhere its steps so far give one."""
+    says such a run has none (Compare); elsewhere its steps so far give one."""
     al = run.measured.mean_accept_length
     shown = "—" if run.status != "finished" and not unfinished_al else "n/a" if al is None else f"{al:.2f}"
     return (

@@ -63,8 +63,8 @@ def evidence_rows(evidence: dict, prefix: str = "") -> list[dict]:
 
 
 def evidence_table(evidence: dict) -> None:
-    """The evidence as a static table: long values wrap instead of being cut at the column's edge
-    (issue 58 row 14); field names in words, not snake_case."""
+    """The evidence as a static table: long values wrap instead of being cut at the column's edge;
+    field names in words, not snake_case."""
     if evidence:
         st.table(pd.DataFrame(evidence_rows(evidence)).set_index("field"))
 

@@ -1,4 +1,4 @@
-"""A serving command with the lint's fixes applied: the one command a person can copy (issue 43 row 3).
+"""A serving command with the lint's fixes applied: the one command a person can copy.
 
 Edits are what the findings change on the command line, keyed as the engine spells them:
 - SGLang: a launch flag (`--speculative-num-steps`) or an environment word before the command

@@ -34,8 +34,8 @@ PREFLIGHT_CLASSES = {
 def preflight_findings(report: dict, engine: str) -> list[Finding]:
     """Failed checks by class; where the engines read the draft differently from its training reading:
     a fail for the serving engine under test (`engine`: --engine, or the serving command's engine),
-    the cause for a user who serves with it; a warning for each when none is named (issue 65 row 3:
-    an info let a draft vLLM misreads pass as OK, when the user's bad accept length may be vLLM's)."""
+    the cause for a user who serves with it; a warning for each when none is named (an info would let
+    a draft vLLM misreads pass as OK, when the user's bad accept length may be vLLM's)."""
     found = []
     for check in report.get("checks", []):
         if check["status"] == "fail":

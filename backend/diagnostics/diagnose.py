@@ -207,8 +207,8 @@ def diagnose_loaded(
     """Every check on a loaded pair under its view (`options.engine`'s reading); `lint(trained)`: the
     serving-flag lint's findings given the wirings the probe found the draft trained on (None: the
     declared one stands), asked once the verdict's probe (or the kept one) has answered, so that no
-    lint fix writes a wiring the probe rejects (issue 58 row 2); `penalties`: the sampling penalties
-    served (request-style names), measured on live replays; `features`: the draft's training features
+    lint fix writes a wiring the probe rejects; `penalties`: the sampling penalties served
+    (request-style names), measured on live replays; `features`: the draft's training features
     (backend.data.features.FeatureFile, read from `options.features`). Without samples, the subject's
     kept probe gives its answer."""
     options = options or DiagnoseOptions()

@@ -1,4 +1,4 @@
-"""The draft's own head: is it there, finite, trained, and whose is it (issue 42, class draft-head).
+"""The draft's own head: is it there, finite, trained, and whose is it (finding class draft-head).
 
 What the engines do when the head is wrong, which is why a checkpoint's head is checked before
 anything is replayed:

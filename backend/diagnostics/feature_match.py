@@ -1,5 +1,4 @@
-"""The features a server fed the draft, held against the target's own layers (issue 42,
-`serve-check --features`).
+"""The features a server fed the draft, held against the target's own layers (`serve-check --features`).
 
 SGLang, started with --enable-return-hidden-states and asked with `return_hidden_states: true`,
 returns `meta_info.hidden_states`: under EAGLE-3 the concatenated aux states, k x H wide

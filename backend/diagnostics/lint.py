@@ -254,7 +254,7 @@ def _knob_edit(engine: str, names) -> dict:
 
 
 def _benchmark_knobs(settings: ServingSettings, add) -> None:
-    """Knobs after which the served acceptance is not the draft's (issue 42, synthetic-acceptance)."""
+    """Knobs after which the served acceptance is not the draft's (finding class synthetic-acceptance)."""
     knobs = dict(settings.knobs)
     by_load = knobs.pop(VLLM_K_BY_LOAD, None)
     if knobs:

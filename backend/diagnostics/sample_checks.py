@@ -25,7 +25,7 @@ from backend.run.records import PrefillRecord
 REPEAT_NGRAM = 4
 CONTEXT_DROP = 0.75  # an accept length below this share of the shortest context's is flagged
 # Teacher-forced and live accept lengths both at most this: the draft predicts (almost) nothing,
-# whatever else is wrong (issue 42: a head re-initialised at random served at accept length ~1.0).
+# whatever else is wrong (a head re-initialised at random serves accept length ~1.0).
 ACCEPTS_NOTHING = 1.05
 
 
@@ -115,7 +115,7 @@ class ProbeAnswer:
 
 def stored_probe_findings(stored: ProbeResult, num_layers: int) -> list[Finding]:
     """A wiring probe kept with the pair, as the verdict's finding when this verdict ran none (the
-    cheap checks; issue 58 row 10: they said 'No cause found' while the stored probe rejected the
+    cheap checks, which would otherwise say 'No cause found' while the stored probe rejects the
     declared wiring)."""
     answer = ProbeAnswer.of_stored(stored)
     if answer.confirmed or not answer.best:
@@ -149,9 +149,9 @@ def stored_probe_findings(stored: ProbeResult, num_layers: int) -> list[Finding]
 def engine_wiring_against_probe(findings: list[Finding], answer: ProbeAnswer) -> list[Finding]:
     """The serving engines' wiring findings (cheap_checks.preflight_findings: what each engine feeds
     against the wiring the config declares) held against the wiring probe's answer (`ProbeAnswer`).
-    When the probe rejects the declared wiring, no finding may write it into a fix (issue 58 row 2):
-    with one separated wiring, each engine finding states what it feeds against that one (and goes
-    when the engine feeds it); with a tie, it says the trained wiring is unknown and how to separate."""
+    When the probe rejects the declared wiring, no finding may write it into a fix: with one separated
+    wiring, each engine finding states what it feeds against that one (and goes when the engine feeds
+    it); with a tie, it says the trained wiring is unknown and how to separate."""
     if answer.confirmed:
         return findings
     best, tied = answer.best, answer.tied

@@ -1,6 +1,6 @@
-"""Serving features that cost acceptance without an error (issue 42; threads in
-shared/context/users-and-peers-2026.md): sampling penalties, structured output, LoRA adapters,
-prefix caching on hybrid targets, prefill/decode disaggregation.
+"""Serving features that cost acceptance without an error (threads in
+shared/context/users-and-peers-2026.md): sampling penalties, structured output, LoRA adapters, prefix
+caching on hybrid targets, prefill/decode disaggregation.
 
 The evidence is what the server is started with (flags, read here from the same words the lint
 splits) and what the requests ask for (request bodies as sent: OpenAI chat/completions or SGLang

@@ -1,7 +1,7 @@
-"""Where a draft loses acceptance, over a set of stored runs (issue 55): by draft position, by the kind
-of token the target emitted, by the target's confidence and the context length, by prompt source and
-by span (a reasoning model's thinking vs its answer), and how well the draft's own probability
-predicts acceptance (calibration, and what a confidence threshold would have saved).
+"""Where a draft loses acceptance, over a set of stored runs: by draft position, by the kind of token
+the target emitted, by the target's confidence and the context length, by prompt source and by span (a
+reasoning model's thinking vs its answer), and how well the draft's own probability predicts
+acceptance (calibration, and what a confidence threshold would have saved).
 
 The unit is an ATTEMPT: draft position j of a verify step whose drafts 1..j-1 were accepted, so the
 target judged d_j. A step accepting a of K drafts makes min(a + 1, K) attempts: j <= a accepted, j = a + 1

@@ -1,5 +1,5 @@
 """Replay a set of samples as one batch: the greedy chain of each sample, with the target's verify
-forwards of all of them in one forward (issue 56).
+forwards of all of them in one forward.
 
 A serving engine verifies many requests in one forward; one sample at a time reads every weight of
 the target once per verify step and sample. Here each verify step of the batch runs, per sample, the

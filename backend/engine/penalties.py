@@ -1,4 +1,4 @@
-"""Sampling penalties on the target's logits and, optionally, on the draft's (issue 42,
+"""Sampling penalties on the target's logits and, optionally, on the draft's (finding class
 sampling-penalties).
 
 Semantics, as vLLM applies them (vllm/model_executor/layers/utils.py `apply_penalties`) and as

@@ -17,7 +17,7 @@ def remember(db_url: str | None, role: str, path: str) -> str:
     """Store a directory whose config.json reads (a draft's as an EAGLE-3 draft config); returns the
     name it is listed under. BadInput when the directory or its config.json is missing (said apart, so
     the user knows which) or the config does not read: an unreadable directory never becomes anyone's
-    default (issue 58 row 4)."""
+    default."""
     if role not in ROLES:
         raise BadInput(f"unknown checkpoint role {role!r}; use one of {', '.join(ROLES)}")
     said = problem(path, role)

@@ -76,7 +76,7 @@ def whatif_best_k(db_url: str | None, draft_path: str, trained: list | None = No
     greedy chain run of `draft_path` replayed alone (a batched run's times are its share of a batch
     forward: no cost of a served step); None without one. `trained`: the wirings the probe found the draft
     trained on when it rejected the declared one: a run fed one of them is preferred, and a K read off a
-    run of another (broken) wiring says so (issue 58 row 3)."""
+    run of another (broken) wiring says so."""
     from pathlib import Path
 
     from backend.diagnostics.whatif import predict
@@ -118,7 +118,7 @@ def default_reference(
     target_path: str, draft_path: str, fed: list[int] | None = None, db_url: str | None = None
 ) -> ReferenceSpec:
     """The hidden-state reference a new Decode run opens on: one that tells a healthy draft from a broken
-    one (issue 43 row 5). The fed features against, in order: the wiring the probe found this draft
+    one. The fed features against, in order: the wiring the probe found this draft
     trained on, when it rejected the declared one; a wiring a serving engine would feed instead (its
     reading of the config); the target's own hidden vs the draft's output, when every engine feeds the
     declared wiring. `fed`: the wiring the run feeds (default: the declared one); `db_url`: where a
@@ -243,8 +243,8 @@ _VERDICTS: dict[tuple[str, str], tuple[list, KeptVerdict]] = {}
 
 
 def remember_verdict(result: DiagnosisResult, db_url: str | None = None) -> None:
-    """Keep a finished `diagnose` verdict as a probe is kept (issue 58 row 10: a reload lost a verdict
-    that took minutes): in this server, and in the database when it can be written."""
+    """Keep a finished `diagnose` verdict as a probe is kept (a verdict takes minutes: a reload must
+    not lose it): in this server, and in the database when it can be written."""
     from db import store
 
     key, drafted = _pair_key(result.target, result.draft), _draft_stamp(result.draft)
@@ -289,7 +289,7 @@ def known_probe(target_path: str, draft_path: str, db_url: str | None = None) ->
     )
     found = [r for r in (here, stored) if r]
     # one of this version's method first (an older probe ranked on acc_0 and tied more), then the
-    # probe on the most samples (issue 58 row 18: a 32-sample CLI probe lost to the page's 8); this
+    # probe on the most samples (a 32-sample CLI probe must not lose to the page's 8); this
     # server's when they are as large
     return max(found, key=lambda r: (r.settings.method == METHOD, r.n_samples or 0)) if found else None
 

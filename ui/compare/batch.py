@@ -38,7 +38,7 @@ class BatchSummary:
     def samples_to_settle(self) -> int | None:
         """The fewest samples (more than these) whose 95% interval excludes 0 if the mean delta and its
         spread hold: |delta| / (sd / sqrt(n)) >= t at n - 1 degrees of freedom, the t the interval uses
-        (issue 58 row 13: the large-sample (2 sd / delta)^2 said 4 where the interval needs 7). None
+        (not the large-sample (2 sd / delta)^2, which said 4 where the interval needs 7). None
         without a spread."""
         if not self.delta_sd or not self.mean_delta:
             return None

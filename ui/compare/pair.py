@@ -45,7 +45,7 @@ def _picked_here() -> None:
 def shown_pair(run_ids: list[int], finished: list[int] | None = None) -> tuple[int, int] | None:
     """The two runs side by side: the comparison last finished or picked, else the two newest finished
     runs (`finished`, newest first; else the two newest runs). The form's draft pickers follow the same
-    pair (issue 43 row 6)."""
+    pair."""
     newest = finished if finished is not None and len(finished) >= 2 else run_ids
     return state.get_value("compare") or ((newest[1], newest[0]) if len(newest) >= 2 else None)
 
@@ -69,7 +69,7 @@ def pick_pair(runs: list[RunInfo]) -> tuple[int, int]:
 def _metrics(
     run_a: RunInfo, steps_a, run_b: RunInfo, steps_b, divergence: int | None, same_prompt: bool
 ) -> None:
-    # an unfinished run's accept length is of the steps it kept: not shown as the run's (issue 58 row 11)
+    # an unfinished run's accept length is of the steps it kept: not shown as the run's
     al_a, al_b = (r.measured.mean_accept_length if r.status == "finished" else None for r in (run_a, run_b))
     cells = st.columns(5)
     cells[0].metric("Accept length A", _shown(al_a), help=ACCEPT_LENGTH_HELP)

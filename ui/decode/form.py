@@ -75,8 +75,8 @@ def _widget(column, name: str, meta, default):
     shown = w.none_at if value is None else value
     step = {"step": w.step} if w.step else {}
     # No min/max on the widget: out of range, the browser keeps the last good value and shows why only
-    # on hover, and Start would run that value (issue 58 row 5). The setting's own check refuses it on
-    # Start, in one visible line; the help states the range.
+    # on hover, and Start would run that value. The setting's own check refuses it on Start, in one
+    # visible line; the help states the range.
     bounds = w.range or f"{kind(w.low)} to {kind(w.high)}"
     help = f"{help} ({bounds})" if help else bounds
     return column.number_input(w.label, value=kind(shown), key=key, help=help, **step)
@@ -108,7 +108,7 @@ def _widgets(row: str, columns) -> dict:
 
 def _follow_sidebar(names: list[str], current: str) -> None:
     """ "Draft to replay" starts on the sidebar's active draft and follows it when the sidebar changes
-    (issue 58 row 7: it stayed on the old draft); a draft picked in the form stays until then. The
+    (rather than staying on the old draft); a draft picked in the form stays until then. The
     widget's value is set through its key before it is drawn, the one way that also moves what the
     browser shows (dropping the key and passing an index left the browser's old choice on screen)."""
     seen = st.session_state.get("decode_draft_sidebar")

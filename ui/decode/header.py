@@ -176,7 +176,7 @@ def cap_note(run: RunInfo, steps: list[StepRecord]) -> None:
     if steps and emitted == committed and at_cap:  # stopped at the cap, on a step boundary
         st.caption(f"The output stopped at the token cap: max new tokens {budget(run)}.")
     elif steps and emitted != committed:
-        # one count on screen, Tokens; the accept length's own count said in its terms (issue 58 row 12)
+        # one count on screen, Tokens; the accept length's own count said in its terms
         st.caption(
             f"Accept length = {emitted} tokens the {len(steps)} verify steps emitted (a + 1 each) / {len(steps)} = "
             f"{emitted / len(steps):.2f}. Tokens ({len(run.output_ids)}) is the prefill's first token and "

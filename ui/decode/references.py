@@ -80,8 +80,8 @@ def reference_adder(run: RunInfo, expanded: bool) -> None:
 def open_on_default(run: RunInfo, has_reference: bool) -> None:
     """A finished, recorded run with no comparison yet opens on the one that tells healthy from broken
     when there is one (a stored probe's wiring or what a serving engine feeds instead), whoever
-    started it: Compare, the CLI, evaluate (issue 58 row 9: only Decode's own form got it). Started
-    once per run and browser session, as the reference adder's job."""
+    started it: Compare, the CLI, evaluate, not only Decode's own form. Started once per run and
+    browser session, as the reference adder's job."""
     started = st.session_state.setdefault("decode_auto_references", set())
     if has_reference or run.id in started or run.status != "finished" or not run.artifact_path:
         return

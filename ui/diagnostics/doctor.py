@@ -44,7 +44,7 @@ def _render(result) -> None:
 
 
 def _probe_answer(result) -> None:
-    """The wiring a kept probe found, beside preflight's wiring check (issue 58 row 10: the doctor said
+    """The wiring a kept probe found, beside preflight's wiring check (without it the doctor said
     "wiring: pass" while the lint on the same page used a probe that rejected it)."""
     found = checks.trained_wirings(result.target, result.draft, state.db())
     declared = list(result.preflight.aux_hf_indices)

@@ -17,9 +17,9 @@ from ui.taskview import task_panel
 def candidate_table(report) -> tuple[pd.DataFrame, dict]:
     """The candidates as a table, and its column config: short headers with their definitions on hover,
     numbers in narrow columns, and "why tried" as wide as its longest reason, so that the whole table
-    fits the page beside the sidebar at 1440 px (issue 58 row 14: the default width cut "embedding, low,
-    middle (the shift in docs/seed-story.md)" to "embedding, low, middl…", and a wider column alone
-    pushed the reasons past the page's edge)."""
+    fits the page beside the sidebar at 1440 px (the default width cut "embedding, low, middle (the shift
+    in docs/seed-story.md)" to "embedding, low, middl…", and a wider column alone pushed the reasons past
+    the page's edge)."""
     table = pd.DataFrame(
         [
             {

@@ -101,6 +101,6 @@ def server_tab() -> None:
     elif result:
         _render(result)
     st.divider()
-    requests_section(state.db(), state.target_path(), state.draft_path())  # per-request numbers (issue 30)
+    requests_section(state.db(), state.target_path(), state.draft_path())  # per-request numbers
     st.divider()
-    features_section()  # the features SGLang fed the draft (issue 42)
+    features_section()  # the features SGLang fed the draft

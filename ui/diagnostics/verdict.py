@@ -46,8 +46,8 @@ def diagnose_section() -> None:
 
 
 def _keep(result) -> None:
-    """A finished verdict kept for a reload or a later server (issue 58 row 10), and its wiring probe
-    for the probe tab and the lint (issue 43 row 4)."""
+    """A finished verdict kept for a reload or a later server, and its wiring probe for the probe tab
+    and the lint."""
     checks.remember_verdict(result, state.db())
     if result.probe:
         checks.remember_probe(result.target, result.draft, result.probe, state.db())

@@ -29,7 +29,7 @@ def _chain_runs() -> list[RunInfo]:
     ]
 
 
-# the table's headers in words, not WhatIfRow's field names (issue 58 row 14)
+# the table's headers in words, not WhatIfRow's field names
 WHATIF_HEADERS = {
     "num_steps": "K (draft tokens per step)",
     "predicted_accept_length": "predicted accept length",

@@ -31,7 +31,7 @@ def sample_texts(db_url: str, dataset_id: int, target_path: str) -> list[str]:
 @st.cache_data(show_spinner=False, max_entries=8)
 def answer_starts(db_url: str, dataset_id: int, target_path: str) -> list[str]:
     """Each sample's answer, from its first token: what tells rows apart (a chat template's prompt
-    starts with the same system turn in every row, issue 58 row 15)."""
+    starts with the same system turn in every row)."""
     decoder = Pieces(target_path)
     return [
         " ".join(decoder.text(s.input_ids[s.prompt_len : s.prompt_len + 48]).split())

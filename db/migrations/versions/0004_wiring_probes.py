@@ -1,6 +1,6 @@
 """Schema version 4: the `wiring_probes` table (a finished wiring probe per draft and target), so that
 what a probe found outlives the server that ran it: the Decode page's default reference, the lint and
-the verdict read it (issue 43 row 5).
+the verdict read it.
 
 Revision ID: 0004
 Revises: 0003

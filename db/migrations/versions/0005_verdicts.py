@@ -1,5 +1,5 @@
 """Schema version 5: the `verdicts` table (a finished `diagnose` verdict per draft and target), so that a
-verdict that took minutes outlives a page reload and the server that reached it (issue 58 row 10).
+verdict that took minutes outlives a page reload and the server that reached it.
 
 Revision ID: 0005
 Revises: 0004

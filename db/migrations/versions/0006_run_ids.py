@@ -1,8 +1,8 @@
 """Schema version 6: the `run_ids` table, whose AUTOINCREMENT hands out run ids on SQLite, so that a
 deleted run's id is never given to the next run (SQLite's plain INTEGER PRIMARY KEY reuses the largest
-id once it is deleted: issue 65 row 2). Seeded past every id this database may have given: its largest
-run, and on SQLite each numbered artifact folder beside the file (runs deleted before this revision
-left theirs behind).
+id once it is deleted). Seeded past every id this database may have given: its largest run, and on
+SQLite each numbered artifact folder beside the file (runs deleted before this revision left theirs
+behind).
 
 Revision ID: 0006
 Revises: 0005
