@@ -75,6 +75,18 @@ def gate_value(args, result: dict) -> tuple[str, float | None] | None:
     return "accept length", result["mean_accept_length"]
 
 
+LINT_SEVERITIES = {"error": ("error",), "warning": ("error", "warning")}
+
+
+def lint_gate(args, result: dict) -> str | None:
+    """`lint --fail-on`: what failed it (the findings at least that severe), None when it passes."""
+    level = getattr(args, "fail_on", None) if args.command == "lint" else None
+    if not level:
+        return None
+    codes = [f["code"] for f in result["findings"] if f["severity"] in LINT_SEVERITIES[level]]
+    return f"{len(codes)} finding(s) at --fail-on {level} or worse: {', '.join(codes)}" if codes else None
+
+
 def main(argv: list[str] | None = None) -> int:
     # transformers' own bars ("Loading weights") would come between a command's bar and its one line of
     # error on stderr; the commands show their own progress. HF_HUB_DISABLE_PROGRESS_BARS=0 brings them back.
@@ -115,6 +127,10 @@ def main(argv: list[str] | None = None) -> int:
         first = next(c for c in result["checks"] if c["status"] == "fail")
         print(f"error: preflight failed: {first['name']}: {first['message']}", file=sys.stderr)
         return 2
+    failed_on = lint_gate(args, result)
+    if failed_on:
+        print(f"gate failed: {failed_on}", file=sys.stderr)
+        return GATE_FAILED
     checked = gate_value(args, result)
     if checked is not None:
         name, value = checked

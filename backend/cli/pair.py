@@ -362,13 +362,9 @@ def cmd_evaluate(args) -> tuple[dict, str]:
         args.target, drafts[0], prompt_ids=tuple(samples[0].prompt_ids), **request_fields(args)
     )
     plan = Plan(template, drafts, samples, str(args.samples), {d: Path(d).name or d for d in drafts})
-    total = len(drafts) * len(samples)
-    bar = progress_bar(total, "evaluate", unit="run")
-
-    def report(fraction: float, message: str) -> None:
-        bar.update(round(fraction * total) - bar.n)
-        bar.set_postfix_str(message[-60:], refresh=False)
-
+    # in percent: a batch moves by tokens, not by whole runs, so a count of runs would read "4/4" while
+    # the message beside it says 2 of the 4 samples are done
+    bar, report = percent_bar(f"evaluate {len(drafts) * len(samples)} runs")
     try:
         where = evaluate.Where(args.ray, args.workers, args.ray_timeout, args.batch)
         result = evaluate.evaluate(args.db, plan, not args.no_resume, report, where)

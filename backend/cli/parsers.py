@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
+from pathlib import Path
 
 from backend.cli.flags import (
     OneLineParser,
@@ -377,13 +379,20 @@ def _lint_command(commands) -> None:
     engine.add_argument(
         "--llamacpp",
         help="a llama-server command (llama-server -m T.gguf -md D.gguf --spec-type draft-eagle3 ...); "
-        "needs --draft and --target, the Hugging Face directories the GGUFs were converted from",
+        "--draft and --target name the Hugging Face directories the GGUFs were converted from (default: "
+        "the bundled pair, as for every command that loads one)",
     )
     lint.add_argument("--request", metavar="FILE", help=REQUEST_HELP)
     lint.add_argument(
         "--db",
         help="SQLAlchemy URL (default: SPECLENS_DB_URL or sqlite:///data/speclens.db): a wiring probe and "
         "greedy chain runs of this draft stored there shape the fixes, as on the Diagnostics page",
+    )
+    lint.add_argument(
+        "--fail-on",
+        choices=("error", "warning"),
+        help="exit 3 (as a failed gate) when a finding is at least this severe, to gate a CI job on the "
+        "lint (default: exit 0 whatever it finds)",
     )
     lint.add_argument("--json", action="store_true", help="print one JSON object on stdout")
 
@@ -405,9 +414,14 @@ PARSERS = (
 )
 
 
+def program_name() -> str:
+    """How the user called the CLI: `speclens` (the console script) or `python -m backend`."""
+    return "speclens" if Path(sys.argv[0]).name == "speclens" else "python -m backend"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
-        prog="python -m backend",
+        prog=program_name(),
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -16,7 +16,7 @@ def percent_bar(description: str):
     bar = progress_bar(100, description, unit="%")
 
     def progress(fraction: float, message: str) -> None:
-        bar.set_postfix_str(message[-60:], refresh=False)
+        bar.set_postfix_str(message[-60:], refresh=fraction >= 1)  # the last word is always drawn
         bar.update(round(100 * fraction) - bar.n)
 
     return bar, progress

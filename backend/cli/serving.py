@@ -7,7 +7,7 @@ from pathlib import Path
 from backend import BadInput
 from backend.cli.pair import checked_vocab, load_samples
 from backend.cli.render import ci_text, fmt, percent_bar
-from backend.defaults import default_target
+from backend.defaults import default_draft, default_target
 
 
 def cmd_lint(args) -> tuple[dict, str]:
@@ -21,6 +21,8 @@ def cmd_lint(args) -> tuple[dict, str]:
         for name, given in (("llamacpp", args.llamacpp), ("sglang", args.sglang), ("vllm", args.vllm))
         if given is not None
     )
+    if engine == "llamacpp":  # a llama-server command names GGUFs: the HF pair defaults as elsewhere
+        args.target, args.draft = args.target or default_target(), args.draft or default_draft()
     report = lint(args.draft, command, engine, args.target, existing_store(args.db), args.request)
     lines = [f"{f.severity.upper():7} {f.code}: {f.message}\n        fix: {f.fix}" for f in report.findings]
     if report.effective_flags:

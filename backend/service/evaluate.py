@@ -109,7 +109,7 @@ def evaluate(
     run_ids, reused = run_pairs(db_url, pairs, resume, progress, where, stats, hook)
     from backend.service.losses import where_lost_over
 
-    # where each draft lost acceptance over these runs (issue 55; `lost --runs` prints it for any runs)
+    # where each draft lost acceptance over these runs (`lost --runs` prints it for any runs)
     try:  # whatever it meets, the evaluation's own numbers are never lost to it
         lost = where_lost_over(db_url, sorted(run_ids.values())).to_dict() if run_ids else None
     except (BadInput, ValueError, TypeError) as error:
@@ -184,6 +184,17 @@ def draft_row(
     }
 
 
+def id_ranges(ids) -> str:
+    """Run ids as `lost --runs` takes them: 3,4,5,9 -> "3-5,9"."""
+    ranges: list[list[int]] = []
+    for run_id in sorted(set(ids)):
+        if ranges and run_id == ranges[-1][1] + 1:
+            ranges[-1][1] = run_id
+        else:
+            ranges.append([run_id, run_id])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in ranges)
+
+
 def interval(ci: list[float] | None) -> str:
     return "-" if ci is None else f"[{ci[0]:.2f}, {ci[1]:.2f}]"
 
@@ -200,6 +211,7 @@ def table(result: dict) -> str:
         *[f"P(a>={i})" for i in range(1, k + 1)],
         "tok/s",
         "worst samples (AL)",
+        "runs (lost --runs)",
     ]
     lines = [" | ".join(head), " | ".join("---" for _ in head)]
     fmt = lambda v, d=2: "-" if v is None else f"{v:.{d}f}"  # noqa: E731
@@ -216,7 +228,7 @@ def table(result: dict) -> str:
                 ]
                 + [fmt(d["pooled_accept_length"])]
                 + [fmt(m, 3) for m in marginal]
-                + [fmt(d["tokens_per_s"], 1), worst]
+                + [fmt(d["tokens_per_s"], 1), worst, id_ranges(r["run_id"] for r in d["per_sample"])]
             )
         )
     return "\n".join(lines)
