@@ -78,7 +78,9 @@ checks this):
       where_lost         where stored runs lose acceptance: position, token kind, confidence, calibration
     backend.service      the only layer that touches db/ and threads
       checkpoints        directories added in the dashboard, kept in the database
-      checks             quick checks the pages run inline (the lint), and the wiring probes kept
+      serving_lint       the serving-flag lint as the pages and the CLI run it: one answer, held to a kept probe
+      kept_results       a pair's wiring probes and verdicts, kept across reloads and servers while its files stay
+      engine_readings    how each engine reads a draft on a target (preflight's table), kept until files change
       database           one engine and session factory per URL
       datasets           datasets: import, list, read samples
       demo_story         the active bundled pair's story for Home, read from the pair's own files

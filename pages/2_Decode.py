@@ -7,7 +7,7 @@ import time
 
 import streamlit as st
 
-from backend.service import checks, tasks
+from backend.service import reference_spec, tasks
 from backend.service import runs as stored_runs
 from ui import state
 from ui.decode import form, header, references, summary, viewer
@@ -20,9 +20,9 @@ st.title("Decode")
 
 request = form.replay_request(expanded=not list_runs(limit=1))
 if request is not None:
-    # the step viewer opens on a comparison that tells healthy from broken (checks.default_reference)
+    # the step viewer opens on a comparison that tells healthy from broken (reference_spec.default_reference)
     fed = list(request.aux_hf_indices) if request.aux_hf_indices else None
-    reference = checks.default_reference(request.target, request.draft, fed, state.db())
+    reference = reference_spec.default_reference(request.target, request.draft, fed, state.db())
     st.session_state["decode_task"] = tasks.start_replay(state.db(), request, reference=reference)
 
 

@@ -54,14 +54,14 @@ def job_worker():
 @pytest.fixture(autouse=True)
 def no_remembered_probe():
     """A wiring probe that a page test runs stays in this process's memory, as it would on a server
-    (backend/service/checks.py, `remember_probe`). Without this fixture the verdict and the lint of a
+    (backend/service/kept_results.py, `remember_probe`). Without this fixture the verdict and the lint of a
     later test in the same process would read that probe. Each test starts with none remembered."""
     yield
     import sys
 
-    checks = sys.modules.get("backend.service.checks")  # nothing to clear if it was never imported
-    if checks is not None:
-        checks._PROBES.clear()
+    kept = sys.modules.get("backend.service.kept_results")  # nothing to clear if it was never imported
+    if kept is not None:
+        kept._PROBES.clear()
 
 
 @pytest.fixture(scope="session")

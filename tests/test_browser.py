@@ -442,9 +442,9 @@ def test_a_newcomer_follows_home_s_start_here_path(dashboard):
             diagnose_miswired(page, url)
             # row 5: what the probe found is kept in the database, for a server started later
             from backend.defaults import DEMO_TARGET
-            from backend.service import checks
+            from backend.service import kept_results
 
-            assert checks.trained_wirings(str(DEMO_TARGET), str(DEMO_DRAFTS / "miswired"), db_url)
+            assert kept_results.trained_wirings(str(DEMO_TARGET), str(DEMO_DRAFTS / "miswired"), db_url)
             probe_then_lint(
                 page, trained, declared, SHOTS / "newcomer_4_probe.png", SHOTS / "newcomer_5_lint.png"
             )

@@ -292,9 +292,9 @@ def store_first(args) -> None:
 def keep_probe(args, report) -> None:
     """A probe the CLI ran (alone or inside diagnose) is kept with the pair, as the pages keep theirs:
     the lint, the probe tab and Decode's reference then use it (the largest probe of the draft as it
-    is now wins, service/checks.py known_probe)."""
-    from backend.service.checks import remember_probe
+    is now wins, service/kept_results.py known_probe)."""
     from backend.service.database import database_url
+    from backend.service.kept_results import remember_probe
 
     remember_probe(args.target, args.draft, report, database_url(args.db))
 

@@ -11,8 +11,8 @@ from backend.defaults import default_draft, default_target
 
 
 def cmd_lint(args) -> tuple[dict, str]:
-    from backend.service.checks import lint
     from backend.service.database import existing_store
+    from backend.service.serving_lint import lint
 
     if args.llamacpp is not None and args.request:
         raise BadInput("lint --llamacpp reads no --request (llama-server's request fields are not linted)")

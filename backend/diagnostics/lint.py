@@ -473,7 +473,7 @@ def draft_facts(draft_dir: Path) -> DraftFacts:
     """The config, and from the weights whether d2t is there and how wide fc's input is. Weights that
     cannot be read leave both unknown (preflight reports why). Safetensors weights are read from their
     headers (no torch); a pytorch_model.bin only torch can read (the dashboard reads it in its reader
-    process: backend/service/checks.py)."""
+    process: backend/service/serving_lint.py)."""
     config = read_draft_config(draft_dir)
     try:
         shapes = tensor_shapes(draft_dir)

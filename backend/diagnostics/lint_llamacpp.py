@@ -132,7 +132,7 @@ def lint_llamacpp(
 ) -> LintResult:
     """The lint (same keys as the SGLang / vLLM lint) of a llama-server command. `trained`: the wirings
     the wiring probe found this draft trained on when it rejected the declared one (its best, then those
-    it could not tell from it: service/checks.py trained_wirings), as the SGLang and vLLM lints take
+    it could not tell from it: service/kept_results.py trained_wirings), as the SGLang and vLLM lints take
     them (lint_wiring.aux_ids_against); without them the declared wiring is taken as the trained one."""
     server = parse_llama_server(command)
     if not draft_dir:

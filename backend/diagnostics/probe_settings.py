@@ -1,6 +1,6 @@
 """The wiring probe's settings and its report as a value, torch-free: pages compare a stored probe's
 settings with the ones on screen and draw its report without loading the engine
-(backend/diagnostics/probe.py runs it; backend/service/checks.py keeps it with the pair)."""
+(backend/diagnostics/probe.py runs it; backend/service/kept_results.py keeps it with the pair)."""
 
 from __future__ import annotations
 

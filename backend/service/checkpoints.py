@@ -146,3 +146,20 @@ def drafts_for(target_path: str, candidates: list[str], keep: str | None = None)
         )
         names[label] = path
     return names
+
+
+def has_chat_template(target_path: str) -> bool:
+    """Whether the target directory's tokenizer carries a chat template, read from its files as
+    transformers finds it (chat_template.jinja, chat_template.json, or tokenizer_config.json's
+    `chat_template`); no tokenizer or model is loaded."""
+    import json
+    from pathlib import Path
+
+    folder = Path(target_path)
+    if (folder / "chat_template.jinja").is_file() or (folder / "chat_template.json").is_file():
+        return True
+    try:
+        config = json.loads((folder / "tokenizer_config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and bool(config.get("chat_template"))

@@ -79,9 +79,9 @@ def _curve(pair: BundledPair) -> tuple[dict[str, TrainingCurve], str]:
 def demo_story(target_path: str) -> DemoStory | None:
     """The story when the active target is a bundled one and its broken draft is on disk (None
     otherwise: a user's own pair has no story to tell). Read inline, without torch: each draft's
-    engine table comes from its config and safetensors header (checks.engine_readings, kept until a
+    engine table comes from its config and safetensors header (engine_readings.engine_readings, kept until a
     file it read changes)."""
-    from backend.service.checks import engine_readings
+    from backend.service.engine_readings import engine_readings
 
     pair = pair_of(target_path)
     if pair is None:

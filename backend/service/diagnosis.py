@@ -90,7 +90,7 @@ def diagnose(
     view, _ = reading_of(engine, None, draft, target.num_layers)  # BadInput when it cannot run the draft
     kept = None
     if not samples:
-        from backend.service.checks import known_probe
+        from backend.service.kept_results import known_probe
 
         kept = known_probe(target_path, draft_path, db_url)
     subject = Subject(target, draft, draft_path, view, kept)

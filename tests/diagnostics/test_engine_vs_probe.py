@@ -77,7 +77,7 @@ def test_the_lint_of_a_serving_command_in_a_verdict_never_writes_the_rejected_wi
     from backend.defaults import DEMO_DRAFTS, DEMO_TARGET
     from backend.diagnostics.diagnose import DiagnoseOptions
     from backend.diagnostics.probe import Candidate, ProbeReport, ProbeSettings
-    from backend.service import checks
+    from backend.service import kept_results
     from backend.service.diagnosis import diagnose
 
     db_url = f"sqlite:///{tmp_path / 'kept.db'}"
@@ -87,7 +87,7 @@ def test_the_lint_of_a_serving_command_in_a_verdict_never_writes_the_rejected_wi
     trained, declared = Candidate((0, 2, 6), [], [0.58], 1000), Candidate((2, 6, 9), [], [0.13], 1000)
     probe = ProbeReport(declared, "config", [trained, declared], "", [], [], 1.0, 4, 8)
     assert probe.separated
-    checks.remember_probe(
+    kept_results.remember_probe(
         str(DEMO_TARGET), draft, probe.result(settings=ProbeSettings().describe([]), ran_by="a test"), db_url
     )
     spec = json.dumps({"method": "eagle3", "model": draft, "num_speculative_tokens": 4})

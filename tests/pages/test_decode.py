@@ -33,11 +33,11 @@ def test_decode_runs_in_the_background_and_steps(db):
     # the step viewer opens on a comparison computed with the replay, not on norms (issue 31 item 8),
     # and one that tells healthy from broken (issue 43 row 5): here the wiring vLLM 0.32's V1 runner
     # would feed this SpecForge draft, one layer low
-    from backend.service import checks
+    from backend.service import reference_spec
 
     run_id = app.session_state["global_run_id"]
     run, _ = get_run_with_steps(db, run_id)
-    expected = checks.default_reference(run.target_path, run.draft_path)
+    expected = reference_spec.default_reference(run.target_path, run.draft_path)
     assert expected.kind == "wiring" and "vllm" in expected.why
     assert app.selectbox(key="decode_reference").value == expected.label
     (rows,) = app.table
@@ -141,7 +141,7 @@ def test_a_run_started_elsewhere_opens_on_the_healthy_vs_broken_comparison(db):
     Decode's own form asked for the reference that tells healthy from broken."""
     from backend.defaults import DEMO_DRAFTS, DEMO_TARGET
     from backend.run.request import ReplayRequest
-    from backend.service import checks
+    from backend.service import reference_spec
     from backend.service.batch_jobs import run_in_batches
     from backend.service.datasets import ensure_demo_dataset, get_samples
 
@@ -169,7 +169,7 @@ def test_a_run_started_elsewhere_opens_on_the_healthy_vs_broken_comparison(db):
     assert any("Replayed in a batch of 2 samples" in c.value for c in app.caption)  # said, never hidden
     assert any(c.value.startswith("Near-ties: 1 output token(s) (#3,") for c in app.caption)
     app = ok(finish(app, "decode_reference_task"))
-    expected = checks.default_reference(str(DEMO_TARGET), str(DEMO_DRAFTS / "final"))
+    expected = reference_spec.default_reference(str(DEMO_TARGET), str(DEMO_DRAFTS / "final"))
     assert app.selectbox(key="decode_reference").value == expected.label
     assert run_id in app.session_state["decode_auto_references"]
 

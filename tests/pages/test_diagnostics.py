@@ -40,7 +40,7 @@ def test_the_cheap_verdict_on_miswired_is_diagnose_s_and_asks_for_what_sees_the_
     them."""
     from backend.defaults import DEMO_DRAFTS, DEMO_EVAL
     from backend.diagnostics.probe_settings import ProbeResult
-    from backend.service import checks
+    from backend.service import kept_results
     from tests.support.demo import demo_wiring
     from tests.support.pages import finish
 
@@ -62,7 +62,7 @@ def test_the_cheap_verdict_on_miswired_is_diagnose_s_and_asks_for_what_sees_the_
     diagnostics = ok(finish(diagnostics, "diagnose_task"))
     assert any(f"trained on HF {trained}" in e.value.replace("\\", "") for e in diagnostics.error)
     assert not any("**Next:**" in i.value for i in diagnostics.info)
-    checks.remember_probe(
+    kept_results.remember_probe(
         diagnostics.session_state["global_target"],
         str(DEMO_DRAFTS / "miswired"),
         ProbeResult.from_dict({"confirmed": False, "best": {"aux_hf_indices": trained}, "verdict": "x"}),
@@ -126,9 +126,9 @@ def test_diagnose_on_the_page_is_the_cli_s_verdict(db):
     assert not any('"evidence"' in c.value or c.value.startswith("{\n") for c in diagnostics.code)
     # issue 58 row 10: a reload (a new session) shows the verdict kept, labelled with when it was reached;
     # from the database too, as a later server would
-    from backend.service import checks
+    from backend.service import kept_results
 
-    checks._VERDICTS.clear()
+    kept_results._VERDICTS.clear()
     reloaded = ok(page("4_Diagnostics").run())
     ok(reloaded.selectbox(key="sidebar_draft").set_value("miswired").run())
     again = " ".join(e.value for e in reloaded.error).replace("\\", "")

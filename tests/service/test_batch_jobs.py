@@ -46,7 +46,7 @@ def test_a_batch_stores_the_runs_each_sample_makes_alone(pairs, tmp_path):
     assert [o.metrics.get("batch_size") for o in batched] == [3, 3, 3, None]
     assert all("batch_size" not in o.metrics for o in alone)
     # the lint's K comes from a run's own step times: never a batched run's shares of a batch forward
-    from backend.service.checks import whatif_best_k
+    from backend.service.serving_lint import whatif_best_k
 
     draft, only_batched = requests[0].draft, f"sqlite:///{tmp_path / 'only_batched.db'}"
     run_in_batches(requests[:2], only_batched, batch=2)

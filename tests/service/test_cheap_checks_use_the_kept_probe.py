@@ -9,7 +9,7 @@ import shutil
 def test_a_kept_probe_s_answer_is_the_cheap_verdict_s(tmp_path, db_url):
     from backend.defaults import DEMO_DRAFTS, DEMO_TARGET
     from backend.diagnostics.probe_settings import ProbeResult
-    from backend.service import checks
+    from backend.service import kept_results
     from backend.service.diagnosis import diagnose
 
     draft = tmp_path / "miswired"
@@ -22,8 +22,8 @@ def test_a_kept_probe_s_answer_is_the_cheap_verdict_s(tmp_path, db_url):
         "tied": [[0, 2, 6], [0, 1, 6]], "declared": {"aux_hf_indices": [2, 6, 9]}, "n_samples": 8,
         "how_to_separate": "8 samples cannot tell HF [0, 2, 6] / HF [0, 1, 6] apart", "ran_by": "the probe tab",
     }  # fmt: skip
-    checks.remember_probe(target, str(draft), ProbeResult.from_dict(kept), db_url)
-    checks._PROBES.clear()  # a reload: only the database keeps it
+    kept_results.remember_probe(target, str(draft), ProbeResult.from_dict(kept), db_url)
+    kept_results._PROBES.clear()  # a reload: only the database keeps it
     after = diagnose(target, str(draft), [], db_url=db_url)
     assert after.verdict == "broken" and after.headline.startswith("aux-wiring: the draft was trained on")
     assert "kept with this pair" in after.headline and after.checks["wiring probe"].startswith("ran earlier")

@@ -13,7 +13,7 @@ from tests.support.lint import CHAIN, make_draft, make_lint_target, sglang
 def test_lint_for_either_engine(tmp_path):
     import json
 
-    from backend.service.checks import lint
+    from backend.service.serving_lint import lint
 
     target, draft = make_lint_target(tmp_path / "target"), make_draft(tmp_path, "good", aux_ids=[1, 15, 28])
     report = lint(
@@ -39,7 +39,7 @@ def test_the_cheap_diagnosis_of_the_bundled_miswired_draft():
     from backend.defaults import DEMO_DRAFTS, DEMO_TARGET
     from backend.diagnostics.diagnose import DiagnoseOptions
     from backend.drafts.reading_fixes import wiring_fix
-    from backend.service import checks
+    from backend.service import kept_results, serving_lint
     from backend.service.diagnosis import diagnose
     from tests.support.demo import demo_wiring
 
@@ -58,14 +58,14 @@ def test_the_cheap_diagnosis_of_the_bundled_miswired_draft():
     with pytest.raises(BadInput, match="no such training feature file"):
         diagnose(target, draft, options=DiagnoseOptions(features=features + ".missing"))
     vllm = f'vllm serve {target} --speculative-config \'{{"method": "eagle3", "model": "{draft}"}}\''
-    assert str(declared) in " ".join(f.fix for f in checks.lint(draft, vllm, "vLLM", target).findings)
-    checks.remember_probe(
+    assert str(declared) in " ".join(f.fix for f in serving_lint.lint(draft, vllm, "vLLM", target).findings)
+    kept_results.remember_probe(
         target,
         draft,
         ProbeResult.from_dict({"confirmed": False, "best": {"aux_hf_indices": trained}, "verdict": "x"}),
     )
-    assert checks.trained_wiring(target, draft) == trained
-    fixes = " ".join(f.fix for f in checks.lint(draft, vllm, "vLLM", target).findings)
+    assert kept_results.trained_wiring(target, draft) == trained
+    fixes = " ".join(f.fix for f in serving_lint.lint(draft, vllm, "vLLM", target).findings)
     assert str(trained) in fixes and str(declared) not in fixes
 
 
@@ -78,22 +78,23 @@ def test_the_lint_of_a_bin_draft_reads_its_weights_in_the_reader(tmp_path):
     from safetensors.torch import load_file
 
     from backend.defaults import DEMO_DRAFTS, DEMO_TARGET
-    from backend.service import checks
+    from backend.service import serving_lint
 
     bin_draft = tmp_path / "final_bin"
     bin_draft.mkdir()
     shutil.copy(DEMO_DRAFTS / "final" / "config.json", bin_draft / "config.json")
     torch.save(load_file(str(DEMO_DRAFTS / "final" / "model.safetensors")), bin_draft / "pytorch_model.bin")
-    facts = checks._bin_draft_facts(str(bin_draft))
+    facts = serving_lint._bin_draft_facts(str(bin_draft))
     assert facts is not None and facts.has_d2t and facts.fc_input_width == 3 * facts.config.target_hidden_size
-    assert checks._bin_draft_facts(str(DEMO_DRAFTS / "final")) is None  # safetensors: read from headers
+    assert serving_lint._bin_draft_facts(str(DEMO_DRAFTS / "final")) is None  # safetensors: read from headers
 
     def findings(draft):
         command = (
             f'vllm serve {DEMO_TARGET} --speculative-config \'{{"method": "eagle3", "model": "{draft}"}}\''
         )
         return [
-            (f.code, f.severity) for f in checks.lint(str(draft), command, "vLLM", str(DEMO_TARGET)).findings
+            (f.code, f.severity)
+            for f in serving_lint.lint(str(draft), command, "vLLM", str(DEMO_TARGET)).findings
         ]
 
     assert findings(bin_draft) == findings(DEMO_DRAFTS / "final")
@@ -106,7 +107,7 @@ def test_a_probe_outlives_the_server_that_ran_it(tmp_path, db_url):
     import shutil
 
     from backend.defaults import DEMO_DRAFTS, DEMO_TARGET
-    from backend.service import checks
+    from backend.service import kept_results, reference_spec
 
     draft = tmp_path / "miswired"
     shutil.copytree(DEMO_DRAFTS / "miswired", draft)
@@ -115,21 +116,23 @@ def test_a_probe_outlives_the_server_that_ran_it(tmp_path, db_url):
     found = ProbeResult.from_dict(
         {"confirmed": False, "best": {"aux_hf_indices": [0, 2, 6]}, "as_good_as_best": [[0, 3, 6]]}
     )
-    before = checks.default_reference(target, str(draft), None, db_url)
+    before = reference_spec.default_reference(target, str(draft), None, db_url)
     assert before.aux_hf_indices != [0, 2, 6]
-    checks.remember_probe(target, str(draft), found, db_url)
-    checks._PROBES.clear()  # a new server: only the database remembers
-    assert checks.known_probe(target, str(draft)) is None
-    assert checks.trained_wirings(target, str(draft), db_url) == [[0, 2, 6], [0, 3, 6]]
-    reference = checks.default_reference(target, str(draft), None, db_url)
+    kept_results.remember_probe(target, str(draft), found, db_url)
+    kept_results._PROBES.clear()  # a new server: only the database remembers
+    assert kept_results.known_probe(target, str(draft)) is None
+    assert kept_results.trained_wirings(target, str(draft), db_url) == [[0, 2, 6], [0, 3, 6]]
+    reference = reference_spec.default_reference(target, str(draft), None, db_url)
     assert reference == ReferenceSpec(
         "wiring", [0, 2, 6], why="the wiring probe's best, tied with 1 it cannot tell apart"
     )
     config = draft / "config.json"
     os.utime(config, (config.stat().st_atime, config.stat().st_mtime + 10))  # the draft changed
-    assert checks.known_probe(target, str(draft), db_url) is None
-    checks.remember_probe(target, str(draft), found, "sqlite:////nonexistent-dir/x.db")  # kept in memory
-    assert checks.trained_wiring(target, str(draft)) == [0, 2, 6]
+    assert kept_results.known_probe(target, str(draft), db_url) is None
+    kept_results.remember_probe(
+        target, str(draft), found, "sqlite:////nonexistent-dir/x.db"
+    )  # kept in memory
+    assert kept_results.trained_wiring(target, str(draft)) == [0, 2, 6]
 
 
 def test_a_probe_the_cli_ran_is_kept_and_the_largest_probe_is_the_one_used(tmp_path, db_url):
@@ -140,7 +143,7 @@ def test_a_probe_the_cli_ran_is_kept_and_the_largest_probe_is_the_one_used(tmp_p
     import shutil
 
     from backend.defaults import DEMO_DRAFTS, DEMO_EVAL, DEMO_TARGET
-    from backend.service import checks
+    from backend.service import kept_results
     from tests.support.cli import run_cli
 
     draft = tmp_path / "miswired"
@@ -149,12 +152,12 @@ def test_a_probe_the_cli_ran_is_kept_and_the_largest_probe_is_the_one_used(tmp_p
     small = ProbeResult.from_dict(
         {"confirmed": False, "best": {"aux_hf_indices": [0, 4, 6]}, "tied": [[0, 4, 6]], "n_samples": 1}
     )
-    checks.remember_probe(target, str(draft), small, db_url)  # the page's probe, on fewer samples
+    kept_results.remember_probe(target, str(draft), small, db_url)  # the page's probe, on fewer samples
     args = ["probe", "--target", target, "--draft", str(draft), "--samples", str(DEMO_EVAL)]
     done = run_cli(*args, "--limit", "2", "--budget", "2", "--db", db_url, "--json")
     assert done.returncode == 0, done.stderr[-2000:]
     ran = json.loads(done.stdout)
-    kept = checks.known_probe(target, str(draft), db_url)
+    kept = kept_results.known_probe(target, str(draft), db_url)
     assert kept.ran_by == "the CLI's probe" and kept.n_samples == 2 and kept.tied == ran["tied"]
-    checks._PROBES.clear()  # a new server reads the database: still the larger one
-    assert checks.known_probe(target, str(draft), db_url).n_samples == 2
+    kept_results._PROBES.clear()  # a new server reads the database: still the larger one
+    assert kept_results.known_probe(target, str(draft), db_url).n_samples == 2

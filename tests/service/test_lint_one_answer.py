@@ -1,5 +1,5 @@
 """Issue 58 row 3: the lint gives one answer for the same draft, command and database, on the page
-(service.checks.lint) and on the CLI; a K read off a run names the run and warns when that run was
+(service.serving_lint.lint) and on the CLI; a K read off a run names the run and warns when that run was
 fed a wiring the probe rejects."""
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def _chain_run(db_url: str, fed: list[int]) -> int:
 
 
 def test_a_k_read_off_a_run_of_a_rejected_wiring_says_so(db_url):
-    from backend.service.checks import whatif_best_k
+    from backend.service.serving_lint import whatif_best_k
 
     run_id = _chain_run(db_url, [2, 4, 5])
     k, why = whatif_best_k(db_url, DRAFT)
@@ -51,7 +51,7 @@ def test_a_k_read_off_a_run_of_a_rejected_wiring_says_so(db_url):
 
 
 def test_the_cli_and_the_page_lint_alike_on_one_database(db_url):
-    from backend.service.checks import lint
+    from backend.service.serving_lint import lint
 
     _chain_run(db_url, [2, 4, 5])
     page = lint(DRAFT, SGLANG, "SGLang", str(DEMO_TARGET), db_url)

@@ -6,7 +6,7 @@ import streamlit as st
 
 from backend import BadInput
 from backend.run.request import ReplayRequest, settings_of
-from backend.service import checks
+from backend.service import checkpoints
 from ui import state
 from ui.html import md
 from ui.pickers import dataset_picker, sample_preview
@@ -27,7 +27,7 @@ def _prompt_source() -> dict | str | None:
         typed = st.text_area("Prompt", "def parse_header(line):\n", key="decode_prompt")
         templated = st.checkbox(
             "Apply the target's chat template",
-            value=checks.has_chat_template(state.target_path()),
+            value=checkpoints.has_chat_template(state.target_path()),
             key="decode_chat_template",
             help="Send the prompt as one user message behind the target's chat template, with the "
             "assistant's header after it, as a chat server does. Off: the text is tokenized raw (a base "

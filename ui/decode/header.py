@@ -12,7 +12,7 @@ from backend import BadInput
 from backend.run.metrics import DEFINITIONS, NEAR_TIE
 from backend.run.records import StepRecord
 from backend.service import tasks
-from backend.service.checks import EngineReadings, engine_readings
+from backend.service.engine_readings import EngineReadings, engine_readings
 from backend.service.per_request import same_path
 from backend.service.runs import RunInfo
 from ui import state

@@ -7,7 +7,7 @@ import streamlit as st
 
 from backend import BadInput
 from backend.run.wiring import parse_aux_indices
-from backend.service import checks, tasks
+from backend.service import reference_spec, tasks
 from backend.service.reference_spec import ReferenceResult, ReferenceSpec
 from backend.service.runs import RunInfo
 from ui import state
@@ -22,7 +22,7 @@ KINDS = ["another wiring", "training features (.ckpt)", "a second run", "target 
 def _spec(kind: str, run: RunInfo) -> ReferenceSpec | None:
     """The reference job's spec from the chosen kind's widgets (None: nothing to compute yet)."""
     if kind == "another wiring":
-        suggested = checks.default_reference(
+        suggested = reference_spec.default_reference(
             run.target_path, run.draft_path, list(run.aux_hf_indices), state.db()
         )
         wiring = suggested.aux_hf_indices or run.aux_hf_indices
@@ -86,7 +86,7 @@ def open_on_default(run: RunInfo, has_reference: bool) -> None:
     if has_reference or run.id in started or run.status != "finished" or not run.artifact_path:
         return
     started.add(run.id)
-    reference = checks.default_reference(
+    reference = reference_spec.default_reference(
         run.target_path, run.draft_path, list(run.aux_hf_indices), state.db()
     )
     if reference.kind == "wiring":

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from backend.service import checks, tasks
+from backend.service import kept_results, tasks
 from ui import state
 from ui.diagnostics.common import stale_note
 from ui.html import md
@@ -46,7 +46,7 @@ def _render(result) -> None:
 def _probe_answer(result) -> None:
     """The wiring a kept probe found, beside preflight's wiring check (without it the doctor said
     "wiring: pass" while the lint on the same page used a probe that rejected it)."""
-    found = checks.trained_wirings(result.target, result.draft, state.db())
+    found = kept_results.trained_wirings(result.target, result.draft, state.db())
     declared = list(result.preflight.aux_hf_indices)
     if not found or found[0] == declared:
         return

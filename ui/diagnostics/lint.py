@@ -6,7 +6,7 @@ from __future__ import annotations
 import streamlit as st
 
 from backend import BadInput
-from backend.service import checks
+from backend.service import kept_results, serving_lint
 from ui import state
 from ui.diagnostics.common import show_finding
 from ui.html import md
@@ -86,8 +86,8 @@ def lint_tab() -> None:
     )
     if st.button("Lint", key="lint_run"):
         try:
-            report = checks.lint(state.draft_path(), command, engine, state.target_path(), state.db())
-            trained = checks.trained_wirings(state.target_path(), state.draft_path(), state.db())
+            report = serving_lint.lint(state.draft_path(), command, engine, state.target_path(), state.db())
+            trained = kept_results.trained_wirings(state.target_path(), state.draft_path(), state.db())
         except BadInput as error:
             st.error(md(error))
         else:

@@ -7,7 +7,7 @@ import json
 import pandas as pd
 import streamlit as st
 
-from backend.service import checks, tasks
+from backend.service import kept_results, tasks
 from ui import state
 from ui.numbers import whole
 from ui.pickers import first_samples
@@ -95,8 +95,8 @@ def probe_tab() -> None:
     budget = whole(c2, "Search budget (extra candidates)", 0, 200, 20, "probe_budget")
     live = whole(c3, "Live replays on first N samples", 0, 5, 0, "probe_live")
     ready = bool(samples) and None not in (steps, budget, live)
-    wanted = checks.probe_settings(steps, budget, live, samples) if ready else None
-    known = checks.known_probe(state.target_path(), state.draft_path(), state.db())
+    wanted = kept_results.probe_settings(steps, budget, live, samples) if ready else None
+    known = kept_results.known_probe(state.target_path(), state.draft_path(), state.db())
     if st.button("Run the probe", key="probe_run", disabled=not ready):
         st.session_state["probe_task"] = tasks.start_probe(
             state.target_path(), state.draft_path(), samples, steps, budget, live
@@ -106,7 +106,7 @@ def probe_tab() -> None:
     task_panel(
         "probe_task",
         _render,
-        on_finish=lambda report: checks.remember_probe(report.target, report.draft, report, state.db()),
+        on_finish=lambda report: kept_results.remember_probe(report.target, report.draft, report, state.db()),
         adopt="probe",
     )
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from backend.service import checks, tasks
+from backend.service import kept_results, tasks
 from ui import state
 from ui.diagnosis import diagnose_form, show_diagnosis
 from ui.diagnostics.common import stale_note
@@ -35,7 +35,7 @@ def diagnose_section() -> None:
         adopt="diagnose",
     )
     if "diagnose_task" not in st.session_state:  # a reload, or a new session: the verdict kept
-        kept = checks.known_verdict(state.target_path(), state.draft_path(), state.db())
+        kept = kept_results.known_verdict(state.target_path(), state.draft_path(), state.db())
         if kept is not None:
             when = kept.kept_at.astimezone().strftime("%Y-%m-%d %H:%M")
             show_diagnosis(
@@ -48,6 +48,6 @@ def diagnose_section() -> None:
 def _keep(result) -> None:
     """A finished verdict kept for a reload or a later server, and its wiring probe for the probe tab
     and the lint."""
-    checks.remember_verdict(result, state.db())
+    kept_results.remember_verdict(result, state.db())
     if result.probe:
-        checks.remember_probe(result.target, result.draft, result.probe, state.db())
+        kept_results.remember_probe(result.target, result.draft, result.probe, state.db())
