@@ -87,9 +87,9 @@ checks this):
       diagnosis          `diagnose` with its models loaded once (CLI and page alike)
       draft_fix          a copy of a draft with the serving fix written into its config.json
       engine_check       the replay against a running vLLM or llama.cpp, step for step; the wiring it ran named
-      served_engines     each engine beside the replay: how to launch it, ask it and read its counts
+      served_engines     the interface of an engine beside the replay: launch, connect, ask, a typed answer
       server_process     a serving engine's process on loopback: started, waited on, stopped; its HTTP API
-      llamacpp_server    llama.cpp: the pair converted to GGUF, llama-server launched, its trace read
+      llamacpp_server    llama.cpp beside the replay: the pair converted to GGUF, llama-server launched, its trace read
       evaluate           every (draft, sample) pair of a dataset, summed per draft
       feature_check      serve-check --features: a server's returned features against the layers
       jobs               the job runner: engine records persisted step by step
@@ -105,7 +105,7 @@ checks this):
       reference_spec     a reference as asked and as computed (torch-free: the pages build and read them)
       runs               stored runs: list, read, delete, export
       tasks              background tasks the dashboard polls
-      vllm_server        vLLM's OpenAI server launched on the pair; one greedy completion on token ids
+      vllm_server        vLLM beside the replay: its OpenAI server launched on the pair, asked, its counts read
       worker             model work in a worker process, not the Streamlit server
       run_tensors        a run's recorded tensors on disk: part files as it commits, one artifact at its end
       stamps             a cache key for files: their modification times

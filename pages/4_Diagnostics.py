@@ -10,7 +10,7 @@ from __future__ import annotations
 import streamlit as st
 
 from ui import state
-from ui.diagnostics import agreement, diff, doctor, lint, probe, server, verdict, vllm, whatif
+from ui.diagnostics import agreement, diff, doctor, lint, probe, served, server, verdict, whatif
 from ui.html import CSS, md
 
 st.set_page_config(page_title="SpecLens · Diagnostics", layout="wide")
@@ -28,7 +28,7 @@ TABS = {
     "Accuracy vs live": agreement.agreement_tab,
     "Speed-up what-if": whatif.whatif_tab,
     "Server vs replay": server.server_tab,
-    "Served by an engine": vllm.vllm_tab,
+    "Served by an engine": served.served_tab,
 }
 for tab, render in zip(st.tabs(list(TABS)), TABS.values(), strict=True):
     with tab:

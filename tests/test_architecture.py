@@ -226,3 +226,44 @@ def test_collecting_the_tests_loads_no_torch():
         if path.name.startswith("test_") or path.name == "conftest.py"
     ]
     assert heavy_loaded_by(modules) == {}
+
+
+ENGINE_NAMES = {"vllm", "vllm-v2", "llamacpp", "llama.cpp", "vLLM"}
+# where the engines beside the replay are used: each is asked through served_engines' interface
+SERVED_USERS = {
+    "backend/service/engine_check.py": None,
+    "backend/service/served_engines.py": None,
+    "backend/service/tasks.py": None,
+    "ui/diagnostics/served.py": None,
+    "backend/cli/serving.py": ("cmd_serve_check", "cmd_engine_check", "server_options"),
+}
+
+
+def name_branches(source: str, functions=None) -> list[int]:
+    """Lines comparing a value with an engine's name (==, !=, in), in `functions` (None: anywhere)."""
+    tree = ast.parse(source)
+    scopes = (
+        [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name in functions]
+        if functions
+        else [tree]
+    )
+    found = []
+    for scope in scopes:
+        for node in ast.walk(scope):
+            if isinstance(node, ast.Compare):
+                names = [c for c in ast.walk(node) if isinstance(c, ast.Constant) and c.value in ENGINE_NAMES]
+                if names:
+                    found.append(node.lineno)
+    return found
+
+
+def test_a_served_engine_is_branched_on_in_its_own_module_only():
+    """vLLM and llama.cpp beside the replay are asked through one interface (served_engines.ServedEngine):
+    launch, connect, ask, what is missing here; the code that runs them never tests their names."""
+    assert name_branches('def f(e):\n    return e == "llamacpp"\n', ("f",))  # the rule is not vacuous
+    found = {
+        path: lines
+        for path, functions in SERVED_USERS.items()
+        if (lines := name_branches((REPO / path).read_text(), functions))
+    }
+    assert found == {}

@@ -79,14 +79,21 @@ def cmd_serve_check(args) -> tuple[dict, str]:
         return cmd_feature_check(args)
     if not args.samples:
         raise BadInput("serve-check: --samples FILE is needed (their prompts are sent)")
-    served = args.engine in ("vllm", "vllm-v2", "llamacpp")
+    from backend.service.served_engines import engine_for, served_readings
+
+    served = args.engine in served_readings()
     if (args.url is None) == (not args.launch) or (args.launch and not served):
         raise BadInput(
-            "serve-check: give --url URL, or --launch with --engine vllm or llamacpp (SpecLens starts that "
-            "engine on the pair)"
+            f"serve-check: give --url URL, or --launch with --engine {' or '.join(served_readings())} "
+            "(SpecLens starts that engine on the pair)"
         )
-    if args.engine != "llamacpp" and (args.server_log or args.target_gguf or args.server_arg):
-        raise BadInput("serve-check: --server-log, --server-arg and --target-gguf go with --engine llamacpp")
+    given = [
+        flag for name, flag in ENGINE_FLAGS.items() if getattr(server_options(args), name) not in (None, ())
+    ]
+    if given and not served:
+        raise BadInput(f"serve-check: {', '.join(given)} go with --engine {' / '.join(served_readings())}")
+    if served:
+        engine_for(args.engine).check_options(server_options(args), ENGINE_FLAGS)
     if args.target_gguf and not args.launch:
         raise BadInput(
             "serve-check: --target-gguf goes with --launch (SpecLens serves it beside the F32 target)"
@@ -160,12 +167,14 @@ def cmd_feature_check(args) -> tuple[dict, str]:
     return result.to_dict(), "\n".join(lines)
 
 
-def cmd_engine_check(args) -> tuple[dict, str]:
-    """serve-check against vLLM or llama.cpp (--url, or --launch here): step for step."""
-    from backend.service.engine_check import EngineCheckSettings, engine_check
+# the engine options serve-check refuses for an engine that does not read them, with their flags
+ENGINE_FLAGS = {"server_log": "--server-log", "server_args": "--server-arg", "target_gguf": "--target-gguf"}
+
+
+def server_options(args):
     from backend.service.served_engines import ServerOptions
 
-    options = ServerOptions(
+    return ServerOptions(
         vllm_python=args.vllm_python,
         llamacpp=args.llamacpp,
         threads=args.threads,
@@ -173,15 +182,18 @@ def cmd_engine_check(args) -> tuple[dict, str]:
         target_gguf=args.target_gguf,
         server_log=args.server_log,
     )
+
+
+def cmd_engine_check(args) -> tuple[dict, str]:
+    """serve-check against an engine beside the replay (--url, or --launch here): step for step."""
+    from backend.service.engine_check import EngineCheckSettings, engine_check
+    from backend.service.served_engines import engine_for
+
+    options = server_options(args)
     if args.launch:  # a missing engine is refused before the target loads
-        if args.engine == "llamacpp":
-            from backend.service.llamacpp_server import llamacpp_dir
-
-            llamacpp_dir(args.llamacpp)
-        else:
-            from backend.service.vllm_server import vllm_python
-
-            vllm_python(args.vllm_python)
+        said = engine_for(args.engine).missing(options)
+        if said:
+            raise BadInput(said)
     if args.target_gguf and not Path(args.target_gguf).is_file():
         raise BadInput(f"{args.target_gguf}: no such GGUF file")
     samples, _ = load_samples(args.samples, checked_vocab(args), args.limit)

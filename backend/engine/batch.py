@@ -27,7 +27,7 @@ from collections.abc import Iterator
 import torch
 
 from backend.drafts.readings import DraftMath
-from backend.engine.chain_step import Chain, Proposal, Proposed, draft_chains
+from backend.engine.chain_step import Chain, DraftedStep, Proposal, draft_chains
 from backend.engine.draft_model import Eagle3Draft
 from backend.engine.loading import Target
 from backend.engine.replay import Prefill, prefilled
@@ -140,7 +140,7 @@ def accept_lengths(
     ]
 
 
-def propose_all(draft: Eagle3Draft, running: dict[int, Chain]) -> dict[int, Proposed]:
+def propose_all(draft: Eagle3Draft, running: dict[int, Chain]) -> dict[int, DraftedStep]:
     """1-2 for every running sample: the catch-ups of samples with the same settings in one draft
     forward (`draft_catch_ups`: each its own committed count, packed), then the chains of samples
     drafting the same number of tokens with the same settings proposed together (`draft_chains`); a

@@ -235,8 +235,8 @@ def chain_tree(
 
 
 @dataclass
-class Proposed:
-    """Steps 1-2 of a chain step, ready for the target: the proposal and what it cost."""
+class DraftedStep:
+    """A chain step drafted (its steps 1-2), ready for the target's verify: the proposal and what it cost."""
 
     proposal: Proposal
     draft_ms: float
@@ -258,7 +258,7 @@ class Chain:
     history: History | None = None
     step_index: int = 0
 
-    def propose(self) -> Proposed:
+    def propose(self) -> DraftedStep:
         """1-2. Catch the draft up on the committed positions and propose the chain (none where the
         reading drafts nothing this step: a plain decode of the pending token, llama.cpp's last
         token)."""
@@ -283,7 +283,7 @@ class Chain:
             return None
         return draft_catch_up(self.draft, self.caches.draft, self.cursor, self.config.math)
 
-    def proposed(self, proposal: Proposal, draft_ms: float) -> Proposed:
+    def proposed(self, proposal: Proposal, draft_ms: float) -> DraftedStep:
         """The step's proposal, with zero rows kept for drafts a shorter step skipped (llama.cpp's
         reading), and what drafting it cost."""
         draft, config = self.draft, self.config
@@ -291,13 +291,13 @@ class Chain:
         if config.record and missing:  # fewer drafts: K rows kept, zeros (never read)
             weight = next(draft.parameters())
             proposal.hidden += [weight.new_zeros(draft.config.hidden_size, device="cpu")] * missing
-        return Proposed(proposal, draft_ms)
+        return DraftedStep(proposal, draft_ms)
 
-    def verify_ids(self, proposed: Proposed) -> list[int]:
+    def verify_ids(self, proposed: DraftedStep) -> list[int]:
         """3. What the target verifies: [x_n, d_1..d_K], at positions n..n+K."""
         return [self.cursor.pending] + proposed.proposal.drafted_ids
 
-    def conclude(self, proposed: Proposed, output, verify_ms: float) -> StepRecord:
+    def conclude(self, proposed: DraftedStep, output, verify_ms: float) -> StepRecord:
         """4-7. Judge the verify forward's `output` (a TargetOutput), roll back, commit within the
         budget, record; the cursor moves on (None when the replay is finished) and the penalty
         history takes the committed tokens."""

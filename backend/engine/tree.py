@@ -86,13 +86,6 @@ class DraftTree:
                 walk = self.parents[walk]
         return seen
 
-    def path_to(self, node: int) -> list[int]:
-        path = []
-        while node != -1:
-            path.append(node)
-            node = self.parents[node]
-        return path[::-1]
-
 
 @dataclass
 class _Candidate:

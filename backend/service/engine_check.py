@@ -25,12 +25,12 @@ from backend.run.records import verify_counts
 from backend.run.request import ReplayRequest
 from backend.service.database import open_database
 from backend.service.served_engines import (
-    CLIENTS,
-    TITLES,
-    LlamacppClient,
+    ServedAnswer,
+    ServedEngine,
     ServerOptions,
-    launch,
-    server_for,
+    engine_for,
+    served_engine,
+    served_engines,
 )
 
 DEFINITION = (
@@ -47,7 +47,7 @@ class EngineCheckSettings:
     draft_path: str
     num_steps: int
     max_new_tokens: int
-    engine: str = "vllm"  # the reading the replay runs; it names the server (served_engines.server_for)
+    engine: str = "vllm"  # the reading the replay runs; it names the engine (served_engines.engine_for)
     aux_hf_indices: tuple[int, ...] | None = None
     timeout: float = 300.0  # seconds for one completion
     device: str | None = None
@@ -55,12 +55,17 @@ class EngineCheckSettings:
     options: ServerOptions = ServerOptions()
 
     @property
+    def served(self) -> ServedEngine:
+        """The engine that runs this reading beside the replay."""
+        return engine_for(self.engine)
+
+    @property
     def server(self) -> str:
-        return server_for(self.engine)
+        return self.served.name
 
     @property
     def title(self) -> str:
-        return TITLES[self.server]
+        return self.served.title
 
 
 @dataclass(frozen=True)
@@ -213,30 +218,28 @@ def first_difference(served: list[int], replayed: list[int]) -> int | None:
     return None if len(served) == len(replayed) else min(len(served), len(replayed))
 
 
-def compare(number: int, served: dict, replayed: dict) -> PromptCheck:
-    step = first_difference(served["per_step"], replayed["per_step"])
+def compare(number: int, prompt: list[int], served: ServedAnswer, replayed: dict) -> PromptCheck:
+    step = first_difference(served.per_step, replayed["per_step"])
     difference = None
     if step is not None:
         difference = StepDifference(
             step=step,
-            served=served["per_step"][step] if step < len(served["per_step"]) else None,
+            served=served.per_step[step] if step < len(served.per_step) else None,
             replay=replayed["per_step"][step] if step < len(replayed["per_step"]) else None,
         )
     return PromptCheck(
         prompt=number,
-        served_accept_length=served["accept_length"],
+        served_accept_length=served.accept_length,
         replay_accept_length=replayed["accept_length"],
-        served_steps=len(served["per_step"]),
+        served_steps=len(served.per_step),
         replay_steps=len(replayed["per_step"]),
         equal_step_for_step=step is None,
         first_difference=difference,
-        same_tokens=served["token_ids"] == replayed["output_ids"]
-        if served["token_ids"] is not None
-        else None,
+        same_tokens=served.token_ids == replayed["output_ids"] if served.token_ids is not None else None,
         replay_run=replayed["run_id"],
-        prompt_ids=list(served.get("prompt_ids") or []),
-        served_per_step=served["per_step"],
-        served_token_ids=served["token_ids"],
+        prompt_ids=list(prompt),
+        served_per_step=served.per_step,
+        served_token_ids=served.token_ids,
         replay_per_step=replayed["per_step"],
         wiring=replayed.get("wiring") or [],
     )
@@ -262,7 +265,7 @@ def candidate_wirings(settings: EngineCheckSettings, replayed: list[int]) -> lis
 
 
 def explain(
-    db_url, prompts: list[list[int]], served: list[dict], rows: list[PromptCheck], settings
+    db_url, prompts: list[list[int]], served: list[ServedAnswer], rows: list[PromptCheck], settings
 ) -> WiringExplanation | None:
     """The candidate wiring that reproduces the server on every prompt, tried first on the first prompt
     that differs (a candidate stops at its first miss); None when none does."""
@@ -271,7 +274,7 @@ def explain(
     for why, candidate in candidate_wirings(settings, rows[first].wiring):
         ref = f"{settings.server}-check candidate HF {list(candidate)}"
         if all(
-            replay_steps(db_url, prompts[i], settings, ref, candidate)["per_step"] == served[i]["per_step"]
+            replay_steps(db_url, prompts[i], settings, ref, candidate)["per_step"] == served[i].per_step
             for i in order
         ):
             return WiringExplanation(aux_hf_indices=list(candidate), why=why)
@@ -283,13 +286,13 @@ def run_check(
 ) -> EngineCheck:
     """Every prompt to the server at `url` and to the replay; the rows so far are in result.json when a
     prompt fails (the BadInput names the prompt)."""
-    client = CLIENTS[settings.server](url, log_path, settings.timeout)
+    client = settings.served.connect(url, log_path, settings.timeout)
     prompts = [list(s.prompt_ids) for s in samples]
     served, rows = [], []
     start = EngineCheck(
         engine=settings.server,
         url=url,
-        served_model=getattr(client, "model", None) or getattr(client, "props", {}).get("model_path"),
+        served_model=client.served_model,
         reading=settings.engine,
         num_steps=settings.num_steps,
         max_new_tokens=settings.max_new_tokens,
@@ -313,11 +316,11 @@ def run_check(
                 ) from None
             saved.write(json.dumps(exchange) + "\n")
             saved.flush()
-            served.append({**answer, "prompt_ids": prompt})
+            served.append(answer)
             replayed = replay_steps(
                 db_url, prompt, settings, f"{settings.server}-check {folder.name} #{number}"
             )
-            rows.append(compare(number, served[-1], replayed))
+            rows.append(compare(number, prompt, served[-1], replayed))
     result = summarise(start, rows, settings)
     if result.equal_prompts == len(rows):
         return result
@@ -383,8 +386,7 @@ def engine_check(
 
 def served_here(samples, settings: EngineCheckSettings, log_path: Path, progress):
     """The settings' engine launched on loopback on the pair, its context fitted to the samples."""
-    return launch(
-        settings.server,
+    return settings.served.launch(
         settings.target_path,
         settings.draft_path,
         settings.num_steps,
@@ -419,11 +421,14 @@ def quantized_cost(
     """The user's GGUF target served by llama.cpp with the same draft on the same prompts, beside the
     full-precision target's served run: per prompt both accept lengths and the first token where the
     outputs part (the precision class, measured on the engine itself)."""
-    if settings.server != "llamacpp":
-        raise BadInput("--target-gguf is a llama.cpp target: use --engine llamacpp")
+    if not settings.served.serves_gguf_targets:
+        serving = [e.name for e in served_engines() if e.serves_gguf_targets]
+        raise BadInput(
+            f"--target-gguf: {settings.title} serves no GGUF target; use --engine {' / '.join(serving)}"
+        )
     rows = []
     with served_here(samples, settings, folder / "server-quantized.log", progress) as (server, said):
-        client = LlamacppClient(server.url, server.log_path, settings.timeout)
+        client = settings.served.connect(server.url, server.log_path, settings.timeout)
         with (folder / "responses-quantized.jsonl").open("w") as saved:
             for number, sample in enumerate(samples):
                 exchange, answer = client.ask(
@@ -431,13 +436,13 @@ def quantized_cost(
                 )
                 saved.write(json.dumps(exchange) + "\n")
                 reference = full.rows[number]
-                ours, theirs = answer["token_ids"], reference.served_token_ids
+                ours, theirs = answer.token_ids, reference.served_token_ids
                 first = first_difference(ours, theirs)  # the first token where the outputs part
                 rows.append(
                     QuantizedRow(
                         prompt=number,
                         full_accept_length=reference.served_accept_length,
-                        quantized_accept_length=answer["accept_length"],
+                        quantized_accept_length=answer.accept_length,
                         first_differing_token=first,
                     )
                 )
@@ -493,7 +498,7 @@ def served_beside(db_url: str | None, run) -> ServedBeside | None:
             )
             if same_run or same_prompt:
                 return ServedBeside(
-                    engine=TITLES.get(result.get("engine", "vllm"), "vLLM"),
+                    engine=_title(result.get("engine", "vllm")),
                     served_per_step=row["served_per_step"],
                     served_accept_length=row["served_accept_length"],
                     check=result_file.parent.name,
@@ -502,3 +507,11 @@ def served_beside(db_url: str | None, run) -> ServedBeside | None:
                     launched=bool(result.get("launched")),
                 )
     return None
+
+
+def _title(name: str) -> str:
+    """An engine's title as a stored result names it (a result of an engine no longer served: its name)."""
+    try:
+        return served_engine(name).title
+    except BadInput:
+        return name

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from backend import BadInput
+from backend.service.served_engines import ServedAnswer, ServedEngine, ServerOptions
 from backend.service.server_process import Launched, free_port, launched, post
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -327,3 +328,88 @@ def props(url: str, timeout: float = 30.0) -> dict:
     if isinstance(settings, dict) and isinstance(settings.get("n_ctx"), int):
         said["n_ctx"] = settings["n_ctx"]  # the slot's context (server-context.cpp get_res_props)
     return said
+
+
+# ----------------------------------------------------------------------------- the engine beside the replay
+
+
+class LlamacppClient:
+    """llama-server at a URL: its per-step counts are in its log only (LLAMA_TRACE=1, one slot)."""
+
+    def __init__(self, url: str, log_path: Path | None, timeout: float):
+        if log_path is None:
+            raise BadInput(
+                "llama.cpp at --url: its per-step counts are in its log only; start llama-server with "
+                "LLAMA_TRACE=1 and -np 1, its output in a file, and name the file with --server-log"
+            )
+        if not Path(log_path).is_file():
+            raise BadInput(f"{log_path}: no such server log")
+        self.url, self.log_path, self.timeout = url, Path(log_path), timeout
+        self.props = props(url, timeout)
+        self.served_model = self.props.get("model_path")
+
+    def ask(
+        self, number: int, prompt: list[int], max_new_tokens: int, num_steps: int
+    ) -> tuple[dict, ServedAnswer]:
+        n_ctx = self.props.get("n_ctx")
+        if n_ctx and len(prompt) + max_new_tokens + num_steps + 2 > n_ctx:
+            # server_slot::get_n_draft_max also caps a draft at n_ctx - n_tokens - 2: not replayed
+            raise BadInput(
+                f"llama.cpp at {self.url}: its slot context is {n_ctx} tokens; prompt {number} ({len(prompt)}) + "
+                f"{max_new_tokens} new + K {num_steps} + 2 passes it, where llama.cpp drafts fewer, which the "
+                "replay does not model: start it with a larger -c or lower --max-new-tokens"
+            )
+        offset = log_size(self.log_path)
+        exchange = complete(self.url, prompt, max_new_tokens, self.timeout)
+        served = served_steps(exchange, self.log_path, offset, number)
+        return exchange, ServedAnswer(
+            per_step=served["per_step"],
+            accept_length=served["accept_length"],
+            token_ids=served["token_ids"],
+            verify_steps=served["verify_steps"],
+        )
+
+
+@contextmanager
+def launch(target, draft, num_steps, log_path, options: ServerOptions, context: int, progress=None):
+    """llama-server on the pair, converted to GGUF by llama.cpp's own converter (once per content), until
+    the block ends: (the server, what its launch said: the converter's layers line, the GGUFs)."""
+    tree = llamacpp_dir(options.llamacpp)
+    if progress:
+        progress(0.0, "converting the pair to GGUF (llama.cpp's converter, once per content)")
+    target_gguf = Path(options.target_gguf) if options.target_gguf else converted(target, llamacpp=tree)[0]
+    draft_gguf, layers_line = converted(draft, target, llamacpp=tree) if draft else (None, "")
+    flags = ServerFlags(context, options.threads, options.server_args)
+    with launched_server(
+        target_gguf, draft_gguf, num_steps, log_path, flags, llamacpp=tree, progress=progress
+    ) as up:
+        yield (
+            up,
+            {
+                "converter_layers_line": layers_line or None,
+                "target_gguf": str(target_gguf),
+                "draft_gguf": str(draft_gguf) if draft_gguf else None,
+            },
+        )
+
+
+def missing(options: ServerOptions) -> str | None:
+    try:
+        llamacpp_dir(options.llamacpp)
+    except BadInput as error:
+        return str(error)
+    return None
+
+
+ENGINE = ServedEngine(
+    name="llamacpp",
+    title="llama.cpp",
+    readings={"llamacpp": "llama.cpp (llama-server, --spec-type draft-eagle3)"},
+    default_url="http://127.0.0.1:8080",
+    own_options=("llamacpp", "threads", "server_args", "target_gguf", "server_log"),
+    log_at_url="Its log file (LLAMA_TRACE=1, -np 1)",
+    serves_gguf_targets=True,
+    missing=missing,
+    launch=launch,
+    connect=LlamacppClient,
+)

@@ -1,154 +1,113 @@
-"""The engines SpecLens runs beside the replay, each as three things: how to launch it on the pair, how
-to ask it for one greedy completion, and how to read its per-step accepted counts. engine_check.py
-runs every engine through this one interface.
-
-- vLLM (vllm_server.py): the OpenAI server; counts in the answer (metrics.speculative_decoding).
-- llama.cpp (llamacpp_server.py): llama-server on GGUFs from its own converter; counts in its trace.
+"""The engines SpecLens runs beside the replay, behind one interface (`ServedEngine`): how to launch one on
+the pair, how to connect to one at a URL, how to ask it for one greedy completion, and what its per-step
+accepted counts are (`ServedAnswer`, one type for every engine). Each engine is one module that declares
+its `ENGINE` (vllm_server.py, llamacpp_server.py); nothing outside those modules branches on an engine's
+name: engine_check.py, the CLI and the dashboard ask the engine object.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
+import importlib
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Protocol
 
 from backend import BadInput
-from backend.data.per_request import Where, parse_one
-from backend.service.server_process import Launched
 
-SERVER_OF_READING = {"vllm": "vllm", "vllm-v2": "vllm", "llamacpp": "llamacpp"}
-TITLES = {"vllm": "vLLM", "llamacpp": "llama.cpp"}
+ENGINE_MODULES = {  # engine name -> the module that declares it (imported when the engine is asked for)
+    "vllm": "backend.service.vllm_server",
+    "llamacpp": "backend.service.llamacpp_server",
+}
 
 
 @dataclass(frozen=True)
 class ServerOptions:
-    """How to run the engine here: vLLM's Python; llama.cpp's build, threads, extra server flags, a
-    GGUF target to serve instead of the converted one, and the log of a server at --url."""
+    """How to run an engine here; each field is read by the engines that name it in `own_options` (a field
+    another engine does not read is refused for it: ServedEngine.check_options)."""
 
-    vllm_python: str | None = None
-    llamacpp: str | None = None
+    vllm_python: str | None = None  # vLLM's Python
+    llamacpp: str | None = None  # llama.cpp's build
     threads: int | None = None
-    server_args: tuple[str, ...] = ()
-    target_gguf: str | None = None
-    server_log: str | None = None
+    server_args: tuple[str, ...] = ()  # extra server flags
+    target_gguf: str | None = None  # a GGUF target to serve beside the converted one
+    server_log: str | None = None  # the log of a server at --url
 
 
-def server_for(reading: str) -> str:
-    if reading not in SERVER_OF_READING:
-        raise BadInput(
-            f"no engine runs beside the replay for the reading {reading!r}: use --engine "
-            + " / ".join(SERVER_OF_READING)
-        )
-    return SERVER_OF_READING[reading]
+@dataclass(frozen=True)
+class ServedAnswer:
+    """One completion's numbers as an engine reported them: its per-step accepted counts (bonus not
+    included), the accept length they give (mean of a + 1), the engine's own accept length where it says
+    one, the tokens it answered and its verify steps."""
+
+    per_step: list[int]
+    accept_length: float | None
+    token_ids: list[int] | None
+    verify_steps: int | None = None
+    engine_accept_length: float | None = None
 
 
-class VllmClient:
-    name = "vLLM"
+class Client(Protocol):
+    served_model: str | None  # what the server says it serves (named in the result)
 
-    def __init__(self, url: str, log_path: Path | None, timeout: float):
-        from backend.service.vllm_server import served_model
-
-        self.url, self.timeout = url, timeout
-        self.model = served_model(url, timeout)
-
-    def ask(self, number: int, prompt: list[int], max_new_tokens: int, num_steps: int) -> tuple[dict, dict]:
-        from backend.service.vllm_server import complete
-
-        exchange = complete(self.url, self.model, prompt, max_new_tokens, self.timeout)
-        numbers = parse_one(exchange, Where("vLLM", f"prompt {number}"), "vllm", num_steps)[0]
-        if numbers.status != "ok" or numbers.per_step_accepted is None:
-            raise BadInput(
-                f"vLLM: prompt {number}: no per-step counts ({numbers.note or numbers.status}); launch the "
-                "server with --per-request-spec-decode-metrics detailed"
-            )
-        choices = exchange["response"].get("choices") or [{}]
-        served = {
-            "per_step": numbers.per_step_accepted,
-            "accept_length": numbers.accept_length,
-            "engine_accept_length": numbers.engine_accept_length,
-            "token_ids": choices[0].get("token_ids"),
-            "verify_steps": numbers.verify_steps,
-        }
-        return exchange, served
+    def ask(
+        self, number: int, prompt: list[int], max_new_tokens: int, num_steps: int
+    ) -> tuple[dict, ServedAnswer]:
+        """(the request and response as exchanged, kept in responses.jsonl; the answer's numbers)."""
+        ...
 
 
-class LlamacppClient:
-    name = "llama.cpp"
+@dataclass(frozen=True)
+class ServedEngine:
+    """One engine beside the replay: what it is called, which replay readings it runs, and how to launch it,
+    connect to it and tell what is missing to run it here."""
 
-    def __init__(self, url: str, log_path: Path | None, timeout: float):
-        from backend.service.llamacpp_server import props
+    name: str  # "vllm"
+    title: str  # "vLLM"
+    readings: dict[str, str]  # the readings of a draft it runs (the replay emulates one), described
+    default_url: str  # where a server of this engine listens by default
+    own_options: tuple[str, ...]  # the ServerOptions fields this engine reads
+    log_at_url: str | None  # what a server at a URL needs beside its URL (llama.cpp: its log), else None
+    serves_gguf_targets: bool  # whether a quantized GGUF target can be served beside the full one
+    missing: Callable[[ServerOptions], str | None]  # why it cannot be launched here (None: it can)
+    launch: Callable[..., AbstractContextManager]  # (target, draft, K, log, options, context, progress)
+    connect: Callable[[str, Path | None, float], Client]  # (url, its log, timeout)
 
-        if log_path is None:
-            raise BadInput(
-                "llama.cpp at --url: its per-step counts are in its log only; start llama-server with "
-                "LLAMA_TRACE=1 and -np 1, its output in a file, and name the file with --server-log"
-            )
-        if not Path(log_path).is_file():
-            raise BadInput(f"{log_path}: no such server log")
-        self.url, self.log_path, self.timeout = url, Path(log_path), timeout
-        self.props = props(url, timeout)
-
-    def ask(self, number: int, prompt: list[int], max_new_tokens: int, num_steps: int) -> tuple[dict, dict]:
-        from backend.service.llamacpp_server import complete, log_size, served_steps
-
-        n_ctx = self.props.get("n_ctx")
-        if n_ctx and len(prompt) + max_new_tokens + num_steps + 2 > n_ctx:
-            # server_slot::get_n_draft_max also caps a draft at n_ctx - n_tokens - 2: not replayed
-            raise BadInput(
-                f"llama.cpp at {self.url}: its slot context is {n_ctx} tokens; prompt {number} ({len(prompt)}) + "
-                f"{max_new_tokens} new + K {num_steps} + 2 passes it, where llama.cpp drafts fewer, which the "
-                "replay does not model: start it with a larger -c or lower --max-new-tokens"
-            )
-        offset = log_size(self.log_path)
-        exchange = complete(self.url, prompt, max_new_tokens, self.timeout)
-        return exchange, served_steps(exchange, self.log_path, offset, number)
+    def check_options(self, options: ServerOptions, flag_names: dict[str, str]) -> None:
+        """BadInput naming the first option given that this engine does not read (`flag_names`: each
+        option's flag, as the caller spells it)."""
+        for option in fields(ServerOptions):
+            if option.name in self.own_options or option.name not in flag_names:
+                continue
+            if getattr(options, option.name) not in (None, (), ""):
+                owners = [e.name for e in served_engines() if option.name in e.own_options]
+                raise BadInput(
+                    f"{flag_names[option.name]} goes with --engine {' / '.join(owners)} (not read by {self.title})"
+                )
 
 
-CLIENTS = {"vllm": VllmClient, "llamacpp": LlamacppClient}
+def served_engine(name: str) -> ServedEngine:
+    if name not in ENGINE_MODULES:
+        raise BadInput(f"no engine {name!r} runs beside the replay: use {' / '.join(ENGINE_MODULES)}")
+    return importlib.import_module(ENGINE_MODULES[name]).ENGINE
 
 
-@contextmanager
-def launch(
-    server: str,
-    target: str,
-    draft: str | None,
-    num_steps: int,
-    log_path: Path,
-    options: ServerOptions,
-    context: int,
-    progress=None,
-) -> Iterator[tuple[Launched, dict]]:
-    """`server` on the pair on loopback until the block ends: (the server, what its launch said)."""
-    if server == "vllm":
-        from backend.service.vllm_server import launched_server
+def served_engines() -> list[ServedEngine]:
+    return [served_engine(name) for name in ENGINE_MODULES]
 
-        with launched_server(
-            target, draft, num_steps, log_path, python=options.vllm_python, progress=progress
-        ) as up:
-            yield up, {"aux_layers_line": next(iter(up.log_lines("auxiliary layers")), None)}
-        return
-    from backend.service.llamacpp_server import ServerFlags, converted, launched_server, llamacpp_dir
 
-    tree = llamacpp_dir(options.llamacpp)
-    if progress:
-        progress(0.0, "converting the pair to GGUF (llama.cpp's converter, once per content)")
-    target_gguf = Path(options.target_gguf) if options.target_gguf else converted(target, llamacpp=tree)[0]
-    draft_gguf, layers_line = converted(draft, target, llamacpp=tree) if draft else (None, "")
-    with launched_server(
-        target_gguf,
-        draft_gguf,
-        num_steps,
-        log_path,
-        ServerFlags(context, options.threads, options.server_args),
-        llamacpp=tree,
-        progress=progress,
-    ) as up:
-        yield (
-            up,
-            {
-                "converter_layers_line": layers_line or None,
-                "target_gguf": str(target_gguf),
-                "draft_gguf": str(draft_gguf) if draft_gguf else None,
-            },
-        )
+def served_readings() -> tuple[str, ...]:
+    """Every reading an engine beside the replay runs (--engine values serve-check can launch)."""
+    return tuple(reading for engine in served_engines() for reading in engine.readings)
+
+
+def engine_for(reading: str) -> ServedEngine:
+    """The engine that runs this reading of a draft."""
+    for engine in served_engines():
+        if reading in engine.readings:
+            return engine
+    raise BadInput(
+        f"no engine runs beside the replay for the reading {reading!r}: use --engine "
+        + " / ".join(served_readings())
+    )

@@ -320,9 +320,9 @@ def probe_job(target_path, draft_path, samples, num_steps, budget, live, *, prog
     )
 
 
-@job("vllm-check", lambda db_url, settings, *_: f"{settings.title} check {_name(settings.draft_path)}")
-def vllm_check_job(db_url: str | None, settings, samples, url: str | None, *, progress: Progress):
-    """The replay against vLLM or llama.cpp (backend/service/engine_check.py): at `url`, or launched
+@job("engine-check", lambda db_url, settings, *_: f"{settings.title} check {_name(settings.draft_path)}")
+def engine_check_job(db_url: str | None, settings, samples, url: str | None, *, progress: Progress):
+    """The replay against an engine served beside it (backend/service/engine_check.py): at `url`, or launched
     here (None); an EngineCheck."""
     from backend.service.engine_check import engine_check
 

@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from backend import BadInput
+from backend.service.served_engines import ServedAnswer, ServedEngine, ServerOptions
 from backend.service.server_process import Launched, free_port, launched, post
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -116,3 +117,70 @@ def complete(url: str, model: str, prompt_ids: list[int], max_new_tokens: int, t
     }
     response = _post(url, "/v1/completions", body, timeout)
     return {"request": body, "response": response}
+
+
+# ----------------------------------------------------------------------------- the engine beside the replay
+
+
+class VllmClient:
+    """vLLM's OpenAI server at a URL: its counts come in each answer (metrics.speculative_decoding, with
+    --per-request-spec-decode-metrics detailed)."""
+
+    def __init__(self, url: str, log_path: Path | None, timeout: float):
+        self.url, self.timeout = url, timeout
+        self.served_model = served_model(url, timeout)
+
+    def ask(
+        self, number: int, prompt: list[int], max_new_tokens: int, num_steps: int
+    ) -> tuple[dict, ServedAnswer]:
+        from backend.data.per_request import Where, parse_one
+
+        exchange = complete(self.url, self.served_model, prompt, max_new_tokens, self.timeout)
+        numbers = parse_one(exchange, Where("vLLM", f"prompt {number}"), "vllm", num_steps)[0]
+        if numbers.status != "ok" or numbers.per_step_accepted is None:
+            raise BadInput(
+                f"vLLM: prompt {number}: no per-step counts ({numbers.note or numbers.status}); launch the "
+                "server with --per-request-spec-decode-metrics detailed"
+            )
+        choices = exchange["response"].get("choices") or [{}]
+        return exchange, ServedAnswer(
+            per_step=list(numbers.per_step_accepted),
+            accept_length=numbers.accept_length,
+            token_ids=choices[0].get("token_ids"),
+            verify_steps=numbers.verify_steps,
+            engine_accept_length=numbers.engine_accept_length,
+        )
+
+
+@contextmanager
+def launch(target, draft, num_steps, log_path, options: ServerOptions, context: int, progress=None):
+    """vLLM on the pair until the block ends: (the server, what its launch said: the aux layers line)."""
+    with launched_server(
+        target, draft, num_steps, log_path, python=options.vllm_python, progress=progress
+    ) as up:
+        yield up, {"aux_layers_line": next(iter(up.log_lines("auxiliary layers")), None)}
+
+
+def missing(options: ServerOptions) -> str | None:
+    try:
+        vllm_python(options.vllm_python)
+    except BadInput as error:
+        return str(error)
+    return None
+
+
+ENGINE = ServedEngine(
+    name="vllm",
+    title="vLLM",
+    readings={
+        "vllm": "vLLM 0.32, V1 runner (the CPU build)",
+        "vllm-v2": "vLLM 0.32, V2 runner (the GPU default)",
+    },
+    default_url="http://127.0.0.1:8000",
+    own_options=("vllm_python",),
+    log_at_url=None,
+    serves_gguf_targets=False,
+    missing=missing,
+    launch=launch,
+    connect=VllmClient,
+)

@@ -19,6 +19,7 @@ from backend.service.engine_check import (
     first_difference,
     summarise,
 )
+from backend.service.served_engines import ServedAnswer
 from tests.support.cli import cli_json, run_cli
 
 TOY = ("--target", "demo/target", "--draft", "demo/drafts/final")
@@ -32,18 +33,18 @@ def test_first_difference_names_the_first_unequal_step_or_a_length_mismatch():
 
 
 def test_compare_reports_both_counts_at_the_first_difference():
-    served = {"per_step": [2, 1, 0], "accept_length": 2.0, "token_ids": [5, 6, 7, 8, 9, 10]}
+    served = ServedAnswer(per_step=[2, 1, 0], accept_length=2.0, token_ids=[5, 6, 7, 8, 9, 10])
     replayed = {"per_step": [2, 0, 1], "accept_length": 2.0, "output_ids": [5, 6, 7, 8, 9, 10], "run_id": 3}
-    row = compare(0, served, replayed)
+    row = compare(0, [1, 2], served, replayed)
     assert not row.equal_step_for_step and row.same_tokens
     assert row.first_difference == StepDifference(step=1, served=1, replay=0)
-    row = compare(1, served, {**replayed, "per_step": [2, 1, 0]})
+    row = compare(1, [1, 2], served, {**replayed, "per_step": [2, 1, 0]})
     assert row.equal_step_for_step and row.first_difference is None
 
 
 def test_a_check_reads_back_from_the_json_it_keeps():
     """result.json and `serve-check --json` are EngineCheck.to_dict(): the same check reads back."""
-    served = {"per_step": [2, 1, 0], "accept_length": 2.0, "token_ids": [5, 6, 7], "prompt_ids": [1, 2]}
+    served = ServedAnswer(per_step=[2, 1, 0], accept_length=2.0, token_ids=[5, 6, 7])
     replayed = {
         "per_step": [2, 0, 1],
         "accept_length": 2.0,
@@ -51,7 +52,10 @@ def test_a_check_reads_back_from_the_json_it_keeps():
         "run_id": 3,
         "wiring": [2, 6, 9],
     }
-    rows = [compare(0, served, replayed), compare(1, served, {**replayed, "per_step": [2, 1, 0]})]
+    rows = [
+        compare(0, [1, 2], served, replayed),
+        compare(1, [1, 2], served, {**replayed, "per_step": [2, 1, 0]}),
+    ]
     settings = EngineCheckSettings("demo/target", "demo/drafts/final", 3, 16)
     start = EngineCheck("vllm", "http://127.0.0.1:8000", None, "vllm", 3, 16, [], DEFINITION, "checks/1")
     result = replace(

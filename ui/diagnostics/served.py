@@ -9,12 +9,9 @@ import html
 import pandas as pd
 import streamlit as st
 
-from backend import BadInput
 from backend.service import tasks
 from backend.service.engine_check import DEFINITION, EngineCheck, EngineCheckSettings
-from backend.service.llamacpp_server import llamacpp_dir
-from backend.service.served_engines import TITLES, ServerOptions
-from backend.service.vllm_server import DEFAULT_PYTHON
+from backend.service.served_engines import ServerOptions, served_engine, served_engines
 from ui import state
 from ui.html import md
 from ui.numbers import whole
@@ -30,17 +27,11 @@ INTRO = (
     "that engine; the table says per prompt whether the accepted counts are equal step for step, or where "
     "they first differ."
 )
-READINGS = {
-    "vllm": "vLLM 0.32, V1 runner (the CPU build)",
-    "vllm-v2": "vLLM 0.32, V2 runner (the GPU default)",
-    "llamacpp": "llama.cpp (llama-server, --spec-type draft-eagle3)",
-}
-ENGINE_READINGS = {"vllm": ("vllm", "vllm-v2"), "llamacpp": ("llamacpp",)}
 
 
 def _render(result: EngineCheck) -> None:
     equal = result.equal_prompts == result.prompts
-    name = TITLES.get(result.engine, "vLLM")
+    name = served_engine(result.engine).title
     (st.success if equal else st.warning)(result.headline)
     launched = result.launched
     if launched and launched.converter_layers_line:
@@ -51,7 +42,8 @@ def _render(result: EngineCheck) -> None:
             + html.escape(launched.aux_layers_line.split("]")[-1].strip())
             + f" · ready in {launched.seconds_to_ready:.0f} s"
         )
-    st.caption(f"Replayed as {READINGS.get(result.reading, result.reading)} with HF {result.wiring}.")
+    described = served_engine(result.engine).readings.get(result.reading, result.reading)
+    st.caption(f"Replayed as {described} with HF {result.wiring}.")
     rows = []
     for r in result.rows:
         d = r.first_difference
@@ -68,43 +60,46 @@ def _render(result: EngineCheck) -> None:
                 "replay run": r.replay_run,
             }
         )
-    st.dataframe(pd.DataFrame(rows), hide_index=True, key="vllm_check_table")
+    st.dataframe(pd.DataFrame(rows), hide_index=True, key="engine_check_table")
     if result.explained_by:
         e = result.explained_by
         st.info(f"{name} ran HF {e.aux_hf_indices} ({e.why}): a replay with that wiring reproduces it.")
     st.caption(f"{DEFINITION}. Kept in {result.folder} (responses.jsonl is readable by observe --requests).")
 
 
-def vllm_tab() -> None:
+def served_tab() -> None:
     st.markdown(INTRO)
-    samples = first_samples("vllm_check", default_n=4)
-    engine = st.radio(
-        "Engine", list(ENGINE_READINGS), format_func=TITLES.get, horizontal=True, key="engine_check_engine"
+    samples = first_samples("engine_check", default_n=4)
+    engines = {engine.name: engine for engine in served_engines()}
+    chosen = st.radio(
+        "Engine",
+        list(engines),
+        format_func=lambda n: engines[n].title,
+        horizontal=True,
+        key="engine_check_engine",
     )
-    name = TITLES[engine]
+    engine = engines[chosen]
     c1, c2, c3 = st.columns(3)
-    where = c1.radio(name, ["Launch it here", "At a URL"], horizontal=True, key="vllm_check_where")
-    steps = whole(c2, "K (drafted tokens per step)", 1, 8, 4, "vllm_check_steps")
-    tokens = whole(c3, "Max new tokens", 8, 512, 96, "vllm_check_tokens")
+    where = c1.radio(engine.title, ["Launch it here", "At a URL"], horizontal=True, key="engine_check_where")
+    steps = whole(c2, "K (drafted tokens per step)", 1, 8, 4, "engine_check_steps")
+    tokens = whole(c3, "Max new tokens", 8, 512, 96, "engine_check_tokens")
     url, log = None, None
     if where == "At a URL":
-        default = "http://127.0.0.1:8000" if engine == "vllm" else "http://127.0.0.1:8080"
-        url = st.text_input("Server URL", default, key=f"{engine}_check_url").strip()
-        if engine == "llamacpp":
-            log = (
-                st.text_input("Its log file (LLAMA_TRACE=1, -np 1)", key="llamacpp_check_log").strip() or None
-            )
-    elif engine == "vllm" and not DEFAULT_PYTHON.is_file():
-        st.info(f"No vLLM here yet ({DEFAULT_PYTHON}): the README's vLLM command installs its CPU build.")
-    elif engine == "llamacpp":
-        try:
-            llamacpp_dir()
-        except BadInput as error:
-            st.info(md(error))
-    readings = ENGINE_READINGS[engine]
-    reading = st.selectbox("Replay as", readings, format_func=READINGS.get, key=f"{engine}_check_reading")
+        url = st.text_input("Server URL", engine.default_url, key=f"{engine.name}_check_url").strip()
+        if engine.log_at_url:
+            log = st.text_input(engine.log_at_url, key=f"{engine.name}_check_log").strip() or None
+    else:
+        missing = engine.missing(ServerOptions())
+        if missing:
+            st.info(f"{engine.title} cannot be launched here yet: {md(missing)}")
+    reading = st.selectbox(
+        "Replay as",
+        list(engine.readings),
+        format_func=engine.readings.get,
+        key=f"{engine.name}_check_reading",
+    )
     ready = bool(samples) and None not in (steps, tokens)
-    if st.button(f"Check against {name}", key="vllm_check_run", disabled=not ready):
+    if st.button(f"Check against {engine.title}", key="engine_check_run", disabled=not ready):
         settings = EngineCheckSettings(
             state.target_path(),
             state.draft_path(),
@@ -113,5 +108,7 @@ def vllm_tab() -> None:
             reading,
             options=ServerOptions(server_log=log),
         )
-        st.session_state["vllm_check_task"] = tasks.vllm_check_job.start(state.db(), settings, samples, url)
-    task_panel("vllm_check_task", _render, adopt="vllm-check")
+        st.session_state["engine_check_task"] = tasks.engine_check_job.start(
+            state.db(), settings, samples, url
+        )
+    task_panel("engine_check_task", _render, adopt="engine-check")
