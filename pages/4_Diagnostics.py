@@ -30,7 +30,8 @@ TABS = {
     "Server vs replay": server.server_tab,
     "Served by an engine": served.served_tab,
 }
-for tab, render in zip(st.tabs(list(TABS)), TABS.values(), strict=True):
+# keyed: a widget in a tab reruns the page, and an unkeyed tab set opened on its first tab again
+for tab, render in zip(st.tabs(list(TABS), key="diagnostics_tab"), TABS.values(), strict=True):
     with tab:
         render()
 st.html(CSS)

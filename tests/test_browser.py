@@ -368,6 +368,11 @@ def test_dashboard_in_chromium(dashboard, hostile_dataset):
         # Diagnostics: the lint on the flags of docs/seed-story.md
         page.goto(f"{url}/Diagnostics")
         page.get_by_role("tab", name="Serving-flag lint").click()
+        # another engine reruns the page; the tab stays open (an unkeyed tab set went back to the first)
+        for engine in ("vLLM", "SGLang"):
+            page.locator(f'text="{engine}" >> visible=true').first.click()
+            wait_idle(page)
+            assert page.get_by_role("tab", name="Serving-flag lint").get_attribute("aria-selected") == "true"
         page.get_by_role("button", name="Lint").click()
         # the fix's name shows in the recommended command and in the finding: wait for the first
         page.get_by_text("topk1-draft-tokens-reset").first.wait_for(timeout=60_000)

@@ -109,8 +109,11 @@ class Diagnosis:
                     else ""
                 )
                 blind = level == "warn" and self.next_step is not None  # a warning is not all there is
-                return f"{worst[0].cls}: {worst[0].message}{more}" + (
-                    "; and unverified: no check that ran can see the wiring" if blind else ""
+                said = f"{worst[0].cls}: {worst[0].message}{more}"
+                return (
+                    said.rstrip(".") + "; and unverified: no check that ran can see the wiring"
+                    if blind
+                    else said
                 )
         skipped = [k for k, v in self.ran.items() if str(v).startswith("skipped")]
         if not self.wiring_seen:
