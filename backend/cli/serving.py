@@ -103,16 +103,7 @@ def cmd_serve_check(args) -> tuple[dict, str]:
     if served:
         return cmd_engine_check(args)
     samples, _ = load_samples(args.samples, checked_vocab(args), args.limit)
-    settings = ServeCheckSettings(
-        args.target,
-        args.draft,
-        args.steps,
-        args.max_new_tokens,
-        args.engine,
-        topk=args.topk,
-        num_draft_tokens=args.num_draft_tokens,
-        timeout=args.timeout,
-    )
+    settings = ServeCheckSettings(check_request(args, samples), timeout=args.timeout)
     result = serve_check(args.db, args.url, samples, settings)
     lines = [f"{'sample':>6} {'server AL':>9} {'replay AL':>9}"]
     lines += [
@@ -167,6 +158,19 @@ def cmd_feature_check(args) -> tuple[dict, str]:
     return result.to_dict(), "\n".join(lines)
 
 
+def check_request(args, samples):
+    """The replay serve-check holds a server against, from the command's own request flags (the first
+    sample's prompt stands for each sample's)."""
+    from backend.cli.flags import request_fields
+    from backend.run.request import ReplayRequest
+
+    if not samples:
+        raise BadInput(f"{args.samples}: no sample to send")
+    return ReplayRequest(
+        args.target, args.draft, prompt_ids=tuple(samples[0].prompt_ids), **request_fields(args)
+    )
+
+
 # the engine options serve-check refuses for an engine that does not read them, with their flags
 ENGINE_FLAGS = {"server_log": "--server-log", "server_args": "--server-arg", "target_gguf": "--target-gguf"}
 
@@ -201,18 +205,7 @@ def cmd_engine_check(args) -> tuple[dict, str]:
         from backend.service.plan import checked_override
 
         checked_override(args.target, args.aux_hf_indices)
-    settings = EngineCheckSettings(
-        args.target,
-        args.draft,
-        args.steps,
-        args.max_new_tokens,
-        args.engine,
-        args.aux_hf_indices,
-        timeout=args.timeout,
-        device=args.device,
-        dtype=args.dtype,
-        options=options,
-    )
+    settings = EngineCheckSettings(check_request(args, samples), timeout=args.timeout, options=options)
     name = settings.title
     bar, progress = percent_bar(f"{settings.server}-check")
     try:

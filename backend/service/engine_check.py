@@ -43,21 +43,27 @@ DEFINITION = (
 
 @dataclass(frozen=True)
 class EngineCheckSettings:
-    target_path: str
-    draft_path: str
-    num_steps: int
-    max_new_tokens: int
-    engine: str = "vllm"  # the reading the replay runs; it names the engine (served_engines.engine_for)
-    aux_hf_indices: tuple[int, ...] | None = None
+    """The replay an engine is held against, as one request (`request`: the pair, K, max new tokens, the
+    reading, which names the engine, a wiring override, device and dtype; its prompt stands for each
+    sample's in turn) and what only the engine needs: how long one completion may take, how to run it."""
+
+    request: ReplayRequest
     timeout: float = 300.0  # seconds for one completion
-    device: str | None = None
-    dtype: str | None = None
     options: ServerOptions = ServerOptions()
+
+    def __post_init__(self):
+        engine_for(self.request.engine)  # an engine runs this reading beside the replay, else BadInput
+        decoding = self.request.decoding()
+        if decoding.shape.topk != 1 or not decoding.greedy:
+            raise BadInput(
+                "the engine check sends greedy chain requests (temperature 0, one draft a step): replay a "
+                "greedy chain (no --topk or --temperature)"
+            )
 
     @property
     def served(self) -> ServedEngine:
         """The engine that runs this reading beside the replay."""
-        return engine_for(self.engine)
+        return engine_for(self.request.engine)
 
     @property
     def server(self) -> str:
@@ -187,18 +193,13 @@ def check_folder(db_url: str | None) -> Path:
 def replay_steps(db_url, prompt_ids, settings: EngineCheckSettings, ref: str, aux=None) -> dict:
     from backend.service.jobs import run_replay
 
-    request = ReplayRequest(
-        settings.target_path,
-        settings.draft_path,
+    asked = settings.request
+    request = replace(
+        asked,
         prompt_ids=tuple(prompt_ids),
-        num_steps=settings.num_steps,
-        max_new_tokens=settings.max_new_tokens,
-        aux_hf_indices=aux if aux is not None else settings.aux_hf_indices,
+        aux_hf_indices=aux if aux is not None else asked.aux_hf_indices,
         record=False,
-        engine=settings.engine,
         sample_ref=ref,
-        device=settings.device,
-        dtype=settings.dtype,
     )
     outcome = run_replay(request, db_url)
     return {
@@ -251,7 +252,9 @@ def candidate_wirings(settings: EngineCheckSettings, replayed: list[int]) -> lis
     from backend.drafts.readings import DESCRIPTIONS, ENGINES, read_as
     from backend.service import models
 
-    target, draft, _ = models.pair(settings.target_path, settings.draft_path, settings.device, settings.dtype)
+    target, draft, _ = models.pair(
+        settings.request.target, settings.request.draft, settings.request.device, settings.request.dtype
+    )
     found: dict[tuple, str] = {}
     for engine in ENGINES:
         view = read_as(engine, draft.config, target.num_layers, draft.own_embedding is not None)
@@ -293,9 +296,9 @@ def run_check(
         engine=settings.server,
         url=url,
         served_model=client.served_model,
-        reading=settings.engine,
-        num_steps=settings.num_steps,
-        max_new_tokens=settings.max_new_tokens,
+        reading=settings.request.engine,
+        num_steps=settings.request.num_steps,
+        max_new_tokens=settings.request.max_new_tokens,
         rows=rows,
         definition=DEFINITION,
         folder=str(folder),
@@ -305,7 +308,9 @@ def run_check(
             if progress:
                 progress(number / max(1, len(prompts)), f"prompt {number + 1}/{len(prompts)}")
             try:
-                exchange, answer = client.ask(number, prompt, settings.max_new_tokens, settings.num_steps)
+                exchange, answer = client.ask(
+                    number, prompt, settings.request.max_new_tokens, settings.request.num_steps
+                )
             except BadInput as error:
                 stopped = replace(start, stopped_at=StoppedAt(prompt=number, why=str(error)))
                 write_result(folder, summarise(stopped, rows, settings))
@@ -356,7 +361,7 @@ def context_for(samples: list, settings: EngineCheckSettings) -> int:
     """The server's context: the longest prompt, the new tokens and a draft's worth, with room to spare
     (llama-server drafts only while n_ctx - n_tokens - 2 allows)."""
     longest = max(len(s.prompt_ids) for s in samples)
-    return max(512, longest + settings.max_new_tokens + settings.num_steps + 16)
+    return max(512, longest + settings.request.max_new_tokens + settings.request.num_steps + 16)
 
 
 def engine_check(
@@ -387,9 +392,9 @@ def engine_check(
 def served_here(samples, settings: EngineCheckSettings, log_path: Path, progress):
     """The settings' engine launched on loopback on the pair, its context fitted to the samples."""
     return settings.served.launch(
-        settings.target_path,
-        settings.draft_path,
-        settings.num_steps,
+        settings.request.target,
+        settings.request.draft,
+        settings.request.num_steps,
         log_path,
         settings.options,
         context_for(samples, settings),
@@ -432,7 +437,10 @@ def quantized_cost(
         with (folder / "responses-quantized.jsonl").open("w") as saved:
             for number, sample in enumerate(samples):
                 exchange, answer = client.ask(
-                    number, list(sample.prompt_ids), settings.max_new_tokens, settings.num_steps
+                    number,
+                    list(sample.prompt_ids),
+                    settings.request.max_new_tokens,
+                    settings.request.num_steps,
                 )
                 saved.write(json.dumps(exchange) + "\n")
                 reference = full.rows[number]

@@ -11,13 +11,14 @@ import shlex
 import urllib.error
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from backend import BadInput
 from backend.data.serving import ServingObservation, parse_sglang_log, parse_vllm_metrics
 from backend.diagnostics.lint import LintFinding, lint_command
 from backend.plain import Plain
+from backend.run.request import ReplayRequest
 from backend.service.database import open_database
 from db import store
 
@@ -309,36 +310,22 @@ def request_accept_length(
 
 @dataclass(frozen=True)
 class ServeCheckSettings:
-    """What the server request and the offline replay share (the pair, the drafting shape, the answer
-    length, the engine the replay emulates) and how long one server request may take."""
+    """The replay a server's answers are held against, as one request (`request`: the pair, the drafting
+    shape, the answer length, the reading the replay emulates; its prompt stands for each sample's) and
+    how long one server request may take."""
 
-    target_path: str
-    draft_path: str
-    num_steps: int
-    max_new_tokens: int
-    engine: str = "auto"
-    topk: int | None = None
-    num_draft_tokens: int | None = None
+    request: ReplayRequest
     timeout: float = 60.0
 
 
 def check_sample(db_url: str | None, url: str, number: int, sample, settings: ServeCheckSettings) -> dict:
     """One sample's prompt sent to the server, then replayed offline (unrecorded) with the same settings."""
-    from backend.run.request import ReplayRequest
     from backend.service.jobs import run_replay
 
-    served = request_accept_length(url, list(sample.prompt_ids), settings.max_new_tokens, settings.timeout)
-    request = ReplayRequest(
-        settings.target_path,
-        settings.draft_path,
-        prompt_ids=tuple(sample.prompt_ids),
-        num_steps=settings.num_steps,
-        max_new_tokens=settings.max_new_tokens,
-        record=False,
-        engine=settings.engine,
-        sample_ref=f"serve-check #{number}",
-        topk=settings.topk,
-        num_draft_tokens=settings.num_draft_tokens,
+    asked = settings.request
+    served = request_accept_length(url, list(sample.prompt_ids), asked.max_new_tokens, settings.timeout)
+    request = replace(
+        asked, prompt_ids=tuple(sample.prompt_ids), record=False, sample_ref=f"serve-check #{number}"
     )
     outcome = run_replay(request, db_url)
     return {

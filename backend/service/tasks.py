@@ -320,7 +320,7 @@ def probe_job(target_path, draft_path, samples, num_steps, budget, live, *, prog
     )
 
 
-@job("engine-check", lambda db_url, settings, *_: f"{settings.title} check {_name(settings.draft_path)}")
+@job("engine-check", lambda db_url, settings, *_: f"{settings.title} check {_name(settings.request.draft)}")
 def engine_check_job(db_url: str | None, settings, samples, url: str | None, *, progress: Progress):
     """The replay against an engine served beside it (backend/service/engine_check.py): at `url`, or launched
     here (None); an EngineCheck."""

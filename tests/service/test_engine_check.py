@@ -8,6 +8,7 @@ import json
 from dataclasses import replace
 
 from backend.drafts.reading_fixes import wiring_fix
+from backend.run.request import ReplayRequest
 from backend.service.engine_check import (
     DEFINITION,
     EngineCheck,
@@ -56,7 +57,16 @@ def test_a_check_reads_back_from_the_json_it_keeps():
         compare(0, [1, 2], served, replayed),
         compare(1, [1, 2], served, {**replayed, "per_step": [2, 1, 0]}),
     ]
-    settings = EngineCheckSettings("demo/target", "demo/drafts/final", 3, 16)
+    settings = EngineCheckSettings(
+        ReplayRequest(
+            "demo/target",
+            "demo/drafts/final",
+            prompt_ids=(1, 2),
+            num_steps=3,
+            max_new_tokens=16,
+            engine="vllm",
+        )
+    )
     start = EngineCheck("vllm", "http://127.0.0.1:8000", None, "vllm", 3, 16, [], DEFINITION, "checks/1")
     result = replace(
         summarise(start, rows, settings),

@@ -108,6 +108,7 @@ class FakeSGLang(BaseHTTPRequestHandler):
 def test_serve_check_puts_each_samples_server_accept_length_beside_its_replay(db_url):
     from backend.data.samples import read_jsonl
     from backend.defaults import DEMO_DRAFTS, DEMO_EVAL, DEMO_TARGET
+    from backend.run.request import ReplayRequest
     from backend.service.observations import ServeCheckSettings, serve_check
 
     server = HTTPServer(("127.0.0.1", 0), FakeSGLang)
@@ -116,7 +117,9 @@ def test_serve_check_puts_each_samples_server_accept_length_beside_its_replay(db
         samples = read_jsonl(DEMO_EVAL)[0][:2]
         url = f"http://127.0.0.1:{server.server_port}"
         settings = ServeCheckSettings(
-            str(DEMO_TARGET), str(DEMO_DRAFTS / "final"), num_steps=4, max_new_tokens=32
+            ReplayRequest(
+                str(DEMO_TARGET), str(DEMO_DRAFTS / "final"), prompt_ids=(1,), num_steps=4, max_new_tokens=32
+            )
         )
         result = serve_check(db_url, url, samples, settings)
     finally:
@@ -134,6 +137,7 @@ def test_unreachable_server_and_garbage_are_bad_input(db_url, tmp_path):
     from backend import BadInput
     from backend.data.samples import read_jsonl
     from backend.defaults import DEMO_DRAFTS, DEMO_EVAL, DEMO_TARGET
+    from backend.run.request import ReplayRequest
     from backend.service.observations import ServeCheckSettings, observe, serve_check
 
     with pytest.raises(BadInput, match="the request failed"):
@@ -141,7 +145,15 @@ def test_unreachable_server_and_garbage_are_bad_input(db_url, tmp_path):
             db_url,
             "http://127.0.0.1:9",
             read_jsonl(DEMO_EVAL)[0][:1],
-            ServeCheckSettings(str(DEMO_TARGET), str(DEMO_DRAFTS / "final"), num_steps=4, max_new_tokens=8),
+            ServeCheckSettings(
+                ReplayRequest(
+                    str(DEMO_TARGET),
+                    str(DEMO_DRAFTS / "final"),
+                    prompt_ids=(1,),
+                    num_steps=4,
+                    max_new_tokens=8,
+                )
+            ),
         )
     garbage = tmp_path / "server.log"
     garbage.write_bytes(b"\x00\xff not a log")

@@ -9,6 +9,7 @@ import html
 import pandas as pd
 import streamlit as st
 
+from backend.run.request import ReplayRequest
 from backend.service import tasks
 from backend.service.engine_check import DEFINITION, EngineCheck, EngineCheckSettings
 from backend.service.served_engines import ServerOptions, served_engine, served_engines
@@ -100,14 +101,15 @@ def served_tab() -> None:
     )
     ready = bool(samples) and None not in (steps, tokens)
     if st.button(f"Check against {engine.title}", key="engine_check_run", disabled=not ready):
-        settings = EngineCheckSettings(
+        request = ReplayRequest(
             state.target_path(),
             state.draft_path(),
-            steps,
-            tokens,
-            reading,
-            options=ServerOptions(server_log=log),
+            prompt_ids=tuple(samples[0].prompt_ids),
+            num_steps=steps,
+            max_new_tokens=tokens,
+            engine=reading,
         )
+        settings = EngineCheckSettings(request, options=ServerOptions(server_log=log))
         st.session_state["engine_check_task"] = tasks.engine_check_job.start(
             state.db(), settings, samples, url
         )
