@@ -13,6 +13,7 @@ from backend import BadInput
 from backend.data.serving_command import split_command, target_facts
 from backend.diagnostics.findings import Finding, severity
 from backend.diagnostics.lint import LintResult, lint_result
+from backend.diagnostics.lint_wiring import feeds_trained
 from backend.drafts.draft_config import read_draft_config
 from backend.drafts.reading_fixes import wiring_fix
 from backend.drafts.readings import read_as
@@ -204,17 +205,7 @@ def _wiring_against_probe(fed: list[int], source: str, trained: list[list[int]],
     GGUF names, and the probe rejected the declared ones; never suggest the declared wiring again."""
     found = " or ".join(f"HF {w}" for w in trained)
     if fed in trained:
-        add(
-            "info",
-            "aux-ids-trained",
-            f"llama.cpp feeds HF {fed} ({source}), "
-            + (
-                "the layers the wiring probe found this draft trained on."
-                if len(trained) == 1
-                else f"one of the wirings the probe found this draft trained on ({found}: it cannot tell them apart)."
-            ),
-            "Nothing to change for the wiring.",
-        )
+        feeds_trained("llama.cpp", f"{fed} ({source})", trained, add)
         return
     if len(trained) == 1:
         words, _ = wiring_fix("llamacpp", trained[0])

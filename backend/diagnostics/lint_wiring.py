@@ -115,17 +115,7 @@ def aux_ids_against(
     best = trained[0]
     found = " or ".join(f"HF {w}" for w in trained)
     if all(w in trained for w, _ in feeds):
-        add(
-            "info",
-            "aux-ids-trained",
-            f"{name} feeds HF {served}, "
-            + (
-                "the layers the wiring probe found this draft trained on."
-                if len(trained) == 1
-                else f"one of the wirings the probe found this draft trained on ({found}: it cannot tell them apart)."
-            ),
-            "Nothing to change for the wiring.",
-        )
+        feeds_trained(name, served, trained, add)
         return
     ties = (
         ""
@@ -145,4 +135,21 @@ def aux_ids_against(
         else f"Separate {found} first: run the wiring probe on more samples (python -m backend probe --samples "
         "FILE --limit 32) or hold the served features against the draft's training features (Train vs serve); "
         "then write the one it separates in both fields (nested SGLang ids = HF - 1, top-level vLLM ids = HF).",
+    )
+
+
+def feeds_trained(name: str, served: str, trained: list[list[int]], add) -> None:
+    """The finding when an engine (`name`) feeds (`served`, in words) one of the wirings the probe found this
+    draft trained on (`trained`: its best, then those it could not tell apart)."""
+    found = " or ".join(f"HF {w}" for w in trained)
+    add(
+        "info",
+        "aux-ids-trained",
+        f"{name} feeds HF {served}, "
+        + (
+            "the layers the wiring probe found this draft trained on."
+            if len(trained) == 1
+            else f"one of the wirings the probe found this draft trained on ({found}: it cannot tell them apart)."
+        ),
+        "Nothing to change for the wiring.",
     )

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from backend import BadInput
-from backend.service.served_engines import ServedAnswer, ServedEngine, ServerOptions
+from backend.service.served_engines import ServedAnswer, ServedEngine, ServerOptions, refusal_of
 from backend.service.server_process import Launched, free_port, launched, post
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -393,14 +393,6 @@ def launch(target, draft, num_steps, log_path, options: ServerOptions, context: 
         )
 
 
-def missing(options: ServerOptions) -> str | None:
-    try:
-        llamacpp_dir(options.llamacpp)
-    except BadInput as error:
-        return str(error)
-    return None
-
-
 ENGINE = ServedEngine(
     name="llamacpp",
     title="llama.cpp",
@@ -409,7 +401,7 @@ ENGINE = ServedEngine(
     own_options=("llamacpp", "threads", "server_args", "target_gguf", "server_log"),
     log_at_url="Its log file (LLAMA_TRACE=1, -np 1)",
     serves_gguf_targets=True,
-    missing=missing,
+    missing=refusal_of(lambda options: llamacpp_dir(options.llamacpp)),
     launch=launch,
     connect=LlamacppClient,
 )

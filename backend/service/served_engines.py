@@ -111,3 +111,17 @@ def engine_for(reading: str) -> ServedEngine:
         f"no engine runs beside the replay for the reading {reading!r}: use --engine "
         + " / ".join(served_readings())
     )
+
+
+def refusal_of(check: Callable[[ServerOptions], object]) -> Callable[[ServerOptions], str | None]:
+    """An engine's `missing`: what `check` (which raises BadInput when the engine cannot run here) says,
+    None when it passes."""
+
+    def missing(options: ServerOptions) -> str | None:
+        try:
+            check(options)
+        except BadInput as error:
+            return str(error)
+        return None
+
+    return missing

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from backend import BadInput
-from backend.service.served_engines import ServedAnswer, ServedEngine, ServerOptions
+from backend.service.served_engines import ServedAnswer, ServedEngine, ServerOptions, refusal_of
 from backend.service.server_process import Launched, free_port, launched, post
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -161,14 +161,6 @@ def launch(target, draft, num_steps, log_path, options: ServerOptions, context: 
         yield up, {"aux_layers_line": next(iter(up.log_lines("auxiliary layers")), None)}
 
 
-def missing(options: ServerOptions) -> str | None:
-    try:
-        vllm_python(options.vllm_python)
-    except BadInput as error:
-        return str(error)
-    return None
-
-
 ENGINE = ServedEngine(
     name="vllm",
     title="vLLM",
@@ -180,7 +172,7 @@ ENGINE = ServedEngine(
     own_options=("vllm_python",),
     log_at_url=None,
     serves_gguf_targets=False,
-    missing=missing,
+    missing=refusal_of(lambda options: vllm_python(options.vllm_python)),
     launch=launch,
     connect=VllmClient,
 )
