@@ -267,3 +267,25 @@ def test_a_served_engine_is_branched_on_in_its_own_module_only():
         if (lines := name_branches((REPO / path).read_text(), functions))
     }
     assert found == {}
+
+
+def test_every_form_asks_k_and_max_new_tokens_as_the_request_declares_them():
+    """One label and one range per setting: a form asks K and max new tokens through
+    ui/numbers.setting_number (the ReplayRequest field's widget), never with its own label and limits.
+    Two K fields are not a replay's: the what-if's (another K to predict from a run) and the server's K that
+    a per-request file may not state (0 = unknown); they stay apart."""
+    hand_written = []
+    for path in python_files("ui", "pages"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and getattr(node.func, "id", None) == "whole"
+                and len(node.args) > 1
+            ):
+                label = node.args[1]
+                if isinstance(label, ast.Constant) and str(label.value).startswith(("K", "Max new tokens")):
+                    hand_written.append(f"{path.relative_to(REPO)}:{node.lineno} {label.value!r}")
+    assert sorted(hand_written) == [
+        "ui/diagnostics/whatif.py:102 'K (steps)'",
+        "ui/server_requests.py:42 'K (num speculative tokens), where the file does not say (0 = unknown)'",
+    ]

@@ -8,7 +8,7 @@ import streamlit as st
 from backend.run.request import ENGINE_CHOICES
 from ui import state
 from ui.html import md
-from ui.numbers import whole
+from ui.numbers import setting_number, whole
 from ui.pickers import first_samples
 from ui.tables import evidence_table, title
 
@@ -93,7 +93,7 @@ def diagnose_form() -> tuple[list, dict] | None:
     context = whole(
         middle, "Served context (0: skip the curve)", 0, 1_000_000, 0, "diagnose_context", step=256
     )
-    steps = whole(right, "K (draft tokens per step)", 1, 16, 4, "diagnose_steps")
+    steps = setting_number(right, "num_steps", "diagnose_steps")
     command = st.text_input(
         "Serving command (optional): an SGLang launch command, or vLLM arguments starting with `vllm serve`",
         "",

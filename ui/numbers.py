@@ -26,3 +26,15 @@ def whole(
 def plural(count: int, word: str, words: str | None = None) -> str:
     """'1 run', '2 runs' (`words` where adding an s is wrong)."""
     return f"{count} {word if count == 1 else words or word + 's'}"
+
+
+def setting_number(column, name: str, key: str) -> int | None:
+    """A whole-number request setting (K, max new tokens) as every form asks for it: the label, the range,
+    the default and the help its ReplayRequest field declares (backend/run/request.py), so each setting has
+    one label and one range on every page; None (a red line under it) when out of range."""
+    from backend.run.request import settings_of
+
+    meta, default = next((m, d) for n, m, d in settings_of() if n == name)
+    widget = meta.widget
+    value = default if widget.widget_value is None else widget.widget_value
+    return whole(column, widget.label, int(widget.low), int(widget.high), value, key, help=meta.help)

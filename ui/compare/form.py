@@ -14,7 +14,7 @@ from backend.service.ray_eval import address_problem
 from backend.service.tasks import Comparison
 from ui import state
 from ui.html import md
-from ui.numbers import whole
+from ui.numbers import setting_number, whole
 from ui.pickers import dataset_picker, sample_preview
 
 REUSE_HELP = (
@@ -106,8 +106,8 @@ def comparison(running: bool) -> Comparison | None:
         opens_b = state.linked_select("b", "compare_draft_b", names, shown_b)
         draft_a = c1.selectbox("Draft A", names, key="compare_draft_a", **opens_a)
         draft_b = c2.selectbox("Draft B", names, key="compare_draft_b", **opens_b)
-        steps = whole(c3, "K", 1, 16, 4, "compare_steps")
-        max_new = whole(c4, "Max new tokens", 1, 2048, 96, "compare_max_new")
+        steps = setting_number(c3, "num_steps", "compare_steps")
+        max_new = setting_number(c4, "max_new_tokens", "compare_max_new")
         decoding = _decoding()
         invalid = decoding is None or None in (steps, max_new)
         reuse = st.checkbox(

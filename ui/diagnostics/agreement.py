@@ -10,7 +10,7 @@ from backend.run.wiring import parse_aux_indices
 from backend.service import tasks
 from ui import charts, state
 from ui.html import md
-from ui.numbers import whole
+from ui.numbers import setting_number
 from ui.pickers import first_samples
 from ui.taskview import task_panel
 
@@ -54,8 +54,8 @@ def agreement_tab() -> None:
     st.markdown("Teacher-forced accuracy (what training reports) next to live accept length, per sample.")
     samples = first_samples("agreement", default_n=6)
     c1, c2, c3 = st.columns(3)
-    steps = whole(c1, "K", 1, 8, 4, "agreement_steps")
-    max_new = whole(c2, "Max new tokens", 8, 512, 96, "agreement_max_new")
+    steps = setting_number(c1, "num_steps", "agreement_steps")
+    max_new = setting_number(c2, "max_new_tokens", "agreement_max_new")
     claimed = c3.text_input(
         "Training wiring (HF indices, optional)",
         "",

@@ -9,7 +9,7 @@ import streamlit as st
 
 from backend.service import kept_results, tasks
 from ui import state
-from ui.numbers import whole
+from ui.numbers import setting_number, whole
 from ui.pickers import first_samples
 from ui.taskview import task_panel
 
@@ -91,7 +91,7 @@ def probe_tab() -> None:
     )
     samples = first_samples("probe", default_n=8)
     c1, c2, c3 = st.columns(3)
-    steps = whole(c1, "K (TTT steps)", 1, 8, 4, "probe_steps")
+    steps = setting_number(c1, "num_steps", "probe_steps")
     budget = whole(c2, "Search budget (extra candidates)", 0, 200, 20, "probe_budget")
     live = whole(c3, "Live replays on first N samples", 0, 5, 0, "probe_live")
     ready = bool(samples) and None not in (steps, budget, live)

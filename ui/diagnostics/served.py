@@ -15,7 +15,7 @@ from backend.service.engine_check import DEFINITION, EngineCheck, EngineCheckSet
 from backend.service.served_engines import ServerOptions, served_engine, served_engines
 from ui import state
 from ui.html import md
-from ui.numbers import whole
+from ui.numbers import setting_number
 from ui.pickers import first_samples
 from ui.taskview import task_panel
 
@@ -82,8 +82,8 @@ def served_tab() -> None:
     engine = engines[chosen]
     c1, c2, c3 = st.columns(3)
     where = c1.radio(engine.title, ["Launch it here", "At a URL"], horizontal=True, key="engine_check_where")
-    steps = whole(c2, "K (drafted tokens per step)", 1, 8, 4, "engine_check_steps")
-    tokens = whole(c3, "Max new tokens", 8, 512, 96, "engine_check_tokens")
+    steps = setting_number(c2, "num_steps", "engine_check_steps")
+    tokens = setting_number(c3, "max_new_tokens", "engine_check_tokens")
     url, log = None, None
     if where == "At a URL":
         url = st.text_input("Server URL", engine.default_url, key=f"{engine.name}_check_url").strip()
