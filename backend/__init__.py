@@ -20,14 +20,16 @@ checks this):
       safetensors_header a safetensors header checked before any tensor is read
       torch_files        torch.load's refusals said in one line naming the file (weights_only=True)
       draft_llama        a draft's LlamaConfig and the checks transformers leaves to build time
-    backend.engine       the algorithm (torch, transformers): the target's forwards, the steps, loading
+    backend.target       the target's forwards and their sources: the local runner, its captures and caches (torch)
       capture            forward hooks on the target capturing the residual stream at HF indices
       dispatch           a target split across devices (accelerate's device_map, max_memory)
-      draft_model        the EAGLE-3 draft network, each step written out
       kv_cache           the KV caches: one protocol, three kinds of entries
       lean_target        a lean CPU forward for Llama targets: transformers' arithmetic, checked at load
-      loading            a Hugging Face target and an EAGLE-3 draft loaded from local directories
       product            one projection: F.linear, or weight @ x^T for a few rows (faster with MKL)
+      target_runner      the target's forward behind one interface, chosen at load
+    backend.engine       the algorithm (torch): the draft network, the steps (chain, tree, verify, accounting), loading
+      draft_model        the EAGLE-3 draft network, each step written out
+      loading            a Hugging Face target and an EAGLE-3 draft loaded from local directories
       penalties          sampling penalties on the target's (and the draft's) logits
       preflight          a draft checked against a target before anything runs
       replay             speculative decoding replayed one verify step at a time (the loop)
@@ -36,7 +38,6 @@ checks this):
       batch              a set of samples replayed as one batch: one target verify forward for all
       tree_step          one tree (or sampled) step: draft tree, tree-masked verify, acceptance walk
       sampling           temperature sampling and each engine's acceptance rule
-      target_runner      the target's forward behind one interface, chosen at load
       teacher            teacher-forced accuracy acc_k (SpecForge's definition)
       tree               tree drafting and verification as SGLang runs them
     backend.data         files in, validated records out
@@ -112,7 +113,7 @@ checks this):
       eval_pairs         the (draft, sample) pairs an evaluation replays: found stored or replayed
     backend.cli          argparse over the service (`python -m backend`); backend.defaults the bundled pairs
 
-run <- drafts <- engine <- data <- diagnostics <- service <- cli / pages. Only `backend.service` and `backend.cli`
+run <- drafts <- target <- engine <- data <- diagnostics <- service <- cli / pages. Only `backend.service` and `backend.cli`
 import `db` (db itself imports only the torch-free room `backend.run` and `backend.data.samples`). Only `pages/` and `ui/` import streamlit; pages and ui never import torch
 or transformers (directly or through what they import) and define no work that touches a model:
 they build requests and call `backend.service`. The reference the code cites is docs/reference.md.

@@ -7,7 +7,7 @@ Modes, each on the same eval prompts, rotated in order across rounds (medians, m
   replay     engine replay, recording off (`backend.engine.replay.replay`)
   record     engine replay, recording on, no database
   job        the job runner into SQLite (`backend.service.jobs.run_plan` of a resolved request): what the CLI and the
-             dashboard run (the target's lean forward, backend/engine/lean_target.py, the default)
+             dashboard run (the target's lean forward, backend/target/lean_target.py, the default)
   job_hf     the same with SPECLENS_LEAN_TARGET=0: transformers' own forward on a DynamicCache
   tree       tree replay (SGLang's steps / topk / draft tokens, default 3 / 4 / 8), recording off
   tree_record  tree replay, recording on, no database
@@ -43,12 +43,12 @@ from backend.defaults import BundledPair, active_pair
 from backend.engine.loading import load_target
 from backend.engine.preflight import load_checked_draft
 from backend.engine.replay import ReplayConfig, output_ids_of, replay
-from backend.engine.target_runner import TransformersRunner
 from backend.run.records import StepRecord
 from backend.run.request import ReplayRequest
 from backend.service.database import open_database
 from backend.service.jobs import run_plan
 from backend.service.plan import resolve
+from backend.target.target_runner import TransformersRunner
 from bench.gpu_check import generate, greedy_loop
 
 MODES = ("generate", "loop", "replay", "record", "job", "job_hf", "tree", "tree_record", "tree_job")

@@ -15,7 +15,7 @@ What it checks:
   bigram     a context-free target whose greedy text cycles through its vocabulary, with a draft that
              knows 80% of the next-token map (accept length ~2.3): replay+record vs `generate`.
   dispatch   (--device-map auto|JSON, multi-GPU machines) the std-0.02 random target loaded split
-             across the devices by accelerate (backend/engine/dispatch.py) next to the same target on
+             across the devices by accelerate (backend/target/dispatch.py) next to the same target on
              one device: the replays must be equal; ms per token of each, and the placement.
   8b         (--eight-b) an 8B-shaped Llama (32 layers, hidden 4096, intermediate 14336, vocab
              128256, GQA 8), random std 0.02, built directly on the device in the chosen dtype, with a
@@ -41,12 +41,12 @@ from backend.drafts.draft_config import parse_draft_config
 from backend.engine.loading import DraftFiles, Target, build_draft, load_target, pick_dtype
 from backend.engine.preflight import check_draft, load_checked_draft
 from backend.engine.replay import ReplayConfig, replay
-from backend.engine.target_runner import TransformersRunner
 from backend.run.records import StepRecord
 from backend.run.request import ReplayRequest
 from backend.service.database import open_database
 from backend.service.jobs import run_plan
 from backend.service.plan import resolve
+from backend.target.target_runner import TransformersRunner
 from tests.support.synthetic import (
     TargetShape,
     bigram_draft_tensors,
@@ -194,7 +194,7 @@ def exactness(root: Path, args, init_std: float) -> dict:
 
 def dispatched(root: Path, args) -> dict:
     """The std-0.02 random target (built by `exactness`) on one device and split by --device-map."""
-    from backend.engine.dispatch import placement
+    from backend.target.dispatch import placement
 
     prompt = list(range(1, 17))
     runs = {}

@@ -1,5 +1,5 @@
 """Projections of a few rows: transformers' `F.linear` against the lean forward's weight @ x^T
-(`backend/engine/product.product`), on the real pair's shapes (SmolLM2-135M: hidden 576,
+(`backend/target/product.product`), on the real pair's shapes (SmolLM2-135M: hidden 576,
 intermediate 1536, vocab 49152), fp32, 2 threads.
 
     PYTHONPATH=. python bench/product_bench.py [--repeat 200]
@@ -36,7 +36,7 @@ def median_ms(call, repeat: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from backend.engine.product import product
+    from backend.target.product import product
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=200)

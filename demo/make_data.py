@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from backend.engine.capture import AuxCapture
+from backend.target.capture import AuxCapture
 
 SAMPLING_TEMPERATURE = 0.4  # responses near what the target writes greedily, as a served draft sees
 PROMPT_LENGTHS = (48, 64, 80, 96)

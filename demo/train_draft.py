@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 from backend.drafts.draft_config import parse_draft_config
 from backend.engine.draft_model import Eagle3Draft
-from backend.engine.kv_cache import TTTCache
+from backend.target.kv_cache import TTTCache
 from tests.support.synthetic import vocab_mapping
 
 TTT_DECAY = 0.8

@@ -10,7 +10,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 # each may import only itself and those before
-LAYERS = ["run", "drafts", "engine", "data", "diagnostics", "service", "cli"]
+LAYERS = ["run", "drafts", "target", "engine", "data", "diagnostics", "service", "cli"]
 TORCH_FREE_ROOMS = ("backend.run",)  # the run's vocabulary: db/ and the pages import it whole
 PAGE_BACKEND_ALLOWED = {
     "backend",

@@ -9,7 +9,7 @@ from pathlib import Path
 import backend
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("run", "drafts", "engine", "data", "diagnostics", "service")
+PACKAGES = ("run", "drafts", "target", "engine", "data", "diagnostics", "service")
 
 
 def _modules() -> dict[str, set[str]]:

@@ -125,7 +125,7 @@ def decoding_flags(sub) -> None:
 
 
 def dispatch_flags(sub) -> None:
-    """A target split across devices (accelerate's big-model dispatch, backend/engine/dispatch.py)."""
+    """A target split across devices (accelerate's big-model dispatch, backend/target/dispatch.py)."""
     setting_flags(sub, "dispatch", "targets across devices")
 
 

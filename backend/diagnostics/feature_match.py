@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 
 from backend import BadInput
-from backend.engine.capture import AuxCapture
+from backend.target.capture import AuxCapture
 
 CLOSE = 0.98  # a slot whose best mean cosine is below this matches no layer
 

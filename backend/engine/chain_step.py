@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 import torch
 
 from backend.engine.draft_model import Eagle3Draft
-from backend.engine.kv_cache import KVCache
 from backend.engine.loading import Target
 from backend.engine.penalties import History, Penalties
 from backend.engine.sampling import near_tie_rows, row_entropies
@@ -24,6 +23,7 @@ from backend.engine.step_state import (
 from backend.run.metrics import simulated_accept_length
 from backend.run.records import StepRecord, StepTree
 from backend.run.wiring import Wiring
+from backend.target.kv_cache import KVCache
 
 
 @dataclass

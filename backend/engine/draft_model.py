@@ -14,7 +14,7 @@ embedding `e` is come from a `DraftMath`: the reading of one engine (backend/dra
 
 There is one forward. Keys and values go through a cache object that appends them and returns every
 entry attention sees: a `KVCache` for inference (the replay, trees), a `TTTCache` for the
-teacher-forced TTT layout (backend/engine/kv_cache.py). Below `Eagle3Draft` the layers run their
+teacher-forced TTT layout (backend/target/kv_cache.py). Below `Eagle3Draft` the layers run their
 modules' arithmetic (`product`: `F.linear`, or weight @ x^T for a few rows; `F.rms_norm`; RoPE as one
 roll) rather than calling each module, which is what makes a draft step cheap;
 tests/engine/test_lean_target.py checks it against the modules called as modules (one row bit for
@@ -31,8 +31,8 @@ from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm, Lla
 
 from backend.drafts.draft_config import DraftConfig
 from backend.drafts.readings import DraftMath
-from backend.engine.kv_cache import KVCache, TTTCache
-from backend.engine.product import product
+from backend.target.kv_cache import KVCache, TTTCache
+from backend.target.product import product
 
 
 def rms_norm(norm: LlamaRMSNorm, hidden: torch.Tensor) -> torch.Tensor:
@@ -44,7 +44,7 @@ def rms_norm(norm: LlamaRMSNorm, hidden: torch.Tensor) -> torch.Tensor:
 
 
 def linear(layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    """`layer(x)`'s arithmetic: a few rows as weight @ x^T (backend/engine/product.py)."""
+    """`layer(x)`'s arithmetic: a few rows as weight @ x^T (backend/target/product.py)."""
     return product(x, layer.weight, layer.bias)
 
 

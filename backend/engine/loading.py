@@ -26,8 +26,8 @@ from backend.drafts.readings import read_as
 from backend.drafts.safetensors_header import check_safetensors
 from backend.drafts.torch_files import load_refused
 from backend.engine.draft_model import Eagle3Draft
-from backend.engine.lean_target import target_runner
-from backend.engine.target_runner import TargetRunner
+from backend.target.lean_target import target_runner
+from backend.target.target_runner import TargetRunner
 
 DTYPES = {
     "fp32": torch.float32,
@@ -55,7 +55,7 @@ class Target:
     hidden_size: int
     vocab_size: int
     eos_token_ids: tuple[int, ...]
-    runner: TargetRunner | None = None  # its forward (backend/engine/target_runner.py)
+    runner: TargetRunner | None = None  # its forward (backend/target/target_runner.py)
 
     def __post_init__(self):
         if self.runner is None:  # chosen once, when the target is loaded
@@ -142,8 +142,8 @@ def load_target(
     max_memory: str | None = None,
 ) -> Target:
     """`device_map` / `max_memory`: split the target across devices with accelerate's dispatch
-    (backend/engine/dispatch.py); the Target's device is then where its forward starts."""
-    from backend.engine.dispatch import dispatch_kwargs, execution_device
+    (backend/target/dispatch.py); the Target's device is then where its forward starts."""
+    from backend.target.dispatch import dispatch_kwargs, execution_device
 
     config = read_target_config(path)
     torch_device = pick_device(device)

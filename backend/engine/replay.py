@@ -30,15 +30,15 @@ import torch
 
 from backend.engine.chain_step import Chain
 from backend.engine.draft_model import Eagle3Draft
-from backend.engine.kv_cache import KVCache
 from backend.engine.loading import Target
 from backend.engine.penalties import History
 from backend.engine.sampling import Sampling, exponential_race, inverse_cdf, target_distribution
 from backend.engine.step_state import Caches, Cursor, ReplayConfig, elapsed_ms
-from backend.engine.target_runner import TargetOutput
 from backend.engine.tree_step import tree_step
 from backend.run.records import PrefillRecord, StepRecord
 from backend.run.wiring import Wiring
+from backend.target.kv_cache import KVCache
+from backend.target.target_runner import TargetOutput
 
 __all__ = ["ReplayConfig", "StepRecord", "output_ids_of", "replay", "start"]
 

@@ -13,11 +13,11 @@ import torch
 
 from backend.drafts.readings import DraftMath
 from backend.engine.draft_model import Eagle3Draft
-from backend.engine.kv_cache import KVCache
 from backend.engine.penalties import NONE as NO_PENALTIES
 from backend.engine.penalties import Penalties
 from backend.engine.sampling import GREEDY, Sampling
 from backend.run.shapes import DRAFT_ATTENTION, TreeShape
+from backend.target.kv_cache import KVCache
 
 # How many tokens a step drafts and which steps count, by engine (readings.EngineView.accounting):
 # - "fixed-k": K drafts every step; what passes max_new_tokens or an EOS is cut (SGLang, vLLM, HF);

@@ -22,10 +22,10 @@ import torch
 
 from backend.drafts.readings import DraftMath
 from backend.engine.draft_model import Eagle3Draft
-from backend.engine.kv_cache import TTTCache
 from backend.engine.loading import Target
 from backend.run.metrics import simulated_accept_length
 from backend.run.wiring import Wiring
+from backend.target.kv_cache import TTTCache
 
 
 @dataclass

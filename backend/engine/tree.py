@@ -38,7 +38,6 @@ from typing import TYPE_CHECKING
 import torch
 
 from backend.engine.draft_model import Eagle3Draft
-from backend.engine.kv_cache import KVCache
 from backend.engine.sampling import (
     Sampling,
     exponential_race,
@@ -48,6 +47,7 @@ from backend.engine.sampling import (
     target_distribution,
 )
 from backend.run.shapes import TreeShape
+from backend.target.kv_cache import KVCache
 
 if TYPE_CHECKING:
     from backend.engine.step_state import ReplayConfig

@@ -293,7 +293,7 @@ class ReplayRequest:
         group="dispatch",
         parse=str,
         help="auto, balanced, sequential, or a JSON object / file of module -> device (0, cuda:1, cpu, "
-        "disk): load the target split across devices with accelerate (backend/engine/dispatch.py)",
+        "disk): load the target split across devices with accelerate (backend/target/dispatch.py)",
     )
     max_memory: str | None = setting(
         None,

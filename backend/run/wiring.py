@@ -1,7 +1,7 @@
 """Which target hidden states feed the draft's fc, as explicit HF `hidden_states` indices.
 
 HF index k: 0 = embedding output, k = j+1 = residual stream after decoder layer j (pre-norm; see
-`backend.engine.capture`). Two conventions share one config field name (docs/reference.md §2):
+`backend.target.capture`). Two conventions share one config field name (docs/reference.md §2):
   A  nested `eagle_config.eagle_aux_hidden_state_layer_ids` = output of layer k  -> HF k+1
   B  top-level `eagle_aux_hidden_state_layer_ids`          = HF index k         -> HF k
 Neither present: HF [2, L//2, L-3] (= outputs of layers [1, L//2-1, L-4]).

@@ -14,7 +14,6 @@ from dataclasses import asdict, dataclass
 
 from backend import BadInput
 from backend.drafts.readings import EngineView, reading_of
-from backend.engine.dispatch import placement
 from backend.engine.preflight import PreflightReport, context_check
 from backend.engine.replay import ReplayConfig
 from backend.engine.sampling import Sampling
@@ -22,6 +21,7 @@ from backend.run.request import Decoding, ReplayRequest
 from backend.run.run_value import Resolved, describe_mode
 from backend.run.stop_ids import llamacpp_stop_ids
 from backend.run.wiring import Wiring, override_wiring
+from backend.target.dispatch import placement
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ class ReplayPlan:
             dtype=str(target.dtype).replace("torch.", ""),
             target_placement=placement(target.model),
             # whose arithmetic ran the target: SpecLens's lean forward (checked against transformers' when
-            # the target was loaded, backend/engine/lean_target.py) or transformers' own
+            # the target was loaded, backend/target/lean_target.py) or transformers' own
             target_forward=target.runner.name,
             decoding_notes=tuple(decoding.notes),
         )

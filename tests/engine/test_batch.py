@@ -26,8 +26,8 @@ def _by_sample(stream, count: int) -> list[list]:
 
 
 def _same(lone: list, batched: list) -> None:
-    from backend.engine.lean_target import within_rounding  # within the rounding of more rows' products
     from backend.run.records import PrefillRecord
+    from backend.target.lean_target import within_rounding  # within the rounding of more rows' products
 
     assert [type(r) for r in lone] == [type(r) for r in batched]
     for a, b in zip(lone, batched, strict=True):
@@ -140,8 +140,8 @@ def test_chain_and_tree_steps_record_every_near_tie_the_output_read(pairs):
 
     import torch
 
-    from backend.engine.lean_target import target_runner
     from backend.engine.replay import ReplayConfig, StepRecord, replay
+    from backend.target.lean_target import target_runner
 
     pair = pairs["random-L2"]
     model = copy.deepcopy(pair.target.model)

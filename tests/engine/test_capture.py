@@ -11,7 +11,7 @@ def test_capture_matches_hf_hidden_states_and_index_L_is_pre_norm():
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from backend.engine.capture import AuxCapture
+    from backend.target.capture import AuxCapture
 
     torch.manual_seed(0)
     config = LlamaConfig(
@@ -43,7 +43,7 @@ def test_capture_matches_hf_hidden_states_and_index_L_is_pre_norm():
 def test_a_model_without_llama_style_layers_is_bad_input():
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from backend.engine.capture import AuxCapture
+    from backend.target.capture import AuxCapture
 
     model = GPT2LMHeadModel(GPT2Config(vocab_size=20, n_positions=16, n_embd=8, n_layer=2, n_head=2))
     with pytest.raises(BadInput, match="cannot find its decoder layers"):

@@ -30,10 +30,10 @@ def split_map(num_layers: int) -> str:
 @pytest.mark.slow  # disk offload reloads weights at every forward
 def test_a_dispatched_target_replays_exactly_like_the_plain_one():
     from backend.defaults import DEMO_DRAFTS, DEMO_EVAL, DEMO_TARGET
-    from backend.engine.dispatch import placement
     from backend.engine.loading import load_target
     from backend.engine.preflight import load_checked_draft
     from backend.engine.replay import ReplayConfig, output_ids_of, replay
+    from backend.target.dispatch import placement
 
     plain = load_target(DEMO_TARGET, device="cpu", dtype="fp32")
     split = load_target(DEMO_TARGET, device="cpu", dtype="fp32", device_map=split_map(plain.num_layers))
@@ -51,7 +51,7 @@ def test_a_dispatched_target_replays_exactly_like_the_plain_one():
 
 
 def test_bad_device_maps_are_refused_in_one_line(tmp_path):
-    from backend.engine.dispatch import dispatch_kwargs, parse_max_memory
+    from backend.target.dispatch import dispatch_kwargs, parse_max_memory
 
     for text, reason in (
         ("everywhere", "not one of auto"),

@@ -9,7 +9,7 @@ import pytest
 def test_draft_cache_appends_views_and_crops():
     import torch
 
-    from backend.engine.kv_cache import KVCache
+    from backend.target.kv_cache import KVCache
 
     cache = KVCache(num_layers=2)
     keys = torch.arange(2 * 3 * 4, dtype=torch.float32).reshape(2, 3, 4)
@@ -26,8 +26,8 @@ def test_draft_cache_appends_views_and_crops():
 def test_target_cache_grows_by_the_tokens_fed_and_crops(pairs):
     import torch
 
-    from backend.engine.lean_target import LeanTarget
-    from backend.engine.target_runner import TransformersRunner
+    from backend.target.lean_target import LeanTarget
+    from backend.target.target_runner import TransformersRunner
 
     model = pairs["random-L2"].target.model
     for runner in (TransformersRunner(model), LeanTarget(model)):
@@ -48,7 +48,7 @@ def test_target_cache_grows_by_the_tokens_fed_and_crops(pairs):
 
 
 def test_the_cache_argument_follows_the_models_own_signature():
-    from backend.engine.kv_cache import cache_argument
+    from backend.target.kv_cache import cache_argument
 
     class OldStyle:  # transformers up to at least 5.17
         def forward(self, input_ids=None, past_key_values=None, use_cache=None, **kwargs): ...
@@ -65,7 +65,7 @@ def test_a_forward_that_swallows_the_cache_is_an_error_not_an_empty_cache(pairs)
     the cache empty; the forward must say so instead of replaying from nothing."""
     import torch
 
-    from backend.engine.target_runner import TransformersRunner
+    from backend.target.target_runner import TransformersRunner
 
     real = pairs["random-L2"].target.model
 

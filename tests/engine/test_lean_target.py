@@ -1,4 +1,4 @@
-"""The lean forwards (backend/engine/lean_target.py, Eagle3Draft's one forward): the same numbers as
+"""The lean forwards (backend/target/lean_target.py, Eagle3Draft's one forward): the same numbers as
 transformers' forward and as the draft's modules called as modules, bit for bit, and only where that
 is checked."""
 
@@ -14,8 +14,8 @@ def default_environment(monkeypatch):
 
 
 def test_the_lean_target_forward_is_on_unless_turned_off(pairs, monkeypatch):
-    from backend.engine.lean_target import LeanTarget, lean_target, target_runner
-    from backend.engine.target_runner import TransformersRunner
+    from backend.target.lean_target import LeanTarget, lean_target, target_runner
+    from backend.target.target_runner import TransformersRunner
 
     model = pairs["random-L2"].target.model
     assert lean_target(model) is not None and isinstance(target_runner(model), LeanTarget)
@@ -32,9 +32,9 @@ def test_the_lean_forward_agrees_with_transformers(pairs):
     caches stay as long."""
     import torch
 
-    from backend.engine.kv_cache import KVCache
-    from backend.engine.lean_target import LeanTarget, within_rounding
-    from backend.engine.target_runner import TransformersRunner
+    from backend.target.kv_cache import KVCache
+    from backend.target.lean_target import LeanTarget, within_rounding
+    from backend.target.target_runner import TransformersRunner
 
     model = pairs["random-L6-eagle"].target.model
     layers = tuple(range(model.config.num_hidden_layers + 1))
@@ -94,8 +94,8 @@ def test_sequences_of_any_lengths_run_packed_as_each_would_alone(pairs, runner_k
     product over more rows."""
     import torch
 
-    from backend.engine.lean_target import LeanTarget
-    from backend.engine.target_runner import TransformersRunner
+    from backend.target.lean_target import LeanTarget
+    from backend.target.target_runner import TransformersRunner
 
     model = pairs["random-L6-eagle"].target.model
     runner = LeanTarget(model) if runner_kind == "lean" else TransformersRunner(model)
@@ -137,9 +137,9 @@ def test_a_replay_takes_the_lean_path_and_records_the_same_steps(pairs):
 
     import torch
 
-    from backend.engine.lean_target import LeanTarget, within_rounding
     from backend.engine.replay import ReplayConfig, replay
-    from backend.engine.target_runner import TransformersRunner
+    from backend.target.lean_target import LeanTarget, within_rounding
+    from backend.target.target_runner import TransformersRunner
 
     # the tree on a random draft: copy-L5-context's hand-built draft ties exactly, and which tied node
     # a tree keeps then follows the last places (seen flipping under load, issue 56)
@@ -172,7 +172,7 @@ def test_the_lean_forward_is_only_taken_where_it_was_checked(pairs):
     import torch
     import transformers
 
-    from backend.engine.lean_target import lean_target
+    from backend.target.lean_target import lean_target
 
     model = pairs["random-L2"].target.model
     assert lean_target(model) is not None
@@ -191,7 +191,7 @@ def test_the_lean_forward_is_only_taken_where_it_was_checked(pairs):
 def test_the_cache_grows_crops_and_keeps_rows():
     import torch
 
-    from backend.engine.kv_cache import KVCache
+    from backend.target.kv_cache import KVCache
 
     cache = KVCache(num_layers=1)
     keys = torch.arange(2 * 70 * 3, dtype=torch.float32).reshape(1, 2, 70, 3)
@@ -254,11 +254,11 @@ def test_the_drafts_forward_is_its_modules_arithmetic(pairs):
     """Eagle3Draft's one forward (the modules' arithmetic, no module calls) against the modules
     called as modules, with a cache, with a mask, over several positions and under every variant
     flag the pair declares: one row bit for bit, several within the rounding of their products'
-    order (backend/engine/product.py)."""
+    order (backend/target/product.py)."""
     import torch
 
-    from backend.engine.kv_cache import KVCache
-    from backend.engine.lean_target import within_rounding
+    from backend.target.kv_cache import KVCache
+    from backend.target.lean_target import within_rounding
 
     for name in ("random-L6-eagle", "copy-L5-context"):
         draft = pairs[name].draft

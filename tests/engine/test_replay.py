@@ -82,15 +82,15 @@ def test_replay_equals_greedy_and_oracle(exactness, name, num_steps):
 
 @pytest.mark.parametrize("name", ["random-L2", "copy-L5-context"])
 def test_transformers_own_forward_replays_exactly_too(pairs, name, monkeypatch):
-    """Llama targets on the CPU take the lean forward by default (backend/engine/lean_target.py);
+    """Llama targets on the CPU take the lean forward by default (backend/target/lean_target.py);
     loaded with SPECLENS_LEAN_TARGET=0 they run transformers' forward on a DynamicCache, as every
     other target does, and the replay is exact there as well."""
     from dataclasses import replace
 
     from transformers import DynamicCache
 
-    from backend.engine.lean_target import target_runner
     from backend.engine.replay import ReplayConfig, output_ids_of, replay
+    from backend.target.lean_target import target_runner
     from tests.support.oracle import plain_greedy
 
     monkeypatch.setenv("SPECLENS_LEAN_TARGET", "0")

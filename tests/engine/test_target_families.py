@@ -66,10 +66,10 @@ def test_replay_and_capture_on_other_families(family, tmp_path):
     import torch
     import transformers
 
-    from backend.engine.capture import AuxCapture
     from backend.engine.loading import load_target
     from backend.engine.preflight import load_checked_draft
     from backend.engine.replay import ReplayConfig, output_ids_of, replay
+    from backend.target.capture import AuxCapture
     from tests.support.oracle import plain_greedy
     from tests.support.synthetic import draft_config_dict, random_draft_tensors, save_draft
 

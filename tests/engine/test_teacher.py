@@ -80,9 +80,9 @@ def test_ttt_step_equals_the_inference_chain_fed_true_tokens(pairs, name):
     positions 0..t, then k chain steps fed the ground-truth tokens x_{t+2}..x_{t+1+k}."""
     import torch
 
-    from backend.engine.capture import AuxCapture
-    from backend.engine.kv_cache import KVCache, TTTCache
     from backend.engine.teacher import ttt_mask
+    from backend.target.capture import AuxCapture
+    from backend.target.kv_cache import KVCache, TTTCache
 
     pair = pairs[name]
     draft = pair.draft

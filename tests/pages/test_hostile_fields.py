@@ -75,7 +75,9 @@ def test_a_number_out_of_range_is_said_under_its_field_and_starts_nothing(db):
     number on screen while the page went on with the last good one."""
     app = ok(page("3_Compare").run())
     app = ok(app.number_input(key="compare_steps").set_value(99).run())
-    assert any(plain(e.value) == "K (draft steps): 99 is outside 1 to 64." for e in app.error)  # the setting's
+    assert any(
+        plain(e.value) == "K (draft steps): 99 is outside 1 to 64." for e in app.error
+    )  # the setting's
     assert app.button(key="compare_start_one").disabled and app.button(key="compare_start_batch").disabled
     app = ok(app.number_input(key="compare_steps").set_value(3).run())
     assert not app.error and not app.button(key="compare_start_one").disabled

@@ -87,10 +87,10 @@ def test_a_run_records_whose_forward_ran_the_target(pairs, tmp_path, monkeypatch
     SPECLENS_LEAN_TARGET=0; each run says which, and both give the same output."""
     from dataclasses import replace
 
-    from backend.engine.lean_target import target_runner
     from backend.service.database import open_database
     from backend.service.jobs import run_plan
     from backend.service.plan import resolve
+    from backend.target.lean_target import target_runner
     from db import store
 
     database = open_database(f"sqlite:///{tmp_path / 'speclens.db'}")

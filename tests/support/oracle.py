@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from backend.engine.capture import AuxCapture
 from backend.engine.chain_step import accepted_prefix_length
+from backend.target.capture import AuxCapture
 
 
 @torch.inference_mode()

@@ -20,8 +20,8 @@ from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTra
 
 from backend.drafts.draft_config import parse_draft_config
 from backend.drafts.layouts import LAYOUTS, to_layout_names
-from backend.engine.capture import AuxCapture
 from backend.engine.draft_model import Eagle3Draft
+from backend.target.capture import AuxCapture
 
 
 @dataclass(frozen=True)

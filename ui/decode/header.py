@@ -23,7 +23,7 @@ from ui.tables import engine_readings as engine_table
 from ui.tokens import Pieces
 
 SHORT_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
-TARGET_FORWARDS = {  # params.target_forward (backend/engine/lean_target.py)
+TARGET_FORWARDS = {  # params.target_forward (backend/target/lean_target.py)
     "lean": "; target forward: SpecLens's lean Llama forward (checked against transformers' when the target loaded: a decode bit for bit, verify chunks within the last places)",
     "transformers": "; target forward: transformers'",
 }

@@ -14,7 +14,7 @@ values). `LeanTarget` runs the same arithmetic on the target's own weights:
   call on the real pair's shapes, bench/replay_bench.py);
 - RMSNorm is `F.rms_norm` in fp32;
 - RoPE rotates with one `roll` and a sign-folded sine ((-x2)*s == x2*(-s) exactly), q and k at once;
-- a projection of 2-32 rows (a verify chunk, a small batch) is weight @ x^T (backend/engine/product.py):
+- a projection of 2-32 rows (a verify chunk, a small batch) is weight @ x^T (backend/target/product.py):
   the same products as `F.linear`, summed in another order, and much faster with MKL on this
   machine's CPU for a few rows (the bare replay on the real pair from 17.2 to 24-25 tok/s).
 
@@ -32,7 +32,7 @@ tests (tests/engine, tests/test_demo.py) find the outputs equal on both bundled 
 replays never ask again. It is the default on the CPU; SPECLENS_LEAN_TARGET=0 turns it off (a user
 who doubts a run can compare). Only exact `LlamaForCausalLM` models with SDPA attention, on the CPU
 and not dispatched by accelerate, take this path; everything else runs transformers' forward on a
-`DynamicCache` (backend/engine/target_runner.py).
+`DynamicCache` (backend/target/target_runner.py).
 
 The lean forward runs the modules' arithmetic, not their `__call__`: it returns the states it
 captures instead of calling forward hooks, so a forward hook registered on the target's modules does
@@ -48,9 +48,9 @@ from itertools import accumulate
 import torch
 import torch.nn.functional as F
 
-from backend.engine.kv_cache import KVCache
-from backend.engine.product import product
-from backend.engine.target_runner import TargetOutput, TargetRunner, TransformersRunner
+from backend.target.kv_cache import KVCache
+from backend.target.product import product
+from backend.target.target_runner import TargetOutput, TargetRunner, TransformersRunner
 
 
 class LeanLayer:
@@ -86,7 +86,7 @@ def _norm_of(norm) -> tuple[torch.Tensor, float]:
 
 class LeanTarget(TargetRunner):
     """The lean forward of one Llama model (see the module docstring): a target runner
-    (backend/engine/target_runner.py)."""
+    (backend/target/target_runner.py)."""
 
     name = "lean"
 
@@ -254,7 +254,7 @@ def _eligible(model) -> bool:
     if getattr(config, "_attn_implementation", None) != "sdpa" or getattr(config, "pretraining_tp", 1) != 1:
         return False
     if config.num_hidden_layers != len(model.model.layers) or getattr(model, "hf_device_map", None):
-        return False  # a dispatched target (backend/engine/dispatch.py) runs through accelerate's hooks
+        return False  # a dispatched target (backend/target/dispatch.py) runs through accelerate's hooks
     if any(p.device.type != "cpu" for p in model.parameters()):
         return False
     if any(getattr(module, "_hf_hook", None) is not None for module in model.modules()):

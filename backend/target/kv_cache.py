@@ -4,10 +4,10 @@ Every cache object updates itself and is asked nothing about its kind: each has 
 held); the replay's caches (`KVCache`, `HFCache`) also `crop(keep)` (keep the first `keep` entries)
 and `keep_rows(start, rows)` (after a tree verify: keep the entries before `start`, then start + r for
 r in `rows`); the teacher's `TTTCache` only grows. The forward that feeds a cache appends to
-it: `KVCache.append` for the lean target forward (backend/engine/lean_target.py) and the draft
+it: `KVCache.append` for the lean target forward (backend/target/lean_target.py) and the draft
 (backend/engine/draft_model.py), `TTTCache.append` for the teacher-forced TTT layout, and transformers
 itself (`DynamicCache.update`) for `HFCache`, the cache of transformers' own forward
-(backend/engine/target_runner.py).
+(backend/target/target_runner.py).
 
 transformers renamed the forward argument `past_key_values` to `cache` within 5.x (5.17 still takes
 `past_key_values`), and a name a version does not take is swallowed by `**kwargs`: the cache then
@@ -115,7 +115,7 @@ class TTTCache:
 
 class HFCache:
     """transformers' own `DynamicCache` behind the same protocol; transformers' forward appends to
-    `inner` (backend/engine/target_runner.py `TransformersRunner`).
+    `inner` (backend/target/target_runner.py `TransformersRunner`).
 
     A cache that keeps every position: built from the model's config, transformers gives
     sliding-window layers (gpt-oss, Gemma) a cache that forgets past the window and then cannot be

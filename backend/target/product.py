@@ -10,7 +10,7 @@ prefill) the products are compute-bound and the transposed copy back costs more 
 
 The last places differ from `F.linear`'s, as a verify chunk's rows already differ from one-token
 decodes under transformers itself: the lean forward checks its agreement with transformers when a
-target loads (backend/engine/lean_target.py), and near-ties are recorded (sampling.near_tie_rows).
+target loads (backend/target/lean_target.py), and near-ties are recorded (sampling.near_tie_rows).
 """
 
 from __future__ import annotations

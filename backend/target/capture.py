@@ -2,7 +2,7 @@
 
 Hooks capture only the requested indices (no `output_hidden_states`, which keeps all L+1) and
 always the pre-norm stream, including index L (where `hidden_states[L]` in transformers is post-norm).
-The replay's target forwards capture through their runner (backend/engine/target_runner.py): with
+The replay's target forwards capture through their runner (backend/target/target_runner.py): with
 these hooks on transformers' forward, by returning the states on the lean forward.
 """
 

@@ -9,12 +9,12 @@ computed (a prefill reads nothing else; transformers' `generate()` computes its 
 with `logits_to_keep=1`).
 
 Two runners implement it:
-- `LeanTarget` (backend/engine/lean_target.py): transformers' Llama arithmetic without its per-call
+- `LeanTarget` (backend/target/lean_target.py): transformers' Llama arithmetic without its per-call
   machinery, on a `KVCache`; taken only where it agreed with transformers' own forward when the model
-  was loaded (a decode bit for bit, several rows within the last places: backend/engine/product.py);
+  was loaded (a decode bit for bit, several rows within the last places: backend/target/product.py);
 - `TransformersRunner` (below): the model's own forward on an `HFCache`, capturing with forward hooks.
 
-`backend.engine.lean_target.target_runner(model)` picks one when a `backend.engine.loading.Target` is
+`backend.target.lean_target.target_runner(model)` picks one when a `backend.engine.loading.Target` is
 built; the Target holds it as `runner`, and every forward of a replay goes through it.
 """
 
@@ -26,8 +26,8 @@ from dataclasses import dataclass
 import torch
 import transformers
 
-from backend.engine.capture import AuxCapture, fused
-from backend.engine.kv_cache import HFCache, cache_argument, forward_takes
+from backend.target.capture import AuxCapture, fused
+from backend.target.kv_cache import HFCache, cache_argument, forward_takes
 
 
 @dataclass
