@@ -14,7 +14,8 @@ checks this):
       draft_config       a draft's config.json, whatever its layout, as one typed description
       json_config        model config files read as plain, checked JSON (torch-free)
       layouts            every draft format's tensor names, read and write
-      readings           how each engine (SGLang, vLLM, llama.cpp, SpecForge, speculators, EAGLE) reads a draft
+      readings           how a draft is read as an engine: the shared checks, what is fed (the override, else the wiring)
+      engine_readers     each engine's reading of a draft, rule by rule with its source (one function an engine)
       reading_fixes      where the readings part ways; the config change a serving engine needs
       engine_table       how every engine reads a draft, from its config and weight names (torch-free)
       safetensors_header a safetensors header checked before any tensor is read

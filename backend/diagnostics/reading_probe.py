@@ -23,7 +23,8 @@ from pathlib import Path
 
 from backend import BadInput
 from backend.drafts.draft_config import parse_draft_config, read_config_file
-from backend.drafts.readings import DraftMath, read_as
+from backend.drafts.engine_readers import DraftMath
+from backend.drafts.readings import read_as
 from backend.engine.loading import Target, read_draft
 from backend.engine.preflight import build_draft, check_draft
 from backend.engine.teacher import TargetPass, TeacherCounts, draft_hits, draft_vocab_mask, target_pass

@@ -26,7 +26,7 @@ from collections.abc import Iterator
 
 import torch
 
-from backend.drafts.readings import DraftMath
+from backend.drafts.engine_readers import DraftMath
 from backend.engine.chain_step import Chain, DraftedStep, Proposal, draft_chains
 from backend.engine.draft_model import Eagle3Draft
 from backend.engine.loading import Target

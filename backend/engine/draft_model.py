@@ -30,7 +30,7 @@ from torch import nn
 from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm, LlamaRotaryEmbedding
 
 from backend.drafts.draft_config import DraftConfig
-from backend.drafts.readings import DraftMath
+from backend.drafts.engine_readers import DraftMath
 from backend.target.kv_cache import KVCache, TTTCache
 from backend.target.product import product
 

@@ -11,7 +11,7 @@ from itertools import accumulate
 
 import torch
 
-from backend.drafts.readings import DraftMath
+from backend.drafts.engine_readers import DraftMath
 from backend.engine.draft_model import Eagle3Draft
 from backend.engine.penalties import NONE as NO_PENALTIES
 from backend.engine.penalties import Penalties

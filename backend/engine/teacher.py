@@ -20,7 +20,7 @@ from math import log
 
 import torch
 
-from backend.drafts.readings import DraftMath
+from backend.drafts.engine_readers import DraftMath
 from backend.engine.draft_model import Eagle3Draft
 from backend.engine.loading import Target
 from backend.run.metrics import simulated_accept_length
