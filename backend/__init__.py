@@ -96,7 +96,7 @@ checks this):
       feature_check      serve-check --features: a server's returned features against the layers
       jobs               the job runner: engine records persisted step by step
       batch_jobs         samples of one draft replayed in batches, each stored as its own run
-      losses             where_lost over stored runs: runs grouped by draft, sources, the tokenizer
+      where_lost         where_lost over stored runs: runs grouped by draft, sources, the tokenizer
       models             loaded targets and drafts kept in small LRUs
       observations       server numbers stored and compared with the replay
       per_request        per-request server numbers beside the replay; the worst requests replayed

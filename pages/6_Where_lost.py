@@ -7,9 +7,9 @@ from __future__ import annotations
 import streamlit as st
 
 from backend import BadInput
-from backend.service import losses
-from ui import losses as view
+from backend.service import where_lost as lost
 from ui import state
+from ui import where_lost as view
 from ui.html import md
 from ui.numbers import plural
 
@@ -22,7 +22,7 @@ st.write(
     "the context, which prompts; and whether the draft's own probability says when it will be rejected."
 )
 
-offered = losses.choices(state.db(), state.target_path())
+offered = lost.choices(state.db(), state.target_path())
 if not offered.drafts:
     st.info(
         "No finished replay of this target yet. Run a batch first: Compare's batch over a dataset, or "
@@ -52,7 +52,7 @@ dataset = c3.selectbox(
 if not drafts:
     st.info("Choose a draft.")
     st.stop()
-run_ids = losses.chosen_runs(state.db(), offered, [offered.drafts[n] for n in drafts], k, dataset, mode)
+run_ids = lost.chosen_runs(state.db(), offered, [offered.drafts[n] for n in drafts], k, dataset, mode)
 if not run_ids:
     st.info(f"No finished run of {md(', '.join(drafts))} at K={k}, {md(mode)}, on these samples.")
     st.stop()
@@ -107,5 +107,5 @@ left.plotly_chart(view.calibration_figure(found), key="lost_calibration")
 right.dataframe(view.ece_table(found), hide_index=True, key="lost_ece")
 st.markdown("**What-if: stop drafting below a draft probability** (from the stored steps; assumptions below)")
 st.dataframe(view.threshold_table(found), hide_index=True, key="lost_threshold")
-st.caption(md(losses.THRESHOLD_ASSUMPTIONS))
+st.caption(md(lost.THRESHOLD_ASSUMPTIONS))
 view.downloads(state.db(), run_ids)

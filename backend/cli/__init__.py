@@ -34,6 +34,7 @@ COMMANDS = {
     "import": cmd_import,
     "export": cmd_export,
     "lost": cmd_lost,
+    "where-lost": cmd_lost,  # lost's alias
 }
 
 

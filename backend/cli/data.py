@@ -44,7 +44,7 @@ def cmd_lost(args) -> tuple[dict, str]:
     from pathlib import Path
 
     from backend.cli.render import where_lost_text
-    from backend.service.losses import where_lost_file, where_lost_over
+    from backend.service.where_lost import where_lost_file, where_lost_over
 
     if args.out and Path(args.out).suffix.lower() not in (".csv", ".parquet"):
         raise BadInput(f"{args.out}: --out writes .csv or .parquet")

@@ -219,6 +219,7 @@ def _export_command(commands) -> None:
 def _lost_command(commands) -> None:
     lost = commands.add_parser(
         "lost",
+        aliases=["where-lost"],  # the page's and the service's name; `lost` stays (the contract)
         help="where stored runs lose acceptance: by draft position, token kind, target confidence, context, "
         "source and span; the draft's calibration and a confidence-threshold what-if (one group per draft)",
     )

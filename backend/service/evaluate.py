@@ -107,7 +107,7 @@ def evaluate(
     pairs = plan.pairs()
     stats: dict = {}  # on Ray: workers started, pairs retried
     run_ids, reused = run_pairs(db_url, pairs, resume, progress, where, stats, hook)
-    from backend.service.losses import where_lost_over
+    from backend.service.where_lost import where_lost_over
 
     # where each draft lost acceptance over these runs (`lost --runs` prints it for any runs)
     try:  # whatever it meets, the evaluation's own numbers are never lost to it

@@ -147,7 +147,7 @@ def file_sample_source(sample_ref: str | None, vocab_size: int | None = None) ->
     """The `source` field of the samples file record a run names as "path#index" (the index-th valid
     record for the target's vocab, as `replay --index` and `evaluate` count them); "" for a record
     without one; None for another ref, or a file (or index) that cannot be read now: a label only,
-    never an error. One place for the Runs page and the Where-lost page (losses._source_of)."""
+    never an error. One place for the Runs page and the Where-lost page (service/where_lost.py _source_of)."""
     path, _, index = (sample_ref or "").rpartition("#")
     if not path or not index.isdigit():
         return None

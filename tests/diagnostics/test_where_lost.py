@@ -193,7 +193,7 @@ def test_the_cli_view_over_a_stored_run_agrees_with_its_own_metrics(stored_run):
     import os
 
     from backend.service.database import open_database
-    from backend.service.losses import where_lost_over
+    from backend.service.where_lost import where_lost_over
     from db import store
 
     with store.session_scope(open_database(db_url).factory) as session:
@@ -209,7 +209,7 @@ def test_the_cli_view_over_a_stored_run_agrees_with_its_own_metrics(stored_run):
     assert where_lost_over(db_url, [run_id, other]).drafts[0].runs == 2
     # the page's choice: one run per draft and prompt, the one with the most verify steps, whichever
     # way the draft's path was spelled (a later, shorter run of the same prompt does not replace it)
-    from backend.service.losses import choices, chosen_runs
+    from backend.service.where_lost import choices, chosen_runs
 
     with store.session_scope(open_database(db_url).factory) as session:
         shorter = store.create_run(
@@ -230,7 +230,7 @@ def test_a_runs_source_is_read_from_its_samples_file_when_the_store_has_no_sampl
     field is what the source split groups by (issue 55), never 'typed prompt'."""
     import json
 
-    from backend.service.losses import _source_of
+    from backend.service.where_lost import _source_of
 
     path = tmp_path / "eval.jsonl"
     records = [{"input_ids": [1, 2], "loss_mask": [0, 1], "source": s} for s in ("HumanEval/0", "chat/1")]

@@ -10,8 +10,8 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from backend.service import losses
-from backend.service.losses import DEFINITIONS, MIN_ATTEMPTS, WhereLost
+from backend.service import where_lost as lost
+from backend.service.where_lost import DEFINITIONS, MIN_ATTEMPTS, WhereLost
 from ui import state
 from ui.charts import LEGEND_BELOW
 from ui.numbers import plural
@@ -24,7 +24,7 @@ TOO_FEW = "#bdbdbd"
 def where_lost(db_url: str, run_ids: tuple[int, ...]) -> WhereLost:
     """The losses of these finished runs (they do not change once finished; a deleted run changes the
     ids asked), read once per set: a click on a bar reruns the page without reading the steps again."""
-    return losses.where_lost_over(db_url, list(run_ids))
+    return lost.where_lost_over(db_url, list(run_ids))
 
 
 def _layout(figure: go.Figure, title: str, xaxis: str, yaxis: str, height: int = 320) -> go.Figure:
@@ -231,7 +231,7 @@ def _open(run: int, step: int) -> None:
 @st.cache_data(show_spinner=False, max_entries=8)
 def _file(db_url: str, run_ids: tuple[int, ...], fmt: str) -> bytes:
     """The download of these runs' tables, made once per set and format (not on every click)."""
-    return losses.where_lost_file(where_lost(db_url, run_ids), fmt)
+    return lost.where_lost_file(where_lost(db_url, run_ids), fmt)
 
 
 def downloads(db_url: str, run_ids: list[int]) -> None:
