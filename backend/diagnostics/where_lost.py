@@ -386,7 +386,7 @@ def _by_position(runs: list[LostRun]) -> list[PositionRate]:
                 steps=len(reached),
                 marginal=at_least / len(reached) if reached else None,
                 marginal_mean=sum(means) / len(means) if means else None,
-                marginal_ci95=mean_ci95(means),
+                marginal_ci95=mean_ci95(means, bounds=(0.0, 1.0)),  # a probability
                 conditional=at_least / before if before else None,
                 samples=len(per_run),
                 rejected_at=rejected[:EXAMPLES],

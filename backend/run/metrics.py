@@ -31,7 +31,8 @@ DEFINITIONS = {
     "bonus token (SpecForge checkpoint selection)",
     "mean_ci95": "95% confidence interval of a mean over prompts (or samples, requests): mean +- t(0.975, "
     "n-1) x s / sqrt(n), s the sample standard deviation; accept length varies about +-50% between prompts, "
-    "so two means closer than their intervals allow are not told apart",
+    "so two means closer than their intervals allow are not told apart; the interval of a probability is cut "
+    "at 0 and 1",
     "self_disagreement_per_1000": "positions per 1,000 where the target's argmax over a (K+1)-token verify "
     "forward differs from its argmax over 1-token decodes of the same prefix, in the run's dtype (measured "
     "for non-fp32 runs: where the replay may legitimately leave plain greedy decoding)",
@@ -213,12 +214,17 @@ def t975(df: int) -> float:
     return T975[max(d for d in T975 if d <= df)] if df <= 120 else 1.960
 
 
-def mean_ci95(values: list[float]) -> list[float] | None:
-    """[low, high] of the mean's 95% interval over `values` (DEFINITIONS["mean_ci95"]); None under two."""
+def mean_ci95(values: list[float], bounds: tuple[float, float] | None = None) -> list[float] | None:
+    """[low, high] of the mean's 95% interval over `values` (DEFINITIONS["mean_ci95"]); None under two.
+    `bounds`: the range the quantity lives in (a probability: (0, 1)); the t interval, symmetric, can reach
+    past it on few skewed samples, and a probability below 0 is no answer: it is cut at the bounds."""
     n = len(values)
     if n < 2:
         return None
     mean = sum(values) / n
     spread = (sum((v - mean) ** 2 for v in values) / (n - 1)) ** 0.5
     half = t975(n - 1) * spread / n**0.5
-    return [mean - half, mean + half]
+    low, high = mean - half, mean + half
+    if bounds is not None:
+        low, high = max(low, bounds[0]), min(high, bounds[1])
+    return [low, high]

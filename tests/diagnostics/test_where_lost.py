@@ -275,3 +275,12 @@ def test_a_review_s_cases_tree_rows_the_prompt_nan_no_tokenizer_and_chains_only(
 
     sampled = where_lost({"d": [run(1, [step(0, [1, 1], 1, [0.5, 0.5])], greedy=False)]}, text).drafts[0]
     assert sampled.calibration[0].attempts == 0 and any("greedy-chain runs" in n for n in sampled.notes)
+
+
+def test_a_probability_interval_stays_within_0_and_1():
+    """Issue 65 row 14: Where lost said "[-0.05, 0.61]" for P(a >= i) over a few skewed samples."""
+    from backend.run.metrics import mean_ci95
+
+    low, high = mean_ci95([0.0, 0.0, 1.0])
+    assert low < 0 < 1 < high  # the t interval as it is (an accept length may go where it likes)
+    assert mean_ci95([0.0, 0.0, 1.0], bounds=(0.0, 1.0)) == [0.0, 1.0]
