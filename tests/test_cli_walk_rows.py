@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from backend.service.evaluate import id_ranges
+from backend.run.run_value import id_ranges
 from tests.support.cli import REPO, run_cli
 
 CLEAN = "llama-server -m t.gguf -md d.gguf --spec-type draft-eagle3 --spec-draft-n-max 4"

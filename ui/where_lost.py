@@ -10,6 +10,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
+from backend.run.run_value import id_ranges
 from backend.service import where_lost as lost
 from backend.service.where_lost import DEFINITIONS, MIN_ATTEMPTS, WhereLost
 from ui import state
@@ -237,7 +238,8 @@ def _file(db_url: str, run_ids: tuple[int, ...], fmt: str) -> bytes:
 def downloads(db_url: str, run_ids: list[int]) -> None:
     """Every number on the page as one table (each row naming its definition), CSV or Parquet."""
     left, right = st.columns(2)
-    name = f"where_lost_runs_{min(run_ids)}-{max(run_ids)}"
+    # the runs the page used, as lost --runs takes them (a range's ends alone named runs it did not use)
+    name = f"where_lost_{len(run_ids)}_runs_{id_ranges(run_ids).replace(',', '_')}"
     for column, fmt, mime in ((left, "csv", "text/csv"), (right, "parquet", "application/octet-stream")):
         column.download_button(
             f"Download the tables ({fmt.upper()})",

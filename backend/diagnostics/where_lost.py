@@ -137,6 +137,7 @@ class DraftLosses(Plain):
     notes: list[str] = field(default_factory=list)
     by_entropy: list[GroupRate] = field(default_factory=list)  # runs stored before entropies: empty
     by_block: list[GroupRate] = field(default_factory=list)  # code vs prose; empty: no fenced code
+    run_ids: list[int] = field(default_factory=list)  # the runs counted (what `lost --runs` takes)
 
 
 @dataclass(frozen=True)
@@ -240,6 +241,7 @@ def _losses(name: str, runs: list[LostRun], text, special) -> DraftLosses:
     return DraftLosses(
         name=name,
         runs=len(runs),
+        run_ids=sorted(r.run_id for r in runs),
         verify_steps=len(verify),
         attempts=len(attempts),
         by_position=_by_position(runs),

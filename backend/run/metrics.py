@@ -81,6 +81,9 @@ DEFINITIONS = {
     "equal bins, against the share of those attempts the target accepted",
     "lost_ece": "expected calibration error: sum over bins of (attempts in bin / attempts) x |acceptance - mean draft "
     "probability|; 0 = the draft's probability is the acceptance rate",
+    "lost_top_rejected": "the target tokens whose draft was rejected most often (a draft attempt at a position "
+    "where the target emitted that token, not accepted), with their count and the first steps (run, step index)",
+    "lost_runs": "the stored runs the numbers are over, written as `lost --runs` takes them (3-5,9)",
     "lost_threshold_whatif": "WHAT-IF from the stored steps, greedy chains only: each step drafts until the first "
     "draft whose probability is below the threshold (at least one draft), so it accepts min(a, drafts kept); "
     "later steps are assumed unchanged (in a real run a shorter step moves every later step), and a draft "
@@ -118,6 +121,8 @@ LOST_TERMS = (
     "calibration",
     "ece",
     "threshold_whatif",
+    "top_rejected",
+    "runs",
 )
 
 

@@ -178,3 +178,14 @@ class RunMetrics:
     def from_dict(cls, raw: dict | None) -> RunMetrics:
         raw = raw or {}
         return cls(**{f.name: _typed(raw.get(f.name), f) for f in fields(cls)})
+
+
+def id_ranges(ids) -> str:
+    """Run ids as `lost --runs` reads them back: 3,4,5,9 -> "3-5,9"."""
+    ranges: list[list[int]] = []
+    for run_id in sorted(set(ids)):
+        if ranges and run_id == ranges[-1][1] + 1:
+            ranges[-1][1] = run_id
+        else:
+            ranges.append([run_id, run_id])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in ranges)

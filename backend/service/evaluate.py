@@ -18,6 +18,7 @@ from pathlib import Path
 from backend import BadInput
 from backend.run.metrics import definitions, mean_ci95
 from backend.run.records import Progress, no_progress
+from backend.run.run_value import id_ranges
 from backend.service.eval_pairs import Pair, Plan, existing_run
 
 WORST = 5  # samples listed per draft, lowest accept length first
@@ -182,17 +183,6 @@ def draft_row(
         )[:WORST],
         "per_sample": rows,
     }
-
-
-def id_ranges(ids) -> str:
-    """Run ids as `lost --runs` takes them: 3,4,5,9 -> "3-5,9"."""
-    ranges: list[list[int]] = []
-    for run_id in sorted(set(ids)):
-        if ranges and run_id == ranges[-1][1] + 1:
-            ranges[-1][1] = run_id
-        else:
-            ranges.append([run_id, run_id])
-    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in ranges)
 
 
 def interval(ci: list[float] | None) -> str:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from backend import BadInput
 from backend.diagnostics.where_lost import DEFINITIONS, MIN_ATTEMPTS, LostRun, WhereLost, where_lost
+from backend.run.run_value import id_ranges
 from backend.service.database import open_database
 from backend.service.runs import file_sample_source, target_vocab_size, token_text
 from db import store
@@ -208,9 +209,9 @@ TABLE_FORMATS = ("csv", "parquet")
 
 
 def where_lost_table(found: WhereLost):
-    """Every number of `found` as one long table (a row per draft, split and group; the positions and
-    the calibration bins too), each row naming the definition it is computed by: what the page's
-    downloads and `lost --out` write."""
+    """Every number of `found` as one long table (a row per draft, split and group; the positions, the top
+    rejected tokens, the threshold what-if, the runs counted and the calibration bins too), each row naming
+    the definition it is computed by: what the page's downloads and `lost --out` write."""
     import pandas as pd
 
     rows = []
@@ -230,6 +231,27 @@ def where_lost_table(found: WhereLost):
                          share=g.share, rate=g.rate, ci95_low=low, ci95_high=high, samples=g.samples,
                          definition="group_rate", note=g.note)
                 )  # fmt: skip
+        for t in d.top_rejected:
+            rows.append(
+                dict(draft=d.name, split="top_rejected", group=f"{t.text!r} (id {t.token_id}, {t.kind})",
+                     attempts=None, accepted=None, share=None, rate=None, ci95_low=None, ci95_high=None,
+                     samples=None, definition="top_rejected", note=f"{t.rejections} rejections; first at "
+                     + ", ".join(f"run {r} step {i}" for r, i in t.examples))
+            )  # fmt: skip
+        for w in d.threshold_whatif:
+            rows.append(
+                dict(draft=d.name, split="threshold_whatif",
+                     group="as run" if w.threshold is None else f"stop below p {w.threshold:g}",
+                     attempts=None, accepted=None, share=None, rate=w.accept_length, ci95_low=None,
+                     ci95_high=None, samples=None, definition="threshold_whatif",
+                     note=f"drafts per step {w.drafts_per_step}; wasted drafts {w.wasted_drafts}; "
+                     f"accepted drafts lost {w.accepted_lost}")
+            )  # fmt: skip
+        rows.append(
+            dict(draft=d.name, split="runs", group=id_ranges(d.run_ids), attempts=d.attempts, accepted=None,
+                 share=None, rate=None, ci95_low=None, ci95_high=None, samples=d.runs, definition="runs",
+                 note=f"{d.runs} runs, {d.verify_steps} verify steps (lost --runs takes the group)")
+        )  # fmt: skip
         for c in d.calibration:
             where = "all positions" if c.position is None else f"d{c.position}"
             for b in c.bins:

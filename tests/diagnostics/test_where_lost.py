@@ -187,6 +187,11 @@ def test_the_cli_view_over_a_stored_run_agrees_with_its_own_metrics(stored_run):
     positions = table[table["split"] == "by_position"]
     assert list(positions["group"]) == [f"d{p['position']}" for p in draft["by_position"]]
     assert set(table["definition"]) >= {"position_marginal", "group_rate", "calibration"}
+    # issue 65 row 7: the top rejected tokens, the threshold what-if and the runs counted are in it too
+    assert len(table[table["split"] == "top_rejected"]) == len(draft["top_rejected"])
+    assert list(table[table["split"] == "runs"]["group"]) == [str(run_id)] and draft["run_ids"] == [run_id]
+    whatif = table[table["split"] == "threshold_whatif"]
+    assert len(whatif) == len(draft["threshold_whatif"]) and "as run" in set(whatif["group"])
     bad = run_cli("lost", "--runs", str(run_id), "--db", db_url, "--out", str(out.with_suffix(".xlsx")))
     assert bad.returncode == 2 and "--out writes .csv or .parquet" in bad.stderr
     # the same target named two ways (absolute, and relative to where a CLI ran) is one target
@@ -284,3 +289,21 @@ def test_a_probability_interval_stays_within_0_and_1():
     low, high = mean_ci95([0.0, 0.0, 1.0])
     assert low < 0 < 1 < high  # the t interval as it is (an accept length may go where it likes)
     assert mean_ci95([0.0, 0.0, 1.0], bounds=(0.0, 1.0)) == [0.0, 1.0]
+
+
+def test_the_downloaded_table_holds_the_rejected_tokens_the_what_if_and_the_runs():
+    """Issue 65 row 7: the page's CSV left out the threshold what-if, the top rejected tokens and the run
+    ids; every number on the page is in it now."""
+    from backend.service.where_lost import where_lost_table
+
+    runs = [
+        run(4, [step(i, [1, 3], 1, [0.8, 0.4]) for i in range(3)]),
+        run(7, [step(0, [1, 3], 2, [0.9, 0.9])]),
+    ]
+    found = where_lost({"d": runs}, text)
+    table = where_lost_table(found)
+    (top,) = table[table["split"] == "top_rejected"].itertuples()
+    assert "'x' (id 7" in top.group and top.note.startswith("3 rejections; first at run 4 step 0")
+    whatif = table[table["split"] == "threshold_whatif"]
+    assert list(whatif["group"])[0] == "as run" and len(whatif) == len(found.drafts[0].threshold_whatif) > 1
+    assert list(table[table["split"] == "runs"]["group"]) == ["4,7"]
