@@ -84,6 +84,12 @@ def batch_sentence(summary: BatchSummary, name_a: str, name_b: str) -> str:
     better, worse = ("B", "A") if delta > 0 else ("A", "B")
     names = {"A": name_a, "B": name_b}
     ci = summary.delta_ci95
+    if n == 1:  # no spread to judge by: the sample's numbers, and that they settle nothing
+        return (
+            f"{names[better]} ({better}) is higher on this one sample: accept length {summary.mean(better):.2f} vs "
+            f"{summary.mean(worse):.2f} (B - A {delta:+.2f}). One sample settles nothing: accept length varies "
+            "about +-50% between prompts; compare a batch of samples to tell the drafts apart."
+        )
     if ci is not None and ci[0] <= 0 <= ci[1]:
         settle = summary.samples_to_settle()
         return (
@@ -94,11 +100,10 @@ def batch_sentence(summary: BatchSummary, name_a: str, name_b: str) -> str:
             + (f" About {settle} samples would settle a delta this size at this spread." if settle else "")
         )
     return (
-        f"{names[better]} ({better}) is better on {'this sample' if n == 1 else f'these {n} samples'}: "
-        "mean accept length "
+        f"{names[better]} ({better}) is better on these {n} samples: mean accept length "
         f"{summary.mean(better):.2f} vs {summary.mean(worse):.2f} (B - A {delta:+.2f}"
         + (f", 95% interval [{ci[0]:+.2f}, {ci[1]:+.2f}]" if ci is not None else "")
-        + (f"), higher on {summary.wins(better)} of {n} samples" if n > 1 else ")")
+        + f"), higher on {summary.wins(better)} of {n} samples"
         + (f", lower on {summary.wins(worse)}" if summary.wins(worse) else "")
         + "."
     )
