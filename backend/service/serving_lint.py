@@ -67,8 +67,8 @@ def read_bin_draft_facts(draft_path: str, progress=None):
 
 
 def whatif_best_k(db_url: str | None, draft_path: str, trained: list | None = None) -> tuple[int, str] | None:
-    """(K, why) of the highest predicted speed-up (backend/diagnostics/whatif.py) on the newest finished
-    greedy chain run of `draft_path` replayed alone (a batched run's times are its share of a batch
+    """(K, why) of the highest predicted speed-up (backend/diagnostics/whatif.py) on the finished greedy
+    chain run of `draft_path` replayed alone with the most verify steps, the newest of equals (a batched run's times are its share of a batch
     forward: no cost of a served step); None without one. `trained`: the wirings the probe found the draft
     trained on when it rejected the declared one: a run fed one of them is preferred, and a K read off a
     run of another (broken) wiring says so."""
@@ -79,8 +79,15 @@ def whatif_best_k(db_url: str | None, draft_path: str, trained: list | None = No
 
     wanted = str(Path(draft_path).resolve())
     runs = list_runs(db_url, limit=200)
-    if trained:  # runs of a trained wiring first, each group newest first
-        runs = sorted(runs, key=lambda r: list(r.aux_hf_indices) not in [list(t) for t in trained])
+    # runs of a trained wiring first; then the run with the most verify steps (a K read off a few steps
+    # moves with a few more), the newest of equals
+    runs = sorted(
+        runs,
+        key=lambda r: (
+            bool(trained) and list(r.aux_hf_indices) not in [list(t) for t in trained],
+            -sum(r.metrics.get("accept_histogram") or []),
+        ),
+    )
     for run in runs:
         histogram, k = run.metrics.get("accept_histogram"), run.resolved.num_steps
         chain = run.resolved.greedy_chain
@@ -95,7 +102,7 @@ def whatif_best_k(db_url: str | None, draft_path: str, trained: list | None = No
         if rows:
             top = max(rows, key=lambda r: r.predicted_speedup)
             return top.num_steps, (
-                f"the Speed-up what-if's best K on run #{run.id}: predicted speed-up "
+                f"the Speed-up what-if's best K on run #{run.id}, {sum(histogram)} verify steps: predicted speed-up "
                 f"{top.predicted_speedup:.2f}x, accept length {top.predicted_accept_length:.2f}"
                 + (", extrapolated past the run's K" if top.extrapolated else "")
                 + ")"

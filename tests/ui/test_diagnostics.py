@@ -33,3 +33,21 @@ def test_the_probe_s_reasons_are_not_cut_at_the_column_edge():
     # and the whole table fits beside the sidebar at 1440 px (the page's main column is about 950 px)
     assert sum(column["width"] for column in columns.values()) <= 950
     assert candidate_table(ProbeResult())[1]["why tried"]["width"] > 0  # no candidate: still a width
+
+
+def test_the_what_if_opens_on_the_largest_run_of_the_active_draft():
+    """Issue 65 row 8: it opened on the newest run (a 16-token typed prompt, 8 verify steps) and chose K from
+    it without a word on its size; it opens on the sidebar draft's run with the most verify steps."""
+    from types import SimpleNamespace
+
+    from ui.diagnostics.whatif import FEW_STEPS, _largest
+
+    def chain(run_id, draft, steps):
+        return SimpleNamespace(
+            id=run_id, draft_path=draft, measured=SimpleNamespace(accept_histogram=[0, steps])
+        )
+
+    runs = [chain(9, "drafts/final", 8), chain(5, "drafts/final", 120), chain(7, "drafts/epoch1", 400)]
+    assert _largest(runs, "drafts/final").id == 5  # the newest (9) is small; epoch1's is not the draft's
+    assert _largest(runs, "drafts/other").id == 7  # no run of the draft: the largest of any
+    assert FEW_STEPS > 8

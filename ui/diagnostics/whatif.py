@@ -4,6 +4,7 @@ and a real replay at those settings to check the prediction."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pandas as pd
 import streamlit as st
@@ -18,6 +19,14 @@ from ui.numbers import whole
 from ui.pickers import run_label
 from ui.runs import ACCEPT_LENGTH_HELP, get_run, list_runs
 from ui.taskview import task_panel
+
+FEW_STEPS = 50  # verify steps under which a run's per-position rates are too few to choose K from
+
+
+def _largest(runs: list[RunInfo], draft: str) -> RunInfo:
+    """The run the tab opens on: the sidebar draft's with the most verify steps, else any draft's."""
+    mine = [r for r in runs if Path(r.draft_path).resolve() == Path(draft).resolve()] or runs
+    return max(mine, key=lambda r: (sum(r.measured.accept_histogram), r.id))
 
 
 def _chain_runs() -> list[RunInfo]:
@@ -138,10 +147,28 @@ def whatif_tab() -> None:
         )
         return
     labels = {r.id: run_label(r) for r in runs}
-    run_id = st.selectbox("Run", list(labels), key="whatif_run", format_func=labels.get)
+    largest = _largest(runs, state.draft_path())
+    run_id = st.selectbox(
+        "Run",
+        list(labels),
+        index=list(labels).index(largest.id),
+        key="whatif_run",
+        format_func=labels.get,
+        help="Opens on the sidebar draft's run with the most verify steps (else any draft's): a prediction "
+        "reads each position's rate from the run's steps, so the larger run predicts better.",
+    )
     run, steps = get_run(run_id)
     num_steps = run.resolved.num_steps
     counts = verify_counts(steps)
+    size = f"Run {run.id}: {len(counts)} verify steps, {len(run.output_ids)} tokens."
+    if len(counts) < FEW_STEPS:
+        st.warning(
+            f"{size} Each position's acceptance below is read from at most {len(counts)} steps: the predicted "
+            f"accept lengths and the best K can move with a few steps more. Pick a run of {FEW_STEPS} or more "
+            "verify steps (an evaluation's, or a longer replay) before choosing K from it."
+        )
+    else:
+        st.caption(size)
     draft_ms, verify_ms = run.measured.draft_ms_total, run.measured.verify_ms_total
     if run.measured.batch_size:
         st.warning(
