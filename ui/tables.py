@@ -8,10 +8,11 @@ import streamlit as st
 from ui.html import md
 
 
-def engine_readings(readings, key: str) -> None:
+def engine_readings(readings, key: str, trained: list[int] | None = None) -> None:
     """How each engine reads the draft (backend/drafts/readings.py) and where they disagree.
     `readings`: the engine table (engine_table.EngineReadings) or preflight's report, which holds it
-    (engine_table.PreflightResult)."""
+    (engine_table.PreflightResult). `trained`: the layers a kept wiring probe found when it rejected the
+    declared ones; then no line here says the draft is fine as declared."""
     rows = [
         {
             "engine": name,
@@ -29,11 +30,20 @@ def engine_readings(readings, key: str) -> None:
         for name, view in readings.engines.items()
     ]
     st.dataframe(pd.DataFrame(rows), hide_index=True, key=key)
-    st.caption(f"The draft was most likely trained as **{readings.training_engine}** reads it.")
+    if trained:
+        st.caption(
+            f"The config reads as **{readings.training_engine}** writes it, but the layers it declares are not the "
+            f"ones the draft was trained on: the kept wiring probe found HF {trained} (above)."
+        )
+    else:
+        st.caption(f"The draft was most likely trained as **{readings.training_engine}** reads it.")
     for finding in readings.disagreements:
         st.warning(md(finding.message))
     if not readings.disagreements:
-        st.success("The serving engines and the training reading agree on this draft.")
+        (st.warning if trained else st.success)(
+            "The serving engines and the training reading agree on this draft"
+            + (": on the declared layers, which the kept wiring probe rejects." if trained else ".")
+        )
 
 
 def _cell(value) -> str:

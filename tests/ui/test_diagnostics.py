@@ -51,3 +51,22 @@ def test_the_what_if_opens_on_the_largest_run_of_the_active_draft():
     assert _largest(runs, "drafts/final").id == 5  # the newest (9) is small; epoch1's is not the draft's
     assert _largest(runs, "drafts/other").id == 7  # no run of the draft: the largest of any
     assert FEW_STEPS > 8
+
+
+def test_the_doctor_does_not_say_wiring_pass_under_a_probe_that_rejects_it():
+    """Issue 65 row 12: the doctor's table said "wiring: pass" under its own red line that the kept probe
+    rejects the declared wiring (preflight's check only says the declared indices exist)."""
+    from types import SimpleNamespace
+
+    from ui.diagnostics.doctor import checks_shown
+
+    def check(name, status, message):
+        return SimpleNamespace(to_dict=lambda: {"name": name, "status": status, "message": message})
+
+    checks = [check("wiring", "pass", "aux HF indices [2, 15, 27] from ..."), check("vocab", "pass", "ok")]
+    assert [r["status"] for r in checks_shown(checks, None)] == ["pass", "pass"]
+    wiring, vocab = checks_shown(checks, [0, 2, 15])
+    assert (
+        wiring["status"] == "rejected by the kept probe" and "trained on HF [0, 2, 15]" in wiring["message"]
+    )
+    assert vocab["status"] == "pass"

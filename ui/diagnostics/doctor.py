@@ -24,11 +24,11 @@ def _render(result) -> None:
         f"Preflight: **{'passed' if report.ok else 'FAILED'}** · declared aux HF indices "
         f"{report.aux_hf_indices} ({md(report.wiring_source)})"
     )
-    _probe_answer(result)
-    st.dataframe(pd.DataFrame([c.to_dict() for c in report.checks]), hide_index=True, key="doctor_checks")
+    trained = _probe_answer(result)
+    st.dataframe(pd.DataFrame(checks_shown(report.checks, trained)), hide_index=True, key="doctor_checks")
     if report.engines:
         st.markdown("**How each engine reads this draft**")
-        engine_table(report, key="doctor_engines")
+        engine_table(report, key="doctor_engines", trained=trained)
     cover = result.coverage
     if cover is not None:
         left, right = st.columns(2)
@@ -43,13 +43,27 @@ def _render(result) -> None:
         (st.warning if comparison.regenerated else st.info)(comparison.message)
 
 
-def _probe_answer(result) -> None:
+def checks_shown(checks, trained: list[int] | None) -> list[dict]:
+    """Preflight's checks as the table shows them: its wiring check says only that the declared indices
+    exist in the target, so under a kept probe that rejects them it does not read "pass"."""
+    rows = [c.to_dict() for c in checks]
+    for row in rows:
+        if trained and row["name"] == "wiring" and row["status"] == "pass":
+            row["status"] = "rejected by the kept probe"
+            row["message"] = (
+                f"{row['message']}; the kept wiring probe found the draft trained on HF {trained}"
+            )
+    return rows
+
+
+def _probe_answer(result) -> list[int] | None:
     """The wiring a kept probe found, beside preflight's wiring check (without it the doctor said
-    "wiring: pass" while the lint on the same page used a probe that rejected it)."""
+    "wiring: pass" while the lint on the same page used a probe that rejected it); the probe's best when
+    it rejected the declared wiring, else None."""
     found = kept_results.trained_wirings(result.target, result.draft, state.db())
     declared = list(result.preflight.aux_hf_indices)
     if not found or found[0] == declared:
-        return
+        return None
     others = [w for w in found[1:] if w != declared]
     st.error(
         f"Wiring: the kept wiring probe rejects the declared HF {declared}: the draft was trained on HF "
@@ -57,6 +71,7 @@ def _probe_answer(result) -> None:
         + (f" (or {', '.join(f'HF {w}' for w in others)}: not told apart on its samples)" if others else "")
         + ". Preflight's wiring check below says only that the declared indices exist in the target."
     )
+    return found[0]
 
 
 def doctor_tab() -> None:
