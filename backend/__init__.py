@@ -89,6 +89,7 @@ checks this):
       diagnosis          `diagnose` with its models loaded once (CLI and page alike)
       draft_fix          a copy of a draft with the serving fix written into its config.json
       engine_check       the replay against a running vLLM or llama.cpp, step for step; the wiring it ran named
+      engine_check_result what an engine check found, as stored (result.json) and read back beside a run
       served_engines     the interface of an engine beside the replay: launch, connect, ask, a typed answer
       server_process     a serving engine's process on loopback: started, waited on, stopped; its HTTP API
       llamacpp_server    llama.cpp beside the replay: the pair converted to GGUF, llama-server launched, its trace read

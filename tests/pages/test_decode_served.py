@@ -12,7 +12,7 @@ from tests.support.pages import ok, page
 
 
 def test_a_run_an_engine_check_served_shows_the_engines_counts(db):
-    from backend.service.engine_check import ServedBeside, served_beside
+    from backend.service.engine_check_result import ServedBeside, served_beside
     from backend.service.runs import get_run
 
     steps = [{"position": 2, "drafted": [SELF, SPACE], "accepted": 2, "bonus": NEWLINE}] * 2

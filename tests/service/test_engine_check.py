@@ -9,16 +9,13 @@ from dataclasses import replace
 
 from backend.drafts.reading_fixes import wiring_fix
 from backend.run.request import ReplayRequest
-from backend.service.engine_check import (
+from backend.service.engine_check import EngineCheckSettings, compare, first_difference, summarise
+from backend.service.engine_check_result import (
     DEFINITION,
     EngineCheck,
-    EngineCheckSettings,
     ServerLaunch,
     StepDifference,
     WiringExplanation,
-    compare,
-    first_difference,
-    summarise,
 )
 from backend.service.served_engines import ServedAnswer
 from tests.support.cli import cli_json, run_cli

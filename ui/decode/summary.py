@@ -7,7 +7,8 @@ import streamlit as st
 
 from backend.run.metrics import DEFINITIONS
 from backend.run.records import StepRecord, verify_counts
-from backend.service.engine_check import first_difference, served_beside
+from backend.service.engine_check import first_difference
+from backend.service.engine_check_result import served_beside
 from backend.service.runs import RunInfo
 from ui import charts, state
 from ui.runs import ACCEPT_LENGTH_HELP

@@ -11,7 +11,8 @@ import streamlit as st
 
 from backend.run.request import ReplayRequest
 from backend.service import tasks
-from backend.service.engine_check import DEFINITION, EngineCheck, EngineCheckSettings
+from backend.service.engine_check import EngineCheckSettings
+from backend.service.engine_check_result import DEFINITION, EngineCheck
 from backend.service.served_engines import ServerOptions, served_engine, served_engines
 from ui import state
 from ui.html import md
