@@ -78,6 +78,7 @@ checks this):
       train_serve        the train-vs-serve diff as diagnose's findings (the cheap check that sees wiring)
       whatif             accept length and speed-up for other K and for trees
       where_lost         where stored runs lose acceptance: position, token kind, confidence, calibration
+      where_lost_result  where-lost's input and answer as values, each number with its definition
     backend.service      the only layer that touches db/ and threads
       checkpoints        directories added in the dashboard, kept in the database
       serving_lint       the serving-flag lint as the pages and the CLI run it: one answer, held to a kept probe

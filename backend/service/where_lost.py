@@ -11,7 +11,8 @@ from functools import lru_cache
 from pathlib import Path
 
 from backend import BadInput
-from backend.diagnostics.where_lost import DEFINITIONS, MIN_ATTEMPTS, LostRun, WhereLost, where_lost
+from backend.diagnostics.where_lost import MIN_ATTEMPTS, where_lost
+from backend.diagnostics.where_lost_result import DEFINITIONS, LostRun, WhereLost
 from backend.run.run_value import id_ranges
 from backend.service.database import open_database
 from backend.service.runs import file_sample_source, target_vocab_size, token_text

@@ -7,7 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from backend.diagnostics.where_lost import MIN_ATTEMPTS, LostRun, WhereLost, token_kind, where_lost, wilson
+from backend.diagnostics.where_lost import MIN_ATTEMPTS, token_kind, where_lost, wilson
+from backend.diagnostics.where_lost_result import LostRun, WhereLost
 
 TEXT = {
     1: "def",
@@ -246,7 +247,8 @@ def test_a_runs_source_is_read_from_its_samples_file_when_the_store_has_no_sampl
 
 
 def test_every_term_is_defined_once_in_the_one_definitions_with_the_numbers_the_code_uses():
-    from backend.diagnostics.where_lost import BINS, DEFINITIONS, MIN_ATTEMPTS
+    from backend.diagnostics.where_lost import BINS, MIN_ATTEMPTS
+    from backend.diagnostics.where_lost_result import DEFINITIONS
     from backend.run import metrics
 
     assert all(metrics.DEFINITIONS[f"lost_{name}"] == text for name, text in DEFINITIONS.items())
