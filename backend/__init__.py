@@ -71,6 +71,7 @@ checks this):
       penalty_check      what served sampling penalties cost, measured on live replays
       precision          the target's own verify-vs-decode disagreement in a dtype
       probe              which wiring a draft was trained on
+      probe_report       what the wiring probe found and how it judges it: candidates, separation, the verdict
       probe_settings     the probe's settings and report as values, torch-free (pages read a stored probe)
       reading_probe      which reading (RoPE, flags, positions) a draft was trained with
       sample_checks      diagnose's checks on samples: probes as findings, template, live replays, context

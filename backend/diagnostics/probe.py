@@ -27,12 +27,11 @@ docs/seed-story.md, then a coordinate search, one slot at a time, around the bes
 
 from __future__ import annotations
 
-import math
 import time
-from dataclasses import dataclass, field
 
 import torch
 
+from backend.diagnostics.probe_report import Candidate, ProbeReport, verdict
 from backend.diagnostics.probe_settings import ProbeResult, ProbeSettings, sample_keys  # noqa: F401 (re-exported)
 from backend.drafts.engine_readers import DraftMath
 from backend.engine.batch import accept_lengths
@@ -47,223 +46,11 @@ from backend.engine.teacher import (
     target_pass,
     target_to_draft,
 )
-from backend.run.metrics import acceptance_metrics, simulated_accept_length
+from backend.run.metrics import acceptance_metrics
 from backend.run.records import Progress, no_progress
 from backend.run.wiring import Wiring, default_hf_indices
 
-CONFIRM_MARGIN = 0.01  # the least acc_0 gap that counts where no loss was measured (see confirm_margin)
-T_SEPARATE = 3.0  # a paired training-loss difference this many standard errors above 0 separates
-BLOCK = 16  # counted positions per block of the paired standard error (neighbours are correlated)
 REPORTED = 6  # the candidates whose K-step acc_k is computed (best, declared, tied first)
-
-
-def confirm_margin(best: Candidate) -> float:
-    """Where no training loss was measured (no sample long enough to count a position): how far below
-    the best candidate's acc_0 the declared wiring may score and still be the trained one, two
-    binomial standard errors of acc_0 over the positions counted (sqrt(p(1-p)/n)), at least
-    CONFIRM_MARGIN. In a deep target neighbouring layers carry nearly the same residual stream (the
-    demo's HF 5 and 6: cosine ~0.9), so a ±1 neighbour of the trained wiring can score a point higher
-    on a few samples by chance; a gap inside this margin is no evidence of a mis-wiring."""
-    n, p = best.n_positions, best.acc_step0
-    if n <= 0:
-        return CONFIRM_MARGIN
-    return max(CONFIRM_MARGIN, 2 * math.sqrt(p * (1 - p) / n))
-
-
-@dataclass
-class Candidate:
-    aux_hf_indices: tuple[int, ...]
-    labels: list[str]
-    acc_per_step: list[float | None] = field(default_factory=list)
-    n_positions: int = 0
-    live_accept_length: float | None = None
-    loss: float | None = None  # the draft's training loss at TTT step 0, nats per counted position
-    position_loss: list[torch.Tensor] = field(default_factory=list, repr=False)  # per sample, per position
-    mean_prob: float | None = None  # p(the target's greedy token) at step 0, over every counted position
-
-    @property
-    def acc_step0(self) -> float:
-        if not self.acc_per_step or self.acc_per_step[0] is None:
-            return 0.0
-        return self.acc_per_step[0]
-
-    @property
-    def simulated(self) -> float | None:
-        if not self.acc_per_step or any(a is None for a in self.acc_per_step):
-            return None
-        return simulated_accept_length(self.acc_per_step)
-
-    @property
-    def score(self) -> tuple[float, float]:
-        """What ranks candidates: the lower training loss, then acc_0 (where no loss was measured: the
-        predicted accept length, then acc_0)."""
-        if self.loss is not None:
-            return (-self.loss, self.acc_step0)
-        return (self.simulated or 0.0, self.acc_step0)
-
-    def to_dict(self) -> dict:
-        return {
-            "aux_hf_indices": list(self.aux_hf_indices),
-            "label": "; ".join(self.labels),
-            "acc_step0": self.acc_step0,
-            "acc_per_step": self.acc_per_step,
-            "simulated_accept_length": self.simulated,
-            "predicted_accept_length": None if self.simulated is None else 1 + self.simulated,
-            "n_positions": self.n_positions,
-            "live_accept_length": self.live_accept_length,
-            "mean_prob": self.mean_prob,  # of the target's greedy token at TTT step 0
-            "loss": self.loss,  # the draft's training loss at TTT step 0 (module docstring)
-        }
-
-
-def loss_t(best: Candidate, other: Candidate) -> tuple[float, int, int] | None:
-    """How many standard errors `other`'s training loss lies above `best`'s, paired position by
-    position over the same samples, with the positions counted and the blocks of BLOCK the standard
-    error came from (block-clustered: sum the deviations of each block, the variance of the mean is
-    G/(G-1) * sum of their squares / n^2); None where either has no per-position losses or fewer
-    than two blocks."""
-    a, b = best.position_loss, other.position_loss
-    if not a or len(a) != len(b):
-        return None
-    differences = [y - x for x, y in zip(a, b, strict=True)]
-    n = sum(len(d) for d in differences)
-    if n == 0:
-        return None
-    mean = sum(float(d.sum()) for d in differences) / n
-    blocks = [float((d[i : i + BLOCK] - mean).sum()) for d in differences for i in range(0, len(d), BLOCK)]
-    if len(blocks) < 2:
-        return None
-    variance = len(blocks) / (len(blocks) - 1) * sum(s * s for s in blocks) / n**2
-    if variance == 0:
-        return (math.inf if mean > 0 else 0.0), n, len(blocks)
-    return mean / math.sqrt(variance), n, len(blocks)
-
-
-def separates(best: Candidate, other: Candidate) -> bool:
-    """Whether these samples tell `best` from `other`: `other`'s training loss T_SEPARATE paired
-    standard errors above the best's (see the module), else (no loss measured) acc_0 beyond two
-    binomial standard errors."""
-    measured = loss_t(best, other)
-    if measured is None:
-        return other.acc_step0 < best.acc_step0 - confirm_margin(best)
-    return measured[0] >= T_SEPARATE
-
-
-def _level(best: Candidate, other: Candidate) -> bool:
-    """The two score the same at every position (the draft ignores the states they differ in)."""
-    a, b = best.position_loss, other.position_loss
-    return bool(a) and len(a) == len(b) and all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
-
-
-def samples_to_separate(best: Candidate, other: Candidate, n_samples: int) -> int | None:
-    """About how many samples would separate the two if the mean difference holds: the standard error
-    shrinks as one over the square root of the samples, so n * (T_SEPARATE / t)^2; None where the
-    best is not ahead at all."""
-    measured = loss_t(best, other)
-    if measured is None or not 0 < measured[0] < T_SEPARATE:
-        return None
-    return max(n_samples + 1, math.ceil(n_samples * (T_SEPARATE / measured[0]) ** 2))
-
-
-@dataclass
-class ProbeReport:
-    declared: Candidate
-    declared_source: str
-    candidates: list[Candidate]  # best first
-    verdict: str
-    sglang_ids: list[int]
-    vllm_ids: list[int]
-    seconds: float
-    num_steps: int
-    n_samples: int
-
-    @property
-    def best(self) -> Candidate:
-        return self.candidates[0]
-
-    @property
-    def confirmed(self) -> bool:
-        return self.best.aux_hf_indices == self.declared.aux_hf_indices or not separates(
-            self.best, self.declared
-        )
-
-    @property
-    def as_good(self) -> list[Candidate]:
-        """Candidates other than the best these samples cannot tell from it (`separates`). In a deep
-        target two neighbouring layers (HF 1 and 2, say) can carry nearly the same state, so a draft
-        trained on one is served as well by the other."""
-        return [c for c in self.candidates[1:] if not separates(self.best, c)]
-
-    @property
-    def tied(self) -> list[Candidate]:
-        """The one set of wirings the samples cannot tell apart, lowest training loss first: every view
-        names these (the headline, the evidence, the fix, the lint), and the first is the one a view
-        uses when it needs one (the Decode reference, the live replays). Just the declared one when
-        it is confirmed."""
-        if self.confirmed:
-            return [self.declared]
-        return [self.best, *(c for c in self.as_good if c is not self.declared)]
-
-    @property
-    def separated(self) -> bool:
-        """One wiring stands out: a fix may write it. Otherwise the fix says how to separate them."""
-        return len(self.tied) == 1
-
-    def samples_needed(self) -> int | None:
-        """About how many samples would separate the tie if its differences hold (the closest pair
-        decides); None when some tied wiring is not behind the best at all."""
-        needed = [samples_to_separate(self.best, c, self.n_samples) for c in self.tied[1:]]
-        return max(needed) if needed and None not in needed else None
-
-    def how_to_separate(self, draft_dir: str | None = None) -> str:
-        names = " / ".join(f"HF {list(c.aux_hf_indices)}" for c in self.tied)
-        if all(_level(self.best, c) for c in self.tied[1:]):
-            return (
-                f"{names} score the same at every position of these {self.n_samples} samples: the draft reads "
-                "none of the states they differ in, so no samples can separate them and each serves it equally. "
-                "No wiring is written: declare the one your trainer used (its training config names the layers)."
-            )
-        needed = self.samples_needed()
-        why = f" (if the differences these samples show hold, about {needed} would)" if needed else ""
-        return (
-            f"{self.n_samples} samples cannot tell {names} apart{why}, so no wiring is written yet: run the probe "
-            f"on more samples (python -m backend probe --draft {draft_dir or 'DRAFT'} --samples FILE --limit "
-            f"{needed or 4 * self.n_samples}, or the Wiring probe tab with more samples), or hold the served "
-            "features against the draft's training features (Train vs serve). Until then each of them serves "
-            "the draft about as well."
-        )
-
-    def to_dict(self) -> dict:
-        return {
-            "declared": {**self.declared.to_dict(), "source": self.declared_source},
-            "candidates": [c.to_dict() for c in self.candidates],
-            "best": self.best.to_dict(),
-            "verdict": self.verdict,
-            "confirmed": self.confirmed,
-            "confirm_margin": confirm_margin(self.best),
-            "separation": {
-                "measure": "the draft's training loss at TTT step 0, paired per position",
-                "t_separate": T_SEPARATE,
-                "block": BLOCK,
-            },
-            "as_good_as_best": [list(c.aux_hf_indices) for c in self.as_good],
-            "tied": [list(c.aux_hf_indices) for c in self.tied],
-            "separated": self.separated,
-            "config": {
-                "sglang": {"eagle_config": {"eagle_aux_hidden_state_layer_ids": self.sglang_ids}},
-                "vllm": {"eagle_aux_hidden_state_layer_ids": self.vllm_ids},
-            }
-            if self.separated
-            else None,
-            "how_to_separate": None if self.separated else self.how_to_separate(),
-            "seconds": self.seconds,
-            "num_steps": self.num_steps,
-            "n_samples": self.n_samples,
-        }
-
-    def result(self, **kept) -> ProbeResult:
-        """The report as views keep it (`kept`: the pair, the settings it ran with, who ran it)."""
-        return ProbeResult.from_dict({**self.to_dict(), **kept})
 
 
 def initial_candidates(draft: Eagle3Draft, declared: Wiring, num_layers: int) -> dict[tuple, list[str]]:
@@ -300,11 +87,6 @@ def initial_candidates(draft: Eagle3Draft, declared: Wiring, num_layers: int) ->
     add([0, hf[1], hf[2]], "embedding output for the low layer")
     add([0, hf[0], hf[1]], "embedding, low, middle (the shift in docs/seed-story.md)")
     return found
-
-
-def describe(indices, num_layers: int) -> str:
-    names = ["embedding output" if i == 0 else f"output of layer {i - 1}" for i in indices]
-    return f"HF {list(indices)} ({', '.join(names)})"
 
 
 def run_probe(
@@ -465,79 +247,3 @@ def live_accept_length(
         for a in per_prompt
     ]
     return acceptance_metrics(counts, num_steps).mean_accept_length
-
-
-def verdict(report: ProbeReport, num_layers: int) -> str:
-    best, declared = report.best, report.declared
-    config = (
-        f"For SGLang write eagle_config.eagle_aux_hidden_state_layer_ids = {report.sglang_ids} "
-        f"(nested, output-of-layer ids{'; -1 = embedding output' if 0 in best.aux_hf_indices else ''}); "
-        f"for vLLM write top-level eagle_aux_hidden_state_layer_ids = {report.vllm_ids} (HF indices)."
-    )
-    if report.confirmed and best is not declared:
-        return (
-            f"The declared wiring {describe(declared.aux_hf_indices, num_layers)} is the trained one as far as "
-            f"{report.n_samples} samples can tell: {_score(declared)}, within the noise ({_noise(best, declared)}) "
-            f"of the best of {len(report.candidates)} candidates, HF {list(best.aux_hf_indices)} at "
-            f"{_score(best)}. {config}"
-        )
-    if report.confirmed:
-        runner = next((c for c in report.candidates if c is not declared), None)
-        margin = f" (next best HF {list(runner.aux_hf_indices)}: {_score(runner)})" if runner else ""
-        return (
-            f"The declared wiring {describe(declared.aux_hf_indices, num_layers)} is the trained one: "
-            f"{_score(declared)}, the best of {len(report.candidates)} candidates{margin}. {config}"
-        )
-    loss = ""
-    if best.simulated and declared.simulated is not None:
-        predicted_best, predicted_declared = 1 + best.simulated, 1 + declared.simulated
-        loss = (
-            f"; predicted accept length {predicted_declared:.2f} with the declared HF "
-            f"{list(declared.aux_hf_indices)} instead of {predicted_best:.2f} with HF {list(best.aux_hf_indices)} "
-            f"({100 * (1 - predicted_declared / predicted_best):.0f}% lost)"
-        )
-    live = ""
-    if best.live_accept_length is not None and declared.live_accept_length is not None:
-        live = f"; live accept length {declared.live_accept_length:.2f} vs {best.live_accept_length:.2f}"
-    tied = [c for c in report.as_good if c is not declared]
-    if not tied:
-        return (
-            f"The draft was trained on {describe(best.aux_hf_indices, num_layers)}, not on the declared "
-            f"{describe(declared.aux_hf_indices, num_layers)}: {_score(best)} vs {_score(declared)} with the "
-            f"declared wiring{loss}{live}; the runner-up is {_runner_up(report)}. {config}"
-        )
-    others = ", ".join(f"HF {list(c.aux_hf_indices)} ({_score(c)})" for c in tied)
-    return (
-        f"The draft was not trained on the declared {describe(declared.aux_hf_indices, num_layers)}: "
-        f"the best wiring, {describe(best.aux_hf_indices, num_layers)}, scores {_score(best)} vs "
-        f"{_score(declared)} with the declared wiring{loss}{live}. These samples cannot tell it from {others} "
-        f"(the closest: {_noise(best, tied[0])}). " + report.how_to_separate()
-    )
-
-
-def _runner_up(report: ProbeReport) -> str:
-    runner = next((c for c in report.candidates[1:]), None)
-    if runner is None:
-        return "none"
-    return f"HF {list(runner.aux_hf_indices)} ({_noise(report.best, runner)})"
-
-
-def _score(candidate: Candidate) -> str:
-    """A candidate's numbers in words: the training loss where measured, and acc_0."""
-    said = f"acc_0 {candidate.acc_step0:.3f}"
-    if candidate.loss is not None:
-        said = f"training loss {candidate.loss:.3f} nats, " + said
-    return said
-
-
-def _noise(best: Candidate, other: Candidate) -> str:
-    """How far apart the samples put two candidates: the paired t of their training losses (or the
-    acc_0 margin where none was measured)."""
-    measured = loss_t(best, other)
-    if measured is None:
-        return f"±{confirm_margin(best):.3f} acc_0, two standard errors over {best.n_positions} positions"
-    t, n, blocks = measured
-    return (
-        f"paired over {n} positions in {blocks} blocks of {BLOCK}, its training loss is {t:.1f} standard "
-        f"errors above the best's; {T_SEPARATE:g} separate"
-    )

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from backend.diagnostics.findings import Finding
-from backend.diagnostics.probe import describe
+from backend.diagnostics.probe_report import describe
 from backend.diagnostics.probe_settings import ProbeResult
 from backend.drafts.reading_fixes import wiring_fix
 from backend.engine.batch import replay_all

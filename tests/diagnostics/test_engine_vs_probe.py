@@ -9,7 +9,8 @@ DECLARED = (2, 15, 27)  # the miswired draft's config, as SpecForge (its trainin
 
 def report(*scores: tuple[tuple[int, ...], float]):
     """A probe over 8 samples (2,000 positions) whose candidates scored acc_0 `scores`, best first."""
-    from backend.diagnostics.probe import Candidate, ProbeReport  # torch: when a test runs, not collected
+    from backend.diagnostics.probe_report import ProbeReport  # torch: when a test runs, not collected
+    from backend.diagnostics.probe_report import Candidate
 
     candidates = [Candidate(wiring, [], [acc], 2000) for wiring, acc in scores]
     declared = next(c for c in candidates if c.aux_hf_indices == DECLARED)
@@ -76,7 +77,8 @@ def test_the_lint_of_a_serving_command_in_a_verdict_never_writes_the_rejected_wi
 
     from backend.defaults import DEMO_DRAFTS, DEMO_TARGET
     from backend.diagnostics.diagnose import DiagnoseOptions
-    from backend.diagnostics.probe import Candidate, ProbeReport, ProbeSettings
+    from backend.diagnostics.probe import ProbeSettings
+    from backend.diagnostics.probe_report import Candidate, ProbeReport
     from backend.service import kept_results
     from backend.service.diagnosis import diagnose
 

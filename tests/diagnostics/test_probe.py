@@ -62,7 +62,8 @@ def test_initial_candidates_read_the_declared_ids_in_both_conventions(bigram_set
 def test_wirings_inside_the_noise_of_the_best_are_named_as_good():
     """Two neighbouring layers of a deep target can serve a draft equally: the probe names every wiring
     within two standard errors of the best instead of claiming the best is the trained one."""
-    from backend.diagnostics.probe import Candidate, ProbeReport, ProbeResult, ProbeSettings, verdict
+    from backend.diagnostics.probe import ProbeResult, ProbeSettings
+    from backend.diagnostics.probe_report import Candidate, ProbeReport, verdict
     from backend.diagnostics.probe_settings import METHOD
 
     declared = Candidate((2, 6, 9), ["declared"], [0.143, 0.1], 762)
@@ -146,7 +147,7 @@ def _losses(wiring, base, shifts):
     """A candidate with per-position training losses: `base` (one tensor per sample) plus `shifts`."""
     import torch
 
-    from backend.diagnostics.probe import Candidate
+    from backend.diagnostics.probe_report import Candidate
 
     position_loss = [b + torch.as_tensor(d, dtype=torch.float32) for b, d in zip(base, shifts, strict=True)]
     total = sum(float(x.sum()) for x in position_loss) / sum(len(x) for x in position_loss)
@@ -159,7 +160,7 @@ def test_a_small_loss_gap_every_block_shows_separates_and_one_blocks_reverse_doe
     blocks reverse does not; a tie says how many samples would separate it."""
     import torch
 
-    from backend.diagnostics.probe import BLOCK, ProbeReport, loss_t, samples_to_separate, separates
+    from backend.diagnostics.probe_report import BLOCK, ProbeReport, loss_t, samples_to_separate, separates
 
     generator = torch.Generator().manual_seed(0)
     base = [3 + torch.rand(64, generator=generator) * 4 for _ in range(8)]  # what every wiring finds hard
@@ -188,7 +189,7 @@ def test_the_training_loss_ranks_and_acc_0_does_not():
     is asked for."""
     import torch
 
-    from backend.diagnostics.probe import ProbeReport
+    from backend.diagnostics.probe_report import ProbeReport
 
     base = [torch.full((32,), 3.0) for _ in range(4)]
     trained = _losses((0, 2, 15), base, [0.0] * 4)
