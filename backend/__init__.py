@@ -74,7 +74,8 @@ checks this):
       probe_report       what the wiring probe found and how it judges it: candidates, separation, the verdict
       probe_settings     the probe's settings and report as values, torch-free (pages read a stored probe)
       reading_probe      which reading (RoPE, flags, positions) a draft was trained with
-      sample_checks      diagnose's checks on samples: probes as findings, template, live replays, context
+      sample_checks      diagnose's checks on samples: the chat template, live replays, the context curve
+      probe_findings     the probes' answers as findings; the engines' wiring held against the wiring probe
       serving_features   features that cost acceptance: penalties, grammar, LoRA, caches, PD
       train_serve        the train-vs-serve diff as diagnose's findings (the cheap check that sees wiring)
       whatif             accept length and speed-up for other K and for trees

@@ -25,17 +25,19 @@ from backend.diagnostics.findings import SEVERITIES, DiagnosisResult, Finding, L
 from backend.diagnostics.hidden_diff import train_vs_serve
 from backend.diagnostics.penalty_check import penalty_findings
 from backend.diagnostics.probe import ProbeResult, ProbeSettings, run_probe
-from backend.diagnostics.reading_probe import run_reading_probe
-from backend.diagnostics.sample_checks import (
+from backend.diagnostics.probe_findings import (
     ProbeAnswer,
-    context_curve,
     engine_wiring_against_probe,
-    live_findings,
-    predicted_accept_length,
     reading_findings,
     stored_probe_findings,
-    template_findings,
     wiring_findings,
+)
+from backend.diagnostics.reading_probe import run_reading_probe
+from backend.diagnostics.sample_checks import (
+    context_curve,
+    live_findings,
+    predicted_accept_length,
+    template_findings,
 )
 from backend.diagnostics.train_serve import train_serve_findings
 from backend.run.records import Progress, no_progress

@@ -9,8 +9,10 @@ DECLARED = (2, 15, 27)  # the miswired draft's config, as SpecForge (its trainin
 
 def report(*scores: tuple[tuple[int, ...], float]):
     """A probe over 8 samples (2,000 positions) whose candidates scored acc_0 `scores`, best first."""
-    from backend.diagnostics.probe_report import ProbeReport  # torch: when a test runs, not collected
-    from backend.diagnostics.probe_report import Candidate
+    from backend.diagnostics.probe_report import (
+        Candidate,
+        ProbeReport,  # torch: when a test runs, not collected
+    )
 
     candidates = [Candidate(wiring, [], [acc], 2000) for wiring, acc in scores]
     declared = next(c for c in candidates if c.aux_hf_indices == DECLARED)
@@ -18,8 +20,8 @@ def report(*scores: tuple[tuple[int, ...], float]):
 
 
 def engine_wiring_against_probe(findings, probe, draft_dir=None):
-    from backend.diagnostics.sample_checks import ProbeAnswer
-    from backend.diagnostics.sample_checks import engine_wiring_against_probe as held
+    from backend.diagnostics.probe_findings import ProbeAnswer
+    from backend.diagnostics.probe_findings import engine_wiring_against_probe as held
 
     return held(findings, ProbeAnswer.of_report(probe, draft_dir))
 
