@@ -65,6 +65,7 @@ checks this):
       feature_match      the features a server fed the draft, slot by slot against the layers
       hidden_diff        the features a draft is fed vs a reference, per token and chunk
       lint               serving flags: what SGLang or vLLM will really run
+      lint_result        the lint's answer as values: findings, what will run, the command with the fixes
       lint_wiring        the lint's wiring rules: which field, in which convention, each engine reads
       lint_llamacpp      the lint of a llama-server command: the GGUF's wiring and the flags that change a run
       mismatch           when a compared chunk is a mismatch; summaries over rows

@@ -12,7 +12,7 @@ from pathlib import Path
 from backend import BadInput
 from backend.data.serving_command import split_command, target_facts
 from backend.diagnostics.findings import Finding, severity
-from backend.diagnostics.lint import LintResult, lint_result
+from backend.diagnostics.lint_result import LintResult, lint_result
 from backend.diagnostics.lint_wiring import feeds_trained
 from backend.drafts.draft_config import read_draft_config
 from backend.drafts.reading_fixes import wiring_fix

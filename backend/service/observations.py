@@ -16,7 +16,8 @@ from pathlib import Path
 
 from backend import BadInput
 from backend.data.serving import ServingObservation, parse_sglang_log, parse_vllm_metrics
-from backend.diagnostics.lint import LintFinding, lint_command
+from backend.diagnostics.lint import lint_command
+from backend.diagnostics.lint_result import LintFinding
 from backend.plain import Plain
 from backend.run.request import ReplayRequest
 from backend.service.database import open_database

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from backend.diagnostics.lint import LintResult
+from backend.diagnostics.lint_result import LintResult
 from backend.service.kept_results import trained_wirings
 
 

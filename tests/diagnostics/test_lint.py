@@ -434,7 +434,7 @@ def test_one_severity_scale_spelled_as_each_contract_spells_it(drafts):
     """Findings carry one scale (fail | warn | info); the lint's JSON still writes error | warning | info
     (CLI contract) and diagnose fail | warn | info, and either spelling reads back onto the scale."""
     from backend.diagnostics.findings import SEVERITIES, severity, spelled
-    from backend.diagnostics.lint import LintResult
+    from backend.diagnostics.lint_result import LintResult
 
     for level in SEVERITIES:
         assert severity(spelled(level, "lint")) == severity(spelled(level, "diagnose")) == level
