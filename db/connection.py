@@ -35,7 +35,9 @@ def make_engine(url: str | None = None) -> Engine:
     shared server restarts), JSON written strictly (PostgreSQL refuses NaN and Infinity)."""
     url = database_url(url)
     path = schema.sqlite_path(url)
-    if path is not None and "?" not in url and not str(path).startswith("file:"):  # not a URI (mode=ro...)
+    if path is not None and ("?" in url or str(path).startswith("file:")):
+        path = None  # a URI (mode=ro, immutable): SQLite's to open as it says, no folder of ours to make
+    if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
     opened = schema.engine_url(url)
     try:
@@ -61,7 +63,6 @@ def make_engine(url: str | None = None) -> Engine:
             cursor.execute("PRAGMA busy_timeout=30000")  # concurrent writers wait instead of failing
             cursor.close()
 
-        path = schema.sqlite_path(url)
         if path is not None and not schema.read_only(url):
             atexit.register(settle_at_exit, weakref.ref(engine), path)
 
@@ -153,14 +154,14 @@ def session_scope(factory: sessionmaker) -> Iterator[Session]:
         checkpoint(factory.kw["bind"])
 
 
-def checkpoint(engine: Engine) -> None:
-    """A passive checkpoint of a SQLite file (it never waits for a reader, and what a reader still
-    holds follows at the next one); best effort: a full disk or a busy file must not fail the write
-    that committed. Nothing on other databases."""
+def checkpoint(engine: Engine, mode: str = "PASSIVE") -> None:
+    """A checkpoint of a SQLite file's write-ahead log; PASSIVE never waits for a reader (what a reader
+    still holds follows at the next one). Best effort: a full disk or a busy file must not fail the
+    write that committed. Nothing on other databases."""
     if engine.dialect.name != "sqlite":
         return
     try:
         with engine.connect() as connection:
-            connection.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)")
+            connection.exec_driver_sql(f"PRAGMA wal_checkpoint({mode})")
     except Exception:  # noqa: BLE001 - sqlite3 and SQLAlchemy errors alike; the commit stands
         pass

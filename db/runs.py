@@ -12,13 +12,12 @@ from datetime import datetime
 from functools import cached_property
 
 from sqlalchemy import delete, func, insert, select, update
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
 from backend.run.records import STORED_STEP_FIELDS, StepRecord, stored_fields, stored_step
 from backend.run.request import ReplayRequest
 from backend.run.run_value import Resolved, RunMetrics, asked_settings, read_params
-from db.connection import session_scope, settle_after_commit
+from db.connection import checkpoint, session_scope, settle_after_commit
 from db.models import Run, RunId, Step, TokenStat, utc_now
 
 # ------------------------------------------------------------------------------ dataclasses
@@ -256,13 +255,7 @@ def mark_run_in_place(factory: sessionmaker, run_id: int, *, status: str, error:
     checkpointed and restarted (best effort: the database file may have no room for it either), so
     the update can reuse the log's existing pages instead of growing it; the row changes by a few
     bytes. Raises when even this cannot be written."""
-    engine = factory.kw["bind"]
-    if engine.dialect.name == "sqlite":
-        try:
-            with engine.connect() as connection:
-                connection.exec_driver_sql("PRAGMA wal_checkpoint(RESTART)")
-        except DBAPIError:
-            pass  # the update below may still fit in the log as it is
+    checkpoint(factory.kw["bind"], "RESTART")  # the update below may still fit in the log as it is
     with session_scope(factory) as session:
         session.execute(
             update(Run)

@@ -87,13 +87,12 @@ def cmd_serve_check(args) -> tuple[dict, str]:
             f"serve-check: give --url URL, or --launch with --engine {' or '.join(served_readings())} "
             "(SpecLens starts that engine on the pair)"
         )
-    given = [
-        flag for name, flag in ENGINE_FLAGS.items() if getattr(server_options(args), name) not in (None, ())
-    ]
+    options = server_options(args)
+    given = [flag for name, flag in ENGINE_FLAGS.items() if getattr(options, name) not in (None, ())]
     if given and not served:
         raise BadInput(f"serve-check: {', '.join(given)} go with --engine {' / '.join(served_readings())}")
     if served:
-        engine_for(args.engine).check_options(server_options(args), ENGINE_FLAGS)
+        engine_for(args.engine).check_options(options, ENGINE_FLAGS)
     if args.target_gguf and not args.launch:
         raise BadInput(
             "serve-check: --target-gguf goes with --launch (SpecLens serves it beside the F32 target)"

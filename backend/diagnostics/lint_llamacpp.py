@@ -48,7 +48,6 @@ REMOVED_FLAGS = {
     "--spec-ngram-size-m": None,
     "--spec-ngram-min-hits": None,
 }
-RENAMED_TO = {"--spec-draft-n-max": "n_max", "--spec-draft-n-min": "n_min"}
 
 
 @dataclass(frozen=True)
@@ -80,9 +79,8 @@ def parse_llama_server(command: str) -> LlamaServer:
             else:
                 found[FLAG_VALUES[flag]] = value
     for flag, value in removed:  # what the command means once the flag is renamed (the fix)
-        key = RENAMED_TO.get(REMOVED_FLAGS[flag] or "")
-        if key:
-            found.setdefault(key, value)
+        if REMOVED_FLAGS[flag]:
+            found.setdefault(FLAG_VALUES[REMOVED_FLAGS[flag]], value)
     return LlamaServer(**found, removed=tuple(removed))
 
 

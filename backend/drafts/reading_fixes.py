@@ -39,13 +39,14 @@ def serving_wiring_findings(views: dict[str, EngineView], trained: list[int]) ->
         fed = list(views[engine].wiring.aux_hf_indices)
         if fed != list(trained):
             words, keys = wiring_fix(engine, trained)
+            problem = f"{SERVING_NAMES[engine]} feeds HF {fed}; trained on HF {list(trained)}."
             found.append(
                 {
                     "engine": engine,
                     "fed": fed,
                     "trained": list(trained),
-                    "problem": f"{SERVING_NAMES[engine]} feeds HF {fed}; trained on HF {list(trained)}.",
-                    "message": f"{SERVING_NAMES[engine]} feeds HF {fed}; trained on HF {list(trained)}. Fix: {words}",
+                    "problem": problem,  # the finding's words; `message` adds the fix (preflight prints it)
+                    "message": f"{problem} Fix: {words}",
                     "config_update": keys,
                 }
             )

@@ -130,12 +130,11 @@ def write_problem(url: str | None = None) -> str | None:
     a SQLite file or folder it may not write, or one opened read-only; None when nothing says so (a
     server's permissions show only when a write is refused)."""
     resolved = database_url(url)
-    path = schema.sqlite_path(resolved)
-    if path is None:
+    if schema.sqlite_path(resolved) is None:
         return None
     if schema.read_only(resolved) or "mode=ro" in resolved or "immutable=1" in resolved:
         return (
-            f"database {path if '?' not in resolved else resolved} is read-only here: runs, imports and deletes "
-            "are refused; point SPECLENS_DB_URL at a file you can write to keep new work"
+            f"database {schema.display_name(resolved)} is read-only here: runs, imports and deletes are "
+            "refused; point SPECLENS_DB_URL at a file you can write to keep new work"
         )
     return None

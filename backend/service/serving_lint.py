@@ -1,5 +1,5 @@
 """The serving-flag lint as the pages and the CLI run it (no model is loaded): one answer for the same draft,
-command and database, its wiring findings held to a kept wiring probe (kept.py) and the chain it
+command and database, its wiring findings held to a kept wiring probe (kept_results.py) and the chain it
 recommends read off the draft's runs (the Speed-up what-if)."""
 
 from __future__ import annotations
