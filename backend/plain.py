@@ -6,7 +6,8 @@ CLI's `--json`, a stored probe, a task's result): `to_dict` writes them (nested 
 or tuple of them, a dict of them, `X | None`). A key the dict lacks takes the field's default (an older
 stored result still reads), and so does a null where the field is not optional; keys the type does
 not declare are left out. A field whose JSON key is not a Python name ("class") says so with
-`field(metadata={KEY: "class"})`.
+`field(metadata={KEY: "class"})`. A database column any earlier version wrote is read with
+`from_stored`, which never refuses: a value that cannot be read as its field's kind takes the default.
 
 Torch-free: the pages import it.
 """
@@ -44,6 +45,13 @@ class Plain:
                 raise ValueError(f"{cls.__name__}: the JSON has no {key!r}")
         return cls(**values)
 
+    @classmethod
+    def from_stored(cls, raw):
+        """`raw` read leniently, as a database column written by any earlier version: each field
+        from `raw` where it is there and can be read as its default's kind, else its default."""
+        raw = raw if isinstance(raw, dict) else {}
+        return cls(**{f.name: _typed(raw.get(_key(f)), f) for f in fields(cls)})
+
 
 def plain(value):
     """`value` as JSON-ready data: result types (and any dataclass with `to_dict`) written out, tuples as
@@ -75,6 +83,40 @@ def read(hint, value):
         return {k: read(args[1], v) for k, v in value.items()}
     if isinstance(hint, type) and issubclass(hint, Plain):
         return hint.from_dict(value)
+    return value
+
+
+def _typed(value, f):
+    """A stored value for dataclass field `f`: of the field's kind, else its default."""
+    default = f.default if f.default_factory is MISSING else f.default_factory()
+    if default is None and value is not None:  # an optional number: "int | None", "float | None"
+        kind = next((k for k in (int, float) if f.type.startswith(k.__name__)), None)
+        try:
+            return value if kind is None else kind(value)
+        except (TypeError, ValueError, OverflowError):
+            return None
+    return like(value, default)
+
+
+def like(value, default):
+    """`value` coerced to the kind of `default` (None or unreadable: the default)."""
+    if value is None:
+        return default
+    try:
+        if isinstance(default, bool):
+            return bool(value)
+        if isinstance(default, int):
+            return int(value)
+        if isinstance(default, float):
+            return float(value)
+        if isinstance(default, tuple):
+            return tuple(value)
+        if isinstance(default, dict):
+            return dict(value)
+        if isinstance(default, str):
+            return str(value)
+    except (TypeError, ValueError, OverflowError):
+        return default
     return value
 
 

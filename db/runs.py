@@ -14,9 +14,10 @@ from functools import cached_property
 from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
+from backend.run.metrics import RunMetrics
 from backend.run.records import STORED_STEP_FIELDS, StepRecord, stored_fields, stored_step
 from backend.run.request import ReplayRequest
-from backend.run.run_value import Resolved, RunMetrics, asked_settings, read_params
+from backend.run.run_value import Resolved, asked_settings, read_params
 from db.connection import checkpoint, session_scope, settle_after_commit
 from db.models import Run, RunId, Step, TokenStat, utc_now
 
@@ -56,7 +57,7 @@ class RunInfo:
     @cached_property
     def measured(self) -> RunMetrics:
         """Its metrics, typed (`metrics` is the stored dict, kept whole for export and --json)."""
-        return RunMetrics.from_dict(self.metrics)
+        return RunMetrics.from_stored(self.metrics)
 
     @cached_property
     def resolved(self) -> Resolved:

@@ -9,7 +9,6 @@ from backend import BadInput
 from backend.cli.flags import request_fields
 from backend.cli.render import fmt, percent_bar, progress_bar
 from backend.defaults import default_draft
-from backend.plain import plain
 
 
 def cmd_preflight(args) -> tuple[dict, str]:
@@ -83,10 +82,9 @@ def load_pair(args, sample_length: int):
 
 def cmd_replay(args) -> tuple[dict, str]:
     from backend.data.samples import sample_at
-    from backend.run.metrics import DEFINITIONS
-    from backend.run.records import verify_counts
     from backend.run.request import ReplayRequest
     from backend.service.jobs import run_replay
+    from backend.service.replay_answer import replay_answer
 
     if args.index is not None and not args.samples:
         raise BadInput("--index picks a sample of --samples: give --samples FILE, or drop --index")
@@ -116,61 +114,15 @@ def cmd_replay(args) -> tuple[dict, str]:
     for warning in outcome.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     metrics, wiring, resolved = outcome.metrics, outcome.wiring, outcome.resolved
-    result = {
-        "run_id": outcome.run_id,
-        "output_ids": outcome.output_ids,
-        "steps": [
-            {
-                "drafted": s.drafted_ids,
-                "accepted": s.accepted_count,
-                "bonus": s.bonus_id,
-                "tree": plain(s.tree),
-            }
-            for s in outcome.steps
-        ],
-        "mean_accept_length": metrics["mean_accept_length"],
-        "accepted_per_step": verify_counts(outcome.steps),
-        "per_position_marginal": metrics["per_position_marginal"],
-        "per_position_conditional": metrics["per_position_conditional"],
-        "aux_hf_indices": list(wiring.aux_hf_indices),
-        "wiring_source": wiring.source,
-        "engine": outcome.engine,
-        "acceptance_rate": metrics["acceptance_rate"],
-        "accept_histogram": metrics["accept_histogram"],
-        "num_steps": args.steps,
-        "device": resolved.device,
-        "dtype": resolved.dtype,
-        "self_disagreement_per_1000": metrics.get("self_disagreement_per_1000"),
-        "mode": resolved.mode,
-        "topk": resolved.topk,
-        "num_draft_tokens": resolved.num_draft_tokens,
-        "requested": {k: getattr(request, k) for k in ("num_steps", "topk", "num_draft_tokens")},
-        "sampling": {
-            **{k: getattr(request, k) for k in ("temperature", "top_p", "top_k", "seed")},
-            "sampling_rule": resolved.sampling_rule,
-        },
-        "draft_attention": resolved.draft_attention,
-        "expected_accept_length": metrics.get("expected_accept_length"),
-        "definitions": {
-            k: DEFINITIONS[k]
-            for k in (
-                "mean_accept_length",
-                "per_position_marginal",
-                "per_position_conditional",
-                "acceptance_rate",
-                "self_disagreement_per_1000",
-                "expected_accept_length",
-            )
-        },
-    }
+    result = replay_answer(request, outcome).to_dict()
     text = (
         f"run {outcome.run_id}: {len(outcome.output_ids)} tokens in {len(outcome.steps)} verify steps, "
-        f"accept length {fmt(metrics['mean_accept_length'])} (mean of a+1, bonus included), "
+        f"accept length {fmt(metrics.mean_accept_length)} (mean of a+1, bonus included), "
         f"K={args.steps}, {resolved.mode}, aux HF indices {list(wiring.aux_hf_indices)} "
         f"({wiring.source})"
     )
-    if metrics.get("expected_accept_length") is not None and resolved.sampling_rule:
-        text += f"; expected accept length {fmt(metrics['expected_accept_length'])}"
+    if metrics.expected_accept_length is not None and resolved.sampling_rule:
+        text += f"; expected accept length {fmt(metrics.expected_accept_length)}"
     if outcome.output_text is not None:
         text += "\n" + outcome.output_text
     return result, text

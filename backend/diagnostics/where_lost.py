@@ -30,7 +30,7 @@ from backend.diagnostics.where_lost_result import (
     ThresholdRow,
     WhereLost,
 )
-from backend.run.metrics import mean_ci95
+from backend.run.metrics import drafted_position_rates, mean_ci95
 
 MIN_ATTEMPTS = 20  # fewer attempts than this: a group is reported as too small to judge
 EXAMPLES = 50  # steps kept per group and position for a reader to open (rejections first)
@@ -271,18 +271,21 @@ def _at(values, index):
 
 
 def _by_position(runs: list[LostRun]) -> list[PositionRate]:
-    depth = max((len(s.drafted_ids) for r in runs for s in r.steps), default=0)
+    """P(a >= i) and P(a >= i | a >= i-1) pooled as a run's metrics compute them (over the steps that
+    drafted position i), with the mean over samples, its interval, and the first steps rejecting d_i."""
+    drafted = [(r.run_id, s) for r in runs for s in r.steps if s.drafted_ids]
+    depth = max((len(s.drafted_ids) for _, s in drafted), default=0)
+    marginal, conditional = drafted_position_rates(
+        [s.accepted_count for _, s in drafted], [len(s.drafted_ids) for _, s in drafted], depth
+    )
     rows = []
     for i in range(1, depth + 1):
-        reached = [(r.run_id, s.accepted_count) for r in runs for s in r.steps if len(s.drafted_ids) >= i]
+        reached = [(run_id, s.accepted_count) for run_id, s in drafted if len(s.drafted_ids) >= i]
         rejected = [
-            [r.run_id, s.step_index]
-            for r in runs
-            for s in r.steps
+            [run_id, s.step_index]
+            for run_id, s in drafted
             if len(s.drafted_ids) >= i and s.accepted_count == i - 1
         ]
-        at_least = sum(1 for _, a in reached if a >= i)
-        before = sum(1 for _, a in reached if a >= i - 1)
         per_run = defaultdict(list)
         for run_id, a in reached:
             per_run[run_id].append(a >= i)
@@ -291,10 +294,10 @@ def _by_position(runs: list[LostRun]) -> list[PositionRate]:
             PositionRate(
                 position=i,
                 steps=len(reached),
-                marginal=at_least / len(reached) if reached else None,
+                marginal=marginal[i - 1],
                 marginal_mean=sum(means) / len(means) if means else None,
                 marginal_ci95=mean_ci95(means, bounds=(0.0, 1.0)),  # a probability
-                conditional=at_least / before if before else None,
+                conditional=conditional[i - 1],
                 samples=len(per_run),
                 rejected_at=rejected[:EXAMPLES],
             )

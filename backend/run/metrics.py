@@ -6,7 +6,9 @@ the DEFINITIONS below so that it can be compared with the right figure from SGLa
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
+
+from backend.plain import Plain
 
 NEAR_TIE = 1e-4  # a verify row whose top two logits lie within this share of its largest magnitude
 
@@ -92,18 +94,24 @@ DEFINITIONS = {
 
 
 @dataclass(frozen=True)
-class AcceptanceMetrics:
-    num_steps: int  # K
-    verify_steps: int
-    mean_accept_length: float | None
-    accepted_drafts_per_step: float | None
-    acceptance_rate: float | None
-    per_position_marginal: list[float | None]
-    per_position_conditional: list[float | None]
-    accept_histogram: list[int]
+class RunMetrics(Plain):
+    """A replay's metrics (a run's metrics column; each named in DEFINITIONS). None where a run has
+    none (no verify step, an older run, a greedy run's expected accept length)."""
 
-    def to_dict(self) -> dict:
-        return asdict(self)
+    num_steps: int | None = None  # K
+    verify_steps: int | None = None
+    mean_accept_length: float | None = None
+    accepted_drafts_per_step: float | None = None
+    acceptance_rate: float | None = None
+    per_position_marginal: tuple[float | None, ...] = ()
+    per_position_conditional: tuple[float | None, ...] = ()
+    accept_histogram: tuple[int, ...] = ()
+    expected_accept_length: float | None = None  # sampled runs
+    self_disagreement_per_1000: float | None = None  # runs off fp32
+    batch_size: int | None = None  # replayed with this many samples in one batch (evaluate, Compare)
+    near_ties: tuple[int, ...] = ()  # positions whose token a near-tie of the verify logits chose
+    draft_ms_total: float = 0.0
+    verify_ms_total: float = 0.0
 
 
 LOST_TERMS = (
@@ -166,7 +174,7 @@ def accept_histogram(accepted_counts: list[int], num_steps: int) -> list[int]:
 
 def acceptance_metrics(
     accepted_counts: list[int], num_steps: int, drafted: list[int] | None = None
-) -> AcceptanceMetrics:
+) -> RunMetrics:
     """Metrics from the accepted count a of each verify step (0 <= a <= K). `drafted`: how many tokens
     each step drafted, where a reading drafts fewer than K near the end (llama.cpp); then the rate is
     over the drafted tokens and position i counts only the steps that drafted it."""
@@ -176,17 +184,19 @@ def acceptance_metrics(
         marginal, conditional = drafted_position_rates(accepted_counts, drafted, num_steps)
     steps = len(accepted_counts)
     if steps == 0:
-        return AcceptanceMetrics(num_steps, 0, None, None, None, marginal, conditional, histogram)
+        return RunMetrics(
+            num_steps, 0, None, None, None, tuple(marginal), tuple(conditional), tuple(histogram)
+        )
     total = sum(accepted_counts)
-    return AcceptanceMetrics(
+    return RunMetrics(
         num_steps=num_steps,
         verify_steps=steps,
         mean_accept_length=total / steps + 1.0,
         accepted_drafts_per_step=total / steps,
         acceptance_rate=total / (sum(drafted) if drafted is not None else steps * num_steps),
-        per_position_marginal=marginal,
-        per_position_conditional=conditional,
-        accept_histogram=histogram,
+        per_position_marginal=tuple(marginal),
+        per_position_conditional=tuple(conditional),
+        accept_histogram=tuple(histogram),
     )
 
 

@@ -11,16 +11,17 @@ included: a field they lack takes its default, and the older layout (asked tree 
 
 from __future__ import annotations
 
-from dataclasses import MISSING, asdict, dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from types import SimpleNamespace
 
+from backend.plain import Plain, like
 from backend.run.request import ReplayRequest, settings_of
 
 STORED_AS = {"aux_hf_indices": "wiring_override"}  # the key runs have always stored it under
 
 
 @dataclass(frozen=True)
-class Resolved:
+class Resolved(Plain):
     """What the loaded pair made of a request: whose reading ran and how it was wired, the effective
     tree shape and acceptance rule, where and in what precision the target ran."""
 
@@ -48,50 +49,6 @@ class Resolved:
         """A chain accepted greedily: what the what-if, the served-number comparisons and the
         chain-length advice read."""
         return self.topk == 1 and self.greedy
-
-    def to_dict(self) -> dict:
-        out = asdict(self)
-        out["decoding_notes"] = list(self.decoding_notes)
-        return out
-
-    @classmethod
-    def from_dict(cls, raw: dict) -> Resolved:
-        """Each field from `raw` when it is there and of the default's kind, else its default."""
-        return cls(**{f.name: _typed(raw.get(f.name), f) for f in fields(cls)})
-
-
-def _typed(value, f):
-    """A stored value for dataclass field `f`: of the field's kind, else its default."""
-    default = f.default if f.default_factory is MISSING else f.default_factory()
-    if default is None and value is not None:  # an optional number: "int | None", "float | None"
-        kind = next((k for k in (int, float) if f.type.startswith(k.__name__)), None)
-        try:
-            return value if kind is None else kind(value)
-        except (TypeError, ValueError, OverflowError):
-            return None
-    return _like(value, default)
-
-
-def _like(value, default):
-    """`value` coerced to the kind of `default` (None or unreadable: the default)."""
-    if value is None:
-        return default
-    try:
-        if isinstance(default, bool):
-            return bool(value)
-        if isinstance(default, int):
-            return int(value)
-        if isinstance(default, float):
-            return float(value)
-        if isinstance(default, tuple):
-            return tuple(value)
-        if isinstance(default, dict):
-            return dict(value)
-        if isinstance(default, str):
-            return str(value)
-    except (TypeError, ValueError, OverflowError):
-        return default
-    return value
 
 
 def describe_mode(topk: int, num_draft_tokens, greedy: bool, asked) -> str:
@@ -139,11 +96,11 @@ def asked_settings(raw: dict) -> dict:
 def read_params(raw: dict | None) -> Resolved:
     """What a stored run resolved, from its params (any layout; `mode` recomputed where missing)."""
     raw = dict(raw or {})
-    resolved = Resolved.from_dict(raw)
+    resolved = Resolved.from_stored(raw)
     if "mode" in raw:
         return resolved
     sampling = SimpleNamespace(
-        **{name: _like(raw.get(name), default) for name, default in SAMPLING_DEFAULTS.items()}
+        **{name: like(raw.get(name), default) for name, default in SAMPLING_DEFAULTS.items()}
     )
     return replace(
         resolved, mode=describe_mode(resolved.topk, resolved.num_draft_tokens, resolved.greedy, sampling)
@@ -151,33 +108,6 @@ def read_params(raw: dict | None) -> Resolved:
 
 
 SAMPLING_DEFAULTS = {n: d for n, _, d in settings_of() if n in ("temperature", "top_p", "top_k", "seed")}
-
-
-@dataclass(frozen=True)
-class RunMetrics:
-    """A run's stored metrics, typed (the metrics column; definitions: backend/run/metrics.py
-    DEFINITIONS). None where a run has none (no verify step, an older run, a greedy run's expected
-    accept length)."""
-
-    num_steps: int | None = None  # K
-    verify_steps: int | None = None
-    mean_accept_length: float | None = None
-    accepted_drafts_per_step: float | None = None
-    acceptance_rate: float | None = None
-    per_position_marginal: tuple = ()
-    per_position_conditional: tuple = ()
-    accept_histogram: tuple = ()
-    expected_accept_length: float | None = None  # sampled runs
-    self_disagreement_per_1000: float | None = None  # runs off fp32
-    batch_size: int | None = None  # replayed with this many samples in one batch (evaluate, Compare)
-    near_ties: tuple = ()  # positions whose token a near-tie of the verify logits chose
-    draft_ms_total: float = 0.0
-    verify_ms_total: float = 0.0
-
-    @classmethod
-    def from_dict(cls, raw: dict | None) -> RunMetrics:
-        raw = raw or {}
-        return cls(**{f.name: _typed(raw.get(f.name), f) for f in fields(cls)})
 
 
 def id_ranges(ids) -> str:

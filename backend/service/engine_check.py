@@ -102,7 +102,7 @@ def replay_steps(db_url, prompt_ids, settings: EngineCheckSettings, ref: str, au
     outcome = run_replay(request, db_url)
     return {
         "per_step": verify_counts(outcome.steps),
-        "accept_length": outcome.metrics.get("mean_accept_length"),
+        "accept_length": outcome.metrics.mean_accept_length,
         "output_ids": outcome.output_ids,
         "run_id": outcome.run_id,
         "wiring": list(outcome.wiring.aux_hf_indices),

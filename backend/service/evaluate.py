@@ -131,16 +131,16 @@ def summarise(db_url: str | None, plan: Plan, run_ids: dict, reused: int, replay
             if pair.draft != draft:
                 continue
             run = get_run(db_url, run_id)
-            metrics = run.metrics or {}
-            hist = metrics.get("accept_histogram") or []
+            metrics = run.measured
+            hist = metrics.accept_histogram
             histogram = [a + b for a, b in zip_longest(histogram, hist, fillvalue=0)]
             tokens += len(run.output_ids)
-            decode_ms += (metrics.get("draft_ms_total") or 0.0) + (metrics.get("verify_ms_total") or 0.0)
+            decode_ms += metrics.draft_ms_total + metrics.verify_ms_total
             rows.append(
                 {
                     "sample": pair.sample_index,
                     "run_id": run_id,
-                    "accept_length": metrics.get("mean_accept_length"),
+                    "accept_length": metrics.mean_accept_length,
                     "verify_steps": sum(hist),
                     "tokens": len(run.output_ids),
                 }

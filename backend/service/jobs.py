@@ -12,7 +12,7 @@ import gc
 import threading
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from sqlalchemy.exc import SQLAlchemyError
@@ -22,7 +22,7 @@ from backend.diagnostics.precision import self_disagreement
 from backend.engine.draft_model import Eagle3Draft
 from backend.engine.loading import Target
 from backend.engine.replay import replay
-from backend.run.metrics import acceptance_metrics, expected_accept_length
+from backend.run.metrics import RunMetrics, acceptance_metrics, expected_accept_length
 from backend.run.records import PrefillRecord, Progress, StepRecord, no_progress, verify_counts
 from backend.run.request import ReplayRequest
 from backend.run.run_value import Resolved, params
@@ -44,7 +44,7 @@ class ReplayOutcome:
     run_id: int
     output_ids: list[int]
     steps: list[StepRecord]
-    metrics: dict
+    metrics: RunMetrics
     wiring: Wiring
     warnings: list[str]  # preflight and context warnings, for the CLI's stderr and the page
     engine: str = "auto"  # the reading the run used
@@ -109,7 +109,7 @@ def open_run(database: Database, target: Target, plan: ReplayPlan) -> ReplayOutc
             given=store.RunInput(list(plan.prompt_ids), request.sample_ref, request.sample_id),
         )
     return ReplayOutcome(
-        run_id, [], [], {}, plan.wiring, list(plan.warnings), plan.view.engine, resolved=resolved
+        run_id, [], [], RunMetrics(), plan.wiring, list(plan.warnings), plan.view.engine, resolved=resolved
     )
 
 
@@ -170,8 +170,7 @@ def fail_run(database: Database, plan: ReplayPlan, outcome: ReplayOutcome, write
                 outcome.run_id,
                 error=f"{said}\n{traceback.format_exc(limit=3)}",
                 output_ids=None if writer.steps else outcome.output_ids,  # None: the stored partial output
-                metrics=run_metrics(committed, plan.config.num_steps)
-                | ({"batch_size": outcome.batch_size} if outcome.batch_size > 1 else {}),
+                metrics=run_metrics(committed, plan.config.num_steps, outcome.batch_size).to_dict(),
                 status=status,
                 **artifact,
             )
@@ -201,20 +200,22 @@ def close_run(
     except store.RunGone as gone:
         raise BadInput(str(gone)) from None
     artifact = tensors.save(database.artifact_dir, outcome.run_id)
-    outcome.metrics = run_metrics(outcome.steps, plan.config.num_steps)
-    if outcome.batch_size > 1:  # its verify times are the batch forward's, shared evenly
-        outcome.metrics["batch_size"] = outcome.batch_size
+    outcome.metrics = run_metrics(outcome.steps, plan.config.num_steps, outcome.batch_size)
     if target.dtype != torch.float32:  # the yardstick for judging this run against plain decoding
         progress(1.0, "measuring the target's own verify-vs-decode disagreement")
         agreement = self_disagreement(
             target, list(plan.prompt_ids), outcome.output_ids, plan.config.num_steps
         )
-        outcome.metrics["self_disagreement_per_1000"] = agreement.per_1000
+        outcome.metrics = replace(outcome.metrics, self_disagreement_per_1000=agreement.per_1000)
     outcome.artifact_path = artifact["artifact_path"]
     try:
         with store.session_scope(database.factory) as session:
             store.finish_run(
-                session, outcome.run_id, output_ids=outcome.output_ids, metrics=outcome.metrics, **artifact
+                session,
+                outcome.run_id,
+                output_ids=outcome.output_ids,
+                metrics=outcome.metrics.to_dict(),
+                **artifact,
             )
     except store.RunGone as gone:
         raise BadInput(str(gone)) from None
@@ -305,16 +306,17 @@ def flush_together(database: Database, writers: list[RunWriter]) -> None:
         writer.written()
 
 
-def run_metrics(steps: list[StepRecord], num_steps: int) -> dict:
-    drafted = [len(s.drafted_ids) for s in steps if s.is_verify_step]
-    metrics = acceptance_metrics(verify_counts(steps), num_steps, drafted).to_dict()
-    metrics["draft_ms_total"] = sum(s.draft_ms for s in steps)
-    metrics["verify_ms_total"] = sum(s.verify_ms for s in steps)
+def run_metrics(steps: list[StepRecord], num_steps: int, batch_size: int = 1) -> RunMetrics:
+    """The run's metrics from its records (`batch_size` > 1: its verify times are a batch forward's,
+    shared evenly, and it says so)."""
     verified = [s for s in steps if s.is_verify_step]
     expected = [s.tree.expected_accepted for s in verified if s.tree and s.tree.expected_accepted is not None]
-    metrics["expected_accept_length"] = (
-        expected_accept_length(expected) if len(expected) == len(verified) else None
+    return replace(
+        acceptance_metrics(verify_counts(steps), num_steps, [len(s.drafted_ids) for s in verified]),
+        draft_ms_total=sum(s.draft_ms for s in steps),
+        verify_ms_total=sum(s.verify_ms for s in steps),
+        expected_accept_length=expected_accept_length(expected) if len(expected) == len(verified) else None,
+        # the positions whose token a near-tie chose (sampling.near_tie_rows), for Decode's note
+        near_ties=tuple(s.position + row + 1 for s in verified for row in s.near_tie_rows),
+        batch_size=batch_size if batch_size > 1 else None,
     )
-    # the positions whose token a near-tie chose (sampling.near_tie_rows), for Decode's note
-    metrics["near_ties"] = [s.position + row + 1 for s in verified for row in s.near_tie_rows]
-    return metrics

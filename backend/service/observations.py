@@ -164,7 +164,7 @@ def replay_accept_length(
         ]
     pooled: list[int] = []  # verify steps accepting exactly a drafts, over every run
     for run in runs:
-        for a, count in enumerate(run.metrics.get("accept_histogram") or []):
+        for a, count in enumerate(run.measured.accept_histogram):
             pooled += [0] * (a + 1 - len(pooled))
             pooled[a] += count
     steps = sum(pooled)
@@ -334,7 +334,7 @@ def check_sample(db_url: str | None, url: str, number: int, sample, settings: Se
         "server_accept_length": served["accept_length"],
         "server_tokens": served["completion_tokens"],
         "server_verify_steps": served["verify_steps"],
-        "replay_accept_length": outcome.metrics["mean_accept_length"],
+        "replay_accept_length": outcome.metrics.mean_accept_length,
         "replay_run": outcome.run_id,
     }
 

@@ -182,7 +182,7 @@ def match_replays(parsed: RequestsFile, runs: list) -> list[RequestRow]:
             and x.request.max_new_tokens == r.completion_tokens
         ]
         run = (as_long or same or [None])[0]
-        replayed = run.metrics.get("mean_accept_length") if run else None
+        replayed = run.measured.mean_accept_length if run else None
         rows.append(
             RequestRow(
                 request=number,
@@ -256,7 +256,7 @@ def observe_requests(
     rows = match_replays(parsed, runs)
     matched = [row.replay_accept_length for row in rows if row.replay_accept_length is not None]
     replay_lengths = matched or [
-        r.metrics.get("mean_accept_length") for r in runs if r.metrics.get("mean_accept_length") is not None
+        r.measured.mean_accept_length for r in runs if r.measured.mean_accept_length is not None
     ]
     return ServedNumbers(
         source=parsed.source,
@@ -326,7 +326,7 @@ def replay_worst(
             sample_ref=f"{result.source} {served.record}",
         )
         outcome = run_replay(request, db_url)
-        replayed = outcome.metrics["mean_accept_length"]
+        replayed = outcome.metrics.mean_accept_length
         out.append(
             ReplayedRequest(
                 request=index,
@@ -390,10 +390,10 @@ def profile_from_runs(db_url: str | None, run_ids: list[int]) -> dict:
     pooled: list[int] = [0] * (k + 1)
     per_run = []
     for run in runs:
-        for a, count in enumerate(run.metrics.get("accept_histogram") or []):
+        for a, count in enumerate(run.measured.accept_histogram):
             pooled[a] += count
-        if run.metrics.get("mean_accept_length") is not None:
-            per_run.append(run.metrics["mean_accept_length"])
+        if run.measured.mean_accept_length is not None:
+            per_run.append(run.measured.mean_accept_length)
     steps = [a for a, count in enumerate(pooled) for _ in range(count)]
     if not steps:
         raise BadInput(f"runs {run_ids} have no verify step")

@@ -85,20 +85,20 @@ def whatif_best_k(db_url: str | None, draft_path: str, trained: list | None = No
         runs,
         key=lambda r: (
             bool(trained) and list(r.aux_hf_indices) not in [list(t) for t in trained],
-            -sum(r.metrics.get("accept_histogram") or []),
+            -sum(r.measured.accept_histogram),
         ),
     )
     for run in runs:
-        histogram, k = run.metrics.get("accept_histogram"), run.resolved.num_steps
-        chain = run.resolved.greedy_chain
-        timed = run.metrics.get("verify_ms_total") and run.metrics.get("draft_ms_total")
-        alone = not run.metrics.get("batch_size")  # a batched run's times are a batch forward's shares
+        metrics, k = run.measured, run.resolved.num_steps
+        histogram, chain = metrics.accept_histogram, run.resolved.greedy_chain
+        timed = metrics.verify_ms_total and metrics.draft_ms_total
+        alone = not metrics.batch_size  # a batched run's times are a batch forward's shares
         if run.status != "finished" or not histogram or not k or not chain or not timed or not alone:
             continue
         if str(Path(run.draft_path).resolve()) != wanted:
             continue
         counts = [a for a, n in enumerate(histogram) for _ in range(n)]
-        rows = predict(counts, k, run.metrics.get("draft_ms_total", 0), run.metrics.get("verify_ms_total", 0))
+        rows = predict(counts, k, metrics.draft_ms_total, metrics.verify_ms_total)
         if rows:
             top = max(rows, key=lambda r: r.predicted_speedup)
             return top.num_steps, (

@@ -197,7 +197,7 @@ def replay_job(
             note = str(error)
         except Exception as error:  # noqa: BLE001 - the run is stored; the page shows why it has no reference
             note = f"{type(error).__name__}: {error}"
-    accept_length = outcome.metrics.get("mean_accept_length")
+    accept_length = outcome.metrics.mean_accept_length
     return ReplayResult(outcome.run_id, accept_length, list(outcome.warnings), label, note)
 
 
@@ -285,7 +285,7 @@ def compare_job(db_url: str | None, comparison: Comparison, *, progress: Progres
     rows = []
     for sample in c.samples:
         run = {side: run_ids[pairs[(sample.index, side)]] for side, _ in c.sides}
-        al = {side: (get_run(db_url, r).metrics or {}).get("mean_accept_length") for side, r in run.items()}
+        al = {side: get_run(db_url, r).measured.mean_accept_length for side, r in run.items()}
         delta = (al["B"] or 0) - (al["A"] or 0)
         rows.append(CompareRow(sample.index, sample.source, run["A"], al["A"], run["B"], al["B"], delta))
     return CompareResult(

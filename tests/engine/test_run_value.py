@@ -94,13 +94,13 @@ def test_what_a_request_decides_is_compared_by_equality():
 
 
 def test_stored_metrics_read_back_typed():
-    from backend.run.run_value import RunMetrics
+    from backend.run.metrics import RunMetrics
 
     stored = {"mean_accept_length": 1.85, "per_position_marginal": [0.5, None], "accept_histogram": [3, 1]}
-    metrics = RunMetrics.from_dict(stored)
+    metrics = RunMetrics.from_stored(stored)
     assert (metrics.mean_accept_length, metrics.per_position_marginal) == (1.85, (0.5, None))
     assert metrics.expected_accept_length is None and metrics.draft_ms_total == 0.0  # not stored: none
     assert (
-        RunMetrics.from_dict(None) == RunMetrics()
-        and RunMetrics.from_dict({"verify_steps": "x"}).verify_steps is None
+        RunMetrics.from_stored(None) == RunMetrics()
+        and RunMetrics.from_stored({"verify_steps": "x"}).verify_steps is None
     )

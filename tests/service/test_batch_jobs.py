@@ -42,9 +42,9 @@ def test_a_batch_stores_the_runs_each_sample_makes_alone(pairs, tmp_path):
         stored, steps = get_run_with_steps(batched_db, many.run_id)
         assert stored.status == "finished" and stored.output_ids == one.output_ids
         assert [s.drafted_ids for s in steps] == [s.drafted_ids for s in one.steps]
-        assert stored.metrics["mean_accept_length"] == one.metrics["mean_accept_length"]
-    assert [o.metrics.get("batch_size") for o in batched] == [3, 3, 3, None]
-    assert all("batch_size" not in o.metrics for o in alone)
+        assert stored.metrics["mean_accept_length"] == one.metrics.mean_accept_length
+    assert [o.metrics.batch_size for o in batched] == [3, 3, 3, None]
+    assert all(o.metrics.batch_size is None for o in alone)
     # the lint's K comes from a run's own step times: never a batched run's shares of a batch forward
     from backend.service.serving_lint import whatif_best_k
 

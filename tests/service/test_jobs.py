@@ -183,7 +183,7 @@ def test_a_bf16_run_measures_the_targets_self_disagreement(pairs, db_url):
 
     pair = pairs["random-L6-eagle"]
     fp32 = run_replay(request_for(pair, [1, 2, 3], 3, 16, device="cpu", dtype="fp32"), db_url)
-    assert "self_disagreement_per_1000" not in fp32.metrics
+    assert fp32.metrics.self_disagreement_per_1000 is None
     bf16 = run_replay(request_for(pair, [1, 2, 3], 3, 16, device="cpu", dtype="bf16"), db_url)
     run = get_run(db_url, bf16.run_id)
     assert (run.params["device"], run.params["dtype"]) == ("cpu", "bfloat16")
@@ -215,5 +215,5 @@ def test_chunk_norms_and_run_metrics():
     ]
     step = StepRecord(0, 3, 4, [1, 2], 1, 9, [1, 9], [1, 9, 9], draft_ms=2.0, verify_ms=5.0)
     metrics = run_metrics([step, step], 2)
-    assert metrics["mean_accept_length"] == 2.0 and metrics["draft_ms_total"] == 4.0
-    assert metrics["verify_ms_total"] == 10.0
+    assert metrics.mean_accept_length == 2.0 and metrics.draft_ms_total == 4.0
+    assert metrics.verify_ms_total == 10.0

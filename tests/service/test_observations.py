@@ -48,14 +48,14 @@ def test_the_seed_situation_beside_the_replay(db_url):
     )
     assert result.accept_length == pytest.approx(1.9) and result.num_steps == 1
     assert result.replay.runs == 1 and result.replay.run_ids == [outcome.run_id]
-    assert result.replay.accept_length == pytest.approx(outcome.metrics["mean_accept_length"])
+    assert result.replay.accept_length == pytest.approx(outcome.metrics.mean_accept_length)
     codes = [f.code for f in result.lint]
     assert (
         "engine-rewrote-flags" in codes
         and "single-draft-step" in codes
         and "eagle-algorithm-eagle3-draft" in codes
     )
-    ratio = 1.9 / outcome.metrics["mean_accept_length"]
+    ratio = 1.9 / outcome.metrics.mean_accept_length
     assert ("suspect" in result.verdict) == (ratio < 0.85) and f"{1.9:.2f}" in result.verdict
     stored = list_observations(db_url)
     assert stored[0]["id"] == result.observation_id and stored[0]["accept_length"] == pytest.approx(1.9)
@@ -76,7 +76,7 @@ def test_a_server_far_below_the_replay_points_at_the_serving_side(db_url):
     )
     result = observe_texts(db_url, "vllm", [(scrape, "scrape")], str(DEMO_DRAFTS / "final"))
     assert result.num_steps == 3 and result.accept_length == pytest.approx(1.2)
-    assert result.replay.accept_length == pytest.approx(outcome.metrics["mean_accept_length"])
+    assert result.replay.accept_length == pytest.approx(outcome.metrics.mean_accept_length)
     assert "the serving side is the suspect" in result.verdict
 
 
@@ -194,7 +194,7 @@ def test_a_tree_server_is_compared_with_tree_replays_of_its_shape(db_url):
     result = observe_texts(db_url, "sglang", [(log, "tree.log")], str(DEMO_DRAFTS / "final"))
     assert result.replay.topk == 4 and result.replay.run_ids == [tree.run_id]
     assert chain.run_id not in result.replay.run_ids
-    assert result.replay.accept_length == pytest.approx(tree.metrics["mean_accept_length"])
+    assert result.replay.accept_length == pytest.approx(tree.metrics.mean_accept_length)
 
 
 class ListAnswer(BaseHTTPRequestHandler):
