@@ -6,7 +6,9 @@ CLI's `--json`, a stored probe, a task's result): `to_dict` writes them (nested 
 or tuple of them, a dict of them, `X | None`). A key the dict lacks takes the field's default (an older
 stored result still reads), and so does a null where the field is not optional; keys the type does
 not declare are left out. A field whose JSON key is not a Python name ("class") says so with
-`field(metadata={KEY: "class"})`. A database column any earlier version wrote is read with
+`field(metadata={KEY: "class"})`; working state the JSON leaves out (a tensor) says
+`field(metadata={OMIT: True})`, and a value computed from the fields that the JSON also carries is a
+property named in the class's `DERIVED`. A database column any earlier version wrote is read with
 `from_stored`, which never refuses: a value that cannot be read as its field's kind takes the default.
 
 Torch-free: the pages import it.
@@ -20,13 +22,17 @@ from dataclasses import MISSING, fields, is_dataclass
 from functools import cache
 
 KEY = "json_key"  # field metadata: the JSON key where it is not the field's name
+OMIT = "json_omit"  # field metadata: working state (tensors) the JSON leaves out
 
 
 class Plain:
     """A dataclass mixin: one `to_dict` and one `from_dict` (see the module)."""
 
+    DERIVED: typing.ClassVar[tuple[str, ...]] = ()  # properties written after the fields, never read back
+
     def to_dict(self) -> dict:
-        return {_key(f): plain(getattr(self, f.name)) for f in fields(self)}
+        out = {_key(f): plain(getattr(self, f.name)) for f in fields(self) if not f.metadata.get(OMIT)}
+        return out | {name: plain(getattr(self, name)) for name in self.DERIVED}
 
     @classmethod
     def from_dict(cls, raw):

@@ -102,7 +102,7 @@ def test_probe_ranks_the_demo_drafts(target, evaluation):
     trained, _ = demo_wiring()
     miswired, declared = load_draft(target, "miswired")
     report = run_probe(target, miswired, declared, evaluation[:6], ProbeSettings(K, 20))
-    named = [list(c.aux_hf_indices) for c in [report.best, *report.as_good]]
+    named = [list(report.best.aux_hf_indices), *report.as_good_as_best]
     assert not report.confirmed and trained in named  # HF 1 and 2 of this target are near twins
     assert report.best.acc_step0 > report.declared.acc_step0 + 0.1
     assert "embedding output" in report.verdict and "% lost" in report.verdict
@@ -157,7 +157,7 @@ def test_the_probe_separates_the_real_pairs_trained_wiring_on_8_samples():
     samples = read_jsonl(SMOLLM2 / "data" / "eval.jsonl", target.vocab_size)[0][:8]
     miswired, declared = load(SMOLLM2 / "drafts" / "miswired", target)
     report = run_probe(target, miswired, declared, samples, ProbeSettings(K, 20))
-    assert [list(c.aux_hf_indices) for c in report.tied] == [[0, 2, 15]] and report.separated
+    assert report.tied == [[0, 2, 15]] and report.separated
     assert report.to_dict()["config"]["vllm"] == {"eagle_aux_hidden_state_layer_ids": [0, 2, 15]}
     final, declared = load(SMOLLM2 / "drafts" / "final", target)
     assert run_probe(target, final, declared, samples, ProbeSettings(K, 20)).confirmed

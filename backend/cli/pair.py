@@ -16,7 +16,7 @@ def cmd_preflight(args) -> tuple[dict, str]:
     from backend.engine.preflight import preflight
 
     pick_dtype(pick_device(args.device), args.dtype)  # what a replay would refuse, refused here too
-    report = preflight(args.draft, args.target, args.sample_length, args.aux_hf_indices).to_dict()
+    report = preflight(args.draft, args.target, args.sample_length, args.aux_hf_indices).result().to_dict()
     training = report["engines"].get(report["training_engine"]) if report["engines"] else None
     if args.aux_hf_indices is None and args.engine == "auto" and training and not training["loads"]:
         # a replay with the same flags (auto: the training reading) refuses this draft: so does preflight
@@ -261,17 +261,17 @@ def cmd_probe(args) -> tuple[dict, str]:
 
     try:
         settings = ProbeSettings(args.steps, args.budget, args.live, args.live_tokens)
-        report = run_probe(target, draft, wiring, samples, settings, progress, view.math)
+        report = run_probe(
+            target, draft, wiring, samples, settings, progress, view.math, ran_by="the CLI's probe"
+        )
     finally:
         bar.close()
-    keep_probe(args, report.result(settings=settings.describe(samples), ran_by="the CLI's probe"))
+    keep_probe(args, report)
     lines = [f"{'HF indices':>14}   loss  acc_0  pred. AL  label"]
     for c in report.candidates[:12]:
-        predicted = "  n/a " if c.simulated is None else f"{1 + c.simulated:6.2f}"
+        predicted = "  n/a " if c.predicted_accept_length is None else f"{c.predicted_accept_length:6.2f}"
         loss = "  n/a" if c.loss is None else f"{c.loss:6.3f}"
-        lines.append(
-            f"{str(list(c.aux_hf_indices)):>14} {loss}  {c.acc_step0:.3f}  {predicted}    {'; '.join(c.labels)}"
-        )
+        lines.append(f"{str(list(c.aux_hf_indices)):>14} {loss}  {c.acc_step0:.3f}  {predicted}    {c.label}")
     lines.append(
         "loss: the draft's training loss (nats) at TTT step 0, which ranks; acc_0: top-1 accuracy there"
     )

@@ -21,6 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from difflib import SequenceMatcher
 
+from backend.plain import KEY, Plain
+
 SAMPLES = 16  # the first samples read
 TOKENS = 512  # per sample, for the round trip
 ROUND_TRIP_FLOOR = 0.95  # mean re-encode agreement under which the ids are another tokenizer's
@@ -30,9 +32,12 @@ SAME_START = 0.8
 
 
 @dataclass(frozen=True)
-class TokenizerFit:
+class TokenizerFit(Plain):
+    DERIVED = ("fits",)
+
     flags: list[str] = field(default_factory=list)
-    round_trip: float | None = None  # mean difflib ratio of decode-then-encode against the ids, 0..1
+    # mean difflib ratio of decode-then-encode against the ids, 0..1
+    round_trip: float | None = field(default=None, metadata={KEY: "round_trip_agreement"})
     exact_round_trips: int = 0
     samples_read: int = 0
     max_id: int | None = None
@@ -41,17 +46,6 @@ class TokenizerFit:
     @property
     def fits(self) -> bool:
         return not self.flags
-
-    def to_dict(self) -> dict:
-        return {
-            "fits": self.fits,
-            "flags": list(self.flags),
-            "round_trip_agreement": self.round_trip,
-            "exact_round_trips": self.exact_round_trips,
-            "samples_read": self.samples_read,
-            "max_id": self.max_id,
-            "vocab_size": self.vocab_size,
-        }
 
 
 def _vocabulary_flags(ids: list[list[int]], vocab_size: int) -> list[str]:

@@ -238,7 +238,7 @@ def diagnose_loaded(
     ran["draft head"] = "ran"
     if features is not None:
         progress(0.03, "train vs serve")
-        diff = train_vs_serve(target, features, list(subject.view.wiring.aux_hf_indices)).to_dict()
+        diff = train_vs_serve(target, features, list(subject.view.wiring.aux_hf_indices))
         findings += train_serve_findings(diff, str(options.features))
         ran["train vs serve"] = f"ran on {options.features}"
     else:
@@ -258,10 +258,10 @@ def diagnose_loaded(
         return Diagnosis(findings + linted(answer), ran)
     measured: dict = {}
     findings += _sample_findings(subject, samples, options, ran, progress, penalties or {}, measured)
-    answer = ProbeAnswer.of_report(measured.pop("probe_report"), subject.draft_dir)
-    findings = engine_wiring_against_probe(findings, answer) + linted(answer)
-    progress(1.0, "done")
     probe = measured.pop("probe", None)
+    answer = ProbeAnswer.of_stored(probe) if probe else None
+    findings = (engine_wiring_against_probe(findings, answer) if answer else findings) + linted(answer)
+    progress(1.0, "done")
     return Diagnosis(findings, ran, LiveMeasure(**measured) if measured else None, probe)
 
 
@@ -289,15 +289,13 @@ def _sample_findings(
         settings,
         math=math,
         progress=lambda f, m: progress(0.05 + 0.3 * f, f"wiring probe: {m}"),
+        ran_by=f"Diagnose (read as {subject.view.engine})",
     )
-    measured["probe"] = probe.result(
-        settings=settings.describe(samples), ran_by=f"Diagnose (read as {subject.view.engine})"
-    )
-    measured["probe_report"] = probe  # the engine findings are held against it (diagnose_loaded)
+    measured["probe"] = probe  # the engine findings are held against it (diagnose_loaded)
     ran["wiring probe"] = f"ran on {len(samples)} samples"
-    findings += wiring_findings(probe, target.num_layers, subject.draft_dir)
+    findings += wiring_findings(probe, target.num_layers)
     if not probe.confirmed:
-        wiring = Wiring(tuple(probe.tied[0].aux_hf_indices), "the wiring probe's best")
+        wiring = Wiring(tuple(probe.tied[0]), "the wiring probe's best")
     assumes = (
         f"HF {list(wiring.aux_hf_indices)}, "
         + ("the wiring probe's best, not the declared one" if not probe.confirmed else "the declared wiring")

@@ -12,8 +12,6 @@ sides, and an undefined cosine there would call the embedding chunk a mismatch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from backend import BadInput
@@ -22,6 +20,8 @@ from backend.diagnostics.mismatch import (
     COSINE_THRESHOLD,
     DEFINITIONS,
     RELATIVE_ERROR_THRESHOLD,
+    ChunkMatch,
+    TrainServeResult,
     chunk_summary,
     first_mismatch,
 )
@@ -76,28 +76,7 @@ def compare_chunks(
     return rows
 
 
-@dataclass
-class TrainServeDiff:
-    rows: list[dict]
-    chunk_names: list[str]
-    serving_indices: list[int]
-    first_mismatch: dict | None
-    summary: list[dict]
-    matches: list[dict]  # per training chunk: the HF index whose states it equals best
-    training_indices: list[int | None]
-
-    def to_dict(self) -> dict:
-        return {
-            "serving_aux_hf_indices": self.serving_indices,
-            "first_mismatch": self.first_mismatch,
-            "summary": self.summary,
-            "training_chunk_matches": self.matches,
-            "training_aux_hf_indices": self.training_indices,
-            "definitions": DEFINITIONS,
-        }
-
-
-def train_vs_serve(target: Target, features: FeatureFile, serving_indices) -> TrainServeDiff:
+def train_vs_serve(target: Target, features: FeatureFile, serving_indices) -> TrainServeResult:
     """Recompute the features serving feeds for the file's tokens and compare them chunk by chunk
     with what training stored; also find which HF index each training chunk really is."""
     if any(i >= target.vocab_size or i < 0 for i in features.input_ids):
@@ -117,22 +96,19 @@ def train_vs_serve(target: Target, features: FeatureFile, serving_indices) -> Tr
             scores.append((cosine.mean().item(), ratio.mean().item(), index))
         cosine, ratio, index = max(scores)
         equal = cosine >= COSINE_THRESHOLD and abs(ratio - 1) < RELATIVE_ERROR_THRESHOLD
-        matches.append(
-            {
-                "chunk": chunk,
-                "best_hf_index": index,
-                "mean_cosine": cosine,
-                "mean_norm_ratio": ratio,
-                "equal": equal,
-            }
-        )
+        matches.append(ChunkMatch(chunk, index, cosine, ratio, equal))
         training.append(index if equal else None)
-    return TrainServeDiff(
-        rows,
-        names,
-        list(serving_indices),
-        first_mismatch(rows, names),
-        chunk_summary(rows, names),
-        matches,
-        training,
+    return TrainServeResult.from_dict(
+        {
+            "serving_aux_hf_indices": list(serving_indices),
+            "first_mismatch": first_mismatch(rows, names),
+            "summary": chunk_summary(rows, names),
+            "training_chunk_matches": matches,
+            "training_aux_hf_indices": training,
+            "definitions": DEFINITIONS,
+            "rows": rows,
+            "chunk_names": names,
+            "input_ids": list(features.input_ids),
+            "target": target.path,
+        }
     )

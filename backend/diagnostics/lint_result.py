@@ -34,9 +34,6 @@ class LintReport:
             self.edited,
         )
 
-    def to_dict(self) -> dict:
-        return self.result().to_dict()
-
 
 @dataclass(frozen=True)
 class LintFinding(Plain):

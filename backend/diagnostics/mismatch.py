@@ -104,8 +104,9 @@ class ChunkMatch(Plain):
 
 @dataclass(frozen=True)
 class TrainServeResult(Plain):
-    """The train-vs-serve diff of one feature file (TrainServeDiff.to_dict's keys) with its rows, its
-    chunks in order, the file's tokens and the target they ran on."""
+    """The train-vs-serve diff of one feature file (hidden_diff.train_vs_serve): what serving feeds,
+    where it first differs from the stored training features, which HF index each training chunk
+    is, with its rows, its chunks in order, the file's tokens and the target they ran on."""
 
     serving_aux_hf_indices: list[int]
     first_mismatch: ChunkRow | None

@@ -13,11 +13,12 @@ with itself there.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 
 from backend.engine.loading import Target
+from backend.plain import Plain
 
 DEFINITION = (
     "target self-disagreement: share of positions where the argmax of a (K+1)-token verify forward "
@@ -27,7 +28,9 @@ DEFINITION = (
 
 
 @dataclass
-class SelfDisagreement:
+class SelfDisagreement(Plain):
+    DERIVED = ("per_1000", "definition")
+
     positions: int  # positions compared
     disagreeing: list[int]  # absolute positions whose two argmaxes differ
     width: int  # verify chunk width K+1
@@ -38,8 +41,9 @@ class SelfDisagreement:
     def per_1000(self) -> float:
         return 1000.0 * len(self.disagreeing) / self.positions if self.positions else 0.0
 
-    def to_dict(self) -> dict:
-        return {**asdict(self), "per_1000": self.per_1000, "definition": DEFINITION}
+    @property
+    def definition(self) -> str:
+        return DEFINITION
 
 
 def _chunk_and_decode(

@@ -31,8 +31,8 @@ import time
 
 import torch
 
-from backend.diagnostics.probe_report import Candidate, ProbeReport, verdict
-from backend.diagnostics.probe_settings import ProbeResult, ProbeSettings, sample_keys  # noqa: F401 (re-exported)
+from backend.diagnostics.probe_report import Ranking, verdict
+from backend.diagnostics.probe_settings import Candidate, ProbeResult, ProbeSettings, sample_keys  # noqa: F401 (re-exported)
 from backend.drafts.engine_readers import DraftMath
 from backend.engine.batch import accept_lengths
 from backend.engine.draft_model import Eagle3Draft
@@ -97,9 +97,11 @@ def run_probe(
     settings: ProbeSettings | None = None,
     progress: Progress = no_progress,
     math: DraftMath | None = None,
-) -> ProbeReport:
+    ran_by: str | None = None,
+) -> ProbeResult:
     """Rank candidate wirings by the draft's teacher-forced training loss on `samples` (objects with
-    input_ids and loss_mask; prompt_ids for live runs); acc_0 is reported beside it."""
+    input_ids and loss_mask; prompt_ids for live runs); acc_0 is reported beside it. The result keeps
+    the pair, the settings it ran with and who ran it (`ran_by`)."""
     settings = settings or ProbeSettings()
     num_steps, search_budget, live_samples = settings.num_steps, settings.search_budget, settings.live_samples
     started = time.time()
@@ -117,15 +119,14 @@ def run_probe(
     def evaluate(indices: tuple, labels: list[str]) -> Candidate:
         if indices in evaluated:
             for label in labels:
-                if label not in evaluated[indices].labels:
-                    evaluated[indices].labels.append(label)
+                evaluated[indices].add_label(label)
             return evaluated[indices]
         scored = [draft_step0_scores(draft, p, p.features(indices), to_draft, math) for p in passes]
         counted = sum(len(s.losses) for s in scored)
         hits = sum(int(s.hits.sum()) for s in scored)
         candidate = Candidate(
-            indices,
-            list(labels),
+            tuple(indices),
+            "; ".join(dict.fromkeys(labels)),
             [hits / counted if counted else None] + [None] * (num_steps - 1),
             counted,
             loss=sum(float(s.losses.sum()) for s in scored) / counted if counted else None,
@@ -161,7 +162,7 @@ def run_probe(
     for candidate in reported_candidates(ranked, declared_candidate, num_steps, len(samples)):
         with_acc_k(candidate)
     if live_samples:
-        lead = ProbeReport(declared_candidate, "", ranked, "", [], [], 0.0, num_steps, len(samples)).tied[0]
+        lead = Ranking(declared_candidate, ranked, len(samples)).tied[0]
         live = [lead, *(c for c in (declared_candidate, *ranked[:2]) if c is not lead)][:3]
         for number, candidate in enumerate(live):
             progress(0.8 + 0.2 * number / len(live), f"live replay HF {list(candidate.aux_hf_indices)}")
@@ -174,21 +175,17 @@ def run_probe(
                 settings.live_tokens,
                 math,
             )
-    report = ProbeReport(
-        declared_candidate,
+    ranking = Ranking(declared_candidate, ranked, len(samples))
+    report = ranking.result(
+        verdict(ranking, num_layers),
         declared.source,
-        ranked,
-        "",
-        [],
-        [],
         time.time() - started,
         num_steps,
-        len(samples),
+        settings=settings.describe(samples),
+        target=target.path,
+        draft=draft.path,
+        ran_by=ran_by,
     )
-    written = declared_candidate if report.confirmed else ranked[0]  # what the config should say
-    report.sglang_ids = [i - 1 for i in written.aux_hf_indices]
-    report.vllm_ids = list(written.aux_hf_indices)
-    report.verdict = verdict(report, num_layers)
     progress(1.0, "done")
     return report
 
@@ -196,7 +193,7 @@ def run_probe(
 def reported_candidates(ranked: list[Candidate], declared: Candidate, num_steps: int, n_samples: int):
     """The candidates whose K-step acc_k the report shows: the best, the declared, the tied, then the
     next best, REPORTED in all."""
-    tied = ProbeReport(declared, "", ranked, "", [], [], 0.0, num_steps, n_samples).tied
+    tied = Ranking(declared, ranked, n_samples).tied
     reported: list[Candidate] = []
     for candidate in [ranked[0], declared, *tied, *ranked]:
         if all(candidate is not r for r in reported):

@@ -12,13 +12,13 @@ from backend.diagnostics.probe_settings import ProbeResult
 from backend.drafts.reading_fixes import wiring_fix
 
 
-def wiring_findings(report, num_layers: int, draft_dir: str | None = None) -> list[Finding]:
-    """The probe's verdict as a finding: every tied wiring named (`ProbeReport.tied`, the one set every
+def wiring_findings(report: ProbeResult, num_layers: int) -> list[Finding]:
+    """The probe's verdict as a finding: every tied wiring named (`ProbeResult.tied`, the one set every
     view uses); the fix writes a wiring only when the probe separated it, else says how to separate."""
     if report.confirmed:
         return []
     best, tied = report.best, report.tied
-    names = " or ".join(f"HF {list(c.aux_hf_indices)}" for c in tied)
+    names = " or ".join(f"HF {list(t)}" for t in tied)
     message = (
         f"the draft was trained on {names}, not on the declared {describe(report.declared.aux_hf_indices, num_layers)}: "
         + (
@@ -35,7 +35,7 @@ def wiring_findings(report, num_layers: int, draft_dir: str | None = None) -> li
         f"{[i - 1 for i in best.aux_hf_indices]} (SGLang/SpecForge) and top-level "
         f"eagle_aux_hidden_state_layer_ids = {list(best.aux_hf_indices)} (vLLM)."
         if report.separated
-        else report.how_to_separate(draft_dir)
+        else report.how_to_separate
     )
     return [
         Finding(
@@ -45,8 +45,8 @@ def wiring_findings(report, num_layers: int, draft_dir: str | None = None) -> li
             {
                 "declared": list(report.declared.aux_hf_indices),
                 "best": list(best.aux_hf_indices),
-                "tied": [list(c.aux_hf_indices) for c in tied],
-                "as_good_as_best": [list(c.aux_hf_indices) for c in tied[1:]],
+                "tied": [list(t) for t in tied],
+                "as_good_as_best": [list(t) for t in tied[1:]],
                 "separated": report.separated,
                 "acc_step0": {"declared": report.declared.acc_step0, "best": best.acc_step0},
                 "training_loss": {"declared": report.declared.loss, "best": best.loss},
@@ -59,8 +59,8 @@ def wiring_findings(report, num_layers: int, draft_dir: str | None = None) -> li
 
 @dataclass(frozen=True)
 class ProbeAnswer:
-    """What a wiring probe concluded, from one that ran in this verdict (`of_report`) or one kept
-    with the pair (`of_stored`: the probe tab's, the CLI's, an earlier Diagnose's)."""
+    """What a wiring probe concluded, from one that ran in this verdict or one kept with the pair (the
+    probe tab's, the CLI's, an earlier Diagnose's; an older version's with defaults)."""
 
     confirmed: bool
     separated: bool
@@ -69,18 +69,6 @@ class ProbeAnswer:
     declared: list[int]
     how_to_separate: str
     n_samples: int
-
-    @classmethod
-    def of_report(cls, report, draft_dir: str | None = None) -> ProbeAnswer:
-        return cls(
-            report.confirmed,
-            report.separated,
-            list(report.best.aux_hf_indices),
-            [list(c.aux_hf_indices) for c in report.tied],
-            list(report.declared.aux_hf_indices),
-            "" if report.separated else report.how_to_separate(draft_dir),
-            report.n_samples,
-        )
 
     @classmethod
     def of_stored(cls, stored: ProbeResult) -> ProbeAnswer:

@@ -5,12 +5,17 @@ block by block), the report with its best, its ties and how to separate them, an
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, fields
 
 import torch
 
-from backend.diagnostics.probe_settings import ProbeResult
-from backend.run.metrics import simulated_accept_length
+from backend.diagnostics.probe_settings import (
+    Candidate,
+    DeclaredCandidate,
+    ProbeConfig,
+    ProbeResult,
+    Separation,
+)
 
 CONFIRM_MARGIN = 0.01  # the least acc_0 gap that counts where no loss was measured (see confirm_margin)
 
@@ -32,52 +37,6 @@ def confirm_margin(best: Candidate) -> float:
     if n <= 0:
         return CONFIRM_MARGIN
     return max(CONFIRM_MARGIN, 2 * math.sqrt(p * (1 - p) / n))
-
-
-@dataclass
-class Candidate:
-    aux_hf_indices: tuple[int, ...]
-    labels: list[str]
-    acc_per_step: list[float | None] = field(default_factory=list)
-    n_positions: int = 0
-    live_accept_length: float | None = None
-    loss: float | None = None  # the draft's training loss at TTT step 0, nats per counted position
-    position_loss: list[torch.Tensor] = field(default_factory=list, repr=False)  # per sample, per position
-    mean_prob: float | None = None  # p(the target's greedy token) at step 0, over every counted position
-
-    @property
-    def acc_step0(self) -> float:
-        if not self.acc_per_step or self.acc_per_step[0] is None:
-            return 0.0
-        return self.acc_per_step[0]
-
-    @property
-    def simulated(self) -> float | None:
-        if not self.acc_per_step or any(a is None for a in self.acc_per_step):
-            return None
-        return simulated_accept_length(self.acc_per_step)
-
-    @property
-    def score(self) -> tuple[float, float]:
-        """What ranks candidates: the lower training loss, then acc_0 (where no loss was measured: the
-        predicted accept length, then acc_0)."""
-        if self.loss is not None:
-            return (-self.loss, self.acc_step0)
-        return (self.simulated or 0.0, self.acc_step0)
-
-    def to_dict(self) -> dict:
-        return {
-            "aux_hf_indices": list(self.aux_hf_indices),
-            "label": "; ".join(self.labels),
-            "acc_step0": self.acc_step0,
-            "acc_per_step": self.acc_per_step,
-            "simulated_accept_length": self.simulated,
-            "predicted_accept_length": None if self.simulated is None else 1 + self.simulated,
-            "n_positions": self.n_positions,
-            "live_accept_length": self.live_accept_length,
-            "mean_prob": self.mean_prob,  # of the target's greedy token at TTT step 0
-            "loss": self.loss,  # the draft's training loss at TTT step 0 (module docstring)
-        }
 
 
 def loss_t(best: Candidate, other: Candidate) -> tuple[float, int, int] | None:
@@ -130,15 +89,12 @@ def samples_to_separate(best: Candidate, other: Candidate, n_samples: int) -> in
 
 
 @dataclass
-class ProbeReport:
+class Ranking:
+    """The probe's candidates ranked (best first) beside the declared one, and how the samples judge
+    them: which wiring is confirmed, tied or separated, and what a config should say."""
+
     declared: Candidate
-    declared_source: str
     candidates: list[Candidate]  # best first
-    verdict: str
-    sglang_ids: list[int]
-    vllm_ids: list[int]
-    seconds: float
-    num_steps: int
     n_samples: int
 
     @property
@@ -173,6 +129,11 @@ class ProbeReport:
         """One wiring stands out: a fix may write it. Otherwise the fix says how to separate them."""
         return len(self.tied) == 1
 
+    @property
+    def written(self) -> Candidate:
+        """The wiring a config should declare: the declared one when confirmed, else the best."""
+        return self.declared if self.confirmed else self.best
+
     def samples_needed(self) -> int | None:
         """About how many samples would separate the tie if its differences hold (the closest pair
         decides); None when some tied wiring is not behind the best at all."""
@@ -197,37 +158,42 @@ class ProbeReport:
             "the draft about as well."
         )
 
-    def to_dict(self) -> dict:
-        return {
-            "declared": {**self.declared.to_dict(), "source": self.declared_source},
-            "candidates": [c.to_dict() for c in self.candidates],
-            "best": self.best.to_dict(),
-            "verdict": self.verdict,
-            "confirmed": self.confirmed,
-            "confirm_margin": confirm_margin(self.best),
-            "separation": {
-                "measure": "the draft's training loss at TTT step 0, paired per position",
-                "t_separate": T_SEPARATE,
-                "block": BLOCK,
-            },
-            "as_good_as_best": [list(c.aux_hf_indices) for c in self.as_good],
-            "tied": [list(c.aux_hf_indices) for c in self.tied],
-            "separated": self.separated,
-            "config": {
-                "sglang": {"eagle_config": {"eagle_aux_hidden_state_layer_ids": self.sglang_ids}},
-                "vllm": {"eagle_aux_hidden_state_layer_ids": self.vllm_ids},
-            }
+    def result(
+        self, verdict: str, declared_source: str, seconds: float, num_steps: int, **kept
+    ) -> ProbeResult:
+        """The probe's answer as every view keeps it (`kept`: the pair, the settings, who ran it)."""
+        return ProbeResult(
+            declared=DeclaredCandidate(
+                **{f.name: getattr(self.declared, f.name) for f in fields(Candidate)}, source=declared_source
+            ),
+            candidates=self.candidates,
+            best=self.best,
+            verdict=verdict,
+            confirmed=self.confirmed,
+            confirm_margin=confirm_margin(self.best),
+            separation=Separation(
+                "the draft's training loss at TTT step 0, paired per position", T_SEPARATE, BLOCK
+            ),
+            as_good_as_best=[list(c.aux_hf_indices) for c in self.as_good],
+            tied=[list(c.aux_hf_indices) for c in self.tied],
+            separated=self.separated,
+            config=ProbeConfig(
+                {"eagle_config": {"eagle_aux_hidden_state_layer_ids": sglang_ids(self.written)}},
+                {"eagle_aux_hidden_state_layer_ids": list(self.written.aux_hf_indices)},
+            )
             if self.separated
             else None,
-            "how_to_separate": None if self.separated else self.how_to_separate(),
-            "seconds": self.seconds,
-            "num_steps": self.num_steps,
-            "n_samples": self.n_samples,
-        }
+            how_to_separate=None if self.separated else self.how_to_separate(kept.get("draft")),
+            seconds=seconds,
+            num_steps=num_steps,
+            n_samples=self.n_samples,
+            **kept,
+        )
 
-    def result(self, **kept) -> ProbeResult:
-        """The report as views keep it (`kept`: the pair, the settings it ran with, who ran it)."""
-        return ProbeResult.from_dict({**self.to_dict(), **kept})
+
+def sglang_ids(candidate: Candidate) -> list[int]:
+    """Its wiring as SGLang's output-of-layer ids (HF index - 1; -1 the embedding output)."""
+    return [i - 1 for i in candidate.aux_hf_indices]
 
 
 def describe(indices, num_layers: int) -> str:
@@ -235,12 +201,13 @@ def describe(indices, num_layers: int) -> str:
     return f"HF {list(indices)} ({', '.join(names)})"
 
 
-def verdict(report: ProbeReport, num_layers: int) -> str:
+def verdict(report: Ranking, num_layers: int) -> str:
     best, declared = report.best, report.declared
     config = (
-        f"For SGLang write eagle_config.eagle_aux_hidden_state_layer_ids = {report.sglang_ids} "
+        f"For SGLang write eagle_config.eagle_aux_hidden_state_layer_ids = {sglang_ids(report.written)} "
         f"(nested, output-of-layer ids{'; -1 = embedding output' if 0 in best.aux_hf_indices else ''}); "
-        f"for vLLM write top-level eagle_aux_hidden_state_layer_ids = {report.vllm_ids} (HF indices)."
+        f"for vLLM write top-level eagle_aux_hidden_state_layer_ids = {list(report.written.aux_hf_indices)} "
+        "(HF indices)."
     )
     if report.confirmed and best is not declared:
         return (
@@ -257,8 +224,8 @@ def verdict(report: ProbeReport, num_layers: int) -> str:
             f"{_score(declared)}, the best of {len(report.candidates)} candidates{margin}. {config}"
         )
     loss = ""
-    if best.simulated and declared.simulated is not None:
-        predicted_best, predicted_declared = 1 + best.simulated, 1 + declared.simulated
+    if best.simulated_accept_length and declared.simulated_accept_length is not None:
+        predicted_best, predicted_declared = best.predicted_accept_length, declared.predicted_accept_length
         loss = (
             f"; predicted accept length {predicted_declared:.2f} with the declared HF "
             f"{list(declared.aux_hf_indices)} instead of {predicted_best:.2f} with HF {list(best.aux_hf_indices)} "
@@ -283,7 +250,7 @@ def verdict(report: ProbeReport, num_layers: int) -> str:
     )
 
 
-def _runner_up(report: ProbeReport) -> str:
+def _runner_up(report: Ranking) -> str:
     runner = next((c for c in report.candidates[1:]), None)
     if runner is None:
         return "none"

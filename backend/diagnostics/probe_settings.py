@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from backend.plain import Plain
+from backend.plain import OMIT, Plain
+from backend.run.metrics import simulated_accept_length
 
 # How candidates are ranked and separated (backend/diagnostics/probe.py): a stored probe of another
 # method does not answer a request, and a kept probe of this method is preferred to older ones.
@@ -47,25 +48,55 @@ class SettingsUsed(Plain):
     method: str | None = None  # METHOD of the version that ran it (older probes: none, acc_0 ranked)
 
 
-@dataclass(frozen=True)
-class CandidateResult(Plain):
-    """One candidate wiring's scores (probe.Candidate written out). Stored probes of older versions
-    may hold only some of them."""
+@dataclass
+class Candidate(Plain):
+    """One candidate wiring the probe scored: its training loss and acc_k, and, while the probe runs,
+    its per-position losses (what separates two candidates; never stored). Stored probes of older
+    versions may hold only some of these."""
 
-    aux_hf_indices: list[int] = field(default_factory=list)
-    label: str = ""
-    acc_step0: float = 0.0
+    DERIVED = ("acc_step0", "simulated_accept_length", "predicted_accept_length")
+
+    aux_hf_indices: tuple[int, ...] = ()
+    label: str = ""  # why it is a candidate ("declared; SpecForge default"), "; "-joined
     acc_per_step: list[float | None] = field(default_factory=list)
-    simulated_accept_length: float | None = None
-    predicted_accept_length: float | None = None
     n_positions: int = 0
     live_accept_length: float | None = None
-    mean_prob: float | None = None  # of the target's greedy token at TTT step 0
-    loss: float | None = None  # the draft's training loss at TTT step 0 (nats; older probes: none)
+    mean_prob: float | None = None  # p(the target's greedy token) at TTT step 0, over every counted position
+    loss: float | None = None  # the draft's training loss at TTT step 0, nats per counted position
+    position_loss: list = field(default_factory=list, repr=False, compare=False, metadata={OMIT: True})
+
+    @property
+    def acc_step0(self) -> float:
+        if not self.acc_per_step or self.acc_per_step[0] is None:
+            return 0.0
+        return self.acc_per_step[0]
+
+    @property
+    def simulated_accept_length(self) -> float | None:
+        if not self.acc_per_step or any(a is None for a in self.acc_per_step):
+            return None
+        return simulated_accept_length(self.acc_per_step)
+
+    @property
+    def predicted_accept_length(self) -> float | None:
+        simulated = self.simulated_accept_length
+        return None if simulated is None else 1 + simulated
+
+    @property
+    def score(self) -> tuple[float, float]:
+        """What ranks candidates: the lower training loss, then acc_0 (where no loss was measured: the
+        predicted accept length, then acc_0)."""
+        if self.loss is not None:
+            return (-self.loss, self.acc_step0)
+        return (self.simulated_accept_length or 0.0, self.acc_step0)
+
+    def add_label(self, label: str) -> None:
+        if label not in self.label.split("; "):
+            self.label = f"{self.label}; {label}" if self.label else label
 
 
-@dataclass(frozen=True)
-class DeclaredCandidate(CandidateResult):
+@dataclass
+class DeclaredCandidate(Candidate):
     source: str = ""  # where the declared wiring was read from
 
 
@@ -88,12 +119,12 @@ class ProbeConfig(Plain):
 
 @dataclass(frozen=True)
 class ProbeResult(Plain):
-    """A wiring probe's report (probe.ProbeReport.to_dict), with the pair, the settings it ran with and
+    """A wiring probe's report (probe_report.Ranking.result), with the pair, the settings it ran with and
     who ran it where a view kept it. A probe stored by an older version reads with defaults."""
 
     declared: DeclaredCandidate | None = None
-    candidates: list[CandidateResult] = field(default_factory=list)  # best first
-    best: CandidateResult | None = None
+    candidates: list[Candidate] = field(default_factory=list)  # best first
+    best: Candidate | None = None
     verdict: str = ""
     confirmed: bool = False
     confirm_margin: float | None = None

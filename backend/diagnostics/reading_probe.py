@@ -28,6 +28,7 @@ from backend.drafts.readings import read_as
 from backend.engine.loading import Target, read_draft
 from backend.engine.preflight import build_draft, check_draft
 from backend.engine.teacher import TargetPass, TeacherCounts, draft_hits, draft_vocab_mask, target_pass
+from backend.plain import KEY, OMIT, Plain
 from backend.run.records import Progress, no_progress
 from backend.run.wiring import Wiring
 
@@ -40,21 +41,23 @@ FLAGS = ("fc_norm", "norm_before_fc", "norm_before_residual", "norm_output")
 
 
 @dataclass
-class ReadingCandidate:
+class ReadingCandidate(Plain):
+    DERIVED = ("accuracy", "standard_error")
+
     label: str
     dimension: str  # declared | rope | offset | flag | feedback
     patch: dict = field(default_factory=dict)  # config keys as the file should say them
     math_change: dict = field(default_factory=dict)  # DraftMath fields changed without a config key
-    offset: int = 0
+    offset: int = field(default=0, metadata={KEY: "position_offset"})
     correct: int = 0
-    counted: int = 0
+    counted: int = field(default=0, metadata={KEY: "n_positions"})
     acc_per_step: list = field(default_factory=list)
-    draft: object = field(default=None, repr=False)
-    math: DraftMath | None = field(default=None, repr=False)
-    steps: TeacherCounts | None = field(default=None, repr=False)
-    hits: list = field(
-        default_factory=list, repr=False
-    )  # per (sample, step) the correct mask over counted positions
+    # working state, not written: the patched draft, its math, its counts, and per (sample, step) the
+    # correct mask over counted positions
+    draft: object = field(default=None, repr=False, metadata={OMIT: True})
+    math: DraftMath | None = field(default=None, repr=False, metadata={OMIT: True})
+    steps: TeacherCounts | None = field(default=None, repr=False, metadata={OMIT: True})
+    hits: list = field(default_factory=list, repr=False, metadata={OMIT: True})
 
     @property
     def accuracy(self) -> float:
@@ -65,22 +68,11 @@ class ReadingCandidate:
         p, n = self.accuracy, self.counted
         return maths.sqrt(p * (1 - p) / n) if n else 1.0
 
-    def to_dict(self) -> dict:
-        return {
-            "label": self.label,
-            "dimension": self.dimension,
-            "patch": self.patch,
-            "math_change": self.math_change,
-            "position_offset": self.offset,
-            "accuracy": self.accuracy,
-            "standard_error": self.standard_error,
-            "acc_per_step": self.acc_per_step,
-            "n_positions": self.counted,
-        }
-
 
 @dataclass
-class ReadingReport:
+class ReadingReport(Plain):
+    DERIVED = ("better_than_declared",)
+
     declared: ReadingCandidate
     candidates: list[ReadingCandidate]  # best first
     n_samples: int
@@ -106,14 +98,9 @@ class ReadingReport:
             if c is not best and best.accuracy - c.accuracy <= SEPARATION * paired_error(best, c)
         ]
 
-    def to_dict(self) -> dict:
-        return {
-            "engine": self.engine,
-            "declared": self.declared.to_dict(),
-            "candidates": [c.to_dict() for c in self.candidates],
-            "better_than_declared": [c.label for c in self.better()],
-            "n_samples": self.n_samples,
-        }
+    @property
+    def better_than_declared(self) -> list[str]:
+        return [c.label for c in self.better()]
 
 
 def paired_error(a: ReadingCandidate, b: ReadingCandidate) -> float:

@@ -5,18 +5,20 @@ they are not, which target layers training stored (the one cheap check that can 
 from __future__ import annotations
 
 from backend.diagnostics.findings import Finding
+from backend.diagnostics.mismatch import TrainServeResult
 from backend.drafts.reading_fixes import wiring_fix
+from backend.plain import plain
 
 
-def train_serve_findings(diff: dict, feature_path: str) -> list[Finding]:
-    """`diff`: TrainServeDiff.to_dict() of the features served under the reading being diagnosed."""
-    served, found = diff["serving_aux_hf_indices"], diff["training_aux_hf_indices"]
-    mismatch = diff["first_mismatch"]
+def train_serve_findings(diff: TrainServeResult, feature_path: str) -> list[Finding]:
+    """`diff`: the train-vs-serve diff of the features served under the reading being diagnosed."""
+    served, found = diff.serving_aux_hf_indices, diff.training_aux_hf_indices
+    mismatch = diff.first_mismatch
     evidence = {
         "features": feature_path,
         "served": list(served),
         "training": list(found),
-        "first_mismatch": mismatch,
+        "first_mismatch": plain(mismatch),
     }
     if not mismatch:
         return [
@@ -27,7 +29,7 @@ def train_serve_findings(diff: dict, feature_path: str) -> list[Finding]:
                 evidence,
             )
         ]
-    where = f"from {mismatch.get('chunk')} at position {mismatch.get('position')}"
+    where = f"from {mismatch.chunk} at position {mismatch.position}"
     if found and all(index is not None for index in found):
         fixes = "; ".join(f"{engine}: {wiring_fix(engine, list(found))[0]}" for engine in ("sglang", "vllm"))
         return [

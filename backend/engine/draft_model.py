@@ -164,6 +164,7 @@ class Eagle3Draft(nn.Module):
     def __init__(self, config: DraftConfig, target_embedding: nn.Embedding):
         super().__init__()
         self.config = config
+        self.path: str | None = None  # the folder it was loaded from (loading.build_draft)
         target_width = 3 * config.target_hidden_size
         if config.fc_norm:
             self.fc_norm = nn.ModuleList(

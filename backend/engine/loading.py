@@ -295,6 +295,7 @@ def build_draft(files: DraftFiles, target: Target) -> Eagle3Draft:
     if left_out or result.unexpected_keys:  # preflight should have caught these; never run half-loaded
         raise BadInput(f"draft {files.path}: missing {sorted(left_out)}, unexpected {result.unexpected_keys}")
     draft = draft.to(device=target.device, dtype=target.dtype).eval()
+    draft.path = files.path  # where it was read from (a result names the draft by it)
     draft.own_embedding_differs = own_embedding_differs(draft, target)
     view = read_as(
         "auto", files.config, target.num_layers, draft.own_embedding is not None, draft.own_embedding_differs

@@ -67,9 +67,6 @@ class PreflightReport:
             serving_fixes=self.serving_fixes,
         )
 
-    def to_dict(self) -> dict:
-        return self.result().to_dict()
-
 
 class PreflightRefused(BadInput):
     """A draft that failed preflight; carries the whole report for the dashboard's table."""

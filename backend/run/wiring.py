@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from backend import BadInput
+from backend.plain import Plain
 
 CONVENTIONS = {
     "hf": "HF hidden_states index (0 = embedding output, k = output of layer k-1)",
@@ -25,12 +26,9 @@ CONVENTIONS = {
 
 
 @dataclass(frozen=True)
-class Wiring:
+class Wiring(Plain):
     aux_hf_indices: tuple[int, ...]
     source: str  # a sentence: where the indices came from and which convention turned them into HF
-
-    def to_dict(self) -> dict:
-        return {"aux_hf_indices": list(self.aux_hf_indices), "source": self.source}
 
 
 def parse_aux_indices(text: str | None) -> tuple[int, ...] | None:

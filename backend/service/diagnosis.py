@@ -57,7 +57,7 @@ def diagnose(
     if said:
         raise BadInput(said)
     progress(0.0, "preflight")
-    report = preflight(draft_path, target_path).to_dict()
+    report = preflight(draft_path, target_path).result().to_dict()
     pair = {"target": str(target_path), "draft": str(draft_path)}
     if not report["ok"]:  # nothing else means anything until the draft loads
         diagnosis = Diagnosis(preflight_findings(report, engine), {"preflight": "ran: failed"})
@@ -70,14 +70,18 @@ def diagnose(
         )  # fmt: skip
 
         def lint(trained):  # once the probe has answered (diagnose_loaded)
-            return lint_command(
-                draft_path,
-                options.sglang,
-                options.vllm,
-                target_path,
-                trained,
-                request_file=options.request_file,
-            ).to_dict()["findings"]
+            return (
+                lint_command(
+                    draft_path,
+                    options.sglang,
+                    options.vllm,
+                    target_path,
+                    trained,
+                    request_file=options.request_file,
+                )
+                .result()
+                .to_dict()["findings"]
+            )
 
     elif options.request_file:
         request_findings, penalties = request_lint(options.request_file, engine)

@@ -314,9 +314,15 @@ def probe_job(target_path, draft_path, samples, num_steps, budget, live, *, prog
     target, draft, _ = models.pair(target_path, draft_path)
     view, wiring = reading_of("auto", None, draft, target.num_layers)  # as the CLI's probe: one rule
     settings = ProbeSettings(num_steps, budget, live)
-    found = run_probe(target, draft, wiring, samples, settings, progress, view.math)
-    return found.result(
-        target=target_path, draft=draft_path, settings=settings.describe(samples), ran_by="the probe tab"
+    return run_probe(
+        target,
+        draft,
+        wiring,
+        samples,
+        settings,
+        progress,
+        view.math,
+        ran_by="the probe tab",
     )
 
 
@@ -373,23 +379,13 @@ def train_vs_serve_job(target_path: str, draft_path: str, feature_path: str, *, 
     """The train-vs-serve diff of a feature file (backend.diagnostics.mismatch.TrainServeResult)."""
     from backend.data.features import load_feature_file
     from backend.diagnostics.hidden_diff import train_vs_serve
-    from backend.diagnostics.mismatch import TrainServeResult
 
     progress(0.1, "loading models")
     target, draft, _ = models.pair(target_path, draft_path)
     _, wiring = reading_of("auto", None, draft, target.num_layers)  # what the draft is fed: one rule
     features = load_feature_file(feature_path, target.hidden_size)
     progress(0.4, "recomputing serving features")
-    diff = train_vs_serve(target, features, list(wiring.aux_hf_indices))
-    return TrainServeResult.from_dict(
-        {
-            **diff.to_dict(),
-            "rows": diff.rows,
-            "chunk_names": diff.chunk_names,
-            "input_ids": features.input_ids,
-            "target": target_path,
-        }
-    )
+    return train_vs_serve(target, features, list(wiring.aux_hf_indices))
 
 
 @job("agreement", lambda *_: "accuracy vs live")

@@ -62,7 +62,7 @@ def _serve(requests, responses) -> None:
             responses.put(("done", job(*args, progress=progress, **kwargs)))
         except BadInput as error:
             report = getattr(error, "report", None)
-            details = {"preflight": report.to_dict()} if report is not None else {}
+            details = {"preflight": report.result().to_dict()} if report is not None else {}
             responses.put(("failed", str(error), details, True))
         except BaseException as error:  # noqa: BLE001 - reported to the page; the worker lives on
             from backend.service.database import refusal

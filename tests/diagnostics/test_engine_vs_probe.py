@@ -9,21 +9,19 @@ DECLARED = (2, 15, 27)  # the miswired draft's config, as SpecForge (its trainin
 
 def report(*scores: tuple[tuple[int, ...], float]):
     """A probe over 8 samples (2,000 positions) whose candidates scored acc_0 `scores`, best first."""
-    from backend.diagnostics.probe_report import (
-        Candidate,
-        ProbeReport,  # torch: when a test runs, not collected
-    )
+    from backend.diagnostics.probe_report import Ranking  # torch: when a test runs, not collected
+    from backend.diagnostics.probe_settings import Candidate
 
-    candidates = [Candidate(wiring, [], [acc], 2000) for wiring, acc in scores]
+    candidates = [Candidate(wiring, "", [acc], 2000) for wiring, acc in scores]
     declared = next(c for c in candidates if c.aux_hf_indices == DECLARED)
-    return ProbeReport(declared, "declared", candidates, "", [], [], 1.0, 1, 8)
+    return Ranking(declared, candidates, 8)
 
 
 def engine_wiring_against_probe(findings, probe, draft_dir=None):
     from backend.diagnostics.probe_findings import ProbeAnswer
     from backend.diagnostics.probe_findings import engine_wiring_against_probe as held
 
-    return held(findings, ProbeAnswer.of_report(probe, draft_dir))
+    return held(findings, ProbeAnswer.of_stored(probe.result("", "config", 1.0, 1, draft=draft_dir)))
 
 
 def engine_finding(engine: str, fed: list[int]) -> Finding:
@@ -80,7 +78,8 @@ def test_the_lint_of_a_serving_command_in_a_verdict_never_writes_the_rejected_wi
     from backend.defaults import DEMO_DRAFTS, DEMO_TARGET
     from backend.diagnostics.diagnose import DiagnoseOptions
     from backend.diagnostics.probe import ProbeSettings
-    from backend.diagnostics.probe_report import Candidate, ProbeReport
+    from backend.diagnostics.probe_report import Ranking
+    from backend.diagnostics.probe_settings import Candidate
     from backend.service import kept_results
     from backend.service.diagnosis import diagnose
 
@@ -88,11 +87,14 @@ def test_the_lint_of_a_serving_command_in_a_verdict_never_writes_the_rejected_wi
     draft = str(
         DEMO_DRAFTS / "miswired"
     )  # declares nested [1, 5, 8]: trained, as SpecForge reads it, on HF [2, 6, 9]
-    trained, declared = Candidate((0, 2, 6), [], [0.58], 1000), Candidate((2, 6, 9), [], [0.13], 1000)
-    probe = ProbeReport(declared, "config", [trained, declared], "", [], [], 1.0, 4, 8)
+    trained, declared = Candidate((0, 2, 6), "", [0.58], 1000), Candidate((2, 6, 9), "", [0.13], 1000)
+    probe = Ranking(declared, [trained, declared], 8)
     assert probe.separated
     kept_results.remember_probe(
-        str(DEMO_TARGET), draft, probe.result(settings=ProbeSettings().describe([]), ran_by="a test"), db_url
+        str(DEMO_TARGET),
+        draft,
+        probe.result("", "config", 1.0, 4, settings=ProbeSettings().describe([]), ran_by="a test"),
+        db_url,
     )
     spec = json.dumps({"method": "eagle3", "model": draft, "num_speculative_tokens": 4})
     command = f"vllm serve {DEMO_TARGET} --speculative-config '{spec}'"

@@ -74,18 +74,11 @@ def test_train_vs_serve_finds_the_training_layers(bigram_setup, tmp_path):
     )
     features = load_feature_file(path, hidden_size=64)
     served = train_vs_serve(target, features, [2, 4, 5])
-    assert served.training_indices == TRAINED
-    assert served.first_mismatch["position"] == 0 and served.first_mismatch["chunk"].startswith("chunk0")
-    assert served.to_dict()["training_aux_hf_indices"] == TRAINED
-    # the diff tab's result (tasks.train_vs_serve_job) reads back typed and writes the same JSON
-    job = {
-        **served.to_dict(),
-        "rows": served.rows,
-        "chunk_names": served.chunk_names,
-        "input_ids": ids,
-        "target": "t",
-    }
-    result = TrainServeResult.from_dict(job)
-    assert result.to_dict() == job and result.first_mismatch.cosine < 0.999 and result.summary[0].mismatching
+    assert served.training_aux_hf_indices == TRAINED
+    assert served.first_mismatch.position == 0 and served.first_mismatch.chunk.startswith("chunk0")
+    assert served.first_mismatch.cosine < 0.999 and served.summary[0].mismatching
+    assert served.to_dict()["training_aux_hf_indices"] == TRAINED and served.input_ids == list(ids)
+    # the diff tab's result (tasks.train_vs_serve_job) is written to JSON and read back the same
+    assert TrainServeResult.from_dict(served.to_dict()) == served
     same = train_vs_serve(target, features, TRAINED)
-    assert same.first_mismatch is None and all(s["mismatching"] == 0 for s in same.summary)
+    assert same.first_mismatch is None and all(s.mismatching == 0 for s in same.summary)

@@ -441,9 +441,9 @@ def test_one_severity_scale_spelled_as_each_contract_spells_it(drafts):
     command = sglang(drafts["good"], "--speculative-eagle-topk 1 --speculative-num-draft-tokens 4")
     report = lint_command(drafts["good"], sglang=command)
     assert {f.severity for f in report.findings} <= set(SEVERITIES) and report.findings
-    written = report.to_dict()["findings"]
+    written = report.result().to_dict()["findings"]
     assert sorted((f["code"], f["severity"]) for f in written) == sorted(
         (f.code, spelled(f.severity, "lint")) for f in report.findings
     )
     assert {f["severity"] for f in written} <= {"error", "warning", "info"}
-    assert LintResult.from_dict(report.to_dict()) == report.result()  # the JSON reads back as it was
+    assert LintResult.from_dict(report.result().to_dict()) == report.result()  # the JSON reads back as it was

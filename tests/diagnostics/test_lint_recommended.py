@@ -21,7 +21,7 @@ def pair(tmp_path_factory):
 def lint(draft, target, **kwargs):
     from backend.diagnostics.lint import lint_command
 
-    return lint_command(draft, target_dir=target, **kwargs).to_dict()
+    return lint_command(draft, target_dir=target, **kwargs).result().to_dict()
 
 
 def chain_fixes(report) -> set[str]:

@@ -15,7 +15,7 @@ from backend.defaults import DEMO_DRAFTS, DEMO_TARGET
 def report() -> dict:
     from backend.engine.preflight import preflight  # transformers: not at collection
 
-    return preflight(str(DEMO_DRAFTS / "final"), str(DEMO_TARGET)).to_dict()
+    return preflight(str(DEMO_DRAFTS / "final"), str(DEMO_TARGET)).result().to_dict()
 
 
 def preflight_findings(report: dict, engine: str):

@@ -15,7 +15,7 @@ def preflight_table(draft, target):
     from backend.drafts.engine_table import EngineReadings, PreflightResult
     from backend.engine.preflight import preflight
 
-    report = preflight(draft, target).to_dict()
+    report = preflight(draft, target).result().to_dict()
     assert PreflightResult.from_dict(report).to_dict() == report
     return EngineReadings.from_dict({key: report[key] for key in KEYS})
 

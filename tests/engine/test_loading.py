@@ -33,7 +33,7 @@ def test_every_layout_loads_passes_preflight_and_replays(tmp_path, target_dirs, 
     draft_dir = write_draft(tmp_path / "draft", target_dir, layout, draft_vocab, dtype=torch.bfloat16)
     report = preflight(draft_dir, target_dir)
     assert report.ok, failures(report)
-    assert report.to_dict()["aux_hf_indices"] == [2, layers // 2, layers - 3]
+    assert report.result().to_dict()["aux_hf_indices"] == [2, layers // 2, layers - 3]
     assert "bfloat16" in " ".join(statuses(report)["pass"])
     target = load_target(target_dir, device="cpu", dtype="fp32")
     files = read_draft(draft_dir)

@@ -30,7 +30,10 @@ def test_missing_d2t_with_smaller_draft_vocab_fails(tmp_path, target_dirs):
     with pytest.raises(BadInput, match="no d2t") as refused:
         load_checked_draft(draft_dir, load_target(target_dirs[4], device="cpu"))
     assert isinstance(refused.value, PreflightRefused)
-    assert "failed preflight: d2t" in str(refused.value) and refused.value.report.to_dict()["ok"] is False
+    assert (
+        "failed preflight: d2t" in str(refused.value)
+        and refused.value.report.result().to_dict()["ok"] is False
+    )
 
 
 def test_fc_width_mismatch_fails(tmp_path, target_dirs):
@@ -154,13 +157,18 @@ def test_a_wiring_override_is_checked_against_the_target(tmp_path, target_dirs):
     from backend.engine.preflight import PreflightRefused, load_checked_draft
 
     draft_dir = write_draft(tmp_path / "d", target_dirs[4])
-    assert preflight(draft_dir, target_dirs[4], aux_hf_indices=(0, 2, 4)).to_dict()["aux_hf_indices"] == [
+    assert preflight(draft_dir, target_dirs[4], aux_hf_indices=(0, 2, 4)).result().to_dict()[
+        "aux_hf_indices"
+    ] == [
         0,
         2,
         4,
     ]
     report = preflight(draft_dir, target_dirs[4], aux_hf_indices=(0, 2, 5))
-    assert "aux HF indices [5] out of range" in failures(report) and report.to_dict()["aux_hf_indices"] == []
+    assert (
+        "aux HF indices [5] out of range" in failures(report)
+        and report.result().to_dict()["aux_hf_indices"] == []
+    )
     with pytest.raises(PreflightRefused, match="out of range"):
         load_checked_draft(draft_dir, load_target(target_dirs[4], device="cpu"), (0, 2, 5))
 

@@ -370,7 +370,7 @@ def test_every_engine_reads_each_published_style(style, tmp_path):
         view = read_as(
             engine, draft.config, layers, draft.own_embedding is not None, draft.own_embedding_differs
         )
-        assert report.to_dict()["engines"][engine]["aux_hf_indices"] == expected_aux[engine], engine
+        assert report.result().to_dict()["engines"][engine]["aux_hf_indices"] == expected_aux[engine], engine
         if engine in refusals:
             assert not view.loads and refusals[engine] in view.refusal
             continue

@@ -36,7 +36,7 @@ def test_refused_draft_carries_its_preflight_report(pairs, tmp_path):
     broken = save_draft(tmp_path / "broken", pair.config, {k: v for k, v in tensors.items() if k != "d2t"})
     with pytest.raises(PreflightRefused) as refused:
         models.pair(str(pair.target_dir), str(broken))
-    assert refused.value.report.to_dict()["ok"] is False and "d2t" in str(refused.value)
+    assert refused.value.report.result().to_dict()["ok"] is False and "d2t" in str(refused.value)
     inconsistent = save_draft(tmp_path / "inconsistent", {**pair.config, "hidden_size": 999}, tensors)
     with pytest.raises(BadInput, match="inconsistent"):
         models.pair(str(pair.target_dir), str(inconsistent))

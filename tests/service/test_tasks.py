@@ -209,7 +209,7 @@ def test_diagnostic_tasks_use_the_declared_wiring_after_an_override(bigram_setup
     assert MANAGER.wait(start_replay(db_url, override), 120).status == "done"
     probe = MANAGER.wait(start_probe(target, draft, samples, 2, 0, 0), 120)
     assert probe.status == "done", probe.error
-    assert probe.result.declared.aux_hf_indices == [2, 4, 5] and not probe.result.confirmed
+    assert list(probe.result.declared.aux_hf_indices) == [2, 4, 5] and not probe.result.confirmed
     agreement = MANAGER.wait(start_agreement(target, draft, samples[:1], 2, 16, (0, 2, 4)), 120)
     assert agreement.status == "done", agreement.error
     assert set(agreement.result.to_dict()) == {"rows", "summary", "definition"}

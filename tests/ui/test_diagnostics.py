@@ -21,11 +21,11 @@ def test_the_whatif_table_has_plain_headers():
 
 
 def test_the_probe_s_reasons_are_not_cut_at_the_column_edge():
-    from backend.diagnostics.probe_settings import CandidateResult, ProbeResult
+    from backend.diagnostics.probe_settings import Candidate, ProbeResult
     from ui.diagnostics.probe import candidate_table
 
     why = "embedding, low, middle (the shift in docs/seed-story.md)"  # shown as "embedding, low, middl…"
-    report = ProbeResult(candidates=[CandidateResult([2, 4, 5], "declared"), CandidateResult([0, 2, 4], why)])
+    report = ProbeResult(candidates=[Candidate((2, 4, 5), "declared"), Candidate((0, 2, 4), why)])
     table, columns = candidate_table(report)
     assert table["why tried"].tolist() == ["declared", why]
     width = columns["why tried"]["width"]
