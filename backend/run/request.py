@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, fields
 from backend import BadInput
 from backend.run.engine_names import ENGINES
 from backend.run.shapes import DRAFT_ATTENTION, TreeShape, sglang_shape
-from backend.run.wiring import check_override, parse_aux_indices
+from backend.run.wiring import parse_aux_indices
 
 MAX_STEPS = 64
 MAX_TOPK = 16
@@ -124,11 +124,6 @@ def _top_k(value) -> None:
         raise BadInput(f"top_k must be >= 1, or 0 / -1 for every token, got {value}")
 
 
-def _override(value) -> None:
-    if value is not None:
-        check_override(value)
-
-
 @dataclass(frozen=True)
 class Decoding:
     """A request's effective drafting and acceptance (see ReplayRequest.decoding)."""
@@ -167,8 +162,7 @@ class ReplayRequest:
         widget=Widget("number", "Max new tokens", low=1, high=MAX_NEW_TOKENS, widget_value=96),
     )
     aux_hf_indices: tuple[int, ...] | None = setting(
-        None,
-        check=_override,
+        None,  # checked once, against the target's depth (wiring.override_wiring)
         flag="--aux-hf-indices",
         group="common",
         parse=parse_aux_indices,

@@ -32,7 +32,8 @@ class Wiring(Plain):
 
 
 def parse_aux_indices(text: str | None) -> tuple[int, ...] | None:
-    """'2, 4,5' -> (2, 4, 5); empty -> None (use the draft's declared wiring). BadInput otherwise."""
+    """'2, 4,5' -> (2, 4, 5); empty -> None (use the draft's declared wiring); BadInput where a part is
+    not an integer. How many and which: `override_wiring`, once the target's depth is known."""
     text = (text or "").strip()
     if not text:
         return None
@@ -40,21 +41,7 @@ def parse_aux_indices(text: str | None) -> tuple[int, ...] | None:
         values = tuple(int(part) for part in text.replace(" ", "").split(",") if part)
     except ValueError:
         raise BadInput(f"{text!r}: expected three comma-separated integers, e.g. 2,15,27") from None
-    check_override(values, repr(text))
     return values
-
-
-def check_override(values, what: str | None = None) -> None:
-    """What any wiring override must be before a target is known: three HF indices >= 0. The one
-    rule for typed text (parse_aux_indices) and for a request built in code (ReplayRequest); the
-    target's depth is checked when the override becomes a Wiring (override_wiring)."""
-    what = what or str(list(values))
-    if len(values) != 3:
-        raise BadInput(
-            f"{what}: EAGLE-3 fuses exactly three target states; got {len(values)} indices (e.g. 2,15,27)"
-        )
-    if any(v < 0 for v in values):
-        raise BadInput(f"{what}: HF indices are >= 0 (0 = embedding output)")
 
 
 def default_hf_indices(num_layers: int) -> list[int]:
@@ -71,8 +58,10 @@ def to_hf_indices(ids, convention: str) -> list[int]:
 
 def override_wiring(ids, num_target_layers: int, convention: str = "hf") -> Wiring:
     """The wiring a user types in place of the draft's (`--aux-hf-indices`, the pages' override), in
-    `convention`, checked against the target. The one place an override becomes a Wiring; the
-    wiring a draft declares comes only from its readings (backend/drafts/readings.py)."""
+    `convention`, checked against the target: the override's one check (three HF indices in
+    0..layers), made where the target's depth is known (service/plan.py checked_override reads it
+    from the target's config before any weights load). The one place an override becomes a Wiring;
+    the wiring a draft declares comes only from its readings (backend/drafts/readings.py)."""
     hf = to_hf_indices(ids, convention)
     wiring = Wiring(tuple(hf), f"override {list(ids)} ({CONVENTIONS[convention]})")
     check_indices(wiring.aux_hf_indices, num_target_layers)

@@ -91,7 +91,9 @@ def test_parse_aux_indices():
     )
     with pytest.raises(BadInput, match="expected three comma-separated integers"):
         parse_aux_indices("a,b,c")
+    # how many and which are checked once, where the target's depth is known (override_wiring)
+    assert parse_aux_indices("1,2") == (1, 2) and parse_aux_indices("-1,2,3") == (-1, 2, 3)
     with pytest.raises(BadInput, match="exactly three target states; got 2"):
-        parse_aux_indices("1,2")
-    with pytest.raises(BadInput, match=">= 0"):
-        parse_aux_indices("-1,2,3")
+        override_wiring(parse_aux_indices("1,2"), 6)
+    with pytest.raises(BadInput, match=r"aux HF indices \[-1\] out of range: .* valid HF indices are 0..6"):
+        override_wiring(parse_aux_indices("-1,2,3"), 6)

@@ -24,8 +24,6 @@ def request(**kwargs) -> ReplayRequest:
         ({"num_steps": 0}, "K \\(draft steps\\) must be in 1.."),
         ({"num_steps": MAX_STEPS + 1}, "K \\(draft steps\\) must be in 1.."),
         ({"max_new_tokens": 0}, "max new tokens must be in 1..32768, got 0"),
-        ({"aux_hf_indices": (1, 2)}, "exactly three target states"),
-        ({"aux_hf_indices": (-1, 2, 3)}, "HF indices are >= 0"),
         ({"topk": 4}, "topk > 1 needs --num-draft-tokens"),
         ({"topk": 4, "num_draft_tokens": 80}, "needs 79 candidates but steps=4, topk=4 draft only 52"),
         ({"topk": 2, "num_draft_tokens": 5, "engine": "vllm"}, "vLLM verifies chains only"),
