@@ -100,6 +100,7 @@ checks this):
       evaluate           every (draft, sample) pair of a dataset, summed per draft
       feature_check      serve-check --features: a server's returned features against the layers
       jobs               the job runner: engine records persisted step by step
+      run_writer         a run's records written as they arrive, in batches with its heartbeat
       replay_answer      what `replay --json` answers: the run's tokens, steps, metrics and reading, typed
       batch_jobs         samples of one draft replayed in batches, each stored as its own run
       where_lost         where_lost over stored runs: runs grouped by draft, sources, the tokenizer

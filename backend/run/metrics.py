@@ -6,9 +6,13 @@ the DEFINITIONS below so that it can be compared with the right figure from SGLa
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from backend.plain import Plain
+
+if TYPE_CHECKING:
+    from backend.run.records import StepRecord
 
 NEAR_TIE = 1e-4  # a verify row whose top two logits lie within this share of its largest magnitude
 
@@ -243,3 +247,21 @@ def mean_ci95(values: list[float], bounds: tuple[float, float] | None = None) ->
     if bounds is not None:
         low, high = max(low, bounds[0]), min(high, bounds[1])
     return [low, high]
+
+
+def run_metrics(steps: list[StepRecord], num_steps: int, batch_size: int = 1) -> RunMetrics:
+    """The run's metrics from its records (`batch_size` > 1: its verify times are a batch forward's,
+    shared evenly, and it says so)."""
+    verified = [s for s in steps if s.is_verify_step]
+    expected = [s.tree.expected_accepted for s in verified if s.tree and s.tree.expected_accepted is not None]
+    return replace(
+        acceptance_metrics(
+            [s.accepted_count for s in verified], num_steps, [len(s.drafted_ids) for s in verified]
+        ),
+        draft_ms_total=sum(s.draft_ms for s in steps),
+        verify_ms_total=sum(s.verify_ms for s in steps),
+        expected_accept_length=expected_accept_length(expected) if len(expected) == len(verified) else None,
+        # the positions whose token a near-tie chose (sampling.near_tie_rows), for Decode's note
+        near_ties=tuple(s.position + row + 1 for s in verified for row in s.near_tie_rows),
+        batch_size=batch_size if batch_size > 1 else None,
+    )

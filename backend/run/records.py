@@ -105,7 +105,7 @@ def verify_counts(steps) -> list[int]:
 
 
 # The StepRecord fields that are columns of the steps table (a run keeps its near-ties' positions in
-# its metrics instead: service/jobs.run_metrics).
+# its metrics instead: metrics.run_metrics).
 STORED_STEP_FIELDS = tuple(
     name
     for name in StepRecord.__dataclass_fields__

@@ -23,10 +23,8 @@ from backend.service.jobs import (
     RECORDING,
     STOP,
     ReplayOutcome,
-    RunWriter,
     close_run,
     fail_run,
-    flush_together,
     freeze_long_lived_objects,
     open_run,
     run_plan,
@@ -34,6 +32,7 @@ from backend.service.jobs import (
 )
 from backend.service.plan import ReplayPlan, checked_override, resolve
 from backend.service.run_tensors import RunTensors
+from backend.service.run_writer import RunWriter, flush_together
 from db import store
 
 MAX_BATCH = 16  # samples per batch when none is asked for (the CPU gains little past it)

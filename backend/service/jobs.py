@@ -2,7 +2,7 @@
 
 The CLI and the dashboard both run replays through `run_replay`: the request is resolved once into a
 `ReplayPlan` (backend/service/plan.py), and `run_plan` opens the run, records it and closes it. A run is written as it goes, in
-batches (`RunWriter`: a commit every half second or 128 steps, with the run's heartbeat), so a crash
+batches (service/run_writer.py: a commit every half second or 128 steps, with the run's heartbeat), so a crash
 leaves a run marked failed (or, after SIGKILL, interrupted when reaped) with every step committed.
 """
 
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import gc
 import threading
-import time
 import traceback
 from dataclasses import dataclass, field, replace
 
@@ -22,8 +21,8 @@ from backend.diagnostics.precision import self_disagreement
 from backend.engine.draft_model import Eagle3Draft
 from backend.engine.loading import Target
 from backend.engine.replay import replay
-from backend.run.metrics import RunMetrics, acceptance_metrics, expected_accept_length
-from backend.run.records import PrefillRecord, Progress, StepRecord, no_progress, verify_counts
+from backend.run.metrics import RunMetrics, run_metrics
+from backend.run.records import PrefillRecord, Progress, StepRecord, no_progress
 from backend.run.request import ReplayRequest
 from backend.run.run_value import Resolved, params
 from backend.run.wiring import Wiring
@@ -31,6 +30,7 @@ from backend.service import models
 from backend.service.database import Database, open_database
 from backend.service.plan import ReplayPlan, checked_override, resolve
 from backend.service.run_tensors import RunTensors, recover_artifact
+from backend.service.run_writer import RunWriter
 from db import store
 
 # SIGTERM during a recording is honoured between records, never inside a database write: the CLI's
@@ -233,90 +233,3 @@ def freeze_long_lived_objects() -> None:
     if not _FROZEN.is_set():
         _FROZEN.set()
         gc.freeze()
-
-
-class RunWriter:
-    """Writes a run's steps and token statistics as they arrive, in batches: one transaction every
-    COMMIT_EVERY_S seconds (or COMMIT_EVERY_STEPS steps) that stamps the run's heartbeat and partial
-    output and bulk-inserts the batch (`store.write_run_batch`: plain statements, no ORM objects),
-    so a crash keeps everything up to the last commit while a fast replay does not pay a commit
-    per step. The heartbeat is stamped by every commit, and commits follow the steps: while the
-    replay advances, it is never older than COMMIT_EVERY_S plus one step."""
-
-    COMMIT_EVERY_S = 0.5
-    COMMIT_EVERY_STEPS = 128
-
-    def __init__(
-        self, database: Database, run_id: int, tensors: RunTensors | None = None, own_clock: bool = True
-    ):
-        """`own_clock` False: `add` never commits; the caller commits this writer with others
-        (`flush_together`, a batch of samples' runs)."""
-        self.database, self.run_id, self.tensors = database, run_id, tensors
-        self.own_clock = own_clock
-        self.steps: list[StepRecord] = []
-        self.output_ids: list[int] = []  # everything emitted so far, stored with each batch
-        self.committed = 0  # steps committed so far (the run's first `committed` steps)
-        self.last_commit = time.perf_counter()
-
-    def add(self, record: PrefillRecord | StepRecord) -> None:
-        if isinstance(record, StepRecord):
-            self.steps.append(record)
-            self.output_ids += record.committed_ids
-        else:
-            self.output_ids.append(record.first_token)
-        if self.own_clock and self.due():
-            self.flush()
-
-    def due(self) -> bool:
-        return (
-            time.perf_counter() - self.last_commit >= self.COMMIT_EVERY_S
-            or len(self.steps) >= self.COMMIT_EVERY_STEPS
-        )
-
-    def flush(self) -> None:
-        """One transaction: the batch, the run's partial output and its heartbeat. RunGone when
-        the run was deleted meanwhile (nothing is written then)."""
-        flush_together(self.database, [self])
-
-    def write(self, session) -> None:
-        """This writer's batch into the caller's transaction (RunGone when the run is gone)."""
-        stats = self.tensors.pending_stats() if self.tensors is not None else []
-        if not store.write_run_batch(session, self.run_id, self.steps, stats, self.output_ids):
-            raise store.RunGone(self.run_id)
-
-    def written(self) -> None:
-        """After the commit of `write`'s transaction."""
-        self.committed += len(self.steps)
-        self.steps = []  # committed: never written twice, whatever follows
-        self.last_commit = time.perf_counter()
-        if self.tensors is not None:  # the committed steps' tensors reach the disk too
-            self.tensors.flush()
-
-    def close(self) -> None:
-        self.flush()
-
-
-def flush_together(database: Database, writers: list[RunWriter]) -> None:
-    """Every writer's batch, partial output and heartbeat in one transaction (a batch of samples'
-    runs commits once, not once per run), then each one's tensors to its part file."""
-    with store.session_scope(database.factory) as session:
-        for writer in writers:
-            writer.write(session)
-    for writer in writers:
-        writer.written()
-
-
-def run_metrics(steps: list[StepRecord], num_steps: int, batch_size: int = 1) -> RunMetrics:
-    """The run's metrics from its records (`batch_size` > 1: its verify times are a batch forward's,
-    shared evenly, and it says so)."""
-    verified = [s for s in steps if s.is_verify_step]
-    expected = [s.tree.expected_accepted for s in verified if s.tree and s.tree.expected_accepted is not None]
-    return replace(
-        acceptance_metrics(verify_counts(steps), num_steps, [len(s.drafted_ids) for s in verified]),
-        draft_ms_total=sum(s.draft_ms for s in steps),
-        verify_ms_total=sum(s.verify_ms for s in steps),
-        expected_accept_length=expected_accept_length(expected) if len(expected) == len(verified) else None,
-        # the positions whose token a near-tie chose (sampling.near_tie_rows), for Decode's note
-        near_ties=tuple(s.position + row + 1 for s in verified for row in s.near_tie_rows),
-        batch_size=batch_size if batch_size > 1 else None,
-    )

@@ -203,8 +203,8 @@ def test_long_samples_warn_about_the_drafts_context(pairs, db_url):
 def test_chunk_norms_and_run_metrics():
     import torch
 
+    from backend.run.metrics import run_metrics
     from backend.run.records import StepRecord
-    from backend.service.jobs import run_metrics
     from backend.service.run_tensors import chunk_norms
 
     rows = chunk_norms(torch.tensor([[3.0, 4.0, 0.0, 1.0, 2.0, 0.0]]), 5, [0, 2, 4])
