@@ -28,9 +28,12 @@ checks this):
       lean_target        a lean CPU forward for Llama targets: transformers' arithmetic, checked at load
       product            one projection: F.linear, or weight @ x^T for a few rows (faster with MKL)
       target_runner      the target's forward behind one interface, chosen at load
+      trace              a trace (the target once per sample) and the runner that answers a replay from it
+      trace_capture      traces computed by the target loaded here, the prompts decoding together
     backend.engine       the algorithm (torch): the draft network, the steps (chain, tree, verify, accounting), loading
       draft_model        the EAGLE-3 draft network, each step written out
       loading            a Hugging Face target and an EAGLE-3 draft loaded from local directories
+      draft_side         the target as a draft needs it where it does not run here: config, tokenizer, embeddings
       penalties          sampling penalties on the target's (and the draft's) logits
       preflight          a draft checked against a target before anything runs
       replay             speculative decoding replayed one verify step at a time (the loop)
@@ -100,6 +103,7 @@ checks this):
       evaluate           every (draft, sample) pair of a dataset, summed per draft
       feature_check      serve-check --features: a server's returned features against the layers
       jobs               the job runner: engine records persisted step by step
+      traces             traces kept beside the database: captured once, reused, refused when stale
       run_writer         a run's records written as they arrive, in batches with its heartbeat
       replay_answer      what `replay --json` answers: the run's tokens, steps, metrics and reading, typed
       batch_jobs         samples of one draft replayed in batches, each stored as its own run

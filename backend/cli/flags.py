@@ -122,6 +122,7 @@ def decoding_flags(sub) -> None:
     """K, trees and sampling: the flags every replaying command shares."""
     setting_flags(sub, "decoding")
     setting_flags(sub, "tree", "trees and sampling (SGLang's flags and rules, docs/reference.md §12)")
+    setting_flags(sub, "source", "the target's side: a forward per step, or a trace per sample")
 
 
 def dispatch_flags(sub) -> None:

@@ -11,7 +11,6 @@ import torch
 from backend.engine.draft_model import Eagle3Draft
 from backend.engine.loading import Target
 from backend.engine.penalties import History, Penalties
-from backend.engine.sampling import near_tie_rows, row_entropies
 from backend.engine.step_state import (
     Caches,
     Cursor,
@@ -24,6 +23,7 @@ from backend.run.metrics import simulated_accept_length
 from backend.run.records import StepRecord, StepTree
 from backend.run.wiring import Wiring
 from backend.target.kv_cache import KVCache
+from backend.target.target_runner import RowStats, row_stats
 
 
 @dataclass
@@ -41,11 +41,11 @@ class Proposal:
 class Verdict:
     """What the target's verify forward decided."""
 
-    target_argmax: list[int]  # argmax of rows 0..K
+    target_argmax: list[int]  # argmax of rows 0..K (a trace's: of the rows it holds, 0..a at least)
     accepted: int  # a
     bonus: int  # argmax of row a
     features: torch.Tensor  # [a+1, 3*Ht] fused features of positions n..n+a
-    logits: torch.Tensor  # [K+1, V]
+    stats: RowStats  # what the record keeps of each row
 
     @property
     def emitted(self) -> list[int]:
@@ -138,14 +138,15 @@ def judge(
 ) -> Verdict:
     """4. What the verify forward over [x_n, d_1..d_K] (`output`, a TargetOutput) decided: the longest
     agreeing prefix (of the penalised rows when the request has penalties: row i after d_1..d_i)."""
-    logits = output.logits[0]
     if penalised is not None:
         history, penalties = penalised
-        logits = history.apply(logits, penalties, drafted)
-    target_argmax = logits.argmax(-1).tolist()
+        stats = row_stats(history.apply(output.logits[0], penalties, drafted))
+    else:
+        stats = output.stats()
+    target_argmax = stats.argmax
     accepted = accepted_prefix_length(drafted, target_argmax, ends_prefix)
     features = output.features(wiring.aux_hf_indices)[: accepted + 1]
-    return Verdict(target_argmax, accepted, target_argmax[accepted], features, logits)
+    return Verdict(target_argmax, accepted, target_argmax[accepted], features, stats)
 
 
 def roll_back(target_cache, draft_cache: KVCache, cursor: Cursor, accepted: int) -> None:
@@ -166,13 +167,13 @@ def step_record(
 ) -> StepRecord:
     """7. The step's record, built once."""
     # the probabilities every run keeps (where acceptance is lost reads them: diagnostics/where_lost.py)
-    target_probs = torch.softmax(verdict.logits.float(), dim=-1)
+    stats = verdict.stats
     recorded = dict(
-        target_argmax_probs=target_probs.max(-1).values.tolist(),
+        target_argmax_probs=list(stats.top_probs),
         draft_probs=list(proposal.probs),
-        near_tie_rows=near_tie_rows(verdict.logits, verdict.accepted + 1),
+        near_tie_rows=[row for row, tie in enumerate(stats.near_tie[: verdict.accepted + 1]) if tie],
     )
-    entropies = row_entropies(target_probs)
+    entropies = list(stats.entropies)
     if record:
         recorded |= dict(
             draft_top_ids=proposal.top_ids,

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
-from backend.run.metrics import NEAR_TIE
+from backend.target.target_runner import near_ties
 
 SAMPLING_RULES = ("sglang", "vllm")
 
@@ -110,12 +110,9 @@ def near_tie_rows(logits: torch.Tensor, rows: int) -> list[int]:
     magnitude: a product summed in another order (a batch of samples, transformers' forward against
     the lean one, an engine's kernels, a verify chunk against one-token decodes) may take the other
     token there (docs/reference.md §7)."""
-    head = logits[:rows].float()
-    if head.shape[-1] < 2 or not rows:
+    if not rows:
         return []
-    top = head.topk(2, dim=-1).values
-    scale = head.abs().amax(-1).clamp_min(1.0)
-    return torch.nonzero(top[:, 0] - top[:, 1] <= NEAR_TIE * scale).flatten().tolist()
+    return torch.nonzero(near_ties(logits[:rows])).flatten().tolist()
 
 
 def inverse_cdf(probs: torch.Tensor, coin: float) -> int:

@@ -30,6 +30,8 @@ MAX_NEW_TOKENS = (
     32768  # a replay records every step: past this it runs for hours (the target's context binds first)
 )
 ENGINE_CHOICES = ("auto", *ENGINES)  # whose reading of the draft a replay runs
+VIA_CHOICES = ("step", "trace")  # the target's side: a forward per verify step, or a trace per sample
+TRACE_SOURCES = ("local", "vllm")
 ROLES = ("pair", "prompt", "decides", "placement")  # placement: where it runs, matched apart
 
 
@@ -169,6 +171,26 @@ class ReplayRequest:
         help="override wiring: three HF hidden_states indices (0 = embedding output); "
         "empty: the draft's declared wiring",
         widget=Widget("text", "Wiring override (HF)"),
+    )
+    via: str = setting(
+        "step",
+        check=_one_of("via", VIA_CHOICES),
+        flag="--via",
+        group="source",
+        parse=str,
+        choices=VIA_CHOICES,
+        help="how the target's side is computed: step = a target forward per verify step (the target "
+        "loaded here); trace = the target once per sample (a trace: its greedy continuation, states and "
+        "top log-probs), then only the draft runs (greedy chains)",
+    )
+    trace_from: str = setting(
+        "local",
+        check=_one_of("trace source", TRACE_SOURCES),
+        flag="--trace-from",
+        group="source",
+        parse=str,
+        choices=TRACE_SOURCES,
+        help="with --via trace: who computes the trace (local = the target loaded here, once per sample)",
     )
     engine: str = setting(
         "auto",
@@ -316,7 +338,16 @@ class ReplayRequest:
             if meta.check is not None:
                 meta.check(getattr(self, name))
         self._check_prompt()
+        self._check_via()
         self.decoding()  # SGLang's flag rules refuse here, before any model loads
+
+    def _check_via(self) -> None:
+        if self.via != "trace":
+            return
+        if self.trace_from == "vllm":
+            raise BadInput("--trace-from vllm is not built yet: capture traces with --trace-from local")
+        if self.topk != 1 or not (self.temperature == 0 or self.top_k == 1):
+            raise BadInput("--via trace replays greedy chains only (topk 1, temperature 0); use --via step")
 
     def _check_prompt(self) -> None:
         if (self.prompt_ids is None) == (self.prompt_text is None):

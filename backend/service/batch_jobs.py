@@ -17,7 +17,7 @@ from backend.engine.batch import batchable, replay_batch
 from backend.engine.loading import Target
 from backend.run.records import Progress, StepRecord, no_progress
 from backend.run.request import ReplayRequest
-from backend.service import models
+from backend.service import traces
 from backend.service.database import Database, open_database
 from backend.service.jobs import (
     RECORDING,
@@ -151,11 +151,9 @@ def run_in_batches(
     requests' order. The pair loads once."""
     first = requests[0]
     override = checked_override(first.target, first.aux_hf_indices)
-    progress(0.0, "loading models")
-    target, draft, report = models.pair(
-        first.target, first.draft, first.device, first.dtype, first.device_map, first.max_memory
-    )
+    target, draft, report = traces.load_pair(first, progress)
     plans = [resolve(request, target, draft, report, override) for request in requests]
+    traces.fill(target, plans, open_database(db_url).artifact_dir, progress)
     longest = max(len(p.prompt_ids) + p.config.max_new_tokens + p.config.num_steps + 1 for p in plans)
     size = batch_size(target, longest, batch)
     database = open_database(db_url)

@@ -26,7 +26,7 @@ from backend.run.records import PrefillRecord, Progress, StepRecord, no_progress
 from backend.run.request import ReplayRequest
 from backend.run.run_value import Resolved, params
 from backend.run.wiring import Wiring
-from backend.service import models
+from backend.service import traces
 from backend.service.database import Database, open_database
 from backend.service.plan import ReplayPlan, checked_override, resolve
 from backend.service.run_tensors import RunTensors, recover_artifact
@@ -61,12 +61,11 @@ def run_replay(
     """Check the wiring override, load (or reuse) the pair, resolve the request once, replay and store
     the run."""
     override = checked_override(request.target, request.aux_hf_indices)
-    progress(0.0, "loading models")
-    target, draft, report = models.pair(
-        request.target, request.draft, request.device, request.dtype, request.device_map, request.max_memory
-    )
+    target, draft, report = traces.load_pair(request, progress)
     plan = resolve(request, target, draft, report, override)
-    return run_plan(open_database(db_url), target, draft, plan, progress)
+    database = open_database(db_url)
+    traces.fill(target, [plan], database.artifact_dir, progress)
+    return run_plan(database, target, draft, plan, progress)
 
 
 def run_plan(

@@ -51,8 +51,8 @@ class ReplayPlan:
             dtype=str(target.dtype).replace("torch.", ""),
             target_placement=placement(target.model),
             # whose arithmetic ran the target: SpecLens's lean forward (checked against transformers' when
-            # the target was loaded, backend/target/lean_target.py) or transformers' own
-            target_forward=target.runner.name,
+            # the target was loaded, backend/target/lean_target.py), transformers' own, or a trace's
+            target_forward=target.runner.described,
             decoding_notes=tuple(decoding.notes),
         )
 

@@ -26,8 +26,40 @@ from dataclasses import dataclass
 import torch
 import transformers
 
+from backend.run.metrics import NEAR_TIE
 from backend.target.capture import AuxCapture, fused
 from backend.target.kv_cache import HFCache, cache_argument, forward_takes
+
+
+@dataclass(frozen=True)
+class RowStats:
+    """What a greedy verify reads of each row of the target's logits: its argmax, the argmax's
+    probability, the entropy (nats) and whether its top two logits are a near-tie (docs/reference.md
+    §7: a product summed in another order may take the other token there)."""
+
+    argmax: list[int]
+    top_probs: list[float]
+    entropies: list[float]
+    near_tie: list[bool]
+
+
+def row_stats(logits: torch.Tensor) -> RowStats:
+    """The RowStats of [R, V] logits."""
+    rows = logits.float()
+    probs = torch.softmax(rows, dim=-1)
+    entropies = -(probs * probs.clamp_min(1e-30).log()).sum(-1)
+    tie = near_ties(rows)
+    return RowStats(rows.argmax(-1).tolist(), probs.max(-1).values.tolist(), entropies.tolist(), tie.tolist())
+
+
+def near_ties(logits: torch.Tensor) -> torch.Tensor:
+    """[R] bool: the rows of [R, V] logits whose top two lie within NEAR_TIE of the row's largest
+    magnitude."""
+    rows = logits.float()
+    if rows.shape[-1] < 2:
+        return torch.zeros(rows.shape[0], dtype=torch.bool, device=rows.device)
+    top = rows.topk(2, dim=-1).values
+    return top[:, 0] - top[:, 1] <= NEAR_TIE * rows.abs().amax(-1).clamp_min(1.0)
 
 
 @dataclass
@@ -38,6 +70,10 @@ class TargetOutput:
     def features(self, aux_hf_indices) -> torch.Tensor:
         """The draft's fused input [T, 3*Ht] from the states in wiring order (capture.fused)."""
         return fused([self.states[i] for i in aux_hf_indices])
+
+    def stats(self) -> RowStats:
+        """What a greedy verify reads of each row (a trace's output holds them without the logits)."""
+        return row_stats(self.logits[0])
 
 
 def tree_mask(tree: tuple[torch.Tensor, torch.Tensor], past: int, dtype: torch.dtype, device) -> torch.Tensor:
@@ -62,6 +98,11 @@ class TargetRunner:
     """The interface every replay's target forward goes through; subclasses implement `run`."""
 
     name = "?"
+
+    @property
+    def described(self) -> str:
+        """Whose arithmetic answers the forward, as a run records it."""
+        return self.name
 
     def new_cache(self):
         raise NotImplementedError

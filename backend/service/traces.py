@@ -1,0 +1,166 @@
+"""Traces kept beside the database: captured once per (target files, prompt, budget, layers) and read
+back by every draft, wiring and K that replays over them.
+
+A trace file is `<artifacts>/traces/<key>.safetensors`: its tensors (the states per HF index, the top
+ids and log-probabilities, entropies, near-ties) and, in the header's metadata, the prompt, the
+continuation, the budget, where the target ran and the identity of the target's files (`target_identity`:
+the config and tokenizer files' contents, each weights file's name, size and modification time). A
+trace whose target files changed since it was captured is refused, never replayed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from backend import BadInput, first_line
+from backend.target.trace import MARGIN, Trace
+
+CONTENT = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json")
+WEIGHTS = ("*.safetensors", "*.bin", "*.gguf")
+
+
+def target_identity(target_dir: str | Path) -> str:
+    """What a trace's target files are: a digest of its config and tokenizer files' bytes and of each
+    weights file's name, size and modification time (weights are not read: they may be terabytes)."""
+    folder, digest = Path(target_dir), hashlib.sha256()
+    for name in CONTENT:
+        path = folder / name
+        digest.update(name.encode() + (path.read_bytes() if path.is_file() else b"-"))
+    for pattern in WEIGHTS:
+        for path in sorted(folder.glob(pattern)):
+            info = path.stat()
+            digest.update(f"{path.name}:{info.st_size}:{info.st_mtime_ns}".encode())
+    return digest.hexdigest()[:24]
+
+
+def trace_key(identity: str, prompt_ids, budget: int, indices) -> str:
+    text = json.dumps([identity, list(prompt_ids), budget, sorted(indices)])
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def trace_dir(artifact_dir: Path) -> Path:
+    return Path(artifact_dir) / "traces"
+
+
+def save_trace(folder: Path, key: str, trace: Trace, identity: str, target_dir: str) -> Path:
+    import torch
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    tensors = {f"states.{i}": s.contiguous() for i, s in trace.states.items()}
+    tensors |= {
+        "top_ids": trace.top_ids.contiguous(),
+        "top_logprobs": trace.top_logprobs.contiguous(),
+        "entropies": trace.entropies.contiguous(),
+        "near_tie": trace.near_tie.to(torch.uint8).contiguous(),
+    }
+    meta = {
+        "prompt_ids": json.dumps(trace.prompt_ids),
+        "continuation": json.dumps(trace.continuation),
+        "budget": str(trace.budget),
+        "source": trace.source,
+        "target": str(target_dir),
+        "target_identity": identity,
+        "margin": str(MARGIN),
+    }
+    path = folder / f"{key}.safetensors"
+    partial = path.with_suffix(".part")
+    save_file(tensors, str(partial), metadata=meta)
+    partial.replace(path)  # a trace file is whole or absent
+    return path
+
+
+def load_trace(path: Path, identity: str) -> Trace:
+    """The trace in `path`; BadInput (naming the file) when it is not one or its target files changed."""
+    import torch
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as opened:
+            meta = opened.metadata() or {}
+            tensors = {name: opened.get_tensor(name) for name in opened.keys()}
+    except (OSError, ValueError, RuntimeError, SafetensorError) as error:
+        raise BadInput(f"{path}: not a trace file ({first_line(error)})") from None
+    if meta.get("target_identity") != identity:
+        raise BadInput(
+            f"{path}: captured from the target in {meta.get('target', '?')} as its files were then; they "
+            "changed since (config, tokenizer or weights): capture the trace again"
+        )
+    try:
+        return Trace(
+            json.loads(meta["prompt_ids"]),
+            json.loads(meta["continuation"]),
+            {int(n.split(".", 1)[1]): t for n, t in tensors.items() if n.startswith("states.")},
+            tensors["top_ids"],
+            tensors["top_logprobs"],
+            tensors["entropies"],
+            tensors["near_tie"].to(torch.bool),
+            int(meta["budget"]),
+            meta.get("source", "?"),
+        )
+    except (KeyError, ValueError) as error:
+        raise BadInput(f"{path}: not a trace file (missing {error})") from None
+
+
+def load_pair(request, progress):
+    """(target, draft, preflight report) for `request`: the pair loaded here (`--via step`), or the
+    draft beside a trace runner that holds no trace yet (`--via trace`: `fill` adds the plans')."""
+    from backend.service import models
+
+    progress(0.0, "loading models")
+    if request.via != "trace":
+        return models.pair(
+            request.target,
+            request.draft,
+            request.device,
+            request.dtype,
+            request.device_map,
+            request.max_memory,
+        )
+    import torch
+
+    from backend.engine.draft_side import draft_side_target
+    from backend.engine.loading import read_target_config
+    from backend.target.trace import TraceRunner
+
+    vocab = read_target_config(request.target).vocab_size
+    runner = TraceRunner([], vocab, torch.device("cpu"))
+    target = draft_side_target(request.target, runner, request.device, request.dtype)
+    runner._device = target.device
+    draft, report = models.draft(target, request.draft)
+    return target, draft, report
+
+
+def fill(target, plans, artifact_dir: Path, progress) -> None:
+    """Give `target`'s trace runner the trace of every plan's prompt: read from the traces kept beside
+    the database, else captured now by the target loaded here (all missing prompts decoding together)
+    and kept. Nothing to do for a target that runs here."""
+    from backend.service import models
+    from backend.target.trace_capture import capture_traces
+
+    runner = target.runner
+    if getattr(runner, "name", None) != "trace":
+        return
+    identity, folder = target_identity(target.path), trace_dir(artifact_dir)
+    budget = max(p.config.max_new_tokens for p in plans)
+    indices = sorted({i for p in plans for i in p.wiring.aux_hf_indices})
+    prompts = list(dict.fromkeys(tuple(p.prompt_ids) for p in plans))
+    keys = {prompt: trace_key(identity, prompt, budget, indices) for prompt in prompts}
+    found, missing = [], []
+    for prompt, key in keys.items():
+        path = folder / f"{key}.safetensors"
+        (found.append(load_trace(path, identity)) if path.is_file() else missing.append(prompt))
+    if missing:
+        progress(0.0, f"capturing {len(missing)} traces with the target loaded here")
+        dtype = str(target.dtype).removeprefix("torch.")
+        local = models.target(
+            target.path, str(target.device), {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}[dtype]
+        )
+        for trace in capture_traces(local, [list(p) for p in missing], budget, indices):
+            save_trace(folder, keys[tuple(trace.prompt_ids)], trace, identity, target.path)
+            found.append(trace)
+    for plan, trace in ((p, t) for p in plans for t in found if tuple(t.prompt_ids) == tuple(p.prompt_ids)):
+        trace.check_fits(plan.config.max_new_tokens, plan.config.num_steps, plan.wiring.aux_hf_indices)
+    runner.add(found)

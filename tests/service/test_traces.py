@@ -1,0 +1,91 @@
+"""The replay over a trace (backend/target/trace.py): the target computed once per sample, then only the
+draft runs. In fp32 it gives the step replay's tokens and accepted counts on every step; a trace is
+kept and reused; a trace that does not fit what is asked is refused in one line."""
+
+from __future__ import annotations
+
+import pytest
+
+from backend import BadInput
+
+
+def _requests(pair, via: str, count: int = 3, tokens: int = 20, steps: int = 3) -> list:
+    import torch
+
+    from backend.run.request import ReplayRequest
+
+    generator = torch.Generator().manual_seed(7)
+    return [
+        ReplayRequest(
+            str(pair.target_dir),
+            str(pair.draft_dir),
+            prompt_ids=tuple(
+                torch.randint(1, pair.target.vocab_size, (3 + 2 * i,), generator=generator).tolist()
+            ),
+            num_steps=steps,
+            max_new_tokens=tokens,
+            via=via,
+        )
+        for i in range(count)
+    ]
+
+
+@pytest.mark.parametrize("name", ["copy-L5-context", "copy-L4-bigram", "random-L6-eagle"])
+def test_the_replay_over_a_trace_is_the_step_replay(pairs, tmp_path, name):
+    from backend.service.batch_jobs import run_in_batches
+    from backend.service.jobs import run_replay
+    from backend.service.runs import get_run
+    from backend.service.traces import trace_dir
+
+    pair, db_url = pairs[name], f"sqlite:///{tmp_path / 'db.sqlite'}"
+    stepped = [run_replay(r, db_url) for r in _requests(pair, "step")]
+    traced = run_in_batches(_requests(pair, "trace"), db_url)  # the traces captured together, then kept
+    assert any(o.metrics.accepted_drafts_per_step for o in stepped) or name == "random-L6-eagle"
+    for step, trace in zip(stepped, traced, strict=True):
+        assert trace.output_ids == step.output_ids
+        assert [s.accepted_count for s in trace.steps] == [s.accepted_count for s in step.steps]
+        assert [s.drafted_ids for s in trace.steps] == [s.drafted_ids for s in step.steps]
+        assert [s.bonus_id for s in trace.steps] == [s.bonus_id for s in step.steps]
+        assert trace.metrics.mean_accept_length == step.metrics.mean_accept_length
+    run = get_run(db_url, traced[0].run_id)
+    assert run.resolved.target_forward.startswith("trace, captured by local (")
+    kept = sorted(trace_dir(tmp_path / "artifacts").glob("*.safetensors"))
+    assert len(kept) == 3
+    again = run_replay(_requests(pair, "trace")[1], db_url)  # read back, not captured again
+    assert again.output_ids == stepped[1].output_ids
+    assert sorted(trace_dir(tmp_path / "artifacts").glob("*.safetensors")) == kept
+
+
+def test_a_trace_that_does_not_fit_is_refused(pairs, tmp_path):
+    import torch
+
+    from backend.engine.loading import load_target
+    from backend.run.request import ReplayRequest
+    from backend.service.traces import load_trace, save_trace, target_identity
+    from backend.target.trace import MARGIN
+    from backend.target.trace_capture import capture_traces
+
+    pair = pairs["copy-L4-bigram"]
+    target = load_target(str(pair.target_dir), "cpu", "fp32")
+    (trace,) = capture_traces(target, [[3, 4, 5]], 8, [1, 2, 3])
+    assert len(trace.continuation) == 8 + MARGIN and trace.states[1].shape[0] == 3 + 8 + MARGIN - 1
+    assert trace.top_ids[2, 0] == trace.continuation[0] and trace.top_ids[3, 0] == trace.continuation[1]
+    identity = target_identity(pair.target_dir)
+    path = save_trace(tmp_path, "k", trace, identity, str(pair.target_dir))
+    back = load_trace(path, identity)
+    assert back.continuation == trace.continuation and torch.equal(back.states[2], trace.states[2])
+    with pytest.raises(BadInput, match="changed since"):
+        load_trace(path, "another")
+    with pytest.raises(BadInput, match="holds 8 new tokens; the replay asks 9"):
+        trace.check_fits(9, 3, [1, 2, 3])
+    with pytest.raises(BadInput, match=r"not at HF \[4\]"):
+        trace.check_fits(8, 3, [1, 2, 4])
+    with pytest.raises(BadInput, match="at most K"):
+        trace.check_fits(8, MARGIN + 1, [1, 2, 3])
+    (tmp_path / "junk.safetensors").write_bytes(b"not a file")
+    with pytest.raises(BadInput, match="junk.safetensors: not a trace file"):
+        load_trace(tmp_path / "junk.safetensors", identity)
+    with pytest.raises(BadInput, match="greedy chains only"):
+        ReplayRequest("t", "d", prompt_ids=(1,), via="trace", topk=2, num_draft_tokens=4)
+    with pytest.raises(BadInput, match="not built yet"):
+        ReplayRequest("t", "d", prompt_ids=(1,), via="trace", trace_from="vllm")
