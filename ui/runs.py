@@ -156,6 +156,7 @@ def run_facts(run, steps: int, sample: str | None = None) -> pd.DataFrame:
         ),
         ("aux HF indices", f"{run.aux_hf_indices} ({resolved.wiring_source})"),
         ("device · dtype", f"{resolved.device or '?'} · {resolved.dtype or '?'}"),
+        ("target's side", resolved.target_forward or "?"),  # its forward here, or a trace (docs/traces.md)
         ("accept length", "—" if al is None else f"{al:.3f} (mean of a + 1 over {steps} verify steps)"),
         ("output tokens", str(len(run.output_ids))),
         (

@@ -1,5 +1,6 @@
-"""Traces kept beside the database: captured once per (target files, prompt, budget, layers) and read
-back by every draft, wiring and K that replays over them.
+"""Traces kept beside the database: captured once per (target files, prompt, budget) and read back by
+every draft, wiring and K that replays over them; a wiring that needs a layer a kept trace lacks
+captures it again with both sets of layers.
 
 A trace file is `<artifacts>/traces/<key>.safetensors`: its tensors (the states per HF index, the top
 ids and log-probabilities, entropies, near-ties) and, in the header's metadata, the prompt, the
@@ -17,6 +18,7 @@ from pathlib import Path
 from backend import BadInput, first_line
 from backend.target.trace import MARGIN, Trace
 
+DTYPE_NAMES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 CONTENT = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json")
 WEIGHTS = ("*.safetensors", "*.bin", "*.gguf")
 
@@ -35,8 +37,8 @@ def target_identity(target_dir: str | Path) -> str:
     return digest.hexdigest()[:24]
 
 
-def trace_key(identity: str, prompt_ids, budget: int, indices) -> str:
-    text = json.dumps([identity, list(prompt_ids), budget, sorted(indices)])
+def trace_key(identity: str, prompt_ids, budget: int) -> str:
+    text = json.dumps([identity, list(prompt_ids), budget])
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
@@ -145,20 +147,23 @@ def fill(target, plans, artifact_dir: Path, progress) -> None:
         return
     identity, folder = target_identity(target.path), trace_dir(artifact_dir)
     budget = max(p.config.max_new_tokens for p in plans)
-    indices = sorted({i for p in plans for i in p.wiring.aux_hf_indices})
+    indices = {i for p in plans for i in p.wiring.aux_hf_indices}
     prompts = list(dict.fromkeys(tuple(p.prompt_ids) for p in plans))
-    keys = {prompt: trace_key(identity, prompt, budget, indices) for prompt in prompts}
+    keys = {prompt: trace_key(identity, prompt, budget) for prompt in prompts}
     found, missing = [], []
     for prompt, key in keys.items():
         path = folder / f"{key}.safetensors"
-        (found.append(load_trace(path, identity)) if path.is_file() else missing.append(prompt))
+        kept = load_trace(path, identity) if path.is_file() else None
+        if kept is not None and indices <= set(kept.states):
+            found.append(kept)
+        else:  # none yet, or without a layer this wiring reads: captured with both
+            missing.append(prompt)
+            indices |= set(kept.states) if kept is not None else set()
     if missing:
         progress(0.0, f"capturing {len(missing)} traces with the target loaded here")
         dtype = str(target.dtype).removeprefix("torch.")
-        local = models.target(
-            target.path, str(target.device), {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}[dtype]
-        )
-        for trace in capture_traces(local, [list(p) for p in missing], budget, indices):
+        local = models.target(target.path, str(target.device), DTYPE_NAMES[dtype])
+        for trace in capture_traces(local, [list(p) for p in missing], budget, sorted(indices)):
             save_trace(folder, keys[tuple(trace.prompt_ids)], trace, identity, target.path)
             found.append(trace)
     for plan, trace in ((p, t) for p in plans for t in found if tuple(t.prompt_ids) == tuple(p.prompt_ids)):

@@ -29,6 +29,13 @@ TARGET_FORWARDS = {  # params.target_forward (backend/target/lean_target.py)
 }
 
 
+def target_forward(name: str | None) -> str:
+    """Whose arithmetic answered the target's side of the run, for the header's caption."""
+    if name and name.startswith("trace"):  # backend/target/trace.py: the target once per sample
+        return f"; target: a {name} (the draft alone ran at each step; docs/traces.md)"
+    return TARGET_FORWARDS.get(name, "")
+
+
 def number(value, digits: int = 2) -> str:
     """A metric, or a dash where it is undefined (no verify step ran)."""
     return "—" if value is None else f"{value:.{digits}f}"
@@ -123,7 +130,7 @@ def summary(run: RunInfo, steps: list[StepRecord]) -> None:
         f"Run as **{engine}** reads the draft"
         + (f" (requested: {requested})" if requested not in ("auto", engine) else "")
         + f"; wiring: {resolved.wiring_source}"
-        + TARGET_FORWARDS.get(resolved.target_forward, "")
+        + target_forward(resolved.target_forward)
     )
     expected = metrics.expected_accept_length
     st.markdown(
