@@ -179,7 +179,7 @@ def run_demo(
             per_token[name][tokens] = {
                 "ms_per_token": 1000 * seconds / len(outcome.output_ids),
                 "ms_per_step": 1000 * seconds / max(1, len(outcome.steps)),
-                "accept_length": outcome.metrics["mean_accept_length"],
+                "accept_length": outcome.metrics.mean_accept_length,
             }
     database.close()
     t1 = statistics.median(one_token_ms(target, p, min(new_tokens, 64)) for p in prompt_ids)

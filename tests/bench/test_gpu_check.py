@@ -30,5 +30,6 @@ def test_gpu_check_runs_on_cpu_and_is_exact_in_fp32(tmp_path):
         row = result[name]
         assert row["replay_equals_generate"] and row["loop_equals_generate"] and row["accept_length"] >= 1.0
         assert row["replay_record_ms_per_token"] > 0 and row["verify_ms_per_step"] > 0
+    assert result["trace"]["equal"] and result["trace"]["target_side"].startswith("trace, captured by local")
     assert result["dispatch"]["equal"] and result["dispatch"]["placement"] == {"cpu": 6, "disk": 2}
     assert result["8b"]["shape"]["num_hidden_layers"] == 4 and result["8b"]["shape"]["vocab_size"] == 512
