@@ -8,7 +8,7 @@ import os
 import streamlit as st
 
 from backend import BadInput
-from backend.run.request import ReplayRequest
+from backend.run.request import VIA_CHOICES, ReplayRequest
 from backend.service import runs as stored_runs
 from backend.service.ray_eval import address_problem
 from backend.service.tasks import Comparison
@@ -21,6 +21,12 @@ REUSE_HELP = (
     "A finished run of the same target, draft, prompt, K, topk, N, max new tokens, sampling, engine "
     "reading and wiring override (on this machine's device and dtype) stands in for a new replay. "
     "Untick it after changing a draft's files in place."
+)
+VIA_LABELS = {"step": "a forward per step", "trace": "a trace per sample"}
+VIA_HELP = (
+    "A forward per step: the target verifies every step of each draft (trees and sampling too). A trace per "
+    "sample: the target runs once per sample (kept beside the database, reused by both drafts and later "
+    "comparisons), then only the drafts run; greedy chains only, the same counts in fp32 (docs/traces.md)."
 )
 RAY_HELP = (
     "As python -m backend evaluate --ray: one worker per GPU (or CPU slot), each loading the models "
@@ -110,11 +116,20 @@ def comparison(running: bool) -> Comparison | None:
         max_new = setting_number(c4, "max_new_tokens", "compare_max_new")
         decoding = _decoding()
         invalid = decoding is None or None in (steps, max_new)
-        reuse = st.checkbox(
+        reused, side = st.columns([3, 2])
+        reuse = reused.checkbox(
             "Reuse finished runs of the same draft, sample and settings",
             value=True,
             key="compare_reuse",
             help=REUSE_HELP,
+        )
+        via = side.radio(
+            "Target's side",
+            VIA_CHOICES,
+            format_func=VIA_LABELS.get,
+            horizontal=True,
+            key="compare_via",
+            help=VIA_HELP,
         )
         dataset_id, samples = dataset_picker("compare_dataset")
         if not samples:
@@ -132,9 +147,10 @@ def comparison(running: bool) -> Comparison | None:
                     prompt_ids=first,
                     num_steps=steps,
                     max_new_tokens=max_new,
-                    **side,
+                    via=via,
+                    **shape,
                 )
-                for draft, side in ((draft_a, decoding_a), (draft_b, decoding_b))
+                for draft, shape in ((draft_a, decoding_a), (draft_b, decoding_b))
             )
         except BadInput as error:
             st.error(md(error))

@@ -99,7 +99,7 @@ def _metrics(
             "nowhere" if outputs is None else f"output {outputs}",
             help=OUTPUTS_HELP,
         )
-    st.caption(f"A: {run_a.resolved.mode} · B: {run_b.resolved.mode}")
+    st.caption(f"A: {side_of(run_a)} · B: {side_of(run_b)}")
     for side, run in (("A", run_a), ("B", run_b)):
         if run.status != "finished":
             st.warning(
@@ -166,3 +166,9 @@ def show_pair(run_a: RunInfo, steps_a: list[StepRecord], run_b: RunInfo, steps_b
         ),
         key="compare_bars",
     )
+
+
+def side_of(run) -> str:
+    """A run's decoding, and where its target came from when it was a trace (docs/traces.md)."""
+    forward = run.resolved.target_forward or ""
+    return run.resolved.mode + (f" over a {forward}" if forward.startswith("trace") else "")
