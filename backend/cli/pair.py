@@ -260,20 +260,36 @@ def cmd_probe(args) -> tuple[dict, str]:
     bar, progress = percent_bar("probe")
 
     try:
-        settings = ProbeSettings(args.steps, args.budget, args.live, args.live_tokens)
+        settings = ProbeSettings(args.steps, args.budget, args.live, args.live_tokens, args.via)
         report = run_probe(
             target, draft, wiring, samples, settings, progress, view.math, ran_by="the CLI's probe"
         )
     finally:
         bar.close()
     keep_probe(args, report)
-    lines = [f"{'HF indices':>14}   loss  acc_0  pred. AL  label"]
-    for c in report.candidates[:12]:
+    live = args.live and any(c.live_accept_length is not None for c in report.candidates)
+    lines = [f"{'HF indices':>14}   loss  acc_0  pred. AL" + ("  live AL" if live else "") + "  label"]
+    for c in report.candidates[: 12 if args.via == "step" else len(report.candidates)]:
         predicted = "  n/a " if c.predicted_accept_length is None else f"{c.predicted_accept_length:6.2f}"
         loss = "  n/a" if c.loss is None else f"{c.loss:6.3f}"
-        lines.append(f"{str(list(c.aux_hf_indices)):>14} {loss}  {c.acc_step0:.3f}  {predicted}    {c.label}")
+        measured = (
+            ""
+            if not live
+            else "     n/a"
+            if c.live_accept_length is None
+            else f"   {c.live_accept_length:6.3f}"
+        )
+        lines.append(
+            f"{str(list(c.aux_hf_indices)):>14} {loss}  {c.acc_step0:.3f}  {predicted}{measured}    {c.label}"
+        )
     lines.append(
         "loss: the draft's training loss (nats) at TTT step 0, which ranks; acc_0: top-1 accuracy there"
+        + (
+            f"; live AL: accept length of greedy replays of the first {args.live} samples, {args.live_tokens} "
+            + ("tokens, over traces (exact: the step replay's counts)" if args.via == "trace" else "tokens")
+            if live
+            else ""
+        )
     )
     lines.append(f"({len(report.candidates)} candidates, {report.n_samples} samples, {report.seconds:.1f} s)")
     lines.append(report.verdict)

@@ -139,6 +139,14 @@ def _probe_command(commands) -> None:
         help="also replay live on the first N samples for the best, declared and runner-up",
     )
     probe.add_argument("--live-tokens", type=positive, default=64)
+    probe.add_argument(
+        "--via",
+        choices=("step", "trace"),
+        default="step",
+        help="how the --live replays run: step = the best, declared and runner-up, the target verifying "
+        "each step; trace = the target once per sample (every layer), then every candidate replayed over "
+        "it by the draft alone: each one's exact accept length (docs/traces.md)",
+    )
     probe.add_argument("--db", help=KEEP_PROBE_HELP)
 
 

@@ -28,6 +28,7 @@ docs/seed-story.md, then a coordinate search, one slot at a time, around the bes
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import torch
 
@@ -164,10 +165,15 @@ def run_probe(
     if live_samples:
         lead = Ranking(declared_candidate, ranked, len(samples)).tied[0]
         live = [lead, *(c for c in (declared_candidate, *ranked[:2]) if c is not lead)][:3]
+        replayed = target
+        if settings.via == "trace":  # the target once per sample, every layer; then every candidate
+            progress(0.8, f"traces of {min(live_samples, len(samples))} samples (every layer)")
+            replayed = over_traces(target, samples[:live_samples], settings.live_tokens, every_index)
+            live = [lead, *(c for c in ranked if c is not lead)]
         for number, candidate in enumerate(live):
             progress(0.8 + 0.2 * number / len(live), f"live replay HF {list(candidate.aux_hf_indices)}")
             candidate.live_accept_length = live_accept_length(
-                target,
+                replayed,
                 draft,
                 candidate.aux_hf_indices,
                 samples[:live_samples],
@@ -224,6 +230,16 @@ def _search(evaluate, evaluated: dict, num_layers: int, budget: int, tick) -> No
                 tick(spent)
                 if candidate.score > best.score:
                     best, improved = candidate, True
+
+
+def over_traces(target: Target, samples: list, new_tokens: int, indices) -> Target:
+    """`target` with its forward answered from traces of the samples' prompts (captured here, once):
+    a live replay over it runs the draft alone and gives the step replay's counts (docs/traces.md)."""
+    from backend.target.trace import TraceRunner
+    from backend.target.trace_capture import capture_traces
+
+    traces = capture_traces(target, [list(s.prompt_ids) for s in samples], new_tokens, indices)
+    return replace(target, runner=TraceRunner(traces, target.vocab_size, target.device))
 
 
 def live_accept_length(

@@ -17,18 +17,21 @@ METHOD = "training loss, paired per position in blocks"
 @dataclass(frozen=True)
 class ProbeSettings:
     """How far the probe looks: K of the teacher-forced scores, how many candidates the search may
-    add, and the live replays of the best candidates (on the first `live_samples` samples, 0: none,
-    `live_tokens` new tokens each)."""
+    add, and the live replays (on the first `live_samples` samples, 0: none, `live_tokens` new tokens
+    each): `via` step replays the best, declared and runner-up with the target verifying each step;
+    `via` trace captures the target once per sample (every layer) and replays every candidate over it,
+    the draft alone (the exact accept length of each, docs/traces.md)."""
 
     num_steps: int = 4
     search_budget: int = 40
     live_samples: int = 0
     live_tokens: int = 64
+    via: str = "step"
 
     def describe(self, samples: list) -> SettingsUsed:
         """What a run of the probe used, to tell whether a stored report answers another request."""
         return SettingsUsed(
-            self.num_steps, self.search_budget, self.live_samples, sample_keys(samples), METHOD
+            self.num_steps, self.search_budget, self.live_samples, sample_keys(samples), METHOD, self.via
         )
 
 
@@ -46,6 +49,7 @@ class SettingsUsed(Plain):
     live_samples: int | None = None
     sample_keys: list[int] | None = None
     method: str | None = None  # METHOD of the version that ran it (older probes: none, acc_0 ranked)
+    via: str = "step"  # how its live replays ran: step (older probes too), or trace
 
 
 @dataclass

@@ -38,6 +38,34 @@ def test_probe_names_the_embedding_wiring_of_a_miswired_draft(bigram_setup):
     assert reports[-1] == (1.0, "done")
 
 
+def test_the_live_replays_over_traces_give_every_candidate_its_exact_accept_length(bigram_setup):
+    """--via trace: the target once per sample (every layer), then every candidate replayed over it by the
+    draft alone; the live accept lengths the step replays measure for the best, declared and runner-up
+    are the same numbers (fp32)."""
+    from backend.diagnostics.probe import ProbeSettings, run_probe
+    from tests.support.models import load_draft
+
+    setup = bigram_setup
+    draft, wiring = load_draft(setup.root / "miswired", setup.target)
+    step, trace = (
+        run_probe(
+            setup.target,
+            draft,
+            wiring,
+            setup.samples,
+            ProbeSettings(3, 10, live_samples=2, live_tokens=24, via=via),
+        )
+        for via in ("step", "trace")
+    )
+    assert all(c.live_accept_length is not None for c in trace.candidates) and len(trace.candidates) > 3
+    assert sum(c.live_accept_length is not None for c in step.candidates) <= 3
+    by_wiring = {c.aux_hf_indices: c.live_accept_length for c in trace.candidates}
+    for candidate in step.candidates:
+        if candidate.live_accept_length is not None:
+            assert by_wiring[candidate.aux_hf_indices] == candidate.live_accept_length
+    assert trace.settings.via == "trace" and step.settings.via == "step"
+
+
 def test_probe_confirms_a_correct_declaration(bigram_setup):
     from backend.diagnostics.probe import ProbeSettings, run_probe
     from tests.support.models import load_draft
@@ -101,9 +129,11 @@ def test_wirings_inside_the_noise_of_the_best_are_named_as_good():
         settings=ProbeSettings(2, 5).describe([]),
         ran_by="the probe tab",
     )
-    settings = {"num_steps": 2, "search_budget": 5, "live_samples": 0, "sample_keys": [], "method": METHOD}
+    settings = {
+        "num_steps": 2, "search_budget": 5, "live_samples": 0, "sample_keys": [], "method": METHOD, "via": "step",
+    }  # fmt: skip
     extra = {"target": "t", "draft": "d", "settings": settings, "ran_by": "the probe tab"}
-    assert kept.to_dict().items() >= extra.items() and ProbeResult.from_dict(kept.to_dict()) == kept
+    assert {k: kept.to_dict()[k] for k in extra} == extra and ProbeResult.from_dict(kept.to_dict()) == kept
 
 
 def _redeclared(setup, tmp_path, name: str, top_level_ids: list[int]):
