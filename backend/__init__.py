@@ -119,6 +119,7 @@ checks this):
       runs               stored runs: list, read, delete, export
       tasks              background tasks the dashboard polls
       vllm_server        vLLM beside the replay: its OpenAI server launched on the pair, asked, its counts read
+      vllm_trace         traces computed by a vLLM serving the target (extract_hidden_states and a connector)
       worker             model work in a worker process, not the Streamlit server
       run_tensors        a run's recorded tensors on disk: part files as it commits, one artifact at its end
       stamps             a cache key for files: their modification times

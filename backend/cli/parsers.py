@@ -311,6 +311,19 @@ def _serve_check_command(commands) -> None:
         help="with --engine vllm or llamacpp: start that engine here on 127.0.0.1 with the pair, check, stop it",
     )
     check.add_argument(
+        "--via",
+        choices=("step", "trace"),
+        default="step",
+        help="the replay the server is held against: step (the target loaded here verifies each step) or "
+        "trace (over traces of every layer; with --engine vllm captured by vLLM itself: a second vLLM "
+        "launched here with the hidden-states method, or --trace-url; docs/traces.md)",
+    )
+    check.add_argument(
+        "--trace-url",
+        help="with --via trace --engine vllm: a vLLM serving the target with the extract_hidden_states method "
+        "(every layer, 0..L) instead of launching one",
+    )
+    check.add_argument(
         "--server-log",
         metavar="FILE",
         help="with --engine llamacpp --url: the server's log (LLAMA_TRACE=1, -np 1): its per-step counts",

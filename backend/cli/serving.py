@@ -165,9 +165,18 @@ def check_request(args, samples):
 
     if not samples:
         raise BadInput(f"{args.samples}: no sample to send")
-    return ReplayRequest(
-        args.target, args.draft, prompt_ids=tuple(samples[0].prompt_ids), **request_fields(args)
-    )
+    fields = request_fields(args)  # its --url and --launch are the engine's, not a trace source's
+    fields.pop("trace_url", None)
+    fields.pop("trace_launch", None)
+    if args.via == "trace":
+        from_vllm = fields.get("engine") == "vllm"
+        fields |= {
+            "via": "trace",
+            "trace_from": "vllm" if from_vllm else "local",
+            "trace_url": args.trace_url if from_vllm else None,
+            "trace_launch": from_vllm and not args.trace_url,
+        }
+    return ReplayRequest(args.target, args.draft, prompt_ids=tuple(samples[0].prompt_ids), **fields)
 
 
 # the engine options serve-check refuses for an engine that does not read them, with their flags

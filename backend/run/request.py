@@ -190,7 +190,24 @@ class ReplayRequest:
         group="source",
         parse=str,
         choices=TRACE_SOURCES,
-        help="with --via trace: who computes the trace (local = the target loaded here, once per sample)",
+        help="with --via trace: who computes the trace (local = the target loaded here, once per sample; "
+        "vllm = a vLLM serving the target with the hidden-states method: --url, or --launch here)",
+    )
+    trace_url: str | None = setting(
+        None,
+        role="placement",
+        flag="--url",
+        group="source",
+        parse=str,
+        help="with --trace-from vllm: the vLLM serving the target with the extract_hidden_states method "
+        "(eagle_aux_hidden_state_layer_ids = the wiring's HF indices, sorted; docs/traces.md)",
+    )
+    trace_launch: bool = setting(
+        False,
+        role="placement",
+        flag="--launch",
+        group="source",
+        help="with --trace-from vllm: launch vLLM's CPU build here on the target (with SpecLens's CPU connector)",
     )
     engine: str = setting(
         "auto",
@@ -344,8 +361,8 @@ class ReplayRequest:
     def _check_via(self) -> None:
         if self.via != "trace":
             return
-        if self.trace_from == "vllm":
-            raise BadInput("--trace-from vllm is not built yet: capture traces with --trace-from local")
+        if self.trace_from == "vllm" and bool(self.trace_url) == self.trace_launch:
+            raise BadInput("--trace-from vllm needs one of --url URL (a vLLM serving the target) or --launch")
         if self.topk != 1 or not (self.temperature == 0 or self.top_k == 1):
             raise BadInput("--via trace replays greedy chains only (topk 1, temperature 0); use --via step")
 

@@ -201,6 +201,11 @@ def run_check(
         definition=DEFINITION,
         folder=str(folder),
     )
+    if settings.request.via == "trace":  # every prompt's trace first, every layer (explain tries others)
+        from backend.service import traces
+
+        asked = [replace(settings.request, prompt_ids=tuple(p), record=False) for p in prompts]
+        traces.prepare(asked, db_url, progress or (lambda *_: None), every_layer=True)
     with (folder / "responses.jsonl").open("w") as saved:
         for number, prompt in enumerate(prompts):
             if progress:

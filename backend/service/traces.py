@@ -37,8 +37,10 @@ def target_identity(target_dir: str | Path) -> str:
     return digest.hexdigest()[:24]
 
 
-def trace_key(identity: str, prompt_ids, budget: int) -> str:
-    text = json.dumps([identity, list(prompt_ids), budget])
+def trace_key(identity: str, prompt_ids, budget: int, source: str = "local") -> str:
+    """A trace's name: the target's identity, the prompt, the budget and who computes it (a vLLM trace is
+    vLLM's own arithmetic: replayed against vLLM's serving, it must be vLLM's)."""
+    text = json.dumps([identity, list(prompt_ids), budget] + ([] if source == "local" else [source]))
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
@@ -135,12 +137,25 @@ def load_pair(request, progress):
     return target, draft, report
 
 
-def fill(target, plans, artifact_dir: Path, progress) -> None:
+def prepare(requests: list, db_url: str | None, progress, every_layer: bool = False) -> None:
+    """The traces of `requests` (one prompt each, the same pair and settings) captured now and kept,
+    in one go (one vLLM launched for all, or one batched decode here), so that each replay over them
+    later reads them back; `every_layer`: every HF index (a check that tries other wirings after)."""
+    from backend.service.database import open_database
+    from backend.service.plan import checked_override, resolve
+
+    first = requests[0]
+    override = checked_override(first.target, first.aux_hf_indices)
+    target, draft, report = load_pair(first, progress)
+    plans = [resolve(request, target, draft, report, override) for request in requests]
+    fill(target, plans, open_database(db_url).artifact_dir, progress, every_layer)
+
+
+def fill(target, plans, artifact_dir: Path, progress, every_layer: bool = False) -> None:
     """Give `target`'s trace runner the trace of every plan's prompt: read from the traces kept beside
-    the database, else captured now by the target loaded here (all missing prompts decoding together)
-    and kept. Nothing to do for a target that runs here."""
-    from backend.service import models
-    from backend.target.trace_capture import capture_traces
+    the database, else captured now (by the target loaded here, all missing prompts decoding together;
+    or by vLLM: service/vllm_trace.py) and kept as each arrives. Nothing to do for a target that runs
+    here."""
 
     runner = target.runner
     if getattr(runner, "name", None) != "trace":
@@ -148,8 +163,11 @@ def fill(target, plans, artifact_dir: Path, progress) -> None:
     identity, folder = target_identity(target.path), trace_dir(artifact_dir)
     budget = max(p.config.max_new_tokens for p in plans)
     indices = {i for p in plans for i in p.wiring.aux_hf_indices}
+    if every_layer:
+        indices |= set(range(target.num_layers + 1))
     prompts = list(dict.fromkeys(tuple(p.prompt_ids) for p in plans))
-    keys = {prompt: trace_key(identity, prompt, budget) for prompt in prompts}
+    source = plans[0].request.trace_from
+    keys = {prompt: trace_key(identity, prompt, budget, source) for prompt in prompts}
     found, missing = [], []
     for prompt, key in keys.items():
         path = folder / f"{key}.safetensors"
@@ -160,12 +178,42 @@ def fill(target, plans, artifact_dir: Path, progress) -> None:
             missing.append(prompt)
             indices |= set(kept.states) if kept is not None else set()
     if missing:
-        progress(0.0, f"capturing {len(missing)} traces with the target loaded here")
-        dtype = str(target.dtype).removeprefix("torch.")
-        local = models.target(target.path, str(target.device), DTYPE_NAMES[dtype])
-        for trace in capture_traces(local, [list(p) for p in missing], budget, sorted(indices)):
+
+        def keep(trace: Trace) -> None:
             save_trace(folder, keys[tuple(trace.prompt_ids)], trace, identity, target.path)
             found.append(trace)
+
+        capture(
+            target,
+            plans[0].request,
+            [list(p) for p in missing],
+            budget,
+            sorted(indices),
+            folder,
+            keep,
+            progress,
+        )
     for plan, trace in ((p, t) for p in plans for t in found if tuple(t.prompt_ids) == tuple(p.prompt_ids)):
         trace.check_fits(plan.config.max_new_tokens, plan.config.num_steps, plan.wiring.aux_hf_indices)
     runner.add(found)
+
+
+def capture(
+    target, request, prompts: list[list[int]], budget: int, indices, folder: Path, keep, progress
+) -> None:
+    """The traces of `prompts`, each handed to `keep` as it arrives: by vLLM (`--trace-from vllm`), else
+    by the target loaded here."""
+    if request.trace_from == "vllm":
+        from backend.service.vllm_trace import vllm_traces
+
+        progress(0.0, f"asking vLLM for {len(prompts)} traces")
+        vllm_traces(request.trace_url, target.path, prompts, budget, indices, folder, keep, progress)
+        return
+    from backend.service import models
+    from backend.target.trace_capture import capture_traces
+
+    progress(0.0, f"capturing {len(prompts)} traces with the target loaded here")
+    dtype = str(target.dtype).removeprefix("torch.")
+    local = models.target(target.path, str(target.device), DTYPE_NAMES[dtype])
+    for trace in capture_traces(local, prompts, budget, indices):
+        keep(trace)

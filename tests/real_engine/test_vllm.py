@@ -170,6 +170,16 @@ def test_the_real_pair_is_reproduced_step_for_step(tmp_path):
         result = check(
             pair, draft, f"sqlite:///{tmp_path}/c.db", "--url", server.url, "--limit", "4", tokens=96
         )
+        # the replay over traces vLLM itself captured (a second vLLM launched with the hidden-states
+        # method and SpecLens's CPU connector, every layer): vLLM's own counts again (docs/traces.md)
+        traced = check(
+            pair, draft, f"sqlite:///{tmp_path}/t.db", "--url", server.url, "--limit", "4", "--via", "trace",
+            tokens=96,
+        )  # fmt: skip
+    assert_reproduced(traced, "vLLM")
+    assert [r["served_per_step"] for r in traced["rows"]] == [r["served_per_step"] for r in result["rows"]]
+    kept = list((tmp_path / "artifacts" / "traces").glob("*.safetensors"))
+    assert len(kept) == 4, kept
     assert_reproduced(result, "vLLM")
     assert result["wiring"] == [1, 14, 26]  # nested [1, 14, 26] (SpecForge) read as HF indices
     counts = {c for r in result["rows"] for c in r["served_per_step"]}

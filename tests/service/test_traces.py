@@ -89,3 +89,29 @@ def test_a_trace_that_does_not_fit_is_refused(pairs, tmp_path):
         ReplayRequest("t", "d", prompt_ids=(1,), via="trace", topk=2, num_draft_tokens=4)
     with pytest.raises(BadInput, match="not built yet"):
         ReplayRequest("t", "d", prompt_ids=(1,), via="trace", trace_from="vllm")
+
+
+def test_vllm_s_top_log_probabilities_become_a_trace_s_rows():
+    """What vLLM answers of each generated position (top log-probabilities naming token ids) read as the
+    trace's rows: most likely first, a lower bound of the entropy, a near-tie where the top two meet."""
+    import math
+
+    import torch
+
+    from backend.service.vllm_trace import _entropy_lower_bound, _near_tie, _top
+    from backend.target.trace import TOP
+
+    rows = [
+        {"token_id:5": -0.1, "token_id:9": -2.5, "token_id:7": -3.0},
+        {"token_id:3": -0.69314, "token_id:4": -0.69316},
+    ]
+    ids, values = _top({"top_logprobs": rows}, 2, "vLLM at u")
+    assert ids.shape == (2, TOP) and ids[0, :3].tolist() == [5, 9, 7] and ids[1, :2].tolist() == [3, 4]
+    assert ids[0, 3] == -1 and values[0, 3] == -math.inf
+    assert _near_tie(values).tolist() == [False, True]
+    entropy = _entropy_lower_bound(values)
+    probs = torch.tensor([math.exp(-0.1), math.exp(-2.5), math.exp(-3.0)])
+    exact_top = float(-(probs * probs.log()).sum())
+    assert exact_top < float(entropy[0]) < exact_top + 0.2 and 0.69 < float(entropy[1]) < 0.70
+    with pytest.raises(BadInput, match="answered 2 rows of top log-probabilities for 3 tokens"):
+        _top({"top_logprobs": rows}, 3, "vLLM at u")
