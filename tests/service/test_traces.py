@@ -87,8 +87,12 @@ def test_a_trace_that_does_not_fit_is_refused(pairs, tmp_path):
         load_trace(tmp_path / "junk.safetensors", identity)
     with pytest.raises(BadInput, match="greedy chains only"):
         ReplayRequest("t", "d", prompt_ids=(1,), via="trace", topk=2, num_draft_tokens=4)
-    with pytest.raises(BadInput, match="not built yet"):
+    with pytest.raises(BadInput, match="needs one of --url URL"):
         ReplayRequest("t", "d", prompt_ids=(1,), via="trace", trace_from="vllm")
+    with pytest.raises(BadInput, match="needs one of --url URL"):
+        ReplayRequest(
+            "t", "d", prompt_ids=(1,), via="trace", trace_from="vllm", trace_url="u", trace_launch=True
+        )
 
 
 def test_vllm_s_top_log_probabilities_become_a_trace_s_rows():
