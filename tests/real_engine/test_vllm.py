@@ -176,6 +176,14 @@ def test_the_real_pair_is_reproduced_step_for_step(tmp_path):
             pair, draft, f"sqlite:///{tmp_path}/t.db", "--url", server.url, "--limit", "4", "--via", "trace",
             tokens=96,
         )  # fmt: skip
+        # a vLLM that serves EAGLE-3, not the hidden-states method, is no trace source: one line naming it
+        refused = run_cli(
+            "replay", "--target", pair["target"], "--draft", draft, "--samples", pair["samples"], "--via", "trace",
+            "--trace-from", "vllm", "--url", server.url, "--db", f"sqlite:///{tmp_path}/r.db",
+        )  # fmt: skip
+    said = refused.stderr.strip().splitlines()[-1]
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert f"vLLM at {server.url}, prompt [" in said and "no hidden_states_path" in said, said
     assert_reproduced(traced, "vLLM")
     assert [r["served_per_step"] for r in traced["rows"]] == [r["served_per_step"] for r in result["rows"]]
     kept = list((tmp_path / "artifacts" / "traces").glob("*.safetensors"))
