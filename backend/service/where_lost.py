@@ -65,7 +65,8 @@ def where_lost_over(db_url: str | None, run_ids: list[int]) -> WhereLost:
 
 def _mixed(found: WhereLost, runs: list, names: dict[str, str]) -> WhereLost:
     """Each draft's losses with a note where its runs mixed draft lengths, decoding modes or
-    unfinished runs (the CLI reads any ids it is given; the page asks for one K and mode)."""
+    unfinished runs (the CLI reads any ids it is given; the page asks for one K and mode), and where
+    they replayed over traces."""
     from dataclasses import replace
 
     drafts = []
@@ -80,6 +81,16 @@ def _mixed(found: WhereLost, runs: list, names: dict[str, str]) -> WhereLost:
             )
         if len(modes) > 1:
             said.append(f"runs decoded as {', '.join(modes)} pooled")
+        sides = sorted(
+            {
+                run.resolved.target_forward
+                for run in mine
+                if (run.resolved.target_forward or "").startswith("trace")
+            }
+        )
+        if sides:  # a run over a trace says so: the target computed once per sample (docs/traces.md)
+            traced = sum((run.resolved.target_forward or "").startswith("trace") for run in mine)
+            said.append(f"{traced} of {len(mine)} runs replayed over a {'; a '.join(sides)}")
         unfinished = sum(run.status != "finished" for run in mine)
         if unfinished:
             said.append(f"{unfinished} of {len(mine)} runs did not finish: their stored steps are counted")

@@ -49,6 +49,10 @@ def test_the_replay_over_a_trace_is_the_step_replay(pairs, tmp_path, name):
         assert trace.metrics.mean_accept_length == step.metrics.mean_accept_length
     run = get_run(db_url, traced[0].run_id)
     assert run.resolved.target_forward.startswith("trace, captured by local (")
+    from backend.service.where_lost import where_lost_over
+
+    (losses,) = where_lost_over(db_url, [o.run_id for o in traced]).drafts  # it says where the runs came from
+    assert any(n.startswith("3 of 3 runs replayed over a trace, captured by local (") for n in losses.notes)
     kept = sorted(trace_dir(tmp_path / "artifacts").glob("*.safetensors"))
     assert len(kept) == 3
     again = run_replay(_requests(pair, "trace")[1], db_url)  # read back, not captured again
