@@ -70,7 +70,8 @@ def load_pair(args, sample_length: int):
     when it fails; its warnings go to stderr."""
     from backend.drafts.readings import reading_of
     from backend.service import models
-    from backend.service.plan import checked_override, preflight_warnings
+    from backend.service.checkpoints import checked_override
+    from backend.service.plan import preflight_warnings
 
     override = checked_override(args.target, args.aux_hf_indices)  # before the weights load
     target, draft, report = models.pair(args.target, args.draft, args.device, args.dtype)
@@ -165,7 +166,7 @@ def cmd_teacher(args) -> tuple[dict, str]:
 def checked_vocab(args) -> int:
     """The target's vocab size from its config, after both configs are checked: a bad target,
     draft or flag is reported before any weights load (seconds, and progress bars, later). A wiring
-    override's range is checked where it is used, also before any load (plan.checked_override)."""
+    override's range is checked where it is used, also before any load (checkpoints.checked_override)."""
     from backend.drafts.draft_config import read_draft_config
     from backend.engine.loading import pick_device, read_target_config
 

@@ -210,7 +210,7 @@ def cmd_engine_check(args) -> tuple[dict, str]:
         raise BadInput(f"{args.target_gguf}: no such GGUF file")
     samples, _ = load_samples(args.samples, checked_vocab(args), args.limit)
     if args.aux_hf_indices is not None:  # a bad override is refused before an engine launches
-        from backend.service.plan import checked_override
+        from backend.service.checkpoints import checked_override
 
         checked_override(args.target, args.aux_hf_indices)
     settings = EngineCheckSettings(check_request(args, samples), timeout=args.timeout, options=options)

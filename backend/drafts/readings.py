@@ -214,7 +214,7 @@ def fed_wiring(view: EngineView, override, num_target_layers: int) -> Wiring:
     engine cannot run the draft. The one rule: preflight, replays, the teacher, the probe and every
     dashboard job reach it (through run/request.py::reading_of where a draft is loaded)."""
     if isinstance(override, Wiring):  # checked already, against the target's config before it loaded
-        return override  # (service/plan.py checked_override)
+        return override  # (service/checkpoints.py checked_override)
     if override is not None:
         return override_wiring(override, num_target_layers)
     if not view.loads:

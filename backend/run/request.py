@@ -182,6 +182,7 @@ class ReplayRequest:
         help="how the target's side is computed: step = a target forward per verify step (the target "
         "loaded here); trace = the target once per sample (a trace: its greedy continuation, states and "
         "top log-probs), then only the draft runs (greedy chains)",
+        widget=Widget("select", "Target's side", row="tree"),
     )
     trace_from: str = setting(
         "local",

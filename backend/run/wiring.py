@@ -59,7 +59,7 @@ def to_hf_indices(ids, convention: str) -> list[int]:
 def override_wiring(ids, num_target_layers: int, convention: str = "hf") -> Wiring:
     """The wiring a user types in place of the draft's (`--aux-hf-indices`, the pages' override), in
     `convention`, checked against the target: the override's one check (three HF indices in
-    0..layers), made where the target's depth is known (service/plan.py checked_override reads it
+    0..layers), made where the target's depth is known (service/checkpoints.py checked_override reads it
     from the target's config before any weights load). The one place an override becomes a Wiring;
     the wiring a draft declares comes only from its readings (backend/drafts/readings.py)."""
     hf = to_hf_indices(ids, convention)

@@ -18,6 +18,7 @@ from backend.engine.loading import Target
 from backend.run.records import Progress, StepRecord, no_progress
 from backend.run.request import ReplayRequest
 from backend.service import traces
+from backend.service.checkpoints import checked_override
 from backend.service.database import Database, open_database
 from backend.service.jobs import (
     RECORDING,
@@ -30,7 +31,7 @@ from backend.service.jobs import (
     run_plan,
     take,
 )
-from backend.service.plan import ReplayPlan, checked_override, resolve
+from backend.service.plan import ReplayPlan, resolve
 from backend.service.run_tensors import RunTensors
 from backend.service.run_writer import RunWriter, flush_together
 from db import store

@@ -163,3 +163,20 @@ def has_chat_template(target_path: str) -> bool:
     except (OSError, ValueError):
         return False
     return isinstance(config, dict) and bool(config.get("chat_template"))
+
+
+def checked_override(target_path: str, ids):
+    """A typed wiring override (`--aux-hf-indices`, Decode's field) as the Wiring it feeds, checked
+    against the target's depth read from its config.json (torch-free): the override's one check,
+    made before any weights load (a bad one is refused in a second, not after the load; Decode says it
+    under Start). None: no override."""
+    if ids is None:
+        return None
+    from backend.drafts.json_config import config_sizes, read_json_object
+    from backend.run.wiring import override_wiring
+
+    file = Path(target_path) / "config.json"
+    layers = config_sizes(read_json_object(file), file, ("num_hidden_layers",))["num_hidden_layers"]
+    if layers is None:
+        raise BadInput(f"{file}: no num_hidden_layers: cannot check a wiring override against it")
+    return override_wiring(ids, layers)

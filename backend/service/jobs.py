@@ -27,8 +27,9 @@ from backend.run.request import ReplayRequest
 from backend.run.run_value import Resolved, params
 from backend.run.wiring import Wiring
 from backend.service import traces
+from backend.service.checkpoints import checked_override
 from backend.service.database import Database, open_database
-from backend.service.plan import ReplayPlan, checked_override, resolve
+from backend.service.plan import ReplayPlan, resolve
 from backend.service.run_tensors import RunTensors, recover_artifact
 from backend.service.run_writer import RunWriter
 from db import store

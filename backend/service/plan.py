@@ -20,7 +20,7 @@ from backend.engine.sampling import Sampling
 from backend.run.request import Decoding, ReplayRequest
 from backend.run.run_value import Resolved, describe_mode
 from backend.run.stop_ids import llamacpp_stop_ids
-from backend.run.wiring import Wiring, override_wiring
+from backend.run.wiring import Wiring
 from backend.target.dispatch import placement
 
 
@@ -55,17 +55,6 @@ class ReplayPlan:
             target_forward=target.runner.described,
             decoding_notes=tuple(decoding.notes),
         )
-
-
-def checked_override(target_path: str, ids) -> Wiring | None:
-    """A typed wiring override (`--aux-hf-indices`, Decode's field) as the Wiring it feeds, checked
-    against the target's depth read from its config: the override's one range check, made before any
-    weights load (a bad one is refused in a second, not after the load). None: no override."""
-    if ids is None:
-        return None
-    from backend.engine.loading import read_target_config
-
-    return override_wiring(ids, read_target_config(target_path).num_hidden_layers)
 
 
 def resolve(

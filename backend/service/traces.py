@@ -141,8 +141,9 @@ def prepare(requests: list, db_url: str | None, progress, every_layer: bool = Fa
     """The traces of `requests` (one prompt each, the same pair and settings) captured now and kept,
     in one go (one vLLM launched for all, or one batched decode here), so that each replay over them
     later reads them back; `every_layer`: every HF index (a check that tries other wirings after)."""
+    from backend.service.checkpoints import checked_override
     from backend.service.database import open_database
-    from backend.service.plan import checked_override, resolve
+    from backend.service.plan import resolve
 
     first = requests[0]
     override = checked_override(first.target, first.aux_hf_indices)

@@ -109,12 +109,12 @@ def test_requests_are_matched_to_replays_of_their_prompt_and_the_worst_replayed(
     result = observe(db, text, "served.jsonl", draft_path=str(DEMO_DRAFTS / "final"))
     rows = result.rows
     assert [row.replay_run for row in rows] == [runs[0].run_id, runs[1].run_id]
-    assert rows[0].replay_accept_length == pytest.approx(runs[0].metrics["mean_accept_length"])
+    assert rows[0].replay_accept_length == pytest.approx(runs[0].metrics.mean_accept_length)
     assert result.replay.matched == 2 and result.worst == [0, 1]
     again = replay_worst(db, result, 1, str(DEMO_TARGET), str(DEMO_DRAFTS / "final"))
     assert [row.request for row in again] == [0]
     # the same prompt, draft and K replayed again by the job runner: fp32 greedy gives the same run
-    assert again[0].replay_accept_length == pytest.approx(runs[0].metrics["mean_accept_length"])
+    assert again[0].replay_accept_length == pytest.approx(runs[0].metrics.mean_accept_length)
     assert again[0].served_minus_replay == pytest.approx(1 + 1 / 3 - again[0].replay_accept_length)
     merged = with_replays(result, again)
     assert merged.rows[0].replay_run == again[0].replay_run and merged.rows[1] == rows[1]
@@ -133,7 +133,7 @@ def test_a_run_pair_exports_as_a_modelopt_profile_and_reads_back(replayed, tmp_p
     assert profile == written
     steps = [s.accepted_count for r in runs for s in r.steps]
     pooled = 1 + sum(steps) / len(steps)
-    per_run = sum(r.metrics["mean_accept_length"] for r in runs) / len(runs)
+    per_run = sum(r.metrics.mean_accept_length for r in runs) / len(runs)
     assert profile["mean_accept_length"] == pytest.approx(pooled, abs=1e-6)
     assert profile["mean_accept_length_per_request"] == pytest.approx(per_run, abs=1e-6)
     back = read_requests(path.read_text(), str(path))

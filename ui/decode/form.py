@@ -146,7 +146,11 @@ def replay_request(expanded: bool) -> ReplayRequest | None:
                 raise BadInput("choose a sample or type a prompt")
             if isinstance(source, str):
                 raise BadInput(source)
-            return ReplayRequest(state.target_path(), state.drafts()[draft_choice], **settings, **source)
+            request = ReplayRequest(state.target_path(), state.drafts()[draft_choice], **settings, **source)
+            checkpoints.checked_override(
+                request.target, request.aux_hf_indices
+            )  # its one check, before Start
+            return request
         except BadInput as error:
             st.error(md(str(error)))
             return None
