@@ -7,7 +7,8 @@ a fresh SQLite database (recording on, as `evaluate` stores):
   evaluate --via trace    the same plan with via="trace": the traces captured once (the first draft
                           pays it: its own row, `trace capture`), then every draft replays over them
 The pair is loaded before the clock starts. Per draft the two paths' runs are compared step by step:
-`same steps` counts verify steps with the same drafted tokens and accepted count; a step that differs
+`same steps` counts verify steps with the same drafted tokens and accepted count (a tree's: the same
+accepted path too); a step that differs
 is named with whether the step replay recorded a near-tie on that verify row (docs/reference.md §7).
 
 Run: `PYTHONPATH=. .venv/bin/python bench/trace_bench.py [--prompts 16] [--tokens 96] [--steps 4]`.
@@ -24,7 +25,9 @@ from pathlib import Path
 DRAFTS = ("final", "epoch1", "miswired")
 
 
-def run(prompts: int, tokens: int, num_steps: int) -> list[dict]:
+def run(
+    prompts: int, tokens: int, num_steps: int, topk: int = 1, draft_tokens: int | None = None
+) -> list[dict]:
     from backend.data.samples import read_jsonl
     from backend.defaults import SMOLLM2
     from backend.engine.loading import read_target_config
@@ -46,7 +49,7 @@ def run(prompts: int, tokens: int, num_steps: int) -> list[dict]:
         for via in ("step", "trace"):
             template = ReplayRequest(
                 target, drafts[0], prompt_ids=tuple(samples[0].prompt_ids), num_steps=num_steps,
-                max_new_tokens=tokens, via=via,
+                max_new_tokens=tokens, via=via, topk=topk, num_draft_tokens=draft_tokens,
             )  # fmt: skip
             plan = evaluate.Plan(
                 template, drafts, samples, str(eval_set), dict(zip(drafts, DRAFTS, strict=True))
@@ -87,7 +90,8 @@ def run(prompts: int, tokens: int, num_steps: int) -> list[dict]:
                 if not a.drafted_ids and not b.drafted_ids:
                     continue
                 steps += 1
-                if a.drafted_ids == b.drafted_ids and a.accepted_count == b.accepted_count:
+                same_tree = a.tree is None or b.tree is None or a.tree.accepted_path == b.tree.accepted_path
+                if a.drafted_ids == b.drafted_ids and a.accepted_count == b.accepted_count and same_tree:
                     same += 1
                 else:
                     ties = [
@@ -106,10 +110,15 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=16)
     parser.add_argument("--tokens", type=int, default=96)
     parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--topk", type=int, default=1, help="> 1: a tree (SGLang's --speculative-eagle-topk)")
+    parser.add_argument(
+        "--draft-tokens", type=int, help="a tree's N (SGLang's --speculative-num-draft-tokens)"
+    )
     args = parser.parse_args()
-    rows, comparisons = run(args.prompts, args.tokens, args.steps)
+    rows, comparisons = run(args.prompts, args.tokens, args.steps, args.topk, args.draft_tokens)
+    shape = "greedy chain" if args.topk == 1 else f"greedy tree topk {args.topk}, N {args.draft_tokens}"
     print(
-        f"{args.prompts} prompts x {args.tokens} tokens, K = {args.steps}, greedy chain, fp32 CPU, drafts {', '.join(DRAFTS)}"
+        f"{args.prompts} prompts x {args.tokens} tokens, K = {args.steps}, {shape}, fp32 CPU, drafts {', '.join(DRAFTS)}"
     )
     print("| row | drafts | prompts | seconds | pooled AL per draft |")
     print("| --- | --- | --- | --- | --- |")

@@ -368,10 +368,11 @@ def _walk_vllm(tree, children, probs, generator, verdict: TreeVerdict) -> None:
 
 def expected_accepted(tree: DraftTree, accept_probs: list[float]) -> float:
     """E[accepted drafts] = sum over nodes of the product of P(accepted | parent accepted) along
-    the node's path (every ancestor must be accepted first)."""
+    the node's path (every ancestor must be accepted first). None (a node below a row no target
+    computed, over a trace) counts 0: a node on its path was rejected already."""
     reach = []
     for node, parent in enumerate(tree.parents):
-        reach.append(accept_probs[node] * (reach[parent] if parent >= 0 else 1.0))
+        reach.append((accept_probs[node] or 0.0) * (reach[parent] if parent >= 0 else 1.0))
     return float(sum(reach))
 
 

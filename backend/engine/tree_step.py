@@ -57,6 +57,8 @@ def tree_step(
         ids, target_cache, cursor.position, (depths, tree.visible()), capture=wiring.aux_hf_indices
     )
     verdict = accept_tree(tree, output.logits[0].cpu(), config.sampling, generator)
+    if output.known is not None:
+        unrecorded(tree, verdict, output.known)
     rows = [0] + [node + 1 for node in verdict.accepted_path]
     features = output.features(wiring.aux_hf_indices)[rows]
     target_cache.keep_rows(cursor.position, rows)
@@ -75,6 +77,17 @@ def tree_step(
     if finished:
         return record, None
     return record, cursor.after(emitted, committed, features)
+
+
+def unrecorded(tree: DraftTree, verdict: TreeVerdict, known: list[bool]) -> None:
+    """Blank what the verdict read from rows no target computed (a tree over a trace): their argmax,
+    probability and entropy, and their children's probabilities (None: "not recorded")."""
+    for row, computed in enumerate(known):
+        if not computed:
+            verdict.argmax[row] = verdict.argmax_probs[row] = verdict.entropies[row] = None
+    for node, parent in enumerate(tree.parents):
+        if not known[parent + 1]:
+            verdict.target_probs[node] = verdict.accept_probs[node] = None
 
 
 def tree_record(

@@ -181,7 +181,7 @@ class ReplayRequest:
         choices=VIA_CHOICES,
         help="how the target's side is computed: step = a target forward per verify step (the target "
         "loaded here); trace = the target once per sample (a trace: its greedy continuation, states and "
-        "top log-probs), then only the draft runs (greedy chains)",
+        "top log-probs), then only the draft runs (greedy chains and trees)",
         widget=Widget("select", "Target's side", row="tree"),
     )
     trace_from: str = setting(
@@ -364,8 +364,10 @@ class ReplayRequest:
             return
         if self.trace_from == "vllm" and bool(self.trace_url) == self.trace_launch:
             raise BadInput("--trace-from vllm needs one of --url URL (a vLLM serving the target) or --launch")
-        if self.topk != 1 or not (self.temperature == 0 or self.top_k == 1):
-            raise BadInput("--via trace replays greedy chains only (topk 1, temperature 0); use --via step")
+        if not (self.temperature == 0 or self.top_k == 1):
+            raise BadInput(
+                "--via trace replays greedy decoding only (temperature 0): use --via step to sample"
+            )
 
     def _check_prompt(self) -> None:
         if (self.prompt_ids is None) == (self.prompt_text is None):

@@ -66,6 +66,9 @@ def near_ties(logits: torch.Tensor) -> torch.Tensor:
 class TargetOutput:
     logits: torch.Tensor  # [1, T, V], on the device of the inputs
     states: dict[int, torch.Tensor]  # HF index -> [T, Ht], the pre-norm residual stream
+    # per row, whether a target computed it (None: all): a tree answered from a trace (trace.py)
+    # holds only the rows of nodes on the target's own continuation
+    known: list[bool] | None = None
 
     def features(self, aux_hf_indices) -> torch.Tensor:
         """The draft's fused input [T, 3*Ht] from the states in wiring order (capture.fused)."""

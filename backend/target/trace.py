@@ -87,6 +87,9 @@ class TraceCache:
     def crop(self, length: int) -> None:
         self.length = min(self.length, length)
 
+    def keep_rows(self, start: int, rows: list[int]) -> None:
+        self.length = start + len(rows)
+
 
 class TraceRunner(TargetRunner):
     """A target runner that answers greedy chain replays from traces (one per prompt), on `device`."""
@@ -117,9 +120,9 @@ class TraceRunner(TargetRunner):
         return TraceCache()
 
     def run(self, input_ids, cache: TraceCache, positions, tree, wanted, last_logits) -> TraceOutput:
-        if tree is not None:
-            raise BadInput("a tree replay over a trace is not built yet: replay trees with --via step")
         ids, start = input_ids[0].tolist(), int(positions[0, 0])
+        if tree is not None:
+            return self._tree(ids, start, cache, tree, wanted)
         if cache.trace is None:  # the prefill: the prompt names its trace
             cache.trace = self.traces.get(tuple(ids)) if start == 0 else None
             if cache.trace is None:
@@ -143,4 +146,39 @@ class TraceRunner(TargetRunner):
             trace.top_ids[first : first + count].to(self._device),
             trace.top_logprobs[first : first + count].to(self._device),
         )
-        return TraceOutput(logits, states, trace.stats(first, count))
+        return TraceOutput(logits, states, row_stats=trace.stats(first, count))
+
+    def _tree(self, ids: list[int], start: int, cache: TraceCache, tree, wanted) -> TraceOutput:
+        """A tree verify from the trace: a node's row is the trace's where every node on its path (the
+        root, its ancestors, itself) is the target's own token at its depth; the other rows no target
+        computed for this sample (`known` False: a flat row the step blanks; greedy acceptance never
+        reads one, and every path through one holds a rejected node first)."""
+        trace, (depths, visible) = cache.trace, tree
+        if trace is None:
+            raise BadInput("a tree verify over a trace before its prefill")
+        tokens, depths = trace.tokens, depths.tolist()
+        places = [start + d for d in depths]
+        matches = [p < len(tokens) - 1 and token == tokens[p] for token, p in zip(ids, places, strict=True)]
+        known = [all(m for m, seen in zip(matches, row, strict=True) if seen) for row in visible.tolist()]
+        if not known[0]:
+            raise BadInput(
+                f"position {start}: the replay fed {ids[0]}, the trace's target emitted {tokens[start]}"
+            )
+        cache.length = start + len(ids)
+        logits = torch.zeros((1, len(ids), self.vocab_size), device=self._device)
+        for row, place in enumerate(places):
+            if known[row]:
+                logits[0, row] = -torch.inf
+                logits[0, row].scatter_(
+                    0, trace.top_ids[place].to(self._device), trace.top_logprobs[place].to(self._device)
+                )
+        states = {
+            i: torch.stack(
+                [
+                    trace.states[i][p] if k else torch.zeros_like(trace.states[i][0])
+                    for p, k in zip(places, known, strict=True)
+                ]
+            ).to(self._device)
+            for i in wanted
+        }
+        return TraceOutput(logits, states, known=known)

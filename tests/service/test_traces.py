@@ -9,7 +9,7 @@ import pytest
 from backend import BadInput
 
 
-def _requests(pair, via: str, count: int = 3, tokens: int = 20, steps: int = 3) -> list:
+def _requests(pair, via: str, count: int = 3, tokens: int = 20, steps: int = 3, **tree) -> list:
     import torch
 
     from backend.run.request import ReplayRequest
@@ -25,6 +25,7 @@ def _requests(pair, via: str, count: int = 3, tokens: int = 20, steps: int = 3) 
             num_steps=steps,
             max_new_tokens=tokens,
             via=via,
+            **tree,
         )
         for i in range(count)
     ]
@@ -60,6 +61,31 @@ def test_the_replay_over_a_trace_is_the_step_replay(pairs, tmp_path, name):
     assert sorted(trace_dir(tmp_path / "artifacts").glob("*.safetensors")) == kept
 
 
+@pytest.mark.parametrize("name", ["copy-L5-context", "random-L6-eagle"])
+def test_a_tree_over_a_trace_is_the_tree_step_replay(pairs, tmp_path, name):
+    """SGLang's (3, 4, 8) tree: the rows of nodes on the target's own continuation come from the trace,
+    the others no target computed (stored as not recorded); the accepted paths, counts, output and
+    expected accepted drafts are the step replay's."""
+    from backend.service.batch_jobs import run_in_batches
+    from backend.service.jobs import run_replay
+
+    pair, db_url = pairs[name], f"sqlite:///{tmp_path / 'db.sqlite'}"
+    shape = {"topk": 4, "num_draft_tokens": 8}
+    stepped = [run_replay(r, db_url) for r in _requests(pair, "step", **shape)]
+    traced = run_in_batches(_requests(pair, "trace", **shape), db_url)
+    for step, trace in zip(stepped, traced, strict=True):
+        assert trace.output_ids == step.output_ids
+        assert [s.tree.accepted_path for s in trace.steps] == [s.tree.accepted_path for s in step.steps]
+        assert [s.accepted_count for s in trace.steps] == [s.accepted_count for s in step.steps]
+        assert [s.tree.expected_accepted for s in trace.steps] == [
+            s.tree.expected_accepted for s in step.steps
+        ]
+        for s, t in zip(step.steps, trace.steps, strict=True):  # a known row is the step replay's own
+            assert all(b is None or a == b for a, b in zip(s.tree.argmax, t.tree.argmax, strict=True))
+            assert t.tree.argmax[0] == s.tree.argmax[0]
+    assert any(None in s.tree.argmax for t in traced for s in t.steps) or name == "copy-L5-context"
+
+
 def test_a_trace_that_does_not_fit_is_refused(pairs, tmp_path):
     import torch
 
@@ -89,8 +115,8 @@ def test_a_trace_that_does_not_fit_is_refused(pairs, tmp_path):
     (tmp_path / "junk.safetensors").write_bytes(b"not a file")
     with pytest.raises(BadInput, match="junk.safetensors: not a trace file"):
         load_trace(tmp_path / "junk.safetensors", identity)
-    with pytest.raises(BadInput, match="greedy chains only"):
-        ReplayRequest("t", "d", prompt_ids=(1,), via="trace", topk=2, num_draft_tokens=4)
+    with pytest.raises(BadInput, match="greedy decoding only"):
+        ReplayRequest("t", "d", prompt_ids=(1,), via="trace", temperature=0.7)
     with pytest.raises(BadInput, match="needs one of --url URL"):
         ReplayRequest("t", "d", prompt_ids=(1,), via="trace", trace_from="vllm")
     with pytest.raises(BadInput, match="needs one of --url URL"):

@@ -26,7 +26,7 @@ VIA_LABELS = {"step": "a forward per step", "trace": "a trace per sample"}
 VIA_HELP = (
     "A forward per step: the target verifies every step of each draft (trees and sampling too). A trace per "
     "sample: the target runs once per sample (kept beside the database, reused by both drafts and later "
-    "comparisons), then only the drafts run; greedy chains only, the same counts in fp32 (docs/traces.md)."
+    "comparisons), then only the drafts run; greedy decoding (chains and trees), the same counts in fp32 (docs/traces.md)."
 )
 RAY_HELP = (
     "As python -m backend evaluate --ray: one worker per GPU (or CPU slot), each loading the models "
