@@ -15,7 +15,8 @@ ROW_COLUMNS = 5  # every row of settings in five equal columns (the main row: th
 TREE_HELP = (
     "Tree and sampling, as SGLang's flags: topk > 1 drafts a tree of N verified tokens "
     "(--speculative-eagle-topk, --speculative-num-draft-tokens; N = 0 means K + 1, a chain); "
-    "temperature 0 is greedy. docs/reference.md §12."
+    "temperature 0 is greedy. docs/reference.md §12. Target's side: step runs the target at every verify "
+    "step; trace runs it once per sample and then the draft alone (greedy only; docs/traces.md)."
 )
 
 
