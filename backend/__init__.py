@@ -3,6 +3,7 @@ checks this):
 
     backend.run          the run's vocabulary, torch-free: request, records, metrics, wiring (db/, pages)
       request            what a user asks for: one frozen ReplayRequest, its fields' flags and widgets (torch-free)
+      settings           what one request field is: role, check, flag, widget; the checks its fields use
       run_value          a run stored and read back typed: the request as asked, what the pair resolved
       records            the records the engine yields, one type per concept (torch-free)
       metrics            acceptance metrics, each with the definition it is computed by

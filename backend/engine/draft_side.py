@@ -8,18 +8,18 @@ import json
 from pathlib import Path
 
 import torch
-from transformers import AutoConfig, AutoModelForCausalLM
+from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
 
 from backend import BadInput, first_line
-from backend.engine.loading import Target, load_tokenizer, pick_device, pick_dtype, read_target_config
+from backend.engine.loading import Target, pick_device, pick_dtype, read_target_config, target_of
 
 
 class EmbeddingsOnly(torch.nn.Module):
     """Stands for the target model where only its embeddings and config are read."""
 
-    def __init__(self, embedding: torch.nn.Embedding, config):
+    def __init__(self, embedding: torch.nn.Embedding, config, generation_config=None):
         super().__init__()
-        self.embed_tokens, self.config = embedding, config
+        self.embed_tokens, self.config, self.generation_config = embedding, config, generation_config
 
     def get_input_embeddings(self) -> torch.nn.Embedding:
         return self.embed_tokens
@@ -65,21 +65,14 @@ def draft_side_target(path: str, runner, device: str | None = None, dtype: str |
     except (OSError, ValueError, KeyError) as error:
         raise BadInput(f"target {path}: cannot read its embeddings ({first_line(error)})") from None
     embedding = torch.nn.Embedding.from_pretrained(table.to(torch_dtype), freeze=True).to(torch_device)
-    model = EmbeddingsOnly(embedding, config).eval()
-    eos = getattr(config, "eos_token_id", None)
-    generation = Path(path) / "generation_config.json"
-    if generation.is_file():
-        eos = json.loads(generation.read_text()).get("eos_token_id", eos)
-    eos_ids = () if eos is None else tuple(eos) if isinstance(eos, list) else (int(eos),)
-    return Target(
-        model,
-        load_tokenizer(path),
-        str(path),
-        torch_device,
-        torch_dtype,
-        config.num_hidden_layers,
-        config.hidden_size,
-        config.vocab_size,
-        eos_ids,
-        runner,
-    )
+    model = EmbeddingsOnly(embedding, config, generation_config(path)).eval()
+    return target_of(model, path, config, torch_device, torch_dtype, runner)
+
+
+def generation_config(path: str | Path):
+    """The target's generation_config.json as transformers reads it (its end-of-generation ids win over
+    the config's, as for a loaded model: loading.eos_ids); None without one."""
+    try:
+        return GenerationConfig.from_pretrained(path, local_files_only=True)
+    except (OSError, ValueError):
+        return None

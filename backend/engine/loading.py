@@ -170,16 +170,23 @@ def load_target(
         model.eval()
     else:
         model.to(torch_device).eval()
+    return target_of(model, path, config, torch_device, torch_dtype)
+
+
+def target_of(model, path, config, device: torch.device, dtype: torch.dtype, runner=None) -> Target:
+    """The Target of a loaded `model` (or of what stands for it: engine/draft_side.py) read from `path`:
+    its tokenizer, sizes and end-of-generation ids."""
     return Target(
         model,
         load_tokenizer(path),
         str(path),
-        torch_device,
-        torch_dtype,
+        device,
+        dtype,
         config.num_hidden_layers,
         config.hidden_size,
         config.vocab_size,
         eos_ids(model),
+        runner,
     )
 
 
