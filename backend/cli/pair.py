@@ -283,11 +283,14 @@ def cmd_probe(args) -> tuple[dict, str]:
         lines.append(
             f"{str(list(c.aux_hf_indices)):>14} {loss}  {c.acc_step0:.3f}  {predicted}{measured}    {c.label}"
         )
+    by_trace = live and args.via == "trace"
     lines.append(
-        "loss: the draft's training loss (nats) at TTT step 0, which ranks; acc_0: top-1 accuracy there"
+        "loss: the draft's training loss (nats) at TTT step 0"
+        + (", which ranks" if not by_trace else "")
+        + "; acc_0: top-1 accuracy there"
         + (
             f"; live AL: accept length of greedy replays of the first {args.live} samples, {args.live_tokens} "
-            + ("tokens, over traces (exact: the step replay's counts)" if args.via == "trace" else "tokens")
+            + ("tokens, over traces (exact: the step replay's counts), which ranks" if by_trace else "tokens")
             if live
             else ""
         )

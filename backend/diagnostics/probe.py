@@ -32,7 +32,7 @@ from dataclasses import replace
 
 import torch
 
-from backend.diagnostics.probe_report import Ranking, verdict
+from backend.diagnostics.probe_report import BY_ACCEPT_LENGTH, BY_LOSS, Ranking, verdict
 from backend.diagnostics.probe_settings import Candidate, ProbeResult, ProbeSettings, sample_keys  # noqa: F401 (re-exported)
 from backend.drafts.engine_readers import DraftMath
 from backend.engine.batch import accept_lengths
@@ -162,26 +162,10 @@ def run_probe(
     declared_candidate = evaluated[tuple(declared.aux_hf_indices)]
     for candidate in reported_candidates(ranked, declared_candidate, num_steps, len(samples)):
         with_acc_k(candidate)
+    by = BY_LOSS
     if live_samples:
-        lead = Ranking(declared_candidate, ranked, len(samples)).tied[0]
-        live = [lead, *(c for c in (declared_candidate, *ranked[:2]) if c is not lead)][:3]
-        replayed = target
-        if settings.via == "trace":  # the target once per sample, every layer; then every candidate
-            progress(0.8, f"traces of {min(live_samples, len(samples))} samples (every layer)")
-            replayed = over_traces(target, samples[:live_samples], settings.live_tokens, every_index)
-            live = [lead, *(c for c in ranked if c is not lead)]
-        for number, candidate in enumerate(live):
-            progress(0.8 + 0.2 * number / len(live), f"live replay HF {list(candidate.aux_hf_indices)}")
-            candidate.live_accept_length = live_accept_length(
-                replayed,
-                draft,
-                candidate.aux_hf_indices,
-                samples[:live_samples],
-                num_steps,
-                settings.live_tokens,
-                math,
-            )
-    ranking = Ranking(declared_candidate, ranked, len(samples))
+        ranked, by = _live(target, draft, declared_candidate, ranked, samples, settings, progress, math)
+    ranking = Ranking(declared_candidate, ranked, len(samples), by)
     report = ranking.result(
         verdict(ranking, num_layers),
         declared.source,
@@ -194,6 +178,37 @@ def run_probe(
     )
     progress(1.0, "done")
     return report
+
+
+def _live(
+    target, draft, declared: Candidate, ranked: list, samples: list, settings: ProbeSettings, progress, math
+):
+    """The live replays on the first `live_samples` samples (their accept lengths set on the candidates
+    replayed), all in one batch: by step the lead, declared and runner-up; over traces every candidate,
+    which then rank by their exact accept length (the training loss breaking ties). Returns the ranking
+    and what ranks it."""
+    live_samples = samples[: settings.live_samples]
+    lead = Ranking(declared, ranked, len(samples)).tied[0]
+    live = [lead, *(c for c in (declared, *ranked[:2]) if c is not lead)][:3]
+    replayed = target
+    if settings.via == "trace":  # the target once per sample, every layer; then every candidate
+        progress(0.8, f"traces of {len(live_samples)} samples (every layer)")
+        every_index = list(range(target.num_layers + 1))
+        replayed = over_traces(target, live_samples, settings.live_tokens, every_index)
+        live = [lead, *(c for c in ranked if c is not lead)]
+    progress(0.85, f"live replays of {len(live)} candidates, one batch")
+    wirings = [c.aux_hf_indices for c in live]
+    counted = live_accept_lengths(
+        replayed, draft, wirings, live_samples, settings.num_steps, settings.live_tokens, math
+    )
+    for candidate, counts in zip(live, counted, strict=True):
+        candidate.live_counts = counts
+        candidate.live_accept_length = acceptance_metrics(counts, settings.num_steps).mean_accept_length
+    if settings.via != "trace":
+        return ranked, BY_LOSS
+    return sorted(
+        ranked, key=lambda c: (c.live_accept_length or 0.0, c.score), reverse=True
+    ), BY_ACCEPT_LENGTH
 
 
 def reported_candidates(ranked: list[Candidate], declared: Candidate, num_steps: int, n_samples: int):
@@ -242,21 +257,22 @@ def over_traces(target: Target, samples: list, new_tokens: int, indices) -> Targ
     return replace(target, runner=TraceRunner(traces, target.vocab_size, target.device))
 
 
-def live_accept_length(
+def live_accept_lengths(
     target: Target,
     draft: Eagle3Draft,
-    indices,
+    wirings: list,
     samples: list,
     num_steps: int,
     max_new_tokens: int,
     math: DraftMath | None = None,
-) -> float | None:
-    """Accept length of unrecorded replays of `samples` fed the wiring `indices` (docs/reference.md §6)."""
-    wiring = Wiring(tuple(indices), "probe candidate")
+) -> list[list[int]]:
+    """Per wiring (HF indices), the accepted count of every verify step of unrecorded replays of
+    `samples` fed it (the live accept length, docs/reference.md §6): every wiring and sample one
+    batch, so the draft's forwards serve all."""
     prompts = [list(sample.prompt_ids) for sample in samples]
-    counts = [
-        a
-        for per_prompt in accept_lengths(target, draft, prompts, wiring, num_steps, max_new_tokens, math)
-        for a in per_prompt
+    fed = [Wiring(tuple(indices), "probe candidate") for indices in wirings for _ in prompts]
+    counts = accept_lengths(target, draft, prompts * len(wirings), fed, num_steps, max_new_tokens, math)
+    return [
+        [a for per_prompt in counts[n * len(prompts) : (n + 1) * len(prompts)] for a in per_prompt]
+        for n in range(len(wirings))
     ]
-    return acceptance_metrics(counts, num_steps).mean_accept_length

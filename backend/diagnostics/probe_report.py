@@ -62,11 +62,37 @@ def loss_t(best: Candidate, other: Candidate) -> tuple[float, int, int] | None:
     return mean / math.sqrt(variance), n, len(blocks)
 
 
-def separates(best: Candidate, other: Candidate) -> bool:
-    """Whether these samples tell `best` from `other`: `other`'s training loss T_SEPARATE paired
-    standard errors above the best's (see the module), else (no loss measured) acc_0 beyond two
-    binomial standard errors."""
-    measured = loss_t(best, other)
+def accept_t(best: Candidate, other: Candidate) -> tuple[float, int, int] | None:
+    """How many standard errors `other`'s exact accept length over the traces lies below `best`'s,
+    with the verify steps counted for each: unpaired (the two replays' rounds fall at different
+    positions), each verify step's accepted count a unit; None where either has fewer than two."""
+    a, b = best.live_counts, other.live_counts
+    if len(a) < 2 or len(b) < 2:
+        return None
+    mean_a, mean_b = sum(a) / len(a), sum(b) / len(b)
+    variance = sum((x - mean_a) ** 2 for x in a) / (len(a) - 1) / len(a)
+    variance += sum((x - mean_b) ** 2 for x in b) / (len(b) - 1) / len(b)
+    if variance == 0:
+        return (math.inf if mean_a > mean_b else 0.0), len(a), len(b)
+    return (mean_a - mean_b) / math.sqrt(variance), len(a), len(b)
+
+
+BY_LOSS, BY_ACCEPT_LENGTH = "loss", "accept length"
+MEASURES = {  # what ranks and separates candidates, by the probe's mode (ProbeSettings.via)
+    BY_LOSS: "the draft's training loss at TTT step 0, paired per position",
+    BY_ACCEPT_LENGTH: "the exact accept length over traces, unpaired, each verify step a unit",
+}
+
+
+def measured_t(best: Candidate, other: Candidate, by: str = BY_LOSS) -> tuple[float, int, int] | None:
+    return accept_t(best, other) if by == BY_ACCEPT_LENGTH else loss_t(best, other)
+
+
+def separates(best: Candidate, other: Candidate, by: str = BY_LOSS) -> bool:
+    """Whether these samples tell `best` from `other`: `other`'s training loss (`by` BY_LOSS) or
+    exact accept length (BY_ACCEPT_LENGTH) T_SEPARATE standard errors behind the best's (see the
+    module), else (nothing measured) acc_0 beyond two binomial standard errors."""
+    measured = measured_t(best, other, by)
     if measured is None:
         return other.acc_step0 < best.acc_step0 - confirm_margin(best)
     return measured[0] >= T_SEPARATE
@@ -78,11 +104,11 @@ def _level(best: Candidate, other: Candidate) -> bool:
     return bool(a) and len(a) == len(b) and all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
 
 
-def samples_to_separate(best: Candidate, other: Candidate, n_samples: int) -> int | None:
+def samples_to_separate(best: Candidate, other: Candidate, n_samples: int, by: str = BY_LOSS) -> int | None:
     """About how many samples would separate the two if the mean difference holds: the standard error
     shrinks as one over the square root of the samples, so n * (T_SEPARATE / t)^2; None where the
     best is not ahead at all."""
-    measured = loss_t(best, other)
+    measured = measured_t(best, other, by)
     if measured is None or not 0 < measured[0] < T_SEPARATE:
         return None
     return max(n_samples + 1, math.ceil(n_samples * (T_SEPARATE / measured[0]) ** 2))
@@ -96,6 +122,7 @@ class Ranking:
     declared: Candidate
     candidates: list[Candidate]  # best first
     n_samples: int
+    by: str = BY_LOSS  # BY_ACCEPT_LENGTH: a probe over traces, every candidate replayed exactly
 
     @property
     def best(self) -> Candidate:
@@ -104,7 +131,7 @@ class Ranking:
     @property
     def confirmed(self) -> bool:
         return self.best.aux_hf_indices == self.declared.aux_hf_indices or not separates(
-            self.best, self.declared
+            self.best, self.declared, self.by
         )
 
     @property
@@ -112,7 +139,7 @@ class Ranking:
         """Candidates other than the best these samples cannot tell from it (`separates`). In a deep
         target two neighbouring layers (HF 1 and 2, say) can carry nearly the same state, so a draft
         trained on one is served as well by the other."""
-        return [c for c in self.candidates[1:] if not separates(self.best, c)]
+        return [c for c in self.candidates[1:] if not separates(self.best, c, self.by)]
 
     @property
     def tied(self) -> list[Candidate]:
@@ -137,7 +164,7 @@ class Ranking:
     def samples_needed(self) -> int | None:
         """About how many samples would separate the tie if its differences hold (the closest pair
         decides); None when some tied wiring is not behind the best at all."""
-        needed = [samples_to_separate(self.best, c, self.n_samples) for c in self.tied[1:]]
+        needed = [samples_to_separate(self.best, c, self.n_samples, self.by) for c in self.tied[1:]]
         return max(needed) if needed and None not in needed else None
 
     def how_to_separate(self, draft_dir: str | None = None) -> str:
@@ -149,11 +176,12 @@ class Ranking:
                 "No wiring is written: declare the one your trainer used (its training config names the layers)."
             )
         needed = self.samples_needed()
+        live = f" --live {needed or 4 * self.n_samples} --via trace" if self.by == BY_ACCEPT_LENGTH else ""
         why = f" (if the differences these samples show hold, about {needed} would)" if needed else ""
         return (
             f"{self.n_samples} samples cannot tell {names} apart{why}, so no wiring is written yet: run the probe "
             f"on more samples (python -m backend probe --draft {draft_dir or 'DRAFT'} --samples FILE --limit "
-            f"{needed or 4 * self.n_samples}, or the Wiring probe tab with more samples), or hold the served "
+            f"{needed or 4 * self.n_samples}{live}, or the Wiring probe tab with more samples), or hold the served "
             "features against the draft's training features (Train vs serve). Until then each of them serves "
             "the draft about as well."
         )
@@ -171,9 +199,7 @@ class Ranking:
             verdict=verdict,
             confirmed=self.confirmed,
             confirm_margin=confirm_margin(self.best),
-            separation=Separation(
-                "the draft's training loss at TTT step 0, paired per position", T_SEPARATE, BLOCK
-            ),
+            separation=Separation(MEASURES[self.by], T_SEPARATE, BLOCK),
             as_good_as_best=[list(c.aux_hf_indices) for c in self.as_good],
             tied=[list(c.aux_hf_indices) for c in self.tied],
             separated=self.separated,
@@ -212,7 +238,7 @@ def verdict(report: Ranking, num_layers: int) -> str:
     if report.confirmed and best is not declared:
         return (
             f"The declared wiring {describe(declared.aux_hf_indices, num_layers)} is the trained one as far as "
-            f"{report.n_samples} samples can tell: {_score(declared)}, within the noise ({_noise(best, declared)}) "
+            f"{report.n_samples} samples can tell: {_score(declared)}, within the noise ({_noise(report, declared)}) "
             f"of the best of {len(report.candidates)} candidates, HF {list(best.aux_hf_indices)} at "
             f"{_score(best)}. {config}"
         )
@@ -231,22 +257,19 @@ def verdict(report: Ranking, num_layers: int) -> str:
             f"{list(declared.aux_hf_indices)} instead of {predicted_best:.2f} with HF {list(best.aux_hf_indices)} "
             f"({100 * (1 - predicted_declared / predicted_best):.0f}% lost)"
         )
-    live = ""
-    if best.live_accept_length is not None and declared.live_accept_length is not None:
-        live = f"; live accept length {declared.live_accept_length:.2f} vs {best.live_accept_length:.2f}"
     tied = [c for c in report.as_good if c is not declared]
     if not tied:
         return (
             f"The draft was trained on {describe(best.aux_hf_indices, num_layers)}, not on the declared "
             f"{describe(declared.aux_hf_indices, num_layers)}: {_score(best)} vs {_score(declared)} with the "
-            f"declared wiring{loss}{live}; the runner-up is {_runner_up(report)}. {config}"
+            f"declared wiring{loss}; the runner-up is {_runner_up(report)}. {config}"
         )
     others = ", ".join(f"HF {list(c.aux_hf_indices)} ({_score(c)})" for c in tied)
     return (
         f"The draft was not trained on the declared {describe(declared.aux_hf_indices, num_layers)}: "
         f"the best wiring, {describe(best.aux_hf_indices, num_layers)}, scores {_score(best)} vs "
-        f"{_score(declared)} with the declared wiring{loss}{live}. These samples cannot tell it from {others} "
-        f"(the closest: {_noise(best, tied[0])}). " + report.how_to_separate()
+        f"{_score(declared)} with the declared wiring{loss}. These samples cannot tell it from {others} "
+        f"(the closest: {_noise(report, tied[0])}). " + report.how_to_separate()
     )
 
 
@@ -254,25 +277,35 @@ def _runner_up(report: Ranking) -> str:
     runner = next((c for c in report.candidates[1:]), None)
     if runner is None:
         return "none"
-    return f"HF {list(runner.aux_hf_indices)} ({_noise(report.best, runner)})"
+    return f"HF {list(runner.aux_hf_indices)} ({_noise(report, runner)})"
 
 
 def _score(candidate: Candidate) -> str:
-    """A candidate's numbers in words: the training loss where measured, and acc_0."""
+    """A candidate's numbers in words: the live accept length where replayed (what a probe over
+    traces ranks by), the training loss where measured, and acc_0."""
     said = f"acc_0 {candidate.acc_step0:.3f}"
     if candidate.loss is not None:
         said = f"training loss {candidate.loss:.3f} nats, " + said
+    if candidate.live_accept_length is not None:
+        said = f"live accept length {candidate.live_accept_length:.2f}, " + said
     return said
 
 
-def _noise(best: Candidate, other: Candidate) -> str:
-    """How far apart the samples put two candidates: the paired t of their training losses (or the
-    acc_0 margin where none was measured)."""
-    measured = loss_t(best, other)
+def _noise(report: Ranking, other: Candidate) -> str:
+    """How far apart the samples put the best and another candidate: the paired t of their training
+    losses, or (over traces) the t of their exact accept lengths, or the acc_0 margin where neither
+    was measured."""
+    best = report.best
+    measured = measured_t(best, other, report.by)
     if measured is None:
         return f"±{confirm_margin(best):.3f} acc_0, two standard errors over {best.n_positions} positions"
-    t, n, blocks = measured
+    t, n, m = measured
+    if report.by == BY_ACCEPT_LENGTH:
+        return (
+            f"over {n} and {m} verify steps, its accept length is {t:.1f} standard errors below the best's; "
+            f"{T_SEPARATE:g} separate"
+        )
     return (
-        f"paired over {n} positions in {blocks} blocks of {BLOCK}, its training loss is {t:.1f} standard "
+        f"paired over {n} positions in {m} blocks of {BLOCK}, its training loss is {t:.1f} standard "
         f"errors above the best's; {T_SEPARATE:g} separate"
     )

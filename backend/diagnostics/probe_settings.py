@@ -68,6 +68,8 @@ class Candidate(Plain):
     mean_prob: float | None = None  # p(the target's greedy token) at TTT step 0, over every counted position
     loss: float | None = None  # the draft's training loss at TTT step 0, nats per counted position
     position_loss: list = field(default_factory=list, repr=False, compare=False, metadata={OMIT: True})
+    # the accepted count of every verify step of its live replays (what separates two over traces)
+    live_counts: list = field(default_factory=list, repr=False, compare=False, metadata={OMIT: True})
 
     @property
     def acc_step0(self) -> float:

@@ -45,18 +45,24 @@ def batchable(config: ReplayConfig) -> bool:
 def replay_batch(
     target: Target,
     draft: Eagle3Draft,
-    wiring: Wiring,
+    wiring: Wiring | list[Wiring],
     prompts: list[list[int]],
     configs: list[ReplayConfig],
 ) -> Iterator[tuple[int, PrefillRecord | StepRecord, bool]]:
     """Yield (the prompt's index, its record, whether it was the prompt's last): each prompt's
     PrefillRecord, then its StepRecords, the verify steps of all prompts still running batched
     together, until each ends at EOS or its max_new_tokens. Prompt i replays with configs[i] (its
-    budget, K, reading); every prompt gets the records its `replay` alone would yield."""
+    budget, K, reading) and `wiring` (one for all, or wiring[i]: the wiring probe replays every
+    candidate of a draft in one batch, the target capturing the union of their layers); every
+    prompt gets the records its `replay` alone would yield."""
     if not all(batchable(config) for config in configs):
         raise ValueError("only the greedy chain replays batched (topk 1, temperature 0)")
     if any(not prompt for prompt in prompts):
         raise ValueError("a prompt is empty")
+    wirings = wiring if isinstance(wiring, list) else [wiring] * len(prompts)
+    if len(wirings) != len(prompts):
+        raise ValueError(f"{len(wirings)} wirings for {len(prompts)} prompts")
+    captured = tuple(sorted({i for w in wirings for i in w.aux_hf_indices}))
     with torch.inference_mode():
         running: dict[int, Chain] = {}
         for group in prefill_groups([len(prompt) for prompt in prompts]):
@@ -66,7 +72,7 @@ def replay_batch(
                 [prompts[index] for index in group],
                 caches,
                 [0] * len(group),
-                capture=wiring.aux_hf_indices,
+                capture=captured,
                 last_logits=True,
             )
             elapsed = elapsed_ms(started, target.device)
@@ -74,7 +80,7 @@ def replay_batch(
             for index, cache, output in zip(group, caches, outputs, strict=True):
                 share = elapsed * len(prompts[index]) / tokens  # each prefill's time: its share of the rows
                 prefill = Prefill(prompts[index], cache, output, share)
-                record, chain = prefilled(target, draft, wiring, configs[index], prefill)
+                record, chain = prefilled(target, draft, wirings[index], configs[index], prefill)
                 yield index, record, chain.cursor is None
                 if chain.cursor is not None:
                     running[index] = chain
@@ -86,7 +92,7 @@ def replay_batch(
                 [chain.verify_ids(proposed[index]) for index, chain in running.items()],
                 [chain.caches.target for chain in chains],
                 [chain.cursor.position for chain in chains],
-                capture=wiring.aux_hf_indices,
+                capture=captured,
             )
             share = elapsed_ms(started, target.device) / len(members)
             for index, chain, output in zip(members, chains, outputs, strict=True):
@@ -113,7 +119,11 @@ def prefill_groups(lengths: list[int], rows: int = PREFILL_ROWS) -> list[list[in
 
 
 def replay_all(
-    target: Target, draft: Eagle3Draft, wiring: Wiring, prompts: list[list[int]], config: ReplayConfig
+    target: Target,
+    draft: Eagle3Draft,
+    wiring: Wiring | list[Wiring],
+    prompts: list[list[int]],
+    config: ReplayConfig,
 ) -> list[list[PrefillRecord | StepRecord]]:
     """Each prompt's records, the prompts replayed as one batch with the same settings."""
     records: list[list[PrefillRecord | StepRecord]] = [[] for _ in prompts]
@@ -126,13 +136,13 @@ def accept_lengths(
     target: Target,
     draft: Eagle3Draft,
     prompts: list[list[int]],
-    wiring: Wiring,
+    wiring: Wiring | list[Wiring],
     num_steps: int,
     max_new_tokens: int,
     math: DraftMath | None = None,
 ) -> list[list[int]]:
     """Per prompt, the accepted count a of every verify step of an unrecorded replay (live accept
-    lengths), the prompts replayed as one batch."""
+    lengths), the prompts replayed as one batch (`wiring`: one, or one per prompt)."""
     config = ReplayConfig(num_steps, max_new_tokens, record=False, math=math)
     return [
         [r.accepted_count for r in records if isinstance(r, StepRecord)]

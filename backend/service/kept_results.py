@@ -105,10 +105,10 @@ def known_verdict(target_path: str, draft_path: str, db_url: str | None = None) 
     return KeptVerdict(result, when.replace(tzinfo=when.tzinfo or UTC))
 
 
-def probe_settings(num_steps: int, budget: int, live: int, samples: list) -> SettingsUsed:
+def probe_settings(num_steps: int, budget: int, live: int, samples: list, via: str = "step") -> SettingsUsed:
     """What a probe with these settings on these samples would use (ProbeSettings.describe), to match
     it against a stored probe's."""
-    return ProbeSettings(num_steps, budget, live).describe(samples)
+    return ProbeSettings(num_steps, budget, live, via=via).describe(samples)
 
 
 def known_probe(target_path: str, draft_path: str, db_url: str | None = None) -> ProbeResult | None:

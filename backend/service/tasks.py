@@ -306,14 +306,15 @@ def start_compare(db_url: str | None, comparison: Comparison) -> str:
 
 
 @job("probe", lambda target_path, draft_path, *_: f"probe {_name(draft_path)}")
-def probe_job(target_path, draft_path, samples, num_steps, budget, live, *, progress: Progress):
-    """The wiring probe's report as the probe tab keeps it (probe_settings.ProbeResult)."""
+def probe_job(target_path, draft_path, samples, num_steps, budget, live, via="step", *, progress: Progress):
+    """The wiring probe's report as the probe tab keeps it (probe_settings.ProbeResult); `via` trace:
+    the live replays run over traces, every candidate, ranked by its exact accept length."""
     from backend.diagnostics.probe import ProbeSettings, run_probe
 
     progress(0.0, "loading models")
     target, draft, _ = models.pair(target_path, draft_path)
     view, wiring = reading_of("auto", None, draft, target.num_layers)  # as the CLI's probe: one rule
-    settings = ProbeSettings(num_steps, budget, live)
+    settings = ProbeSettings(num_steps, budget, live, via=via)
     return run_probe(
         target,
         draft,

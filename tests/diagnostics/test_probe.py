@@ -64,6 +64,24 @@ def test_the_live_replays_over_traces_give_every_candidate_its_exact_accept_leng
         if candidate.live_accept_length is not None:
             assert by_wiring[candidate.aux_hf_indices] == candidate.live_accept_length
     assert trace.settings.via == "trace" and step.settings.via == "step"
+    # over traces the exact accept length ranks (the training loss only breaks its ties)
+    ranked = [(c.live_accept_length, c.score) for c in trace.candidates]
+    assert ranked == sorted(ranked, reverse=True)
+    assert f"live accept length {trace.best.live_accept_length:.2f}" in trace.verdict
+
+
+def test_every_candidate_replayed_in_one_batch_counts_as_its_lone_replay(bigram_setup):
+    """The probe replays all its candidates as one batch (one wiring per row, the target capturing the
+    union of their layers); each wiring's accept length is the one its own replay gives."""
+    from backend.diagnostics.probe import live_accept_lengths
+    from tests.support.models import load_draft
+
+    setup = bigram_setup
+    draft, _ = load_draft(setup.root / "miswired", setup.target)
+    wirings = [(2, 4, 5), (0, 1, 2), (1, 3, 4), (0, 4, 6)]
+    together = live_accept_lengths(setup.target, draft, wirings, setup.samples[:2], 3, 20)
+    alone = [live_accept_lengths(setup.target, draft, [w], setup.samples[:2], 3, 20)[0] for w in wirings]
+    assert together == alone and len({tuple(c) for c in together}) > 1
 
 
 def test_probe_confirms_a_correct_declaration(bigram_setup):

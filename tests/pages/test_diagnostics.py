@@ -158,3 +158,24 @@ def test_the_server_tab_names_the_slot_the_server_fed(db, tmp_path):
     diagnostics.text_input(key="features_path").set_value(str(tmp_path / "none.jsonl")).run()
     ok(diagnostics.button(key="features_run").click().run())
     assert any("no such response file" in e.value for e in diagnostics.error)
+
+
+def test_the_probe_tab_over_traces_ranks_every_candidate_by_its_exact_accept_length(db):
+    """Issue 67: the probe tab's live replays over traces give every candidate its exact accept length,
+    which then ranks the table, and the caption says so."""
+    from tests.support.pages import finish
+
+    diagnostics = ok(page("4_Diagnostics").run())
+    ok(diagnostics.selectbox(key="sidebar_draft").set_value("miswired").run())
+    diagnostics.number_input(key="probe_n").set_value(2).run()
+    diagnostics.number_input(key="probe_live").set_value(2).run()
+    ok(diagnostics.radio(key="probe_via").set_value("trace").run())
+    ok(diagnostics.button(key="probe_run").click().run())
+    diagnostics = ok(finish(diagnostics, "probe_task"))
+    (table,) = [d for d in diagnostics.dataframe if d.key == "probe_table"] or [diagnostics.dataframe[0]]
+    live = list(table.value["live AL"])
+    assert len(live) > 3 and all(a == a for a in live) and live == sorted(live, reverse=True)
+    assert any(
+        "ranked by the exact accept length of live replays over traces" in c.value
+        for c in diagnostics.caption
+    )
