@@ -303,9 +303,9 @@ def _noise(report: Ranking, other: Candidate) -> str:
     if report.by == BY_ACCEPT_LENGTH:
         return (
             f"over {n} and {m} verify steps, its accept length is {t:.1f} standard errors below the best's; "
-            f"{T_SEPARATE:g} separate"
+            f"{T_SEPARATE:g} or more would tell them apart"
         )
     return (
         f"paired over {n} positions in {m} blocks of {BLOCK}, its training loss is {t:.1f} standard "
-        f"errors above the best's; {T_SEPARATE:g} separate"
+        f"errors above the best's; {T_SEPARATE:g} or more would tell them apart"
     )
