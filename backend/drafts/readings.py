@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 
 from backend import BadInput
+from backend.drafts.dflash_config import DFLASH
 from backend.drafts.draft_config import VARIANT_FLAGS, DraftConfig
 from backend.drafts.engine_readers import READERS, DraftFacts, DraftMath, vocab_mapping
 from backend.plain import Plain
@@ -222,11 +223,29 @@ def fed_wiring(view: EngineView, override, num_target_layers: int) -> Wiring:
     return view.wiring
 
 
+def dflash_reading(engine: str, override, config, num_target_layers: int) -> tuple[EngineView, Wiring]:
+    """A DFlash draft's reading (backend/drafts/dflash_readings.py): BadInput where that engine cannot
+    run it or an EAGLE-3 override is given."""
+    from backend.drafts.dflash_readings import dflash_view
+
+    if override is not None:
+        raise BadInput(
+            "a DFlash draft reads the layers its dflash_config.target_layer_ids names (z-lab ids, HF = id + 1): "
+            "edit them there; --aux-hf-indices overrides an EAGLE-3 draft's three"
+        )
+    view = dflash_view(engine, config, num_target_layers)
+    if view.refusal:
+        raise BadInput(f"{view.engine}: {view.refusal}")
+    return view, view.wiring
+
+
 def reading_of(engine: str, override, draft, num_target_layers: int) -> tuple[EngineView, Wiring]:
     """`engine`'s view of the loaded draft and the HF indices it is fed: the `override` (checked
     against the target's depth in backend/run/wiring.py override_wiring, the one depth check), else what that engine
     reads (checked in the readings). BadInput when that engine cannot run the draft. The one place a
     replay, the teacher and the probe decide what feeds the draft."""
+    if getattr(draft.config, "method", None) == DFLASH:
+        return dflash_reading(engine, override, draft.config, num_target_layers)
     view = read_as(
         engine,
         draft.config,

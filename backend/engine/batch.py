@@ -155,6 +155,10 @@ def propose_all(draft: Eagle3Draft, running: dict[int, Chain]) -> dict[int, Draf
     forward (`draft_catch_ups`: each its own committed count, packed), then the chains of samples
     drafting the same number of tokens with the same settings proposed together (`draft_chains`); a
     sample's draft time is its share of its groups' forwards."""
+    from backend.engine.dflash_step import DFlashChain
+
+    if any(isinstance(chain, DFlashChain) for chain in running.values()):  # a block each, its own forward
+        return {index: chain.propose() for index, chain in running.items()}
     device = next(draft.parameters()).device
     spent = dict.fromkeys(running, 0.0)
     caught: dict[int, torch.Tensor] = {}

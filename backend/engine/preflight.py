@@ -68,6 +68,18 @@ class PreflightReport:
         )
 
 
+def is_dflash(draft_dir) -> bool:
+    """Whether the folder holds a DFlash draft (its config.json's method; BadInput for a block drafter
+    SpecLens does not replay, or an unreadable config)."""
+    from backend.drafts.dflash_config import DFLASH, method_of
+    from backend.drafts.json_config import read_json_object
+
+    config = Path(draft_dir) / "config.json"
+    if not Path(draft_dir).is_dir() or not config.is_file():
+        return False  # read_draft says what is missing
+    return method_of(read_json_object(config), str(config)) == DFLASH
+
+
 class PreflightRefused(BadInput):
     """A draft that failed preflight; carries the whole report for the dashboard's table."""
 
@@ -82,6 +94,10 @@ def preflight(
 ) -> PreflightReport:
     """Check a draft against a target without loading the target's weights."""
     target_config = read_target_config(target_dir)
+    if is_dflash(draft_dir):
+        from backend.engine.dflash_preflight import dflash_preflight
+
+        return dflash_preflight(draft_dir, target_config)
     try:
         files = read_draft(draft_dir)
     except BadInput as error:
@@ -97,6 +113,14 @@ def load_checked_draft(
 ) -> tuple[Eagle3Draft, PreflightReport]:
     """Read the draft once, check it against the loaded target, and build it; PreflightRefused when
     a check fails. The report (warnings included) comes back for the caller to show."""
+    if is_dflash(draft_dir):
+        from backend.engine.dflash_preflight import dflash_preflight
+        from backend.engine.dflash_step import load_dflash
+
+        report = dflash_preflight(draft_dir, target.model.config)
+        if not report.ok:
+            raise PreflightRefused(draft_dir, report)
+        return load_dflash(draft_dir, target), report
     files = read_draft(draft_dir)
     report = check_draft(files, target.model.config, aux_hf_indices)
     if not report.ok:

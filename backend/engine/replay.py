@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
+from backend.drafts.dflash_config import DFLASH
 from backend.engine.chain_step import Chain
 from backend.engine.draft_model import Eagle3Draft
 from backend.engine.loading import Target
@@ -48,6 +49,8 @@ def replay(
 ) -> Iterator[PrefillRecord | StepRecord]:
     """Yield a PrefillRecord, then one StepRecord per verify step, until EOS or max_new_tokens."""
     generator = None if config.sampling.greedy else torch.Generator().manual_seed(config.sampling.seed)
+    if getattr(draft.config, "method", None) == DFLASH and config.uses_tree_path:
+        raise ValueError("a DFlash draft replays its greedy chain of blocks (topk 1, temperature 0) for now")
     with torch.inference_mode():
         record, chain = start(target, draft, prompt_ids, wiring, config, generator)
         yield record
@@ -137,7 +140,14 @@ def prefilled(
     cursor = Cursor(len(prompt_ids), first, 1, features, list(prompt_ids[1:]) + [first], 0)
     if first in eos or config.max_new_tokens <= 1:
         cursor = None
-    return record, Chain(target, draft, wiring, config, caches, cursor, history)
+    return record, chain_of(draft)(target, draft, wiring, config, caches, cursor, history)
+
+
+def chain_of(draft) -> type[Chain]:
+    """The chain a draft's method steps with: EAGLE-3's (chain_step.Chain) or DFlash's blocks."""
+    from backend.engine.dflash_step import DFlashChain
+
+    return DFlashChain if getattr(draft.config, "method", None) == DFLASH else Chain
 
 
 def first_token(logits: torch.Tensor, sampling: Sampling, generator: torch.Generator | None) -> int:

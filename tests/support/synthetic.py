@@ -314,3 +314,69 @@ def corrupt_next_token_map(next_token: list[int], wrong_share: float, seed: int 
             next_token[token] + 1 + int(torch.randint(vocab - 1, (1,), generator=generator))
         ) % vocab
     return believed
+
+
+# ----------------------------------------------------------------------------- DFlash drafts
+
+
+def dflash_config_dict(
+    target_config,
+    num_layers: int = 2,
+    block_size: int = 4,
+    target_layer_ids: list[int] | None = None,
+    mask_token_id: int = 5,
+    **overrides,
+) -> dict:
+    """A DFlash draft's config.json in z-lab's format (dflash/model.py) for a Llama `target_config`."""
+    heads = target_config.num_attention_heads
+    config = {
+        "architectures": ["DFlashDraftModel"],
+        "auto_map": {"AutoModel": "dflash.DFlashDraftModel"},
+        "model_type": "qwen3",
+        "block_size": block_size,
+        "num_target_layers": target_config.num_hidden_layers,
+        "dflash_config": {
+            "mask_token_id": mask_token_id,
+            "target_layer_ids": target_layer_ids
+            if target_layer_ids is not None
+            else list(range(min(3, target_config.num_hidden_layers - 1))),
+        },
+        "hidden_size": target_config.hidden_size,
+        "intermediate_size": 2 * target_config.hidden_size,
+        "num_hidden_layers": num_layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": target_config.num_key_value_heads,
+        "head_dim": target_config.hidden_size // heads,
+        "hidden_act": "silu",
+        "attention_bias": False,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0,
+        "max_position_embeddings": 4096,
+        "vocab_size": target_config.vocab_size,
+        "tie_word_embeddings": False,
+    }
+    return config | overrides
+
+
+def random_dflash_tensors(config: dict, seed: int = 1, std: float = 0.5) -> dict:
+    """Random DFlash weights under z-lab's names (fc, hidden_norm, layers.N.*, norm)."""
+    from backend.drafts.dflash_config import parse_dflash_config
+    from backend.engine.dflash_model import DFlashDraft
+
+    torch.manual_seed(seed)
+    draft = DFlashDraft(
+        parse_dflash_config(config), torch.nn.Embedding(1, config["hidden_size"]), torch.zeros(1)
+    )
+    with torch.no_grad():
+        for param in draft.parameters():
+            if param.ndim == 2:
+                param.normal_(0.0, std / param.shape[1] ** 0.5)
+    return {n: t.clone() for n, t in draft.state_dict().items()}
+
+
+def save_dflash(path: Path, config: dict, tensors: dict) -> Path:
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.json").write_text(json.dumps(config, indent=2))
+    save_file({n: t.contiguous() for n, t in tensors.items()}, str(path / "model.safetensors"))
+    return path

@@ -1,0 +1,138 @@
+"""Train a DFlash draft the way SpecForge trains one (specforge/core/dflash.py `OnlineDFlashModel`, now
+specforge/algorithms/common/dflash_family_model.py), with the replay's own draft module
+(backend/engine/dflash_model.py), on target states computed once.
+
+Per sample (input_ids, loss_mask, the target's states at the draft's layers [S, n*H]):
+- anchors: positions a with loss_mask[a] and loss_mask[a + 1] set, up to `anchors` drawn without
+  replacement (`_sample_anchor_positions`);
+- a block per anchor: [input_ids[a], mask x (B - 1)] at positions a..a+B-1;
+- the context: every position's states, which block j sees strictly before its anchor (kv < a_j), and
+  its own B slots both ways, never another block (`create_dflash_sdpa_mask`);
+- labels input_ids[a + k] (slot k predicts its own position), weight [k > 0] * loss_mask[a + k] *
+  exp(-(k - 1) / gamma) (`loss_decay_gamma`, 7 in the recipes); the loss the weighted mean
+  cross-entropy over the target's full vocabulary (its head, frozen, as its embeddings).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from backend.engine.dflash_model import DFlashDraft
+
+
+@dataclass(frozen=True)
+class Schedule:
+    epochs: int = 2
+    anchors: int = 48  # per sample (SpecForge: 512; fewer keeps a CPU epoch near 15 minutes)
+    gamma: float = 7.0
+    lr: float = 6e-4
+    warmup: float = 0.04
+    batch: int = 8  # samples per optimizer step
+    clip: float = 1.0
+    seed: int = 2026
+
+
+def anchor_positions(loss_mask: torch.Tensor, count: int, generator: random.Random) -> list[int]:
+    valid = [a for a in range(len(loss_mask) - 1) if loss_mask[a] and loss_mask[a + 1]]
+    return sorted(generator.sample(valid, min(count, len(valid))))
+
+
+def block_mask(anchors: list[int], block: int, context: int) -> torch.Tensor:
+    """[Q, S + Q] bool, True = attend: block j sees context kv < a_j and its own slots."""
+    q = len(anchors) * block
+    mask = torch.zeros(q, context + q, dtype=torch.bool)
+    for j, a in enumerate(anchors):
+        rows = slice(j * block, (j + 1) * block)
+        mask[rows, :a] = True
+        mask[rows, context + j * block : context + (j + 1) * block] = True
+    return mask
+
+
+def sample_loss(draft: DFlashDraft, sample: dict, schedule: Schedule, generator: random.Random):
+    """The weighted cross-entropy of one sample's blocks, and (weight, top-1 hits at weight > .5)."""
+    ids, mask, states = sample["input_ids"], sample["loss_mask"], sample["states"].float()
+    block, length = draft.config.block_size, len(ids)
+    anchors = anchor_positions(mask, schedule.anchors, generator)
+    if not anchors:
+        return None
+    offsets = torch.arange(block)
+    places = torch.tensor(anchors)[:, None] + offsets[None, :]  # [N, B]
+    inside = places < length
+    labels = ids[places.clamp(max=length - 1)]
+    weight = inside & (offsets[None, :] > 0) & (mask[places.clamp(max=length - 1)] > 0)
+    decay = torch.exp(-(offsets - 1).clamp(min=0).float() / schedule.gamma)
+    weights = weight.float() * decay[None, :]
+    tokens = torch.full((len(anchors), block), draft.mask_token_id, dtype=torch.long)
+    tokens[:, 0] = ids[torch.tensor(anchors)]
+    context = draft.context(states, torch.arange(length))
+    hidden = draft.block(tokens.flatten(), places.flatten(), context, block_mask(anchors, block, length))
+    logits = draft.logits(hidden)
+    losses = F.cross_entropy(logits, labels.flatten(), reduction="none")
+    flat = weights.flatten()
+    hits = ((logits.argmax(-1) == labels.flatten()) & weight.flatten()).sum()
+    return (losses * flat).sum(), flat.sum(), hits, weight.sum()
+
+
+def train(
+    draft: DFlashDraft, samples: list[dict], schedule: Schedule, log=print, on_epoch=None
+) -> list[dict]:
+    """Train `draft` in place (its fc, norms, layers; the target's embedding and head stay frozen);
+    per epoch the mean loss and slot accuracy, and whatever `on_epoch(epoch, draft)` returns."""
+    generator = random.Random(schedule.seed)
+    params = [p for p in draft.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=schedule.lr, weight_decay=0.0)
+    total = schedule.epochs * math.ceil(len(samples) / schedule.batch)
+    warm = max(1, int(schedule.warmup * total))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer,
+        lambda s: (
+            (s + 1) / warm if s < warm else 0.5 * (1 + math.cos(math.pi * (s - warm) / max(1, total - warm)))
+        ),
+    )
+    curve = []
+    draft.train()
+    for epoch in range(1, schedule.epochs + 1):
+        started, order = time.time(), list(range(len(samples)))
+        generator.shuffle(order)
+        seen = [0.0, 0.0, 0, 0]
+        for first in range(0, len(order), schedule.batch):
+            parts = [
+                sample_loss(draft, samples[i], schedule, generator)
+                for i in order[first : first + schedule.batch]
+            ]
+            parts = [p for p in parts if p is not None]
+            if not parts:
+                continue
+            weight = sum(p[1] for p in parts)
+            loss = sum(p[0] for p in parts) / (weight + 1e-6)
+            optimizer.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, schedule.clip)
+            optimizer.step()
+            scheduler.step()
+            seen[0] += float(loss.detach()) * float(weight)
+            seen[1] += float(weight)
+            seen[2] += int(sum(p[2] for p in parts))
+            seen[3] += int(sum(p[3] for p in parts))
+            if (first // schedule.batch) % 20 == 0:
+                log(f"epoch {epoch} batch {first // schedule.batch}: loss {float(loss.detach()):.3f}")
+        row = {
+            "epoch": epoch,
+            "loss": seen[0] / max(seen[1], 1e-9),
+            "slot_accuracy": seen[2] / max(seen[3], 1),
+            "minutes": round((time.time() - started) / 60, 1),
+        }
+        draft.eval()
+        if on_epoch is not None:
+            row |= on_epoch(epoch, draft) or {}
+        draft.train()
+        curve.append(row)
+        log(f"epoch {epoch}: {row}")
+    draft.eval()
+    return curve

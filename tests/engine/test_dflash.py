@@ -1,0 +1,141 @@
+"""The DFlash replay (backend/engine/dflash_step.py): exact in fp32, its blocks as z-lab's loop builds
+them, and bad drafts refused in one line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from tests.support.synthetic import (
+    TargetShape,
+    dflash_config_dict,
+    make_target,
+    random_dflash_tensors,
+    save_dflash,
+)
+
+
+@pytest.fixture(scope="module")
+def dflash_pair(tmp_path_factory):
+    from backend.engine.dflash_step import load_dflash
+    from backend.engine.loading import load_target
+
+    root = tmp_path_factory.mktemp("dflash")
+    model = make_target(
+        root / "target", TargetShape(num_layers=4, hidden=64, vocab=128, eos_token_id=None), seed=3
+    )
+    config = dflash_config_dict(model.config, block_size=5, target_layer_ids=[0, 1, 2])
+    save_dflash(root / "draft", config, random_dflash_tensors(config, std=2.0))
+    target = load_target(root / "target", device="cpu", dtype="fp32")
+    return root, model, target, load_dflash(root / "draft", target), config
+
+
+def greedy(model, prompt: list[int], new: int) -> list[int]:
+    out = model.generate(torch.tensor([prompt]), max_new_tokens=new, do_sample=False, min_new_tokens=new)
+    return out[0, len(prompt) :].tolist()
+
+
+@pytest.mark.parametrize("num_steps", [1, 4, 7])
+def test_the_dflash_replay_is_the_target_s_greedy_output_and_each_block_is_z_lab_s(dflash_pair, num_steps):
+    """fp32: the output equals generate(); every step's drafts equal a block computed from scratch
+    (the context: the target's states at every position before the pending token, no cache)."""
+    from backend.engine.dflash_step import dflash_wiring
+    from backend.engine.replay import ReplayConfig, output_ids_of, replay
+    from backend.run.records import StepRecord
+
+    _, model, target, draft, _ = dflash_pair
+    prompt, new = [3, 17, 42, 9, 11], 40
+    wiring = dflash_wiring(draft.config)
+    records = list(replay(target, draft, prompt, wiring, ReplayConfig(num_steps, new)))
+    output = output_ids_of(records)
+    assert output == greedy(model, prompt, new)
+    steps = [r for r in records if isinstance(r, StepRecord)]
+    assert steps and all(len(s.drafted_ids) == num_steps for s in steps)
+    with torch.inference_mode():
+        tokens = prompt + output
+        hidden = model(torch.tensor([tokens]), output_hidden_states=True).hidden_states
+        states = torch.cat([hidden[i][0] for i in wiring.aux_hf_indices], dim=-1)
+        for step in steps:
+            n = step.position
+            context = draft.context(states[:n], torch.arange(n))
+            ids = torch.tensor([step.pending_token] + [draft.mask_token_id] * num_steps)
+            block = draft.block(ids, torch.arange(n, n + num_steps + 1), context)
+            assert draft.logits(block[1:]).argmax(-1).tolist() == step.drafted_ids, step.step_index
+
+
+def test_bad_dflash_drafts_are_refused_in_one_line(dflash_pair, tmp_path):
+    from backend import BadInput
+    from backend.drafts.dflash_config import method_of
+    from backend.engine.dflash_step import load_dflash
+
+    root, _, target, _, config = dflash_pair
+    cases = {
+        "mask": (
+            {"dflash_config": {**config["dflash_config"], "mask_token_id": 128}},
+            "past the target's embedding",
+        ),
+        "layer": (
+            {"dflash_config": {**config["dflash_config"], "target_layer_ids": [0, 1, 4]}},
+            "names layer 4",
+        ),
+        "block": ({"block_size": 1}, "block_size must be an integer >= 2"),
+        "width": ({"hidden_size": 32}, "hidden_size 32"),
+    }
+    for name, (change, said) in cases.items():
+        save_dflash(tmp_path / name, config | change, random_dflash_tensors(config))
+        with pytest.raises(BadInput, match=said):
+            load_dflash(tmp_path / name, target)
+    tensors = random_dflash_tensors(config)
+    del tensors["fc.weight"]
+    save_dflash(tmp_path / "lacking", config, tensors)
+    with pytest.raises(BadInput, match=r"model.safetensors: missing fc.weight"):
+        load_dflash(tmp_path / "lacking", target)
+    assert method_of(json.loads((root / "draft" / "config.json").read_text())) == "dflash"
+    with pytest.raises(BadInput, match="DFlash2"):
+        method_of({"architectures": ["DFlash2DraftModel"]})
+
+
+def test_a_draft_trained_by_the_dflash_objective_is_accepted(tmp_path):
+    """demo/train_dflash.py's objective (anchors, blocks of masks, context before each anchor) on a
+    target with no attention (a bigram): the trained draft's blocks are accepted where a random one's
+    are not, and the replay stays the target's greedy output."""
+    from backend.drafts.dflash_config import parse_dflash_config
+    from backend.engine.batch import accept_lengths
+    from backend.engine.dflash_model import DFlashDraft
+    from backend.engine.dflash_step import dflash_wiring
+    from backend.engine.loading import load_target
+    from backend.target.capture import AuxCapture
+    from demo import train_dflash
+
+    model = make_target(
+        tmp_path / "bigram", TargetShape(num_layers=2, hidden=64, vocab=64), seed=5, attention_scale=0.0
+    )
+    model.requires_grad_(False)
+    config = dflash_config_dict(model.config, num_layers=1, block_size=4, target_layer_ids=[0, 1])
+    draft = DFlashDraft(parse_dflash_config(config), model.get_input_embeddings(), model.lm_head.weight)
+    generator = torch.Generator().manual_seed(0)
+    samples = []
+    with torch.no_grad(), AuxCapture(model, [1, 2]) as capture:
+        for _ in range(32):
+            ids = torch.randint(0, 64, (1, 4), generator=generator)
+            ids = model.generate(ids, max_new_tokens=32, do_sample=False, min_new_tokens=32)[0]
+            model.model(input_ids=ids[None])
+            states = torch.cat([capture.captured[i][0] for i in (1, 2)], dim=-1)
+            samples.append({"input_ids": ids, "loss_mask": torch.ones_like(ids), "states": states})
+    target = load_target(tmp_path / "bigram", device="cpu", dtype="fp32")
+    prompts = [[3, 7, 9], [11, 2, 5], [40, 41, 42]]
+
+    def accepted() -> float:
+        with torch.inference_mode():
+            counts = accept_lengths(target, draft, prompts, dflash_wiring(draft.config), 3, 30)
+        return sum(sum(c) for c in counts) / sum(len(c) for c in counts)
+
+    before = accepted()
+    curve = train_dflash.train(
+        draft, samples, train_dflash.Schedule(epochs=5, anchors=16, batch=4, lr=3e-3), log=lambda _: None
+    )
+    assert curve[-1]["loss"] < curve[0]["loss"] and curve[-1]["slot_accuracy"] > 0.5
+    after = accepted()
+    assert after > before + 0.5, (before, after)
