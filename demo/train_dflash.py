@@ -21,62 +21,21 @@ import time
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from backend.engine.dflash_model import DFlashDraft
+from backend.engine.dflash_objective import sample_loss
 
 
 @dataclass(frozen=True)
 class Schedule:
     epochs: int = 2
-    anchors: int = 48  # per sample (SpecForge: 512; fewer keeps a CPU epoch near 15 minutes)
+    anchors: int = 32  # per sample (SpecForge: 512; fewer keeps a 2-core CPU epoch near 15 minutes)
     gamma: float = 7.0
     lr: float = 6e-4
     warmup: float = 0.04
     batch: int = 8  # samples per optimizer step
     clip: float = 1.0
     seed: int = 2026
-
-
-def anchor_positions(loss_mask: torch.Tensor, count: int, generator: random.Random) -> list[int]:
-    valid = [a for a in range(len(loss_mask) - 1) if loss_mask[a] and loss_mask[a + 1]]
-    return sorted(generator.sample(valid, min(count, len(valid))))
-
-
-def block_mask(anchors: list[int], block: int, context: int) -> torch.Tensor:
-    """[Q, S + Q] bool, True = attend: block j sees context kv < a_j and its own slots."""
-    q = len(anchors) * block
-    mask = torch.zeros(q, context + q, dtype=torch.bool)
-    for j, a in enumerate(anchors):
-        rows = slice(j * block, (j + 1) * block)
-        mask[rows, :a] = True
-        mask[rows, context + j * block : context + (j + 1) * block] = True
-    return mask
-
-
-def sample_loss(draft: DFlashDraft, sample: dict, schedule: Schedule, generator: random.Random):
-    """The weighted cross-entropy of one sample's blocks, and (weight, top-1 hits at weight > .5)."""
-    ids, mask, states = sample["input_ids"], sample["loss_mask"], sample["states"].float()
-    block, length = draft.config.block_size, len(ids)
-    anchors = anchor_positions(mask, schedule.anchors, generator)
-    if not anchors:
-        return None
-    offsets = torch.arange(block)
-    places = torch.tensor(anchors)[:, None] + offsets[None, :]  # [N, B]
-    inside = places < length
-    labels = ids[places.clamp(max=length - 1)]
-    weight = inside & (offsets[None, :] > 0) & (mask[places.clamp(max=length - 1)] > 0)
-    decay = torch.exp(-(offsets - 1).clamp(min=0).float() / schedule.gamma)
-    weights = weight.float() * decay[None, :]
-    tokens = torch.full((len(anchors), block), draft.mask_token_id, dtype=torch.long)
-    tokens[:, 0] = ids[torch.tensor(anchors)]
-    context = draft.context(states, torch.arange(length))
-    hidden = draft.block(tokens.flatten(), places.flatten(), context, block_mask(anchors, block, length))
-    logits = draft.logits(hidden)
-    losses = F.cross_entropy(logits, labels.flatten(), reduction="none")
-    flat = weights.flatten()
-    hits = ((logits.argmax(-1) == labels.flatten()) & weight.flatten()).sum()
-    return (losses * flat).sum(), flat.sum(), hits, weight.sum()
 
 
 def train(
@@ -103,7 +62,7 @@ def train(
         seen = [0.0, 0.0, 0, 0]
         for first in range(0, len(order), schedule.batch):
             parts = [
-                sample_loss(draft, samples[i], schedule, generator)
+                sample_loss(draft, samples[i], schedule.anchors, generator, schedule.gamma)
                 for i in order[first : first + schedule.batch]
             ]
             parts = [p for p in parts if p is not None]

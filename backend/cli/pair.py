@@ -9,6 +9,7 @@ from backend import BadInput
 from backend.cli.flags import request_fields
 from backend.cli.render import fmt, percent_bar, progress_bar
 from backend.defaults import default_draft
+from backend.drafts.dflash_config import DFLASH
 
 
 def cmd_preflight(args) -> tuple[dict, str]:
@@ -258,6 +259,8 @@ def cmd_probe(args) -> tuple[dict, str]:
     store_first(args)
     samples, _ = load_samples(args.samples, checked_vocab(args), args.limit)
     target, draft, wiring, view = load_pair(args, max(len(s.input_ids) for s in samples))
+    if getattr(draft.config, "method", None) == DFLASH:
+        return dflash_probe(target, draft, samples)
     bar, progress = percent_bar("probe")
 
     try:
@@ -298,6 +301,29 @@ def cmd_probe(args) -> tuple[dict, str]:
     lines.append(f"({len(report.candidates)} candidates, {report.n_samples} samples, {report.seconds:.1f} s)")
     lines.append(report.verdict)
     return report.to_dict(), "\n".join(lines)
+
+
+def dflash_probe(target, draft, samples) -> tuple[dict, str]:
+    """The DFlash layer probe (backend/diagnostics/dflash_probe.py): the declared target layers and
+    their shifts, by the draft's training loss."""
+    from backend.diagnostics.dflash_probe import probe_layers
+
+    bar, progress = percent_bar("probe")
+    try:
+        result = probe_layers(target, draft, samples, progress=progress)
+    finally:
+        bar.close()
+    lines = [f"{'target_layer_ids (z-lab)':>26}   loss  slot acc  label"]
+    for c in result.candidates:
+        loss = "  n/a" if c.loss is None else f"{c.loss:6.3f}"
+        accuracy = "  n/a" if c.slot_accuracy is None else f"{c.slot_accuracy:.3f}"
+        lines.append(f"{str(c.target_layer_ids):>26} {loss}     {accuracy}  {c.label}")
+    lines.append(
+        f"loss: the DFlash training loss (nats, position-decayed, the first {result.anchors} anchors of each of "
+        f"{result.n_samples} samples), which ranks; slot acc: top-1 over the block slots it counts"
+    )
+    lines.append(result.verdict)
+    return result.to_dict(), "\n".join(lines)
 
 
 def cmd_evaluate(args) -> tuple[dict, str]:

@@ -18,6 +18,7 @@ DSpark `markov_*` keys) are recognised and said unsupported here (`method_of`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from backend import BadInput
 
@@ -50,6 +51,18 @@ def method_of(raw: dict, where: str = "config.json") -> str:
     if isinstance(dflash, dict) or any("DFlash" in str(name) for name in architectures or []):
         return DFLASH
     return EAGLE3
+
+
+def is_dflash(draft_dir) -> bool:
+    """Whether the folder holds a DFlash draft (its config.json's method); BadInput for a block drafter
+    SpecLens does not replay, or an unreadable config. False where there is no config.json (the loader
+    says what is missing)."""
+    from backend.drafts.json_config import read_json_object
+
+    config = Path(draft_dir) / "config.json"
+    if not Path(draft_dir).is_dir() or not config.is_file():
+        return False
+    return method_of(read_json_object(config), str(config)) == DFLASH
 
 
 def target_layer_ids(num_target_layers: int, count: int) -> list[int]:

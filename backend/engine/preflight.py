@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from backend import BadInput, first_line
+from backend.drafts.dflash_config import is_dflash
 from backend.drafts.draft_config import KNOWN_ARCHITECTURES, VARIANT_FLAGS, DraftConfig
 from backend.drafts.engine_table import (
     OWN_EMBEDDING,
@@ -66,18 +67,6 @@ class PreflightReport:
             disagreements=[Disagreement.from_dict(d) for d in self.disagreements],
             serving_fixes=self.serving_fixes,
         )
-
-
-def is_dflash(draft_dir) -> bool:
-    """Whether the folder holds a DFlash draft (its config.json's method; BadInput for a block drafter
-    SpecLens does not replay, or an unreadable config)."""
-    from backend.drafts.dflash_config import DFLASH, method_of
-    from backend.drafts.json_config import read_json_object
-
-    config = Path(draft_dir) / "config.json"
-    if not Path(draft_dir).is_dir() or not config.is_file():
-        return False  # read_draft says what is missing
-    return method_of(read_json_object(config), str(config)) == DFLASH
 
 
 class PreflightRefused(BadInput):

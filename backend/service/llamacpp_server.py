@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from backend import BadInput
+from backend.drafts.dflash_config import is_dflash
 from backend.service.served_engines import ServedAnswer, ServedEngine, ServerOptions, refusal_of
 from backend.service.server_process import Launched, free_port, launched, post
 
@@ -158,17 +159,18 @@ def converted(
 
 
 def launch_command(
-    tree: Path, target_gguf: Path, draft_gguf: Path | None, num_steps: int, context: int, port: int,
-    threads: int, extra: tuple[str, ...] = (),
+    tree: Path, target_gguf: Path, draft_gguf: Path | None, num_steps: int, flags: ServerFlags, port: int,
+    threads: int,
 ) -> list[str]:  # fmt: skip
     """llama-server on the pair (draft None: the target alone, the bench's baseline), one slot."""
+    context, extra, spec_type = flags.context, flags.extra, flags.spec_type
     speculative = []
     if draft_gguf is not None:
         speculative = [
             "-md",
             str(draft_gguf),
             "--spec-type",
-            "draft-eagle3",
+            spec_type,
             "--spec-draft-n-max",
             str(num_steps),
         ]
@@ -201,6 +203,9 @@ class ServerFlags:
     threads: int | None = None
     extra: tuple[str, ...] = ()
     startup_timeout: float = 300.0
+    # draft-eagle3, or draft-dflash for a DFlash draft (common/arg.cpp; a DFlash draft's KV is F16 unless
+    # -ctkd/-ctvd say otherwise, common/common.h)
+    spec_type: str = "draft-eagle3"
 
 
 @contextmanager
@@ -217,9 +222,7 @@ def launched_server(
     tree = llamacpp or llamacpp_dir()
     threads = flags.threads or int(os.environ.get("SPECLENS_LLAMACPP_THREADS") or 1)
     port = free_port()
-    command = launch_command(
-        tree, target_gguf, draft_gguf, num_steps, flags.context, port, threads, flags.extra
-    )
+    command = launch_command(tree, target_gguf, draft_gguf, num_steps, flags, port, threads)
     with launched(
         "llama.cpp",
         command,
@@ -379,7 +382,8 @@ def launch(target, draft, num_steps, log_path, options: ServerOptions, context: 
         progress(0.0, "converting the pair to GGUF (llama.cpp's converter, once per content)")
     target_gguf = Path(options.target_gguf) if options.target_gguf else converted(target, llamacpp=tree)[0]
     draft_gguf, layers_line = converted(draft, target, llamacpp=tree) if draft else (None, "")
-    flags = ServerFlags(context, options.threads, options.server_args)
+    spec_type = "draft-dflash" if draft and is_dflash(draft) else "draft-eagle3"
+    flags = ServerFlags(context, options.threads, options.server_args, spec_type=spec_type)
     with launched_server(
         target_gguf, draft_gguf, num_steps, log_path, flags, llamacpp=tree, progress=progress
     ) as up:
@@ -396,7 +400,7 @@ def launch(target, draft, num_steps, log_path, options: ServerOptions, context: 
 ENGINE = ServedEngine(
     name="llamacpp",
     title="llama.cpp",
-    readings={"llamacpp": "llama.cpp (llama-server, --spec-type draft-eagle3)"},
+    readings={"llamacpp": "llama.cpp (llama-server, --spec-type draft-eagle3 or draft-dflash)"},
     default_url="http://127.0.0.1:8080",
     own_options=("llamacpp", "threads", "server_args", "target_gguf", "server_log"),
     log_at_url="Its log file (LLAMA_TRACE=1, -np 1)",

@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from backend import BadInput
+from backend.drafts.dflash_config import is_dflash
 from backend.service.served_engines import ServedAnswer, ServedEngine, ServerOptions, refusal_of
 from backend.service.server_process import Launched, free_port, launched, post
 
@@ -42,10 +43,13 @@ def vllm_python(path: str | None = None) -> Path:
 def launch_command(
     python: Path, target: str, draft: str | None, num_steps: int, max_model_len: int, port: int
 ) -> list[str]:
-    """vLLM's OpenAI server on the pair (draft None: the target alone, the bench's baseline)."""
+    """vLLM's OpenAI server on the pair (draft None: the target alone, the bench's baseline). The method
+    is the draft's: eagle3, or dflash (vLLM 0.32 detects it from the path only, config/speculative.py
+    SpeculativeConfig.__post_init__, so it is named)."""
     speculative = []
     if draft is not None:
-        config = {"method": "eagle3", "model": str(draft), "num_speculative_tokens": num_steps}
+        method = "dflash" if is_dflash(draft) else "eagle3"
+        config = {"method": method, "model": str(draft), "num_speculative_tokens": num_steps}
         speculative = [
             "--speculative-config",
             json.dumps(config),

@@ -110,7 +110,7 @@ def test_a_draft_trained_by_the_dflash_objective_is_accepted(tmp_path):
     from demo import train_dflash
 
     model = make_target(
-        tmp_path / "bigram", TargetShape(num_layers=2, hidden=64, vocab=64), seed=5, attention_scale=0.0
+        tmp_path / "bigram", TargetShape(num_layers=4, hidden=64, vocab=64), seed=5, attention_scale=0.0
     )
     model.requires_grad_(False)
     config = dflash_config_dict(model.config, num_layers=1, block_size=4, target_layer_ids=[0, 1])
@@ -139,3 +139,21 @@ def test_a_draft_trained_by_the_dflash_objective_is_accepted(tmp_path):
     assert curve[-1]["loss"] < curve[0]["loss"] and curve[-1]["slot_accuracy"] > 0.5
     after = accepted()
     assert after > before + 0.5, (before, after)
+
+    # the layer probe: the same weights declaring the layers one higher are found out, and the fix named
+    from types import SimpleNamespace
+
+    from backend.diagnostics.dflash_probe import probe_layers
+
+    probed = [
+        SimpleNamespace(input_ids=s["input_ids"].tolist(), loss_mask=[1] * len(s["input_ids"]))
+        for s in samples[:12]
+    ]
+    draft.__dict__["config"] = parse_dflash_config(
+        config | {"dflash_config": {**config["dflash_config"], "target_layer_ids": [1, 2]}}
+    )
+    result = probe_layers(target, draft, probed, anchors=16)
+    assert result.best.target_layer_ids == [0, 1] and not result.confirmed, result.verdict
+    assert (
+        result.fix == {"dflash_config": {"target_layer_ids": [0, 1]}} and "declared -1" in result.best.label
+    )
