@@ -23,6 +23,7 @@ from backend.data.serving_command import (
 )
 from backend.data.serving_rewrite import rewrite as rewrite_command
 from backend.diagnostics.findings import Finding, severity
+from backend.diagnostics.lint_dflash import dflash_config_of, dflash_findings
 from backend.diagnostics.lint_result import LintReport
 from backend.diagnostics.lint_wiring import aux_ids, aux_ids_against
 from backend.diagnostics.serving_features import (
@@ -32,6 +33,7 @@ from backend.diagnostics.serving_features import (
     request_features,
     served_penalties,
 )
+from backend.drafts.dflash_config import is_dflash
 from backend.drafts.draft_config import DraftConfig, read_draft_config
 from backend.drafts.layouts import to_internal_names
 from backend.drafts.safetensors_header import tensor_shapes
@@ -361,6 +363,19 @@ def lint_command(
     if not draft_dir:
         raise BadInput("no draft directory: pass --draft DIR (the command names none)")
     target = target_facts(target_dir, explicit=True) if target_dir else target_facts(settings.target_path)
+    if is_dflash(draft_dir):
+        config = dflash_config_of(draft_dir)
+        drafts = (
+            settings.num_steps
+            if settings.engine == "vllm"
+            else (settings.num_draft_tokens - 1 if settings.num_draft_tokens else None)
+        )
+        findings = dflash_findings(
+            settings.engine, config, target.num_layers, drafts, settings.algorithm, draft_dir
+        )
+        return LintReport(
+            findings, settings, {"num_speculative_tokens": drafts, "method": settings.algorithm}
+        )
     requests = request_features(read_request_bodies(request_file)) if request_file else None
     report = lint(
         settings, facts or draft_facts(Path(draft_dir)), target, trained_hf, trained_ties, requests, chain_k

@@ -12,8 +12,10 @@ from pathlib import Path
 from backend import BadInput
 from backend.data.serving_command import split_command, target_facts
 from backend.diagnostics.findings import Finding, severity
+from backend.diagnostics.lint_dflash import dflash_config_of, dflash_findings
 from backend.diagnostics.lint_result import LintResult, lint_result
 from backend.diagnostics.lint_wiring import feeds_trained
+from backend.drafts.dflash_config import is_dflash
 from backend.drafts.draft_config import read_draft_config
 from backend.drafts.reading_fixes import wiring_fix
 from backend.drafts.readings import read_as
@@ -140,7 +142,6 @@ def lint_llamacpp(
         )
     if not target_dir:
         raise BadInput("lint --llamacpp: pass --target DIR (the Hugging Face target, for its depth)")
-    config = read_draft_config(draft_dir)
     layers = target_facts(target_dir, explicit=True).num_layers
     if not layers:
         raise BadInput(f"{target_dir}: no num_hidden_layers in its config.json")
@@ -148,6 +149,10 @@ def lint_llamacpp(
 
     def add(word: str, code: str, message: str, fix: str) -> None:
         findings.append(Finding(code, severity(word), message, fix=fix))
+
+    if is_dflash(draft_dir):
+        return _dflash(server, command, draft_dir, layers, findings, add)
+    config = read_draft_config(draft_dir)
 
     view = read_as("llamacpp", config, layers, False)
     fed, source = list(view.wiring.aux_hf_indices), "its converter would write from this config.json"
@@ -178,6 +183,35 @@ def lint_llamacpp(
         {k: v for k, v in vars(server).items() if v},
         {"aux_hf_indices": fed, "num_speculative_tokens": n_max or DEFAULT_N_MAX, "p_min": p_min or 0.0},
         None if server.removed else f"--spec-type draft-eagle3 --spec-draft-n-max {n_max or DEFAULT_N_MAX}",
+        without_removed_flags(command) if server.removed else None,
+        ("removed-flag",) if server.removed else (),
+    )
+
+
+def _dflash(
+    server: LlamaServer, command: str, draft_dir: str, layers: int, findings: list, add
+) -> LintResult:
+    """A llama-server command serving a DFlash draft (--spec-type draft-dflash, or the GGUF's arch)."""
+    config = dflash_config_of(draft_dir)
+    if server.spec_type and server.spec_type != "draft-dflash":
+        add(
+            "error",
+            "dflash-spec-type",
+            f"--spec-type {server.spec_type} on a DFlash draft.",
+            "Use --spec-type draft-dflash (or leave it out: llama-server reads it from the GGUF).",
+        )
+    _removed_flag_findings(server, add)
+    n_max, _ = _flag_findings(server, add, dflash=True)
+    findings += dflash_findings("llamacpp", config, layers, n_max or DEFAULT_N_MAX, None, draft_dir)
+    return lint_result(
+        findings,
+        "llamacpp",
+        {k: v for k, v in vars(server).items() if v},
+        {
+            "aux_hf_indices": list(config.aux_hf_indices),
+            "num_speculative_tokens": min(n_max or DEFAULT_N_MAX, config.num_drafts),
+        },
+        f"--spec-type draft-dflash --spec-draft-n-max {config.num_drafts}",
         without_removed_flags(command) if server.removed else None,
         ("removed-flag",) if server.removed else (),
     )
@@ -224,9 +258,10 @@ def _wiring_against_probe(fed: list[int], source: str, trained: list[list[int]],
     )
 
 
-def _flag_findings(server: LlamaServer, add) -> tuple[int | None, float | None]:
-    """The speculative flags that change what runs; (n_max, p_min) as given."""
-    if server.draft and server.spec_type != "draft-eagle3":
+def _flag_findings(server: LlamaServer, add, dflash: bool = False) -> tuple[int | None, float | None]:
+    """The speculative flags that change what runs; (n_max, p_min) as given. A DFlash draft's spec type
+    is checked by `_dflash` (llama-server also reads it from the GGUF)."""
+    if server.draft and not dflash and server.spec_type != "draft-eagle3":
         add(
             "error",
             "spec-type",
