@@ -22,6 +22,8 @@ checks this):
       safetensors_header a safetensors header checked before any tensor is read
       torch_files        torch.load's refusals said in one line naming the file (weights_only=True)
       draft_llama        a draft's LlamaConfig and the checks transformers leaves to build time
+      dflash_config      a DFlash draft's config.json as z-lab reads it, its method, the layer ids (torch-free)
+      dflash_readings    how each engine reads a DFlash draft (block, layers, last layer, mask, RoPE), with sources
     backend.target       the target's forwards and their sources: the local runner, its captures and caches (torch)
       capture            forward hooks on the target capturing the residual stream at HF indices
       dispatch           a target split across devices (accelerate's device_map, max_memory)
@@ -45,6 +47,10 @@ checks this):
       sampling           temperature sampling and each engine's acceptance rule
       teacher            teacher-forced accuracy acc_k (SpecForge's definition)
       tree               tree drafting and verification as SGLang runs them
+      dflash_model       the DFlash draft network: context K/V from the target's layers, the block both ways
+      dflash_step        a DFlash chain of blocks: the block proposal beside the chain's verify; the loader
+      dflash_objective   the DFlash training objective (anchors, blocks, decayed loss): the trainer's and the probe's
+      dflash_preflight   a DFlash draft checked against a target: each finding names the field and value
     backend.data         files in, validated records out
       conversations      a chat conversation rendered: tokens, and the mask on each reply (linear)
       features           SpecForge offline feature files (.ckpt)
@@ -72,10 +78,12 @@ checks this):
       lint_result        the lint's answer as values: findings, what will run, the command with the fixes
       lint_wiring        the lint's wiring rules: which field, in which convention, each engine reads
       lint_llamacpp      the lint of a llama-server command: the GGUF's wiring and the flags that change a run
+      lint_dflash        the lints of a DFlash draft: method, block length vs K, last layer, mask id, RoPE
       mismatch           when a compared chunk is a mismatch; summaries over rows
       penalty_check      what served sampling penalties cost, measured on live replays
       precision          the target's own verify-vs-decode disagreement in a dtype
       probe              which wiring a draft was trained on
+      dflash_probe       which target layers a DFlash draft was trained on: the declared ids and their shifts
       probe_report       what the wiring probe found and how it judges it: candidates, separation, the verdict
       probe_settings     the probe's settings and report as values, torch-free (pages read a stored probe)
       reading_probe      which reading (RoPE, flags, positions) a draft was trained with

@@ -31,10 +31,9 @@ from backend.drafts.engine_readers import DraftMath
 from backend.run.wiring import Wiring
 
 
-def dflash_view(engine: str | None, config: DFlashConfig, num_target_layers: int):
-    """`engine`'s reading of a DFlash draft: an EngineView (its wiring, accounting, refusal, notes)."""
-    from backend.drafts.readings import EngineView
-
+def dflash_reading(engine: str | None, config: DFlashConfig, num_target_layers: int) -> dict:
+    """`engine`'s reading of a DFlash draft, as EngineView's fields (readings.dflash_view builds it):
+    its wiring, accounting, refusal and notes."""
     name = "specforge" if engine in (None, "", "auto") else engine
     wiring = Wiring(
         config.aux_hf_indices,
@@ -65,7 +64,7 @@ def dflash_view(engine: str | None, config: DFlashConfig, num_target_layers: int
         )
     if config.mask_token_id is None:
         refusal = refusal or "dflash_config.mask_token_id is absent: the block's masked slots have no token"
-    return EngineView(
+    return dict(
         engine=name,
         wiring=wiring,
         math=DraftMath(),

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 from backend import BadInput
 from backend.drafts.dflash_config import DFLASH
+from backend.drafts.dflash_readings import dflash_reading
 from backend.drafts.draft_config import VARIANT_FLAGS, DraftConfig
 from backend.drafts.engine_readers import READERS, DraftFacts, DraftMath, vocab_mapping
 from backend.plain import Plain
@@ -223,11 +224,14 @@ def fed_wiring(view: EngineView, override, num_target_layers: int) -> Wiring:
     return view.wiring
 
 
-def dflash_reading(engine: str, override, config, num_target_layers: int) -> tuple[EngineView, Wiring]:
+def dflash_view(engine: str | None, config, num_target_layers: int) -> EngineView:
+    """`engine`'s reading of a DFlash draft (backend/drafts/dflash_readings.py)."""
+    return EngineView(**dflash_reading(engine, config, num_target_layers))
+
+
+def fed_dflash(engine: str, override, config, num_target_layers: int) -> tuple[EngineView, Wiring]:
     """A DFlash draft's reading (backend/drafts/dflash_readings.py): BadInput where that engine cannot
     run it or an EAGLE-3 override is given."""
-    from backend.drafts.dflash_readings import dflash_view
-
     if override is not None:
         raise BadInput(
             "a DFlash draft reads the layers its dflash_config.target_layer_ids names (z-lab ids, HF = id + 1): "
@@ -245,7 +249,7 @@ def reading_of(engine: str, override, draft, num_target_layers: int) -> tuple[En
     reads (checked in the readings). BadInput when that engine cannot run the draft. The one place a
     replay, the teacher and the probe decide what feeds the draft."""
     if getattr(draft.config, "method", None) == DFLASH:
-        return dflash_reading(engine, override, draft.config, num_target_layers)
+        return fed_dflash(engine, override, draft.config, num_target_layers)
     view = read_as(
         engine,
         draft.config,

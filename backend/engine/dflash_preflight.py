@@ -7,24 +7,23 @@ from pathlib import Path
 
 from backend import BadInput
 from backend.drafts.dflash_config import DFlashConfig, parse_dflash_config
-from backend.drafts.dflash_readings import dflash_view
 from backend.drafts.json_config import read_json_object
+from backend.drafts.readings import dflash_view
 from backend.run.engine_names import SERVING_ENGINES
 
 
 def dflash_preflight(draft_dir: str | Path, target_config, num_steps: int | None = None):
-    """A PreflightReport of the DFlash draft in `draft_dir` for a target of `target_config` (and, given
-    `num_steps`, the K it will be served with)."""
-    from backend.engine.preflight import Check, PreflightReport
-
+    """The checks of the DFlash draft in `draft_dir` for a target of `target_config` (and, given
+    `num_steps`, the K it will be served with), as (checks: (name, status, message), wiring, each
+    serving engine's view); preflight.py makes them its PreflightReport."""
     draft_dir = Path(draft_dir)
     where = draft_dir / "config.json"
-    checks: list[Check] = []
-    add = lambda name, status, message: checks.append(Check(name, status, message))  # noqa: E731
+    checks: list[tuple[str, str, str]] = []
+    add = lambda name, status, message: checks.append((name, status, message))  # noqa: E731
     try:
         config = parse_dflash_config(read_json_object(where), str(where))
     except BadInput as error:
-        return PreflightReport([Check("config", "fail", str(error))], None)
+        return [("config", "fail", str(error))], None, {}
     layers, vocab = target_config.num_hidden_layers, target_config.vocab_size
     add(
         "method",
@@ -70,7 +69,7 @@ def dflash_preflight(draft_dir: str | Path, target_config, num_steps: int | None
         add("files", "pass", f"read {weights_file} ({len(tensors)} tensors)")
     except BadInput as error:
         add("files", "fail", str(error))
-    return PreflightReport(checks, wiring, engines, training_engine="specforge")
+    return checks, wiring, engines
 
 
 def _check_layers(config: DFlashConfig, layers: int, add) -> None:

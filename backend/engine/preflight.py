@@ -69,6 +69,14 @@ class PreflightReport:
         )
 
 
+def dflash_report(draft_dir, target_config) -> PreflightReport:
+    """A DFlash draft's preflight (backend/engine/dflash_preflight.py) as a PreflightReport."""
+    from backend.engine.dflash_preflight import dflash_preflight
+
+    checks, wiring, engines = dflash_preflight(draft_dir, target_config)
+    return PreflightReport([Check(*c) for c in checks], wiring, engines, training_engine="specforge")
+
+
 class PreflightRefused(BadInput):
     """A draft that failed preflight; carries the whole report for the dashboard's table."""
 
@@ -84,9 +92,7 @@ def preflight(
     """Check a draft against a target without loading the target's weights."""
     target_config = read_target_config(target_dir)
     if is_dflash(draft_dir):
-        from backend.engine.dflash_preflight import dflash_preflight
-
-        return dflash_preflight(draft_dir, target_config)
+        return dflash_report(draft_dir, target_config)
     try:
         files = read_draft(draft_dir)
     except BadInput as error:
@@ -103,10 +109,9 @@ def load_checked_draft(
     """Read the draft once, check it against the loaded target, and build it; PreflightRefused when
     a check fails. The report (warnings included) comes back for the caller to show."""
     if is_dflash(draft_dir):
-        from backend.engine.dflash_preflight import dflash_preflight
         from backend.engine.dflash_step import load_dflash
 
-        report = dflash_preflight(draft_dir, target.model.config)
+        report = dflash_report(draft_dir, target.model.config)
         if not report.ok:
             raise PreflightRefused(draft_dir, report)
         return load_dflash(draft_dir, target), report

@@ -5,17 +5,17 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.synthetic import (
-    TargetShape,
-    dflash_config_dict,
-    make_target,
-    random_dflash_tensors,
-    save_dflash,
-)
-
 
 @pytest.fixture(scope="module")
 def planted(tmp_path_factory):
+    from tests.support.synthetic import (
+        TargetShape,
+        dflash_config_dict,
+        make_target,
+        random_dflash_tensors,
+        save_dflash,
+    )
+
     root = tmp_path_factory.mktemp("planted")
     model = make_target(root / "target", TargetShape(num_layers=4, hidden=64, vocab=128), seed=3)
     config = dflash_config_dict(model.config, block_size=5, target_layer_ids=[0, 1, 2])

@@ -6,21 +6,19 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
-
-from tests.support.synthetic import (
-    TargetShape,
-    dflash_config_dict,
-    make_target,
-    random_dflash_tensors,
-    save_dflash,
-)
 
 
 @pytest.fixture(scope="module")
 def dflash_pair(tmp_path_factory):
     from backend.engine.dflash_step import load_dflash
     from backend.engine.loading import load_target
+    from tests.support.synthetic import (
+        TargetShape,
+        dflash_config_dict,
+        make_target,
+        random_dflash_tensors,
+        save_dflash,
+    )
 
     root = tmp_path_factory.mktemp("dflash")
     model = make_target(
@@ -33,6 +31,8 @@ def dflash_pair(tmp_path_factory):
 
 
 def greedy(model, prompt: list[int], new: int) -> list[int]:
+    import torch
+
     out = model.generate(torch.tensor([prompt]), max_new_tokens=new, do_sample=False, min_new_tokens=new)
     return out[0, len(prompt) :].tolist()
 
@@ -41,6 +41,8 @@ def greedy(model, prompt: list[int], new: int) -> list[int]:
 def test_the_dflash_replay_is_the_target_s_greedy_output_and_each_block_is_z_lab_s(dflash_pair, num_steps):
     """fp32: the output equals generate(); every step's drafts equal a block computed from scratch
     (the context: the target's states at every position before the pending token, no cache)."""
+    import torch
+
     from backend.engine.dflash_step import dflash_wiring
     from backend.engine.replay import ReplayConfig, output_ids_of, replay
     from backend.run.records import StepRecord
@@ -69,6 +71,7 @@ def test_bad_dflash_drafts_are_refused_in_one_line(dflash_pair, tmp_path):
     from backend import BadInput
     from backend.drafts.dflash_config import method_of
     from backend.engine.dflash_step import load_dflash
+    from tests.support.synthetic import random_dflash_tensors, save_dflash
 
     root, _, target, _, config = dflash_pair
     cases = {
@@ -101,6 +104,8 @@ def test_a_draft_trained_by_the_dflash_objective_is_accepted(tmp_path):
     """demo/train_dflash.py's objective (anchors, blocks of masks, context before each anchor) on a
     target with no attention (a bigram): the trained draft's blocks are accepted where a random one's
     are not, and the replay stays the target's greedy output."""
+    import torch
+
     from backend.drafts.dflash_config import parse_dflash_config
     from backend.engine.batch import accept_lengths
     from backend.engine.dflash_model import DFlashDraft
@@ -108,6 +113,7 @@ def test_a_draft_trained_by_the_dflash_objective_is_accepted(tmp_path):
     from backend.engine.loading import load_target
     from backend.target.capture import AuxCapture
     from demo import train_dflash
+    from tests.support.synthetic import TargetShape, dflash_config_dict, make_target
 
     model = make_target(
         tmp_path / "bigram", TargetShape(num_layers=4, hidden=64, vocab=64), seed=5, attention_scale=0.0
