@@ -34,8 +34,9 @@ QWEN3_ROPE_THETA = 10000.0  # Qwen3Config's default, what z-lab's reference fall
 
 def method_of(raw: dict, where: str = "config.json") -> str:
     """EAGLE3 or DFLASH, from a draft's config.json; BadInput for a block drafter not replayed yet."""
-    architectures = raw.get("architectures") or []
-    for name in architectures if isinstance(architectures, list) else []:
+    architectures = raw.get("architectures")
+    architectures = architectures if isinstance(architectures, list) else []  # the loader says what is wrong
+    for name in architectures:
         if name in OTHER_BLOCK_DRAFTERS:
             raise BadInput(
                 f"{where}: a {OTHER_BLOCK_DRAFTERS[name]} draft ({name}); SpecLens replays EAGLE-3 and "
@@ -48,7 +49,7 @@ def method_of(raw: dict, where: str = "config.json") -> str:
         raise BadInput(
             f"{where}: a DFlash variant (projector_type or markov heads) SpecLens does not replay yet"
         )
-    if isinstance(dflash, dict) or any("DFlash" in str(name) for name in architectures or []):
+    if isinstance(dflash, dict) or any("DFlash" in str(name) for name in architectures):
         return DFLASH
     return EAGLE3
 

@@ -39,6 +39,7 @@ class Resolved(Plain):
     target_placement: object = None  # where the target's modules ran (a split target: per device)
     target_forward: str | None = None  # SpecLens's lean forward or transformers' (lean_target.py)
     decoding_notes: tuple[str, ...] = ()  # SGLang's rewrites and every engine disagreement
+    draft_method: str = "eagle3"  # eagle3, or dflash (a block of K + 1 in one forward; older runs: eagle3)
 
     @property
     def greedy(self) -> bool:

@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from backend import BadInput
+from backend.drafts.dflash_config import DFLASH
+from backend.drafts.dflash_readings import block_note
 from backend.drafts.readings import EngineView, reading_of
 from backend.engine.preflight import PreflightReport, context_check
 from backend.engine.replay import ReplayConfig
@@ -33,6 +35,7 @@ class ReplayPlan:
     config: ReplayConfig  # what the engine runs
     prompt_ids: tuple[int, ...]
     warnings: tuple[str, ...]  # preflight, context, the reading's and the decoding's notes
+    method: str = "eagle3"  # the draft's: eagle3, or dflash
 
     def resolved(self, target) -> Resolved:
         """What the loaded pair made of the request (stored with the run beside the request)."""
@@ -46,7 +49,12 @@ class ReplayPlan:
             num_draft_tokens=config.num_draft_tokens,
             sampling_rule=None if decoding.greedy else decoding.rule,
             draft_attention=config.draft_attention if config.topk > 1 else None,
-            mode=describe_mode(config.topk, config.num_draft_tokens, decoding.greedy, self.request),
+            mode=(
+                f"DFlash blocks of {config.num_steps + 1}, greedy (the K drafts of one forward: per-position "
+                "rates are a block's slots, not a chain's steps)"
+                if self.method == DFLASH
+                else describe_mode(config.topk, config.num_draft_tokens, decoding.greedy, self.request)
+            ),
             device=str(target.device),
             dtype=str(target.dtype).replace("torch.", ""),
             target_placement=placement(target.model),
@@ -54,6 +62,7 @@ class ReplayPlan:
             # the target was loaded, backend/target/lean_target.py), transformers' own, or a trace's
             target_forward=target.runner.described,
             decoding_notes=tuple(decoding.notes),
+            draft_method=self.method,
         )
 
 
@@ -97,7 +106,12 @@ def resolve(
     check_target_context(target, len(ids), request.max_new_tokens)
     warnings = [*preflight_warnings(report, draft, length), *view.notes]
     warnings += [note for note in decoding.notes if note not in warnings]
-    return ReplayPlan(request, view, wiring, decoding, config, tuple(ids), tuple(warnings))
+    method = getattr(draft.config, "method", "eagle3")
+    if method == DFLASH:
+        if config.uses_tree_path:
+            raise BadInput("a DFlash draft replays greedy chains of blocks (topk 1, temperature 0) for now")
+        warnings += [note for note in [block_note(draft.config, config.num_steps)] if note]
+    return ReplayPlan(request, view, wiring, decoding, config, tuple(ids), tuple(warnings), method)
 
 
 def prompt_ids(request: ReplayRequest, tokenizer) -> list[int]:
