@@ -88,7 +88,9 @@ def demo_files() -> list[Path]:
     return [f for f in DEMO.rglob("*") if f.is_file() and "__pycache__" not in f.parts and not untracked(f)]
 
 
-def test_demo_fits_in_60_megabytes():
+def test_demo_fits_in_66_megabytes():
+    """Issue 28's 60 MB, plus the SmolLM2 DFlash draft issue 68 asks for (7.0 MB packed; its shifted
+    twin links to the same file): 65.0 MB committed at that commit."""
     files = demo_files()
-    total = sum(f.stat().st_size for f in files if f.is_file())
-    assert files and total <= 60 * 2**20, f"demo/ is {total / 2**20:.1f} MB committed"
+    total = sum(f.stat().st_size for f in files if f.is_file() and not f.is_symlink())
+    assert files and total <= 66 * 2**20, f"demo/ is {total / 2**20:.1f} MB committed"

@@ -26,6 +26,7 @@ class LostRun:
     source: str = "typed prompt"
     greedy_chain: bool = True
     prompt_ids: Sequence[int] = ()  # what the spans start from (a template's <think>, an open fence)
+    draft_method: str = "eagle3"  # dflash: a block's K drafts come from one forward
 
 
 @dataclass(frozen=True)

@@ -57,7 +57,9 @@ def where_lost_over(db_url: str | None, run_ids: list[int]) -> WhereLost:
             source = sources[run.sample_id] or "no source field"
         else:
             source = _source_of(run.sample_ref, run.sample_id is not None, target_vocab_size(targets[0]))
-        lost = LostRun(run.id, steps, source, run.resolved.greedy_chain, tuple(run.prompt_ids))
+        lost = LostRun(
+            run.id, steps, source, run.resolved.greedy_chain, tuple(run.prompt_ids), run.resolved.draft_method
+        )
         grouped.setdefault(names[_resolved(run.draft_path)], []).append(lost)
     found = where_lost(grouped, _one_token_text(targets[0]), special_ids(targets[0]))
     return _mixed(found, runs, names)

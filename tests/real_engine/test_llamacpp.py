@@ -212,3 +212,24 @@ def test_a_pair_llamacpp_cannot_convert_is_refused_in_one_line(tmp_path):
     line = done.stderr.strip().splitlines()[-1]
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "demo/target" in line and "llama.cpp's converter failed" in line and "pre-tokenizer" in line, line
+
+
+def test_the_dflash_draft_is_reproduced_step_for_step_and_its_shifted_twin_is_read_as_declared(tmp_path):
+    """The bundled DFlash draft (llama-server --spec-type draft-dflash, K = 7: its block_size - 1), 2
+    HumanEval prompts x 64 tokens: every step equal, the last included. `dflash-shifted` (the same weights
+    declaring each layer one higher) is read as declared by the converter (dflash.target_layers = id + 1),
+    reproduced under that reading too, and accepts less."""
+    runs = {}
+    for name in ("dflash", "dflash-shifted"):
+        runs[name] = cli_json(
+            "serve-check", "--engine", "llamacpp", "--launch", "--target", TARGET, "--draft", str(REAL / "drafts" / name),
+            "--samples", SAMPLES, "--limit", "2", "--steps", "7", "--max-new-tokens", "64",
+            "--db", f"sqlite:///{tmp_path}/{name}.db", "--timeout", "600",
+        )  # fmt: skip
+        assert_reproduced(runs[name], "llama.cpp")
+    assert runs["dflash"]["wiring"] == [2, 9, 15, 21, 28]
+    assert runs["dflash-shifted"]["wiring"] == [3, 10, 16, 22, 29]
+    counts = {c for r in runs["dflash"]["rows"] for c in r["served_per_step"]}
+    assert len(counts) >= 3, counts  # rejections and acceptances of several lengths
+    served = {name: sum(r["served_accept_length"] for r in run["rows"]) for name, run in runs.items()}
+    assert served["dflash-shifted"] < served["dflash"], served

@@ -192,3 +192,20 @@ def test_the_real_pair_is_reproduced_step_for_step(tmp_path):
     assert result["wiring"] == [1, 14, 26]  # nested [1, 14, 26] (SpecForge) read as HF indices
     counts = {c for r in result["rows"] for c in r["served_per_step"]}
     assert {0, 4} <= counts and len(counts) >= 4, counts  # rejections, partial and whole acceptances
+
+
+@pytest.mark.skipif(
+    not (REAL / "target" / "model.safetensors").is_file() and os.environ.get("SPECLENS_REQUIRE_VLLM") != "1",
+    reason="the real target is not converted (python -m demo.smollm2)",
+)
+def test_the_dflash_draft_is_reproduced_step_for_step(tmp_path):
+    """The bundled DFlash draft served by vLLM's CPU build (method dflash, K = 7 = its block_size - 1; vLLM
+    reads dflash_config.target_layer_ids + 1), 2 HumanEval prompts x 64 tokens: every step equal."""
+    result = cli_json(
+        "serve-check", "--engine", "vllm", "--launch", "--target", str(REAL / "target"),
+        "--draft", str(REAL / "drafts" / "dflash"), "--samples", str(REAL / "data" / "eval.jsonl"), "--limit", "2",
+        "--steps", "7", "--max-new-tokens", "64", "--db", f"sqlite:///{tmp_path}/d.db", "--timeout", "900",
+    )  # fmt: skip
+    assert_reproduced(result, "vLLM")
+    assert result["wiring"] == [2, 9, 15, 21, 28]
+    assert len({c for r in result["rows"] for c in r["served_per_step"]}) >= 3
