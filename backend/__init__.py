@@ -39,6 +39,7 @@ checks this):
       draft_side         the target as a draft needs it where it does not run here: config, tokenizer, embeddings
       penalties          sampling penalties on the target's (and the draft's) logits
       preflight          a draft checked against a target before anything runs
+      preflight_report   a preflight's answer as a value; the refusal of a draft that failed it
       replay             speculative decoding replayed one verify step at a time (the loop)
       step_state         what a step reads and leaves: ReplayConfig, caches, cursor, catch-up, budget
       chain_step         one greedy chain step: draft, verify, accept, roll back, record

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from backend.diagnostics.where_lost_result import (
+    DFLASH_POSITIONS,
     Calibration,
     CalibrationBin,
     DraftLosses,
@@ -125,11 +126,7 @@ def _losses(name: str, runs: list[LostRun], text, special) -> DraftLosses:
     if any(a.block is None for a in attempts):
         notes.append("no fenced code (```) in these outputs: the code vs prose split is left out")
     if any(r.draft_method == "dflash" for r in runs):
-        notes.append(
-            "DFlash runs: a position is a slot of the block's one forward, not a chain step; slot i's draft is "
-            "made without knowing whether slots before it are right, so its rate is P(a >= i) of a block, and "
-            "a late slot can be right where an earlier one was not (the acceptance stops at the first miss)"
-        )
+        notes.append(DFLASH_POSITIONS)
     chains = [r for r in runs if r.greedy_chain]
     if len(chains) < len(runs):
         notes.append(

@@ -29,6 +29,13 @@ class LostRun:
     draft_method: str = "eagle3"  # dflash: a block's K drafts come from one forward
 
 
+DFLASH_POSITIONS = (
+    "DFlash runs: a position is a slot of the block's one forward, not a chain step; slot i's draft is made "
+    "without knowing whether slots before it are right, so its rate is P(a >= i) of a block, and a late slot "
+    "can be right where an earlier one was not (the acceptance stops at the first miss)"
+)
+
+
 @dataclass(frozen=True)
 class PositionRate(Plain):
     position: int  # i = 1..K

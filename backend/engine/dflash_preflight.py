@@ -7,8 +7,10 @@ from pathlib import Path
 
 from backend import BadInput
 from backend.drafts.dflash_config import DFlashConfig, parse_dflash_config
+from backend.drafts.engine_table import Check
 from backend.drafts.json_config import read_json_object
 from backend.drafts.readings import dflash_view
+from backend.engine.preflight_report import PreflightReport
 from backend.run.engine_names import SERVING_ENGINES
 
 
@@ -118,3 +120,9 @@ def _check_mask(config: DFlashConfig, vocab: int, add) -> None:
             "pass",
             f"dflash_config.mask_token_id {mask} indexes the target's embedding ({vocab} rows)",
         )
+
+
+def dflash_report(draft_dir, target_config) -> PreflightReport:
+    """A DFlash draft's preflight (backend/engine/dflash_preflight.py) as a PreflightReport."""
+    checks, wiring, engines = dflash_preflight(draft_dir, target_config)
+    return PreflightReport([Check(*c) for c in checks], wiring, engines, training_engine="specforge")

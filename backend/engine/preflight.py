@@ -7,7 +7,7 @@ names, an fc of the wrong width) are exactly what this refuses.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -18,12 +18,11 @@ from backend.drafts.draft_config import KNOWN_ARCHITECTURES, VARIANT_FLAGS, Draf
 from backend.drafts.engine_table import (
     OWN_EMBEDDING,
     Check,
-    Disagreement,
     EngineTable,
-    PreflightResult,
     engine_table,
 )
 from backend.drafts.readings import DESCRIPTIONS, fed_wiring
+from backend.engine.dflash_preflight import dflash_report
 from backend.engine.draft_model import Eagle3Draft
 from backend.engine.loading import (
     IGNORABLE_SUFFIXES,
@@ -33,57 +32,8 @@ from backend.engine.loading import (
     read_draft,
     read_target_config,
 )
+from backend.engine.preflight_report import PreflightRefused, PreflightReport
 from backend.run.wiring import Wiring, check_indices
-
-
-@dataclass
-class PreflightReport:
-    checks: list[Check]
-    wiring: Wiring | None  # the override, else the training reading's wiring
-    engines: dict = field(default_factory=dict)  # engine name -> EngineView (backend/drafts/readings.py)
-    training_engine: str | None = None
-    disagreements: list = field(default_factory=list)
-    serving_fixes: list = field(default_factory=list)  # reading_fixes.serving_wiring_findings
-
-    @property
-    def ok(self) -> bool:
-        return all(c.status != "fail" for c in self.checks)
-
-    def failures(self) -> list[Check]:
-        return [c for c in self.checks if c.status == "fail"]
-
-    def warnings(self) -> list[Check]:
-        return [c for c in self.checks if c.status == "warn"]
-
-    def result(self) -> PreflightResult:
-        """The report as `preflight --json` writes it and the pages read it."""
-        return PreflightResult(
-            ok=self.ok,
-            checks=list(self.checks),
-            aux_hf_indices=list(self.wiring.aux_hf_indices) if self.wiring else [],
-            wiring_source=self.wiring.source if self.wiring else None,
-            training_engine=self.training_engine,
-            engines={name: view.reading() for name, view in self.engines.items()},
-            disagreements=[Disagreement.from_dict(d) for d in self.disagreements],
-            serving_fixes=self.serving_fixes,
-        )
-
-
-def dflash_report(draft_dir, target_config) -> PreflightReport:
-    """A DFlash draft's preflight (backend/engine/dflash_preflight.py) as a PreflightReport."""
-    from backend.engine.dflash_preflight import dflash_preflight
-
-    checks, wiring, engines = dflash_preflight(draft_dir, target_config)
-    return PreflightReport([Check(*c) for c in checks], wiring, engines, training_engine="specforge")
-
-
-class PreflightRefused(BadInput):
-    """A draft that failed preflight; carries the whole report for the dashboard's table."""
-
-    def __init__(self, draft_dir, report: PreflightReport):
-        failure = report.failures()[0]
-        super().__init__(f"draft {draft_dir} failed preflight: {failure.name}: {failure.message}")
-        self.report = report
 
 
 def preflight(

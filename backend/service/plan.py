@@ -50,8 +50,7 @@ class ReplayPlan:
             sampling_rule=None if decoding.greedy else decoding.rule,
             draft_attention=config.draft_attention if config.topk > 1 else None,
             mode=(
-                f"DFlash blocks of {config.num_steps + 1}, greedy (the K drafts of one forward: per-position "
-                "rates are a block's slots, not a chain's steps)"
+                f"DFlash blocks of {config.num_steps + 1}, greedy"  # where-lost says what a block's slot is
                 if self.method == DFLASH
                 else describe_mode(config.topk, config.num_draft_tokens, decoding.greedy, self.request)
             ),
