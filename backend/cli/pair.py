@@ -260,7 +260,11 @@ def cmd_probe(args) -> tuple[dict, str]:
     samples, _ = load_samples(args.samples, checked_vocab(args), args.limit)
     target, draft, wiring, view = load_pair(args, max(len(s.input_ids) for s in samples))
     if getattr(draft.config, "method", None) == DFLASH:
-        return dflash_probe(target, draft, samples)
+        return dflash_probe(args, target, draft, samples)
+    if args.write_fix:
+        raise BadInput(
+            "probe --write-fix writes a DFlash draft's layers; for EAGLE-3 use preflight --write-fix DIR --engine ENGINE"
+        )
     bar, progress = percent_bar("probe")
 
     try:
@@ -303,7 +307,7 @@ def cmd_probe(args) -> tuple[dict, str]:
     return report.to_dict(), "\n".join(lines)
 
 
-def dflash_probe(target, draft, samples) -> tuple[dict, str]:
+def dflash_probe(args, target, draft, samples) -> tuple[dict, str]:
     """The DFlash layer probe (backend/diagnostics/dflash_probe.py): the declared target layers and
     their shifts, by the draft's training loss."""
     from backend.diagnostics.dflash_probe import probe_layers
@@ -323,7 +327,20 @@ def dflash_probe(target, draft, samples) -> tuple[dict, str]:
         f"{result.n_samples} samples), which ranks; slot acc: top-1 over the block slots it counts"
     )
     lines.append(result.verdict)
-    return result.to_dict(), "\n".join(lines)
+    answer = result.to_dict()
+    if args.write_fix:
+        from backend.service.draft_fix import write_fixed_draft
+
+        if result.fix is None:
+            answer["fixed_draft"] = {
+                "path": None,
+                "said": "no fix to write: the declared layers are not separated",
+            }
+        else:
+            path = write_fixed_draft(args.draft, args.write_fix, result.fix)
+            answer["fixed_draft"] = {"path": str(path), "config_update": result.fix, "said": f"wrote {path}"}
+        lines.append(answer["fixed_draft"]["said"])
+    return answer, "\n".join(lines)
 
 
 def cmd_evaluate(args) -> tuple[dict, str]:

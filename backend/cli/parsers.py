@@ -149,6 +149,13 @@ def _probe_command(commands) -> None:
         "it by the draft alone: each one's exact accept length (docs/traces.md)",
     )
     probe.add_argument("--db", help=KEEP_PROBE_HELP)
+    probe.add_argument(
+        "--write-fix",
+        metavar="DIR",
+        help="a DFlash draft: where the probe separates the trained layers from the declared ones, write a copy "
+        "of the draft to DIR declaring them (dflash_config.target_layer_ids); an EAGLE-3 draft's fix is "
+        "preflight --write-fix DIR --engine ENGINE",
+    )
 
 
 KEEP_PROBE_HELP = (
