@@ -1,17 +1,9 @@
 """Train a DFlash draft the way SpecForge trains one (specforge/core/dflash.py `OnlineDFlashModel`, now
 specforge/algorithms/common/dflash_family_model.py), with the replay's own draft module
-(backend/engine/dflash_model.py), on target states computed once.
-
-Per sample (input_ids, loss_mask, the target's states at the draft's layers [S, n*H]):
-- anchors: positions a with loss_mask[a] and loss_mask[a + 1] set, up to `anchors` drawn without
-  replacement (`_sample_anchor_positions`);
-- a block per anchor: [input_ids[a], mask x (B - 1)] at positions a..a+B-1;
-- the context: every position's states, which block j sees strictly before its anchor (kv < a_j), and
-  its own B slots both ways, never another block (`create_dflash_sdpa_mask`);
-- labels input_ids[a + k] (slot k predicts its own position), weight [k > 0] * loss_mask[a + k] *
-  exp(-(k - 1) / gamma) (`loss_decay_gamma`, 7 in the recipes); the loss the weighted mean
-  cross-entropy over the target's full vocabulary (its head, frozen, as its embeddings).
-"""
+(backend/engine/dflash_model.py), on target states computed once: the objective (anchors, blocks of
+masks, the context before each anchor, the position-decayed loss) is backend/engine/dflash_objective.py;
+this module is the loop (AdamW, warm-up then cosine, gradient clipping), the target's embedding and head
+frozen."""
 
 from __future__ import annotations
 
