@@ -85,6 +85,7 @@ checks this):
       precision          the target's own verify-vs-decode disagreement in a dtype
       probe              which wiring a draft was trained on
       dflash_probe       which target layers a DFlash draft was trained on: the declared ids and their shifts
+      dflash_diagnose    diagnose on a DFlash draft: preflight's traps, the lint, the layer probe, live replays
       probe_report       what the wiring probe found and how it judges it: candidates, separation, the verdict
       probe_settings     the probe's settings and report as values, torch-free (pages read a stored probe)
       reading_probe      which reading (RoPE, flags, positions) a draft was trained with

@@ -132,9 +132,11 @@ def cmd_replay(args) -> tuple[dict, str]:
 
 def cmd_teacher(args) -> tuple[dict, str]:
     from backend.engine.teacher import TeacherCounts, teacher_forced_counts
+    from backend.service.models import eagle3_only
 
     samples, rejected = load_samples(args.samples, checked_vocab(args), args.limit)
     target, draft, wiring, view = load_pair(args, max(len(s.input_ids) for s in samples))
+    eagle3_only(draft, "teacher (teacher-forced acc_k)")
     totals = TeacherCounts([0] * args.steps, [0] * args.steps)
     bar = progress_bar(len(samples), "teacher")
     bar.unit = "sample"

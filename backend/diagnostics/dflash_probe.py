@@ -22,6 +22,10 @@ from backend.run.records import Progress, no_progress
 from backend.target.capture import AuxCapture
 
 SHIFTS = (-2, -1, 1, 2)
+MIN_SAMPLES = 8  # fewer cannot separate two candidates (a t over 2 samples says nothing)
+MIN_GAP = 0.02  # and the declared's loss must be this much higher (relative): neighbouring layers of a
+# deep target carry nearly the same state, so a shift can score a hair better by chance or in truth
+# without the declaration being wrong (SmolLM2: dflash vs one layer up, 6.145 vs 6.115 nats, same AL)
 
 
 @dataclass
@@ -118,7 +122,8 @@ def judged(
 ) -> DFlashProbeResult:
     best = ranked[0]
     t = None if best is declared else paired_t(best.per_sample, declared.per_sample)
-    confirmed = best is declared or t is None or t < T_SEPARATE
+    gap = 0.0 if best is declared or not best.loss else declared.loss / best.loss - 1
+    confirmed = best is declared or t is None or t < T_SEPARATE or n < MIN_SAMPLES or gap < MIN_GAP
     hf = [i + 1 for i in best.target_layer_ids]
     if best is declared:
         verdict = (
@@ -127,14 +132,15 @@ def judged(
         )
     elif confirmed:
         verdict = (
-            f"The declared target_layer_ids {declared.target_layer_ids} may be the trained ones: {best.target_layer_ids} "
-            f"scores {best.loss:.3f} vs {declared.loss:.3f}, {t:.1f} paired standard errors over {n} samples "
-            f"({T_SEPARATE:g} would separate them)."
+            f"The declared target_layer_ids {declared.target_layer_ids} serve the draft about as well as any: "
+            f"{best.target_layer_ids} scores {best.loss:.3f} vs {declared.loss:.3f} nats ({100 * gap:.1f}% apart, "
+            f"{'n/a' if t is None else f'{t:.1f}'} paired standard errors over {n} samples; separating takes "
+            f"{T_SEPARATE:g} standard errors, {MIN_SAMPLES} samples and a {100 * MIN_GAP:g}% gap)."
         )
     else:
         verdict = (
-            f"The draft was trained on target_layer_ids {best.target_layer_ids} (HF hidden_states {hf}), not the declared "
-            f"{declared.target_layer_ids}: loss {best.loss:.3f} vs {declared.loss:.3f} nats, slot accuracy "
+            f"The draft was most likely trained on target_layer_ids {best.target_layer_ids} (HF hidden_states {hf}), not "
+            f"the declared {declared.target_layer_ids}: loss {best.loss:.3f} vs {declared.loss:.3f} nats, slot accuracy "
             f"{best.slot_accuracy:.3f} vs {declared.slot_accuracy:.3f} ({t:.1f} paired standard errors over {n} samples). "
             f"Write dflash_config.target_layer_ids = {best.target_layer_ids} (z-lab ids; llama.cpp's converter writes "
             f"dflash.target_layers = {hf}, vLLM captures HF {hf})."

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from backend import BadInput
 from backend.diagnostics.findings import DiagnosisResult
+from backend.drafts.dflash_config import DFLASH
 from backend.run.records import Progress, no_progress
 from backend.service import models
 
@@ -92,6 +93,17 @@ def diagnose(
     progress(0.02, "loading models")
     target, draft, _ = models.pair(target_path, draft_path, options.device, options.dtype)
     view, _ = reading_of(engine, None, draft, target.num_layers)  # BadInput when it cannot run the draft
+    if getattr(draft.config, "method", None) == DFLASH:
+        from backend.diagnostics.dflash_diagnose import diagnose_dflash
+
+        found = lint([]) if lint is not None else []
+        diagnosis = diagnose_dflash(
+            target, draft, report, list(samples or []), found, options.num_steps, progress
+        )
+        return diagnosis.result(
+            **pair, engine=view.engine, aux_hf_indices=list(view.wiring.aux_hf_indices),
+            wiring_source=view.wiring.source, n_samples=len(samples or []),
+        )  # fmt: skip
     kept = None
     if not samples:
         from backend.service.kept_results import known_probe

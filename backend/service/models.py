@@ -12,6 +12,8 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
+from backend import BadInput
+
 
 class LRU:
     def __init__(self, size: int):
@@ -78,6 +80,16 @@ def pair(target_path: str, draft_path: str, device=None, dtype=None, device_map=
     loaded = target(target_path, device, dtype, device_map, max_memory)
     module, report = draft(loaded, draft_path)
     return loaded, module, report
+
+
+def eagle3_only(draft, what: str) -> None:
+    """BadInput naming what a DFlash draft can use instead, where `what` reads EAGLE-3's chain (its TTT
+    steps, its fc wiring, its own head)."""
+    if getattr(draft.config, "method", None) == "dflash":
+        raise BadInput(
+            f"{what} reads an EAGLE-3 draft's chain; for a DFlash draft use preflight, replay / evaluate, probe "
+            "(which target layers it was trained on), diagnose, lint and serve-check (docs/dflash.md)"
+        )
 
 
 def forget() -> None:

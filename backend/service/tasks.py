@@ -313,6 +313,10 @@ def probe_job(target_path, draft_path, samples, num_steps, budget, live, via="st
 
     progress(0.0, "loading models")
     target, draft, _ = models.pair(target_path, draft_path)
+    models.eagle3_only(
+        draft,
+        "The wiring probe tab (EAGLE-3's three aux states; `probe` on the CLI runs DFlash's layer probe)",
+    )
     view, wiring = reading_of("auto", None, draft, target.num_layers)  # as the CLI's probe: one rule
     settings = ProbeSettings(num_steps, budget, live, via=via)
     return run_probe(
@@ -370,7 +374,13 @@ def reference_job(db_url: str | None, run_id: int, reference, *, progress: Progr
 def doctor_job(target_path, draft_path, samples, other_draft, *, progress: Progress):
     """The checkpoint doctor (backend.diagnostics.doctor.DoctorResult)."""
     from backend.diagnostics.doctor import doctor
+    from backend.drafts.dflash_config import is_dflash
 
+    if is_dflash(draft_path):
+        raise BadInput(
+            "the doctor reads an EAGLE-3 checkpoint's head, vocabulary mapping and wiring; for a DFlash draft "
+            "run Diagnose (its preflight, the layer probe, live replays)"
+        )
     progress(0.1, "reading the checkpoint")
     return doctor(draft_path, target_path, samples, other_draft)
 
@@ -383,6 +393,7 @@ def train_vs_serve_job(target_path: str, draft_path: str, feature_path: str, *, 
 
     progress(0.1, "loading models")
     target, draft, _ = models.pair(target_path, draft_path)
+    models.eagle3_only(draft, "Train vs serve")
     _, wiring = reading_of("auto", None, draft, target.num_layers)  # what the draft is fed: one rule
     features = load_feature_file(feature_path, target.hidden_size)
     progress(0.4, "recomputing serving features")
@@ -407,6 +418,7 @@ def agreement_job(
 
     progress(0.0, "loading models")
     target, draft, _ = models.pair(target_path, draft_path)
+    models.eagle3_only(draft, "Accuracy vs live (teacher-forced acc_k)")
     view, wiring = reading_of("auto", None, draft, target.num_layers)  # as the CLI's teacher: one rule
     claimed = None
     if training_aux_hf_indices:

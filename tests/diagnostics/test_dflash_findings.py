@@ -72,3 +72,18 @@ def test_the_lints_say_block_length_and_the_engine_specific_traps(planted):
         planted / "rope", vllm=vllm.replace(str(good), str(planted / "rope")), target_dir=target
     )
     assert codes(rope.result()) == {"dflash-rope-theta"}
+
+
+def test_diagnose_on_a_dflash_draft_says_the_traps_in_its_classes(planted):
+    """Diagnose reads a DFlash draft (no flag): preflight's last-layer finding and the vLLM command's block
+    length, in diagnose's classes; without samples the layer probe is said not run."""
+    from backend.diagnostics.diagnose import DiagnoseOptions
+    from backend.service.diagnosis import diagnose
+
+    target = str(planted / "target")
+    command = f'--model {target} --speculative-config \'{{"method": "dflash", "model": "{planted / "last"}", "num_speculative_tokens": 9}}\''
+    result = diagnose(target, str(planted / "last"), None, DiagnoseOptions(vllm=command))
+    classes = {(f.cls, f.severity) for f in result.findings}
+    assert ("aux-wiring", "warn") in classes and ("serving-flags", "warn") in classes, classes
+    assert result.verdict == "suspect" and result.checks["wiring probe"].startswith("skipped")
+    assert any("dflash-block-length" in f.message for f in result.findings)

@@ -1,0 +1,90 @@
+"""`diagnose` on a DFlash draft: preflight's DFlash findings (the block, the layers, the mask id, RoPE),
+the serving command's lint, the layer probe on the samples (which target layers it was trained on)
+and live replays of the first samples, in diagnose's classes (backend/diagnostics/diagnose.py)."""
+
+from __future__ import annotations
+
+from backend.diagnostics.dflash_probe import probe_layers
+from backend.diagnostics.diagnose import Diagnosis, lint_as_findings
+from backend.diagnostics.findings import Finding
+from backend.run.records import Progress, no_progress
+
+# preflight's DFlash check names -> diagnose's classes
+CHECK_CLASSES = {
+    "target layers": "aux-wiring",
+    "mask token": "variant-flags",
+    "rope_theta": "rope / context-window",
+    "block length": "serving-flags",
+    "hidden size": "variant-flags",
+    "engines": "serving-flags",
+}
+LIVE_SAMPLES = 2
+
+
+def diagnose_dflash(
+    target,
+    draft,
+    report: dict,
+    samples: list,
+    lint_findings: list[dict],
+    num_steps: int,
+    progress: Progress = no_progress,
+) -> Diagnosis:
+    findings = [
+        Finding(
+            CHECK_CLASSES.get(c["name"], "variant-flags"),
+            c["status"],
+            f"preflight {c['name']}: {c['message']}",
+            {"check": c},
+        )
+        for c in report.get("checks", [])
+        if c["status"] != "pass"
+    ]
+    findings += lint_as_findings(lint_findings)
+    ran = {"preflight": "ran", "serving-flag lint": "ran" if lint_findings else "skipped: no serving command"}
+    if not samples:
+        ran["wiring probe"] = "skipped: no samples"
+        return Diagnosis(findings, ran)
+    progress(0.1, "layer probe")
+    probed = probe_layers(
+        target, draft, samples, progress=lambda f, m: progress(0.1 + 0.6 * f, f"layer probe: {m}")
+    )
+    ran["wiring probe"] = f"ran: the DFlash layer probe on {probed.n_samples} samples"
+    severity = "info" if probed.confirmed else "fail"
+    findings.append(
+        Finding(
+            "aux-wiring",
+            severity,
+            probed.verdict,
+            {"candidates": [c.to_dict() for c in probed.candidates]},
+            "" if probed.fix is None else f"Write {probed.fix} in the draft's config.json.",
+        )
+    )
+    progress(0.75, "live replays")
+    from backend.engine.batch import accept_lengths
+    from backend.engine.dflash_step import dflash_wiring
+
+    live = [list(s.prompt_ids) for s in samples[:LIVE_SAMPLES]]
+    counts = [
+        a
+        for per in accept_lengths(target, draft, live, dflash_wiring(draft.config), num_steps, 64)
+        for a in per
+    ]
+    measured = 1 + sum(counts) / len(counts) if counts else None
+    ran["live replays"] = (
+        f"ran: {len(live)} samples x 64 tokens, K = {num_steps}, accept length {measured:.2f}"
+        if measured
+        else "ran: no verify step"
+    )
+    if measured is not None and measured < 1.05:
+        findings.append(
+            Finding(
+                "no-acceptance",
+                "fail",
+                f"the live replays accept almost nothing (accept length {measured:.2f}, K = {num_steps})",
+                {},
+                "",
+            )
+        )
+    progress(1.0, "done")
+    return Diagnosis(findings, ran)
