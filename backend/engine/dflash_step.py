@@ -62,15 +62,19 @@ def propose_block(
 class DFlashChain(Chain):
     """One sample's chain of DFlash blocks (the caches: the target's and the draft's context)."""
 
+    @staticmethod
+    def extend_context(draft: DFlashDraft, cache: KVCache, cursor) -> None:
+        """1. The positions the target committed last become context entries."""
+        device = draft.fc.weight.device
+        states = cursor.catch_up_features.to(device)
+        start = cursor.catch_up_start
+        draft.extend(cache, states, torch.arange(start, start + states.shape[0], device=device))
+
     def propose(self) -> DraftedStep:
         started = time.perf_counter()
         draft, cursor = self.draft, self.cursor
         device = draft.fc.weight.device
-        states = cursor.catch_up_features.to(device)
-        start = cursor.catch_up_start
-        draft.extend(
-            self.caches.draft, states, torch.arange(start, start + states.shape[0], device=device)
-        )  # 1
+        self.extend_context(draft, self.caches.draft, cursor)  # 1
         proposal = Proposal()
         if self.num_drafts:  # the block is K + 1 rows even where fewer drafts are kept (llama.cpp's end)
             proposal = propose_block(

@@ -49,8 +49,8 @@ def replay(
 ) -> Iterator[PrefillRecord | StepRecord]:
     """Yield a PrefillRecord, then one StepRecord per verify step, until EOS or max_new_tokens."""
     generator = None if config.sampling.greedy else torch.Generator().manual_seed(config.sampling.seed)
-    if getattr(draft.config, "method", None) == DFLASH and config.uses_tree_path:
-        raise ValueError("a DFlash draft replays its greedy chain of blocks (topk 1, temperature 0) for now")
+    if getattr(draft.config, "method", None) == DFLASH and config.topk > 1:
+        raise ValueError("a DFlash draft proposes a chain of blocks (topk 1): no tree")
     with torch.inference_mode():
         record, chain = start(target, draft, prompt_ids, wiring, config, generator)
         yield record

@@ -9,6 +9,7 @@ import time
 
 import torch
 
+from backend.drafts.dflash_config import DFLASH
 from backend.engine.draft_model import Eagle3Draft
 from backend.engine.loading import Target
 from backend.engine.sampling import near_tie_rows
@@ -46,8 +47,11 @@ def tree_step(
     (None when the replay is finished)."""
     device, target_cache, draft_cache = target.device, caches.target, caches.draft
     started = time.perf_counter()
-    hidden = draft_catch_up(draft, draft_cache, cursor, config.math)
-    tree = draft_tree(draft, draft_cache, hidden, cursor.position - 1, config)
+    if getattr(draft.config, "method", None) == DFLASH:  # a block: the chain of its K drafts
+        tree = block_tree(draft, draft_cache, cursor, config)
+    else:
+        hidden = draft_catch_up(draft, draft_cache, cursor, config.math)
+        tree = draft_tree(draft, draft_cache, hidden, cursor.position - 1, config)
     draft_ms = elapsed_ms(started, device)
 
     started = time.perf_counter()
@@ -77,6 +81,30 @@ def tree_step(
     if finished:
         return record, None
     return record, cursor.after(emitted, committed, features)
+
+
+def block_tree(draft, cache, cursor: Cursor, config: ReplayConfig) -> DraftTree:
+    """A DFlash step's block as the chain the sampled acceptance walks (dflash_step.propose_block: the
+    drafts are the block's argmaxes whatever the temperature, as z-lab, vLLM and llama.cpp draft them)."""
+    from backend.engine.dflash_step import DFlashChain, propose_block
+
+    DFlashChain.extend_context(draft, cache, cursor)
+    proposal = propose_block(draft, cache, cursor.pending, cursor.position, config.num_steps, config)
+    scores, running = [], 1.0
+    for p in proposal.probs:
+        running *= p
+        scores.append(running)
+    count = len(proposal.drafted_ids)
+    return DraftTree(
+        tokens=list(proposal.drafted_ids),
+        parents=list(range(-1, count - 1)),
+        scores=scores,
+        depths=list(range(1, count + 1)),
+        draft_probs=list(proposal.probs),
+        top_ids=list(proposal.top_ids) or [[t] for t in proposal.drafted_ids],
+        top_probs=list(proposal.top_probs) or [[p] for p in proposal.probs],
+        proposer=list(proposal.hidden),
+    )
 
 
 def unrecorded(tree: DraftTree, verdict: TreeVerdict, known: list[bool]) -> None:

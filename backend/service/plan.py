@@ -50,7 +50,8 @@ class ReplayPlan:
             sampling_rule=None if decoding.greedy else decoding.rule,
             draft_attention=config.draft_attention if config.topk > 1 else None,
             mode=(
-                f"DFlash blocks of {config.num_steps + 1}, greedy"  # where-lost says what a block's slot is
+                f"DFlash blocks of {config.num_steps + 1}, "  # where-lost says what a block's slot is
+                + ("greedy" if decoding.greedy else f"sampled ({decoding.rule})")
                 if self.method == DFLASH
                 else describe_mode(config.topk, config.num_draft_tokens, decoding.greedy, self.request)
             ),
@@ -107,8 +108,8 @@ def resolve(
     warnings += [note for note in decoding.notes if note not in warnings]
     method = getattr(draft.config, "method", "eagle3")
     if method == DFLASH:
-        if config.uses_tree_path:
-            raise BadInput("a DFlash draft replays greedy chains of blocks (topk 1, temperature 0) for now")
+        if config.topk > 1:
+            raise BadInput("a DFlash draft proposes one block per step (topk 1): no tree to replay")
         warnings += [note for note in [block_note(draft.config, config.num_steps)] if note]
     return ReplayPlan(request, view, wiring, decoding, config, tuple(ids), tuple(warnings), method)
 

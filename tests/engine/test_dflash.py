@@ -163,3 +163,28 @@ def test_a_draft_trained_by_the_dflash_objective_is_accepted(tmp_path):
     assert (
         result.fix == {"dflash_config": {"target_layer_ids": [0, 1]}} and "declared -1" in result.best.label
     )
+
+
+def test_a_dflash_block_through_the_sampled_path_is_the_chain_and_samples_run(dflash_pair):
+    """The sampled acceptance walks a DFlash block as a chain (tree_step.block_tree): at temperature 0
+    forced through that path it gives the chain's drafts, counts and output; at temperature 0.8 (SGLang's
+    rule) every step's accepted drafts are a prefix of its block, each with its acceptance probability."""
+    from backend.engine.dflash_step import dflash_wiring
+    from backend.engine.replay import ReplayConfig, output_ids_of, replay
+    from backend.engine.sampling import Sampling
+    from backend.run.records import StepRecord
+
+    _, _, target, draft, _ = dflash_pair
+    prompt, wiring = [3, 17, 42, 9, 11], dflash_wiring(draft.config)
+    chain = list(replay(target, draft, prompt, wiring, ReplayConfig(4, 30)))
+    forced = list(replay(target, draft, prompt, wiring, ReplayConfig(4, 30, force_tree=True)))
+    assert output_ids_of(forced) == output_ids_of(chain)
+    steps = lambda records: [(r.drafted_ids, r.accepted_count) for r in records if isinstance(r, StepRecord)]  # noqa: E731
+    assert steps(forced) == steps(chain)
+    sampled = list(replay(target, draft, prompt, wiring, ReplayConfig(4, 30, sampling=Sampling(0.8, seed=7))))
+    records = [r for r in sampled if isinstance(r, StepRecord)]
+    assert records and all(len(r.drafted_ids) == 4 and 0 <= r.accepted_count <= 4 for r in records)
+    assert all(r.committed_ids[: r.accepted_count] == r.drafted_ids[: r.accepted_count] for r in records)
+    assert all(r.tree.expected_accepted is not None for r in records)
+    again = list(replay(target, draft, prompt, wiring, ReplayConfig(4, 30, sampling=Sampling(0.8, seed=7))))
+    assert output_ids_of(again) == output_ids_of(sampled)
