@@ -86,13 +86,18 @@ def resolve(
                 "drafts no tree, and its sampled verification is not replayed"
             )
         stop_ids = llamacpp_stop_ids(target.tokenizer, target.eos_token_ids)
+    num_steps, method = request.num_steps, getattr(draft.config, "method", "eagle3")
+    if method == DFLASH and view.accounting == "llamacpp" and num_steps > draft.config.num_drafts:
+        num_steps = (
+            draft.config.num_drafts
+        )  # common/speculative.cpp's constructor clamps n_max, with a log line
     config = ReplayConfig(
-        request.num_steps,
+        num_steps,
         request.max_new_tokens,
         record=request.record,
         math=view.math,
         topk=decoding.shape.topk,
-        num_draft_tokens=decoding.shape.num_draft_tokens,
+        num_draft_tokens=decoding.shape.num_draft_tokens if num_steps == request.num_steps else num_steps + 1,
         sampling=Sampling(
             request.temperature, request.top_p, request.top_k, request.seed, rule=decoding.rule
         ),
@@ -106,8 +111,12 @@ def resolve(
     check_target_context(target, len(ids), request.max_new_tokens)
     warnings = [*preflight_warnings(report, draft, length), *view.notes]
     warnings += [note for note in decoding.notes if note not in warnings]
-    method = getattr(draft.config, "method", "eagle3")
     if method == DFLASH:
+        if num_steps != request.num_steps:
+            warnings.append(
+                f"llama.cpp clamps --spec-draft-n-max {request.num_steps} to {num_steps} (the draft's block_size "
+                f"{draft.config.block_size} - 1; common/speculative.cpp): replayed with K = {num_steps}"
+            )
         if config.topk > 1:
             raise BadInput("a DFlash draft proposes one block per step (topk 1): no tree to replay")
         warnings += [note for note in [block_note(draft.config, config.num_steps)] if note]

@@ -232,3 +232,10 @@ def test_the_dflash_draft_is_reproduced_step_for_step_and_its_shifted_twin_is_re
     assert runs["dflash-shifted"]["wiring"] == [3, 10, 16, 22, 29]
     counts = {c for r in runs["dflash"]["rows"] for c in r["served_per_step"]}
     assert len(counts) >= 3, counts  # rejections and acceptances of several lengths
+    # --spec-draft-n-max 15 past the trained block: llama.cpp clamps it to 7 (a log line), the replay too
+    clamped = cli_json(
+        "serve-check", "--engine", "llamacpp", "--launch", "--target", TARGET, "--draft", str(REAL / "drafts" / "dflash"),
+        "--samples", SAMPLES, "--limit", "1", "--steps", "15", "--max-new-tokens", "32",
+        "--db", f"sqlite:///{tmp_path}/clamped.db", "--timeout", "600",
+    )  # fmt: skip
+    assert_reproduced(clamped, "llama.cpp")
