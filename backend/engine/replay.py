@@ -33,7 +33,7 @@ from backend.engine.chain_step import Chain
 from backend.engine.draft_model import Eagle3Draft
 from backend.engine.loading import Target
 from backend.engine.penalties import History
-from backend.engine.sampling import Sampling, exponential_race, inverse_cdf, target_distribution
+from backend.engine.sampling import GREEDY, Sampling, exponential_race, inverse_cdf, target_distribution
 from backend.engine.step_state import Caches, Cursor, ReplayConfig, elapsed_ms
 from backend.engine.tree_step import tree_step
 from backend.run.records import PrefillRecord, StepRecord
@@ -126,7 +126,8 @@ def prefilled(
     if config.penalties.active:
         history = History(list(prompt_ids), last.shape[-1], last.device)
         last = history.apply(last[None], config.penalties)[0]
-    first = first_token(last, config.sampling, generator)
+    over_trace = getattr(target.runner, "name", None) == "trace"  # the trace's greedy path: no draw
+    first = first_token(last, GREEDY if over_trace else config.sampling, generator)
     if history is not None:
         history.add([first])
     features = output.features(indices)

@@ -251,9 +251,15 @@ class TreeVerdict:
 
 
 def accept_tree(
-    tree: DraftTree, logits: torch.Tensor, sampling: Sampling, generator: torch.Generator | None
+    tree: DraftTree,
+    logits: torch.Tensor,
+    sampling: Sampling,
+    generator: torch.Generator | None,
+    greedy_path: bool = False,
 ) -> TreeVerdict:
-    """Walk the verified tree from the root. logits [N, V] are the verify rows."""
+    """Walk the verified tree from the root. logits [N, V] are the verify rows. `greedy_path` (a replay
+    over a trace, which holds the target's greedy path only): each node's acceptance probability under
+    `sampling`, the walk along the greedy path (the step's expected acceptance, not a draw)."""
     plain = torch.softmax(logits.float(), dim=-1)
     top = plain.max(-1)
     argmax = top.indices.tolist()
@@ -283,7 +289,7 @@ def accept_tree(
                 verdict.accept_probs[c] = float(tree.tokens[c] == argmax[row])
             else:
                 verdict.accept_probs[c] = sibling_accept_probability(sibling_probs, rank, sampling)
-    if greedy:
+    if greedy or greedy_path:
         _walk_greedy(tree, children, argmax, verdict)
     elif sampling.rule == "vllm":
         _walk_vllm(tree, children, probs, generator, verdict)

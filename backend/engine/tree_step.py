@@ -60,7 +60,8 @@ def tree_step(
     output = target.runner.forward(
         ids, target_cache, cursor.position, (depths, tree.visible()), capture=wiring.aux_hf_indices
     )
-    verdict = accept_tree(tree, output.logits[0].cpu(), config.sampling, generator)
+    over_trace = output.known is not None  # the trace's greedy path: sampled acceptance is expected only
+    verdict = accept_tree(tree, output.logits[0].cpu(), config.sampling, generator, greedy_path=over_trace)
     if output.known is not None:
         unrecorded(tree, verdict, output.known)
     rows = [0] + [node + 1 for node in verdict.accepted_path]

@@ -292,9 +292,10 @@ class ReplayRequest:
             return
         if self.trace_from == "vllm" and bool(self.trace_url) == self.trace_launch:
             raise BadInput("--trace-from vllm needs one of --url URL (a vLLM serving the target) or --launch")
-        if not (self.temperature == 0 or self.top_k == 1):
+        if self.temperature > 0 and self.top_k != 1 and self.topk > 1:
             raise BadInput(
-                "--via trace replays greedy decoding only (temperature 0): use --via step to sample"
+                "--via trace with --temperature gives a chain's expected acceptance (topk 1): a sampled tree "
+                "replays with --via step"
             )
 
     def _check_prompt(self) -> None:

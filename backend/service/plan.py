@@ -54,6 +54,11 @@ class ReplayPlan:
                 + ("greedy" if decoding.greedy else f"sampled ({decoding.rule})")
                 if self.method == DFLASH
                 else describe_mode(config.topk, config.num_draft_tokens, decoding.greedy, self.request)
+            )
+            + (
+                ", expected over the trace's greedy path"
+                if self.request.via == "trace" and not decoding.greedy
+                else ""
             ),
             device=str(target.device),
             dtype=str(target.dtype).replace("torch.", ""),
@@ -110,6 +115,12 @@ def resolve(
         check_tree_mask_supported(target, length)
     check_target_context(target, len(ids), request.max_new_tokens)
     warnings = [*preflight_warnings(report, draft, length), *view.notes]
+    if request.via == "trace" and not decoding.greedy:
+        warnings.append(
+            "over a trace the rounds follow the target's greedy path (what a trace holds); each step's acceptance "
+            "is its expectation at this temperature, from the trace's top 8 log-probabilities renormalised (exact "
+            "with --top-k 8 or less), not a draw: read the expected accept length"
+        )
     warnings += [note for note in decoding.notes if note not in warnings]
     if method == DFLASH:
         if num_steps != request.num_steps:

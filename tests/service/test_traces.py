@@ -86,6 +86,46 @@ def test_a_tree_over_a_trace_is_the_tree_step_replay(pairs, tmp_path, name):
     assert any(None in s.tree.argmax for t in traced for s in t.steps) or name == "copy-L5-context"
 
 
+def test_sampled_decoding_over_a_trace_gives_each_step_s_expected_acceptance(pairs, tmp_path):
+    """--via trace --temperature: the rounds follow the trace's greedy path (the greedy output and its
+    counts), and each step's acceptance is its expectation at the temperature: with --top-k 5 (within
+    the trace's top 8) each draft's acceptance probability is the target's own p_T(d) at that row,
+    computed here from a plain forward over the same tokens; the run says it is expected."""
+    import torch
+
+    from backend.engine.sampling import Sampling, target_distribution
+    from backend.service.batch_jobs import run_in_batches
+    from backend.service.jobs import run_replay
+    from backend.service.runs import get_run
+
+    pair, db_url = pairs["copy-L5-context"], f"sqlite:///{tmp_path / 'db.sqlite'}"
+    sampling = Sampling(0.8, top_k=5, seed=3)
+    greedy = [run_replay(r, db_url) for r in _requests(pair, "step")]
+    requests = _requests(pair, "trace", temperature=0.8, top_k=5, seed=3)
+    traced = run_in_batches(requests, db_url)
+    checked = 0
+    for request, plain, trace in zip(requests, greedy, traced, strict=True):
+        assert trace.output_ids == plain.output_ids
+        assert [s.accepted_count for s in trace.steps] == [s.accepted_count for s in plain.steps]
+        prompt = list(request.prompt_ids)
+        for step in trace.steps:
+            context = prompt + trace.output_ids[: step.position - len(prompt)]
+            ids = torch.tensor([context + [step.pending_token] + step.drafted_ids])
+            with torch.inference_mode():
+                logits = pair.target.model(ids).logits[0, step.position :]
+            probs = target_distribution(logits, sampling)
+            for row, (draft, accept) in enumerate(zip(step.drafted_ids, step.tree.accept_probs, strict=True)):
+                if accept is not None:  # a row the trace holds: every draft before it is the target's token
+                    assert accept == pytest.approx(float(probs[row, draft]), rel=1e-4, abs=1e-6)
+                    checked += 1
+    assert checked > 10
+    assert any(
+        s.tree.expected_accepted not in (0.0, float(s.accepted_count)) for t in traced for s in t.steps
+    )
+    run = get_run(db_url, traced[0].run_id)
+    assert run.resolved.mode.endswith("expected over the trace's greedy path")
+
+
 def test_a_trace_that_does_not_fit_is_refused(pairs, tmp_path):
     import torch
 
@@ -115,8 +155,8 @@ def test_a_trace_that_does_not_fit_is_refused(pairs, tmp_path):
     (tmp_path / "junk.safetensors").write_bytes(b"not a file")
     with pytest.raises(BadInput, match="junk.safetensors: not a trace file"):
         load_trace(tmp_path / "junk.safetensors", identity)
-    with pytest.raises(BadInput, match="greedy decoding only"):
-        ReplayRequest("t", "d", prompt_ids=(1,), via="trace", temperature=0.7)
+    with pytest.raises(BadInput, match="a sampled tree replays with --via step"):
+        ReplayRequest("t", "d", prompt_ids=(1,), via="trace", temperature=0.7, topk=4, num_draft_tokens=8)
     with pytest.raises(BadInput, match="needs one of --url URL"):
         ReplayRequest("t", "d", prompt_ids=(1,), via="trace", trace_from="vllm")
     with pytest.raises(BadInput, match="needs one of --url URL"):
