@@ -86,6 +86,7 @@ checks this):
       probe              which wiring a draft was trained on
       dflash_probe       which target layers a DFlash draft was trained on: the declared ids and their shifts
       dflash_diagnose    diagnose on a DFlash draft: preflight's traps, the lint, the layer probe, live replays
+      dflash_teacher     a DFlash draft's teacher-forced blocks: slot accuracy, the run at every anchor
       probe_report       what the wiring probe found and how it judges it: candidates, separation, the verdict
       probe_settings     the probe's settings and report as values, torch-free (pages read a stored probe)
       reading_probe      which reading (RoPE, flags, positions) a draft was trained with

@@ -132,11 +132,11 @@ def cmd_replay(args) -> tuple[dict, str]:
 
 def cmd_teacher(args) -> tuple[dict, str]:
     from backend.engine.teacher import TeacherCounts, teacher_forced_counts
-    from backend.service.models import eagle3_only
 
     samples, rejected = load_samples(args.samples, checked_vocab(args), args.limit)
     target, draft, wiring, view = load_pair(args, max(len(s.input_ids) for s in samples))
-    eagle3_only(draft, "teacher (teacher-forced acc_k)")
+    if getattr(draft.config, "method", None) == DFLASH:
+        return dflash_teacher(args, target, draft, wiring, samples)
     totals = TeacherCounts([0] * args.steps, [0] * args.steps)
     bar = progress_bar(len(samples), "teacher")
     bar.unit = "sample"
@@ -162,6 +162,29 @@ def cmd_teacher(args) -> tuple[dict, str]:
         f"{len(samples)} samples, {totals.counted[0]} loss-masked positions; acc_k = "
         + ", ".join(fmt(a) for a in totals.acc_per_step)
         + f"; simulated accept length {fmt(totals.simulated_accept_length)} (sum_k prod_j<=k acc_j, no bonus)"
+    )
+    return result, text
+
+
+def dflash_teacher(args, target, draft, wiring, samples) -> tuple[dict, str]:
+    """A DFlash draft's teacher-forced blocks (backend/diagnostics/dflash_teacher.py)."""
+    from backend.diagnostics.dflash_teacher import slot_accuracy
+
+    bar, progress = percent_bar("teacher")
+    try:
+        found = slot_accuracy(target, draft, wiring, samples, args.steps, progress)
+    finally:
+        bar.close()
+    result = found.to_dict() | {"n_samples": len(samples), "aux_hf_indices": list(wiring.aux_hf_indices)}
+    text = (
+        f"{len(samples)} samples, {found.n_anchors} anchors (K = {args.steps}, a block of {args.steps + 1}); slot "
+        "accuracy = "
+        + ", ".join(fmt(a) for a in found.slot_accuracy)
+        + "; all slots 1..k right = "
+        + ", ".join(fmt(a) for a in found.prefix_rates)
+        + f"; predicted accept length {fmt(found.predicted_accept_length)} (1 + mean leading run of right slots: "
+        "a DFlash block's context is the target's own states, so this is the live rate wherever the sample is "
+        "the target's own continuation)"
     )
     return result, text
 

@@ -146,9 +146,37 @@ def test_a_draft_trained_by_the_dflash_objective_is_accepted(tmp_path):
     after = accepted()
     assert after > before + 0.5, (before, after)
 
-    # the layer probe: the same weights declaring the layers one higher are found out, and the fix named
+    # teacher-forced blocks over the target's own continuations: the predicted accept length is the live
+    # one's order (the context of a DFlash block is always the target's states)
     from types import SimpleNamespace
 
+    from backend.diagnostics.dflash_teacher import slot_accuracy
+    from backend.engine.replay import ReplayConfig, replay
+    from backend.run.records import StepRecord
+
+    with torch.no_grad():  # the live prompts' own continuations (30 tokens, as the replays ran)
+        continued = [
+            model.generate(torch.tensor([p]), max_new_tokens=30, do_sample=False)[0].tolist() for p in prompts
+        ]
+    continuations = [
+        SimpleNamespace(input_ids=ids, loss_mask=[0] * len(p) + [1] * (len(ids) - len(p)))
+        for p, ids in zip(prompts, continued, strict=True)
+    ]
+    taught = slot_accuracy(target, draft, dflash_wiring(draft.config), continuations, 3)
+    assert taught.n_anchors > 50 and taught.prefix_rates == sorted(taught.prefix_rates, reverse=True)
+    with torch.inference_mode():  # each step's accepted count is the teacher's run at the anchor it starts at
+        replays = [
+            list(replay(target, draft, p, dflash_wiring(draft.config), ReplayConfig(3, 30))) for p in prompts
+        ]
+    compared = [
+        (taught.runs[(number, step.position)], step.accepted_count)
+        for number, records in enumerate(replays)
+        for step in records
+        if isinstance(step, StepRecord) and (number, step.position) in taught.runs
+    ]
+    assert len(compared) > 10 and all(run == count for run, count in compared), compared
+
+    # the layer probe: the same weights declaring the layers one higher are found out, and the fix named
     from backend.diagnostics.dflash_probe import probe_layers
 
     probed = [
