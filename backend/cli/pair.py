@@ -182,9 +182,9 @@ def dflash_teacher(args, target, draft, wiring, samples) -> tuple[dict, str]:
         + ", ".join(fmt(a) for a in found.slot_accuracy)
         + "; all slots 1..k right = "
         + ", ".join(fmt(a) for a in found.prefix_rates)
-        + f"; predicted accept length {fmt(found.predicted_accept_length)} (1 + mean leading run of right slots: "
-        "a DFlash block's context is the target's own states, so this is the live rate wherever the sample is "
-        "the target's own continuation)"
+        + f"; accept length at every anchor {fmt(found.predicted_accept_length)} (1 + mean leading run of right "
+        "slots; where the sample is the target's own continuation, a replay step starting at an anchor accepts "
+        "exactly that run, and a replay's mean is over the anchors its steps reach)"
     )
     return result, text
 
