@@ -45,7 +45,11 @@ def _drafts_text(story: DemoStory) -> str:
         "- **epoch1**: the same run after its first epoch: accepted less, but honestly wired.\n"
         f"{broken}\n\n"
         "Serve **final** to typed prompts without the chat template (Decode's checkbox, or the bundled "
-        "*raw prompts* eval set) and it accepts less: it was trained behind the template."
+        "*raw prompts* eval set) and it accepts less: it was trained behind the template.\n\n"
+        "Beside them a **DFlash** draft of the same target, **dflash** (a block drafter: one forward proposes "
+        "K drafts; trained here on the same answers), and **dflash-shifted**, its weights declaring each target "
+        "layer one higher: every page takes it as it takes an EAGLE-3 draft, and Compare puts the two methods "
+        "side by side (docs/dflash.md)."
     )
 
 
