@@ -119,6 +119,26 @@ def _int(raw: dict, key: str, where: str, default: int | None = None) -> int:
     return value
 
 
+def _check_replayable(raw: dict, where: str) -> None:
+    """What the replay's DFlash layer runs: full attention, SwiGLU with silu, default RoPE."""
+    layer_types = raw.get("layer_types") or []
+    if raw.get("use_sliding_window") or any(t != "full_attention" for t in layer_types if isinstance(t, str)):
+        raise BadInput(
+            f"{where}: sliding-window layers (layer_types {layer_types}): SpecLens replays full attention only"
+        )
+    if str(raw.get("hidden_act", "silu")) != "silu":
+        raise BadInput(
+            f"{where}: hidden_act {raw.get('hidden_act')!r}: SpecLens replays silu DFlash layers only"
+        )
+    scaling = raw.get("rope_scaling") or (raw.get("rope_parameters") or {}).get("rope_type")
+    if scaling not in (None, "default") and not (
+        isinstance(scaling, dict) and scaling.get("rope_type") in (None, "default")
+    ):
+        raise BadInput(
+            f"{where}: rope_scaling {scaling!r}: SpecLens replays DFlash drafts with default RoPE only"
+        )
+
+
 def parse_dflash_config(raw: dict, where: str = "draft config.json") -> DFlashConfig:
     """The DFlash config, checked; BadInput naming the file and the field on anything it cannot run."""
     dflash = raw.get("dflash_config")
@@ -158,13 +178,7 @@ def parse_dflash_config(raw: dict, where: str = "draft config.json") -> DFlashCo
     if mask is not None and (isinstance(mask, bool) or not isinstance(mask, int) or mask < 0):
         raise BadInput(f"{where}: dflash_config.mask_token_id must be a token id (found {mask!r})")
     theta = raw.get("rope_theta", (raw.get("rope_parameters") or {}).get("rope_theta"))
-    scaling = raw.get("rope_scaling") or (raw.get("rope_parameters") or {}).get("rope_type")
-    if scaling not in (None, "default") and not (
-        isinstance(scaling, dict) and scaling.get("rope_type") in (None, "default")
-    ):
-        raise BadInput(
-            f"{where}: rope_scaling {scaling!r}: SpecLens replays DFlash drafts with default RoPE only"
-        )
+    _check_replayable(raw, where)
     architectures = raw.get("architectures") or ["DFlashDraftModel"]
     return DFlashConfig(
         hidden_size=hidden,

@@ -85,6 +85,8 @@ def test_bad_dflash_drafts_are_refused_in_one_line(dflash_pair, tmp_path):
         ),
         "block": ({"block_size": 1}, "block_size must be an integer >= 2"),
         "width": ({"hidden_size": 32}, "hidden_size 32"),
+        "sliding": ({"layer_types": ["sliding_attention"] * 2}, "config.json: sliding-window layers"),
+        "yarn": ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "config.json: rope_scaling"),
     }
     for name, (change, said) in cases.items():
         save_dflash(tmp_path / name, config | change, random_dflash_tensors(config))
