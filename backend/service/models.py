@@ -84,8 +84,15 @@ def pair(target_path: str, draft_path: str, device=None, dtype=None, device_map=
 
 def eagle3_only(draft, what: str) -> None:
     """BadInput naming what a DFlash draft can use instead, where `what` reads EAGLE-3's chain (its TTT
-    steps, its fc wiring, its own head)."""
-    if getattr(draft.config, "method", None) == "dflash":
+    steps, its fc wiring, its own head); `draft` a loaded draft or its folder."""
+    from backend.drafts.dflash_config import is_dflash
+
+    dflash = (
+        is_dflash(draft)
+        if isinstance(draft, str | Path)
+        else getattr(draft.config, "method", None) == "dflash"
+    )
+    if dflash:
         raise BadInput(
             f"{what} reads an EAGLE-3 draft's chain; for a DFlash draft use preflight, replay / evaluate, probe "
             "(which target layers it was trained on), diagnose, lint and serve-check (docs/dflash.md)"

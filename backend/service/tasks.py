@@ -374,13 +374,8 @@ def reference_job(db_url: str | None, run_id: int, reference, *, progress: Progr
 def doctor_job(target_path, draft_path, samples, other_draft, *, progress: Progress):
     """The checkpoint doctor (backend.diagnostics.doctor.DoctorResult)."""
     from backend.diagnostics.doctor import doctor
-    from backend.drafts.dflash_config import is_dflash
 
-    if is_dflash(draft_path):
-        raise BadInput(
-            "the doctor reads an EAGLE-3 checkpoint's head, vocabulary mapping and wiring; for a DFlash draft "
-            "run Diagnose (its preflight, the layer probe, live replays)"
-        )
+    models.eagle3_only(draft_path, "The checkpoint doctor (the head, the vocabulary mapping, the wiring)")
     progress(0.1, "reading the checkpoint")
     return doctor(draft_path, target_path, samples, other_draft)
 
