@@ -20,7 +20,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from backend import BadInput
 from backend.drafts.dflash_config import DFlashConfig
 from backend.engine.draft_model import attend, linear, rotate, signed
 from backend.target.kv_cache import KVCache
@@ -89,10 +88,6 @@ class DFlashDraft(nn.Module):
 
     def __init__(self, config: DFlashConfig, target_embedding: nn.Embedding, lm_head_weight: torch.Tensor):
         super().__init__()
-        if config.hidden_act != "silu":
-            raise BadInput(f"DFlash draft: hidden_act {config.hidden_act!r}; SpecLens replays silu only")
-        if any(t != "full_attention" for t in config.layer_types) or config.sliding_window:
-            raise BadInput("DFlash draft: sliding-window layers are not replayed yet (full attention only)")
         self.config = config
         self.path: str | None = None
         width = len(config.target_layer_ids) * config.hidden_size

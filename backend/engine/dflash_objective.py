@@ -42,6 +42,20 @@ def block_mask(anchors: list[int], block: int, context: int) -> torch.Tensor:
     return mask
 
 
+def anchored_blocks(
+    draft: DFlashDraft, ids: torch.Tensor, states: torch.Tensor, anchors: list[int], block: int
+):
+    """The logits [N * block, V] of a block [x_a, mask x (block - 1)] at each anchor a, over the context
+    of the sample's states before it (one forward, `block_mask`), and the blocks' positions [N, block]."""
+    length = len(ids)
+    places = torch.tensor(anchors)[:, None] + torch.arange(block)[None, :]
+    tokens = torch.full((len(anchors), block), draft.mask_token_id, dtype=torch.long)
+    tokens[:, 0] = ids[torch.tensor(anchors)]
+    context = draft.context(states, torch.arange(length))
+    hidden = draft.block(tokens.flatten(), places.flatten(), context, block_mask(anchors, block, length))
+    return draft.logits(hidden), places
+
+
 def sample_loss(
     draft: DFlashDraft, sample: dict, anchors: int, generator: random.Random | None, gamma: float = GAMMA
 ):
@@ -54,17 +68,12 @@ def sample_loss(
     if not anchors:
         return None
     offsets = torch.arange(block)
-    places = torch.tensor(anchors)[:, None] + offsets[None, :]  # [N, B]
+    logits, places = anchored_blocks(draft, ids, states, anchors, block)  # places [N, B]
     inside = places < length
     labels = ids[places.clamp(max=length - 1)]
     weight = inside & (offsets[None, :] > 0) & (mask[places.clamp(max=length - 1)] > 0)
     decay = torch.exp(-(offsets - 1).clamp(min=0).float() / gamma)
     weights = weight.float() * decay[None, :]
-    tokens = torch.full((len(anchors), block), draft.mask_token_id, dtype=torch.long)
-    tokens[:, 0] = ids[torch.tensor(anchors)]
-    context = draft.context(states, torch.arange(length))
-    hidden = draft.block(tokens.flatten(), places.flatten(), context, block_mask(anchors, block, length))
-    logits = draft.logits(hidden)
     losses = F.cross_entropy(logits, labels.flatten(), reduction="none")
     flat = weights.flatten()
     hits = ((logits.argmax(-1) == labels.flatten()) & weight.flatten()).sum()
