@@ -115,6 +115,7 @@ checks this):
       evaluate           every (draft, sample) pair of a dataset, summed per draft
       feature_check      serve-check --features: a server's returned features against the layers
       jobs               the job runner: engine records persisted step by step
+      trace_guesses      guesses a trace's capture verifies: the answer after the prompt in each replay's sample
       traces             traces kept beside the database: captured once, reused, refused when stale
       run_writer         a run's records written as they arrive, in batches with its heartbeat
       replay_answer      what `replay --json` answers: the run's tokens, steps, metrics and reading, typed

@@ -108,6 +108,15 @@ def sample_sources(session: Session, sample_ids) -> dict[int, str]:
     return dict(session.execute(select(SampleRow.id, SampleRow.source).where(SampleRow.id.in_(ids))).all())
 
 
+def sample_tokens(session: Session, sample_ids) -> dict[int, tuple[list[int], int]]:
+    """Each sample's (input_ids, prompt_len) by id (ids no longer stored are left out)."""
+    ids = sorted({i for i in sample_ids if i is not None})
+    if not ids:
+        return {}
+    query = select(SampleRow.id, SampleRow.input_ids, SampleRow.prompt_len).where(SampleRow.id.in_(ids))
+    return {row.id: (list(row.input_ids), row.prompt_len) for row in session.execute(query)}
+
+
 def sample_datasets(session: Session, sample_ids) -> dict[int, int]:
     """Each sample's dataset id by sample id (ids no longer stored are left out)."""
     ids = sorted({i for i in sample_ids if i is not None})

@@ -24,6 +24,7 @@ from db.datasets import (
     list_datasets,
     sample_datasets,
     sample_sources,
+    sample_tokens,
 )
 from db.models import utc_now
 from db.observations import (
@@ -66,6 +67,7 @@ __all__ = [
     "largest_probe",
     "sample_datasets",
     "sample_sources",
+    "sample_tokens",
     "DEFAULT_DB_PATH",
     "DatasetInfo",
     "NO_INPUT",

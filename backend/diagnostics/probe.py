@@ -253,7 +253,10 @@ def over_traces(target: Target, samples: list, new_tokens: int, indices) -> Targ
     from backend.target.trace import TraceRunner
     from backend.target.trace_capture import capture_traces
 
-    traces = capture_traces(target, [list(s.prompt_ids) for s in samples], new_tokens, indices)
+    prompts = [list(s.prompt_ids) for s in samples]
+    answers = [list(s.input_ids[s.prompt_len :]) for s in samples]  # the target's own, in regenerated data
+    stops = [[frozenset(target.eos_token_ids)]] * len(samples)  # where the live replays (accept_lengths) end
+    traces = capture_traces(target, prompts, new_tokens, indices, answers, stops)
     return replace(target, runner=TraceRunner(traces, target.vocab_size, target.device))
 
 

@@ -154,7 +154,7 @@ def run_in_batches(
     override = checked_override(first.target, first.aux_hf_indices)
     target, draft, report = traces.load_pair(first, progress)
     plans = [resolve(request, target, draft, report, override) for request in requests]
-    traces.fill(target, plans, open_database(db_url).artifact_dir, progress)
+    traces.fill(target, plans, open_database(db_url), progress)
     longest = max(len(p.prompt_ids) + p.config.max_new_tokens + p.config.num_steps + 1 for p in plans)
     size = batch_size(target, longest, batch)
     database = open_database(db_url)

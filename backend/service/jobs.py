@@ -65,7 +65,7 @@ def run_replay(
     target, draft, report = traces.load_pair(request, progress)
     plan = resolve(request, target, draft, report, override)
     database = open_database(db_url)
-    traces.fill(target, [plan], database.artifact_dir, progress)
+    traces.fill(target, [plan], database, progress)
     return run_plan(database, target, draft, plan, progress)
 
 

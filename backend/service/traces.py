@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 
 from backend import BadInput, first_line
-from backend.target.trace import MARGIN, Trace
+from backend.target.trace import MARGIN, Trace, tokens_read
 
 DTYPE_NAMES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 CONTENT = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json")
@@ -149,61 +149,78 @@ def prepare(requests: list, db_url: str | None, progress, every_layer: bool = Fa
     override = checked_override(first.target, first.aux_hf_indices)
     target, draft, report = load_pair(first, progress)
     plans = [resolve(request, target, draft, report, override) for request in requests]
-    fill(target, plans, open_database(db_url).artifact_dir, progress, every_layer)
+    fill(target, plans, open_database(db_url), progress, every_layer)
 
 
-def fill(target, plans, artifact_dir: Path, progress, every_layer: bool = False) -> None:
+def fill(target, plans, database, progress, every_layer: bool = False) -> None:
     """Give `target`'s trace runner the trace of every plan's prompt: read from the traces kept beside
-    the database, else captured now (by the target loaded here, all missing prompts decoding together;
-    or by vLLM: service/vllm_trace.py) and kept as each arrives. Nothing to do for a target that runs
-    here."""
+    the database, else captured now (by the target loaded here, all missing prompts decoding together,
+    each verifying its guess: trace_guesses.py; or by vLLM: service/vllm_trace.py) and kept as each
+    arrives. Nothing to do for a target that runs here."""
 
     runner = target.runner
     if getattr(runner, "name", None) != "trace":
         return
-    identity, folder = target_identity(target.path), trace_dir(artifact_dir)
+    identity, folder = target_identity(target.path), trace_dir(database.artifact_dir)
     budget = max(p.config.max_new_tokens for p in plans)
     indices = {i for p in plans for i in p.wiring.aux_hf_indices}
     if every_layer:
         indices |= set(range(target.num_layers + 1))
     prompts = list(dict.fromkeys(tuple(p.prompt_ids) for p in plans))
+    stops = {prompt: set() for prompt in prompts}  # each prompt's replays' end-of-generation ids
+    for plan in plans:
+        stops[tuple(plan.prompt_ids)].add(stop_ids(plan, target))
     source = plans[0].request.trace_from
     keys = {prompt: trace_key(identity, prompt, budget, source) for prompt in prompts}
-    found, missing = [], []
+    found, missing, kept_guesses = [], [], {}
     for prompt, key in keys.items():
         path = folder / f"{key}.safetensors"
         kept = load_trace(path, identity) if path.is_file() else None
-        if kept is not None and indices <= set(kept.states):
+        if kept is not None and indices <= set(kept.states) and _covers(kept, budget, stops[prompt]):
             found.append(kept)
-        else:  # none yet, or without a layer this wiring reads: captured with both
+        else:  # none yet, without a layer this wiring reads, or cut before what a replay reads
             missing.append(prompt)
-            indices |= set(kept.states) if kept is not None else set()
+            if kept is not None:  # captured again with both sets of layers, its continuation the guess
+                indices |= set(kept.states)
+                kept_guesses[prompt] = kept.continuation
     if missing:
 
         def keep(trace: Trace) -> None:
             save_trace(folder, keys[tuple(trace.prompt_ids)], trace, identity, target.path)
             found.append(trace)
 
-        capture(
-            target,
-            plans[0].request,
-            [list(p) for p in missing],
-            budget,
-            sorted(indices),
-            folder,
-            keep,
-            progress,
-        )
+        from backend.service.trace_guesses import answers
+
+        guesses = answers([p.request for p in plans], database, target.vocab_size) | kept_guesses
+        asked = [(list(p), guesses.get(p), stops[p]) for p in missing]
+        capture(target, plans[0].request, asked, budget, sorted(indices), folder, keep, progress)
     for plan, trace in ((p, t) for p in plans for t in found if tuple(t.prompt_ids) == tuple(p.prompt_ids)):
-        trace.check_fits(plan.config.max_new_tokens, plan.config.num_steps, plan.wiring.aux_hf_indices)
+        trace.check_fits(
+            plan.config.max_new_tokens,
+            plan.config.num_steps,
+            plan.wiring.aux_hf_indices,
+            stop_ids(plan, target),
+        )
     runner.add(found)
 
 
-def capture(
-    target, request, prompts: list[list[int]], budget: int, indices, folder: Path, keep, progress
-) -> None:
-    """The traces of `prompts`, each handed to `keep` as it arrives: by vLLM (`--trace-from vllm`), else
-    by the target loaded here."""
+def stop_ids(plan, target) -> frozenset[int]:
+    """The ids that end `plan`'s replay (its reading's, else the target's EOS ids: step_state.py)."""
+    stops = plan.config.stop_ids
+    return frozenset(target.eos_token_ids) if stops is None else frozenset(stops)
+
+
+def _covers(trace: Trace, budget: int, stops) -> bool:
+    return trace.budget >= budget and all(
+        len(trace.continuation) >= tokens_read(trace.continuation, budget, s) for s in stops
+    )
+
+
+def capture(target, request, asked: list, budget: int, indices, folder: Path, keep, progress) -> None:
+    """The traces of the `asked` prompts ((prompt, guess or None, the stop-id sets of its replays)),
+    each handed to `keep` as it arrives: by vLLM (`--trace-from vllm`; it runs to budget + MARGIN and
+    takes no guess), else by the target loaded here."""
+    prompts = [prompt for prompt, _, _ in asked]
     if request.trace_from == "vllm":
         from backend.service.vllm_trace import vllm_traces
 
@@ -213,8 +230,14 @@ def capture(
     from backend.service import models
     from backend.target.trace_capture import capture_traces
 
-    progress(0.0, f"capturing {len(prompts)} traces with the target loaded here")
+    guessed = sum(1 for _, guess, _ in asked if guess)
+    progress(
+        0.0,
+        f"capturing {len(prompts)} traces with the target loaded here"
+        + (f" ({guessed} verifying the sample's answer or a kept continuation)" if guessed else ""),
+    )
     dtype = str(target.dtype).removeprefix("torch.")
     local = models.target(target.path, str(target.device), DTYPE_NAMES[dtype])
-    for trace in capture_traces(local, prompts, budget, indices):
+    guesses, stops = [g for _, g, _ in asked], [s for _, _, s in asked]
+    for trace in capture_traces(local, prompts, budget, indices, guesses, stops):
         keep(trace)

@@ -30,13 +30,13 @@ MARGIN = 16  # tokens past the budget: a replay's K may be at most this
 @dataclass
 class Trace:
     prompt_ids: list[int]
-    continuation: list[int]  # the target's greedy tokens after the prompt (budget + MARGIN, EOS ignored)
+    continuation: list[int]  # the target's greedy tokens after the prompt, EOS ignored (`tokens_read`)
     states: dict[int, torch.Tensor]  # HF index -> [L, Ht] (L = prompt + continuation), fp32 on the CPU
     top_ids: torch.Tensor  # [L, TOP] long: row p's most likely next tokens, the argmax first
     top_logprobs: torch.Tensor  # [L, TOP] float
     entropies: torch.Tensor  # [L] nats
     near_tie: torch.Tensor  # [L] bool
-    budget: int  # the max new tokens it was captured for (continuation = budget + MARGIN)
+    budget: int  # the max new tokens it was captured for
     source: str  # where the target ran: "local (lean, fp32, cpu)", "vLLM at URL"
 
     @property
@@ -52,10 +52,17 @@ class Trace:
             self.near_tie[start:end].tolist(),
         )
 
-    def check_fits(self, max_new_tokens: int, num_steps: int, indices) -> None:
-        """BadInput unless a replay with this budget, K and wiring can be answered from this trace."""
+    def check_fits(self, max_new_tokens: int, num_steps: int, indices, stops=frozenset()) -> None:
+        """BadInput unless a replay with this budget, K and wiring, ending at any of the ids `stops`,
+        can be answered from this trace."""
         if max_new_tokens > self.budget:
             raise BadInput(f"the trace holds {self.budget} new tokens; the replay asks {max_new_tokens}")
+        read = tokens_read(self.continuation, max_new_tokens, stops)
+        if len(self.continuation) < read:
+            raise BadInput(
+                f"the trace's continuation ends after {len(self.continuation)} tokens (where the replays it "
+                f"was captured for stop reading); this replay may read {read}: capture it again"
+            )
         if num_steps > MARGIN:
             raise BadInput(f"a replay over a trace drafts at most K = {MARGIN}; asked K = {num_steps}")
         missing = sorted(set(indices) - set(self.states))
@@ -64,6 +71,14 @@ class Trace:
                 f"the trace holds the target's states at HF {sorted(self.states)}, not at HF {missing}: "
                 "capture it again with those layers (or all)"
             )
+
+
+def tokens_read(continuation: list[int], max_new_tokens: int, stops) -> int:
+    """How many tokens of a target's `continuation` a replay of at most `max_new_tokens` new tokens that
+    ends at any id in `stops` may read: up to where it ends (its budget, or just past its first stop id),
+    and MARGIN past that, where its last verify step's drafts (K <= MARGIN) are checked."""
+    ends = (i + 1 for i, token in enumerate(continuation[:max_new_tokens]) if token in stops)
+    return next(ends, max_new_tokens) + MARGIN
 
 
 @dataclass

@@ -189,3 +189,83 @@ def test_vllm_s_top_log_probabilities_become_a_trace_s_rows():
     assert exact_top < float(entropy[0]) < exact_top + 0.2 and 0.69 < float(entropy[1]) < 0.70
     with pytest.raises(BadInput, match="answered 2 rows of top log-probabilities for 3 tokens"):
         _top({"top_logprobs": rows}, 3, "vLLM at u")
+
+
+def test_a_guess_is_verified_and_a_trace_ends_where_its_replays_stop_reading(pairs):
+    """A capture that verifies a guess (trace_capture.py) keeps the target's own continuation whether the
+    guess is right or wrong, in fewer forwards when it is right; a trace for replays that stop at an id
+    ends MARGIN tokens past its first one, and a replay that reads further is refused it."""
+    import torch
+
+    from backend.engine.loading import load_target
+    from backend.target.trace import MARGIN
+    from backend.target.trace_capture import capture_traces
+
+    target = load_target(str(pairs["copy-L4-bigram"].target_dir), "cpu", "fp32")
+    prompts, indices = [[3, 4, 5], [9, 8, 7, 6, 5]], [1, 3]
+    rounds = []
+    forward_many = target.runner.forward_many
+
+    def counted(*args, **kwargs):
+        rounds[-1] += 1
+        return forward_many(*args, **kwargs)
+
+    target.runner.forward_many = counted
+    captured = {}
+    plain = None
+    for name in ("plain", "right", "wrong"):
+        rounds.append(0)
+        if name == "plain":
+            guesses = None
+        elif name == "right":
+            guesses = [t.continuation for t in plain]
+        else:  # wrong from the sixth token on
+            guesses = [t.continuation[:5] + [(t.continuation[5] + 1) % 50] * 20 for t in plain]
+        captured[name] = capture_traces(target, prompts, 24, indices, guesses)
+        plain = captured["plain"]
+    for name in ("right", "wrong"):
+        for base, got in zip(plain, captured[name], strict=True):
+            assert got.continuation == base.continuation and len(got.continuation) == 24 + MARGIN
+            assert torch.equal(got.top_ids, base.top_ids)
+            for i in indices:
+                assert got.states[i].shape == base.states[i].shape
+                # a chunk's rows are summed in another order than one-token decodes: rounding apart
+                assert (got.states[i] - base.states[i]).norm() <= 1e-5 * base.states[i].norm()
+    assert rounds[0] == 24 + MARGIN  # the prefill, then a forward per token
+    assert rounds[1] <= 4 < rounds[2] < rounds[0]  # chunks of 16, 32 hold; the wrong guess decodes on
+
+    stop = plain[0].continuation[3]  # an id the first prompt's continuation meets early
+    (cut,) = capture_traces(target, prompts[:1], 24, indices, stops=[[frozenset({stop})]])
+    first = cut.continuation.index(stop)
+    assert len(cut.continuation) == first + 1 + MARGIN == cut.states[1].shape[0] - 3 + 1
+    assert cut.continuation == plain[0].continuation[: len(cut.continuation)]
+    cut.check_fits(24, 3, indices, frozenset({stop}))
+    with pytest.raises(BadInput, match=f"ends after {first + 1 + MARGIN} tokens .* may read {24 + MARGIN}"):
+        cut.check_fits(24, 3, indices, frozenset())  # --ignore-eos reads to the budget
+
+
+def test_the_sample_s_answer_is_the_guess(tmp_path):
+    """trace_guesses.answers: the answer after the prompt in the request's sample, from a JSONL file the
+    request names by "path#index" or a stored sample; nothing for a file that cannot be read."""
+    import json
+
+    from backend.run.request import ReplayRequest
+    from backend.service.database import open_database
+    from backend.service.datasets import get_samples, import_dataset
+    from backend.service.trace_guesses import answers
+
+    path = tmp_path / "s.jsonl"
+    records = [([1, 2, 3, 4, 5], [0, 0, 1, 1, 1]), ([6, 7, 8, 9], [0, 0, 0, 1])]
+    path.write_text("".join(json.dumps({"input_ids": i, "loss_mask": m}) + "\n" for i, m in records))
+    db_url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+
+    def request(prompt, ref=None, sample_id=None):
+        return ReplayRequest("t", "d", prompt_ids=prompt, sample_ref=ref, sample_id=sample_id)
+
+    database = open_database(db_url)
+    asked = [request((1, 2), f"{path}#0"), request((6, 7, 8), f"{path}#1"), request((5,), "prompt")]
+    assert answers(asked, database, 100) == {(1, 2): [3, 4, 5], (6, 7, 8): [9]}
+    dataset, _ = import_dataset(db_url, path)
+    stored = get_samples(db_url, dataset)[1]
+    assert answers([request((6, 7, 8), "dataset 1 #1", stored.id)], database, 100) == {(6, 7, 8): [9]}
+    assert answers([request((1, 2), f"{tmp_path / 'gone.jsonl'}#0")], database, 100) == {}
