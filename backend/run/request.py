@@ -390,13 +390,15 @@ class ReplayRequest:
 
     @property
     def label(self) -> str:
+        return f"{self.settings_label} on {self.sample_ref or 'prompt'}"
+
+    @property
+    def settings_label(self) -> str:
+        """The draft's name and what it is replayed with: "final K=4 topk=4 N=8 as vllm"."""
         from pathlib import Path
 
         override = f" wiring HF {list(self.aux_hf_indices)}" if self.aux_hf_indices else ""
         engine = "" if self.engine == "auto" else f" as {self.engine}"
         tree = f" topk={self.topk} N={self.num_draft_tokens}" if self.topk > 1 else ""
         sampled = f" T={self.temperature:g} seed={self.seed}" if self.temperature > 0 else ""
-        return (
-            f"{Path(self.draft).name} K={self.num_steps}{tree}{sampled}{engine}{override} "
-            f"on {self.sample_ref or 'prompt'}"
-        )
+        return f"{Path(self.draft).name} K={self.num_steps}{tree}{sampled}{engine}{override}"

@@ -272,6 +272,7 @@ class CompareResult(Plain):
     replayed: int = 0
     ray: str | None = None
     drafts: dict[str, str] = field(default_factory=dict)  # side ("A", "B") -> draft path
+    settings: dict[str, str] = field(default_factory=dict)  # side -> ReplayRequest.settings_label
 
 
 def compare_job(db_url: str | None, comparison: Comparison, *, progress: Progress) -> CompareResult:
@@ -294,6 +295,7 @@ def compare_job(db_url: str | None, comparison: Comparison, *, progress: Progres
         replayed=len(pairs) - reused,
         ray=c.ray or None,
         drafts={side: request.draft for side, request in c.sides},
+        settings={side: request.settings_label for side, request in c.sides},
     )
 
 

@@ -293,6 +293,17 @@ def test_compare_two_drafts_on_a_sample(db):
     assert "2 run(s) reused (finished runs of the same draft, sample and settings), 0 replayed" in " ".join(
         c.value for c in app.caption
     )
+    # B at its own K (an EAGLE-3 draft at its K against a DFlash draft at its block): A's run is reused
+    k = app.number_input(key="compare_steps").value
+    app.number_input(key="compare_steps_b").set_value(k - 1).run()
+    app.button(key="compare_start_one").click().run()
+    app = ok(finish(app, "compare_task"))
+    app.run()
+    newest = list_runs(db)[0]
+    assert len(list_runs(db)) == 3 and newest.request.num_steps == k - 1
+    assert newest.draft_path == str(DEMO_DRAFTS / "final")
+    said = " ".join(m.value for m in app.markdown).replace("\\", "")  # unescaped
+    assert f"final (K={k - 1}) (B)" in said or f"epoch1 (K={k}) (A)" in said
 
 
 def test_the_pickers_match_the_comparison_on_screen(db):

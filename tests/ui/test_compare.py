@@ -100,3 +100,16 @@ def test_the_samples_that_would_settle_a_delta_are_the_t_interval_s():
         assert n == 4 or abs(delta) - t975(n - 2) * sd / (n - 1) ** 0.5 < 0  # one fewer: it does not
     assert settle(0.05, 1.0) == 1537  # past the table: the normal's 1.960
     assert BatchSummary(3, 1.0, 1.0, 0.0, None, 0, 0, 3, 0, 0.0).samples_to_settle() is None
+
+
+def test_the_sides_are_named_with_their_settings_only_when_these_differ():
+    from ui.compare.batch import side_names
+
+    drafts = {"A": "/d/final", "B": "/d/dflash"}
+    same = {"A": "final K=4", "B": "dflash K=4"}
+    assert side_names(drafts, same) == ("final", "dflash")
+    differ = {"A": "final K=4", "B": "dflash K=7"}
+    assert side_names(drafts, differ) == ("final (K=4)", "dflash (K=7)")
+    tree = {"A": "final K=4", "B": "final K=4 topk=4 N=8"}
+    assert side_names({"A": "/d/final", "B": "/d/final"}, tree) == ("final (K=4)", "final (K=4 topk=4 N=8)")
+    assert side_names(drafts, {}) == ("final", "dflash")  # a result kept before sides had settings

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass
+from pathlib import Path
 
 import pandas as pd
 import streamlit as st
@@ -109,15 +110,26 @@ def batch_sentence(summary: BatchSummary, name_a: str, name_b: str) -> str:
     )
 
 
-def _metrics(summary: BatchSummary, drafts: dict) -> None:
+def _metrics(summary: BatchSummary, drafts: dict, settings: dict) -> None:
     cells = st.columns(5)
     cells[0].metric("Mean AL A", f"{summary.mean_a:.2f}", help=ACCEPT_LENGTH_HELP)
     cells[1].metric("Mean AL B", f"{summary.mean_b:.2f}", help=ACCEPT_LENGTH_HELP)
     cells[2].metric("Mean delta (B - A)", f"{summary.mean_delta:+.2f}")
     cells[3].metric("Wins A / B / ties", f"{summary.wins_a} / {summary.wins_b} / {summary.ties}")
     cells[4].metric("Samples", summary.samples)
-    name_a, name_b = (state.draft_name(drafts.get(side, side)) for side in ("A", "B"))
-    st.markdown("**" + md(batch_sentence(summary, name_a, name_b)) + "**")
+    st.markdown("**" + md(batch_sentence(summary, *side_names(drafts, settings))) + "**")
+
+
+def side_names(drafts: dict, settings: dict) -> tuple[str, str]:
+    """How the sentence names each side: its draft, with what it ran with ("final K=4") when the two
+    sides ran with different settings (a chain against a tree, EAGLE-3 at K 4 against DFlash at K 7)."""
+    names = [state.draft_name(drafts.get(side, side)) for side in ("A", "B")]
+    shapes = [
+        settings.get(side, "").removeprefix(Path(drafts.get(side, "")).name).strip() for side in ("A", "B")
+    ]
+    if shapes[0] == shapes[1]:
+        return names[0], names[1]
+    return tuple(f"{name} ({shape})" if shape else name for name, shape in zip(names, shapes, strict=True))
 
 
 def show_batch(task_id: str | None, result: CompareResult) -> None:
@@ -126,7 +138,7 @@ def show_batch(task_id: str | None, result: CompareResult) -> None:
     st.subheader("Samples where the drafts differ most")
     summary = batch_summary(result.rows)
     if summary.samples:
-        _metrics(summary, result.drafts)
+        _metrics(summary, result.drafts, result.settings)
     left_out = summary.without_accept_length
     st.caption(
         f"Over {summary.samples} sample(s): the mean of each run's accept length ({ACCEPT_LENGTH_HELP}); "

@@ -8,7 +8,7 @@ import os
 import streamlit as st
 
 from backend import BadInput
-from backend.run.request import VIA_CHOICES, ReplayRequest
+from backend.run.request import MAX_STEPS, VIA_CHOICES, ReplayRequest
 from backend.service import runs as stored_runs
 from backend.service.ray_eval import address_problem
 from backend.service.tasks import Comparison
@@ -34,22 +34,25 @@ RAY_HELP = (
 )
 
 
-def _decoding() -> tuple[dict, dict] | None:
-    """Each side's tree settings; None when a number is out of range (said under it)."""
+def _decoding(steps: int | None) -> tuple[dict, dict] | None:
+    """Each side's K and tree settings (`steps`: the K both take unless B names its own); None when a
+    number is out of range (said under it)."""
     st.caption(
         "Decoding per side (SGLang's flags): topk 1 is a chain; topk > 1 drafts a tree of N verified "
-        "tokens. Pick the same draft twice to compare a chain and a tree of it."
+        "tokens. Pick the same draft twice to compare a chain and a tree of it; give B its own K to hold "
+        "an EAGLE-3 draft at its K against a DFlash draft at its block (block_size - 1)."
     )
-    d1, d2, d3, d4 = st.columns(4)
+    d1, d2, d3, d4, d5 = st.columns(5)
     topk_a = whole(d1, "topk A", 1, 16, 1, "compare_topk_a")
     tokens_a = whole(d2, "Draft tokens N A (0: K+1)", 0, 256, 0, "compare_tokens_a")
     topk_b = whole(d3, "topk B", 1, 16, 1, "compare_topk_b")
     tokens_b = whole(d4, "Draft tokens N B (0: K+1)", 0, 256, 0, "compare_tokens_b")
-    if None in (topk_a, tokens_a, topk_b, tokens_b):
+    steps_b = whole(d5, "K B (0: the same K)", 0, MAX_STEPS, 0, "compare_steps_b")
+    if None in (steps, topk_a, tokens_a, topk_b, tokens_b, steps_b):
         return None
     return (
-        {"topk": topk_a, "num_draft_tokens": tokens_a or None},
-        {"topk": topk_b, "num_draft_tokens": tokens_b or None},
+        {"num_steps": steps, "topk": topk_a, "num_draft_tokens": tokens_a or None},
+        {"num_steps": steps_b or steps, "topk": topk_b, "num_draft_tokens": tokens_b or None},
     )
 
 
@@ -114,8 +117,8 @@ def comparison(running: bool) -> Comparison | None:
         draft_b = c2.selectbox("Draft B", names, key="compare_draft_b", **opens_b)
         steps = setting_number(c3, "num_steps", "compare_steps")
         max_new = setting_number(c4, "max_new_tokens", "compare_max_new")
-        decoding = _decoding()
-        invalid = decoding is None or None in (steps, max_new)
+        decoding = _decoding(steps)
+        invalid = decoding is None or max_new is None
         reused, side = st.columns([3, 2])
         reuse = reused.checkbox(
             "Reuse finished runs of the same draft, sample and settings",
@@ -145,7 +148,6 @@ def comparison(running: bool) -> Comparison | None:
                     state.target_path(),
                     state.drafts()[draft],
                     prompt_ids=first,
-                    num_steps=steps,
                     max_new_tokens=max_new,
                     via=via,
                     **shape,
