@@ -273,7 +273,8 @@ def test_every_form_asks_k_and_max_new_tokens_as_the_request_declares_them():
     """One label and one range per setting: a form asks K and max new tokens through
     ui/numbers.setting_number (the ReplayRequest field's widget), never with its own label and limits.
     Two K fields are not a replay's: the what-if's (another K to predict from a run) and the server's K that
-    a per-request file may not state (0 = unknown); they stay apart."""
+    a per-request file may not state (0 = unknown); they stay apart. Compare's side B takes the form's K
+    unless it names its own (0 = the same K): the range is the request's, its 0 is not a K."""
     hand_written = []
     for path in python_files("ui", "pages"):
         for node in ast.walk(ast.parse(path.read_text())):
@@ -286,6 +287,7 @@ def test_every_form_asks_k_and_max_new_tokens_as_the_request_declares_them():
                 if isinstance(label, ast.Constant) and str(label.value).startswith(("K", "Max new tokens")):
                     hand_written.append(f"{path.relative_to(REPO)} {label.value!r}")
     assert sorted(hand_written) == [
+        "ui/compare/form.py 'K B (0: the same K)'",
         "ui/diagnostics/whatif.py 'K (steps)'",
         "ui/server_requests.py 'K (num speculative tokens), where the file does not say (0 = unknown)'",
     ]

@@ -120,6 +120,10 @@ def draft_path() -> str:
     return st.session_state[KEYS.draft]
 
 
+def draft_is_dflash() -> bool:
+    return checkpoints.is_dflash_draft(draft_path())
+
+
 def add_draft(path: str) -> None:
     """Keep the draft in the database (a reload finds it) and select it."""
     _init()

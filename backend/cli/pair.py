@@ -9,7 +9,7 @@ from backend import BadInput
 from backend.cli.flags import request_fields
 from backend.cli.render import fmt, percent_bar, progress_bar
 from backend.defaults import default_draft
-from backend.drafts.dflash_config import DFLASH
+from backend.drafts.dflash_config import DFLASH, is_dflash
 
 
 def cmd_preflight(args) -> tuple[dict, str]:
@@ -56,8 +56,15 @@ def _write_fix(args, report: dict) -> dict:
             f"--write-fix goes with --engine {' / '.join(SERVING_ENGINES)} (the engine to fix for)"
         )
     fix = next((f for f in report["serving_fixes"] if f["engine"] == args.engine), None)
+    if is_dflash(args.draft):  # every engine reads a DFlash config's fields alike
+        from backend.engine.dflash_preflight import dflash_config_fix
+        from backend.engine.loading import read_target_config
+
+        update, words = dflash_config_fix(args.draft, read_target_config(args.target))
+        fix = {"config_update": update, "message": f"Fix: {words}"} if update else None
     if fix is None:
-        return {"path": None, "said": f"no fix to write: {args.engine} already feeds the trained wiring"}
+        nothing = "no config field to fix" if is_dflash(args.draft) else "already feeds the trained wiring"
+        return {"path": None, "said": f"no fix to write: {args.engine} {nothing}"}
     path = write_fixed_draft(args.draft, args.write_fix, fix["config_update"])
     return {
         "path": str(path),

@@ -48,6 +48,7 @@ class DFlashProbeResult(Plain):
     fix: dict | None = None  # the config.json field to write, when the declared is separated
     n_samples: int = 0
     anchors: int = 0
+    separated: bool = True  # the best is told apart from the runner-up (else the probe cannot say which)
 
 
 def candidates_of(declared: list[int], num_layers: int) -> dict[tuple[int, ...], str]:
@@ -125,17 +126,40 @@ def judged(
     gap = 0.0 if best is declared or not best.loss else declared.loss / best.loss - 1
     confirmed = best is declared or t is None or t < T_SEPARATE or n < MIN_SAMPLES or gap < MIN_GAP
     hf = [i + 1 for i in best.target_layer_ids]
-    if best is declared:
+    runner = ranked[1] if best is declared and len(ranked) > 1 else None
+    runner_t = None if runner is None else paired_t(best.per_sample, runner.per_sample)
+    runner_gap = 0.0 if runner is None or not best.loss else runner.loss / best.loss - 1
+    separated = runner is None or (
+        runner_t is not None and runner_t >= T_SEPARATE and n >= MIN_SAMPLES and runner_gap >= MIN_GAP
+    )
+    rule = (
+        f"separating takes {T_SEPARATE:g} standard errors, {MIN_SAMPLES} samples and a {100 * MIN_GAP:g}% gap"
+    )
+    if best is declared and separated:
         verdict = (
             f"The declared target_layer_ids {declared.target_layer_ids} (HF {[i + 1 for i in declared.target_layer_ids]}) "
-            f"are the trained ones: loss {declared.loss:.3f} nats, the lowest of {len(ranked)} candidates."
+            f"are the trained ones: loss {declared.loss:.3f} nats, the lowest of {len(ranked)} candidates"
+            + (
+                ""
+                if runner is None
+                else f", apart from the runner-up {runner.target_layer_ids} ({runner.loss:.3f}; {runner_t:.1f} "
+                f"paired standard errors over {n} samples)"
+            )
+            + "."
+        )
+    elif best is declared:
+        verdict = (
+            f"The declared target_layer_ids {declared.target_layer_ids} score lowest ({declared.loss:.3f} nats) but are "
+            f"not told apart from {runner.target_layer_ids} ({runner.loss:.3f}; {100 * runner_gap:.1f}% apart, "
+            f"{'n/a' if runner_t is None else f'{runner_t:.1f}'} paired standard errors over {n} samples; {rule}): "
+            "these samples cannot say which layers the draft was trained on. Probe more samples, or hold the "
+            "draft against a served engine (serve-check) under each."
         )
     elif confirmed:
         verdict = (
             f"The declared target_layer_ids {declared.target_layer_ids} serve the draft about as well as any: "
             f"{best.target_layer_ids} scores {best.loss:.3f} vs {declared.loss:.3f} nats ({100 * gap:.1f}% apart, "
-            f"{'n/a' if t is None else f'{t:.1f}'} paired standard errors over {n} samples; separating takes "
-            f"{T_SEPARATE:g} standard errors, {MIN_SAMPLES} samples and a {100 * MIN_GAP:g}% gap)."
+            f"{'n/a' if t is None else f'{t:.1f}'} paired standard errors over {n} samples; {rule})."
         )
     else:
         verdict = (
@@ -155,4 +179,5 @@ def judged(
         fix=None if confirmed else {"dflash_config": {"target_layer_ids": best.target_layer_ids}},
         n_samples=n,
         anchors=anchors,
+        separated=separated and not (confirmed and best is not declared),
     )

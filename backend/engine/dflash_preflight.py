@@ -42,14 +42,13 @@ def dflash_preflight(draft_dir: str | Path, target_config, num_steps: int | None
     _check_layers(config, layers, add)
     _check_mask(config, vocab, add)
     if config.rope_theta is None:
-        theta = getattr(target_config, "rope_theta", None) or (
-            getattr(target_config, "rope_parameters", None) or {}
-        ).get("rope_theta")
+        theta = target_rope_theta(target_config)
         add(
             "rope_theta",
             "warn",
             "rope_theta is absent from config.json: z-lab, vLLM and llama.cpp here all fall back to 10000 (vLLM with "
-            f"older transformers to 1e6); write the value it was trained with (the target's is {theta})",
+            f"older transformers to 1e6); write the value it was trained with (the target's is {theta}: "
+            "preflight --engine ENGINE --write-fix OUT writes that copy)",
         )
     if num_steps is not None and num_steps != config.num_drafts:
         add(
@@ -72,6 +71,29 @@ def dflash_preflight(draft_dir: str | Path, target_config, num_steps: int | None
     except BadInput as error:
         add("files", "fail", str(error))
     return checks, wiring, engines
+
+
+def target_rope_theta(target_config) -> float | None:
+    return getattr(target_config, "rope_theta", None) or (
+        getattr(target_config, "rope_parameters", None) or {}
+    ).get("rope_theta")
+
+
+def dflash_config_fix(draft_dir: str | Path, target_config) -> tuple[dict, str | None]:
+    """What `preflight --write-fix` writes into a DFlash draft's config.json, and in words: the
+    findings whose value is known without the weights' history. rope_theta absent: the target's (z-lab's
+    and SpecForge's drafts are built from the target's config and train with it; each engine falls
+    back to another value). The target layers are the layer probe's to fix (`probe --write-fix`); a
+    mask id or hidden size the weights disagree with needs retraining, not a config line."""
+    where = Path(draft_dir) / "config.json"
+    config = parse_dflash_config(read_json_object(where), str(where))
+    theta = target_rope_theta(target_config)
+    if config.rope_theta is None and theta is not None:
+        return {"rope_theta": theta}, (
+            f"rope_theta = {theta} (the target's: the draft was built from its config; the engines fall "
+            "back to 10000 or 1e6 without it)"
+        )
+    return {}, None
 
 
 def _check_layers(config: DFlashConfig, layers: int, add) -> None:

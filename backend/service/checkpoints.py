@@ -148,6 +148,17 @@ def drafts_for(target_path: str, candidates: list[str], keep: str | None = None)
     return names
 
 
+def is_dflash_draft(draft_path: str) -> bool:
+    """Whether the folder holds a DFlash drafter (its config.json's method); False for one that cannot
+    be read now (the job that loads it says why)."""
+    from backend.drafts.dflash_config import is_dflash
+
+    try:
+        return is_dflash(draft_path)
+    except BadInput:
+        return False
+
+
 def has_chat_template(target_path: str) -> bool:
     """Whether the target directory's tokenizer carries a chat template, read from its files as
     transformers finds it (chat_template.jinja, chat_template.json, or tokenizer_config.json's

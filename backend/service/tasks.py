@@ -309,16 +309,16 @@ def start_compare(db_url: str | None, comparison: Comparison) -> str:
 
 @job("probe", lambda target_path, draft_path, *_: f"probe {_name(draft_path)}")
 def probe_job(target_path, draft_path, samples, num_steps, budget, live, via="step", *, progress: Progress):
-    """The wiring probe's report as the probe tab keeps it (probe_settings.ProbeResult); `via` trace:
-    the live replays run over traces, every candidate, ranked by its exact accept length."""
+    """The wiring probe's report as the probe tab keeps it (probe_settings.ProbeResult; `via` trace: live
+    replays over traces rank every candidate); a DFlash draft's layer probe (dflash_probe.py)."""
     from backend.diagnostics.probe import ProbeSettings, run_probe
 
     progress(0.0, "loading models")
     target, draft, _ = models.pair(target_path, draft_path)
-    models.eagle3_only(
-        draft,
-        "The wiring probe tab (EAGLE-3's three aux states; `probe` on the CLI runs DFlash's layer probe)",
-    )
+    if getattr(draft.config, "method", None) == "dflash":  # its target layers, as `probe` on the CLI
+        from backend.diagnostics.dflash_probe import probe_layers
+
+        return probe_layers(target, draft, samples, progress=progress)
     view, wiring = reading_of("auto", None, draft, target.num_layers)  # as the CLI's probe: one rule
     settings = ProbeSettings(num_steps, budget, live, via=via)
     return run_probe(

@@ -51,6 +51,31 @@ def test_preflight_names_each_planted_field(planted):
     assert "rope_theta is absent" in failing("rope")["rope_theta"].message
 
 
+def test_preflight_writes_the_missing_rope_theta_and_nothing_for_a_draft_without_a_config_fix(
+    planted, tmp_path
+):
+    """`preflight --write-fix` on a DFlash draft writes the fields whose value is known (rope_theta: the
+    target's); a copy it wrote passes, and a draft with nothing to write gets no copy."""
+    import json
+
+    from tests.support.cli import cli_json
+
+    pair = ("--target", str(planted / "target"))
+    fixed = tmp_path / "fixed"
+    report = cli_json(
+        "preflight", *pair, "--draft", str(planted / "rope"), "--engine", "vllm", "--write-fix", str(fixed)
+    )
+    written = json.loads((planted / "target" / "config.json").read_text())
+    theta = written.get("rope_theta") or written["rope_parameters"]["rope_theta"]  # transformers 4 / 5
+    assert report["fixed_draft"]["config_update"] == {"rope_theta": theta}
+    assert json.loads((fixed / "config.json").read_text())["rope_theta"] == theta
+    again = cli_json(
+        "preflight", *pair, "--draft", str(fixed), "--engine", "llamacpp", "--write-fix", str(tmp_path / "f2")
+    )
+    assert again["fixed_draft"]["path"] is None and "no config field to fix" in again["fixed_draft"]["said"]
+    assert all(c["name"] != "rope_theta" for c in again["checks"]) and not (tmp_path / "f2").exists()
+
+
 def test_the_lints_say_block_length_and_the_engine_specific_traps(planted):
     from backend.diagnostics.lint import lint_command
     from backend.diagnostics.lint_llamacpp import lint_llamacpp
@@ -87,3 +112,26 @@ def test_diagnose_on_a_dflash_draft_says_the_traps_in_its_classes(planted):
     assert ("aux-wiring", "warn") in classes and ("serving-flags", "warn") in classes, classes
     assert result.verdict == "suspect" and result.checks["wiring probe"].startswith("skipped")
     assert any("dflash-block-length" in f.message for f in result.findings)
+
+
+def test_the_layer_probe_says_the_declared_layers_are_trained_only_when_apart_from_the_runner_up():
+    """dflash_probe.judged: the declared layers scoring lowest are said to be the trained ones only when
+    the runner-up is told apart (3 paired standard errors, 8 samples, a 2% gap); else it says the samples
+    cannot tell (dflash-shifted on SmolLM2: declared 6.307 nats, the lowest, by a hair)."""
+    from backend.diagnostics.dflash_probe import LayerCandidate, judged
+
+    def candidate(ids, label, losses):
+        return LayerCandidate(ids, label, sum(losses) / len(losses), 0.3, losses)
+
+    base = [6.0 + 0.1 * (i % 3) for i in range(8)]
+    declared = candidate([2, 9], "declared", base)
+    close = candidate([1, 8], "declared -1", [x + 0.01 * (1 + i % 2) for i, x in enumerate(base)])
+    far = candidate([1, 8], "declared -1", [x + 0.4 + 0.01 * (i % 2) for i, x in enumerate(base)])
+    tied = judged(declared, [declared, close], 8, 32, 30)
+    assert tied.confirmed and not tied.separated and tied.fix is None
+    assert "not told apart from [1, 8]" in tied.verdict and "are the trained ones" not in tied.verdict
+    apart = judged(declared, [declared, far], 8, 32, 30)
+    assert apart.confirmed and apart.separated and "are the trained ones" in apart.verdict
+    assert "apart from the runner-up [1, 8]" in apart.verdict
+    few = judged(declared, [declared, far], 4, 32, 30)  # 4 samples separate nothing
+    assert not few.separated

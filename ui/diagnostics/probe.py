@@ -100,6 +100,11 @@ def _render(report) -> None:
 
 
 def probe_tab() -> None:
+    if state.draft_is_dflash():
+        from ui.diagnostics.layer_probe import layer_probe_tab
+
+        layer_probe_tab()
+        return
     st.markdown(
         "Which three target hidden states was this draft trained on? The draft's training loss "
         "(teacher-forced, against the target) under candidate wirings (declared in each convention, defaults, ±1 shifts, embedding output, local search)."
