@@ -20,6 +20,12 @@ DEFINITION = (
     f"flagged: live accept length < {FLAG_RATIO} x predicted, predicted = 1 + sum_k prod_(j<=k) acc_j "
     "from this sample's teacher-forced acc_k"
 )
+DFLASH_DEFINITION = (
+    f"flagged: live accept length < {FLAG_RATIO} x predicted; a DFlash draft's predicted = 1 + the mean "
+    "leading run of right slots of its teacher-forced blocks at every anchor of the sample (acc_0: slot 1's "
+    "accuracy; backend/diagnostics/dflash_teacher.py), where a replay's steps start only at the anchors "
+    "they reach"
+)
 
 
 @dataclass(frozen=True)
@@ -67,35 +73,47 @@ def teacher_vs_live(
     """Teacher-forced accuracy under `training_wiring` (what the training run measured; default: the
     serving wiring) next to live acceptance under `wiring` (what serving feeds), both with
     `config`'s K and draft math (a replay.ReplayConfig), the live replays `config.max_new_tokens` long."""
+    from backend.diagnostics.dflash_teacher import slot_accuracy
     from backend.engine.batch import accept_lengths
     from backend.engine.teacher import teacher_forced_counts
 
     training_wiring = training_wiring or wiring
     num_steps, max_new_tokens, math = config.num_steps, config.max_new_tokens, config.math
+    dflash = getattr(draft.config, "method", None) == "dflash"
     rows = []
     progress(0.0, f"live replays of {len(samples)} samples, batched")
     prompts = [list(sample.prompt_ids) for sample in samples]
     every_live = accept_lengths(target, draft, prompts, wiring, num_steps, max_new_tokens, math)
     for number, (sample, counts_live) in enumerate(zip(samples, every_live, strict=True)):
         progress(0.5 + 0.5 * number / len(samples), f"teacher-forced, sample {number + 1}/{len(samples)}")
-        counts = teacher_forced_counts(
-            target, draft, training_wiring, sample.input_ids, sample.loss_mask, num_steps, math
-        )
-        simulated = counts.simulated_accept_length
+        if dflash:  # its blocks at every anchor (DFLASH_DEFINITION)
+            blocks = slot_accuracy(target, draft, training_wiring, [sample], num_steps)
+            accuracy, predicted = blocks.slot_accuracy or [None], blocks.predicted_accept_length
+        else:
+            counts = teacher_forced_counts(
+                target, draft, training_wiring, sample.input_ids, sample.loss_mask, num_steps, math
+            )
+            simulated, accuracy = counts.simulated_accept_length, counts.acc_per_step
+            predicted = None if simulated is None else 1 + simulated
         live = acceptance_metrics(counts_live, num_steps).mean_accept_length
-        predicted = None if simulated is None else 1 + simulated
         rows.append(
             AgreementRow(
                 sample=getattr(sample, "index", number),
                 source=sample.source,
-                acc_0=counts.acc_per_step[0],
-                acc_per_step=counts.acc_per_step,
+                acc_0=accuracy[0],
+                acc_per_step=accuracy,
                 predicted_accept_length=predicted,
                 live_accept_length=live,
                 flagged=predicted is not None and live is not None and live < FLAG_RATIO * predicted,
             )
         )
     return rows
+
+
+def agreement_of(rows: list[AgreementRow], draft) -> Agreement:
+    """The rows, their summary and the definition of `draft`'s prediction (EAGLE-3's chain or DFlash's blocks)."""
+    dflash = getattr(draft.config, "method", None) == "dflash"
+    return Agreement(rows, draft_summary(rows), DFLASH_DEFINITION if dflash else DEFINITION)
 
 
 def draft_summary(rows: list[AgreementRow]) -> AgreementSummary:

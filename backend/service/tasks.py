@@ -409,13 +409,12 @@ def agreement_job(
     progress: Progress,
 ):
     """Teacher-forced accuracy beside live acceptance, per sample (agreement.Agreement)."""
-    from backend.diagnostics.agreement import DEFINITION, Agreement, draft_summary, teacher_vs_live
+    from backend.diagnostics.agreement import agreement_of, teacher_vs_live
     from backend.engine.replay import ReplayConfig
     from backend.run.wiring import Wiring, check_indices
 
     progress(0.0, "loading models")
     target, draft, _ = models.pair(target_path, draft_path)
-    models.eagle3_only(draft, "Accuracy vs live (teacher-forced acc_k)")
     view, wiring = reading_of("auto", None, draft, target.num_layers)  # as the CLI's teacher: one rule
     claimed = None
     if training_aux_hf_indices:
@@ -423,7 +422,7 @@ def agreement_job(
         claimed = Wiring(tuple(training_aux_hf_indices), "claimed training wiring")
     config = ReplayConfig(num_steps, max_new_tokens, math=view.math)
     rows = teacher_vs_live(target, draft, wiring, samples, config, progress, claimed)
-    return Agreement(rows, draft_summary(rows), DEFINITION)
+    return agreement_of(rows, draft)
 
 
 @job("replay-worst", lambda db_url, result, n, *_: f"replay the {n} worst requests")

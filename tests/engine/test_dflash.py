@@ -178,6 +178,8 @@ def test_a_draft_trained_by_the_dflash_objective_is_accepted(tmp_path):
     ]
     assert len(compared) > 10 and all(run == count for run, count in compared), compared
 
+    _accuracy_vs_live(target, draft, prompts, continuations, replays, taught)
+
     # the layer probe: the same weights declaring the layers one higher are found out, and the fix named
     from backend.diagnostics.dflash_probe import probe_layers
 
@@ -193,6 +195,36 @@ def test_a_draft_trained_by_the_dflash_objective_is_accepted(tmp_path):
     assert (
         result.fix == {"dflash_config": {"target_layer_ids": [0, 1]}} and "declared -1" in result.best.label
     )
+
+
+def _accuracy_vs_live(target, draft, prompts, continuations, replays, taught) -> None:
+    """Accuracy vs live on a DFlash draft: the teacher's blocks at every anchor beside the live replays;
+    fed other layers than the declared ones (a claimed training wiring), the teacher predicts less."""
+    from types import SimpleNamespace
+
+    from backend.diagnostics.agreement import agreement_of, teacher_vs_live
+    from backend.engine.dflash_step import dflash_wiring
+    from backend.engine.replay import ReplayConfig
+    from backend.run.records import StepRecord
+    from backend.run.wiring import Wiring
+
+    asked = [
+        SimpleNamespace(prompt_ids=p, input_ids=c.input_ids, loss_mask=c.loss_mask, source=None, index=n)
+        for n, (p, c) in enumerate(zip(prompts, continuations, strict=True))
+    ]
+    rows = teacher_vs_live(target, draft, dflash_wiring(draft.config), asked, ReplayConfig(3, 30))
+    for number, (row, records) in enumerate(zip(rows, replays, strict=True)):
+        steps = [r.accepted_count + 1 for r in records if isinstance(r, StepRecord)]
+        assert row.live_accept_length == pytest.approx(sum(steps) / len(steps))
+        mine = [run for (n, _), run in taught.runs.items() if n == number]
+        assert row.predicted_accept_length == pytest.approx(1 + sum(mine) / len(mine))
+        assert len(row.acc_per_step) == 3
+    assert "DFlash" in agreement_of(rows, draft).definition
+    claimed = Wiring((3, 4), "claimed training wiring")  # HF 3, 4: not the layers it was trained on
+    other = teacher_vs_live(
+        target, draft, dflash_wiring(draft.config), asked, ReplayConfig(3, 30), training_wiring=claimed
+    )
+    assert sum(r.predicted_accept_length for r in other) < sum(r.predicted_accept_length for r in rows)
 
 
 def test_a_dflash_block_through_the_sampled_path_is_the_chain_and_samples_run(dflash_pair):
