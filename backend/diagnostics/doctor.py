@@ -127,10 +127,13 @@ def compare_mappings(draft_a: str, draft_b: str) -> MappingComparison:
 def doctor(
     draft_dir: str, target_dir: str, samples: list | None = None, other_draft: str | None = None
 ) -> DoctorResult:
+    from backend.drafts.dflash_config import is_dflash
     from backend.engine.loading import read_target_config
     from backend.engine.preflight import preflight
 
     report = preflight(draft_dir, target_dir, max((len(s.input_ids) for s in samples or []), default=None))
+    if is_dflash(draft_dir):  # the target's own head: every token reachable, no d2t to compare
+        return DoctorResult(report.result(), target=target_dir, draft=draft_dir)
     target_vocab = read_target_config(target_dir).vocab_size
     return DoctorResult(
         report.result(),

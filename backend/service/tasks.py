@@ -377,7 +377,6 @@ def doctor_job(target_path, draft_path, samples, other_draft, *, progress: Progr
     """The checkpoint doctor (backend.diagnostics.doctor.DoctorResult)."""
     from backend.diagnostics.doctor import doctor
 
-    models.eagle3_only(draft_path, "The checkpoint doctor (the head, the vocabulary mapping, the wiring)")
     progress(0.1, "reading the checkpoint")
     return doctor(draft_path, target_path, samples, other_draft)
 

@@ -135,3 +135,13 @@ def test_the_layer_probe_says_the_declared_layers_are_trained_only_when_apart_fr
     assert "apart from the runner-up [1, 8]" in apart.verdict
     few = judged(declared, [declared, far], 4, 32, 30)  # 4 samples separate nothing
     assert not few.separated
+
+
+def test_the_doctor_on_a_dflash_draft_is_its_preflight(planted):
+    """The checkpoint doctor takes a DFlash draft: preflight's checks (the missing rope_theta named), no
+    vocabulary coverage or d2t comparison (the draft proposes from the target's own head)."""
+    from backend.diagnostics.doctor import doctor
+
+    result = doctor(str(planted / "rope"), str(planted / "target"), samples=[], other_draft=None)
+    assert {c.name: c.status for c in result.preflight.checks}["rope_theta"] == "warn"
+    assert result.coverage is None and result.mapping_comparison is None

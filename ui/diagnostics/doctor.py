@@ -81,8 +81,17 @@ def doctor_tab() -> None:
         "the one at the top of this page."
     )
     samples = first_samples("doctor", default_n=48)
-    others = ["(none)"] + [n for n, p in state.drafts().items() if p != state.draft_path()]
-    other = st.selectbox("Compare d2t with", others, key="doctor_other")
+    if state.draft_is_dflash():
+        st.info(
+            "A DFlash draft proposes from the target's own embeddings and head: every target token is "
+            "reachable and there is no d2t mapping to compare. Its fields (block size, target layers, mask "
+            "id, rope_theta) are the preflight's checks below; which layers it was trained on, the Wiring "
+            "probe tab's question."
+        )
+        other = "(none)"
+    else:
+        others = ["(none)"] + [n for n, p in state.drafts().items() if p != state.draft_path()]
+        other = st.selectbox("Compare d2t with", others, key="doctor_other")
     if st.button("Run the doctor", key="doctor_run", disabled=samples is None):
         st.session_state["doctor_task"] = tasks.start_doctor(
             state.target_path(), state.draft_path(), samples, state.drafts().get(other)
