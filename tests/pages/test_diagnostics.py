@@ -76,6 +76,10 @@ def test_the_cheap_verdict_on_miswired_is_diagnose_s_and_asks_for_what_sees_the_
     diagnostics = ok(finish(diagnostics, "doctor_task"))
     said = " ".join(e.value for e in diagnostics.error)
     assert f"rejects the declared HF {declared}: the draft was trained on HF {trained}" in said
+    # issue 65 row 12: Accuracy vs live starts from the kept probe's answer as the training wiring
+    (wiring,) = [t for t in diagnostics.text_input if t.key.startswith("agreement_training_wiring_")]
+    assert wiring.value == ", ".join(map(str, trained))
+    assert any(f"the draft was trained on HF {trained}" in c.value for c in diagnostics.caption)
 
 
 def test_diagnose_on_the_page_is_the_cli_s_verdict(db):

@@ -7,7 +7,7 @@ import streamlit as st
 
 from backend import BadInput
 from backend.run.wiring import parse_aux_indices
-from backend.service import tasks
+from backend.service import kept_results, tasks
 from ui import charts, state
 from ui.html import md
 from ui.numbers import setting_number
@@ -56,12 +56,21 @@ def agreement_tab() -> None:
     c1, c2, c3 = st.columns(3)
     steps = setting_number(c1, "num_steps", "agreement_steps")
     max_new = setting_number(c2, "max_new_tokens", "agreement_max_new")
-    claimed = c3.text_input(
+    found = kept_results.trained_wiring(state.target_path(), state.draft_path(), state.db())
+    filled = ", ".join(map(str, found or []))
+    claimed = c3.text_input(  # keyed by the draft and the kept probe's answer: a new answer fills it anew
         "Training wiring (HF indices, optional)",
-        "",
-        key="agreement_training_wiring",
+        filled,
+        key=f"agreement_training_wiring_{abs(hash((state.draft_path(), filled)))}",
         help="The wiring the training run fed (e.g. the probe's answer). Empty: the serving wiring.",
     )
+    if found:
+        st.caption(
+            f"Training wiring filled from the kept wiring probe, which rejected the declared wiring: the draft "
+            f"was trained on HF {found}. Teacher-forced accuracy is measured on what training fed, live "
+            "acceptance on what serving feeds (the declared wiring): the gap between them is the cost of the "
+            "miswiring. Empty the field to measure both on the declared wiring."
+        )
     ready = bool(samples) and None not in (steps, max_new)
     if st.button("Measure", key="agreement_run", disabled=not ready):
         try:
