@@ -95,6 +95,7 @@ checks this):
       serving_features   features that cost acceptance: penalties, grammar, LoRA, caches, PD
       train_serve        the train-vs-serve diff as diagnose's findings (the cheap check that sees wiring)
       whatif             accept length and speed-up for other K and for trees
+      threshold_whatif   where-lost's what-if: stop drafting below a draft probability, with a predicted speed-up
       where_lost         where stored runs lose acceptance: position, token kind, confidence, calibration
       where_lost_result  where-lost's input and answer as values, each number with its definition
     backend.service      the only layer that touches db/ and threads

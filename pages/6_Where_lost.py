@@ -107,5 +107,7 @@ left.plotly_chart(view.calibration_figure(found), key="lost_calibration")
 right.dataframe(view.ece_table(found), hide_index=True, key="lost_ece")
 st.markdown("**What-if: stop drafting below a draft probability** (from the stored steps; assumptions below)")
 st.dataframe(view.threshold_table(found), hide_index=True, key="lost_threshold")
+for line in lost.best_thresholds(found):
+    st.markdown(md(line))
 st.caption(md(lost.THRESHOLD_ASSUMPTIONS))
 view.downloads(state.db(), run_ids)

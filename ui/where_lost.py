@@ -99,9 +99,11 @@ def group_figure(found: WhereLost, split: str, title: str, xaxis: str) -> go.Fig
 
 
 def _label(group) -> str:
+    """A bar's text: only where there is no rate to draw (an "n=" over every bar sat on its error bar;
+    the attempts are in the hover and the table)."""
     if group is None:
         return "none"
-    return f"n={group.attempts}" if group.rate is not None else "too few"
+    return "" if group.rate is not None else "too few"
 
 
 def calibration_figure(found: WhereLost) -> go.Figure:
@@ -160,10 +162,12 @@ def show_steps(found: WhereLost, split: str, hit: tuple[int, str] | None, key: s
     if split == "by_position":
         row = next((r for r in draft.by_position if f"d{r.position}" == x), None)
         rows = [] if row is None else [(run, step, row.position, 0) for run, step in row.rejected_at]
+        total = None if row is None else row.rejections  # None: kept by an older version
         what = f"{draft.name}, {x}: the steps that rejected it"
     else:
         group = next((g for g in getattr(draft, split) if _shown(g.group) == x), None)
         rows = [] if group is None else [tuple(e) for e in group.examples]
+        total = None if group is None else group.attempts
         what = f"{draft.name}, {x}: its attempts, rejections first"
     if not rows:
         st.caption(f"{what}: none")
@@ -171,7 +175,11 @@ def show_steps(found: WhereLost, split: str, hit: tuple[int, str] | None, key: s
     frame = pd.DataFrame(rows, columns=["run", "step", "draft position", "accepted"])
     frame["step"] = frame["step"] + 1  # Decode numbers steps from 1
     frame["accepted"] = frame["accepted"].map({1: "yes", 0: "no"})
-    st.caption(f"{what} ({len(rows)} shown)")
+    st.caption(
+        f"{what}: all {len(rows)}"
+        if total is None or total <= len(rows)
+        else f"{what}: the first {len(rows)} of {total}"
+    )
     event = st.dataframe(
         frame, hide_index=True, key=f"{key}_steps", on_select="rerun", selection_mode="single-row", height=180
     )
@@ -188,10 +196,11 @@ def threshold_table(found: WhereLost) -> pd.DataFrame:
                 {
                     "draft": d.name,
                     "stop drafting below": "as run" if t.threshold is None else f"p < {t.threshold:.1f}",
-                    "accept length": t.accept_length,
+                    "accept length, pooled over steps": t.accept_length,
                     "drafts per step": t.drafts_per_step,
                     "wasted drafts": t.wasted_drafts,
                     "accepted drafts lost": t.accepted_lost,
+                    "predicted speed-up": t.speedup,
                 }
             )
     return pd.DataFrame(rows)

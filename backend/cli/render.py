@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 
+from backend.diagnostics.threshold_whatif import best
+
 
 def progress_bar(total: int, description: str, unit: str = "tok"):
     from tqdm import tqdm
@@ -83,6 +85,11 @@ def where_lost_text(found) -> str:
             lines.append(
                 f"    {name:<8} accept length {fmt(t.accept_length)}  drafts/step {fmt(t.drafts_per_step)}"
                 f"  wasted drafts {t.wasted_drafts}  accepted lost {t.accepted_lost}"
+                f"  speed-up {fmt(t.speedup)}"
             )
+        top = best(d.threshold_whatif)
+        if top is not None:
+            name = "as run" if top.threshold is None else f"p < {top.threshold:.1f}"
+            lines.append(f"    best by predicted speed-up: {name} ({fmt(top.speedup)})")
         lines += [f"  note: {n}" for n in d.notes]
     return "\n".join(lines)

@@ -19,6 +19,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from backend.diagnostics.threshold_whatif import thresholds
 from backend.diagnostics.where_lost_result import (
     DFLASH_POSITIONS,
     Calibration,
@@ -28,7 +29,6 @@ from backend.diagnostics.where_lost_result import (
     LostRun,
     PositionRate,
     RejectedToken,
-    ThresholdRow,
     WhereLost,
 )
 from backend.run.metrics import drafted_position_rates, mean_ci95
@@ -36,7 +36,6 @@ from backend.run.metrics import drafted_position_rates, mean_ci95
 MIN_ATTEMPTS = 20  # fewer attempts than this: a group is reported as too small to judge
 EXAMPLES = 50  # steps kept per group and position for a reader to open (rejections first)
 BINS = 10  # calibration bins of the draft's probability, equal width over [0, 1]
-THRESHOLDS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 CONFIDENCE_TIERS = (
     (0.0, 0.5, "low (p < 0.5)"),
     (0.5, 0.9, "medium (0.5 <= p < 0.9)"),
@@ -133,6 +132,13 @@ def _losses(name: str, runs: list[LostRun], text, special) -> DraftLosses:
             f"calibration and the threshold what-if read the {len(chains)} greedy-chain runs of {len(runs)} (a "
             "tree's or a sampled run's acceptance is not the favourite draft's own top-1 match)"
         )
+    lengths = [sum(1 for s in r.steps if s.drafted_ids) for r in runs]
+    if lengths and min(lengths) * 2 <= max(lengths):
+        notes.append(
+            f"runs of {min(lengths)} to {max(lengths)} verify steps: pooled numbers (per token kind, "
+            "confidence, calibration, the what-if) weigh every step once, so longer runs weigh more; the "
+            "position chart's mean over samples weighs every run once"
+        )
     chain_ids = {r.run_id for r in chains}
     unmeasured = sum(a.target_entropy is None for a in attempts)
     if unmeasured:
@@ -169,9 +175,9 @@ def _losses(name: str, runs: list[LostRun], text, special) -> DraftLosses:
         by_span=_groups([a for a in attempts if a.span is not None], lambda a: a.span, len(attempts)),
         by_block=_groups([a for a in attempts if a.block is not None], lambda a: a.block, len(attempts)),
         calibration=_calibration([a for a in attempts if a.run_id in chain_ids]),
-        threshold_whatif=_thresholds(chains, notes)
+        threshold_whatif=thresholds(chains, notes)
         if scored or not attempts
-        else _thresholds(chains, notes)[:1],
+        else thresholds(chains, notes)[:1],
         notes=notes,
     )
 
@@ -303,6 +309,7 @@ def _by_position(runs: list[LostRun]) -> list[PositionRate]:
                 conditional=conditional[i - 1],
                 samples=len(per_run),
                 rejected_at=rejected[:EXAMPLES],
+                rejections=len(rejected),
             )
         )
     return rows
@@ -413,38 +420,3 @@ def _calibrated(position: int | None, scored: list[_Attempt]) -> Calibration:
             ece += len(inside) / len(scored) * abs(rate - mean_p)
         bins.append(CalibrationBin(low, high, len(inside), mean_p, rate))
     return Calibration(position, len(scored), ece if scored else None, bins)
-
-
-def _thresholds(runs: list[LostRun], notes: list[str]) -> list[ThresholdRow]:
-    """The what-if over the steps that kept a probability for every draft."""
-    drafted = [s for r in runs for s in r.steps if s.drafted_ids]
-    steps = [s for s in drafted if len(s.draft_probs or []) >= len(s.drafted_ids)]
-    if 0 < len(steps) < len(drafted):
-        notes.append(
-            f"threshold what-if over the {len(steps)} of {len(drafted)} steps that kept draft probabilities"
-        )
-    return [_threshold(None, steps)] + [_threshold(t, steps) for t in THRESHOLDS]
-
-
-def _threshold(threshold: float | None, steps) -> ThresholdRow:
-    if not steps:
-        return ThresholdRow(threshold, None, None, 0, 0)
-    tokens = drafted = wasted = lost = 0
-    for s in steps:
-        k = len(s.drafted_ids)
-        kept = k if threshold is None else _kept(s.draft_probs, k, threshold)
-        accepted = min(s.accepted_count, kept)
-        tokens += accepted + 1
-        drafted += kept
-        wasted += kept - accepted
-        lost += s.accepted_count - accepted
-    n = len(steps)
-    return ThresholdRow(threshold, tokens / n, drafted / n, wasted, lost)
-
-
-def _kept(probabilities, k: int, threshold: float) -> int:
-    """Drafts a step keeps under `threshold`: up to the first probability below it, at least one."""
-    for j, p in enumerate(list(probabilities or [])[:k]):
-        if p is not None and p < threshold:
-            return max(1, j)
-    return k

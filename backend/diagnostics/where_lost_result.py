@@ -46,6 +46,7 @@ class PositionRate(Plain):
     conditional: float | None  # P(a >= i | a >= i-1), pooled
     samples: int
     rejected_at: list[list[int]] = field(default_factory=list)  # [run id, step index] of steps rejecting d_i
+    rejections: int | None = None  # how many steps rejected d_i (rejected_at lists the first EXAMPLES)
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,7 @@ class ThresholdRow(Plain):
     drafts_per_step: float | None
     wasted_drafts: int  # drafted and rejected or never judged
     accepted_lost: int  # accepted drafts the threshold would not have drafted
+    speedup: float | None = None  # predicted over the target alone (threshold_whatif.py); None: no timings
 
 
 @dataclass(frozen=True)

@@ -92,8 +92,12 @@ DEFINITIONS = {
     "lost_runs": "the stored runs the numbers are over, written as `lost --runs` takes them (3-5,9)",
     "lost_threshold_whatif": "WHAT-IF from the stored steps, greedy chains only: each step drafts until the first "
     "draft whose probability is below the threshold (at least one draft), so it accepts min(a, drafts kept); "
-    "later steps are assumed unchanged (in a real run a shorter step moves every later step), and a draft "
-    "forward and a verified token are taken to cost the same whatever the length",
+    "later steps are assumed unchanged (in a real run a shorter step moves every later step); predicted "
+    "speed-up over the target alone = accept length x t_verify / (drafts per step x t_draft_per_token + "
+    "t_verify), with the runs' measured mean verify time per step and draft time per drafted token (the "
+    "Speed-up what-if's model: a verify costs the same whatever its length, as on a memory-bound GPU; on a "
+    "CPU a longer verify costs more; a DFlash block costs its one forward however many drafts are kept); "
+    "the best threshold is the highest predicted speed-up",
 }
 
 

@@ -11,6 +11,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from backend import BadInput
+from backend.diagnostics.threshold_whatif import best
 from backend.diagnostics.where_lost import MIN_ATTEMPTS, where_lost
 from backend.diagnostics.where_lost_result import DEFINITIONS, LostRun, WhereLost
 from backend.run.run_value import id_ranges
@@ -259,7 +260,7 @@ def where_lost_table(found: WhereLost):
                      attempts=None, accepted=None, share=None, rate=w.accept_length, ci95_low=None,
                      ci95_high=None, samples=None, definition="threshold_whatif",
                      note=f"drafts per step {w.drafts_per_step}; wasted drafts {w.wasted_drafts}; "
-                     f"accepted drafts lost {w.accepted_lost}")
+                     f"accepted drafts lost {w.accepted_lost}; predicted speed-up {w.speedup}")
             )  # fmt: skip
         rows.append(
             dict(draft=d.name, split="runs", group=id_ranges(d.run_ids), attempts=d.attempts, accepted=None,
@@ -290,3 +291,23 @@ def where_lost_file(found: WhereLost, format: str) -> bytes:
     buffer = io.BytesIO()
     table.to_parquet(buffer, index=False)
     return buffer.getvalue()
+
+
+def best_thresholds(found: WhereLost) -> list[str]:
+    """Per draft (the page and `lost` say them under the what-if), the threshold with the highest predicted speed-up, against the run as it was."""
+    said = []
+    for d in found.drafts:
+        top, as_run = best(d.threshold_whatif), d.threshold_whatif[0] if d.threshold_whatif else None
+        if top is None or as_run is None or as_run.speedup is None:
+            continue
+        if top.threshold is None:
+            said.append(
+                f"{d.name}: no threshold beats drafting every step (predicted speed-up {as_run.speedup:.2f})."
+            )
+        else:
+            said.append(
+                f"{d.name}: stopping below p = {top.threshold:.1f} predicts the most, speed-up {top.speedup:.2f} "
+                f"against {as_run.speedup:.2f} as run (accept length {top.accept_length:.2f} vs {as_run.accept_length:.2f}, "
+                f"{top.drafts_per_step:.2f} drafts per step vs {as_run.drafts_per_step:.2f})."
+            )
+    return said

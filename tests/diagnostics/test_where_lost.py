@@ -58,6 +58,7 @@ def test_position_rates_pooled_and_over_samples():
     assert (p1.marginal, p2.marginal, p3.marginal) == (0.75, 0.25, 0.25)
     assert p1.marginal_mean == pytest.approx((0.5 + 1.0) / 2) and p1.samples == 2
     assert p2.conditional == pytest.approx(1 / 3) and p3.conditional == 1.0
+    assert (p1.rejections, p2.rejections, p3.rejections) == (1, 2, 0)  # the bar's step list says of how many
     # attempts: run 1 step 0 makes 3 (all accepted), step 1 makes 1; run 2 makes 2 + 2
     assert found.attempts == 8 and found.verify_steps == 4
 
@@ -113,6 +114,28 @@ def test_the_threshold_what_if_caps_each_step_at_the_drafts_it_keeps():
     sampled = where_lost({"d": [run(1, steps, greedy=False)]}, text).drafts[0]
     assert sampled.threshold_whatif[0].accept_length is None
     assert any("0 greedy-chain runs of 1" in note for note in sampled.notes)
+    # issue 65 row 14: a predicted speed-up from the steps' own timings, and the best threshold named
+    assert rows[None].speedup is None  # these steps kept no verify time
+    assert any("no predicted speed-up" in n for n in where_lost({"d": [run(1, steps)]}, text).drafts[0].notes)
+    for s in steps:  # a verify costs 10 ms a step, a draft 2 ms a token (6 ms for 3 drafts)
+        s.verify_ms, s.draft_ms = 10.0, 2.0 * len(s.drafted_ids)
+    timed = where_lost({"d": [run(1, steps)]}, text).drafts[0].threshold_whatif
+    rows = {r.threshold: r for r in timed}
+    assert rows[None].speedup == pytest.approx(3.0 * 10 / (3 * 2 + 10))
+    assert rows[0.5].speedup == pytest.approx(2.5 * 10 / (1.5 * 2 + 10))
+    from backend.diagnostics.threshold_whatif import best
+    from backend.service.where_lost import best_thresholds
+
+    assert best(timed).speedup == max(r.speedup for r in timed)
+    block = LostRun(1, steps, "chat", True, draft_method="dflash")  # one forward drafts the whole block
+    rows = {r.threshold: r for r in where_lost({"d": [block]}, text).drafts[0].threshold_whatif}
+    per_step = (2.0 * 3 + 2.0 * 3) / 2  # draft ms a step
+    assert rows[0.5].speedup == pytest.approx(2.5 * 10 / (per_step + 10))
+    assert rows[0.5].speedup < rows[None].speedup  # a threshold saves a block no draft time
+    found = where_lost({"d": [run(1, steps)]}, text)
+    (said,) = best_thresholds(found)
+    top = best(timed)
+    assert f"stopping below p = {top.threshold:.1f}" in said and f"{top.speedup:.2f}" in said
 
 
 def test_entropy_tiers_from_the_steps_tree_and_older_runs_said():
@@ -309,3 +332,12 @@ def test_the_downloaded_table_holds_the_rejected_tokens_the_what_if_and_the_runs
     whatif = table[table["split"] == "threshold_whatif"]
     assert list(whatif["group"])[0] == "as run" and len(whatif) == len(found.drafts[0].threshold_whatif) > 1
     assert list(table[table["split"] == "runs"]["group"]) == ["4,7"]
+
+
+def test_runs_of_very_different_lengths_are_said_to_weigh_differently_when_pooled():
+    short = run(1, [step(0, [1, 1], 2, [0.9, 0.9])])
+    long = run(2, [step(i, [1, 2], 1, [0.9, 0.9]) for i in range(4)])
+    notes = where_lost({"d": [short, long]}, text).drafts[0].notes
+    assert any("runs of 1 to 4 verify steps" in n and "longer runs weigh more" in n for n in notes)
+    even = where_lost({"d": [long, run(3, long.steps[:3])]}, text).drafts[0].notes
+    assert not any("verify steps: pooled" in n for n in even)
