@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
@@ -106,6 +108,37 @@ def sample_sources(session: Session, sample_ids) -> dict[int, str]:
     if not ids:
         return {}
     return dict(session.execute(select(SampleRow.id, SampleRow.source).where(SampleRow.id.in_(ids))).all())
+
+
+def samples_digest(samples: Iterable) -> str:
+    """What makes two datasets the same: their samples' tokens, loss masks and prompt lengths, in order
+    (anything with input_ids, loss_mask and prompt_len: a Sample or a stored row)."""
+    digest = hashlib.sha256()
+    for s in samples:
+        digest.update(json.dumps([list(s.input_ids), list(s.loss_mask), s.prompt_len]).encode())
+    return digest.hexdigest()
+
+
+def same_dataset(session: Session, dataset_id: int, digest: str) -> int | None:
+    """An older dataset of the same format and size whose samples have `digest` (samples_digest), else
+    None: importing a file a second time finds the first import."""
+    new = session.get(Dataset, dataset_id)
+    count = func.count(SampleRow.id)
+    sizes = select(SampleRow.dataset_id, count.label("n")).group_by(SampleRow.dataset_id).subquery()
+    size = session.scalar(select(sizes.c.n).where(sizes.c.dataset_id == dataset_id))
+    query = (
+        select(Dataset.id)
+        .join(sizes, sizes.c.dataset_id == Dataset.id)
+        .where(Dataset.id != dataset_id, Dataset.format == new.format, sizes.c.n == size)
+        .order_by(Dataset.id)
+    )
+    for other in session.scalars(query).all():
+        rows = session.scalars(
+            select(SampleRow).where(SampleRow.dataset_id == other).order_by(SampleRow.index)
+        )
+        if samples_digest(rows) == digest:
+            return other
+    return None
 
 
 def sample_tokens(session: Session, sample_ids) -> dict[int, tuple[list[int], int]]:

@@ -22,9 +22,11 @@ from db.datasets import (
     delete_dataset,
     get_samples,
     list_datasets,
+    same_dataset,
     sample_datasets,
     sample_sources,
     sample_tokens,
+    samples_digest,
 )
 from db.models import utc_now
 from db.observations import (
@@ -67,7 +69,9 @@ __all__ = [
     "largest_probe",
     "sample_datasets",
     "sample_sources",
+    "same_dataset",
     "sample_tokens",
+    "samples_digest",
     "DEFAULT_DB_PATH",
     "DatasetInfo",
     "NO_INPUT",

@@ -11,12 +11,16 @@ def cmd_import(args) -> tuple[dict, str]:
     ensure_demo_dataset(args.db)
     dataset_id, result = import_dataset(args.db, args.samples, args.name, args.target, args.format)
     rejected = [{"line": r.line, "reason": r.reason} for r in result.rejected]
-    lines = [
-        f"dataset {dataset_id}: imported {result.imported} {result.format} samples, rejected {len(rejected)}"
-    ] + [f"  line {r['line']}: {r['reason']}" for r in rejected[:50]]
+    said = (
+        f"dataset {dataset_id}: already imported (the same {result.format} samples); nothing added"
+        if result.already is not None
+        else f"dataset {dataset_id}: imported {result.imported} {result.format} samples, rejected {len(rejected)}"
+    )
+    lines = [said] + [f"  line {r['line']}: {r['reason']}" for r in rejected[:50]]
     return {
         "dataset_id": dataset_id,
         "imported": result.imported,
+        "already_imported": result.already is not None,
         "rejected": rejected,
         "format": result.format,
     }, "\n".join(lines)

@@ -8,7 +8,11 @@ Formats:
   loss_mask is 1 on assistant tokens, the prompt is everything before the first assistant reply;
 - `specforge`: SpecForge offline feature files (.ckpt, a file or a directory of them), loaded with
   weights_only=True; the sample remembers its file for the train-vs-serve diff;
-- `prompts`: plain text, one prompt per non-empty line (`\\n` inside a line stands for a newline).
+- `prompts`: plain text, one prompt per non-empty line (`\\n` inside a line stands for a newline); or
+  JSON records of a prompt as text (PROMPT_KEYS: {"prompt": ...}, {"text": ...}, {"question": ...},
+  {"instruction": ...}, as benchmark and eval sets write them), with an optional answer (ANSWER_KEYS)
+  whose tokens follow the prompt's. Both are tokenized as raw text, without the chat template (what a
+  /v1/completions request sends); a chat turn is `messages`.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from backend.data.conversations import render_conversation
 from backend.data.samples import Rejected, Sample, iter_jsonl, parse_record, read_jsonl, require_regular_file
 
 FORMATS = ("jsonl", "sharegpt", "specforge", "prompts")
+PROMPT_KEYS = ("prompt", "text", "question", "instruction", "input")  # the first present is the prompt
+ANSWER_KEYS = ("completion", "response", "output", "answer", "target")
 ROLES = {
     "human": "user",
     "user": "user",
@@ -42,6 +48,7 @@ class ImportResult:
     samples: list[Sample]
     rejected: list[Rejected] = field(default_factory=list)
     imported: int | None = None  # how many were stored (a streamed import keeps no sample list)
+    already: int | None = None  # the dataset that already holds the same samples (nothing stored)
 
     def __post_init__(self):
         if self.imported is None:
@@ -58,7 +65,15 @@ def detect_format(path: Path) -> str:
     if head.startswith(b"["):
         return "sharegpt"
     first = head.split(b"\n", 1)[0]
-    return "sharegpt" if b'"conversations"' in first or b'"messages"' in first else "jsonl"
+    if b'"conversations"' in first or b'"messages"' in first:
+        return "sharegpt"
+    try:
+        record = json.loads(first)
+    except ValueError:  # a line longer than the head read, or not JSON: the training reader says which
+        return "jsonl"
+    if isinstance(record, dict) and "input_ids" not in record and any(k in record for k in PROMPT_KEYS):
+        return "prompts"
+    return "jsonl"
 
 
 def check_source(path: str | Path) -> Path:
@@ -231,6 +246,9 @@ def _read_feature_files(path: Path, vocab_size: int | None) -> ImportResult:
 
 
 def _read_prompts(path: Path, tokenizer) -> ImportResult:
+    """One prompt per line of a text file, or per JSON record (PROMPT_KEYS, an optional answer)."""
+    if path.suffix != ".txt":
+        return _read_prompt_records(path, tokenizer)
     result = ImportResult("prompts", [])
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
@@ -245,4 +263,39 @@ def _read_prompts(path: Path, tokenizer) -> ImportResult:
             result.rejected.append(Rejected(number, "tokenizes to nothing"))
             continue
         result.samples.append(Sample(ids, [0] * len(ids), len(ids), "prompt", number, {"text": text}))
+    return result
+
+
+def _read_prompt_records(path: Path, tokenizer) -> ImportResult:
+    result = ImportResult("prompts", [])
+    for number, record in _records(path):
+        try:
+            if isinstance(record, Exception):
+                raise record
+            if not isinstance(record, dict):
+                raise ValueError("not a JSON object")
+            key = next((k for k in PROMPT_KEYS if k in record), None)
+            if key is None or not isinstance(record[key], str) or not record[key].strip():
+                raise ValueError(f"no prompt text (a string under one of {', '.join(PROMPT_KEYS)})")
+            answer_key = next((k for k in ANSWER_KEYS if isinstance(record.get(k), str)), None)
+            prompt = tokenizer(record[key], add_special_tokens=False)["input_ids"]
+            answer = (
+                tokenizer(record[answer_key], add_special_tokens=False)["input_ids"] if answer_key else []
+            )
+            if not prompt:
+                raise ValueError(f"the {key!r} text tokenizes to nothing")
+        except ValueError as error:
+            result.rejected.append(Rejected(number, first_line(error)))
+            continue
+        source = record.get("source", record.get("task_id", record.get("id", "prompt")))
+        result.samples.append(
+            Sample(
+                prompt + answer,
+                [0] * len(prompt) + [1] * len(answer),
+                len(prompt),
+                str(source),
+                number,
+                {"text": record[key]},
+            )
+        )
     return result

@@ -46,14 +46,36 @@ def import_dataset(
     check_source(path)  # before the target's tokenizer: a bad path costs no model-stack import
     tokenizer, vocab_size = target_vocabulary(target_path)
     format, samples, rejected = stream_dataset(path, tokenizer, vocab_size, format)
-    with store.session_scope(open_database(db_url).factory) as session:
-        dataset_id, count = store.create_dataset_streaming(
-            session, name=name or Path(path).name, path=str(path), format=format, samples=samples
-        )
-        if not count:  # raising here rolls the dataset back: nothing is stored
-            reasons = "; ".join(f"line {r.line}: {r.reason}" for r in rejected[:3])
-            raise BadInput(f"{path}: no valid record" + (f" ({reasons})" if reasons else " (empty file)"))
+    kept: list = []  # the samples as they stream by, digested once stored (memory: their token ids)
+    try:
+        with store.session_scope(open_database(db_url).factory) as session:
+            dataset_id, count = store.create_dataset_streaming(
+                session,
+                name=name or Path(path).name,
+                path=str(path),
+                format=format,
+                samples=_kept(samples, kept),
+            )
+            if not count:  # raising here rolls the dataset back: nothing is stored
+                reasons = "; ".join(f"line {r.line}: {r.reason}" for r in rejected[:3])
+                raise BadInput(f"{path}: no valid record" + (f" ({reasons})" if reasons else " (empty file)"))
+            same = store.same_dataset(session, dataset_id, store.samples_digest(kept))
+            if same is not None:  # rolled back: the first import stands
+                raise _AlreadyImported(same)
+    except _AlreadyImported as found:
+        return found.dataset_id, ImportResult(format, [], rejected, imported=0, already=found.dataset_id)
     return dataset_id, ImportResult(format, [], rejected, imported=count)
+
+
+class _AlreadyImported(Exception):
+    def __init__(self, dataset_id: int):
+        self.dataset_id = dataset_id
+
+
+def _kept(samples, kept: list):
+    for sample in samples:
+        kept.append(sample)
+        yield sample
 
 
 def ensure_demo_dataset(db_url: str | None) -> int | None:
@@ -110,10 +132,16 @@ def import_upload(
     path = (folder / (Path(filename).name or "upload")).resolve()
     path.write_bytes(data)
     try:
-        return import_dataset(db_url, path, name or Path(filename).name, target_path, format)
+        found = import_dataset(db_url, path, name or Path(filename).name, target_path, format)
+    except BadInput as error:  # named as the user knows the file, not as the server keeps its copy
+        shutil.rmtree(folder, ignore_errors=True)
+        raise BadInput(str(error).replace(str(path), Path(filename).name or "the upload")) from None
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
         raise
+    if found[1].already is not None:  # the same samples as an earlier dataset: no second copy kept
+        shutil.rmtree(folder, ignore_errors=True)
+    return found
 
 
 def uploaded_as(db_url: str | None, path: str | None) -> str | None:

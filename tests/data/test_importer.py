@@ -159,6 +159,34 @@ def test_plain_text_prompts(tmp_path, tokenizer):
         read_dataset(path, tokenizer, VOCAB)
 
 
+def test_prompt_records_as_benchmark_and_eval_sets_write_them(tmp_path, tokenizer):
+    """JSONL of {"prompt"} (with an optional answer), {"text"}, {"question"}: raw-text prompts, the
+    answer's tokens after the prompt's under the loss mask; a record without prompt text is refused."""
+    path = tmp_path / "bench.jsonl"
+    records = [
+        {"prompt": "def f(x):", "completion": " return x", "task_id": "T/0"},
+        {"text": "hello"},
+        {"question": "why?", "answer": "because"},
+        {"prompt": ""},
+        {"id": 3},
+        [1, 2],
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in records) + "not json\n")
+    assert detect_format(path) == "prompts"
+    result = read_dataset(path, tokenizer, VOCAB)
+    first, second, third = result.samples
+    assert tokenizer.decode(first.prompt_ids) == "def f(x):" and first.source == "T/0"
+    assert tokenizer.decode(first.input_ids[first.prompt_len :]) == " return x"
+    assert first.loss_mask == [0] * first.prompt_len + [1] * (len(first.input_ids) - first.prompt_len)
+    assert tokenizer.decode(second.input_ids) == "hello" and second.prompt_len == len(second.input_ids)
+    assert tokenizer.decode(third.input_ids[third.prompt_len :]) == "because"
+    reasons = {r.line: r.reason for r in result.rejected}
+    assert sorted(reasons) == [4, 5, 6, 7] and "no prompt text" in reasons[4] and "invalid JSON" in reasons[7]
+    training = tmp_path / "train.jsonl"  # a training record naming its text too stays a training record
+    training.write_text(json.dumps({"input_ids": [1, 2], "loss_mask": [0, 1], "text": "ab"}) + "\n")
+    assert detect_format(training) == "jsonl"
+
+
 def realistic_conversations() -> list[dict]:
     """20 ShareGPT conversations as people write them: code answers that begin with a newline or
     indentation, fenced blocks, multi-turn exchanges and a system prompt."""

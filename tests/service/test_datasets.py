@@ -120,14 +120,25 @@ def test_an_upload_is_kept_under_the_data_folder_as_the_datasets_path(tmp_path, 
     assert saved.is_absolute() and saved.parent.parent == uploads and saved.read_bytes() == data
     assert dataset.name == "mixed.jsonl" and uploaded_as(db_url, dataset.path) == "mixed.jsonl"
     assert not (tmp_path / "evil").exists()  # nothing outside uploads/
-    by_path, _ = import_dataset(db_url, tmp_path / "mixed.jsonl")
-    assert uploaded_as(db_url, str(tmp_path / "mixed.jsonl")) is None and uploaded_as(db_url, None) is None
+    again, same = import_dataset(db_url, tmp_path / "mixed.jsonl", target_path=vocab_target)  # nothing added
+    assert again == dataset_id and same.already == dataset_id and same.imported == 0
+    assert len(list_datasets(db_url)) == 1
+    twice, same = import_upload(db_url, "mixed.jsonl", data, None, vocab_target)  # and no second copy kept
+    assert twice == dataset_id and same.already == dataset_id and len(list(uploads.iterdir())) == 1
+    other = write_lines(
+        tmp_path / "other.jsonl", [json.dumps({"input_ids": [1, 2, 3], "loss_mask": [0, 1, 1]})]
+    )
+    by_path, _ = import_dataset(db_url, other)
+    assert uploaded_as(db_url, str(other)) is None and uploaded_as(db_url, None) is None
 
-    with pytest.raises(BadInput, match="no valid record"):  # a refused upload leaves nothing behind
+    with pytest.raises(
+        BadInput, match="no valid record"
+    ) as refused:  # a refused upload leaves nothing behind
         import_upload(db_url, "bad.jsonl", b"{oops\n")
+    assert str(refused.value).startswith("bad.jsonl: ")  # the user's name for it, not the server's copy
     assert [p.name for p in uploads.iterdir()] == [saved.parent.name]
     assert delete_dataset(db_url, dataset_id) and not saved.parent.exists() and not any(uploads.iterdir())
-    assert delete_dataset(db_url, by_path) and (tmp_path / "mixed.jsonl").is_file()  # never a user's file
+    assert delete_dataset(db_url, by_path) and other.is_file()  # never a user's file
 
 
 def test_feature_tensors_lists_what_a_feature_file_holds(tmp_path):

@@ -41,8 +41,10 @@ def import_section() -> None:
         st.caption(
             "Formats: training JSONL (input_ids, loss_mask, seq_len, n_prompt_tokens, n_response_tokens, source); "
             "ShareGPT JSON/JSONL (rendered with the target's chat template); SpecForge .ckpt feature files "
-            "(a file or a folder); plain-text prompts (.txt, one per line). Every record is validated: good ones "
-            "are kept, bad ones are listed with their line and reason."
+            "(a file or a folder); prompts as raw text (.txt, one per line, or JSONL records with a prompt, text, "
+            "question or instruction field and an optional completion, response, output or answer). Every record "
+            "is validated: good ones are kept, bad ones are listed with their line and reason; a file whose "
+            "samples a dataset already holds adds nothing."
         )
         source_kind = st.radio(
             "Source", ["Path on this machine", "Upload"], horizontal=True, key="samples_source"
@@ -77,6 +79,12 @@ def _report(report) -> None:
     elif report is not None:
         dataset_id, result = report
         rejected = result.rejected
+        if result.already is not None:
+            st.info(
+                f"Dataset {dataset_id} already holds these samples (the same {result.format} records): nothing "
+                "added. Pick it in the dataset list; delete it first to import the file again."
+            )
+            return
         (st.warning if rejected else st.success)(
             f"Dataset {dataset_id}: imported {plural(result.imported, 'sample')} (format: {result.format}), "
             f"rejected {len(rejected)}"
