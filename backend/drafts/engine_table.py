@@ -14,13 +14,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from backend import BadInput
+from backend.drafts.dflash_config import is_dflash, parse_dflash_config
 from backend.drafts.draft_config import DraftConfig, read_draft_config
 from backend.drafts.json_config import config_sizes, read_json_object
 from backend.drafts.layouts import to_internal_names
 from backend.drafts.reading_fixes import disagreements, serving_wiring_findings
-from backend.drafts.readings import ENGINES, EngineReading, EngineView, fed_wiring, read_as, training_engine
+from backend.drafts.readings import (
+    ENGINES,
+    EngineReading,
+    EngineView,
+    dflash_view,
+    fed_wiring,
+    read_as,
+    training_engine,
+)
 from backend.drafts.safetensors_header import tensor_shapes
 from backend.plain import Plain
+from backend.run.engine_names import SERVING_ENGINES
 from backend.run.wiring import Wiring
 
 OWN_EMBEDDING = "own_embedding.weight"
@@ -106,12 +116,28 @@ def read_engine_table(draft_dir: str | Path, target_dir: str | Path) -> EngineRe
     if not file.is_file():
         raise BadInput(f"target {target_dir}: not a local Hugging Face model directory (no config.json)")
     layers = config_sizes(read_json_object(file), file, ("num_hidden_layers",))["num_hidden_layers"]
+    if is_dflash(draft_dir):  # its own readings (dflash_readings.py): every engine reads the same layers
+        return _dflash_readings(draft_dir, layers)
     table = engine_table(read_draft_config(draft_dir), layers, OWN_EMBEDDING in to_internal_names(shapes)[0])
     wiring = fed_wiring(table.declared, None, layers)
     return EngineReadings(
         engines={name: view.reading() for name, view in table.engines.items()},
         disagreements=[Disagreement.from_dict(d) for d in table.disagreements],
         training_engine=table.training,
+        aux_hf_indices=list(wiring.aux_hf_indices),
+        wiring_source=wiring.source,
+    )
+
+
+def _dflash_readings(draft_dir, layers: int) -> EngineReadings:
+    where = Path(draft_dir) / "config.json"
+    config = parse_dflash_config(read_json_object(where), str(where))
+    views = {name: dflash_view(name, config, layers) for name in SERVING_ENGINES}
+    wiring = views["sglang"].wiring
+    return EngineReadings(
+        engines={name: view.reading() for name, view in views.items()},
+        disagreements=[],
+        training_engine="specforge",
         aux_hf_indices=list(wiring.aux_hf_indices),
         wiring_source=wiring.source,
     )

@@ -145,3 +145,20 @@ def test_the_doctor_on_a_dflash_draft_is_its_preflight(planted):
     result = doctor(str(planted / "rope"), str(planted / "target"), samples=[], other_draft=None)
     assert {c.name: c.status for c in result.preflight.checks}["rope_theta"] == "warn"
     assert result.coverage is None and result.mapping_comparison is None
+
+
+def test_the_engine_table_reads_a_dflash_draft_as_dflash(planted):
+    """read_engine_table (the dashboard's engine table, Decode's readings, the default hidden-state
+    reference) reads a DFlash draft's target layers, not EAGLE-3's default wiring: Decode opened a
+    DFlash run on "what sglang feeds: HF [2, 15, 27]" and failed to compare 5 layers with 3."""
+    from backend.drafts.engine_table import read_engine_table
+    from backend.service.reference_spec import default_reference
+
+    readings = read_engine_table(planted / "good", planted / "target")
+    assert {name: r.aux_hf_indices for name, r in readings.engines.items()} == dict.fromkeys(
+        readings.engines, [1, 2, 3]
+    )
+    assert readings.aux_hf_indices == [1, 2, 3] and not readings.disagreements
+    assert (
+        default_reference(str(planted / "target"), str(planted / "good"), [1, 2, 3]).kind == "target_hidden"
+    )

@@ -89,5 +89,6 @@ def open_on_default(run: RunInfo, has_reference: bool) -> None:
     reference = reference_spec.default_reference(
         run.target_path, run.draft_path, list(run.aux_hf_indices), state.db()
     )
-    if reference.kind == "wiring":
-        st.session_state["decode_reference_task"] = tasks.start_reference(state.db(), run.id, reference)
+    # the same comparison Decode's own replay computes, whatever it is (a wiring, or the target's own
+    # hidden against the draft's output where every engine feeds the declared wiring)
+    st.session_state["decode_reference_task"] = tasks.start_reference(state.db(), run.id, reference)
