@@ -267,6 +267,8 @@ def ece_table(found: WhereLost) -> pd.DataFrame:
                 "draft position": "all" if c.position is None else f"d{c.position}",
                 "attempts": c.attempts,
                 "ECE": c.ece,
+                "Brier": c.brier,
+                "AUROC": c.auroc,
             }
             for d in found.drafts
             for c in d.calibration

@@ -76,7 +76,8 @@ def where_lost_text(found) -> str:
             )
         overall = d.calibration[0]
         lines.append(
-            f"  calibration: ECE {fmt(overall.ece)} over {overall.attempts} attempts; per position "
+            f"  calibration: ECE {fmt(overall.ece)}, Brier {fmt(overall.brier)}, AUROC {fmt(overall.auroc)} over "
+            f"{overall.attempts} attempts; ECE per position "
             + ", ".join(f"{c.position}: {fmt(c.ece)}" for c in d.calibration[1:])
         )
         lines.append("  threshold what-if (assumptions: see definitions.threshold_whatif in --json):")

@@ -419,4 +419,32 @@ def _calibrated(position: int | None, scored: list[_Attempt]) -> Calibration:
         if inside:
             ece += len(inside) / len(scored) * abs(rate - mean_p)
         bins.append(CalibrationBin(low, high, len(inside), mean_p, rate))
-    return Calibration(position, len(scored), ece if scored else None, bins)
+    probabilities, accepted = [a.draft_probability for a in scored], [bool(a.accepted) for a in scored]
+    brier = (
+        sum((p - y) ** 2 for p, y in zip(probabilities, accepted, strict=True)) / len(scored)
+        if scored
+        else None
+    )
+    return Calibration(
+        position, len(scored), ece if scored else None, bins, brier, auroc(probabilities, accepted)
+    )
+
+
+def auroc(scores: list[float], positive: list[bool]) -> float | None:
+    """P(a positive's score > a negative's), ties half (Mann-Whitney U over average ranks); None
+    without both kinds."""
+    n_pos = sum(positive)
+    n_neg = len(positive) - n_pos
+    if not n_pos or not n_neg:
+        return None
+    order = sorted(range(len(scores)), key=lambda i: scores[i])
+    ranks, i = [0.0] * len(scores), 0
+    while i < len(order):  # tied scores share their average rank
+        j = i
+        while j + 1 < len(order) and scores[order[j + 1]] == scores[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            ranks[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    positive_ranks = sum(r for r, y in zip(ranks, positive, strict=True) if y)
+    return (positive_ranks - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg)

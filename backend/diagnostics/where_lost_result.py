@@ -87,6 +87,8 @@ class Calibration(Plain):
     attempts: int
     ece: float | None
     bins: list[CalibrationBin]
+    brier: float | None = None  # DEFINITIONS["brier"]
+    auroc: float | None = None  # DEFINITIONS["auroc"]
 
 
 @dataclass(frozen=True)

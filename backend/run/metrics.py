@@ -85,6 +85,11 @@ DEFINITIONS = {
     "lost_calibration": "greedy chains only: the draft's probability of each attempted draft (its softmax at that "
     "draft step) in 10 "
     "equal bins, against the share of those attempts the target accepted",
+    "lost_brier": "Brier score: the mean over attempts of (draft probability - accepted)^2, accepted 1 or 0; 0 is "
+    "perfect, 0.25 what a constant 0.5 scores (DeepSpec's evaluator reports it beside the ECE)",
+    "lost_auroc": "area under the ROC curve of the draft probability as a predictor of acceptance: the chance that "
+    "an accepted attempt has a higher draft probability than a rejected one (ties count half); 0.5 is no "
+    "better than chance, 1 separates them perfectly; empty without both accepted and rejected attempts",
     "lost_ece": "expected calibration error: sum over bins of (attempts in bin / attempts) x |acceptance - mean draft "
     "probability|; 0 = the draft's probability is the acceptance rate",
     "lost_top_rejected": "the target tokens whose draft was rejected most often (a draft attempt at a position "
@@ -136,6 +141,8 @@ LOST_TERMS = (
     "block",
     "calibration",
     "ece",
+    "brier",
+    "auroc",
     "threshold_whatif",
     "top_rejected",
     "runs",

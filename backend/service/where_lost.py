@@ -274,7 +274,8 @@ def where_lost_table(found: WhereLost):
                     dict(draft=d.name, split="calibration", group=f"{where}, p in [{b.low:.1f}, {b.high:.1f})",
                          attempts=b.attempts, accepted=None, share=None, rate=b.acceptance, ci95_low=None,
                          ci95_high=None, samples=None, definition="calibration",
-                         note=f"mean draft probability {b.mean_probability}; ECE of {where} {c.ece}")
+                         note=f"mean draft probability {b.mean_probability}; ECE of {where} {c.ece}; "
+                         f"Brier {c.brier}; AUROC {c.auroc}")
                 )  # fmt: skip
     return pd.DataFrame(rows)
 

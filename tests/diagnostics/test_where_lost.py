@@ -103,6 +103,21 @@ def test_calibration_bins_and_ece_by_hand():
     assert overall.ece == pytest.approx((4 * 0.2 + 3 * abs(1 / 3 - 0.15)) / 7)
 
 
+def test_brier_and_auroc_beside_the_ece_by_hand():
+    """Issue 65 row 21: the calibration's Brier score and AUROC (as DeepSpec's evaluator reports them)."""
+    from backend.diagnostics.where_lost import auroc
+
+    assert auroc([0.9, 0.8, 0.2, 0.1], [True, True, False, False]) == 1.0
+    assert auroc([0.1, 0.2, 0.8, 0.9], [True, True, False, False]) == 0.0
+    assert auroc([0.5, 0.5, 0.5], [True, False, True]) == 0.5  # ties count half
+    assert auroc([0.9, 0.4, 0.6, 0.3], [True, True, False, False]) == 0.75  # 3 of 4 pairs ordered
+    assert auroc([0.9], [True]) is None
+    # one step: drafts with p 0.9, 0.9 accepted, then 0.3 rejected
+    found = where_lost({"d": [run(1, [step(0, [1, 1, 1], 2, [0.9, 0.9, 0.3])])]}, text).drafts[0]
+    overall = found.calibration[0]
+    assert overall.brier == pytest.approx((0.01 + 0.01 + 0.09) / 3) and overall.auroc == 1.0
+
+
 def test_the_threshold_what_if_caps_each_step_at_the_drafts_it_keeps():
     steps = [step(0, [1, 1, 1], 3, [0.9, 0.9, 0.3]), step(1, [1, 2, 2], 1, [0.9, 0.2, 0.2])]
     rows = {r.threshold: r for r in where_lost({"d": [run(1, steps)]}, text).drafts[0].threshold_whatif}
