@@ -113,6 +113,7 @@ checks this):
       served_engines     the interface of an engine beside the replay: launch, connect, ask, a typed answer
       server_process     a serving engine's process on loopback: started, waited on, stopped; its HTTP API
       llamacpp_server    llama.cpp beside the replay: the pair converted to GGUF, llama-server launched, its trace read
+      diagnosis_report   one diagnosis as one file to attach to an issue (HTML or JSON)
       evaluate           every (draft, sample) pair of a dataset, summed per draft
       feature_check      serve-check --features: a server's returned features against the layers
       jobs               the job runner: engine records persisted step by step

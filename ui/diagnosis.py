@@ -3,6 +3,8 @@ prints with --json."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import streamlit as st
 
 from backend.run.request import ENGINE_CHOICES
@@ -28,8 +30,6 @@ BUNDLED_FEATURES = {  # what each bundled pair's feature files are
 
 def features_help(target_path: str) -> str:
     """The feature file's help for the active pair: which bundled file belongs to which draft."""
-    from pathlib import Path
-
     from backend.defaults import PAIRS
 
     here = Path(target_path).resolve()
@@ -77,6 +77,29 @@ def show_diagnosis(result, stale: str | None = None) -> None:
             if finding.fix:
                 st.markdown(f"**Fix:** {md(finding.fix)}")
             evidence_table(finding.evidence)
+    report_downloads(result)
+
+
+def report_downloads(result) -> None:
+    """The diagnosis as one file to attach to an issue (backend/service/diagnosis_report.py), written when
+    a button is pressed: its newest run's steps are read then, not on every rerun of the page."""
+    from backend.service import diagnosis_report as report
+
+    def written(html: bool):
+        found = report.diagnosis_report(result, state.db())
+        return report.report_html(found) if html else report.report_json(found)
+
+    name = f"speclens-diagnosis-{Path(result.draft).name or 'draft'}"
+    left, right, _ = st.columns([1, 1, 2])
+    left.download_button(
+        "Download the report (HTML)", lambda: written(True), f"{name}.html", "text/html", key="diagnosis_html",
+        help="The verdict, its findings and fixes, the checks, the probe's table and the first verify steps of "
+        "this pair's newest run, as one page to attach to an issue",
+    )  # fmt: skip
+    right.download_button(
+        "Download the report (JSON)", lambda: written(False), f"{name}.json", "application/json",
+        key="diagnosis_json",
+    )  # fmt: skip
 
 
 def diagnose_form() -> tuple[list, dict] | None:

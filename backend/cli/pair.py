@@ -228,6 +228,10 @@ def cmd_diagnose(args) -> tuple[dict, str]:
     from backend.service.diagnosis import diagnose, serving_engine
 
     serving_engine(args.engine, args.sglang, args.vllm)  # contradictions before anything loads
+    if args.report:
+        from backend.service.diagnosis_report import check_report_path
+
+        check_report_path(args.report)
     store_first(args)
     if args.request:
         from backend.diagnostics.serving_features import read_request_bodies
@@ -263,6 +267,12 @@ def cmd_diagnose(args) -> tuple[dict, str]:
     lines += [f"  ({check}: {what})" for check, what in result.checks.items()]
     if result.next_step:
         lines.append(f"next: {result.next_step}")
+    if args.report:
+        from backend.service.database import existing_store
+        from backend.service.diagnosis_report import diagnosis_report, write_report
+
+        written = write_report(diagnosis_report(result, existing_store(args.db)), args.report)
+        lines.append(f"report: {written}")
     return result.to_dict(), "\n".join(lines)
 
 

@@ -195,6 +195,13 @@ def _diagnose_command(commands) -> None:
         metavar="N",
         help="live replays on the first N samples (default 2)",
     )
+    diag.add_argument(
+        "--report",
+        metavar="FILE",
+        help="also write the diagnosis as one file to attach to an issue: the verdict, its findings and "
+        "fixes, the probe's table and the first verify steps of the pair's newest run (.html: one page; "
+        "else JSON)",
+    )
 
 
 def _import_command(commands) -> None:
