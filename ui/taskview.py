@@ -61,13 +61,27 @@ def _poll(key: str, on_finish: Callable | None) -> None:
         elapsed = time.time() - task.started
         st.progress(
             task.progress,
-            text=f"{task.label}: {task.message or task.status} · {100 * task.progress:.0f}% · {elapsed:.0f} s",
+            text=f"{task.label}: {task.message or task.status} · {100 * task.progress:.0f}% · {elapsed:.0f} s"
+            + time_left(task.progress, elapsed),
         )
     elif st.session_state.get(f"{key}_seen") != (task.id, task.status):
         st.session_state[f"{key}_seen"] = (task.id, task.status)
         if task.status == "done" and on_finish is not None:
             on_finish(task.result)
         st.rerun()
+
+
+def time_left(fraction: float, elapsed: float) -> str:
+    """An estimate of the time left at the pace so far, once there is a pace to go by (5% done and 10 s
+    spent); said as an estimate: a job's phases do not all move at one pace."""
+    if not 0.05 <= fraction < 1 or elapsed < 10:
+        return ""
+    left = elapsed * (1 - fraction) / fraction
+    return (
+        f" · about {left / 60:.0f} min left at this pace"
+        if left >= 90
+        else f" · about {left:.0f} s left at this pace"
+    )
 
 
 def _show_failure(key: str, task, failure: str) -> None:
