@@ -116,6 +116,7 @@ checks this):
       diagnosis_report   one diagnosis as one file to attach to an issue (HTML or JSON)
       evaluate           every (draft, sample) pair of a dataset, summed per draft
       feature_check      serve-check --features: a server's returned features against the layers
+      fix_measure        apply a fix and measure again: the draft and its fixed copy replayed under the engine's reading
       jobs               the job runner: engine records persisted step by step
       trace_guesses      guesses a trace's capture verifies: the answer after the prompt in each replay's sample
       traces             traces kept beside the database: captured once, reused, refused when stale

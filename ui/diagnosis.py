@@ -77,7 +77,38 @@ def show_diagnosis(result, stale: str | None = None) -> None:
             if finding.fix:
                 st.markdown(f"**Fix:** {md(finding.fix)}")
             evidence_table(finding.evidence)
+    fix_and_measure(result)
     report_downloads(result)
+
+
+def fix_and_measure(result) -> None:
+    """For each engine a wiring finding names a fix for: one action that writes the fix to a copy and
+    replays the draft and the copy read as that engine (backend/service/fix_measure.py), before and after."""
+    from backend.service import fix_measure
+    from ui.taskview import task_panel
+
+    fixes = {
+        f.evidence["engine"]: f.evidence["trained"]
+        for f in result.findings
+        if f.cls == "aux-wiring" and f.evidence.get("engine") and f.evidence.get("trained")
+    }
+    if not fixes:
+        return
+    st.markdown("**Apply a fix and measure again**")
+    columns = st.columns(len(fixes) + 1)
+    for column, (engine, trained) in zip(columns, fixes.items(), strict=False):
+        if column.button(
+            f"Fix for {engine}: write a copy and measure it",
+            key=f"fix_measure_{engine}",
+            help=f"Writes the fix ({engine} fed HF {trained}) into a copy of the draft under the data folder's "
+            f"fixed/, then replays the draft and the copy on {fix_measure.SAMPLES} samples of the pair's eval "
+            f"set read as {engine}: the accept length before and after, and the command that holds the copy "
+            "against the engine itself.",
+        ):
+            st.session_state["fix_measure_task"] = fix_measure.fix_measure_job.start(
+                state.db(), result.target, result.draft, engine, list(trained)
+            )
+    task_panel("fix_measure_task", lambda measured: st.info(md(measured.said)), adopt="fix-measure")
 
 
 def report_downloads(result) -> None:

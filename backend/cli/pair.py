@@ -17,6 +17,10 @@ def cmd_preflight(args) -> tuple[dict, str]:
     from backend.engine.preflight import preflight
 
     pick_dtype(pick_device(args.device), args.dtype)  # what a replay would refuse, refused here too
+    if args.measure and not args.write_fix:
+        raise BadInput(
+            "--measure SAMPLES goes with --write-fix OUT (it replays the draft and the fixed copy)"
+        )
     report = preflight(args.draft, args.target, args.sample_length, args.aux_hf_indices).result().to_dict()
     training = report["engines"].get(report["training_engine"]) if report["engines"] else None
     if args.aux_hf_indices is None and args.engine == "auto" and training and not training["loads"]:
@@ -66,11 +70,33 @@ def _write_fix(args, report: dict) -> dict:
         nothing = "no config field to fix" if is_dflash(args.draft) else "already feeds the trained wiring"
         return {"path": None, "said": f"no fix to write: {args.engine} {nothing}"}
     path = write_fixed_draft(args.draft, args.write_fix, fix["config_update"])
-    return {
+    written = {
         "path": str(path),
         "config_update": fix["config_update"],
         "said": f"wrote {path}: {fix['message']}",
     }
+    if args.measure:  # apply the fix and measure again
+        from backend.service.database import database_url
+        from backend.service.fix_measure import measure_fix
+
+        samples, _ = load_samples(args.measure, checked_vocab(args), args.measure_limit)
+        bar, progress = percent_bar("measuring the fix")
+        try:
+            measured = measure_fix(
+                database_url(None),
+                args.target,
+                args.draft,
+                str(path),
+                args.engine,
+                samples,
+                args.measure,
+                progress=progress,
+            )
+        finally:
+            bar.close()
+        written["measured"] = measured.to_dict()
+        written["said"] += f"\nmeasured: {measured.said}"
+    return written
 
 
 def load_pair(args, sample_length: int):

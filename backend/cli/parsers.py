@@ -43,6 +43,15 @@ def _preflight_command(commands) -> None:
         help="with --engine sglang, vllm or vllm-v2: write a copy of the draft to OUT whose config.json makes "
         "that engine feed the trained wiring",
     )
+    pre.add_argument(
+        "--measure",
+        metavar="SAMPLES",
+        help="with --write-fix: replay the draft and the fixed copy on the first --measure-limit samples of "
+        "this file, read as --engine, and print both accept lengths (stored as runs)",
+    )
+    pre.add_argument(
+        "--measure-limit", type=positive, default=4, help="samples --measure replays (default 4)"
+    )
 
 
 def _replay_command(commands) -> None:

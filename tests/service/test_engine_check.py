@@ -106,6 +106,33 @@ def test_preflight_names_vllms_wiring_and_writes_the_fix_both_runners_read(tmp_p
     assert again.returncode == 2 and "not empty" in again.stderr
 
 
+def test_apply_the_fix_and_measure_again(tmp_path, monkeypatch):
+    """Issue 65 row 18: `preflight --write-fix OUT --measure SAMPLES` replays the draft and the fixed copy
+    on the same samples read as the engine the fix is for, both stored as runs, before and after."""
+    from backend.defaults import DEMO_EVAL
+    from backend.service.runs import get_run
+
+    db_url = f"sqlite:///{tmp_path / 'fix.db'}"
+    monkeypatch.setenv("SPECLENS_DB_URL", db_url)
+    fixed = tmp_path / "fixed"
+    report = cli_json(
+        "preflight", *TOY, "--engine", "vllm", "--write-fix", str(fixed), "--measure", str(DEMO_EVAL),
+        "--measure-limit", "2",
+    )  # fmt: skip
+    measured = report["fixed_draft"]["measured"]
+    assert measured["engine"] == "vllm" and measured["samples"] == 2 and measured["fixed"] == str(fixed)
+    assert None not in (measured["before"], measured["after"]) and measured["before"] != measured["after"]
+    before = [get_run(db_url, r) for r in measured["runs_before"]]
+    after = [get_run(db_url, r) for r in measured["runs_after"]]
+    assert {tuple(r.aux_hf_indices) for r in before} == {(1, 5, 8)}  # what vLLM feeds the draft as it is
+    assert {tuple(r.aux_hf_indices) for r in after} == {(2, 6, 9)} and {r.draft_path for r in after} == {
+        str(fixed)
+    }
+    assert f"--draft {fixed}" in measured["relaunch"] and str(DEMO_EVAL) in measured["relaunch"]
+    alone = run_cli("preflight", *TOY, "--engine", "vllm", "--measure", str(DEMO_EVAL))
+    assert alone.returncode == 2 and "goes with --write-fix" in alone.stderr and alone.stderr.count("\n") == 1
+
+
 def test_the_sglang_fix_is_written_in_output_of_layer_ids():
     words, keys = wiring_fix("sglang", [2, 15, 27])
     assert keys == {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 14, 26]}} and "HF - 1" in words
