@@ -60,8 +60,9 @@ def no_remembered_probe():
     import sys
 
     kept = sys.modules.get("backend.service.kept_results")  # nothing to clear if it was never imported
-    if kept is not None:
+    if kept is not None:  # and a verdict a test kept (the Diagnostics page shows it to the next test)
         kept._PROBES.clear()
+        kept._VERDICTS.clear()
 
 
 @pytest.fixture(scope="session")
