@@ -29,7 +29,7 @@ if not offered.drafts:
         "`speclens evaluate --drafts A,B --samples FILE`; then come back."
     )
     st.stop()
-c1, c2, c4, c3 = st.columns([3, 1, 2, 2])
+c1, c2, c4, c3 = st.columns([3, 1.5, 2, 2])
 names = list(offered.drafts)
 drafts = c1.multiselect(
     "Drafts",
@@ -38,9 +38,21 @@ drafts = c1.multiselect(
     key="lost_drafts",
     help="each draft's runs are one group; two side by side",
 )
-k = c2.selectbox("K (draft steps)", offered.ks, key="lost_k", help="runs of one draft length at a time")
+OWN = "per draft"  # each draft at its own most-run K and decoding
+k = c2.selectbox(
+    "K (draft steps)",
+    [*offered.ks, None],
+    format_func=lambda value: OWN if value is None else str(value),
+    key="lost_k",
+    help="runs of one draft length at a time; per draft: every draft at the K and decoding it was run "
+    "with most (an EAGLE-3 draft at K 4 beside a DFlash draft at its block's 7)",
+)
 mode = c4.selectbox(
-    "Decoding", offered.modes, key="lost_mode", help="chain or tree, greedy or sampled: one at a time"
+    "Decoding",
+    offered.modes,
+    key="lost_mode",
+    help="chain or tree, greedy or sampled: one at a time (with K each draft's own, each its most-run)",
+    disabled=k is None,
 )
 every = "every sample and typed prompt"
 dataset = c3.selectbox(
@@ -54,7 +66,8 @@ if not drafts:
     st.stop()
 run_ids = lost.chosen_runs(state.db(), offered, [offered.drafts[n] for n in drafts], k, dataset, mode)
 if not run_ids:
-    st.info(f"No finished run of {md(', '.join(drafts))} at K={k}, {md(mode)}, on these samples.")
+    shape = "at each one's own K" if k is None else f"at K={k}, {md(mode)},"
+    st.info(f"No finished run of {md(', '.join(drafts))} {shape} on these samples.")
     st.stop()
 try:
     found = view.where_lost(state.db(), tuple(run_ids))
@@ -62,7 +75,9 @@ except BadInput as error:
     st.error(md(error))
     st.stop()
 st.caption(
-    f"{plural(len(run_ids), 'finished run')} ({md(mode)}; per draft and prompt the run with the most verify steps): "
+    f"{plural(len(run_ids), 'finished run')} "
+    f"({md('each draft at its own: ' + '; '.join(lost.shapes_of(offered, run_ids))) if k is None else md(mode)}; "
+    "per draft and prompt the run with the most verify steps): "
     + "; ".join(
         f"{md(d.name)}: {plural(d.runs, 'run')}, {plural(d.verify_steps, 'verify step')}, "
         f"{plural(d.attempts, 'attempt')}"

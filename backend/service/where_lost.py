@@ -191,22 +191,30 @@ def chosen_runs(
     db_url: str | None,
     offered: LossChoices,
     draft_paths: list[str],
-    k: int,
+    k: int | None,
     dataset_id: int | None = None,
     mode: str | None = None,
 ) -> list[int]:
     """The finished replays of these drafts at K = `k`, decoded as `mode` (chain greedy, a tree,
-    sampled: one at a time; None: any) and on `dataset_id`'s samples when given. One run per draft
-    and prompt, so a prompt replayed twice counts once: the one with the most verify steps (the
-    most evidence; the newest of those)."""
+    sampled: one at a time; None: any) and on `dataset_id`'s samples when given; `k` None: each draft
+    at its own most-run K and decoding (an EAGLE-3 draft at K 4 beside a DFlash draft at its block's 7).
+    One run per draft and prompt, so a prompt replayed twice counts once: the one with the most verify
+    steps (the most evidence; the newest of those)."""
     wanted = {_resolved(p) for p in draft_paths}
-    runs = [
-        r
-        for r in offered.runs  # read once, by choices
-        if _resolved(r.draft_path) in wanted
-        and r.resolved.num_steps == k
-        and (mode is None or r.resolved.mode == mode)
-    ]
+    mine = [r for r in offered.runs if _resolved(r.draft_path) in wanted]  # read once, by choices
+    if k is None:
+        shapes = {}
+        for path in wanted:
+            counts = Counter(
+                (r.resolved.num_steps, r.resolved.mode) for r in mine if _resolved(r.draft_path) == path
+            )
+            if counts:
+                shapes[path] = counts.most_common(1)[0][0]
+        runs = [
+            r for r in mine if shapes.get(_resolved(r.draft_path)) == (r.resolved.num_steps, r.resolved.mode)
+        ]
+    else:
+        runs = [r for r in mine if r.resolved.num_steps == k and (mode is None or r.resolved.mode == mode)]
     if dataset_id is not None:
         with store.session_scope(open_database(db_url).factory) as session:
             of = store.sample_datasets(session, [r.sample_id for r in runs])
@@ -312,3 +320,16 @@ def best_thresholds(found: WhereLost) -> list[str]:
                 f"{top.drafts_per_step:.2f} drafts per step vs {as_run.drafts_per_step:.2f})."
             )
     return said
+
+
+def shapes_of(offered: LossChoices, run_ids: list[int]) -> list[str]:
+    """Each chosen draft's K and decoding in words ("final: K=4, chain greedy"), for runs picked at each
+    draft's own (chosen_runs with k None)."""
+    names = {_resolved(path): name for name, path in offered.drafts.items()}
+    chosen = set(run_ids)
+    seen = dict.fromkeys(
+        (names.get(_resolved(r.draft_path), r.draft_path), r.resolved.num_steps, r.resolved.mode)
+        for r in offered.runs
+        if r.id in chosen
+    )
+    return [f"{name}: K={k}, {mode}" for name, k, mode in seen]

@@ -112,3 +112,32 @@ def test_where_lost_over_two_drafts_runs(db):
     # one draft, one dataset: still drawn, on that draft alone
     app = ok(app.multiselect(key="lost_drafts").set_value(["final"]).run())
     assert any("final: 3 runs" in c.value and "miswired" not in c.value for c in app.caption)
+
+
+def test_where_lost_puts_drafts_run_at_different_k_side_by_side(db):
+    """Issue 68: Where lost's K "per draft" puts a draft run at K 4 beside one run at K 2 (an
+    EAGLE-3 draft beside a DFlash draft at its block), each at the K and decoding it was run with most."""
+    from backend.defaults import DEMO_DRAFTS, DEMO_TARGET
+    from backend.run.request import ReplayRequest
+    from backend.service.datasets import ensure_demo_dataset, get_samples
+    from backend.service.jobs import run_replay
+
+    dataset = ensure_demo_dataset(db)
+    for sample in get_samples(db, dataset)[:2]:
+        for name, k in (("final", 4), ("miswired", 2)):
+            request = ReplayRequest(
+                str(DEMO_TARGET), str(DEMO_DRAFTS / name), prompt_ids=tuple(sample.prompt_ids),
+                num_steps=k, max_new_tokens=16, sample_id=sample.id,
+            )  # fmt: skip
+            run_replay(request, db)
+    app = page("6_Where_lost")
+    app.session_state["global_target"] = str(DEMO_TARGET)
+    app = ok(app.run())
+    app = ok(app.multiselect(key="lost_drafts").set_value(["final", "miswired"]).run())
+    app = ok(app.selectbox(key="lost_k").set_value(4).run())  # one K: the other draft has no run there
+    assert any("final: 2 runs" in c.value and "miswired" not in c.value for c in app.caption)
+    picker = app.selectbox(key="lost_k")
+    app = ok(picker.select_index(len(picker.options) - 1).run())  # the last option: per draft
+    said = " ".join(c.value for c in app.caption).replace("\\", "")
+    assert "final: K=4, chain greedy" in said and "miswired: K=2, chain greedy" in said
+    assert "final: 2 runs" in said and "miswired: 2 runs" in said
