@@ -110,13 +110,14 @@ def sample_sources(session: Session, sample_ids) -> dict[int, str]:
     return dict(session.execute(select(SampleRow.id, SampleRow.source).where(SampleRow.id.in_(ids))).all())
 
 
-def samples_digest(samples: Iterable) -> str:
+def samples_digest(samples: Iterable, digest=None):
     """What makes two datasets the same: their samples' tokens, loss masks and prompt lengths, in order
-    (anything with input_ids, loss_mask and prompt_len: a Sample or a stored row)."""
-    digest = hashlib.sha256()
+    (anything with input_ids, loss_mask and prompt_len: a Sample or a stored row), as a hex string; given
+    a running `digest` (hashlib), the samples are added to it and it is returned (a streamed import)."""
+    running = digest if digest is not None else hashlib.sha256()
     for s in samples:
-        digest.update(json.dumps([list(s.input_ids), list(s.loss_mask), s.prompt_len]).encode())
-    return digest.hexdigest()
+        running.update(json.dumps([list(s.input_ids), list(s.loss_mask), s.prompt_len]).encode())
+    return running if digest is not None else running.hexdigest()
 
 
 def same_dataset(session: Session, dataset_id: int, digest: str) -> int | None:

@@ -12,8 +12,9 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from backend import BadInput, Terminated, first_line
 from backend.cli.data import cmd_export, cmd_import, cmd_lost
-from backend.cli.pair import cmd_diagnose, cmd_evaluate, cmd_preflight, cmd_probe, cmd_replay, cmd_teacher
+from backend.cli.pair import cmd_diagnose, cmd_evaluate, cmd_probe, cmd_replay, cmd_teacher
 from backend.cli.parsers import build_parser
+from backend.cli.preflight import cmd_preflight
 from backend.cli.render import fmt
 from backend.cli.serving import cmd_lint, cmd_observe, cmd_serve_check
 from backend.defaults import active_pair, default_target

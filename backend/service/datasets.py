@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from functools import lru_cache
 from pathlib import Path
 
@@ -46,7 +47,7 @@ def import_dataset(
     check_source(path)  # before the target's tokenizer: a bad path costs no model-stack import
     tokenizer, vocab_size = target_vocabulary(target_path)
     format, samples, rejected = stream_dataset(path, tokenizer, vocab_size, format)
-    kept: list = []  # the samples as they stream by, digested once stored (memory: their token ids)
+    digest = hashlib.sha256()  # the samples' digest as they stream by (memory: one sample)
     try:
         with store.session_scope(open_database(db_url).factory) as session:
             dataset_id, count = store.create_dataset_streaming(
@@ -54,12 +55,12 @@ def import_dataset(
                 name=name or Path(path).name,
                 path=str(path),
                 format=format,
-                samples=_kept(samples, kept),
+                samples=_digested(samples, digest),
             )
             if not count:  # raising here rolls the dataset back: nothing is stored
                 reasons = "; ".join(f"line {r.line}: {r.reason}" for r in rejected[:3])
                 raise BadInput(f"{path}: no valid record" + (f" ({reasons})" if reasons else " (empty file)"))
-            same = store.same_dataset(session, dataset_id, store.samples_digest(kept))
+            same = store.same_dataset(session, dataset_id, digest.hexdigest())
             if same is not None:  # rolled back: the first import stands
                 raise _AlreadyImported(same)
     except _AlreadyImported as found:
@@ -72,9 +73,9 @@ class _AlreadyImported(Exception):
         self.dataset_id = dataset_id
 
 
-def _kept(samples, kept: list):
+def _digested(samples, digest):
     for sample in samples:
-        kept.append(sample)
+        store.samples_digest([sample], digest)
         yield sample
 
 

@@ -191,7 +191,9 @@ def fill(target, plans, database, progress, every_layer: bool = False) -> None:
 
         from backend.service.trace_guesses import answers
 
-        guesses = answers([p.request for p in plans], database, target.vocab_size) | kept_guesses
+        guesses = kept_guesses  # vLLM generates its own continuation: a guess is for the local capture only
+        if source != "vllm":
+            guesses = answers([p.request for p in plans], database, target.vocab_size) | kept_guesses
         asked = [(list(p), guesses.get(p), stops[p]) for p in missing]
         capture(target, plans[0].request, asked, budget, sorted(indices), folder, keep, progress)
     for plan, trace in ((p, t) for p in plans for t in found if tuple(t.prompt_ids) == tuple(p.prompt_ids)):
