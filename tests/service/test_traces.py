@@ -226,7 +226,9 @@ def test_a_guess_is_verified_and_a_trace_ends_where_its_replays_stop_reading(pai
     for name in ("right", "wrong"):
         for base, got in zip(plain, captured[name], strict=True):
             assert got.continuation == base.continuation and len(got.continuation) == 24 + MARGIN
-            assert torch.equal(got.top_ids, base.top_ids)
+            # the argmax of every row; the rest of the top 8 may trade places on a near-tie, rounded apart
+            assert torch.equal(got.top_ids[:, 0], base.top_ids[:, 0])
+            torch.testing.assert_close(got.top_logprobs[:, 0], base.top_logprobs[:, 0], rtol=1e-4, atol=1e-4)
             for i in indices:
                 assert got.states[i].shape == base.states[i].shape
                 # a chunk's rows are summed in another order than one-token decodes: rounding apart
