@@ -1,7 +1,10 @@
 """SpecForge offline feature files (.ckpt): what a draft was trained on (docs/reference.md §5).
 
 A `torch.save` dict per sample: input_ids [T], loss_mask [T], hidden_state [1, T, Ht] (the target's
-last hidden, post-norm) and aux_hidden_state [1, T, 3*Ht]. Loaded with weights_only=True only.
+last hidden, post-norm) and aux_hidden_state [1, T, n*Ht]: n = 3 for EAGLE-3 (SpecForge's offline data);
+a DFlash draft's features in the same dict hold one chunk per target layer it reads (SpecForge and
+z-lab train DFlash online and write none; a team that dumps them this way is read the same).
+Loaded with weights_only=True only.
 """
 
 from __future__ import annotations
@@ -23,8 +26,9 @@ class FeatureFile:
     path: str
     input_ids: list[int]
     loss_mask: list[int]
-    aux_hidden_state: torch.Tensor  # [T, 3*Ht]
+    aux_hidden_state: torch.Tensor  # [T, n*Ht]: n layer chunks
     hidden_state: torch.Tensor | None  # [T, Ht] post-norm last hidden
+    chunks: int = 3  # n: layer chunks in aux_hidden_state (3 unless the target's width says otherwise)
 
 
 MAX_UNPACKED_BYTES = 8 * 1024**3  # what a feature file may hold once unpacked
@@ -82,16 +86,17 @@ def load_feature_file(path: str | Path, hidden_size: int | None = None) -> Featu
             f"{path}: aux_hidden_state {tuple(data['aux_hidden_state'].shape)} does not match "
             f"{len(ids)} input_ids"
         )
-    if aux.shape[1] % 3:
+    if hidden_size is None and aux.shape[1] % 3:
         raise BadInput(f"{path}: aux_hidden_state width {aux.shape[1]} is not 3 * hidden size")
-    if hidden_size is not None and aux.shape[1] != 3 * hidden_size:
+    if hidden_size is not None and (aux.shape[1] % hidden_size or not aux.shape[1]):
         raise BadInput(
-            f"{path}: aux_hidden_state width {aux.shape[1]} != 3 * target hidden {hidden_size}: "
-            "features of another target"
+            f"{path}: aux_hidden_state width {aux.shape[1]} is not a multiple of the target's hidden size "
+            f"{hidden_size}: features of another target"
         )
+    chunks = aux.shape[1] // hidden_size if hidden_size else 3
     mask = torch.as_tensor(data.get("loss_mask", torch.ones(len(ids)))).reshape(-1)
     hidden = data.get("hidden_state")
     if hidden is not None:
         hidden = torch.as_tensor(hidden)
         hidden = hidden[0] if hidden.ndim == 3 else hidden
-    return FeatureFile(str(path), ids.tolist(), mask.long().tolist(), aux, hidden)
+    return FeatureFile(str(path), ids.tolist(), mask.long().tolist(), aux, hidden, chunks)

@@ -27,9 +27,14 @@ def diagnose_dflash(
     report: dict,
     samples: list,
     lint_findings: list[dict],
-    num_steps: int,
+    options,
     progress: Progress = no_progress,
+    served: list[int] | None = None,
 ) -> Diagnosis:
+    """`options` (diagnose.DiagnoseOptions): K, and the draft's training features (`features`, a .ckpt
+    with one chunk per target layer it reads) diffed against what the diagnosed engine feeds it
+    (`served`, HF indices; default dflash_config.target_layer_ids + 1) as for an EAGLE-3 draft."""
+    num_steps = options.num_steps
     findings = [
         Finding(
             CHECK_CLASSES.get(c["name"], "variant-flags"),
@@ -42,6 +47,21 @@ def diagnose_dflash(
     ]
     findings += lint_as_findings(lint_findings)
     ran = {"preflight": "ran", "serving-flag lint": "ran" if lint_findings else "skipped: no serving command"}
+    if options.features:
+        from backend.data.features import load_feature_file
+        from backend.diagnostics.hidden_diff import train_vs_serve
+        from backend.diagnostics.train_serve import train_serve_findings
+        from backend.engine.dflash_step import dflash_wiring
+
+        progress(0.05, "train vs serve")
+        served = served or list(dflash_wiring(draft.config).aux_hf_indices)
+        features = load_feature_file(options.features, target.hidden_size)
+        findings += train_serve_findings(
+            train_vs_serve(target, features, served, True), features.path, dflash=True
+        )
+        ran["train vs serve"] = f"ran on {features.path}"
+    else:
+        ran["train vs serve"] = "skipped: no training features (CLI --features; page: Training features)"
     if not samples:
         ran["wiring probe"] = "skipped: no samples"
         return Diagnosis(findings, ran)

@@ -12,6 +12,8 @@ sides, and an undefined cosine there would call the embedding chunk a mismatch.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from backend import BadInput
@@ -25,6 +27,7 @@ from backend.diagnostics.mismatch import (
     chunk_summary,
     first_mismatch,
 )
+from backend.diagnostics.train_serve import train_serve_findings
 from backend.engine.loading import Target
 from backend.engine.teacher import target_pass
 
@@ -76,11 +79,19 @@ def compare_chunks(
     return rows
 
 
-def train_vs_serve(target: Target, features: FeatureFile, serving_indices) -> TrainServeResult:
+def train_vs_serve(
+    target: Target, features: FeatureFile, serving_indices, dflash: bool = False
+) -> TrainServeResult:
     """Recompute the features serving feeds for the file's tokens and compare them chunk by chunk
-    with what training stored; also find which HF index each training chunk really is."""
+    with what training stored; also find which HF index each training chunk really is, and the fix
+    (`dflash`: the draft is a DFlash one, fixed in its dflash_config)."""
     if any(i >= target.vocab_size or i < 0 for i in features.input_ids):
         raise BadInput(f"{features.path}: token ids outside the target's vocabulary ({target.vocab_size})")
+    if features.chunks != len(serving_indices):
+        raise BadInput(
+            f"{features.path}: holds {features.chunks} layer chunks, the draft is fed {len(serving_indices)} "
+            f"(HF {list(serving_indices)}): not this draft's training features"
+        )
     every = list(range(target.num_layers + 1))
     passed = target_pass(target, features.input_ids, features.loss_mask, every)
     serving = passed.features(serving_indices).cpu()
@@ -88,7 +99,7 @@ def train_vs_serve(target: Target, features: FeatureFile, serving_indices) -> Tr
     positions = list(range(len(features.input_ids)))
     rows = compare_chunks(serving, features.aux_hidden_state, positions, names, features.path)
     matches, training = [], []
-    for chunk, stored in enumerate(features.aux_hidden_state.float().chunk(3, dim=-1)):
+    for chunk, stored in enumerate(features.aux_hidden_state.float().chunk(features.chunks, dim=-1)):
         scores = []
         for index in every:
             state = passed.states[index].float().cpu()
@@ -98,7 +109,7 @@ def train_vs_serve(target: Target, features: FeatureFile, serving_indices) -> Tr
         equal = cosine >= COSINE_THRESHOLD and abs(ratio - 1) < RELATIVE_ERROR_THRESHOLD
         matches.append(ChunkMatch(chunk, index, cosine, ratio, equal))
         training.append(index if equal else None)
-    return TrainServeResult.from_dict(
+    result = TrainServeResult.from_dict(
         {
             "serving_aux_hf_indices": list(serving_indices),
             "first_mismatch": first_mismatch(rows, names),
@@ -112,3 +123,5 @@ def train_vs_serve(target: Target, features: FeatureFile, serving_indices) -> Tr
             "target": target.path,
         }
     )
+    fixes = [f.fix for f in train_serve_findings(result, features.path, dflash) if f.fix]
+    return replace(result, fix=fixes[0] if fixes else "")

@@ -118,3 +118,6 @@ class TrainServeResult(Plain):
     chunk_names: list[str]
     input_ids: list[int]
     target: str
+    fix: str = (
+        ""  # what to write where the training chunks name the layers (train_serve.train_serve_findings)
+    )

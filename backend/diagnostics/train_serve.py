@@ -10,8 +10,9 @@ from backend.drafts.reading_fixes import wiring_fix
 from backend.plain import plain
 
 
-def train_serve_findings(diff: TrainServeResult, feature_path: str) -> list[Finding]:
-    """`diff`: the train-vs-serve diff of the features served under the reading being diagnosed."""
+def train_serve_findings(diff: TrainServeResult, feature_path: str, dflash: bool = False) -> list[Finding]:
+    """`diff`: the train-vs-serve diff of the features served under the reading being diagnosed;
+    `dflash`: the draft is a DFlash one, whose fix is its `dflash_config.target_layer_ids` (HF - 1)."""
     served, found = diff.serving_aux_hf_indices, diff.training_aux_hf_indices
     mismatch = diff.first_mismatch
     evidence = {
@@ -31,7 +32,13 @@ def train_serve_findings(diff: TrainServeResult, feature_path: str) -> list[Find
         ]
     where = f"from {mismatch.chunk} at position {mismatch.position}"
     if found and all(index is not None for index in found):
-        fixes = "; ".join(f"{engine}: {wiring_fix(engine, list(found))[0]}" for engine in ("sglang", "vllm"))
+        fixes = (
+            f"Write dflash_config.target_layer_ids = {[i - 1 for i in found]} in the draft's config.json "
+            "(z-lab ids, HF - 1; every engine reads them)"
+            if dflash
+            else "Declare the trained wiring. "
+            + "; ".join(f"{engine}: {wiring_fix(engine, list(found))[0]}" for engine in ("sglang", "vllm"))
+        )
         return [
             Finding(
                 "aux-wiring",
@@ -39,7 +46,7 @@ def train_serve_findings(diff: TrainServeResult, feature_path: str) -> list[Find
                 f"the draft was trained on HF {list(found)} (its training features in {feature_path} equal "
                 f"those layers), but serving feeds HF {list(served)}: they differ {where}",
                 evidence,
-                f"Declare the trained wiring. {fixes}.",
+                f"{fixes}.",
             )
         ]
     return [

@@ -98,7 +98,14 @@ def diagnose(
 
         found = lint([]) if lint is not None else []
         diagnosis = diagnose_dflash(
-            target, draft, report, list(samples or []), found, options.num_steps, progress
+            target,
+            draft,
+            report,
+            list(samples or []),
+            found,
+            options,
+            progress,
+            list(view.wiring.aux_hf_indices),
         )
         return diagnosis.result(
             **pair, engine=view.engine, aux_hf_indices=list(view.wiring.aux_hf_indices),

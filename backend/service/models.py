@@ -82,16 +82,19 @@ def pair(target_path: str, draft_path: str, device=None, dtype=None, device_map=
     return loaded, module, report
 
 
+def is_dflash_draft(draft) -> bool:
+    """Whether `draft` (a loaded draft or its folder) is a DFlash one (its config.json's method)."""
+    from backend.drafts.dflash_config import is_dflash
+
+    if isinstance(draft, str | Path):
+        return is_dflash(draft)
+    return getattr(draft.config, "method", None) == "dflash"
+
+
 def eagle3_only(draft, what: str) -> None:
     """BadInput naming what a DFlash draft can use instead, where `what` reads EAGLE-3's chain (its TTT
     steps, its fc wiring, its own head); `draft` a loaded draft or its folder."""
-    from backend.drafts.dflash_config import is_dflash
-
-    dflash = (
-        is_dflash(draft)
-        if isinstance(draft, str | Path)
-        else getattr(draft.config, "method", None) == "dflash"
-    )
+    dflash = is_dflash_draft(draft)
     if dflash:
         raise BadInput(
             f"{what} reads an EAGLE-3 draft's chain; for a DFlash draft use preflight, replay / evaluate, probe "

@@ -389,11 +389,12 @@ def train_vs_serve_job(target_path: str, draft_path: str, feature_path: str, *, 
 
     progress(0.1, "loading models")
     target, draft, _ = models.pair(target_path, draft_path)
-    models.eagle3_only(draft, "Train vs serve")
-    _, wiring = reading_of("auto", None, draft, target.num_layers)  # what the draft is fed: one rule
+    _, wiring = reading_of(
+        "auto", None, draft, target.num_layers
+    )  # what the draft is fed (DFlash too): one rule
     features = load_feature_file(feature_path, target.hidden_size)
     progress(0.4, "recomputing serving features")
-    return train_vs_serve(target, features, list(wiring.aux_hf_indices))
+    return train_vs_serve(target, features, list(wiring.aux_hf_indices), models.is_dflash_draft(draft))
 
 
 @job("agreement", lambda *_: "accuracy vs live")

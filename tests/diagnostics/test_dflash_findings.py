@@ -162,3 +162,44 @@ def test_the_engine_table_reads_a_dflash_draft_as_dflash(planted):
     assert (
         default_reference(str(planted / "target"), str(planted / "good"), [1, 2, 3]).kind == "target_hidden"
     )
+
+
+def test_train_vs_serve_names_the_layers_a_dflash_drafts_features_hold(planted, tmp_path):
+    """A DFlash draft's training features (the SpecForge dict, one chunk per target layer) stored from
+    the layers one past the declared ones: diagnose --features names the ids to write; a file with
+    another number of chunks is refused in one line naming it."""
+    import torch
+
+    from backend.engine.loading import load_target
+    from backend.engine.teacher import target_pass
+    from tests.support.cli import cli_json, run_cli
+
+    target = load_target(str(planted / "target"))
+    ids = list(range(3, 40))
+    passed = target_pass(target, ids, [1] * len(ids), [2, 3, 4])
+    path = tmp_path / "dflash_0.ckpt"
+    aux = passed.features([2, 3, 4])[None]
+    torch.save(
+        {"input_ids": torch.tensor(ids), "loss_mask": torch.ones(len(ids)), "aux_hidden_state": aux}, path
+    )
+    pair = ("--target", str(planted / "target"), "--draft", str(planted / "good"))
+    result = cli_json("diagnose", *pair, "--features", str(path))
+    wiring = [f for f in result["findings"] if f["class"] == "aux-wiring"]
+    assert len(wiring) == 1 and wiring[0]["severity"] == "fail", result["findings"]
+    assert (
+        "trained on HF [2, 3, 4]" in wiring[0]["message"]
+        and "serving feeds HF [1, 2, 3]" in wiring[0]["message"]
+    )
+    assert "dflash_config.target_layer_ids = [1, 2, 3]" in wiring[0]["fix"]
+    assert result["checks"]["train vs serve"].startswith("ran on")
+    # the Train vs serve tab's result carries the same fix (tasks.train_vs_serve_job)
+    from backend.data.features import load_feature_file
+    from backend.diagnostics.hidden_diff import train_vs_serve
+
+    tab = train_vs_serve(target, load_feature_file(path, 64), [1, 2, 3], dflash=True)
+    assert tab.training_aux_hf_indices == [2, 3, 4] and "target_layer_ids = [1, 2, 3]" in tab.fix
+    two = tmp_path / "two.ckpt"
+    torch.save({"input_ids": torch.tensor(ids), "aux_hidden_state": aux[..., :128]}, two)
+    refused = run_cli("diagnose", *pair, "--features", str(two))
+    assert refused.returncode == 2 and refused.stderr.strip().count("\n") == 0
+    assert f"{two}: holds 2 layer chunks, the draft is fed 3" in refused.stderr

@@ -36,6 +36,8 @@ def _render(result: TrainServeResult) -> None:
         f"Serving feeds HF **{result.serving_aux_hf_indices}**; the stored training chunks equal HF "
         f"**{result.training_aux_hf_indices}** (None = no layer matches)."
     )
+    if result.fix:
+        st.markdown(f"**Fix:** {result.fix}")
     matches = [m.to_dict() for m in result.training_chunk_matches]
     st.dataframe(pd.DataFrame(matches), hide_index=True, key="diff_matches")
     st.dataframe(pd.DataFrame([s.to_dict() for s in result.summary]), hide_index=True, key="diff_summary")
@@ -54,7 +56,9 @@ def _render(result: TrainServeResult) -> None:
 def diff_tab() -> None:
     st.markdown(
         "Compare the features serving feeds with those training stored (SpecForge .ckpt), per token and "
-        "per layer chunk; name the first mismatch and find which HF index each training chunk really is."
+        "per layer chunk; name the first mismatch and find which HF index each training chunk really is. "
+        "A DFlash draft's file holds one chunk per target layer it reads (SpecForge and z-lab train DFlash "
+        "online; a dump in the same dict is read the same)."
     )
     path = st.text_input("Feature file (.ckpt)", "demo/data/features/data_0.ckpt", key="diff_path")
     if st.button("Diff", key="diff_run"):
