@@ -33,6 +33,7 @@ checks this):
       target_runner      the target's forward behind one interface, chosen at load
       trace              a trace (the target once per sample) and the runner that answers a replay from it
       trace_capture      traces computed by the target loaded here, the prompts decoding together
+      forced_trace       a trace along tokens the target did not choose (an engine's sampled answer)
     backend.engine       the algorithm (torch): the draft network, the steps (chain, tree, verify, accounting), loading
       draft_model        the EAGLE-3 draft network, each step written out
       loading            a Hugging Face target and an EAGLE-3 draft loaded from local directories
@@ -118,6 +119,7 @@ checks this):
       feature_check      serve-check --features: a server's returned features against the layers
       fix_measure        apply a fix and measure again: the draft and its fixed copy replayed under the engine's reading
       jobs               the job runner: engine records persisted step by step
+      forced_replay      a replay along an engine's sampled answer, over its forced trace
       trace_guesses      guesses a trace's capture verifies: the answer after the prompt in each replay's sample
       traces             traces kept beside the database: captured once, reused, refused when stale
       run_writer         a run's records written as they arrive, in batches with its heartbeat

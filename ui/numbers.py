@@ -38,3 +38,43 @@ def setting_number(column, name: str, key: str) -> int | None:
     widget = meta.widget
     value = default if widget.widget_value is None else widget.widget_value
     return whole(column, widget.label, int(widget.low), int(widget.high), value, key, help=meta.help)
+
+
+def setting_widget(column, name: str, meta, default, key: str):
+    """One request setting's widget, as its field declares it (backend/run/request.py `Widget`);
+    returns what the widget holds (`setting_value` makes it the request's value)."""
+    w, help = meta.widget, meta.help or None
+    value = default if w.widget_value is None else w.widget_value
+    if w.kind == "select":
+        return column.selectbox(w.label, meta.choices, key=key, help=help)
+    if w.kind == "checkbox":
+        return column.checkbox(w.label, value=bool(value), key=key, help=help)
+    if w.kind == "text":
+        return column.text_input(w.label, "" if value is None else str(value), key=key, help=help)
+    kind = float if isinstance(w.step, float) or isinstance(default, float) else int
+    shown = w.none_at if value is None else value
+    step = {"step": w.step} if w.step else {}
+    # No min/max on the widget: out of range, the browser keeps the last good value and shows why only
+    # on hover, and Start would run that value. The setting's own check refuses it on Start, in one
+    # visible line; the help states the range.
+    bounds = w.range or f"{kind(w.low)} to {kind(w.high)}"
+    help = f"{help} ({bounds})" if help else bounds
+    return column.number_input(w.label, value=kind(shown), key=key, help=help, **step)
+
+
+def setting_value(meta, held):
+    """The request's value of what a widget holds: text through the setting's parser (BadInput when
+    it is not one), a number's `none_at` as None."""
+    if meta.widget.kind == "text":
+        return meta.parse(held)
+    if meta.widget.none_at is not None and held == meta.widget.none_at:
+        return None
+    return held
+
+
+def setting_input(column, name: str, key: str):
+    """One request setting asked as the Decode form asks it (its field's widget), its request value."""
+    from backend.run.request import settings_of
+
+    meta, default = next((m, d) for n, m, d in settings_of() if n == name)
+    return setting_value(meta, setting_widget(column, name, meta, default, key))

@@ -96,6 +96,13 @@ def serve_check_command(commands) -> None:
         "--num-draft-tokens", type=positive, help="the server's --speculative-num-draft-tokens (trees)"
     )
     check.add_argument("--max-new-tokens", type=positive, default=128)
+    sampled = (
+        "sent to the server; a sampled answer is replayed along the tokens it emitted (the drafts greedy)"
+    )
+    setting_flag(check, "temperature", help=f"the request's temperature (default 0: greedy), {sampled}")
+    setting_flag(check, "top_p", help="the sampled request's top_p")
+    setting_flag(check, "top_k", help="the sampled request's top_k (0: every token)")
+    setting_flag(check, "seed", help="the seed of prompt 0's sampled request; prompt i gets seed + i")
     check.add_argument(
         "--timeout",
         type=positive_float,

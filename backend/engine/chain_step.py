@@ -58,9 +58,11 @@ def accepted_prefix_length(
     """Greedy acceptance: the longest prefix where d_i equals the argmax of the row before it.
     `ends_prefix` (llama.cpp's end-of-generation ids): a matching draft among them ends the prefix
     before itself unless it is the last draft (common/sampling.cpp common_sampler_sample_and_accept_n
-    breaks on it, so the target's own token is that id)."""
-    accepted = 0
-    while accepted < len(drafted) and drafted[accepted] == target_argmax[accepted]:
+    breaks on it, so the target's own token is that id). A trace that ends (a forced trace at the last
+    token an engine emitted: target/forced_trace.py) holds no row past its end: the count stops at its
+    last row, whose argmax is the bonus (with K + 1 rows, as every verify computes, no bound at all)."""
+    accepted, rows = 0, min(len(drafted), len(target_argmax) - 1)
+    while accepted < rows and drafted[accepted] == target_argmax[accepted]:
         if ends_prefix and drafted[accepted] in ends_prefix and accepted + 1 < len(drafted):
             break
         accepted += 1

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from backend import BadInput
+from backend.drafts.dflash_config import is_dflash
 from backend.run.records import verify_counts
 from backend.run.request import ReplayRequest
 from backend.service.database import open_database
@@ -34,6 +35,7 @@ from backend.service.engine_check_result import (
     StoppedAt,
     WiringExplanation,
 )
+from backend.service.forced_replay import forced_replay, rejected_yet_emitted, sampled_note
 from backend.service.served_engines import (
     ServedAnswer,
     ServedEngine,
@@ -55,12 +57,17 @@ class EngineCheckSettings:
 
     def __post_init__(self):
         engine_for(self.request.engine)  # an engine runs this reading beside the replay, else BadInput
-        decoding = self.request.decoding()
-        if decoding.shape.topk != 1 or not decoding.greedy:
+        if self.request.decoding().shape.topk != 1:
             raise BadInput(
-                "the engine check sends greedy chain requests (temperature 0, one draft a step): replay a "
-                "greedy chain (no --topk or --temperature)"
+                "the engine check sends chain requests (one draft a step): replay a chain (no --topk)"
             )
+
+    @property
+    def sampling(self) -> dict | None:
+        """What a sampled request sends (temperature, top_p, top_k, the seed of prompt 0; prompt i gets
+        seed + i), None for greedy: the replay is then held along the engine's own output (forced_trace)."""
+        names, asked = ("temperature", "top_p", "top_k", "seed"), self.request
+        return None if asked.decoding().greedy else {name: getattr(asked, name) for name in names}
 
     @property
     def served(self) -> ServedEngine:
@@ -99,15 +106,43 @@ def replay_steps(db_url, prompt_ids, settings: EngineCheckSettings, ref: str, au
         record=False,
         sample_ref=ref,
     )
-    outcome = run_replay(request, db_url)
+    return steps_dict(run_replay(request, db_url))
+
+
+def steps_dict(outcome, said: str = "") -> dict:
+    """What a replay the engine is held against gives: its per-step counts, output, run and wiring."""
     return {
         "per_step": verify_counts(outcome.steps),
         "accept_length": outcome.metrics.mean_accept_length,
         "output_ids": outcome.output_ids,
         "run_id": outcome.run_id,
         "wiring": list(outcome.wiring.aux_hf_indices),
-        "wiring_source": outcome.wiring.source,
+        "wiring_source": outcome.wiring.source + said,
     }
+
+
+def forced_steps(db_url, prompt_ids, tokens, settings: EngineCheckSettings, ref: str, aux=None) -> dict:
+    """A sampled engine's answer replayed along its own output (service/forced_replay.py); the same dict
+    as replay_steps."""
+    if not tokens:
+        raise BadInput(f"{settings.title} answered no tokens for this prompt: nothing to replay along")
+    asked = settings.request
+    request = replace(
+        asked, prompt_ids=tuple(prompt_ids), aux_hf_indices=aux or asked.aux_hf_indices, sample_ref=ref
+    )
+    outcome = forced_replay(request, list(tokens), f"{settings.title}'s sampled output (forced)", db_url)
+    return steps_dict(outcome, "; along the engine's sampled output")
+
+
+def steps_of(
+    db_url, prompt_ids, served: ServedAnswer, settings: EngineCheckSettings, ref: str, aux=None
+) -> dict:
+    """The replay a served answer is held against: greedy, the replay's own; sampled, along its output."""
+    if settings.sampling is None:
+        return replay_steps(db_url, prompt_ids, settings, ref, aux)
+    return forced_steps(
+        db_url, prompt_ids, served.token_ids or [], settings, f"{ref} (its sampled output)", aux
+    )
 
 
 def first_difference(served: list[int], replayed: list[int]) -> int | None:
@@ -153,6 +188,8 @@ def candidate_wirings(settings: EngineCheckSettings, replayed: list[int]) -> lis
     target, draft, _ = models.pair(
         settings.request.target, settings.request.draft, settings.request.device, settings.request.dtype
     )
+    if models.is_dflash_draft(draft):  # it reads its config's layers; an override is refused (readings.py)
+        return []
     found: dict[tuple, str] = {}
     for engine in ENGINES:
         view = read_as(engine, draft.config, target.num_layers, draft.own_embedding is not None)
@@ -175,7 +212,8 @@ def explain(
     for why, candidate in candidate_wirings(settings, rows[first].wiring):
         ref = f"{settings.server}-check candidate HF {list(candidate)}"
         if all(
-            replay_steps(db_url, prompts[i], settings, ref, candidate)["per_step"] == served[i].per_step
+            steps_of(db_url, prompts[i], served[i], settings, ref, candidate)["per_step"]
+            == served[i].per_step
             for i in order
         ):
             return WiringExplanation(aux_hf_indices=list(candidate), why=why)
@@ -200,6 +238,7 @@ def run_check(
         rows=rows,
         definition=DEFINITION,
         folder=str(folder),
+        sampling=settings.sampling,
     )
     if settings.request.via == "trace":  # every prompt's trace first, every layer (explain tries others)
         from backend.service import traces
@@ -211,8 +250,11 @@ def run_check(
             if progress:
                 progress(number / max(1, len(prompts)), f"prompt {number + 1}/{len(prompts)}")
             try:
+                sampling = settings.sampling and settings.sampling | {
+                    "seed": settings.sampling["seed"] + number
+                }
                 exchange, answer = client.ask(
-                    number, prompt, settings.request.max_new_tokens, settings.request.num_steps
+                    number, prompt, settings.request.max_new_tokens, settings.request.num_steps, sampling
                 )
             except BadInput as error:
                 stopped = replace(start, stopped_at=StoppedAt(prompt=number, why=str(error)))
@@ -225,19 +267,26 @@ def run_check(
             saved.write(json.dumps(exchange) + "\n")
             saved.flush()
             served.append(answer)
-            replayed = replay_steps(
-                db_url, prompt, settings, f"{settings.server}-check {folder.name} #{number}"
+            replayed = steps_of(
+                db_url, prompt, answer, settings, f"{settings.server}-check {folder.name} #{number}"
             )
             rows.append(compare(number, prompt, served[-1], replayed))
     result = summarise(start, rows, settings)
     if result.equal_prompts == len(rows):
         return result
+    kept = settings.sampling and rejected_yet_emitted(rows)
+    if kept:  # not a reading of the draft: the engine's own verify
+        return replace(result, headline=result.headline + kept)
     explained = explain(db_url, prompts, served, rows, settings)
     if explained:
         said = (
             f"; {settings.title} ran HF {explained.aux_hf_indices} ({explained.why}): --aux-hf-indices "
             + ",".join(map(str, explained.aux_hf_indices))
             + " reproduces it on every prompt"
+        )
+    elif is_dflash(settings.request.draft):
+        said = (
+            "; a DFlash draft reads its config's layers, so no other wiring is replayed (`probe` names them)"
         )
     else:
         said = "; no candidate wiring reproduces it (the difference is not the wiring)"
@@ -252,7 +301,8 @@ def summarise(result: EngineCheck, rows: list[PromptCheck], settings: EngineChec
         wiring=rows[0].wiring if rows else None,
         equal_prompts=equal,
         prompts=len(rows),
-        headline=f"the replay reproduces this {settings.title} on {equal}/{len(rows)} prompts step for step",
+        headline=f"the replay reproduces this {settings.title} on {equal}/{len(rows)} prompts step for step"
+        + sampled_note(settings.sampling),
     )
 
 
@@ -279,6 +329,8 @@ def engine_check(
     served by llama.cpp, and the GGUF served next on the same prompts: what its quantization costs."""
     if not samples:
         raise BadInput("no prompts to send")
+    if settings.options.target_gguf and settings.sampling:
+        raise BadInput("--target-gguf compares the two targets' greedy outputs: drop --temperature")
     folder = check_folder(db_url)
     if url is not None:
         log = settings.options.server_log

@@ -123,6 +123,7 @@ class EngineCheck(Plain):
     launched: ServerLaunch | None = None  # a server launched here
     quantized: QuantizedCost | None = None  # --target-gguf
     stopped_at: StoppedAt | None = None
+    sampling: dict | None = None  # a sampled check's temperature, top_p, top_k, seed (prompt i: seed + i)
 
 
 @dataclass(frozen=True)
@@ -140,7 +141,7 @@ class ServedBeside(Plain):
 
 def served_beside(db_url: str | None, run) -> ServedBeside | None:
     """The newest engine check that served this run's prompt at its K (the run itself, or a greedy replay
-    of the same prompt ids): the engine's per-step accepted counts beside the run's, for the Decode page.
+    of the same prompt ids beside a greedy check): the engine's per-step accepted counts beside the run's, for the Decode page.
     The stored result.json is read as it is: checks of older versions still show."""
     database = open_database(db_url)
     root = (database.artifact_dir or Path("data")) / "engine-checks"
@@ -155,7 +156,8 @@ def served_beside(db_url: str | None, run) -> ServedBeside | None:
         for row in result.get("rows", []):
             same_run = row.get("replay_run") == run.id
             same_prompt = (
-                row.get("prompt_ids") == list(run.prompt_ids)
+                not result.get("sampling")  # a sampled answer took its own path: beside its own run only
+                and row.get("prompt_ids") == list(run.prompt_ids)
                 and result.get("num_steps") == k
                 and result.get("reading") == run.resolved.engine  # the same reading: the same accounting
                 and run.request is not None

@@ -235,9 +235,13 @@ def launched_server(
         yield server
 
 
-def complete(url: str, prompt_ids: list[int], max_new_tokens: int, timeout: float) -> dict:
-    """One greedy /completion on token ids (the target's argmax: top_k 1, its only sampler; no prompt
-    cache, so every request prefills as the replay does); the raw answer with the request."""
+def complete(
+    url: str, prompt_ids: list[int], max_new_tokens: int, timeout: float, sampling: dict | None = None
+) -> dict:
+    """One /completion on token ids, no prompt cache (every request prefills as the replay does); the raw
+    answer with the request. Greedy: the target's argmax (top_k 1, its only sampler). `sampling`: the
+    request's top_k, top_p and temperature in that order, then llama.cpp's final draw from `seed`
+    (common/sampling.cpp builds the chain from `samplers` and ends it with the dist sampler)."""
     body = {
         "prompt": list(prompt_ids),
         "n_predict": max_new_tokens,
@@ -247,6 +251,15 @@ def complete(url: str, prompt_ids: list[int], max_new_tokens: int, timeout: floa
         "cache_prompt": False,
         "return_tokens": True,
     }
+    if sampling:
+        body |= {
+            "temperature": sampling["temperature"],
+            "top_k": max(0, sampling["top_k"]),  # 0 and -1 (every token) are llama.cpp's 0
+            "top_p": sampling["top_p"],
+            "min_p": 0.0,
+            "seed": sampling["seed"],
+            "samplers": ["top_k", "top_p", "temperature"],
+        }
     response = post(url, "/completion", body, timeout, "llama.cpp")
     if not isinstance(response.get("timings"), dict) or not isinstance(response.get("tokens"), list):
         raise BadInput(
@@ -352,7 +365,12 @@ class LlamacppClient:
         self.served_model = self.props.get("model_path")
 
     def ask(
-        self, number: int, prompt: list[int], max_new_tokens: int, num_steps: int
+        self,
+        number: int,
+        prompt: list[int],
+        max_new_tokens: int,
+        num_steps: int,
+        sampling: dict | None = None,
     ) -> tuple[dict, ServedAnswer]:
         n_ctx = self.props.get("n_ctx")
         if n_ctx and len(prompt) + max_new_tokens + num_steps + 2 > n_ctx:
@@ -363,7 +381,7 @@ class LlamacppClient:
                 "replay does not model: start it with a larger -c or lower --max-new-tokens"
             )
         offset = log_size(self.log_path)
-        exchange = complete(self.url, prompt, max_new_tokens, self.timeout)
+        exchange = complete(self.url, prompt, max_new_tokens, self.timeout, sampling)
         served = served_steps(exchange, self.log_path, offset, number)
         return exchange, ServedAnswer(
             per_step=served["per_step"],

@@ -12,8 +12,6 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-from backend import BadInput
-
 
 class LRU:
     def __init__(self, size: int):
@@ -89,17 +87,6 @@ def is_dflash_draft(draft) -> bool:
     if isinstance(draft, str | Path):
         return is_dflash(draft)
     return getattr(draft.config, "method", None) == "dflash"
-
-
-def eagle3_only(draft, what: str) -> None:
-    """BadInput naming what a DFlash draft can use instead, where `what` reads EAGLE-3's chain (its TTT
-    steps, its fc wiring, its own head); `draft` a loaded draft or its folder."""
-    dflash = is_dflash_draft(draft)
-    if dflash:
-        raise BadInput(
-            f"{what} reads an EAGLE-3 draft's chain; for a DFlash draft use preflight, replay / evaluate, probe "
-            "(which target layers it was trained on), diagnose, lint and serve-check (docs/dflash.md)"
-        )
 
 
 def forget() -> None:

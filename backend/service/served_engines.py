@@ -52,9 +52,15 @@ class Client(Protocol):
     served_model: str | None  # what the server says it serves (named in the result)
 
     def ask(
-        self, number: int, prompt: list[int], max_new_tokens: int, num_steps: int
+        self,
+        number: int,
+        prompt: list[int],
+        max_new_tokens: int,
+        num_steps: int,
+        sampling: dict | None = None,
     ) -> tuple[dict, ServedAnswer]:
-        """(the request and response as exchanged, kept in responses.jsonl; the answer's numbers)."""
+        """(the request and response as exchanged, kept in responses.jsonl; the answer's numbers);
+        `sampling`: temperature, top_p, top_k and seed of a sampled request (None: greedy)."""
         ...
 
 

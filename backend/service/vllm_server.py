@@ -109,9 +109,17 @@ def served_model(url: str, timeout: float = 30.0) -> str:
     return str(models[0]["id"])
 
 
-def complete(url: str, model: str, prompt_ids: list[int], max_new_tokens: int, timeout: float) -> dict:
-    """One greedy /v1/completions request on token ids; the raw response (vLLM's metrics included) with
-    the prompt ids it was sent, as `observe --requests` reads a saved line."""
+def complete(
+    url: str,
+    model: str,
+    prompt_ids: list[int],
+    max_new_tokens: int,
+    timeout: float,
+    sampling: dict | None = None,
+) -> dict:
+    """One /v1/completions request on token ids, greedy unless `sampling` (temperature, top_p, top_k,
+    seed: vLLM's SamplingParams fields); the raw response (vLLM's metrics included) with the prompt ids
+    it was sent, as `observe --requests` reads a saved line."""
     body = {
         "model": model,
         "prompt": list(prompt_ids),
@@ -119,6 +127,10 @@ def complete(url: str, model: str, prompt_ids: list[int], max_new_tokens: int, t
         "temperature": 0.0,
         "return_token_ids": True,
     }
+    if sampling:
+        body |= {k: sampling[k] for k in ("temperature", "top_p", "seed")}
+        if sampling["top_k"] > 0:  # 0 and -1: every token (the replay's and vLLM's default)
+            body["top_k"] = sampling["top_k"]
     response = _post(url, "/v1/completions", body, timeout)
     return {"request": body, "response": response}
 
@@ -135,11 +147,16 @@ class VllmClient:
         self.served_model = served_model(url, timeout)
 
     def ask(
-        self, number: int, prompt: list[int], max_new_tokens: int, num_steps: int
+        self,
+        number: int,
+        prompt: list[int],
+        max_new_tokens: int,
+        num_steps: int,
+        sampling: dict | None = None,
     ) -> tuple[dict, ServedAnswer]:
         from backend.data.per_request import Where, parse_one
 
-        exchange = complete(self.url, self.served_model, prompt, max_new_tokens, self.timeout)
+        exchange = complete(self.url, self.served_model, prompt, max_new_tokens, self.timeout, sampling)
         numbers = parse_one(exchange, Where("vLLM", f"prompt {number}"), "vllm", num_steps)[0]
         if numbers.status != "ok" or numbers.per_step_accepted is None:
             raise BadInput(

@@ -101,6 +101,14 @@ def test_llamacpp_feeds_its_defaults_and_is_reproduced_step_for_step_the_last_st
     assert wrong["equal_prompts"] == 0
     assert wrong["explained_by"]["aux_hf_indices"] == [2, 15, 27], wrong["explained_by"]
     assert "llama.cpp ran HF [2, 15, 27]" in wrong["headline"]
+    # sampled requests on the same server: each answer replayed along the tokens llama.cpp emitted
+    sampled = check(nested, db, "--url", up.url, "--server-log", str(up.log_path), "--limit", "2",
+                    "--temperature", "0.7", "--seed", "1")  # fmt: skip
+    assert_reproduced(sampled, "llama.cpp")
+    assert sampled["sampling"] == {"temperature": 0.7, "top_p": 1.0, "top_k": 0, "seed": 1}
+    greedy_tokens = [r["served_token_ids"] for r in result["rows"][:2]]
+    assert [r["served_token_ids"] for r in sampled["rows"]] != greedy_tokens  # it did sample
+    assert {c for r in sampled["rows"] for c in r["served_per_step"]} != {0}  # and accepted drafts
 
 
 def test_preflight_names_what_llamacpp_feeds_and_the_written_fix_is_what_it_then_runs(
@@ -239,3 +247,11 @@ def test_the_dflash_draft_is_reproduced_step_for_step_and_its_shifted_twin_is_re
         "--db", f"sqlite:///{tmp_path}/clamped.db", "--timeout", "600",
     )  # fmt: skip
     assert_reproduced(clamped, "llama.cpp")
+    # a sampled DFlash answer (llama.cpp drafts the block greedily and verifies by sample-and-match)
+    sampled = cli_json(
+        "serve-check", "--engine", "llamacpp", "--launch", "--target", TARGET, "--draft", str(REAL / "drafts" / "dflash"),
+        "--samples", SAMPLES, "--limit", "2", "--steps", "7", "--max-new-tokens", "64", "--temperature", "0.7",
+        "--seed", "3", "--db", f"sqlite:///{tmp_path}/sampled.db", "--timeout", "600",
+    )  # fmt: skip
+    assert_reproduced(sampled, "llama.cpp")
+    assert sampled["rows"][0]["served_token_ids"] != runs["dflash"]["rows"][0]["served_token_ids"]

@@ -129,6 +129,20 @@ def test_vllm_reads_nested_ids_as_hf_indices_and_a_wrong_reading_is_named(
     ]
 
 
+def test_sampled_answers_accept_fewer_drafts_than_agree_with_what_vllm_emitted(
+    bigram, nested_server, nested_check
+):
+    """Sampled requests to the same server, each replayed along the tokens vLLM emitted: vLLM's CPU build
+    counts drafts rejected that agree with its own output (docs/engines.md, "Sampled requests"), which
+    the check says instead of searching wirings. A vLLM whose sampled verify is a rejection sampler over
+    greedy drafts would be reproduced here step for step and fail this test: then the doc is stale."""
+    sampled = check(bigram, bigram["nested"], nested_check["db"], "--url", nested_server.url,
+                    "--temperature", "0.7", "--seed", "1")  # fmt: skip
+    assert sampled["sampling"]["temperature"] == 0.7 and sampled["explained_by"] is None
+    assert sampled["equal_prompts"] < len(sampled["rows"]), sampled["headline"]
+    assert "rejects drafts it then emits, or drafts otherwise when it samples" in sampled["headline"]
+
+
 def test_the_written_fix_is_what_a_launched_vllm_then_runs(bigram, nested_check, tmp_path):
     """`--launch` (tested here once): the fix written for the trained wiring, served by a new vLLM, is fed
     HF [0, 2, 4], reproduced step for step, and accepts far more than the declared nested ids."""

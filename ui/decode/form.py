@@ -9,6 +9,7 @@ from backend.run.request import ReplayRequest, settings_of
 from backend.service import checkpoints
 from ui import state
 from ui.html import md
+from ui.numbers import setting_value, setting_widget
 from ui.pickers import dataset_picker, sample_preview
 
 ROW_COLUMNS = 5  # every row of settings in five equal columns (the main row: the draft, then four)
@@ -61,38 +62,6 @@ def _prompt_source() -> dict | str | None:
     }
 
 
-def _widget(column, name: str, meta, default):
-    """One request setting's widget, as its field declares it (backend/run/request.py `Widget`);
-    returns what the widget holds (`_value` makes it the request's value)."""
-    w, help = meta.widget, meta.help or None
-    key, value = f"decode_{name}", default if w.widget_value is None else w.widget_value
-    if w.kind == "select":
-        return column.selectbox(w.label, meta.choices, key=key, help=help)
-    if w.kind == "checkbox":
-        return column.checkbox(w.label, value=bool(value), key=key, help=help)
-    if w.kind == "text":
-        return column.text_input(w.label, "" if value is None else str(value), key=key, help=help)
-    kind = float if isinstance(w.step, float) or isinstance(default, float) else int
-    shown = w.none_at if value is None else value
-    step = {"step": w.step} if w.step else {}
-    # No min/max on the widget: out of range, the browser keeps the last good value and shows why only
-    # on hover, and Start would run that value. The setting's own check refuses it on Start, in one
-    # visible line; the help states the range.
-    bounds = w.range or f"{kind(w.low)} to {kind(w.high)}"
-    help = f"{help} ({bounds})" if help else bounds
-    return column.number_input(w.label, value=kind(shown), key=key, help=help, **step)
-
-
-def _value(meta, held):
-    """The request's value of what a widget holds: text through the setting's parser (BadInput when
-    it is not one), a number's `none_at` as None."""
-    if meta.widget.kind == "text":
-        return meta.parse(held)
-    if meta.widget.none_at is not None and held == meta.widget.none_at:
-        return None
-    return held
-
-
 def _row(row: str) -> list:
     found = [(n, m, d) for n, m, d in settings_of() if m.widget is not None and m.widget.row == row]
     assert len(found) <= ROW_COLUMNS - (row == "main"), f"the Decode form's {row} row holds {ROW_COLUMNS}"
@@ -102,7 +71,7 @@ def _row(row: str) -> list:
 def _widgets(row: str, columns) -> dict:
     """The widgets of one row of the form, one column each, in the request's field order."""
     return {
-        name: (meta, _widget(column, name, meta, default))
+        name: (meta, setting_widget(column, name, meta, default, f"decode_{name}"))
         for column, (name, meta, default) in zip(columns, _row(row), strict=False)
     }
 
@@ -142,7 +111,7 @@ def replay_request(expanded: bool) -> ReplayRequest | None:
         if not st.button("Start", type="primary", key="decode_start"):
             return None
         try:
-            settings = {name: _value(meta, value) for name, (meta, value) in held.items()}
+            settings = {name: setting_value(meta, value) for name, (meta, value) in held.items()}
             if source is None:
                 raise BadInput("choose a sample or type a prompt")
             if isinstance(source, str):

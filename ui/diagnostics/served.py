@@ -9,6 +9,7 @@ import html
 import pandas as pd
 import streamlit as st
 
+from backend import BadInput, first_line
 from backend.run.request import ReplayRequest
 from backend.service import tasks
 from backend.service.engine_check import EngineCheckSettings
@@ -16,7 +17,7 @@ from backend.service.engine_check_result import DEFINITION, EngineCheck
 from backend.service.served_engines import ServerOptions, served_engine, served_engines
 from ui import state
 from ui.html import md
-from ui.numbers import setting_number
+from ui.numbers import setting_input, setting_number
 from ui.pickers import first_samples
 from ui.taskview import task_panel
 
@@ -25,9 +26,11 @@ INTRO = (
     "(SpecLens starts it on 127.0.0.1 and stops it after: vLLM takes about a minute to start, llama.cpp a few "
     "seconds once the pair is converted to GGUF), or give the URL of a server you run: vLLM's OpenAI server "
     "started with `--per-request-spec-decode-metrics detailed`, or llama-server with `LLAMA_TRACE=1` and its "
-    "log in a file. Each prompt is sent as token ids (greedy) and replayed offline under the chosen reading of "
+    "log in a file. Each prompt is sent as token ids and replayed offline under the chosen reading of "
     "that engine; the table says per prompt whether the accepted counts are equal step for step, or where "
-    "they first differ."
+    "they first differ. Greedy (temperature 0) the replay decodes on its own; sampled, each answer is "
+    "replayed along the tokens the engine emitted (every engine drafts greedily and keeps a draft exactly "
+    "when it emits it), so the counts are held step for step while the random draws stay the engine's."
 )
 
 
@@ -85,6 +88,9 @@ def served_tab() -> None:
     where = c1.radio(engine.title, ["Launch it here", "At a URL"], horizontal=True, key="engine_check_where")
     steps = setting_number(c2, "num_steps", "engine_check_steps")
     tokens = setting_number(c3, "max_new_tokens", "engine_check_tokens")
+    c4, c5, _ = st.columns(3)
+    temperature = setting_input(c4, "temperature", "engine_check_temperature")
+    seed = setting_input(c5, "seed", "engine_check_seed")
     url, log = None, None
     if where == "At a URL":
         url = st.text_input("Server URL", engine.default_url, key=f"{engine.name}_check_url").strip()
@@ -102,16 +108,24 @@ def served_tab() -> None:
     )
     ready = bool(samples) and None not in (steps, tokens)
     if st.button(f"Check against {engine.title}", key="engine_check_run", disabled=not ready):
-        request = ReplayRequest(
-            state.target_path(),
-            state.draft_path(),
-            prompt_ids=tuple(samples[0].prompt_ids),
-            num_steps=steps,
-            max_new_tokens=tokens,
-            engine=reading,
-        )
-        settings = EngineCheckSettings(request, options=ServerOptions(server_log=log))
-        st.session_state["engine_check_task"] = tasks.engine_check_job.start(
-            state.db(), settings, samples, url
-        )
+        try:
+            _start(samples, steps, tokens, reading, temperature, seed, url, log)
+        except BadInput as error:  # a setting out of its range: one line, as every form says it
+            st.error(first_line(error))
     task_panel("engine_check_task", _render, adopt="engine-check")
+
+
+def _start(samples, steps, tokens, reading, temperature, seed, url, log) -> None:
+    """The check started as a task (BadInput: a setting the request refuses)."""
+    request = ReplayRequest(
+        state.target_path(),
+        state.draft_path(),
+        prompt_ids=tuple(samples[0].prompt_ids),
+        num_steps=steps,
+        max_new_tokens=tokens,
+        engine=reading,
+        temperature=temperature,
+        seed=seed,
+    )
+    settings = EngineCheckSettings(request, options=ServerOptions(server_log=log))
+    st.session_state["engine_check_task"] = tasks.engine_check_job.start(state.db(), settings, samples, url)
