@@ -93,7 +93,17 @@ def whatif_best_k(db_url: str | None, draft_path: str, trained: list | None = No
         histogram, chain = metrics.accept_histogram, run.resolved.greedy_chain
         timed = metrics.verify_ms_total and metrics.draft_ms_total
         alone = not metrics.batch_size  # a batched run's times are a batch forward's shares
-        if run.status != "finished" or not histogram or not k or not chain or not timed or not alone:
+        dflash = run.resolved.draft_method == "dflash"  # its rates do not carry to another K (whatif tab)
+        if (
+            run.status != "finished"
+            or not histogram
+            or not k
+            or not chain
+            or not timed
+            or not alone
+            or dflash
+            or (run.request is not None and run.request.via == "trace")  # no target forward was timed
+        ):
             continue
         if str(Path(run.draft_path).resolve()) != wanted:
             continue

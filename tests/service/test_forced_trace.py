@@ -40,12 +40,19 @@ def test_a_sampled_replay_is_reproduced_step_for_step_along_its_output(pairs, tm
     assert checked > 12 and len(accepted) > 1  # rejections and acceptances both seen
     if kind == "dflash":  # a sampled request to llama.cpp is held the same way (its replay is greedy)
         assert EngineCheckSettings(replace(asked, engine="llamacpp")).sampling["seed"] == 3
+    # the lint's K is read off runs whose step times are a served step's: the forced runs (over a trace:
+    # no target forward timed) and the sampled ones (not a greedy chain) give none
+    from backend.service.serving_lint import whatif_best_k
+
+    assert whatif_best_k(db_url, draft) is None
     # the forced replay is a plain greedy one where the tokens are the target's greedy output
     greedy = run_replay(replace(asked, temperature=0.0), db_url)
     plain = EngineCheckSettings(replace(asked, temperature=0.0))
     assert plain.sampling is None
     again = forced_steps(db_url, asked.prompt_ids, greedy.output_ids, settings, "forced greedy")
     assert again["per_step"] == verify_counts(greedy.steps)
+    # a greedy run replayed alone: an EAGLE-3 chain's rates give a K; a DFlash block's change with K
+    assert (whatif_best_k(db_url, draft) is None) == (kind == "dflash")
 
 
 def test_a_sampled_engine_that_rejects_a_draft_it_emits_is_named():

@@ -20,6 +20,13 @@ from ui.pickers import run_label
 from ui.runs import ACCEPT_LENGTH_HELP, get_run, list_runs
 from ui.taskview import task_panel
 
+DFLASH_WHATIF = (
+    "A DFlash run: no prediction at another K. Its block of K + 1 positions is one forward whose every "
+    "position attends to every other, so each draft changes with K, and its draft cost is one forward "
+    "whatever K: the per-position rates and the linear draft cost this model reads (an EAGLE-3 chain's) "
+    "do not carry to another K. Replay at the K you want below and read the measured accept length "
+    "(trees: a DFlash step proposes one block, topk 1 only)."
+)
 FEW_STEPS = 50  # verify steps under which a run's per-position rates are too few to choose K from
 
 
@@ -175,6 +182,16 @@ def whatif_tab() -> None:
             f"Run {run.id} was replayed in a batch of {run.measured.batch_size} samples: its draft and verify "
             "times are its shares of batch forwards, not what one served step costs, so the speed-ups below "
             "use costs no single request pays. Its accept lengths hold; for speed-ups pick a run replayed alone."
+        )
+    if run.resolved.draft_method == "dflash":
+        st.warning(DFLASH_WHATIF)
+        _checker(run, steps, [])
+        return
+    if run.request is not None and run.request.via == "trace":
+        st.warning(
+            f"Run {run.id} was replayed over a trace: its verify times are reads of rows the target computed "
+            "once, not target forwards, so the speed-ups below are not a served step's. Its accept lengths "
+            "hold; for speed-ups pick a run replayed step by step (--via step)."
         )
     rows = predict(counts, num_steps, draft_ms, verify_ms)
     measured = {
