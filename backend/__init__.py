@@ -63,6 +63,7 @@ checks this):
       request_numbers    one request's counts, the metrics computed from them, their definitions
       samples            the training JSONL, validated record by record
       serving            what a serving engine reports (SGLang logs, vLLM metrics)
+      served_acceptance  a server's accept length from whatever it wrote (log, scrape, responses)
       serving_command    a serving command read as the engine reads it (flags, knobs, target facts)
       serving_rewrite    a serving command with the lint's fixes applied: the one command to copy
       step_signature     the first verify step against the later ones (a hand-off's signature)
@@ -95,6 +96,7 @@ checks this):
       probe_findings     the probes' answers as findings; the engines' wiring held against the wiring probe
       serving_features   features that cost acceptance: penalties, grammar, LoRA, caches, PD
       train_serve        the train-vs-serve diff as diagnose's findings (the cheap check that sees wiring)
+      served_verdict     the server's accept length beside the replay's under the read and the found wiring
       whatif             accept length and speed-up for other K and for trees
       threshold_whatif   where-lost's what-if: stop drafting below a draft probability, with a predicted speed-up
       where_lost         where stored runs lose acceptance: position, token kind, confidence, calibration

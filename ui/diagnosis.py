@@ -159,6 +159,15 @@ def diagnose_form() -> tuple[list, dict] | None:
         key=f"diagnose_features_{abs(hash(state.draft_path()))}",
         help=features_help(state.target_path()),
     ).strip()
+    served = st.text_input(
+        "The server's own numbers (optional): a file path or URL",
+        "",
+        key="diagnose_served",
+        help="An SGLang server log, a vLLM /metrics scrape, or per-request responses (vLLM, SGLang, llama.cpp's "
+        "timings, TensorRT-LLM): the verdict puts the server's accept length beside the replay's under the "
+        "wiring that engine reads and the one the probe finds, and reads the draft as that engine does. "
+        "Needs samples.",
+    ).strip()
     ready = samples is not None and None not in (context, steps)
     if not st.button("Diagnose", key="diagnose_run", type="primary", disabled=not ready):
         return None
@@ -170,4 +179,5 @@ def diagnose_form() -> tuple[list, dict] | None:
         "sglang": command if command and not is_vllm else None,
         "vllm": command if command and is_vllm else None,
         "features": features or None,
+        "served": served or None,
     }

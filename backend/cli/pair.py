@@ -189,6 +189,7 @@ def cmd_diagnose(args) -> tuple[dict, str]:
             engine=args.engine,
             request_file=args.request,
             features=args.features,
+            served=args.served,
             num_steps=args.steps,
             live_samples=args.live,
             device=args.device,

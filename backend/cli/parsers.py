@@ -198,6 +198,13 @@ def _diagnose_command(commands) -> None:
         "training stored, the cheap check that sees the wiring",
     )
     diag.add_argument(
+        "--served",
+        metavar="FILE_OR_URL",
+        help="the server's own numbers (an SGLang log, a vLLM /metrics scrape, or per-request responses: "
+        "vLLM, SGLang, llama.cpp timings, ...): its accept length beside the replay's under the wiring the "
+        "engine reads and the one the probe finds (needs --samples)",
+    )
+    diag.add_argument(
         "--live",
         type=non_negative,
         default=2,

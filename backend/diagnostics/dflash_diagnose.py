@@ -96,6 +96,13 @@ def diagnose_dflash(
         if measured
         else "ran: no verify step"
     )
+    if options.served_numbers is not None and measured is not None:  # no other wiring to hold it against
+        from backend.diagnostics.served_verdict import served_findings
+        from backend.engine.dflash_step import dflash_wiring
+
+        declared = list(dflash_wiring(draft.config).aux_hf_indices)
+        findings += served_findings(options.served_numbers, num_steps, (declared, measured), None)
+        ran["server's numbers"] = f"compared with {options.served_numbers.source}"
     if measured is not None and measured < 1.05:
         findings.append(
             Finding(

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from backend.data.served_acceptance import ServedAcceptance
 from backend.diagnostics.cheap_checks import (
     context_findings,
     precision_findings,
@@ -62,6 +63,7 @@ CLASSES = (
     "lora",
     "prefix-cache",
     "disaggregation",
+    "served-numbers",
 )
 # preflight check name -> the class its failure belongs to
 
@@ -162,6 +164,8 @@ class DiagnoseOptions:
     probe_budget: int = 20
     device: str | None = None
     dtype: str | None = None
+    served: str | None = None  # the server's own numbers (a file or URL): what its accept length was
+    served_numbers: ServedAcceptance | None = None  # `served` read (the service reads it once)
 
 
 @dataclass
@@ -244,7 +248,8 @@ def diagnose_loaded(
     else:
         ran["train vs serve"] = "skipped: no training features (CLI --features; page: Training features)"
     if not samples:
-        for check in ("wiring probe", "reading probe", "chat template", "live replays", "penalties"):
+        checks = ("wiring probe", "reading probe", "chat template", "live replays", "penalties")
+        for check in checks + (("server's numbers",) if options.served_numbers else ()):
             ran[check] = "skipped: no samples (CLI --samples; page: untick Cheap checks only)"
         kept = subject.kept_probe
         answer = ProbeAnswer.of_stored(kept) if kept else None
@@ -263,6 +268,32 @@ def diagnose_loaded(
     findings = (engine_wiring_against_probe(findings, answer) if answer else findings) + linted(answer)
     progress(1.0, "done")
     return Diagnosis(findings, ran, LiveMeasure(**measured) if measured else None, probe)
+
+
+def served_against_replays(subject: Subject, options: DiagnoseOptions, prompts, wiring, live: float) -> list:
+    """The server's accept length beside the replays' under the wiring the engine reads and (when the
+    probe found another) under the found one, whose live replays ran already (`live`)."""
+    from backend.diagnostics.served_verdict import served_findings
+    from backend.engine.batch import accept_lengths
+
+    declared = subject.view.wiring
+    found = None
+    if tuple(wiring.aux_hf_indices) != tuple(declared.aux_hf_indices):
+        found = (list(wiring.aux_hf_indices), live)
+        counts = accept_lengths(
+            subject.target,
+            subject.draft,
+            [list(s.prompt_ids) for s in prompts],
+            declared,
+            options.num_steps,
+            options.live_tokens,
+            subject.view.math,
+        )
+        steps = [a for per in counts for a in per]
+        live = 1 + sum(steps) / len(steps) if steps else 1.0
+    return served_findings(
+        options.served_numbers, options.num_steps, (list(declared.aux_hf_indices), live), found
+    )
 
 
 def _sample_findings(
@@ -340,6 +371,12 @@ def _sample_findings(
             }
         )
     ran["live replays"] = f"ran on {len(live_samples)} samples"
+    if options.served_numbers is not None and evidence["live_accept_length"] is not None:
+        progress(0.8, "the server's numbers")
+        findings += served_against_replays(
+            subject, options, live_samples, wiring, evidence["live_accept_length"]
+        )
+        ran["server's numbers"] = f"compared with {options.served_numbers.source}"
     if penalties:
         progress(0.85, "penalties")
     found, ran["penalties"] = penalty_findings(

@@ -12,15 +12,20 @@ from backend.drafts.dflash_config import DFLASH
 from backend.run.records import Progress, no_progress
 from backend.service import models
 
+# the engine whose numbers a served file holds -> the reading it runs (TensorRT-LLM, ModelOpt: none here)
+SERVED_READINGS = {"sglang": "sglang", "sglext": "sglang", "vllm": "vllm", "llamacpp": "llamacpp"}
 
-def serving_engine(engine: str, sglang: str | None, vllm: str | None) -> str:
-    """The reading under test: the engine of the serving command when one is given."""
+
+def serving_engine(engine: str, sglang: str | None, vllm: str | None, served: str | None = None) -> str:
+    """The reading under test: the engine of the serving command when one is given, else --engine, else
+    the engine whose numbers were given (`served`): the user's engine, whose misreading is the cause."""
     if sglang and vllm:
         raise BadInput("give one serving command: --sglang or --vllm, not both")
     named = "sglang" if sglang else "vllm" if vllm else None
     if named and engine not in (None, "", "auto", named):
         raise BadInput(f"--engine {engine} contradicts the {named} command; drop one of them")
-    return named or engine or "auto"
+    asked = engine if engine not in (None, "", "auto") else None
+    return named or asked or SERVED_READINGS.get(served or "") or "auto"
 
 
 def diagnose(
@@ -48,7 +53,14 @@ def diagnose(
     from backend.engine.preflight import preflight
 
     options = options or DiagnoseOptions()
-    engine = serving_engine(options.engine, options.sglang, options.vllm)
+    if options.served and options.served_numbers is None:  # read before any model loads
+        from backend.data.served_acceptance import read_served
+        from backend.service.observations import read_source
+
+        numbers = read_served(*read_source(options.served), options.num_steps)
+        options = replace(options, served_numbers=numbers)
+    served = options.served_numbers.engine if options.served_numbers else None
+    engine = serving_engine(options.engine, options.sglang, options.vllm, served)
     options = replace(options, engine=engine)
     if options.context is not None and options.context < 1:
         raise BadInput(f"--context {options.context}: must be a positive number of tokens")
