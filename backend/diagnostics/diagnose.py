@@ -12,7 +12,7 @@ with any fail, suspect with any warn, ok otherwise; the headline is the worst fi
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from backend.data.served_acceptance import ServedAcceptance
 from backend.diagnostics.cheap_checks import (
@@ -264,6 +264,13 @@ def diagnose_loaded(
     measured: dict = {}
     findings += _sample_findings(subject, samples, options, ran, progress, penalties or {}, measured)
     probe = measured.pop("probe", None)
+    live_wiring = measured.pop("live_wiring", None)
+    if probe is not None and live_wiring is not None:  # the probe's table shows the verdict's live replays
+        probe = replace(probe, candidates=[
+            replace(c, live_accept_length=measured["live_accept_length"])
+            if tuple(c.aux_hf_indices) == live_wiring and c.live_accept_length is None else c
+            for c in probe.candidates
+        ])  # fmt: skip
     answer = ProbeAnswer.of_stored(probe) if probe else None
     findings = (engine_wiring_against_probe(findings, answer) if answer else findings) + linted(answer)
     progress(1.0, "done")
@@ -368,6 +375,7 @@ def _sample_findings(
                 "max_new_tokens": options.live_tokens,
                 "assumes": assumes,
                 "definition": evidence["definition"],
+                "live_wiring": tuple(wiring.aux_hf_indices),
             }
         )
     ran["live replays"] = f"ran on {len(live_samples)} samples"

@@ -277,7 +277,28 @@ def _runner_up(report: Ranking) -> str:
     runner = next((c for c in report.candidates[1:]), None)
     if runner is None:
         return "none"
-    return f"HF {list(runner.aux_hf_indices)} ({_noise(report, runner)})"
+    return (
+        f"HF {list(runner.aux_hf_indices)} ({_noise(report, runner)}{_above_on_other_scores(report, runner)})"
+    )
+
+
+def _above_on_other_scores(report: Ranking, runner: Candidate) -> str:
+    """Where the ranking is by training loss and the runner-up scores higher on acc_0 or the predicted
+    accept length, said: the table shows both, and a reader takes the higher number for the better."""
+    if report.by == BY_ACCEPT_LENGTH:
+        return ""
+    best, higher = report.best, []
+    if runner.acc_step0 > best.acc_step0:
+        higher.append(f"acc_0 {runner.acc_step0:.3f} vs {best.acc_step0:.3f}")
+    ours, theirs = best.predicted_accept_length, runner.predicted_accept_length
+    if ours is not None and theirs is not None and theirs > ours:
+        higher.append(f"predicted accept length {theirs:.2f} vs {ours:.2f}")
+    if not higher:
+        return ""
+    return (
+        f"; ranked by training loss, while its {' and '.join(higher)} are higher: the two are this close "
+        "on these samples"
+    )
 
 
 def _score(candidate: Candidate) -> str:

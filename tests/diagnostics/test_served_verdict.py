@@ -63,3 +63,11 @@ def test_diagnose_from_the_server_s_log_names_the_wiring_the_server_runs():
     said = [f for f in result["findings"] if "the server's accept length" in f["message"]]
     assert len(said) == 1 and said[0]["class"] == "aux-wiring" and said[0]["severity"] == "fail"
     assert "under HF [0, 2, 6] (the wiring the probe found trained)" in said[0]["message"]
+    # row 11: the probe's table shows the verdict's live replays on the wiring they ran, and its headline
+    # says where the runner-up scores higher than the best on what is not ranked
+    best = result["probe"]["candidates"][0]
+    assert (
+        best["aux_hf_indices"] == [0, 2, 6]
+        and best["live_accept_length"] == result["measured"]["live_accept_length"]
+    )
+    assert "ranked by training loss, while its acc_0" in result["probe"]["verdict"]
