@@ -269,7 +269,29 @@ def sidebar() -> None:
                     st.error(md(str(error)))
                 else:
                     st.rerun()
+        _preload_widgets()
     keep_draft_in_address()
+
+
+PRELOADED = "preload_widgets"
+
+
+def _preload_widgets() -> None:
+    """One of each widget the forms use, never shown: Streamlit's browser code fetches a widget's
+    component the first time one is drawn, so a form's number fields, check boxes and radios painted as
+    empty grey boxes for 0.5-1.5 s on the first page that had them (issue 65 row 17: Diagnostics).
+    Drawn here on every page's first paint, hidden by their container's CSS class (st-key-<key>); they
+    hold nothing a page reads."""
+    with st.container(key=PRELOADED):
+        st.html(f"<style>.st-key-{PRELOADED} {{display: none}}</style>")
+        hidden = {"label_visibility": "collapsed"}
+        st.number_input("preload number", key="_preload_number", **hidden)
+        st.checkbox("preload check box", key="_preload_check", **hidden)
+        st.radio("preload radio", ["a"], key="_preload_radio", **hidden)
+        st.toggle("preload toggle", key="_preload_toggle", **hidden)
+        st.slider("preload slider", key="_preload_slider", **hidden)
+        st.multiselect("preload choices", ["a"], key="_preload_choices", **hidden)
+        st.text_area("preload text", key="_preload_text", **hidden)
 
 
 def _follow_target(target: str) -> None:
