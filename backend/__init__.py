@@ -101,6 +101,7 @@ checks this):
       threshold_whatif   where-lost's what-if: stop drafting below a draft probability, with a predicted speed-up
       where_lost         where stored runs lose acceptance: position, token kind, confidence, calibration
       where_lost_result  where-lost's input and answer as values, each number with its definition
+      where_lost_tree    where-lost for trees (per depth and sibling rank) and sampled chains (drawn vs expected)
     backend.service      the only layer that touches db/ and threads
       checkpoints        directories added in the dashboard, kept in the database
       serving_lint       the serving-flag lint as the pages and the CLI run it: one answer, held to a kept probe

@@ -116,6 +116,16 @@ for split, title, axis in SPLITS:
         st.markdown("**Top rejected target tokens** (what the target emitted where the draft was rejected)")
         view.rejected(found)
 
+trees, sampled = view.tree_table(found), view.sampled_table(found)
+if trees is not None:
+    st.subheader("Tree steps: by depth and branch")
+    st.dataframe(trees, hide_index=True, key="lost_tree")
+    st.caption(view.TREE_HELP)
+if sampled is not None:
+    st.subheader("Sampled steps: drawn vs expected acceptance")
+    st.dataframe(sampled, hide_index=True, key="lost_sampled")
+    st.caption(view.SAMPLED_HELP)
+
 st.subheader("Calibration and a confidence threshold")
 left, right = st.columns(2)
 left.plotly_chart(view.calibration_figure(found), key="lost_calibration")

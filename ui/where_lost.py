@@ -284,3 +284,52 @@ def definitions() -> None:
         st.caption(
             f"A group with fewer than {MIN_ATTEMPTS} attempts is shown grey, labelled too few to judge."
         )
+
+
+TREE_HELP = (
+    "A tree step's attempt at depth d: the target judged the children of the last accepted node (x_n at "
+    "depth 1). Rank 0 is the sibling the draft scored highest (the one a chain drafts), 1 the next, 2+ any "
+    "later: acceptances at rank 1 and later are what the tree's branches bought over a chain of the same "
+    "depth; 'none' is a rejection of every sibling judged."
+)
+SAMPLED_HELP = (
+    "Sampled chain steps: at each position, the share of attempts the draws accepted beside the mean of the "
+    "recorded P(accepted | previous accepted) over the same attempts (the expected rate, free of the draws' "
+    "noise); a gap wider than the draws' noise (about 2 * sqrt(p(1 - p) / attempts)) says the recorded "
+    "probabilities and the draws disagree."
+)
+
+
+def tree_table(found) -> pd.DataFrame | None:
+    """Per draft and tree depth: attempts, acceptances by sibling rank, rejections; None: no tree step."""
+    rows = [
+        {
+            "draft": d.name,
+            "depth": t.depth,
+            "attempts": t.attempts,
+            "accepted at rank 0 (a chain's draft)": t.accepted_by_rank[0],
+            "accepted at rank 1": t.accepted_by_rank[1],
+            "accepted at rank 2+": t.accepted_by_rank[2],
+            "none accepted": t.rejected,
+            "siblings judged (mean)": round(t.siblings, 2) if t.siblings is not None else None,
+        }
+        for d in found.drafts
+        for t in d.tree_depths
+    ]
+    return pd.DataFrame(rows) if rows else None
+
+
+def sampled_table(found) -> pd.DataFrame | None:
+    """Per draft and position of sampled chains: attempts, realised and expected acceptance."""
+    rows = [
+        {
+            "draft": d.name,
+            "position": p.position,
+            "attempts": p.attempts,
+            "accepted by the draws": round(p.realized, 3),
+            "expected from the recorded probabilities": round(p.expected, 3),
+        }
+        for d in found.drafts
+        for p in d.sampled_positions
+    ]
+    return pd.DataFrame(rows) if rows else None

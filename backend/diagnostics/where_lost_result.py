@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from backend.diagnostics.where_lost_tree import SampledPosition, TreeDepth
 from backend.plain import Plain
 from backend.run.metrics import LOST_TERMS, definitions
 
@@ -120,6 +121,8 @@ class DraftLosses(Plain):
     by_entropy: list[GroupRate] = field(default_factory=list)  # runs stored before entropies: empty
     by_block: list[GroupRate] = field(default_factory=list)  # code vs prose; empty: no fenced code
     run_ids: list[int] = field(default_factory=list)  # the runs counted (what `lost --runs` takes)
+    tree_depths: list[TreeDepth] = field(default_factory=list)  # tree steps per depth and branch; [] chains
+    sampled_positions: list[SampledPosition] = field(default_factory=list)  # sampled chains; [] greedy
 
 
 @dataclass(frozen=True)

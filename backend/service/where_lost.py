@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -14,6 +14,7 @@ from backend import BadInput
 from backend.diagnostics.threshold_whatif import best
 from backend.diagnostics.where_lost import MIN_ATTEMPTS, where_lost
 from backend.diagnostics.where_lost_result import DEFINITIONS, LostRun, WhereLost
+from backend.diagnostics.where_lost_tree import sampled_positions, tree_depths
 from backend.run.run_value import id_ranges
 from backend.service.database import open_database
 from backend.service.runs import file_sample_source, target_vocab_size, token_text
@@ -63,7 +64,19 @@ def where_lost_over(db_url: str | None, run_ids: list[int]) -> WhereLost:
         )
         grouped.setdefault(names[_resolved(run.draft_path)], []).append(lost)
     found = where_lost(grouped, _one_token_text(targets[0]), special_ids(targets[0]))
-    return _mixed(found, runs, names)
+    return _mixed(_with_trees(found, grouped), runs, names)
+
+
+def _with_trees(found: WhereLost, grouped: dict[str, list[LostRun]]) -> WhereLost:
+    """Each draft's tree steps per depth and branch, and its sampled chains realised vs expected
+    (backend/diagnostics/where_lost_tree.py)."""
+    drafts = []
+    for losses in found.drafts:
+        steps = [step for run in grouped[losses.name] for step in run.steps]
+        drafts.append(
+            replace(losses, tree_depths=tree_depths(steps), sampled_positions=sampled_positions(steps))
+        )
+    return replace(found, drafts=drafts)
 
 
 def _mixed(found: WhereLost, runs: list, names: dict[str, str]) -> WhereLost:
