@@ -41,7 +41,7 @@ if [ ${#MISSING[@]} -gt 0 ]; then
     $SUDO apt-get update -q && $SUDO apt-get install -y -q "${MISSING[@]}"
 fi
 stage "install: Debian packages (chromium, postgresql, cmake, g++)"
-# llama.cpp's build (about 7 min on 2 cores the first time on a machine, then cached) needs no .venv:
+# llama.cpp's build (317 s on 2 quiet cores the first time on a machine, then cached) needs no .venv:
 # it starts here, in the background and its own process group, while the installs below wait on the
 # network and the disk; the script stops it if it ends first (an error, Ctrl-C).
 LLAMACPP_LOG=$(mktemp)
