@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from backend import BadInput
 from backend.run.request import ReplayRequest
 from backend.service.engine_check_result import PromptCheck
 
@@ -30,6 +31,11 @@ def forced_replay(request: ReplayRequest, tokens: list[int], source: str, db_url
     # stays the request's, so the step that emitted it drafts as the engine's did (not as a last token)
     plan = resolve(along, target, draft, report, override)
     local = models.target(request.target, request.device, request.dtype)
+    outside = [t for t in tokens if not isinstance(t, int) or not 0 <= t < local.vocab_size]
+    if outside:  # an engine's answer is input like any other
+        raise BadInput(
+            f"{source}: token ids outside the target's vocabulary ({local.vocab_size}): {outside[:3]}"
+        )
     every = range(local.num_layers + 1)
     target.runner.add([forced_trace(local, list(request.prompt_ids), list(tokens), every, source)])
     return run_plan(open_database(db_url), target, draft, plan)

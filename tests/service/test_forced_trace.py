@@ -38,6 +38,10 @@ def test_a_sampled_replay_is_reproduced_step_for_step_along_its_output(pairs, tm
         checked += len(forced["per_step"])
         accepted |= set(forced["per_step"])
     assert checked > 12 and len(accepted) > 1  # rejections and acceptances both seen
+    from backend import BadInput
+
+    with pytest.raises(BadInput, match="token ids outside the target's vocabulary"):  # a server's garbage
+        forced_steps(db_url, asked.prompt_ids, [3, 10**9], settings, "garbage")
     if kind == "dflash":  # a sampled request to llama.cpp is held the same way (its replay is greedy)
         assert EngineCheckSettings(replace(asked, engine="llamacpp")).sampling["seed"] == 3
     # the lint's K is read off runs whose step times are a served step's: the forced runs (over a trace:
