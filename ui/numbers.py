@@ -40,7 +40,7 @@ def setting_number(column, name: str, key: str) -> int | None:
     return whole(column, widget.label, int(widget.low), int(widget.high), value, key, help=meta.help)
 
 
-def setting_widget(column, name: str, meta, default, key: str):
+def setting_widget(column, meta, default, key: str):
     """One request setting's widget, as its field declares it (backend/run/request.py `Widget`);
     returns what the widget holds (`setting_value` makes it the request's value)."""
     w, help = meta.widget, meta.help or None
@@ -77,4 +77,4 @@ def setting_input(column, name: str, key: str):
     from backend.run.request import settings_of
 
     meta, default = next((m, d) for n, m, d in settings_of() if n == name)
-    return setting_value(meta, setting_widget(column, name, meta, default, key))
+    return setting_value(meta, setting_widget(column, meta, default, key))

@@ -29,11 +29,11 @@ def diagnose_dflash(
     lint_findings: list[dict],
     options,
     progress: Progress = no_progress,
-    served: list[int] | None = None,
+    fed: list[int] | None = None,
 ) -> Diagnosis:
     """`options` (diagnose.DiagnoseOptions): K, and the draft's training features (`features`, a .ckpt
     with one chunk per target layer it reads) diffed against what the diagnosed engine feeds it
-    (`served`, HF indices; default dflash_config.target_layer_ids + 1) as for an EAGLE-3 draft."""
+    (`fed`, HF indices; default dflash_config.target_layer_ids + 1) as for an EAGLE-3 draft."""
     num_steps = options.num_steps
     findings = [
         Finding(
@@ -54,10 +54,10 @@ def diagnose_dflash(
         from backend.engine.dflash_step import dflash_wiring
 
         progress(0.05, "train vs serve")
-        served = served or list(dflash_wiring(draft.config).aux_hf_indices)
+        fed = fed or list(dflash_wiring(draft.config).aux_hf_indices)
         features = load_feature_file(options.features, target.hidden_size)
         findings += train_serve_findings(
-            train_vs_serve(target, features, served, True), features.path, dflash=True
+            train_vs_serve(target, features, fed, True), features.path, dflash=True
         )
         ran["train vs serve"] = f"ran on {features.path}"
     else:

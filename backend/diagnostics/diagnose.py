@@ -282,6 +282,7 @@ def served_against_replays(subject: Subject, options: DiagnoseOptions, prompts, 
     probe found another) under the found one, whose live replays ran already (`live`)."""
     from backend.diagnostics.served_verdict import served_findings
     from backend.engine.batch import accept_lengths
+    from backend.run.metrics import acceptance_metrics
 
     declared = subject.view.wiring
     found = None
@@ -297,7 +298,7 @@ def served_against_replays(subject: Subject, options: DiagnoseOptions, prompts, 
             subject.view.math,
         )
         steps = [a for per in counts for a in per]
-        live = 1 + sum(steps) / len(steps) if steps else 1.0
+        live = acceptance_metrics(steps, options.num_steps).mean_accept_length if steps else 1.0
     return served_findings(
         options.served_numbers, options.num_steps, (list(declared.aux_hf_indices), live), found
     )

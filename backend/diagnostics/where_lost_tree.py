@@ -78,12 +78,8 @@ def tree_depths(steps) -> list[TreeDepth]:
 
 
 def _branches(parents: list[int]) -> bool:
-    seen = set()
-    for parent in parents:
-        if parent in seen:
-            return True
-        seen.add(parent)
-    return False
+    """Whether some node has two or more children (a tree, not a chain)."""
+    return len(set(parents)) < len(parents)
 
 
 def sampled_positions(steps) -> list[SampledPosition]:
@@ -95,10 +91,10 @@ def sampled_positions(steps) -> list[SampledPosition]:
         if tree is None or not any(d is not None for d in tree.draws) or _branches(tree.parents):
             continue  # greedy, or a sampled tree (its siblings' draws are not one attempt each)
         path = list(tree.accepted_path)
-        for position, node in enumerate(range(len(tree.tokens)), start=1):
+        for node in range(len(tree.tokens)):  # a chain: node i drafts position i + 1
             if node >= len(tree.accept_probs) or tree.accept_probs[node] is None:
                 break
-            row = sums[position]
+            row = sums[node + 1]
             row[0] += 1
             row[1] += node in path
             row[2] += tree.accept_probs[node]

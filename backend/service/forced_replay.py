@@ -14,22 +14,16 @@ from backend.service.engine_check_result import PromptCheck
 def forced_replay(request: ReplayRequest, tokens: list[int], source: str, db_url: str | None):
     """`request` (its prompt, pair, K, reading, wiring) replayed along `tokens`: greedy, over the forced
     trace of the prompt and the tokens (every layer, so a candidate wiring replays over it too), stored
-    as a run; the ReplayOutcome."""
+    as a run; the ReplayOutcome. The target loaded here computes the trace and lends the draft its
+    embeddings (and head): the pair stays loaded between an engine check's prompts."""
     from backend.service import models, traces
     from backend.service.checkpoints import checked_override
     from backend.service.database import open_database
     from backend.service.jobs import run_plan
     from backend.service.plan import resolve
     from backend.target.forced_trace import forced_trace
+    from backend.target.trace import TraceRunner
 
-    along = replace(request, temperature=0.0, via="trace", trace_from="local", record=False)
-    target, draft, report = traces.load_pair(along, lambda *_: None)
-    override = checked_override(along.target, along.aux_hf_indices)
-    if tokens[-1] not in traces.stop_ids(resolve(along, target, draft, report, override), target):
-        along = replace(along, max_new_tokens=len(tokens))  # it ended at its budget (or a stop string)
-    # else it ended at an end-of-generation id, which the replay stops at as the engine did: the budget
-    # stays the request's, so the step that emitted it drafts as the engine's did (not as a last token)
-    plan = resolve(along, target, draft, report, override)
     local = models.target(request.target, request.device, request.dtype)
     outside = [t for t in tokens if not isinstance(t, int) or not 0 <= t < local.vocab_size]
     if outside:  # an engine's answer is input like any other
@@ -37,18 +31,26 @@ def forced_replay(request: ReplayRequest, tokens: list[int], source: str, db_url
             f"{source}: token ids outside the target's vocabulary ({local.vocab_size}): {outside[:3]}"
         )
     every = range(local.num_layers + 1)
-    target.runner.add([forced_trace(local, list(request.prompt_ids), list(tokens), every, source)])
+    trace = forced_trace(local, list(request.prompt_ids), list(tokens), every, source)
+    target = replace(local, runner=TraceRunner([trace], local.vocab_size, local.device))
+    draft, report = models.draft(target, request.draft)
+    along = replace(request, temperature=0.0, via="trace", trace_from="local", record=False)
+    override = checked_override(along.target, along.aux_hf_indices)
+    plan = resolve(along, target, draft, report, override)
+    if tokens[-1] not in traces.stop_ids(plan, target):  # it ended at its budget (or a stop string)
+        plan = resolve(replace(along, max_new_tokens=len(tokens)), target, draft, report, override)
+    # else it ended at an end-of-generation id, which the replay stops at as the engine did: the budget
+    # stays the request's, so the step that emitted it drafts as the engine's did (not as a last token)
     return run_plan(open_database(db_url), target, draft, plan)
 
 
 def sampled_note(sampling: dict | None) -> str:
+    """What a sampled check's headline adds ('' for a greedy one)."""
+    if not sampling:
+        return ""
     return (
-        ""
-        if not sampling
-        else (
-            f" (sampled at temperature {sampling['temperature']:g}, seed {sampling['seed']} + prompt: each answer "
-            "replayed along the tokens it emitted, the drafts greedy; the draws themselves are the engine's)"
-        )
+        f" (sampled at temperature {sampling['temperature']:g}, seed {sampling['seed']} + prompt: each answer "
+        "replayed along the tokens it emitted, the drafts greedy; the draws themselves are the engine's)"
     )
 
 

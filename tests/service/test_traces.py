@@ -271,3 +271,22 @@ def test_the_sample_s_answer_is_the_guess(tmp_path):
     stored = get_samples(db_url, dataset)[1]
     assert answers([request((6, 7, 8), "dataset 1 #1", stored.id)], database, 100) == {(6, 7, 8): [9]}
     assert answers([request((1, 2), f"{tmp_path / 'gone.jsonl'}#0")], database, 100) == {}
+
+
+def test_a_dflash_draft_replays_over_a_trace_as_step_by_step(tmp_path):
+    """A DFlash draft proposes through the target's head: beside a trace (no target loaded) the head is
+    read from the target's weights (replay --via trace ended in an internal error before)."""
+    from dataclasses import replace
+
+    from backend.run.request import ReplayRequest
+    from backend.service.jobs import run_replay
+
+    db_url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    asked = ReplayRequest(
+        "demo/smollm2/target", "demo/smollm2/drafts/dflash", prompt_ids=(1, 4093, 198, 1604, 2683),
+        num_steps=7, max_new_tokens=16,
+    )  # fmt: skip
+    step = run_replay(asked, db_url)
+    traced = run_replay(replace(asked, via="trace"), db_url)
+    assert traced.output_ids == step.output_ids
+    assert [s.accepted_count for s in traced.steps] == [s.accepted_count for s in step.steps]

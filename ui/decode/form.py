@@ -71,7 +71,7 @@ def _row(row: str) -> list:
 def _widgets(row: str, columns) -> dict:
     """The widgets of one row of the form, one column each, in the request's field order."""
     return {
-        name: (meta, setting_widget(column, name, meta, default, f"decode_{name}"))
+        name: (meta, setting_widget(column, meta, default, f"decode_{name}"))
         for column, (name, meta, default) in zip(columns, _row(row), strict=False)
     }
 
