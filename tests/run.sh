@@ -31,24 +31,32 @@ disk_free() {  # the free space where the checkout and the per-machine cache liv
 }
 disk_free "before the installs"
 export PIP_NO_CACHE_DIR=1  # pip's wheel cache would keep a second copy of every install on the disk
-MISSING=()
-command -v chromium >/dev/null 2>&1 || MISSING+=(chromium)
-compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || MISSING+=(postgresql)
-command -v cmake >/dev/null 2>&1 || MISSING+=(cmake)  # llama.cpp's build
-command -v g++ >/dev/null 2>&1 || MISSING+=(g++)
-if [ ${#MISSING[@]} -gt 0 ]; then
-    SUDO=$([ "$(id -u)" = 0 ] && echo "" || echo sudo)
-    $SUDO apt-get update -q && $SUDO apt-get install -y -q "${MISSING[@]}"
-fi
-stage "install: Debian packages (chromium, postgresql, cmake, g++)"
-# llama.cpp's build (317 s on 2 quiet cores the first time on a machine, then cached) needs no .venv:
-# it starts here, in the background and its own process group, while the installs below wait on the
-# network and the disk; the script stops it if it ends first (an error, Ctrl-C).
+apt_install() {  # apt_install PACKAGE...: Debian's packages, apt's index read once a run
+    [ $# -gt 0 ] || return 0
+    local sudo
+    sudo=$([ "$(id -u)" = 0 ] && echo "" || echo sudo)
+    [ -n "${APT_INDEX_READ:-}" ] || { $sudo apt-get update -q && APT_INDEX_READ=1; }
+    $sudo apt-get install -y -q "$@"
+}
+BUILD_TOOLS=()  # llama.cpp's build: on the machine already where Debian's Python images have them
+command -v cmake >/dev/null 2>&1 || BUILD_TOOLS+=(cmake)
+command -v g++ >/dev/null 2>&1 || BUILD_TOOLS+=(g++)
+apt_install "${BUILD_TOOLS[@]}"
+stage "install: Debian's cmake and g++ (llama.cpp's build)"
+# llama.cpp's build (about 3 min on 2 quiet cores the first time on a machine, then cached; longer beside
+# the installs) needs no .venv: it starts first, in the background and its own process group, while
+# the installs below wait on the network and the disk; the script stops it if it ends first (an
+# error, Ctrl-C).
 LLAMACPP_LOG=$(mktemp)
 setsid bash scripts/install-llamacpp.sh --build-only >"$LLAMACPP_LOG" 2>&1 &
 LLAMACPP_BUILD=$!
 trap 'kill -- -"$LLAMACPP_BUILD" 2>/dev/null || true' EXIT
 trap 'exit 130' INT TERM
+PACKAGES=()
+command -v chromium >/dev/null 2>&1 || PACKAGES+=(chromium)
+compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || PACKAGES+=(postgresql)
+apt_install "${PACKAGES[@]}"
+stage "install: Debian's chromium and postgresql"
 python3 -m venv .venv
 .venv/bin/pip install -q -r requirements.txt
 stage "install: .venv (requirements.txt)"
