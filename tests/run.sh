@@ -94,6 +94,17 @@ site_of .venv/bin/python >"$(site_of .venv-floor/bin/python)/speclens-main-venv.
 .venv-floor/bin/pip install -q -r tests/requirements-floor.txt
 .venv-floor/bin/python -c "import transformers; assert transformers.__version__.startswith('4.'), transformers.__file__"
 stage "install: .venv-floor (tests/requirements-floor.txt)"
+# Lint and the floor's engine tests need no engine: they run while the llama.cpp build may still be going
+# (on a new machine it outlasts the installs). Lint, both suites: each runs whatever the one before gave,
+# so that one red run shows everything that is red; the script exits non-zero if any failed.
+status=0
+.venv/bin/ruff check . || status=$?
+.venv/bin/ruff format --check . || status=$?
+stage "lint (ruff check, ruff format --check)"
+# The engine on the floor of the supported transformers range (tests/requirements-floor.txt).
+floor=0
+.venv-floor/bin/python -m pytest -q -p no:cacheprovider -n 2 tests/engine -m "not slow" || floor=$?
+stage "floor: tests/engine on transformers 4.57 (pytest -n 2)"
 # llama.cpp's server for tests/real_engine/test_llamacpp.py, built once per machine into the same cache,
 # keyed by its version and build flags (scripts/install-llamacpp.sh); .llamacpp links to it.
 if ! wait "$LLAMACPP_BUILD"; then
@@ -106,12 +117,6 @@ stage "install: $(tail -1 "$LLAMACPP_LOG") (waited for the build started first)"
 rm -f "$LLAMACPP_LOG"
 export SPECLENS_REQUIRE_VLLM=1  # a missing vLLM fails the real-engine tests instead of skipping them
 export SPECLENS_REQUIRE_LLAMACPP=1  # likewise a missing llama.cpp build
-# Lint, both suites: each runs whatever the one before gave, so that one red run shows everything
-# that is red; the script exits non-zero if any failed.
-status=0
-.venv/bin/ruff check . || status=$?
-.venv/bin/ruff format --check . || status=$?
-stage "lint (ruff check, ruff format --check)"
 # Both cores, a test file to a worker (--dist loadfile): the tests that share an expensive server (vLLM,
 # the browser walks) or a loaded pair are in one file, so that it starts once. (pytest-xdist's
 # loadgroup does not group on pytest 9.2: it renames item._nodeid, which pytest 9.2 no longer reads.)
@@ -123,10 +128,6 @@ main=${PIPESTATUS[0]}
 set -e
 [ "$main" -eq 0 ] || status=$main
 stage "main suite (pytest -n 2)"
-# The engine on the floor of the supported transformers range (tests/requirements-floor.txt).
-floor=0
-.venv-floor/bin/python -m pytest -q -p no:cacheprovider -n 2 tests/engine -m "not slow" || floor=$?
-stage "floor: tests/engine on transformers 4.57 (pytest -n 2)"
 # The per-machine cache keeps what this checkout links to, and any other entry (an older
 # requirements-vllm.txt or llama.cpp build, another checkout's) that a run used in the last 2 days.
 for entry in "$CACHE"/venv-vllm-* "$CACHE"/llamacpp-*; do
