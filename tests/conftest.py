@@ -22,9 +22,12 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ["SPECLENS_DEMO"] = "toy"
 
 
-# The files that take longest, started first: tests/run.sh gives each xdist worker whole files
-# (--dist loadfile), in collection order, so a long file collected last would leave the other worker
-# idle at the end. Read the 20 slowest tests that tests/run.sh prints when this list needs a change.
+# The files that take longest, collected first. tests/run.sh gives each xdist worker whole files
+# (--dist loadfile); pytest-xdist 3.8 then queues the files by their number of tests, most first
+# (--loadscope-reorder, its default), so this order decides only among files with as many tests. Measured
+# 2026-12-07 on the warm machine (bench/TIMINGS.md): xdist's order 715 s, this list's order taken
+# literally (--no-loadscope-reorder: both engines' files first, at once) 790 s; in xdist's order both
+# workers ended within 3 s of each other. Read the 20 slowest tests tests/run.sh prints before a change.
 LONGEST_FIRST = (
     "tests/real_engine/test_vllm.py",
     "tests/real_engine/test_llamacpp.py",
