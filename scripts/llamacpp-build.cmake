@@ -1,5 +1,5 @@
 # How scripts/install-llamacpp.sh builds llama.cpp's server: included after llama.cpp's project() call
-# (CMAKE_PROJECT_INCLUDE), with CMAKE_UNITY_BUILD=ON. Measured on 2 quiet cores (docs/testing.md):
+# (CMAKE_PROJECT_INCLUDE), with CMAKE_UNITY_BUILD=ON. Measured on 2 quiet cores (bench/TIMINGS.md):
 # 299 s as llama.cpp ships its Release build (-O3 everywhere), 227 s with this file's -O1 alone, 170 s
 # with -O1 and the unity build.
 #
@@ -7,7 +7,9 @@
 # library the server links) is most of the compile time and none of the decode's time. The numbers do
 # not change: ggml-base and ggml-cpu, where every tensor is computed, keep -O3 (and -march=native, which
 # ggml adds to ggml-cpu alone), and the rest is compiled for plain x86-64 (SSE2, no FMA to contract into)
-# without -ffast-math, where GCC keeps IEEE float semantics at every -O level, sampling included.
+# without -ffast-math, where GCC keeps IEEE float semantics at every -O level, sampling included. On
+# other processors (aarch64 has FMA in its baseline, which GCC contracts into at -O2 and above, not at
+# -O1) the rest keeps llama.cpp's -O3: only the unity build applies there.
 # tests/real_engine/test_llamacpp.py holds the replay to this build's per-step acceptance, greedy and
 # sampled.
 #
@@ -15,8 +17,10 @@
 # the multimodal library refuses it (its helper may not see the library's internal headers), so it
 # compiles file by file.
 include_guard(GLOBAL)
-set(CMAKE_C_FLAGS_RELEASE "-O1 -DNDEBUG")
-set(CMAKE_CXX_FLAGS_RELEASE "-O1 -DNDEBUG")
+if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")
+    set(CMAKE_C_FLAGS_RELEASE "-O1 -DNDEBUG")
+    set(CMAKE_CXX_FLAGS_RELEASE "-O1 -DNDEBUG")
+endif()
 
 function(speclens_llamacpp_targets)  # deferred: the targets exist once the top-level CMakeLists.txt ran
     foreach(kernels ggml-base ggml-cpu)
